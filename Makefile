@@ -1,0 +1,39 @@
+# sluice — developer entry points. `make demo` and `make test` work on a fresh Debian 12 as root.
+BUILD_DIR ?= build
+JOBS ?= $(shell nproc)
+SANITIZE ?= OFF
+WERROR ?= $(if $(filter true 1,$(CI)),ON,OFF)
+CMAKE_FLAGS ?=
+
+.PHONY: all deps configure build test demo bench clean format
+
+all: build
+
+deps:
+	@./scripts/install-deps.sh
+
+# Release with assertions: -O2 without -DNDEBUG, so assert() stays live in tests.
+configure: deps
+	@cmake -S . -B $(BUILD_DIR) -G Ninja \
+	  -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -g1" \
+	  -DSLUICE_WERROR=$(WERROR) -DSLUICE_SANITIZE=$(SANITIZE) $(CMAKE_FLAGS) >/dev/null
+
+build: configure
+	@cmake --build $(BUILD_DIR) -j $(JOBS)
+
+test: build
+	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+demo: build
+	@SLUICE=$(BUILD_DIR)/cli/sluice ./examples/demo.sh
+
+bench: deps
+	@SLUICE_BENCH_DEPS=1 ./scripts/install-deps.sh
+	@$(MAKE) build
+	@./bench/run_all.sh $(BUILD_DIR)
+
+format:
+	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
+
+clean:
+	@rm -rf $(BUILD_DIR)

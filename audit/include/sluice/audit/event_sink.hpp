@@ -1,0 +1,66 @@
+// The seam between producers (proxy, runner) and the audit store. Producers depend only on
+// this header; tests substitute a fake. Secret *values* never travel through here, only names.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sluice::audit {
+
+/// One connection the proxy was asked for (CONNECT tunnel or origin connection for plain
+/// HTTP), recorded once when it ends (or when it is refused).
+struct ConnectionEvent {
+  std::string id;             // unique (producer-generated, e.g. "c-<execution>-<n>")
+  std::string execution_id;   // empty for a standalone proxy
+  std::string workflow;
+  std::string policy_sha256;
+  std::int64_t ts_ms = 0;     // Unix epoch milliseconds when the connection was asked for
+  std::string kind;           // "connect" | "http"
+  std::string host;           // target as asked (normalised)
+  std::uint16_t port = 0;
+  std::string resolved_ip;    // the vetted address dialled; empty if none
+  std::string decision;       // "allow" | "deny"
+  std::string rule_id;
+  std::string reason;         // policy::reasonName vocabulary
+  std::string detail;
+  std::string tls;            // "passthrough" | "inspect" | "none"
+  std::uint64_t bytes_up = 0;    // client -> upstream
+  std::uint64_t bytes_down = 0;  // upstream -> client
+  std::int64_t duration_ms = 0;
+};
+
+/// One HTTP request the proxy saw (plain HTTP or inside an inspected tunnel).
+struct RequestEvent {
+  std::string connection_id;
+  std::string execution_id;
+  std::string workflow;
+  std::int64_t ts_ms = 0;
+  std::string method;
+  std::string host;
+  std::string path;
+  int status = 0;              // status returned to the client (403 for a refusal)
+  std::string decision;        // "allow" | "deny"
+  std::string rule_id;
+  std::string reason;
+  std::vector<std::string> injected_secrets;  // secret NAMES only
+};
+
+/// Where producers send audit events. Implementations must be thread-safe. A call may block
+/// (backpressure) but never drops an event.
+class EventSink {
+ public:
+  virtual ~EventSink() = default;
+
+  /// Records a policy text by its SHA-256 (stored once).
+  virtual void recordPolicy(const std::string& sha256, const std::string& workflow,
+                            const std::string& yaml_text) = 0;
+  virtual void recordConnection(ConnectionEvent event) = 0;
+  virtual void recordRequest(RequestEvent event) = 0;
+
+  /// False once the store has failed (disk full, I/O error): the proxy then refuses new
+  /// connections rather than run unaudited (fail closed).
+  virtual bool healthy() const = 0;
+};
+
+}  // namespace sluice::audit

@@ -1,0 +1,6 @@
+// Placeholder until its issue lands: registers nothing yet.
+#include "commands.hpp"
+
+namespace sluice::cli {
+void addProxyCommands(CLI::App& /*app*/, int& /*exit_code*/) {}
+}  // namespace sluice::cli

@@ -1,0 +1,36 @@
+// Loading policy: YAML text -> validated Workflow, or every problem with FILE:LINE:COL.
+#pragma once
+
+#include <expected>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "sluice/policy/diagnostics.hpp"
+#include "sluice/policy/workflow.hpp"
+
+namespace sluice::policy {
+
+/// Parses and validates one workflow from text; `file` names it in diagnostics.
+std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::string_view file);
+
+/// Reads and parses one workflow file.
+std::expected<Workflow, LoadError> loadWorkflowFile(const std::filesystem::path& path);
+
+/// All workflows of a policy directory (every `*.yaml` / `*.yml`, not recursive), by name.
+/// Any problem in any file fails the whole load: nothing half-loaded is ever used.
+struct PolicySet {
+  std::map<std::string, std::shared_ptr<const Workflow>> workflows;
+  const Workflow* find(std::string_view name) const;
+};
+std::expected<PolicySet, LoadError> loadPolicyDir(const std::filesystem::path& dir);
+
+/// A file or a directory, as `sluice policy check` accepts.
+std::expected<PolicySet, LoadError> loadPolicyPath(const std::filesystem::path& path);
+
+/// Hex SHA-256 of a byte string (OpenSSL).
+std::string sha256Hex(std::string_view data);
+
+}  // namespace sluice::policy

@@ -1,0 +1,114 @@
+// The typed form of one workflow policy file. YAML is parsed once into these structs and
+// validated; the matcher is compiled from them and never sees YAML.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sluice/policy/diagnostics.hpp"
+#include "sluice/policy/ip_address.hpp"
+
+namespace sluice::policy {
+
+enum class Action : std::uint8_t { kAllow, kDeny };
+enum class TlsMode : std::uint8_t { kPassthrough, kInspect };
+enum class NetworkMode : std::uint8_t { kNone, kProxy };
+
+std::string_view actionName(Action a);
+std::string_view tlsModeName(TlsMode t);
+std::string_view networkModeName(NetworkMode n);
+
+/// A host pattern: `example.com` (exact), `*.example.com` (subdomains only) or `re:REGEX`.
+struct HostPattern {
+  enum class Kind : std::uint8_t { kExact, kSuffix, kRegex };
+  Kind kind = Kind::kExact;
+  std::string value;  // exact: normalised host; suffix: "example.com"; regex: the RE2 text
+  std::string text;   // as written
+  SourcePos pos;
+};
+
+/// An inclusive port range; a single port has lo == hi.
+struct PortRange {
+  std::uint16_t lo = 0;
+  std::uint16_t hi = 0;
+  bool contains(std::uint16_t p) const { return p >= lo && p <= hi; }
+};
+
+/// A path pattern: glob (`/v1/*`; `*` matches any run of characters, `?` one) or `re:RE2`.
+struct PathPattern {
+  bool regex = false;
+  std::string pattern;  // without the `re:` prefix
+  std::string text;     // as written
+};
+
+/// Header injection: header name -> template with `${secret:NAME}` references.
+struct Inject {
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string placeholder_env;            // empty when absent
+  std::vector<std::string> secret_names;  // every NAME referenced, sorted, unique
+  bool empty() const { return headers.empty() && placeholder_env.empty(); }
+};
+
+struct Rule {
+  std::string id;
+  Action action = Action::kAllow;
+  std::vector<HostPattern> hosts;
+  std::vector<PortRange> ports;  // defaults to [80, 443]
+  bool ports_given = false;
+  std::vector<Cidr> cidrs;
+  bool allow_private = false;
+  TlsMode tls = TlsMode::kPassthrough;
+  std::vector<std::string> methods;  // upper-case; empty = any
+  std::vector<PathPattern> paths;    // empty = any
+  Inject inject;
+  bool allow_plaintext_credentials = false;
+  SourcePos pos;
+
+  /// True when the rule constrains what only request-level inspection can see.
+  bool hasRequestConditions() const { return !methods.empty() || !paths.empty(); }
+  bool allowsPort(std::uint16_t p) const;
+  std::string portsText() const;  // "[80, 443]" or "[8000-8100]"
+};
+
+/// Resource limits for one execution (DESIGN.md `sandbox:`).
+struct SandboxLimits {
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds cpu_time{std::chrono::seconds(20)};
+  std::uint64_t memory = 512ull << 20;
+  std::uint64_t pids = 64;
+  std::uint64_t output = 1ull << 20;
+  std::uint64_t disk = 100ull << 20;
+  std::uint64_t file_size = 0;   // 0 = same as disk
+  std::uint64_t open_files = 256;
+  NetworkMode network = NetworkMode::kProxy;
+};
+
+/// Per-execution egress limits (DESIGN.md `egress.limits`). 0 means unlimited.
+struct EgressLimits {
+  std::uint64_t max_connections = 32;
+  std::uint64_t max_bytes_out = 10ull << 20;
+  std::uint64_t max_bytes_in = 200ull << 20;
+  std::uint64_t max_requests = 1000;
+};
+
+struct Workflow {
+  std::string name;
+  std::string description;
+  SandboxLimits sandbox;
+  std::vector<Rule> rules;
+  EgressLimits limits;
+
+  std::string source_path;  // file it was loaded from
+  std::string yaml_text;    // exact text, for the audit store
+  std::string sha256;       // hex SHA-256 of yaml_text
+
+  const Rule* findRule(std::string_view id) const;
+  /// Every secret name any rule references, sorted and unique.
+  std::vector<std::string> secretNames() const;
+};
+
+}  // namespace sluice::policy

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package that sluice's build, tests, demo and benchmarks need.
+# Idempotent and quiet when everything is already there.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git python3 curl
+  libboost-dev libboost-system-dev libboost-context-dev
+  libssl-dev openssl ca-certificates
+  libre2-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
+  nlohmann-json3-dev libcli11-dev libseccomp-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  iproute2 procps util-linux
+)
+if [[ "${SLUICE_BENCH_DEPS:-0}" == 1 ]]; then
+  PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap clang libclang-rt-14-dev)
+fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+  echo "install-deps: missing packages: ${missing[*]} (run as root, or install them)" >&2
+  exit 1
+fi
+echo "install-deps: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
