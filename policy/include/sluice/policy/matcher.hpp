@@ -87,9 +87,10 @@ class Matcher {
   Matcher(const Matcher&) = delete;
   Matcher& operator=(const Matcher&) = delete;
 
+  struct Index;  // opaque; defined in matcher.cpp
+
  private:
   Matcher();
-  struct Index;
   std::shared_ptr<const Workflow> workflow_;
   std::unique_ptr<Index> index_;
 };

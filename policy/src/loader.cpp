@@ -1,0 +1,684 @@
+// YAML -> Workflow: parse once with yaml-cpp, validate everything with line/column positions,
+// report every problem in one pass. Nothing half-loaded is ever returned.
+#include "sluice/policy/loader.hpp"
+
+#include <openssl/evp.h>
+#include <re2/re2.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "host_pattern.hpp"
+#include "sluice/policy/units.hpp"
+
+namespace sluice::policy {
+namespace {
+
+std::size_t editDistance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+bool isHttpToken(std::string_view s) {
+  if (s.empty()) return false;
+  static constexpr std::string_view kExtra = "!#$%&'*+-.^_`|~";
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || kExtra.find(c) != std::string_view::npos;
+  });
+}
+
+bool isSecretName(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  });
+}
+
+bool isEnvName(std::string_view s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
+}
+
+using Keys = std::initializer_list<std::string_view>;
+
+class Parser {
+ public:
+  explicit Parser(std::string file) : file_(std::move(file)) {}
+
+  std::vector<Diagnostic>& diagnostics() { return diags_; }
+
+  void errorAt(const YAML::Mark& m, std::string message) {
+    SourcePos pos;
+    if (m.line >= 0) pos = {m.line + 1, m.column + 1};
+    diags_.push_back({file_, pos, std::move(message)});
+  }
+  void error(const YAML::Node& n, std::string message) { errorAt(n.Mark(), std::move(message)); }
+
+  // Checks a mapping's keys: unknown (with a suggestion) and duplicated ones.
+  bool checkMap(const YAML::Node& n, std::string_view what, Keys allowed) {
+    if (!n.IsMap()) {
+      error(n, std::string(what) + " must be a mapping");
+      return false;
+    }
+    std::set<std::string> seen;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      if (!it->first.IsScalar()) {
+        error(it->first, "keys in " + std::string(what) + " must be plain names");
+        continue;
+      }
+      std::string key = it->first.Scalar();
+      if (!seen.insert(key).second) {
+        error(it->first, "duplicate key '" + key + "' in " + std::string(what));
+        continue;
+      }
+      if (std::find(allowed.begin(), allowed.end(), key) != allowed.end()) continue;
+      std::string best;
+      std::size_t best_d = 3;
+      for (auto k : allowed) {
+        std::size_t d = editDistance(key, k);
+        if (d < best_d && d <= std::max<std::size_t>(1, k.size() / 3)) {
+          best_d = d;
+          best = std::string(k);
+        }
+      }
+      std::string msg = "unknown key '" + key + "' in " + std::string(what);
+      if (!best.empty()) {
+        msg += " (did you mean '" + best + "'?)";
+      } else {
+        msg += " (expected one of:";
+        for (auto k : allowed) msg += " " + std::string(k);
+        msg += ")";
+      }
+      error(it->first, msg);
+    }
+    return true;
+  }
+
+  std::optional<std::string> str(const YAML::Node& n, std::string_view what) {
+    if (!n.IsScalar()) {
+      error(n, std::string(what) + " must be a string");
+      return std::nullopt;
+    }
+    return n.Scalar();
+  }
+
+  std::optional<bool> boolean(const YAML::Node& n, std::string_view what) {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      if (s == "true") return true;
+      if (s == "false") return false;
+    }
+    error(n, std::string(what) + " must be true or false");
+    return std::nullopt;
+  }
+
+  std::optional<std::uint64_t> count(const YAML::Node& n, std::string_view what, bool zero_ok) {
+    if (n.IsScalar()) {
+      const std::string& s = n.Scalar();
+      if (!s.empty() && std::all_of(s.begin(), s.end(), ::isdigit) && s.size() <= 18) {
+        std::uint64_t v = std::stoull(s);
+        if (v > 0 || zero_ok) return v;
+      }
+    }
+    error(n, std::string(what) + " must be a " + (zero_ok ? "non-negative" : "positive") +
+                 " integer");
+    return std::nullopt;
+  }
+
+  std::optional<std::uint64_t> size(const YAML::Node& n, std::string_view what) {
+    if (!n.IsScalar()) {
+      error(n, std::string(what) + " must be a size such as 512MiB or 1GB");
+      return std::nullopt;
+    }
+    auto v = parseSize(n.Scalar());
+    if (!v) {
+      error(n, std::string(what) + ": " + v.error());
+      return std::nullopt;
+    }
+    if (*v == 0) {
+      error(n, std::string(what) + " must be more than zero");
+      return std::nullopt;
+    }
+    return *v;
+  }
+
+  std::optional<std::chrono::milliseconds> duration(const YAML::Node& n, std::string_view what) {
+    if (!n.IsScalar()) {
+      error(n, std::string(what) + " must be a duration such as 30s, 2m or 1h");
+      return std::nullopt;
+    }
+    auto v = parseDuration(n.Scalar());
+    if (!v) {
+      error(n, std::string(what) + ": " + v.error());
+      return std::nullopt;
+    }
+    if (v->count() == 0) {
+      error(n, std::string(what) + " must be more than zero");
+      return std::nullopt;
+    }
+    return *v;
+  }
+
+  // A non-empty sequence; each element is passed to `each`.
+  template <typename F>
+  void list(const YAML::Node& n, std::string_view what, F each) {
+    if (!n.IsSequence()) {
+      error(n, std::string(what) + " must be a list");
+      return;
+    }
+    if (n.size() == 0) {
+      error(n, std::string(what) + " must not be empty (leave the key out instead)");
+      return;
+    }
+    for (const auto& item : n) each(item);
+  }
+
+  void parseSandbox(const YAML::Node& n, SandboxLimits& s) {
+    if (!checkMap(n, "sandbox", {"timeout", "cpu_time", "memory", "pids", "output", "disk",
+                                 "file_size", "open_files", "network"})) {
+      return;
+    }
+    if (auto v = n["timeout"]) {
+      if (auto d = duration(v, "sandbox.timeout")) s.timeout = *d;
+    }
+    if (auto v = n["cpu_time"]) {
+      if (auto d = duration(v, "sandbox.cpu_time")) s.cpu_time = *d;
+    }
+    if (auto v = n["memory"]) {
+      if (auto x = size(v, "sandbox.memory")) s.memory = *x;
+    }
+    if (auto v = n["pids"]) {
+      if (auto x = count(v, "sandbox.pids", false)) s.pids = *x;
+    }
+    if (auto v = n["output"]) {
+      if (auto x = size(v, "sandbox.output")) s.output = *x;
+    }
+    if (auto v = n["disk"]) {
+      if (auto x = size(v, "sandbox.disk")) s.disk = *x;
+    }
+    if (auto v = n["file_size"]) {
+      if (auto x = size(v, "sandbox.file_size")) s.file_size = *x;
+    }
+    if (auto v = n["open_files"]) {
+      if (auto x = count(v, "sandbox.open_files", false)) s.open_files = *x;
+    }
+    if (auto v = n["network"]) {
+      auto x = str(v, "sandbox.network");
+      if (x == "none") {
+        s.network = NetworkMode::kNone;
+      } else if (x == "proxy") {
+        s.network = NetworkMode::kProxy;
+      } else if (x) {
+        error(v, "sandbox.network must be 'none' or 'proxy' (got '" + *x + "')");
+      }
+    }
+  }
+
+  void parseLimits(const YAML::Node& n, EgressLimits& l) {
+    if (!checkMap(n, "egress.limits",
+                  {"max_connections", "max_bytes_out", "max_bytes_in", "max_requests"})) {
+      return;
+    }
+    if (auto v = n["max_connections"]) {
+      if (auto x = count(v, "egress.limits.max_connections", false)) l.max_connections = *x;
+    }
+    if (auto v = n["max_requests"]) {
+      if (auto x = count(v, "egress.limits.max_requests", false)) l.max_requests = *x;
+    }
+    if (auto v = n["max_bytes_out"]) {
+      if (auto x = size(v, "egress.limits.max_bytes_out")) l.max_bytes_out = *x;
+    }
+    if (auto v = n["max_bytes_in"]) {
+      if (auto x = size(v, "egress.limits.max_bytes_in")) l.max_bytes_in = *x;
+    }
+  }
+
+  void parsePorts(const YAML::Node& n, Rule& r) {
+    r.ports_given = true;
+    list(n, "ports", [&](const YAML::Node& p) {
+      if (!p.IsScalar()) {
+        error(p, "a port must be a number or a range such as \"8000-8100\"");
+        return;
+      }
+      const std::string& s = p.Scalar();
+      auto parseOne = [](std::string_view t) -> int {
+        if (t.empty() || t.size() > 5 || !std::all_of(t.begin(), t.end(), ::isdigit)) return -1;
+        int v = std::stoi(std::string(t));
+        return v >= 1 && v <= 65535 ? v : -1;
+      };
+      auto dash = s.find('-');
+      if (dash == std::string::npos) {
+        int v = parseOne(s);
+        if (v < 0) {
+          error(p, "bad port '" + s + "' (expected 1-65535)");
+          return;
+        }
+        r.ports.push_back({static_cast<std::uint16_t>(v), static_cast<std::uint16_t>(v)});
+        return;
+      }
+      int lo = parseOne(std::string_view(s).substr(0, dash));
+      int hi = parseOne(std::string_view(s).substr(dash + 1));
+      if (lo < 0 || hi < 0) {
+        error(p, "bad port range '" + s + "' (expected e.g. \"8000-8100\", ports 1-65535)");
+        return;
+      }
+      if (lo > hi) {
+        error(p, "bad port range '" + s + "': " + std::to_string(lo) + " is more than " +
+                     std::to_string(hi));
+        return;
+      }
+      r.ports.push_back({static_cast<std::uint16_t>(lo), static_cast<std::uint16_t>(hi)});
+    });
+  }
+
+  // Validates `${secret:NAME}` references in a header template, collecting the names.
+  void parseTemplate(const YAML::Node& n, const std::string& value, std::set<std::string>& names) {
+    std::size_t i = 0;
+    while ((i = value.find("${", i)) != std::string::npos) {
+      auto close = value.find('}', i);
+      if (close == std::string::npos) {
+        error(n, "unterminated '${' in header value (write ${secret:NAME})");
+        return;
+      }
+      std::string_view ref = std::string_view(value).substr(i + 2, close - i - 2);
+      if (!ref.starts_with("secret:")) {
+        error(n, "unknown reference '${" + std::string(ref) +
+                     "}' in header value (only ${secret:NAME} is supported)");
+      } else if (!isSecretName(ref.substr(7))) {
+        error(n, "bad secret name '" + std::string(ref.substr(7)) +
+                     "' in ${secret:...} (letters, digits, '_', '-', '.')");
+      } else {
+        names.insert(std::string(ref.substr(7)));
+      }
+      i = close + 1;
+    }
+  }
+
+  void parseInject(const YAML::Node& n, Rule& r) {
+    if (!checkMap(n, "inject", {"headers", "placeholder_env"})) return;
+    std::set<std::string> names;
+    if (auto h = n["headers"]) {
+      if (!h.IsMap() || h.size() == 0) {
+        error(h, "inject.headers must be a non-empty mapping of header name to value");
+      } else {
+        for (auto it = h.begin(); it != h.end(); ++it) {
+          auto name = str(it->first, "header name");
+          auto value = str(it->second, "header value");
+          if (!name || !value) continue;
+          if (!isHttpToken(*name)) {
+            error(it->first, "'" + *name + "' is not a valid HTTP header name");
+            continue;
+          }
+          std::string lower = *name;
+          std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+          static constexpr std::string_view kForbidden[] = {
+              "host", "content-length", "transfer-encoding", "connection", "upgrade",
+              "te", "trailer", "keep-alive", "proxy-connection", "proxy-authorization"};
+          if (std::find(std::begin(kForbidden), std::end(kForbidden), lower) !=
+              std::end(kForbidden)) {
+            error(it->first, "header '" + *name + "' cannot be injected (framing or hop-by-hop)");
+            continue;
+          }
+          if (value->find_first_of("\r\n") != std::string::npos) {
+            error(it->second, "header value must not contain line breaks");
+            continue;
+          }
+          parseTemplate(it->second, *value, names);
+          r.inject.headers.emplace_back(*name, *value);
+        }
+      }
+    }
+    if (auto p = n["placeholder_env"]) {
+      if (auto v = str(p, "inject.placeholder_env")) {
+        if (!isEnvName(*v)) {
+          error(p, "inject.placeholder_env '" + *v + "' is not a valid environment variable name");
+        } else if (names.size() != 1) {
+          error(p, "inject.placeholder_env needs exactly one ${secret:NAME} in inject.headers "
+                   "(it stands in for that secret)");
+        } else {
+          r.inject.placeholder_env = *v;
+        }
+      }
+    }
+    r.inject.secret_names.assign(names.begin(), names.end());
+  }
+
+  void parseRule(const YAML::Node& n, Workflow& w, std::set<std::string>& ids) {
+    if (!checkMap(n, "rule",
+                  {"id", "action", "hosts", "ports", "cidrs", "allow_private", "tls", "methods",
+                   "paths", "inject", "allow_plaintext_credentials"})) {
+      return;
+    }
+    Rule r;
+    r.pos = {n.Mark().line + 1, n.Mark().column + 1};
+    std::size_t errors_before = diags_.size();
+    if (auto v = n["id"]) {
+      if (auto s = str(v, "rule id")) {
+        static const RE2 kId("[A-Za-z0-9][A-Za-z0-9_.-]{0,62}");
+        if (!RE2::FullMatch(*s, kId)) {
+          error(v, "bad rule id '" + *s + "' (letters, digits, '-', '_', '.'; at most 63)");
+        } else if (!ids.insert(*s).second) {
+          error(v, "duplicate rule id '" + *s + "'");
+        }
+        r.id = *s;
+      }
+    } else {
+      error(n, "rule has no 'id'");
+    }
+    if (auto v = n["action"]) {
+      auto s = str(v, "action");
+      if (s == "allow") {
+        r.action = Action::kAllow;
+      } else if (s == "deny") {
+        r.action = Action::kDeny;
+      } else if (s) {
+        error(v, "action must be 'allow' or 'deny' (got '" + *s + "')");
+      }
+    } else {
+      error(n, "rule '" + r.id + "' has no 'action' (allow or deny)");
+    }
+    if (auto v = n["hosts"]) {
+      list(v, "hosts", [&](const YAML::Node& h) {
+        auto s = str(h, "host pattern");
+        if (!s) return;
+        auto p = detail::parseHostPattern(*s);
+        if (!p) {
+          error(h, p.error());
+          return;
+        }
+        p->pos = {h.Mark().line + 1, h.Mark().column + 1};
+        r.hosts.push_back(std::move(*p));
+      });
+    }
+    if (auto v = n["ports"]) {
+      parsePorts(v, r);
+    } else {
+      r.ports = {{80, 80}, {443, 443}};
+    }
+    if (auto v = n["cidrs"]) {
+      list(v, "cidrs", [&](const YAML::Node& c) {
+        auto s = str(c, "CIDR");
+        if (!s) return;
+        auto cidr = parseCidr(*s);
+        if (!cidr) {
+          error(c, cidr.error());
+          return;
+        }
+        r.cidrs.push_back(*cidr);
+      });
+    }
+    if (auto v = n["allow_private"]) {
+      if (auto b = boolean(v, "allow_private")) r.allow_private = *b;
+      if (r.allow_private && !n["cidrs"]) {
+        error(v, "allow_private: true needs 'cidrs' naming the private ranges this rule may reach");
+      }
+    }
+    if (auto v = n["tls"]) {
+      auto s = str(v, "tls");
+      if (s == "inspect") {
+        r.tls = TlsMode::kInspect;
+      } else if (s == "passthrough") {
+        r.tls = TlsMode::kPassthrough;
+      } else if (s) {
+        error(v, "tls must be 'passthrough' or 'inspect' (got '" + *s + "')");
+      }
+    }
+    if (auto v = n["methods"]) {
+      list(v, "methods", [&](const YAML::Node& m) {
+        auto s = str(m, "method");
+        if (!s) return;
+        if (!isHttpToken(*s)) {
+          error(m, "'" + *s + "' is not an HTTP method");
+          return;
+        }
+        std::string up = *s;
+        std::transform(up.begin(), up.end(), up.begin(), ::toupper);
+        if (up == "CONNECT") {
+          error(m, "CONNECT is decided by hosts and ports, not methods");
+          return;
+        }
+        r.methods.push_back(up);
+      });
+    }
+    if (auto v = n["paths"]) {
+      list(v, "paths", [&](const YAML::Node& p) {
+        auto s = str(p, "path pattern");
+        if (!s) return;
+        PathPattern pp;
+        pp.text = *s;
+        if (s->starts_with("re:")) {
+          pp.regex = true;
+          pp.pattern = s->substr(3);
+          RE2::Options o;
+          o.set_log_errors(false);
+          RE2 re(pp.pattern, o);
+          if (pp.pattern.empty() || !re.ok()) {
+            error(p, "invalid regular expression '" + pp.pattern + "': " +
+                         (pp.pattern.empty() ? std::string("empty") : re.error()));
+            return;
+          }
+        } else {
+          if (s->empty() || (s->front() != '/' && *s != "*")) {
+            error(p, "path pattern '" + *s + "' must start with '/' (or use re:...)");
+            return;
+          }
+          pp.pattern = *s;
+        }
+        r.paths.push_back(std::move(pp));
+      });
+    }
+    if (auto v = n["inject"]) parseInject(v, r);
+    if (auto v = n["allow_plaintext_credentials"]) {
+      if (auto b = boolean(v, "allow_plaintext_credentials")) r.allow_plaintext_credentials = *b;
+    }
+
+    // Cross-field checks, only when the fields themselves were valid.
+    if (diags_.size() == errors_before) {
+      if (r.hosts.empty() && r.cidrs.empty()) {
+        error(n, "rule '" + r.id + "' names neither 'hosts' nor 'cidrs'");
+      }
+      bool https_only = r.tls == TlsMode::kPassthrough && !r.ports.empty() &&
+                        std::all_of(r.ports.begin(), r.ports.end(),
+                                    [](const PortRange& p) { return p.lo == 443 && p.hi == 443; });
+      auto needInspect = [&](const char* key) {
+        error(n[key], std::string("'") + key + "' on rule '" + r.id +
+                          "' cannot be enforced: its traffic (port 443, tls: passthrough) is "
+                          "encrypted; add 'tls: inspect'");
+      };
+      if (https_only) {
+        if (n["methods"]) needInspect("methods");
+        if (n["paths"]) needInspect("paths");
+        if (n["inject"]) needInspect("inject");
+      }
+      if (r.action == Action::kDeny && n["inject"]) {
+        error(n["inject"], "'inject' on deny rule '" + r.id + "' has no effect");
+      }
+      if (r.action == Action::kDeny && n["allow_private"]) {
+        error(n["allow_private"], "'allow_private' on deny rule '" + r.id + "' has no effect");
+      }
+    }
+    w.rules.push_back(std::move(r));
+  }
+
+  void parseEgress(const YAML::Node& n, Workflow& w) {
+    if (!checkMap(n, "egress", {"rules", "limits"})) return;
+    if (auto rules = n["rules"]) {
+      if (!rules.IsSequence()) {
+        error(rules, "egress.rules must be a list of rules");
+      } else {
+        std::set<std::string> ids;
+        for (const auto& r : rules) parseRule(r, w, ids);
+      }
+    }
+    if (auto l = n["limits"]) parseLimits(l, w.limits);
+  }
+
+  void parseRoot(const YAML::Node& root, Workflow& w) {
+    if (!root || root.IsNull()) {
+      diags_.push_back({file_, {1, 1}, "empty policy file"});
+      return;
+    }
+    if (!checkMap(root, "the workflow",
+                  {"apiVersion", "kind", "name", "description", "sandbox", "egress"})) {
+      return;
+    }
+    if (auto v = root["apiVersion"]) {
+      auto s = str(v, "apiVersion");
+      if (s && *s != "sluice/v1") error(v, "apiVersion must be 'sluice/v1' (got '" + *s + "')");
+    } else {
+      error(root, "missing 'apiVersion: sluice/v1'");
+    }
+    if (auto v = root["kind"]) {
+      auto s = str(v, "kind");
+      if (s && *s != "Workflow") error(v, "kind must be 'Workflow' (got '" + *s + "')");
+    } else {
+      error(root, "missing 'kind: Workflow'");
+    }
+    if (auto v = root["name"]) {
+      if (auto s = str(v, "name")) {
+        static const RE2 kName("[a-z0-9][a-z0-9-]{0,62}");
+        if (!RE2::FullMatch(*s, kName)) {
+          error(v, "bad workflow name '" + *s +
+                       "' (lower-case letters, digits and '-', starting with a letter or digit, "
+                       "at most 63)");
+        }
+        w.name = *s;
+      }
+    } else {
+      error(root, "missing 'name'");
+    }
+    if (auto v = root["description"]) {
+      if (auto s = str(v, "description")) w.description = *s;
+    }
+    if (auto v = root["sandbox"]) parseSandbox(v, w.sandbox);
+    if (auto v = root["egress"]) parseEgress(v, w);
+  }
+
+ private:
+  std::string file_;
+  std::vector<Diagnostic> diags_;
+};
+
+}  // namespace
+
+std::string sha256Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(len * 2);
+  for (unsigned i = 0; i < len; ++i) {
+    out.push_back(kHex[md[i] >> 4]);
+    out.push_back(kHex[md[i] & 15]);
+  }
+  return out;
+}
+
+std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::string_view file) {
+  Parser parser{std::string(file)};
+  Workflow w;
+  try {
+    YAML::Node root = YAML::Load(std::string(yaml));
+    parser.parseRoot(root, w);
+  } catch (const YAML::Exception& e) {
+    // yaml-cpp reports syntax errors by exception; keep its position and message.
+    parser.errorAt(e.mark, e.msg);
+  } catch (const std::exception& e) {
+    parser.diagnostics().push_back({std::string(file), {}, e.what()});
+  }
+  if (!parser.diagnostics().empty()) return std::unexpected(LoadError{parser.diagnostics()});
+  w.source_path = std::string(file);
+  w.yaml_text = std::string(yaml);
+  w.sha256 = sha256Hex(yaml);
+  return w;
+}
+
+std::expected<Workflow, LoadError> loadWorkflowFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return std::unexpected(LoadError{{{path.string(), {}, "cannot read file: " +
+                                                              std::string(std::strerror(errno))}}});
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parseWorkflow(ss.str(), path.string());
+}
+
+const Workflow* PolicySet::find(std::string_view name) const {
+  auto it = workflows.find(std::string(name));
+  return it == workflows.end() ? nullptr : it->second.get();
+}
+
+std::expected<PolicySet, LoadError> loadPolicyDir(const std::filesystem::path& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return std::unexpected(LoadError{{{dir.string(), {}, "not a directory"}}});
+  }
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    auto ext = e.path().extension();
+    if (e.is_regular_file() && (ext == ".yaml" || ext == ".yml")) files.push_back(e.path());
+  }
+  if (ec) return std::unexpected(LoadError{{{dir.string(), {}, "cannot list: " + ec.message()}}});
+  std::sort(files.begin(), files.end());
+  LoadError err;
+  PolicySet set;
+  std::map<std::string, std::string> origin;
+  for (const auto& f : files) {
+    auto w = loadWorkflowFile(f);
+    if (!w) {
+      err.diagnostics.insert(err.diagnostics.end(), w.error().diagnostics.begin(),
+                             w.error().diagnostics.end());
+      continue;
+    }
+    auto [it, inserted] = origin.emplace(w->name, f.string());
+    if (!inserted) {
+      // Point at the `name:` line of the second file.
+      SourcePos pos{1, 1};
+      try {
+        YAML::Node root = YAML::Load(w->yaml_text);
+        auto m = root["name"].Mark();
+        pos = {m.line + 1, m.column + 1};
+      } catch (const YAML::Exception&) {
+      }
+      err.diagnostics.push_back({f.string(), pos,
+                                 "workflow '" + w->name + "' is already defined in " + it->second});
+      continue;
+    }
+    std::string name = w->name;
+    set.workflows.emplace(name, std::make_shared<const Workflow>(std::move(*w)));
+  }
+  if (files.empty() && err.diagnostics.empty()) {
+    err.diagnostics.push_back({dir.string(), {}, "no *.yaml workflow files"});
+  }
+  if (!err.diagnostics.empty()) return std::unexpected(std::move(err));
+  return set;
+}
+
+std::expected<PolicySet, LoadError> loadPolicyPath(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return loadPolicyDir(path);
+  auto w = loadWorkflowFile(path);
+  if (!w) return std::unexpected(std::move(w.error()));
+  PolicySet set;
+  std::string name = w->name;
+  set.workflows.emplace(name, std::make_shared<const Workflow>(std::move(*w)));
+  return set;
+}
+
+}  // namespace sluice::policy

@@ -1,0 +1,484 @@
+// The compiled matcher: hash maps for exact hosts and *.suffix labels, one RE2::Set for host
+// regexes, prefix tables for CIDRs. A decision looks up candidate rules in these indexes and
+// then evaluates only those candidates (never a linear scan over all rules).
+#include "sluice/policy/matcher.hpp"
+
+#include <re2/re2.h>
+#include <re2/set.h>
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "host_pattern.hpp"
+
+namespace sluice::policy {
+namespace {
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using RuleMap =
+    std::unordered_map<std::string, std::vector<std::uint32_t>, StringHash, std::equal_to<>>;
+
+std::string addressKey(const IpAddress& a, int prefix) {
+  auto b = a.bytes();
+  int total = a.isV4() ? 4 : 16;
+  int bits = prefix;
+  for (int i = 0; i < total; ++i, bits -= 8) {
+    std::uint8_t m = bits >= 8 ? 0xFF : bits <= 0 ? 0 : static_cast<std::uint8_t>(0xFF << (8 - bits));
+    b[i] &= m;
+  }
+  return std::string(reinterpret_cast<const char*>(b.data()), static_cast<std::size_t>(total));
+}
+
+std::string listText(const std::vector<std::string>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+  return out + "]";
+}
+
+std::string pathsText(const std::vector<PathPattern>& v) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i].text;
+  return out + "]";
+}
+
+// Nearest-miss kinds in order of how far the request got; the furthest wins.
+enum class Miss : int { kNone = 0, kPrivate, kPort, kInspection, kMethod, kPath };
+
+}  // namespace
+
+std::string_view reasonName(Reason r) {
+  switch (r) {
+    case Reason::kAllowed: return "allowed";
+    case Reason::kDeniedByRule: return "denied_by_rule";
+    case Reason::kNoMatchingRule: return "no_matching_rule";
+    case Reason::kPortNotAllowed: return "port_not_allowed";
+    case Reason::kMethodNotAllowed: return "method_not_allowed";
+    case Reason::kPathNotAllowed: return "path_not_allowed";
+    case Reason::kPrivateAddress: return "private_address";
+    case Reason::kAddressNotInCidrs: return "address_not_in_cidrs";
+    case Reason::kIpLiteralNeedsCidrs: return "ip_literal_needs_cidrs";
+    case Reason::kInspectionRequired: return "inspection_required";
+    case Reason::kInvalidTarget: return "invalid_target";
+    case Reason::kLimitExceeded: return "limit_exceeded";
+    case Reason::kProxyLoop: return "proxy_loop";
+    case Reason::kPlaintextCredentials: return "plaintext_credentials";
+    case Reason::kUpstreamError: return "upstream_error";
+    case Reason::kHostMismatch: return "host_mismatch";
+  }
+  return "unknown";
+}
+
+struct CompiledRule {
+  const Rule* rule = nullptr;
+  std::vector<std::unique_ptr<RE2>> host_res;  // for re: host patterns
+  std::vector<std::unique_ptr<RE2>> path_res;  // parallel to rule->paths; null for globs
+  bool cidr_only = false;                      // cidrs and no hosts: matches IP literals
+
+  bool matchesHostSlow(const std::string& host) const {
+    for (const auto& p : rule->hosts) {
+      switch (p.kind) {
+        case HostPattern::Kind::kExact:
+          if (host == p.value) return true;
+          break;
+        case HostPattern::Kind::kSuffix:
+          if (host.size() > p.value.size() + 1 && host.ends_with(p.value) &&
+              host[host.size() - p.value.size() - 1] == '.') {
+            return true;
+          }
+          break;
+        case HostPattern::Kind::kRegex:
+          break;
+      }
+    }
+    for (const auto& re : host_res) {
+      if (RE2::FullMatch(host, *re)) return true;
+    }
+    return false;
+  }
+
+  bool methodMatches(std::string_view method) const {
+    if (rule->methods.empty()) return true;
+    for (const auto& m : rule->methods) {
+      if (m == method) return true;
+    }
+    return false;
+  }
+
+  bool pathMatches(std::string_view path) const {
+    if (rule->paths.empty()) return true;
+    for (std::size_t i = 0; i < rule->paths.size(); ++i) {
+      if (path_res[i]) {
+        if (RE2::FullMatch(re2::StringPiece(path.data(), path.size()), *path_res[i])) return true;
+      } else if (detail::globMatch(rule->paths[i].pattern, path)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  bool cidrContains(const IpAddress& a) const {
+    return std::any_of(rule->cidrs.begin(), rule->cidrs.end(),
+                       [&](const Cidr& c) { return c.contains(a); });
+  }
+};
+
+struct Matcher::Index {
+  std::vector<CompiledRule> rules;
+  RuleMap exact;
+  RuleMap suffix;
+  std::unique_ptr<RE2::Set> regex_set;
+  std::vector<std::uint32_t> regex_rule;  // RE2::Set pattern index -> rule index
+  // CIDR prefix tables (cidr-only rules): prefix length -> masked address -> rules.
+  std::vector<std::pair<int, RuleMap>> v4_prefixes, v6_prefixes;
+  std::vector<std::uint32_t> deny_with_cidrs;  // checked at the address phase
+
+  void addCidr(const Cidr& c, std::uint32_t idx) {
+    auto& tables = c.network.isV4() ? v4_prefixes : v6_prefixes;
+    auto it = std::find_if(tables.begin(), tables.end(),
+                           [&](const auto& t) { return t.first == c.prefix; });
+    if (it == tables.end()) {
+      tables.emplace_back(c.prefix, RuleMap{});
+      it = tables.end() - 1;
+    }
+    auto& v = it->second[addressKey(c.network, c.prefix)];
+    if (v.empty() || v.back() != idx) v.push_back(idx);
+  }
+
+  void hostCandidates(const std::string& host, std::vector<std::uint32_t>& out) const {
+    if (auto it = exact.find(host); it != exact.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+    }
+    // Every proper suffix at a label boundary: a.b.example.com -> b.example.com, example.com, com.
+    for (std::size_t dot = host.find('.'); dot != std::string::npos;
+         dot = host.find('.', dot + 1)) {
+      std::string_view rest = std::string_view(host).substr(dot + 1);
+      if (auto it = suffix.find(rest); it != suffix.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+      }
+    }
+    if (regex_set) {
+      std::vector<int> hits;
+      if (regex_set->Match(host, &hits)) {
+        for (int h : hits) out.push_back(regex_rule[static_cast<std::size_t>(h)]);
+      }
+    }
+  }
+
+  void ipCandidates(const IpAddress& ip, std::vector<std::uint32_t>& out) const {
+    const IpAddress* a = &ip;
+    std::optional<IpAddress> v4;
+    if (!ip.isV4()) {
+      // An IPv4-mapped literal is that IPv4 address.
+      auto b = ip.bytes();
+      bool mapped = std::all_of(b.begin(), b.begin() + 10, [](auto x) { return x == 0; }) &&
+                    b[10] == 0xFF && b[11] == 0xFF;
+      if (mapped) {
+        v4 = ip.embeddedV4();
+        a = &*v4;
+      }
+    }
+    const auto& tables = a->isV4() ? v4_prefixes : v6_prefixes;
+    for (const auto& [prefix, map] : tables) {
+      if (auto it = map.find(addressKey(*a, prefix)); it != map.end()) {
+        out.insert(out.end(), it->second.begin(), it->second.end());
+      }
+    }
+  }
+
+  std::vector<std::uint32_t> candidates(const Target& t) const {
+    std::vector<std::uint32_t> out;
+    if (t.ip) {
+      ipCandidates(*t.ip, out);
+    } else {
+      hostCandidates(t.host, out);
+    }
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+};
+
+Matcher::Matcher() = default;
+Matcher::~Matcher() = default;
+
+std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> workflow) {
+  std::shared_ptr<Matcher> m(new Matcher());
+  m->workflow_ = std::move(workflow);
+  m->index_ = std::make_unique<Index>();
+  Index& ix = *m->index_;
+  RE2::Options opts;
+  opts.set_case_sensitive(false);
+  opts.set_log_errors(false);
+  RE2::Options path_opts;
+  path_opts.set_log_errors(false);
+  ix.rules.resize(m->workflow_->rules.size());
+  for (std::uint32_t i = 0; i < m->workflow_->rules.size(); ++i) {
+    const Rule& r = m->workflow_->rules[i];
+    CompiledRule& cr = ix.rules[i];
+    cr.rule = &r;
+    cr.cidr_only = r.hosts.empty() && !r.cidrs.empty();
+    for (const auto& h : r.hosts) {
+      switch (h.kind) {
+        case HostPattern::Kind::kExact: {
+          auto& v = ix.exact[h.value];
+          if (v.empty() || v.back() != i) v.push_back(i);
+          break;
+        }
+        case HostPattern::Kind::kSuffix: {
+          auto& v = ix.suffix[h.value];
+          if (v.empty() || v.back() != i) v.push_back(i);
+          break;
+        }
+        case HostPattern::Kind::kRegex: {
+          if (!ix.regex_set) ix.regex_set = std::make_unique<RE2::Set>(opts, RE2::ANCHOR_BOTH);
+          if (ix.regex_set->Add(h.value, nullptr) >= 0) ix.regex_rule.push_back(i);
+          cr.host_res.push_back(std::make_unique<RE2>(h.value, opts));
+          break;
+        }
+      }
+    }
+    if (cr.cidr_only) {
+      for (const auto& c : r.cidrs) ix.addCidr(c, i);
+    }
+    if (r.action == Action::kDeny && !r.cidrs.empty()) ix.deny_with_cidrs.push_back(i);
+    for (const auto& p : r.paths) {
+      cr.path_res.push_back(p.regex ? std::make_unique<RE2>(p.pattern, path_opts) : nullptr);
+    }
+  }
+  if (ix.regex_set && !ix.regex_set->Compile()) ix.regex_set.reset();
+  // Longest prefixes first so lookups meet the most specific ranges early.
+  auto byLen = [](const auto& a, const auto& b) { return a.first > b.first; };
+  std::sort(ix.v4_prefixes.begin(), ix.v4_prefixes.end(), byLen);
+  std::sort(ix.v6_prefixes.begin(), ix.v6_prefixes.end(), byLen);
+  return m;
+}
+
+namespace {
+
+struct Evaluation {
+  Miss miss = Miss::kNone;
+  const Rule* miss_rule = nullptr;
+  std::string miss_text;
+
+  void note(Miss kind, const Rule* r, std::string text) {
+    if (kind > miss) {
+      miss = kind;
+      miss_rule = r;
+      miss_text = std::move(text);
+    }
+  }
+};
+
+Reason missReason(Miss m) {
+  switch (m) {
+    case Miss::kPort: return Reason::kPortNotAllowed;
+    case Miss::kInspection: return Reason::kInspectionRequired;
+    case Miss::kMethod: return Reason::kMethodNotAllowed;
+    case Miss::kPath: return Reason::kPathNotAllowed;
+    case Miss::kPrivate: return Reason::kPrivateAddress;
+    case Miss::kNone: break;
+  }
+  return Reason::kNoMatchingRule;
+}
+
+}  // namespace
+
+// Shared by the connect and request phases. `request` is null at connect time.
+struct RequestInfo {
+  std::string_view method;
+  std::string_view path;
+};
+
+static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
+                         Visibility vis, const RequestInfo* req) {
+  Decision d;
+  std::vector<std::uint32_t> cands = ix.candidates(t);
+  Evaluation ev;
+  const Rule* first_allow = nullptr;
+  bool inspect = false;
+  std::string where = t.authority();
+  for (std::uint32_t idx : cands) {
+    const CompiledRule& cr = ix.rules[idx];
+    const Rule& r = *cr.rule;
+    if (!r.allowsPort(t.port)) {
+      ev.note(Miss::kPort, &r,
+              "rule " + r.id + " matched host " + t.host + " but port " + std::to_string(t.port) +
+                  " is not in " + r.portsText());
+      continue;
+    }
+    // Hostnames under a rule that also names cidrs are checked at the address phase.
+    if (r.action == Action::kDeny) {
+      if (!t.ip && !r.cidrs.empty()) continue;
+      if (r.hasRequestConditions()) {
+        if (req == nullptr) {
+          // Request conditions are judged per request; an inspecting deny rule forces
+          // inspection so that it can be.
+          if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
+          continue;
+        }
+        if (!cr.methodMatches(req->method) || !cr.pathMatches(req->path)) continue;
+      }
+      d.allowed = false;
+      d.reason = Reason::kDeniedByRule;
+      d.rule = &r;
+      d.rule_id = r.id;
+      d.detail = "rule " + r.id + " denies " +
+                 (req ? std::string(req->method) + " " + where + std::string(req->path)
+                      : where);
+      return d;
+    }
+    if (req == nullptr) {
+      if (r.hasRequestConditions() && vis == Visibility::kTunnel && r.tls != TlsMode::kInspect) {
+        ev.note(Miss::kInspection, &r,
+                "rule " + r.id + " matched " + where +
+                    " but restricts methods/paths, which a passthrough tunnel cannot enforce "
+                    "(set tls: inspect)");
+        continue;
+      }
+    } else {
+      if (!cr.methodMatches(req->method)) {
+        ev.note(Miss::kMethod, &r,
+                "rule " + r.id + " matched " + where + " but method " + std::string(req->method) +
+                    " is not in " + listText(r.methods));
+        continue;
+      }
+      if (!cr.pathMatches(req->path)) {
+        ev.note(Miss::kPath, &r,
+                "rule " + r.id + " matched " + where + " and method " + std::string(req->method) +
+                    " but path " + std::string(req->path) + " does not match " +
+                    pathsText(r.paths));
+        continue;
+      }
+    }
+    if (!first_allow) first_allow = &r;
+    if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
+    d.candidates.push_back(idx);
+  }
+  if (first_allow) {
+    d.allowed = true;
+    d.reason = Reason::kAllowed;
+    d.rule = first_allow;
+    d.rule_id = first_allow->id;
+    d.tls = inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
+    d.detail = "rule " + first_allow->id + " allows " +
+               (req ? std::string(req->method) + " " + where + std::string(req->path) : where);
+    if (vis == Visibility::kTunnel && req == nullptr) {
+      d.detail += std::string(" (tls: ") + std::string(tlsModeName(d.tls)) + ")";
+    }
+    return d;
+  }
+  d.allowed = false;
+  if (ev.miss != Miss::kNone) {
+    d.reason = missReason(ev.miss);
+    d.rule = ev.miss_rule;
+    d.rule_id = ev.miss_rule->id;
+    d.nearest_miss = ev.miss_text;
+    d.detail = "no rule allows " + where + "; nearest miss: " + ev.miss_text;
+    return d;
+  }
+  if (t.ip) {
+    d.reason = Reason::kIpLiteralNeedsCidrs;
+    d.detail = t.host + " is an IP address: only rules with cidrs match IP destinations, and none "
+               "contains it";
+    return d;
+  }
+  d.reason = Reason::kNoMatchingRule;
+  d.detail = "no rule matches host " + t.host;
+  // The classic wildcard confusion: *.example.com does not cover example.com.
+  if (auto it = ix.suffix.find(t.host); it != ix.suffix.end()) {
+    const Rule& r = w.rules[it->second.front()];
+    d.rule_id = r.id;
+    d.rule = &r;
+    d.nearest_miss = "rule " + r.id + " has *." + t.host + ", which matches subdomains of " +
+                     t.host + " only, not " + t.host + " itself";
+    d.detail += "; nearest miss: " + d.nearest_miss;
+  }
+  return d;
+}
+
+Decision Matcher::decideConnect(const Target& target, Visibility visibility) const {
+  return evaluate(*index_, *workflow_, target, visibility, nullptr);
+}
+
+Decision Matcher::decideRequest(const Target& target, std::string_view method,
+                                std::string_view path) const {
+  RequestInfo req{method, path};
+  return evaluate(*index_, *workflow_, target, Visibility::kPlainHttp, &req);
+}
+
+Decision Matcher::decideAddress(const Decision& connect, const Target& target,
+                                const IpAddress& addr) const {
+  if (!connect.allowed) return connect;
+  const Index& ix = *index_;
+  // Deny rules with cidrs: a hostname they name (or any, for cidr-only deny rules) that
+  // resolves into their ranges is refused.
+  for (std::uint32_t idx : ix.deny_with_cidrs) {
+    const CompiledRule& cr = ix.rules[idx];
+    const Rule& r = *cr.rule;
+    if (!r.allowsPort(target.port) || !cr.cidrContains(addr)) continue;
+    if (!r.hosts.empty() && (target.ip || !cr.matchesHostSlow(target.host))) continue;
+    Decision d;
+    d.reason = Reason::kDeniedByRule;
+    d.rule = &r;
+    d.rule_id = r.id;
+    d.detail = "rule " + r.id + " denies address " + addr.str() +
+               (target.ip ? std::string() : " (resolved from " + target.host + ")");
+    return d;
+  }
+  AddressClass cls = classifyAddress(addr);
+  bool global = cls == AddressClass::kGlobal;
+  const Rule* wanted_private = nullptr;
+  const Rule* wanted_cidr = nullptr;
+  for (std::uint32_t idx : connect.candidates) {
+    const CompiledRule& cr = ix.rules[idx];
+    const Rule& r = *cr.rule;
+    if (!r.cidrs.empty() && !cr.cidrContains(addr)) {
+      if (!wanted_cidr) wanted_cidr = &r;
+      continue;
+    }
+    if (!global && !r.allow_private) {
+      if (!wanted_private) wanted_private = &r;
+      continue;
+    }
+    Decision d = connect;
+    d.rule = &r;
+    d.rule_id = r.id;
+    d.reason = Reason::kAllowed;
+    d.detail = "rule " + r.id + " allows " + target.host + " at " + addr.str() +
+               (global ? "" : std::string(" (") + std::string(addressClassName(cls)) +
+                                  ", allow_private)");
+    return d;
+  }
+  Decision d;
+  d.allowed = false;
+  std::string from = target.ip ? addr.str() : target.host + " resolves to " + addr.str();
+  if (!global) {
+    d.reason = Reason::kPrivateAddress;
+    const Rule* r = wanted_private ? wanted_private : wanted_cidr;
+    d.rule = r;
+    if (r) d.rule_id = r->id;
+    d.detail = from + ", a " + std::string(addressClassName(cls)) +
+               " address; reaching it needs a rule with allow_private: true and cidrs containing it";
+    d.nearest_miss = r ? "rule " + r->id + " matched " + target.host + " but " +
+                             (wanted_private ? std::string("does not set allow_private: true")
+                                             : std::string("its cidrs do not contain ") + addr.str())
+                       : std::string();
+    return d;
+  }
+  d.reason = Reason::kAddressNotInCidrs;
+  d.rule = wanted_cidr;
+  if (wanted_cidr) d.rule_id = wanted_cidr->id;
+  d.detail = from + ", which is outside the cidrs of every rule that matched the host";
+  if (wanted_cidr) {
+    std::string cidrs;
+    for (const auto& c : wanted_cidr->cidrs) cidrs += (cidrs.empty() ? "" : ", ") + c.str();
+    d.nearest_miss = "rule " + wanted_cidr->id + " matched host " + target.host + " but " +
+                     addr.str() + " is not in [" + cidrs + "]";
+  }
+  return d;
+}
+
+}  // namespace sluice::policy
