@@ -455,7 +455,7 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
   Decision d;
   d.allowed = false;
   std::string from = target.ip ? addr.str() : target.host + " resolves to " + addr.str();
-  if (!global) {
+  if (!global && !(wanted_cidr && wanted_cidr->allow_private)) {
     d.reason = Reason::kPrivateAddress;
     const Rule* r = wanted_private ? wanted_private : wanted_cidr;
     d.rule = r;
@@ -468,10 +468,13 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
                        : std::string();
     return d;
   }
+  // Global, or non-global under a rule that allows private ranges: the cidrs decided.
   d.reason = Reason::kAddressNotInCidrs;
   d.rule = wanted_cidr;
   if (wanted_cidr) d.rule_id = wanted_cidr->id;
-  d.detail = from + ", which is outside the cidrs of every rule that matched the host";
+  d.detail = from + (global ? std::string() : ", a " + std::string(addressClassName(cls)) +
+                                                " address") +
+             ", which is outside the cidrs of every rule that matched the host";
   if (wanted_cidr) {
     std::string cidrs;
     for (const auto& c : wanted_cidr->cidrs) cidrs += (cidrs.empty() ? "" : ", ") + c.str();

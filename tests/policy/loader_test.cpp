@@ -1,0 +1,252 @@
+// Loading policy: every validation message with its exact FILE:LINE:COL, and policy dirs.
+#include "sluice/policy/loader.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace sluice::policy {
+namespace {
+
+constexpr std::string_view kHead =
+    "apiVersion: sluice/v1\n"
+    "kind: Workflow\n"
+    "name: wf\n";
+
+// Returns the diagnostics, one per line, for a policy that must fail to load.
+std::string problems(std::string_view yaml) {
+  auto w = parseWorkflow(yaml, "p.yaml");
+  if (w) return "<loaded>";
+  return w.error().str();
+}
+
+std::string rule(std::string_view body) {
+  return std::string(kHead) + "egress:\n  rules:\n    - id: r1\n      action: allow\n" +
+         std::string(body);
+}
+
+TEST(Loader, LoadsTheDesignExample) {
+  std::string yaml = std::string(kHead) +
+                     "description: d\n"
+                     "sandbox:\n  timeout: 30s\n  cpu_time: 20s\n  memory: 512MiB\n  pids: 64\n"
+                     "  output: 1MiB\n  disk: 100MiB\n  network: proxy\n"
+                     "egress:\n  rules:\n"
+                     "    - id: stats-api\n      action: allow\n"
+                     "      hosts: [\"stats.internal.example\"]\n      ports: [443]\n"
+                     "      allow_private: true\n      cidrs: [\"10.20.0.0/16\"]\n"
+                     "      tls: inspect\n      methods: [GET, post]\n      paths: [\"/v1/*\"]\n"
+                     "      inject:\n        headers:\n"
+                     "          Authorization: \"Bearer ${secret:stats_token}\"\n"
+                     "        placeholder_env: STATS_TOKEN\n"
+                     "  limits:\n    max_connections: 32\n    max_bytes_out: 10MiB\n";
+  auto w = parseWorkflow(yaml, "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  EXPECT_EQ(w->name, "wf");
+  EXPECT_EQ(w->sandbox.memory, 512ull << 20);
+  ASSERT_EQ(w->rules.size(), 1u);
+  const Rule& r = w->rules[0];
+  EXPECT_EQ(r.tls, TlsMode::kInspect);
+  EXPECT_EQ(r.methods, (std::vector<std::string>{"GET", "POST"}));
+  EXPECT_EQ(r.inject.secret_names, std::vector<std::string>{"stats_token"});
+  EXPECT_EQ(r.inject.placeholder_env, "STATS_TOKEN");
+  EXPECT_EQ(w->limits.max_bytes_out, 10ull << 20);
+  EXPECT_EQ(w->limits.max_requests, 1000u);  // default kept
+  EXPECT_EQ(w->sha256.size(), 64u);
+  EXPECT_EQ(w->secretNames(), std::vector<std::string>{"stats_token"});
+}
+
+TEST(Loader, DefaultPortsAre80And443) {
+  auto w = parseWorkflow(rule("      hosts: [a.example]\n"), "p.yaml").value();
+  EXPECT_EQ(w.rules[0].portsText(), "[80, 443]");
+}
+
+TEST(Loader, UnknownKeySuggestsTheRightOne) {
+  EXPECT_EQ(problems(rule("      hots: [a.example]\n")),
+            "p.yaml:8:7: unknown key 'hots' in rule (did you mean 'hosts'?)\n"
+            "p.yaml:6:7: rule 'r1' names neither 'hosts' nor 'cidrs'\n");
+  EXPECT_EQ(problems(std::string(kHead) + "sandbx:\n  timeout: 1s\n"),
+            "p.yaml:4:1: unknown key 'sandbx' in the workflow (did you mean 'sandbox'?)\n");
+}
+
+TEST(Loader, WrongTypes) {
+  EXPECT_EQ(problems(std::string(kHead) + "sandbox:\n  pids: many\n"),
+            "p.yaml:5:9: sandbox.pids must be a positive integer\n");
+  EXPECT_EQ(problems(rule("      hosts: a.example\n")), "p.yaml:8:14: hosts must be a list\n");
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      allow_private: yes please\n")),
+            "p.yaml:9:22: allow_private must be true or false\n");
+  EXPECT_EQ(problems(std::string(kHead) + "sandbox: 5\n"), "p.yaml:4:10: sandbox must be a mapping\n");
+}
+
+TEST(Loader, BadDurationsAndSizes) {
+  EXPECT_EQ(problems(std::string(kHead) + "sandbox:\n  timeout: 30x\n  memory: 12QB\n"),
+            "p.yaml:5:12: sandbox.timeout: bad duration '30x': unknown unit 'x' (use ms, s, m, "
+            "h or d)\n"
+            "p.yaml:6:11: sandbox.memory: bad size '12QB': unknown unit 'QB' (use B, KB, KiB, MB, "
+            "MiB, GB, GiB, TB or TiB)\n");
+  EXPECT_EQ(problems(std::string(kHead) + "sandbox:\n  timeout: 0s\n"),
+            "p.yaml:5:12: sandbox.timeout must be more than zero\n");
+}
+
+TEST(Loader, MalformedHostPatterns) {
+  EXPECT_EQ(problems(rule("      hosts: [\"*.com\"]\n")),
+            "p.yaml:8:15: '*.com' covers the public suffix 'com' (every domain under it); name "
+            "the domains you mean\n");
+  EXPECT_NE(problems(rule("      hosts: [\"*.co.uk\"]\n")).find("public suffix 'co.uk'"),
+            std::string::npos);
+  EXPECT_EQ(problems(rule("      hosts: [\"foo.*.com\"]\n")),
+            "p.yaml:8:15: '*' may only be the whole first label, as in *.example.com (got "
+            "'foo.*.com')\n");
+  EXPECT_NE(problems(rule("      hosts: [\"*foo.com\"]\n")).find("whole first label"),
+            std::string::npos);
+  EXPECT_NE(problems(rule("      hosts: [\"*\"]\n")).find("whole first label"), std::string::npos);
+  EXPECT_EQ(problems(rule("      hosts: [\"\"]\n")), "p.yaml:8:15: empty host pattern\n");
+  EXPECT_EQ(problems(rule("      hosts: [\"a..example\"]\n")),
+            "p.yaml:8:15: host 'a..example' has an empty label\n");
+  EXPECT_NE(problems(rule("      hosts: [\"" + std::string(64, 'x') + ".example\"]\n"))
+                .find("longer than 63"),
+            std::string::npos);
+  EXPECT_EQ(problems(rule("      hosts: [\"bücher.example\"]\n")),
+            "p.yaml:8:15: host 'bücher.example' is not ASCII: write internationalised names in "
+            "punycode (xn--...)\n");
+  EXPECT_NE(problems(rule("      hosts: [\"10.0.0.1\"]\n")).find("matched by 'cidrs'"),
+            std::string::npos);
+}
+
+TEST(Loader, RegexErrorsCarryRe2Message) {
+  EXPECT_EQ(problems(rule("      hosts: [\"re:(\"]\n")),
+            "p.yaml:8:15: invalid regular expression '(': missing ): (\n");
+  EXPECT_NE(problems(rule("      hosts: [a.example]\n      paths: [\"re:[\"]\n"))
+                .find("invalid regular expression '['"),
+            std::string::npos);
+}
+
+TEST(Loader, BadPortsAndCidrs) {
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      ports: [0, \"9-1\", 70000, \"80-\"]\n")),
+            "p.yaml:9:15: bad port '0' (expected 1-65535)\n"
+            "p.yaml:9:18: bad port range '9-1': 9 is more than 1\n"
+            "p.yaml:9:25: bad port '70000' (expected 1-65535)\n"
+            "p.yaml:9:32: bad port range '80-' (expected e.g. \"8000-8100\", ports 1-65535)\n");
+  EXPECT_EQ(problems(rule("      cidrs: [\"10.1.2.3/8\"]\n")),
+            "p.yaml:8:15: bad CIDR '10.1.2.3/8': host bits are set (did you mean 10.0.0.0/8?)\n");
+  EXPECT_NE(problems(rule("      cidrs: [\"fd00::/129\"]\n")).find("more than 128"),
+            std::string::npos);
+}
+
+TEST(Loader, DuplicateRuleIds) {
+  std::string yaml = std::string(kHead) +
+                     "egress:\n  rules:\n"
+                     "    - {id: a, action: allow, hosts: [x.example]}\n"
+                     "    - {id: a, action: deny, hosts: [y.example]}\n";
+  EXPECT_EQ(problems(yaml), "p.yaml:7:12: duplicate rule id 'a'\n");
+}
+
+TEST(Loader, RequestConditionsNeedInspectableTraffic) {
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      ports: [443]\n      methods: [GET]\n")),
+            "p.yaml:10:16: 'methods' on rule 'r1' cannot be enforced: its traffic (port 443, "
+            "tls: passthrough) is encrypted; add 'tls: inspect'\n");
+  EXPECT_NE(problems(rule("      hosts: [a.example]\n      ports: [443]\n      paths: [/x]\n"))
+                .find("'paths' on rule 'r1' cannot be enforced"),
+            std::string::npos);
+  // Port 80 can be inspected, so methods are fine without tls: inspect.
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      methods: [GET]\n")), "<loaded>");
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      ports: [443]\n      tls: inspect\n"
+                          "      methods: [GET]\n")),
+            "<loaded>");
+}
+
+TEST(Loader, SecretReferences) {
+  std::string base = "      hosts: [a.example]\n      tls: inspect\n      inject:\n        headers:\n";
+  EXPECT_EQ(problems(rule(base + "          Authorization: \"Bearer ${secret:}\"\n")),
+            "p.yaml:12:26: bad secret name '' in ${secret:...} (letters, digits, '_', '-', '.')\n");
+  EXPECT_EQ(problems(rule(base + "          Authorization: \"Bearer ${secret:tok\"\n")),
+            "p.yaml:12:26: unterminated '${' in header value (write ${secret:NAME})\n");
+  EXPECT_EQ(problems(rule(base + "          Authorization: \"Bearer ${env:HOME}\"\n")),
+            "p.yaml:12:26: unknown reference '${env:HOME}' in header value (only ${secret:NAME} "
+            "is supported)\n");
+  EXPECT_NE(problems(rule(base + "          Host: \"x\"\n")).find("cannot be injected"),
+            std::string::npos);
+  EXPECT_NE(problems(rule(base + "          X-A: \"${secret:a}\"\n          X-B: \"${secret:b}\"\n"
+                                 "        placeholder_env: TOKEN\n"))
+                .find("needs exactly one ${secret:NAME}"),
+            std::string::npos);
+}
+
+TEST(Loader, AllowPrivateNeedsCidrs) {
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      allow_private: true\n")),
+            "p.yaml:9:22: allow_private: true needs 'cidrs' naming the private ranges this rule "
+            "may reach\n");
+}
+
+TEST(Loader, TopLevelRequirements) {
+  EXPECT_EQ(problems("kind: Workflow\nname: x\n"), "p.yaml:1:1: missing 'apiVersion: sluice/v1'\n");
+  EXPECT_EQ(problems("apiVersion: sluice/v2\nkind: Workflow\nname: x\n"),
+            "p.yaml:1:13: apiVersion must be 'sluice/v1' (got 'sluice/v2')\n");
+  EXPECT_NE(problems("apiVersion: sluice/v1\nkind: Workflow\nname: Has_Caps\n")
+                .find("p.yaml:3:7: bad workflow name 'Has_Caps'"),
+            std::string::npos);
+  EXPECT_EQ(problems(""), "p.yaml:1:1: empty policy file\n");
+  EXPECT_NE(problems("a: [\n").find("p.yaml:"), std::string::npos);  // YAML syntax error
+}
+
+TEST(Loader, ReportsEveryProblemInOnePass) {
+  std::string yaml = std::string(kHead) +
+                     "sandbox:\n  timeout: nope\n  network: wifi\n"
+                     "egress:\n  rules:\n"
+                     "    - {id: a, action: maybe, hosts: [\"*.com\"], ports: [0]}\n";
+  auto w = parseWorkflow(yaml, "p.yaml");
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().diagnostics.size(), 5u) << w.error().str();
+}
+
+class PolicyDir : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("sluice-policy-dir-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(PolicyDir, LoadsEveryYamlFile) {
+  write("a.yaml", "apiVersion: sluice/v1\nkind: Workflow\nname: a\n");
+  write("b.yml", "apiVersion: sluice/v1\nkind: Workflow\nname: b\n");
+  write("notes.txt", "not a policy");
+  auto set = loadPolicyDir(dir_);
+  ASSERT_TRUE(set) << set.error().str();
+  EXPECT_EQ(set->workflows.size(), 2u);
+  EXPECT_NE(set->find("b"), nullptr);
+}
+
+TEST_F(PolicyDir, SameWorkflowTwiceIsAnError) {
+  write("a.yaml", "apiVersion: sluice/v1\nkind: Workflow\nname: same\n");
+  write("b.yaml", "apiVersion: sluice/v1\nkind: Workflow\nname: same\n");
+  auto set = loadPolicyDir(dir_);
+  ASSERT_FALSE(set);
+  EXPECT_EQ(set.error().str(), (dir_ / "b.yaml").string() +
+                                   ":3:7: workflow 'same' is already defined in " +
+                                   (dir_ / "a.yaml").string() + "\n");
+}
+
+TEST_F(PolicyDir, OneBadFileFailsTheWholeDirectory) {
+  write("a.yaml", "apiVersion: sluice/v1\nkind: Workflow\nname: good\n");
+  write("b.yaml", "apiVersion: sluice/v1\nkind: Workflow\nname: bad\nsandbox: {pids: 0}\n");
+  auto set = loadPolicyDir(dir_);
+  ASSERT_FALSE(set);
+  EXPECT_NE(set.error().str().find("b.yaml:4:17: sandbox.pids must be a positive integer"),
+            std::string::npos);
+}
+
+TEST_F(PolicyDir, EmptyOrMissingDirectory) {
+  EXPECT_FALSE(loadPolicyDir(dir_));
+  EXPECT_FALSE(loadPolicyDir(dir_ / "missing"));
+}
+
+}  // namespace
+}  // namespace sluice::policy

@@ -1,0 +1,161 @@
+// `sluice policy check | explain | test` as a user runs them: exit statuses, output and JSON.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status = -1;
+  std::string out;
+};
+
+// Runs the sluice CLI with arguments (already shell-quoted); stdout and stderr are merged.
+Result sluice(const std::string& args) {
+  std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  std::array<char, 4096> buf;
+  std::size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+class PolicyCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("sluice-cli-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::create_directories(dir_);
+    write("stats.yaml",
+          "apiVersion: sluice/v1\nkind: Workflow\nname: stats\negress:\n  rules:\n"
+          "    - id: stats-api\n      action: allow\n      hosts: [stats.internal.example]\n"
+          "      ports: [443]\n      allow_private: true\n      cidrs: [\"10.20.0.0/16\"]\n"
+          "      tls: inspect\n      methods: [GET, POST]\n      paths: [\"/v1/*\"]\n"
+          "      inject:\n        headers:\n"
+          "          Authorization: \"Bearer ${secret:stats_token}\"\n");
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return (dir_ / name).string();
+  }
+  std::string path(const std::string& name) { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(PolicyCli, CheckOkPrintsASummaryPerWorkflow) {
+  auto r = sluice("policy check " + path("stats.yaml"));
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("ok stats"), std::string::npos) << r.out;
+}
+
+TEST_F(PolicyCli, CheckReportsEveryProblemWithPosition) {
+  auto bad = write("bad.yaml",
+                   "apiVersion: sluice/v1\nkind: Workflow\nname: bad\negress:\n  rules:\n"
+                   "    - id: a\n      action: allow\n      hots: [x.example]\n");
+  auto r = sluice("policy check " + bad);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find(bad + ":8:7: unknown key 'hots' in rule (did you mean 'hosts'?)"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(PolicyCli, CheckExamplesDirectory) {
+  auto r = sluice(std::string("policy check ") + SLUICE_SOURCE_DIR + "/examples/workflows");
+  EXPECT_EQ(r.status, 0) << r.out;
+}
+
+TEST_F(PolicyCli, ExplainAllowJson) {
+  auto r = sluice("policy explain --policy " + path("stats.yaml") +
+                  " --url https://stats.internal.example/v1/q --method POST --ip 10.20.0.5 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["decision"], "allow");
+  EXPECT_EQ(j["rule"], "stats-api");
+  EXPECT_EQ(j["reason"], "allowed");
+  EXPECT_EQ(j["inject"], nlohmann::json::array({"Authorization"}));
+  EXPECT_TRUE(j["nearest_miss"].is_null());
+  EXPECT_TRUE(j.contains("detail"));
+}
+
+TEST_F(PolicyCli, ExplainDenyWithNearestMiss) {
+  auto r = sluice("policy explain --policy " + path("stats.yaml") +
+                  " --connect stats.internal.example:8443 --json");
+  ASSERT_EQ(r.status, 1) << r.out;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["decision"], "deny");
+  EXPECT_EQ(j["reason"], "port_not_allowed");
+  EXPECT_EQ(j["nearest_miss"],
+            "rule stats-api matched host stats.internal.example but port 8443 is not in [443]");
+}
+
+TEST_F(PolicyCli, ExplainIpAppliesTheSsrfGuard) {
+  auto r = sluice("policy explain --policy " + path("stats.yaml") +
+                  " --url https://stats.internal.example/v1/q --ip 169.254.169.254 --json");
+  ASSERT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["reason"], "address_not_in_cidrs");
+}
+
+TEST_F(PolicyCli, ExplainNeverPrintsSecretValues) {
+  auto r = sluice("policy explain --policy " + path("stats.yaml") +
+                  " --url https://stats.internal.example/v1/q --ip 10.20.0.5");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("Authorization"), std::string::npos);
+  EXPECT_NE(r.out.find("stats_token"), std::string::npos);  // the name, never a value
+}
+
+TEST_F(PolicyCli, ExplainErrorsExitTwo) {
+  EXPECT_EQ(sluice("policy explain --policy " + path("stats.yaml") + " --url ftp://x/").status, 2);
+  EXPECT_EQ(sluice("policy explain --policy " + path("missing.yaml") + " --connect a:1").status, 2);
+  EXPECT_EQ(sluice("policy explain --policy " + path("stats.yaml")).status, 2);
+  EXPECT_EQ(sluice("policy explain --policy " + path("stats.yaml") +
+                   " --connect a.example:1 --ip not-an-ip")
+                .status,
+            2);
+}
+
+TEST_F(PolicyCli, PolicyTestPassesAndFails) {
+  auto ok = write("ok-cases.yaml",
+                  "policy: stats.yaml\ncases:\n"
+                  "  - name: get allowed\n    url: https://stats.internal.example/v1/a\n"
+                  "    ip: 10.20.1.1\n    expect: allow\n    rule: stats-api\n"
+                  "  - name: wrong port\n    connect: stats.internal.example:8443\n"
+                  "    expect: deny\n    reason: port_not_allowed\n");
+  auto r = sluice("policy test " + ok);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("2 passed, 0 failed"), std::string::npos) << r.out;
+
+  auto bad = write("bad-cases.yaml",
+                   "policy: stats.yaml\ncases:\n"
+                   "  - name: delete expected allowed\n"
+                   "    url: https://stats.internal.example/v1/a\n    method: DELETE\n"
+                   "    expect: allow\n");
+  r = sluice("policy test " + bad);
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("FAIL delete expected allowed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("method_not_allowed"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("0 passed, 1 failed"), std::string::npos) << r.out;
+}
+
+TEST_F(PolicyCli, ExamplePolicyTestsPass) {
+  fs::path dir = fs::path(SLUICE_SOURCE_DIR) / "examples" / "policy-tests";
+  if (!fs::exists(dir)) GTEST_SKIP() << "no example policy tests";
+  for (const auto& e : fs::directory_iterator(dir)) {
+    auto r = sluice("policy test " + e.path().string());
+    EXPECT_EQ(r.status, 0) << e.path() << "\n" << r.out;
+  }
+}
+
+}  // namespace
