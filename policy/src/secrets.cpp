@@ -1,0 +1,226 @@
+// File-backed secret store: strict permission checks, values copied into one mmap'd arena
+// marked MADV_DONTDUMP (kept out of core dumps) and mlock'ed where allowed (kept out of swap),
+// wiped with OPENSSL_cleanse before unmapping.
+#include "sluice/policy/secrets.hpp"
+
+#include <openssl/crypto.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+namespace sluice::policy {
+namespace {
+
+class ArenaSecretStore final : public SecretStore {
+ public:
+  explicit ArenaSecretStore(const std::map<std::string, std::string>& values) {
+    std::size_t total = 1;
+    for (const auto& [name, value] : values) total += value.size();
+    long page = ::sysconf(_SC_PAGESIZE);
+    size_ = (total + static_cast<std::size_t>(page) - 1) / static_cast<std::size_t>(page) *
+            static_cast<std::size_t>(page);
+    void* p = ::mmap(nullptr, size_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      size_ = 0;
+      return;
+    }
+    arena_ = static_cast<char*>(p);
+    // Why: a crash dump of sluice must not carry credentials; swap should not either.
+    ::madvise(arena_, size_, MADV_DONTDUMP);
+    ::mlock(arena_, size_);  // best effort: needs RLIMIT_MEMLOCK
+    std::size_t off = 0;
+    for (const auto& [name, value] : values) {
+      std::memcpy(arena_ + off, value.data(), value.size());
+      entries_.emplace(name, std::string_view(arena_ + off, value.size()));
+      off += value.size();
+    }
+  }
+  ~ArenaSecretStore() override {
+    if (arena_) {
+      OPENSSL_cleanse(arena_, size_);
+      ::munlock(arena_, size_);
+      ::munmap(arena_, size_);
+    }
+  }
+  ArenaSecretStore(const ArenaSecretStore&) = delete;
+  ArenaSecretStore& operator=(const ArenaSecretStore&) = delete;
+
+  bool ok() const { return arena_ != nullptr; }
+
+  std::optional<std::string_view> find(std::string_view name) const override {
+    auto it = entries_.find(std::string(name));
+    if (it == entries_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [n, v] : entries_) out.push_back(n);
+    return out;
+  }
+
+ private:
+  char* arena_ = nullptr;
+  std::size_t size_ = 0;
+  std::map<std::string, std::string_view> entries_;
+};
+
+// Wipes every scalar of a parsed YAML document (yaml-cpp keeps copies of the values).
+void wipeYaml(const YAML::Node& n) {
+  if (n.IsScalar()) {
+    auto& s = const_cast<std::string&>(n.Scalar());
+    wipeString(s);
+  } else if (n.IsMap()) {
+    for (auto it = n.begin(); it != n.end(); ++it) wipeYaml(it->second);
+  } else if (n.IsSequence()) {
+    for (const auto& x : n) wipeYaml(x);
+  }
+}
+
+std::expected<std::string, std::string> readSmallFile(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) return std::unexpected("cannot read " + p.string() + ": " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+void wipeString(std::string& s) {
+  if (!s.empty()) OPENSSL_cleanse(s.data(), s.size());
+  s.clear();
+}
+
+std::shared_ptr<const SecretStore> makeSecretStore(
+    const std::map<std::string, std::string>& values) {
+  return std::make_shared<ArenaSecretStore>(values);
+}
+
+std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
+    const std::filesystem::path& path) {
+  const std::string f = path.string();
+  struct stat st {};
+  if (::stat(f.c_str(), &st) != 0) {
+    return std::unexpected("secrets file " + f + ": " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return std::unexpected("secrets file " + f + " is not a regular file");
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+    return std::unexpected("secrets file " + f + " has mode " + mode +
+                           "; refusing a file that group or others can access (chmod 600 " + f +
+                           ")");
+  }
+  if (st.st_uid != ::geteuid()) {
+    return std::unexpected("secrets file " + f + " is owned by uid " + std::to_string(st.st_uid) +
+                           ", not by the user running sluice (uid " +
+                           std::to_string(::geteuid()) + ")");
+  }
+  auto text = readSmallFile(path);
+  if (!text) return std::unexpected(text.error());
+  std::map<std::string, std::string> values;
+  std::string error;
+  try {
+    YAML::Node root = YAML::Load(*text);
+    wipeString(*text);
+    if (!root.IsMap()) {
+      error = f + ": expected a mapping NAME: {value|file|env: ...}";
+    } else {
+      for (auto it = root.begin(); it != root.end() && error.empty(); ++it) {
+        std::string name = it->first.Scalar();
+        std::string where = f + ":" + std::to_string(it->first.Mark().line + 1) + ": secret '" +
+                            name + "'";
+        const YAML::Node spec = it->second;
+        if (!spec.IsMap() || spec.size() != 1) {
+          error = where + ": expected exactly one of {value: ...}, {file: PATH}, {env: VAR}";
+          break;
+        }
+        std::string kind = spec.begin()->first.Scalar();
+        const YAML::Node v = spec.begin()->second;
+        if (!v.IsScalar()) {
+          error = where + ": '" + kind + "' must be a string";
+        } else if (kind == "value") {
+          values[name] = v.Scalar();
+        } else if (kind == "file") {
+          auto content = readSmallFile(v.Scalar());
+          if (!content) {
+            error = where + ": " + content.error();
+          } else {
+            if (!content->empty() && content->back() == '\n') content->pop_back();
+            if (!content->empty() && content->back() == '\r') content->pop_back();
+            values[name] = *content;
+            wipeString(*content);
+          }
+        } else if (kind == "env") {
+          const char* e = std::getenv(v.Scalar().c_str());
+          if (!e) {
+            error = where + ": environment variable " + v.Scalar() + " is not set";
+          } else {
+            values[name] = e;
+          }
+        } else {
+          error = where + ": unknown source '" + kind + "' (use value, file or env)";
+        }
+      }
+    }
+    wipeYaml(root);
+  } catch (const YAML::Exception& e) {
+    // The parser message may quote the offending line: report only the position.
+    error = f + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
+            ": not valid YAML";
+  }
+  if (!error.empty()) {
+    for (auto& [n, v] : values) wipeString(v);
+    return std::unexpected(error);
+  }
+  auto store = std::make_shared<ArenaSecretStore>(values);
+  for (auto& [n, v] : values) wipeString(v);
+  if (!store->ok()) return std::unexpected("cannot allocate protected memory for secrets");
+  return store;
+}
+
+std::vector<std::string> missingSecrets(const Workflow& workflow, const SecretStore* store) {
+  std::vector<std::string> out;
+  for (const auto& name : workflow.secretNames()) {
+    if (!store || !store->find(name)) out.push_back(name);
+  }
+  return out;
+}
+
+std::expected<std::string, std::string> expandSecretTemplate(std::string_view tmpl,
+                                                             const SecretStore& store) {
+  std::string out;
+  std::size_t i = 0;
+  while (i < tmpl.size()) {
+    auto start = tmpl.find("${secret:", i);
+    if (start == std::string_view::npos) {
+      out.append(tmpl.substr(i));
+      break;
+    }
+    out.append(tmpl.substr(i, start - i));
+    auto close = tmpl.find('}', start);
+    if (close == std::string_view::npos) {
+      wipeString(out);
+      return std::unexpected("unterminated ${secret:...}");
+    }
+    std::string_view name = tmpl.substr(start + 9, close - start - 9);
+    auto v = store.find(name);
+    if (!v) {
+      wipeString(out);
+      return std::unexpected("secret '" + std::string(name) + "' is not in the secret store");
+    }
+    out.append(*v);
+    i = close + 1;
+  }
+  return out;
+}
+
+}  // namespace sluice::policy
