@@ -1,6 +1,189 @@
-// Placeholder until its issue lands: registers nothing yet.
+// `sluice audit query|verify|sql|show`: read-only views of the audit store for auditors.
+// Exit status: 0 ok; 1 verify found a broken chain / show found no such execution; 2 error.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
 #include "commands.hpp"
+#include "sluice/audit/reader.hpp"
+#include "sluice/audit/store.hpp"
 
 namespace sluice::cli {
-void addAuditCommands(CLI::App& /*app*/, int& /*exit_code*/) {}
+namespace {
+
+namespace audit = sluice::audit;
+
+struct AuditArgs {
+  std::string db;
+  std::string format = "table";
+  std::string workflow, execution, decision, host, since, until, kind;
+  std::int64_t limit = -1;
+  std::string sql;
+  std::string execution_id;
+};
+
+int fail(const std::string& message) {
+  std::cerr << "sluice audit: " << message << "\n";
+  return 2;
+}
+
+std::int64_t nowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+int runQuery(const AuditArgs& a) {
+  auto format = audit::parseFormat(a.format);
+  if (!format) return fail(format.error().message);
+  audit::QueryFilter f;
+  f.kind = a.kind;
+  if (!a.workflow.empty()) f.workflow = a.workflow;
+  if (!a.execution.empty()) f.execution = a.execution;
+  if (!a.decision.empty()) f.decision = a.decision;
+  if (!a.host.empty()) f.host = a.host;
+  std::int64_t now = nowMs();
+  if (!a.since.empty()) {
+    auto t = audit::parseTime(a.since, now);
+    if (!t) return fail("--since: " + t.error().message);
+    f.since_ms = *t;
+  }
+  if (!a.until.empty()) {
+    auto t = audit::parseTime(a.until, now);
+    if (!t) return fail("--until: " + t.error().message);
+    f.until_ms = *t;
+  }
+  if (a.limit >= 0) f.limit = a.limit;
+  auto reader = audit::Reader::open(a.db);
+  if (!reader) return fail(reader.error().message);
+  auto table = (*reader)->query(f);
+  if (!table) return fail(table.error().message);
+  std::cout << audit::formatResult(*table, *format);
+  return 0;
+}
+
+int runVerify(const AuditArgs& a) {
+  auto result = audit::verify(a.db);
+  if (!result) return fail(result.error().message);
+  if (result->ok) {
+    std::cout << a.db << ": ok, " << result->rows << " rows verified\n";
+    return 0;
+  }
+  std::cout << a.db << ": BROKEN after " << result->rows << " good rows: " << result->first_broken
+            << "\n";
+  return 1;
+}
+
+int runSql(const AuditArgs& a) {
+  auto format = audit::parseFormat(a.format);
+  if (!format) return fail(format.error().message);
+  auto reader = audit::Reader::open(a.db);
+  if (!reader) return fail(reader.error().message);
+  auto table = (*reader)->sql(a.sql);
+  if (!table) return fail(table.error().message);
+  std::cout << audit::formatResult(*table, *format);
+  return 0;
+}
+
+int runShow(const AuditArgs& a) {
+  auto format = audit::parseFormat(a.format);
+  if (!format) return fail(format.error().message);
+  auto reader = audit::Reader::open(a.db);
+  if (!reader) return fail(reader.error().message);
+  auto detail = (*reader)->show(a.execution_id);
+  if (!detail) return fail(detail.error().message);
+  if (!*detail) {
+    std::cerr << "sluice audit: " << a.db << ": no execution with id '" << a.execution_id << "'\n";
+    return 1;
+  }
+  const audit::ExecutionDetail& d = **detail;
+  auto receipt = nlohmann::ordered_json::parse(d.receipt_json, nullptr, false);
+  if (*format == audit::OutputFormat::kJson) {
+    nlohmann::ordered_json out;
+    auto row = nlohmann::ordered_json::parse(audit::formatResult(d.execution, *format));
+    out["execution"] = row.empty() ? nlohmann::ordered_json::object() : row[0];
+    out["receipt"] = receipt.is_discarded() ? nlohmann::ordered_json(d.receipt_json) : receipt;
+    out["connections"] = nlohmann::ordered_json::parse(audit::formatResult(d.connections, *format));
+    out["requests"] = nlohmann::ordered_json::parse(audit::formatResult(d.requests, *format));
+    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    return 0;
+  }
+  if (*format == audit::OutputFormat::kCsv) {
+    return fail("show supports --format table or json (use query --format csv for tables)");
+  }
+  // One execution: a vertical "column: value" list reads better than one very wide row.
+  std::cout << "Execution " << a.execution_id << "\n";
+  const auto& cols = d.execution.columns;
+  std::size_t width = 0;
+  for (const auto& c : cols) width = std::max(width, c.size());
+  for (std::size_t i = 0; i < cols.size() && !d.execution.rows.empty(); ++i) {
+    const audit::Cell& cell = d.execution.rows[0][i];
+    std::string value;
+    if (auto* n = std::get_if<std::int64_t>(&cell)) value = std::to_string(*n);
+    if (auto* t = std::get_if<std::string>(&cell)) value = *t;
+    std::cout << "  " << cols[i] << ":" << std::string(width - cols[i].size() + 1, ' ') << value
+              << "\n";
+  }
+  std::cout << "\nReceipt\n"
+            << (receipt.is_discarded()
+                    ? d.receipt_json
+                    : receipt.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace))
+            << "\n";
+  std::cout << "\nConnections (" << d.connections.rows.size() << ")\n"
+            << audit::formatResult(d.connections, *format);
+  std::cout << "\nRequests (" << d.requests.rows.size() << ")\n"
+            << audit::formatResult(d.requests, *format);
+  return 0;
+}
+
+}  // namespace
+
+void addAuditCommands(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<AuditArgs>();
+  CLI::App* audit_cmd = app.add_subcommand("audit", "Query and verify the audit store");
+  audit_cmd->require_subcommand(1);
+  const auto formats = CLI::IsMember({"table", "json", "csv"});
+
+  CLI::App* query = audit_cmd->add_subcommand(
+      "query", "Executions with their connection summaries, or connections and requests");
+  query->add_option("--db", args->db, "Audit database")->required();
+  query->add_option("--workflow", args->workflow, "Only this workflow");
+  query->add_option("--execution", args->execution, "Only this execution id");
+  query->add_option("--decision", args->decision, "Only allowed or denied events")
+      ->check(CLI::IsMember({"allow", "deny"}));
+  query->add_option("--host", args->host, "Only connections/requests to this host");
+  query->add_option("--since", args->since, "From this time (RFC 3339, or 1h, 7d, ... ago)");
+  query->add_option("--until", args->until, "Before this time (RFC 3339, or 1h, 7d, ... ago)");
+  query->add_option("--limit", args->limit, "At most N rows")->check(CLI::NonNegativeNumber);
+  query
+      ->add_option("--kind", args->kind,
+                   "executions | connections | requests | events (default: events when "
+                   "--decision or --host is given, else executions)")
+      ->check(CLI::IsMember({"executions", "connections", "requests", "events"}));
+  query->add_option("--format", args->format, "table | json | csv")->check(formats);
+  query->callback([args, &exit_code] { exit_code = runQuery(*args); });
+
+  CLI::App* verify = audit_cmd->add_subcommand(
+      "verify", "Walk the hash chain: exit 0 intact, 1 naming the first broken row");
+  verify->add_option("--db", args->db, "Audit database")->required();
+  verify->callback([args, &exit_code] { exit_code = runVerify(*args); });
+
+  CLI::App* sql = audit_cmd->add_subcommand("sql", "Run one read-only SQL statement");
+  sql->add_option("--db", args->db, "Audit database")->required();
+  sql->add_option("--format", args->format, "table | json | csv")->check(formats);
+  sql->add_option("statement", args->sql, "SELECT ...")->required();
+  sql->callback([args, &exit_code] { exit_code = runSql(*args); });
+
+  CLI::App* show = audit_cmd->add_subcommand(
+      "show", "One execution's receipt and every connection and request it made");
+  show->add_option("--db", args->db, "Audit database")->required();
+  show->add_option("--format", args->format, "table | json")->check(formats);
+  show->add_option("execution_id", args->execution_id, "Execution id")->required();
+  show->callback([args, &exit_code] { exit_code = runShow(*args); });
+}
+
 }  // namespace sluice::cli

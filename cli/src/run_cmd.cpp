@@ -1,6 +1,383 @@
-// Placeholder until its issue lands: registers nothing yet.
+// `sluice run` and `sluice gc`: policy -> sandbox limits, the sandbox's listener -> the
+// in-process proxy, the result -> a receipt committed to the audit store.
+#include <CLI/CLI.hpp>
+#include <fcntl.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+
 #include "commands.hpp"
+#include "sluice/audit/store.hpp"
+#include "sluice/policy/loader.hpp"
+#include "sluice/policy/matcher.hpp"
+#include "sluice/policy/units.hpp"
+#include "sluice/proxy/proxy.hpp"
+#include "sluice/proxy/resolver.hpp"
+#include "sluice/runner/environment.hpp"
+#include "sluice/runner/limits.hpp"
+#include "sluice/runner/receipt.hpp"
+#include "sluice/runner/sandbox.hpp"
 
 namespace sluice::cli {
-void addRunCommands(CLI::App& /*app*/, int& /*exit_code*/) {}
+namespace {
+
+namespace pol = sluice::policy;
+namespace rn = sluice::runner;
+
+constexpr int kSluiceFailed = 125;
+
+struct RunOptions {
+  std::string policy_file, workflow, policy_dir;
+  std::string audit_db = "./sluice-audit.db";
+  std::string secrets, upstream_ca;
+  std::vector<std::string> env, inputs;
+  std::string output_dir, receipt_file;
+  std::string timeout, cpu_time, memory, pids, output, disk, file_size, open_files;
+  bool json = false;
+  std::vector<std::string> command;
+};
+
+// Captured output may hold invalid UTF-8: replace it rather than throw.
+std::string dumpJson(const nlohmann::json& j, int indent = -1) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+int fail(const std::string& step, const std::string& message) {
+  std::cerr << "sluice run: " << step << ": " << message << "\n";
+  return kSluiceFailed;
+}
+
+std::string randomId() {
+  unsigned char b[8] = {};
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    (void)!::read(fd, b, sizeof b);
+    ::close(fd);
+  }
+  static const char* k = "0123456789abcdef";
+  std::string s = "ex-";
+  for (unsigned char c : b) {
+    s += k[c >> 4];
+    s += k[c & 15];
+  }
+  return s;
+}
+
+std::expected<std::shared_ptr<const pol::Workflow>, std::string> loadWorkflow(const RunOptions& o) {
+  if (!o.policy_file.empty()) {
+    if (!o.workflow.empty() || !o.policy_dir.empty())
+      return std::unexpected("give either --policy FILE or --workflow NAME --policy-dir DIR");
+    auto w = pol::loadWorkflowFile(o.policy_file);
+    if (!w) return std::unexpected(w.error().str());
+    return std::make_shared<const pol::Workflow>(std::move(*w));
+  }
+  if (o.workflow.empty() || o.policy_dir.empty())
+    return std::unexpected("give --policy FILE, or --workflow NAME with --policy-dir DIR");
+  auto set = pol::loadPolicyDir(o.policy_dir);
+  if (!set) return std::unexpected(set.error().str());
+  auto it = set->workflows.find(o.workflow);
+  if (it == set->workflows.end())
+    return std::unexpected("workflow '" + o.workflow + "' is not in " + o.policy_dir);
+  return it->second;
+}
+
+std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w, const RunOptions& o) {
+  rn::Limits base;
+  base.timeout = w.sandbox.timeout;
+  base.cpu_time = w.sandbox.cpu_time;
+  base.memory = w.sandbox.memory;
+  base.pids = w.sandbox.pids;
+  base.output = w.sandbox.output;
+  base.disk = w.sandbox.disk;
+  base.file_size = w.sandbox.file_size;
+  base.open_files = w.sandbox.open_files;
+  rn::LimitOverrides ov;
+  auto dur = [](const char* opt, const std::string& text,
+                std::optional<std::chrono::milliseconds>& dst) -> std::expected<void, std::string> {
+    if (text.empty()) return {};
+    auto d = pol::parseDuration(text);
+    if (!d) return std::unexpected(std::string("--") + opt + " " + text + ": " + d.error());
+    dst = *d;
+    return {};
+  };
+  auto size = [](const char* opt, const std::string& text,
+                 std::optional<std::uint64_t>& dst) -> std::expected<void, std::string> {
+    if (text.empty()) return {};
+    auto s = pol::parseSize(text);
+    if (!s) return std::unexpected(std::string("--") + opt + " " + text + ": " + s.error());
+    dst = *s;
+    return {};
+  };
+  auto count = [](const char* opt, const std::string& text,
+                  std::optional<std::uint64_t>& dst) -> std::expected<void, std::string> {
+    if (text.empty()) return {};
+    try {
+      size_t used = 0;
+      unsigned long long v = std::stoull(text, &used);
+      if (used != text.size()) throw std::invalid_argument(text);
+      dst = v;
+    } catch (...) {
+      return std::unexpected(std::string("--") + opt + " " + text + ": not a whole number");
+    }
+    return {};
+  };
+  for (auto r : {dur("timeout", o.timeout, ov.timeout), dur("cpu-time", o.cpu_time, ov.cpu_time),
+                 size("memory", o.memory, ov.memory), count("pids", o.pids, ov.pids),
+                 size("output", o.output, ov.output), size("disk", o.disk, ov.disk),
+                 size("file-size", o.file_size, ov.file_size),
+                 count("open-files", o.open_files, ov.open_files)})
+    if (!r) return std::unexpected(r.error());
+  return rn::applyOverrides(base, ov);
+}
+
+std::expected<std::vector<rn::Input>, std::string> parseInputs(const std::vector<std::string>& in) {
+  std::vector<rn::Input> out;
+  for (const std::string& spec : in) {
+    rn::Input i;
+    const auto colon = spec.find(':');
+    i.host = spec.substr(0, colon);
+    std::string sb = colon == std::string::npos ? std::string() : spec.substr(colon + 1);
+    if (sb.starts_with("/input/")) sb = sb.substr(7);
+    if (sb.empty()) sb = std::filesystem::path(i.host).lexically_normal().filename().string();
+    if (sb.empty()) sb = std::filesystem::path(i.host).lexically_normal().parent_path().filename().string();
+    if (i.host.empty() || sb.empty()) return std::unexpected("--input " + spec + ": expected HOST[:SANDBOX]");
+    i.sandbox = sb;
+    out.push_back(std::move(i));
+  }
+  return out;
+}
+
+std::string summaryLine(const rn::RunResult& r, const nlohmann::json& receipt) {
+  std::string s = "sluice: " + receipt["execution_id"].get<std::string>() + " ";
+  if (r.signal)
+    s += "killed by signal " + std::to_string(r.signal);
+  else
+    s += "exit " + std::to_string(r.exit_code);
+  s += " in " + std::to_string(receipt["duration_ms"].get<long long>()) + " ms";
+  if (r.limit_hit != rn::LimitHit::kNone) s += ", limit hit: " + std::string(rn::limitHitName(r.limit_hit));
+  const auto& net = receipt["network"];
+  if (net["mode"] == "proxy")
+    s += ", network: " + std::to_string(net["allowed"].get<std::uint64_t>()) + " allowed, " +
+         std::to_string(net["denied"].get<std::uint64_t>()) + " denied";
+  else
+    s += ", network: none";
+  if (!r.artifacts.empty()) s += ", " + std::to_string(r.artifacts.size()) + " output file(s)";
+  return s;
+}
+
+// SLUICE_TIMING=1: where `sluice run`'s time goes, one line per phase on stderr.
+class PhaseTimer {
+ public:
+  PhaseTimer() : on_(std::getenv("SLUICE_TIMING") != nullptr), last_(std::chrono::steady_clock::now()) {}
+  void mark(const std::string& phase) {
+    const auto now = std::chrono::steady_clock::now();
+    if (on_)
+      std::fprintf(stderr, "timing: %-52s %8.3f ms\n", phase.c_str(),
+                   std::chrono::duration<double, std::milli>(now - last_).count());
+    last_ = now;
+  }
+  void add(const std::string& phase, std::int64_t us) {
+    if (on_) std::fprintf(stderr, "timing: %-52s %8.3f ms\n", phase.c_str(), us / 1000.0);
+  }
+  void reset() { last_ = std::chrono::steady_clock::now(); }
+
+ private:
+  bool on_;
+  std::chrono::steady_clock::time_point last_;
+};
+
+int doRun(const RunOptions& o) {
+  PhaseTimer timer;
+  auto workflow = loadWorkflow(o);
+  if (!workflow) return fail("policy", workflow.error());
+  const pol::Workflow& w = **workflow;
+  auto limits = effectiveLimits(w, o);
+  if (!limits) return fail("limits", limits.error());
+  auto inputs = parseInputs(o.inputs);
+  if (!inputs) return fail("input", inputs.error());
+  if (auto env = rn::buildEnvironment(o.env, false); !env) return fail("environment", env.error());
+  if (!o.secrets.empty() || !o.upstream_ca.empty())
+    std::cerr << "sluice run: warning: --secrets/--upstream-ca are not wired to the in-process "
+                 "proxy yet; ignored\n";
+  std::string why;
+  if (!rn::sandboxSupported(&why)) return fail("sandbox", why);
+  timer.mark("cli: load policy, limits, checks");
+  // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
+  (void)rn::collectGarbage();
+  timer.mark("cli: gc of leftovers");
+
+  rn::RunSpec spec;
+  spec.argv = o.command;
+  spec.env = o.env;
+  spec.limits = *limits;
+  spec.network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
+  spec.inputs = std::move(*inputs);
+  spec.output_dir = o.output_dir;
+  spec.execution_id = randomId();
+
+  std::shared_ptr<audit::Store> store;
+  if (!o.audit_db.empty()) {
+    auto s = audit::Store::open(o.audit_db);
+    if (!s) return fail("audit store", s.error().message);
+    store = std::move(*s);
+    store->recordPolicy(w.sha256, w.name, w.yaml_text);
+  }
+  timer.mark("cli: open audit store");
+
+  // The program's own output goes to our stdout/stderr: keep the components' info logs out of
+  // it (SLUICE_LOG_LEVEL=info|debug brings them back).
+  if (const char* lvl = std::getenv("SLUICE_LOG_LEVEL"))
+    spdlog::set_level(spdlog::level::from_str(lvl));
+  else
+    spdlog::set_level(spdlog::level::warn);
+
+  std::unique_ptr<proxy::Proxy> px;
+  if (spec.network_proxy) {
+    proxy::ProxyOptions popts;
+    popts.threads = 1;
+    auto p = proxy::Proxy::create(popts, store, proxy::systemResolver());
+    if (!p) return fail("proxy", p.error().message);
+    px = std::move(*p);
+    px->start();
+  }
+  auto matcher = spec.network_proxy ? pol::Matcher::compile(*workflow) : nullptr;
+  timer.mark("cli: proxy start + matcher compile");
+  rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
+    if (!px) {
+      ::close(fd);
+      return {};
+    }
+    auto r = px->adoptListener(fd, proxy::ListenerIdentity{spec.execution_id, matcher});
+    if (!r) return std::unexpected(r.error().message);
+    return {};
+  };
+  rn::OutputSink live;
+  if (!o.json)
+    live = [](int stream, std::string_view data) {
+      std::FILE* f = stream == 1 ? stdout : stderr;
+      std::fwrite(data.data(), 1, data.size(), f);
+      std::fflush(f);
+    };
+
+  rn::installStopHandlers();
+  auto result = rn::runSandboxed(spec, on_listener, live);
+  if (result)
+    for (const auto& [phase, us] : result->phases) timer.add(phase, us);
+  timer.reset();
+
+  rn::ReceiptContext ctx;
+  ctx.workflow = w.name;
+  ctx.policy_sha256 = w.sha256;
+  ctx.network_mode = spec.network_proxy ? "proxy" : "none";
+  if (px) {
+    px->closeExecution(spec.execution_id);
+    proxy::Stats st = px->stats(spec.execution_id);
+    ctx.network.allowed = st.allowed;
+    ctx.network.denied = st.denied;
+    ctx.network.bytes_out = st.bytes_out;
+    ctx.network.bytes_in = st.bytes_in;
+    for (const auto& d : st.denials) ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+    px->stop();
+  }
+  timer.mark("cli: proxy stats + stop");
+  if (!result) {
+    const rn::SetupError& e = result.error();
+    if (e.kind == rn::SetupError::Kind::kSetup)
+      std::cerr << "sluice run: setup failed at step '" << e.step << "': " << e.message << "\n";
+    else
+      std::cerr << "sluice run: " << e.message << "\n";
+    return e.exitStatus();
+  }
+
+  nlohmann::json receipt = rn::buildReceipt(spec, *result, ctx);
+  if (store) {
+    audit::ExecutionRecord rec;
+    rec.id = spec.execution_id;
+    rec.workflow = w.name;
+    rec.policy_sha256 = w.sha256;
+    rec.argv_json = receipt["argv"].dump();
+    rec.started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            result->started_at.time_since_epoch()).count();
+    rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          result->ended_at.time_since_epoch()).count();
+    rec.exit_code = result->exit_code;
+    rec.signal = result->signal;
+    rec.limit_hit = std::string(rn::limitHitName(result->limit_hit));
+    rec.usage_json = receipt["usage"].dump();
+    rec.stdout_bytes = result->out.bytes;
+    rec.stderr_bytes = result->err.bytes;
+    rec.stdout_truncated = result->out.truncated;
+    rec.stderr_truncated = result->err.truncated;
+    rec.artifacts_json = receipt["artifacts"].dump();
+    rec.receipt_json = dumpJson(receipt);
+    auto hash = store->recordExecution(rec);
+    if (!hash) return fail("audit store", hash.error().message);
+    receipt["hash"] = *hash;
+  }
+  timer.mark("cli: receipt + durable audit commit");
+  if (!o.receipt_file.empty()) {
+    std::ofstream out(o.receipt_file);
+    out << dumpJson(receipt, 2) << "\n";
+    if (!out) return fail("receipt", o.receipt_file + ": cannot write");
+  }
+  if (o.json)
+    std::cout << dumpJson(receipt) << std::endl;
+  else
+    std::cerr << summaryLine(*result, receipt) << "\n";
+  timer.mark("cli: output receipt");
+  return result->sluiceExitStatus();
+}
+
+int doGc() {
+  auto r = rn::collectGarbage();
+  if (!r) {
+    std::cerr << "sluice gc: " << r.error() << "\n";
+    return 1;
+  }
+  for (const auto& c : r->removed_cgroups) std::cout << "removed cgroup " << c << "\n";
+  for (const auto& p : r->killed_pids) std::cout << "killed pid " << p << "\n";
+  for (const auto& e : r->errors) std::cerr << "sluice gc: " << e << "\n";
+  if (r->removed_cgroups.empty() && r->errors.empty()) std::cout << "nothing to collect\n";
+  return r->errors.empty() ? 0 : 1;
+}
+
+}  // namespace
+
+void addRunCommands(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<RunOptions>();
+  CLI::App* run = app.add_subcommand(
+      "run", "Run a command in a sandbox whose only way out is the policy-checked proxy");
+  run->add_option("--policy", o->policy_file, "Workflow policy file");
+  run->add_option("--workflow", o->workflow, "Workflow name (with --policy-dir)");
+  run->add_option("--policy-dir", o->policy_dir, "Directory of workflow policies");
+  run->add_option("--audit", o->audit_db, "Audit database (default ./sluice-audit.db; \"\" = none)");
+  run->add_option("--secrets", o->secrets, "Secret store file (mode 0600)");
+  run->add_option("--upstream-ca", o->upstream_ca, "CA bundle for inspected upstream TLS");
+  run->add_option("--env", o->env, "NAME=VALUE added to the sandbox's environment");
+  run->add_option("--input", o->inputs, "HOST[:SANDBOX]: read-only under /input");
+  run->add_option("--output-dir", o->output_dir, "Where /output is copied after the run");
+  run->add_option("--timeout", o->timeout, "Wall-clock limit (may only tighten)");
+  run->add_option("--cpu-time", o->cpu_time, "CPU time limit (may only tighten)");
+  run->add_option("--memory", o->memory, "Memory limit, swap included (may only tighten)");
+  run->add_option("--pids", o->pids, "Process limit (may only tighten)");
+  run->add_option("--output", o->output, "Captured output per stream (may only tighten)");
+  run->add_option("--disk", o->disk, "Size of /work + /tmp + /output (may only tighten)");
+  run->add_option("--file-size", o->file_size, "Largest file (may only tighten)");
+  run->add_option("--open-files", o->open_files, "Open file limit (may only tighten)");
+  run->add_option("--receipt", o->receipt_file, "Also write the receipt JSON here");
+  run->add_flag("--json", o->json, "Print only the receipt JSON on stdout");
+  run->add_option("command", o->command, "-- CMD [ARGS...]")->required();
+  run->callback([o, &exit_code] { exit_code = doRun(*o); });
+
+  CLI::App* gc = app.add_subcommand("gc", "Remove cgroups left by a sluice that was killed");
+  gc->callback([&exit_code] { exit_code = doGc(); });
+}
+
 }  // namespace sluice::cli

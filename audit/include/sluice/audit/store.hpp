@@ -1,0 +1,125 @@
+// The SQLite audit store: one writer thread, a bounded queue with backpressure, batched WAL
+// commits, durable execution receipts and one SHA-256 hash chain across executions,
+// connections and requests. Schema: schemas/audit.sql; encoding and semantics: docs/audit.md.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "sluice/audit/event_sink.hpp"
+
+namespace sluice::audit {
+
+/// The schema version this build writes (`PRAGMA user_version`). Older databases are migrated
+/// on open; newer or foreign ones are refused.
+inline constexpr int kSchemaVersion = 1;
+
+/// A control-plane error of the store. `message` names the database path and the cause
+/// ("/var/lib/sluice/audit.db: database or disk is full"); `sqlite_code` is the SQLite result
+/// code when SQLite produced the error (0 otherwise).
+struct Error {
+  std::string message;
+  int sqlite_code = 0;
+};
+
+struct StoreOptions {
+  /// Events the queue holds before producers block (backpressure; never dropped).
+  std::size_t queue_capacity = 65536;
+  /// A batch is committed when it reaches this many rows ...
+  std::size_t batch_rows = 4096;
+  /// ... or when its oldest row has waited this long, whichever comes first.
+  std::chrono::milliseconds batch_interval{5};
+  /// Open without a writer (for inspection); every record* call then fails.
+  bool read_only = false;
+  /// How long a write waits for a lock held by another connection (another process's
+  /// writer, an auditor's long read is no obstacle in WAL) before the store fails.
+  std::chrono::milliseconds busy_timeout{5000};
+};
+
+/// One finished execution. `receipt_json` is the full receipt (DESIGN.md "Receipt"); the other
+/// fields are its queryable columns. JSON-typed fields hold JSON text ("" is stored as null).
+struct ExecutionRecord {
+  std::string id;
+  std::string workflow;
+  std::string policy_sha256;
+  std::string argv_json;           // JSON array of strings
+  std::int64_t started_at_ms = 0;  // Unix epoch milliseconds
+  std::int64_t ended_at_ms = 0;
+  int exit_code = 0;
+  int signal = 0;          // 0 = not killed by a signal
+  std::string limit_hit;   // "" = null; else timeout|cpu|memory|pids|output|disk|file_size
+  std::string usage_json;  // {"cpu_user_ms":..,"cpu_sys_ms":..,"max_rss_bytes":..,..}
+  std::uint64_t stdout_bytes = 0;
+  std::uint64_t stderr_bytes = 0;
+  bool stdout_truncated = false;
+  bool stderr_truncated = false;
+  std::string artifacts_json;  // JSON array [{path, bytes, sha256}]
+  std::string receipt_json;
+};
+
+/// The outcome of walking the hash chain.
+struct VerifyResult {
+  bool ok = false;
+  std::uint64_t rows = 0;    // rows checked (executions + connections + requests)
+  std::string first_broken;  // "" when ok; else "<table> id <N>: <why>"
+};
+
+/// The audit store. Thread-safe: any number of producers may call the record* functions
+/// concurrently. One internal writer thread owns the only write connection.
+///
+/// Failure (disk full, I/O error, database locked by a foreign writer for too long) is sticky:
+/// healthy() turns false, failure() says why, later events are discarded with the store
+/// already marked failed, and recordExecution()/flush() return the error. Producers must
+/// check healthy() and fail closed.
+class Store final : public EventSink {
+ public:
+  /// Opens (creating if missing, unless read_only) the database at `db`, applies WAL mode,
+  /// checks or migrates the schema and starts the writer thread.
+  static std::expected<std::unique_ptr<Store>, Error> open(const std::filesystem::path& db,
+                                                           StoreOptions options = {});
+
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+  /// Drains the queue, commits everything and closes the database.
+  ~Store() override;
+
+  /// Durable: returns only after the executions row, and every event queued before it, is
+  /// committed with synchronous=FULL. Returns the row's hash (hex SHA-256) for the receipt.
+  std::expected<std::string, Error> recordExecution(const ExecutionRecord& record);
+
+  /// Waits until everything queued before the call is committed (synchronous=NORMAL).
+  std::expected<void, Error> flush();
+
+  // EventSink. These block when the queue is full (backpressure) and never drop an event
+  // while the store is healthy.
+  void recordPolicy(const std::string& sha256, const std::string& workflow,
+                    const std::string& yaml_text) override;
+  void recordConnection(ConnectionEvent event) override;
+  void recordRequest(RequestEvent event) override;
+  bool healthy() const override;
+
+  /// Why the store failed, if it did.
+  std::optional<Error> failure() const;
+
+  /// The database path given to open().
+  const std::filesystem::path& path() const;
+
+  class Impl;
+
+ private:
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// Walks the hash chain of the database at `db` (opened read-only; never created) in global
+/// sequence order. Returns an Error only when the file cannot be read as a sluice audit
+/// database; a broken chain is a VerifyResult with ok = false.
+std::expected<VerifyResult, Error> verify(const std::filesystem::path& db);
+
+}  // namespace sluice::audit

@@ -1,0 +1,90 @@
+// Schema creation, version checks and migrations; see schema.hpp and schemas/audit.sql.
+#include "schema.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <string>
+#include <string_view>
+
+#include "schema_sql.hpp"
+#include "sqlite_db.hpp"
+
+namespace sluice::audit::detail {
+namespace {
+
+// kMigrations[v - 1] upgrades a version-v database to v + 1; it runs inside the open
+// transaction and must end by setting PRAGMA user_version. Version 1 is the first released
+// schema, so there is nothing to migrate from yet; version 0 (empty file) gets kSchemaSql.
+constexpr std::array<std::string_view, kSchemaVersion - 1> kMigrations = {};
+
+struct Header {
+  std::int64_t application_id = 0;
+  std::int64_t user_version = 0;
+  std::int64_t objects = 0;  // rows of sqlite_master
+};
+
+std::expected<Header, Error> readHeader(const std::filesystem::path& path, sqlite3* db) {
+  Header h;
+  // The first statement that reads the file is where a corrupt or non-SQLite file shows up
+  // (SQLITE_NOTADB "file is not a database").
+  auto objects = queryInt(path, db, "SELECT count(*) FROM sqlite_master");
+  if (!objects) return std::unexpected(objects.error());
+  auto app = queryInt(path, db, "PRAGMA application_id");
+  if (!app) return std::unexpected(app.error());
+  auto ver = queryInt(path, db, "PRAGMA user_version");
+  if (!ver) return std::unexpected(ver.error());
+  h.application_id = *app;
+  h.user_version = *ver;
+  h.objects = *objects;
+  return h;
+}
+
+Error foreign(const std::filesystem::path& path, const Header& h) {
+  return Error{
+      fmt::format("{}: not a sluice audit database (application_id {:#x}, user_version "
+                  "{}, {} schema objects); refusing to modify it",
+                  path.string(), h.application_id, h.user_version, h.objects)};
+}
+
+Error newer(const std::filesystem::path& path, const Header& h) {
+  return Error{
+      fmt::format("{}: audit schema version {} is newer than this sluice supports ({}); "
+                  "upgrade sluice",
+                  path.string(), h.user_version, kSchemaVersion)};
+}
+
+}  // namespace
+
+std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqlite3* db) {
+  auto h = readHeader(path, db);
+  if (!h) return std::unexpected(h.error());
+  if (h->application_id == 0 && h->user_version == 0 && h->objects == 0) {
+    return exec(path, db, std::string(kSchemaSql));
+  }
+  if (h->application_id != kApplicationId || h->user_version < 1)
+    return std::unexpected(foreign(path, *h));
+  if (h->user_version > kSchemaVersion) return std::unexpected(newer(path, *h));
+  for (auto v = h->user_version; v < kSchemaVersion; ++v) {
+    auto r = exec(path, db, std::string(kMigrations[static_cast<std::size_t>(v - 1)]));
+    if (!r) return r;
+  }
+  return {};
+}
+
+std::expected<void, Error> checkReadable(const std::filesystem::path& path, sqlite3* db) {
+  auto h = readHeader(path, db);
+  if (!h) return std::unexpected(h.error());
+  if (h->application_id != kApplicationId || h->user_version < 1)
+    return std::unexpected(foreign(path, *h));
+  if (h->user_version > kSchemaVersion) return std::unexpected(newer(path, *h));
+  if (h->user_version < kSchemaVersion) {
+    return std::unexpected(Error{fmt::format(
+        "{}: audit schema version {} is older than {}; open it once with a writer (sluice run "
+        "or sluice proxy --audit) to migrate it",
+        path.string(), h->user_version, kSchemaVersion)});
+  }
+  return {};
+}
+
+}  // namespace sluice::audit::detail

@@ -1,0 +1,24 @@
+// Schema creation, version checks and migrations (PRAGMA user_version / application_id).
+#pragma once
+
+#include <sqlite3.h>
+
+#include <expected>
+#include <filesystem>
+
+#include "sluice/audit/store.hpp"
+
+namespace sluice::audit::detail {
+
+/// PRAGMA application_id of a sluice audit database ("SLCE").
+inline constexpr std::int64_t kApplicationId = 0x534C4345;
+
+/// For the writer: inside its own IMMEDIATE transaction, creates the schema in an empty
+/// database, migrates an older sluice database, refuses a newer or foreign one.
+std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqlite3* db);
+
+/// For readers (verify, query, sql): refuses anything but a sluice database of the current
+/// version (readers never migrate).
+std::expected<void, Error> checkReadable(const std::filesystem::path& path, sqlite3* db);
+
+}  // namespace sluice::audit::detail

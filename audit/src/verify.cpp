@@ -1,0 +1,188 @@
+// `verify`: walks the one hash chain across executions, connections and requests in seq
+// order, recomputing every hash; also checks the chain head and the policy texts' hashes.
+#include <fmt/format.h>
+
+#include <string>
+#include <vector>
+
+#include "row_hash.hpp"
+#include "schema.hpp"
+#include "sluice/audit/store.hpp"
+#include "sqlite_db.hpp"
+
+namespace sluice::audit {
+namespace {
+
+using detail::Stmt;
+using detail::Value;
+
+/// One table's rows in seq order, as a cursor for the three-way merge.
+struct Cursor {
+  std::string_view table;
+  std::size_t columns = 0;
+  Stmt stmt;
+  bool has_row = false;
+  std::int64_t seq = 0;
+
+  std::expected<void, Error> next(const std::filesystem::path& path, sqlite3* db) {
+    int rc = stmt.step();
+    if (rc == SQLITE_ROW) {
+      has_row = true;
+      seq = stmt.columnInt(0);
+      return {};
+    }
+    has_row = false;
+    if (rc == SQLITE_DONE) return {};
+    return std::unexpected(detail::sqliteError(path, db, rc, fmt::format("cannot read {}", table)));
+  }
+
+  /// Column i of the hashed columns, as SQLite stores it (the storage class is hashed too).
+  Value value(std::size_t i) const {
+    int col = static_cast<int>(i + 3);
+    sqlite3_stmt* s = stmt.get();
+    switch (sqlite3_column_type(s, col)) {
+      case SQLITE_INTEGER:
+        return Value{static_cast<std::int64_t>(sqlite3_column_int64(s, col))};
+      case SQLITE_FLOAT:
+        return Value{detail::Real{sqlite3_column_double(s, col)}};
+      case SQLITE_TEXT:
+        return Value{stmt.columnText(col)};
+      case SQLITE_BLOB: {
+        const void* p = sqlite3_column_blob(s, col);
+        return Value{detail::Blob{std::string_view(
+            static_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s, col)))}};
+      }
+      default:
+        return Value{};
+    }
+  }
+
+  /// "connections seq 57 (id c-1)": how a broken row is named.
+  std::string name() const {
+    std::string id = table == "requests" ? std::to_string(seq) : std::string(stmt.columnText(3));
+    return fmt::format("{} seq {} (id {})", table, seq, id);
+  }
+};
+
+template <std::size_t N>
+std::string selectSql(std::string_view table, const std::array<std::string_view, N>& columns) {
+  std::string sql = "SELECT seq, prev_hash, hash";
+  for (auto c : columns) {
+    sql += ", ";
+    sql += c;
+  }
+  return fmt::format("{} FROM {} ORDER BY seq", sql, table);
+}
+
+}  // namespace
+
+std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
+  std::error_code ec;
+  if (!std::filesystem::exists(db, ec)) {
+    return std::unexpected(Error{db.string() + ": no such file"});
+  }
+  auto conn = detail::openDb(db, SQLITE_OPEN_READONLY, 5000);
+  if (!conn) return std::unexpected(conn.error());
+  sqlite3* raw = conn->get();
+  if (auto r = detail::checkReadable(db, raw); !r) return std::unexpected(r.error());
+  // One read transaction: a consistent snapshot even while a writer keeps appending.
+  if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
+
+  std::array<Cursor, 3> cursors;
+  cursors[0].table = "executions";
+  cursors[0].columns = detail::kExecutionColumns.size();
+  cursors[1].table = "connections";
+  cursors[1].columns = detail::kConnectionColumns.size();
+  cursors[2].table = "requests";
+  cursors[2].columns = detail::kRequestColumns.size();
+  const std::array<std::string, 3> sql = {selectSql("executions", detail::kExecutionColumns),
+                                          selectSql("connections", detail::kConnectionColumns),
+                                          selectSql("requests", detail::kRequestColumns)};
+  for (std::size_t i = 0; i < 3; ++i) {
+    auto s = detail::prepare(db, raw, sql[i]);
+    if (!s) return std::unexpected(s.error());
+    cursors[i].stmt = std::move(*s);
+    if (auto r = cursors[i].next(db, raw); !r) return std::unexpected(r.error());
+  }
+
+  detail::RowHasher hasher;
+  VerifyResult result;
+  std::string prev(detail::kGenesisHash);
+  std::int64_t expected_seq = 1;
+  std::vector<Value> values;
+  auto broken = [&](std::string why) {
+    result.ok = false;
+    result.first_broken = std::move(why);
+    return result;
+  };
+
+  for (;;) {
+    Cursor* cur = nullptr;
+    for (auto& c : cursors) {
+      if (c.has_row && (!cur || c.seq < cur->seq)) cur = &c;
+    }
+    if (!cur) break;
+    if (cur->seq > expected_seq) {
+      return broken(fmt::format("{}: sequence gap: rows {}..{} are missing (deleted)", cur->name(),
+                                expected_seq, cur->seq - 1));
+    }
+    if (cur->seq < expected_seq) {
+      return broken(
+          fmt::format("{}: seq {} appears twice (a row was inserted)", cur->name(), cur->seq));
+    }
+    values.clear();
+    for (std::size_t i = 0; i < cur->columns; ++i) values.push_back(cur->value(i));
+    std::string_view stored_prev = cur->stmt.columnText(1);
+    std::string_view stored_hash = cur->stmt.columnText(2);
+    std::string computed = hasher.hash(cur->table, cur->seq, stored_prev, values);
+    if (computed != stored_hash) {
+      return broken(
+          fmt::format("{}: hash does not match the row's contents (row edited, "
+                      "inserted or moved)",
+                      cur->name()));
+    }
+    if (stored_prev != prev) {
+      return broken(
+          fmt::format("{}: prev_hash does not match the hash of the row before it "
+                      "(a row was deleted, inserted or reordered)",
+                      cur->name()));
+    }
+    prev = std::string(stored_hash);
+    ++expected_seq;
+    ++result.rows;
+    if (auto r = cur->next(db, raw); !r) return std::unexpected(r.error());
+  }
+
+  {
+    auto head = detail::prepare(db, raw, "SELECT seq, hash FROM chain_head WHERE id = 0");
+    if (!head) return std::unexpected(head.error());
+    int rc = head->step();
+    if (rc != SQLITE_ROW) return broken("chain_head: the row is missing");
+    std::int64_t head_seq = head->columnInt(0);
+    if (head_seq != expected_seq - 1 || head->columnText(1) != prev) {
+      return broken(
+          fmt::format("chain_head: records seq {} but the chain ends at seq {} (rows "
+                      "deleted from the end, or the head was edited)",
+                      head_seq, expected_seq - 1));
+    }
+  }
+  {
+    auto pol = detail::prepare(db, raw, "SELECT sha256, yaml FROM policies ORDER BY sha256");
+    if (!pol) return std::unexpected(pol.error());
+    int rc;
+    while ((rc = pol->step()) == SQLITE_ROW) {
+      if (hasher.sha256(pol->columnText(1)) != pol->columnText(0)) {
+        return broken(
+            fmt::format("policies sha256 {}: the policy text does not match its hash "
+                        "(edited)",
+                        pol->columnText(0)));
+      }
+    }
+    if (rc != SQLITE_DONE)
+      return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read policies"));
+  }
+  result.ok = true;
+  return result;
+}
+
+}  // namespace sluice::audit

@@ -1,0 +1,3 @@
+# policy_bench: policy decisions against workflows of 10..10,000 mixed rules (Google Benchmark).
+add_executable(policy_bench ${CMAKE_CURRENT_LIST_DIR}/policy_bench.cpp)
+target_link_libraries(policy_bench PRIVATE sluice::policy benchmark::benchmark)

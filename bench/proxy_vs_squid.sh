@@ -1,0 +1,260 @@
+#!/usr/bin/env bash
+# sluice proxy vs Squid, side by side in one run, everything on loopback:
+#   1. plain-HTTP keep-alive requests/s and p50/p99 latency with wrk (absolute-form requests)
+#      through Squid (1 worker, no cache) and `sluice proxy --threads 1`, plus direct;
+#   2. CONNECT bulk download of a 100 MiB file through each vs direct (curl -p);
+#   3. RSS with 10,000 idle CONNECT tunnels open through each.
+# nginx (one worker) is the upstream. Only processes this script started are stopped, by pid.
+#
+# Usage: bench/proxy_vs_squid.sh [path/to/sluice]     (default: build/cli/sluice)
+# Env:   DURATION (wrk seconds, default 10), CONNS (wrk connections, default 50),
+#        TUNNELS (idle tunnels, default 10000), RUNS (download repetitions, default 3)
+set -euo pipefail
+
+SLUICE=${1:-${SLUICE:-build/cli/sluice}}
+DURATION=${DURATION:-10}
+CONNS=${CONNS:-50}
+TUNNELS=${TUNNELS:-10000}
+RUNS=${RUNS:-3}
+
+if [[ ! -x $SLUICE ]]; then
+  echo "sluice binary not found at $SLUICE (build it, or pass its path)" >&2
+  exit 2
+fi
+SLUICE=$(readlink -f "$SLUICE")
+
+need() {  # need BINARY PACKAGE
+  if ! command -v "$1" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$1 ]]; then
+    echo "installing $2" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
+  fi
+}
+need nginx nginx-light
+need squid squid
+need wrk wrk
+need curl curl
+need python3 python3
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+SQUID=$(command -v squid || echo /usr/sbin/squid)
+
+# 10,000 tunnels = 20,000+ descriptors in each proxy. Raise the soft limit to the hard one;
+# where the hard limit is lower (containers without CAP_SYS_RESOURCE), open as many tunnels as
+# it allows and say so.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+max_tunnels=$(( ($(ulimit -n) - 200) / 2 ))
+if (( TUNNELS > max_tunnels )); then
+  echo "note: descriptor limit $(ulimit -n) allows $max_tunnels tunnels per proxy, not $TUNNELS" >&2
+  TUNNELS=$max_tunnels
+fi
+
+TMP=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+wait_port() {  # wait_port PORT: up to 10 s
+  for _ in $(seq 100); do
+    if python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1',$1)))" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "nothing listening on port $1" >&2
+  exit 1
+}
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+NGINX_PORT=$(free_port)
+SQUID_PORT=$(free_port)
+SLUICE_PORT=$(free_port)
+
+# ---- upstream: nginx, one worker -------------------------------------------------------
+# nginx workers run unprivileged: they must be able to read the files.
+chmod 755 "$TMP"
+mkdir -p "$TMP/www" "$TMP/nginx"
+printf 'hello from nginx\n' > "$TMP/www/small"
+head -c $((100 * 1024 * 1024)) /dev/zero > "$TMP/www/100m"
+chmod -R a+rX "$TMP/www"
+cat > "$TMP/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+worker_rlimit_nofile 65536;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+events { worker_connections 30000; }
+http {
+  access_log off;
+  sendfile on;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  client_body_temp_path $TMP/nginx;
+  proxy_temp_path $TMP/nginx;
+  fastcgi_temp_path $TMP/nginx;
+  uwsgi_temp_path $TMP/nginx;
+  scgi_temp_path $TMP/nginx;
+  server {
+    listen 127.0.0.1:$NGINX_PORT backlog=16384;
+    root $TMP/www;
+  }
+}
+EOF
+"$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+PIDS+=($!)
+
+# ---- Squid: one worker, no cache, no access log ----------------------------------------
+mkdir -p "$TMP/squid"
+chown -R proxy:proxy "$TMP/squid" 2>/dev/null || true
+cat > "$TMP/squid/squid.conf" <<EOF
+http_port 127.0.0.1:$SQUID_PORT
+workers 1
+http_access allow all
+cache deny all
+cache_mem 0 MB
+memory_pools off
+access_log none
+cache_store_log none
+cache_log $TMP/squid/cache.log
+pid_filename $TMP/squid/squid.pid
+coredump_dir $TMP/squid
+max_filedescriptors 65536
+shutdown_lifetime 0 seconds
+via off
+forwarded_for delete
+EOF
+"$SQUID" -N -f "$TMP/squid/squid.conf" 2> "$TMP/squid/stderr.log" &
+PIDS+=($!)
+SQUID_PID=$!
+
+# ---- sluice proxy, one thread ------------------------------------------------------------
+mkdir -p "$TMP/policies"
+cat > "$TMP/policies/bench.yaml" <<EOF
+apiVersion: sluice/v1
+kind: Workflow
+name: bench
+egress:
+  rules:
+    - id: nginx
+      action: allow
+      cidrs: ["127.0.0.1/32"]
+      allow_private: true
+      ports: [$NGINX_PORT]
+  limits:
+    max_connections: 100000
+    max_requests: 1000000000
+    max_bytes_out: 1TiB
+    max_bytes_in: 1TiB
+EOF
+"$SLUICE" proxy --policy-dir "$TMP/policies" --listen "127.0.0.1:$SLUICE_PORT" \
+  --workflow bench --threads 1 2> "$TMP/sluice.log" &
+PIDS+=($!)
+SLUICE_PID=$!
+
+wait_port "$NGINX_PORT"
+wait_port "$SQUID_PORT"
+wait_port "$SLUICE_PORT"
+
+# ---- 1. plain HTTP keep-alive with wrk ---------------------------------------------------
+cat > "$TMP/absolute.lua" <<EOF
+-- absolute-form requests, as a client configured with HTTP_PROXY sends them
+wrk.path = "http://127.0.0.1:$NGINX_PORT/small"
+wrk.headers["Host"] = "127.0.0.1:$NGINX_PORT"
+EOF
+to_ms() {  # wrk latency "123.45us" / "1.20ms" / "1.01s" -> ms
+  awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'
+}
+run_wrk() {  # run_wrk NAME URL [lua]
+  local name=$1 url=$2 script=${3:-}
+  local out
+  out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency ${script:+-s "$script"} "$url")
+  local rps p50 p99 errs
+  rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
+  p50=$(awk '$1 == "50%" {print $2}' <<<"$out" | to_ms)
+  p99=$(awk '$1 == "99%" {print $2}' <<<"$out" | to_ms)
+  errs=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' <<<"$out")
+  printf '%-8s %12s req/s   p50 %8s ms   p99 %8s ms   non-2xx %s\n' "$name" "$rps" "$p50" "$p99" "${errs:-0}"
+  eval "RPS_$name=$rps P99_$name=$p99"
+}
+echo "== plain HTTP keep-alive: wrk -t1 -c$CONNS -d${DURATION}s, 17-byte body =="
+run_wrk direct "http://127.0.0.1:$NGINX_PORT/small"
+run_wrk squid "http://127.0.0.1:$SQUID_PORT/" "$TMP/absolute.lua"
+run_wrk sluice "http://127.0.0.1:$SLUICE_PORT/" "$TMP/absolute.lua"
+awk -v a="$RPS_sluice" -v b="$RPS_squid" -v p="$P99_sluice" -v q="$P99_squid" \
+  'BEGIN {printf "sluice/squid requests/s: %.2fx   p99 sluice %.3f ms vs squid %.3f ms\n", a/b, p, q}'
+
+# ---- 2. CONNECT bulk download ------------------------------------------------------------
+echo
+echo "== CONNECT download of 100 MiB (median of $RUNS; curl -p) =="
+download() {  # download [proxy-port] -> bytes/s
+  local args=()
+  [[ -n ${1:-} ]] && args=(-p -x "http://127.0.0.1:$1")
+  curl -s "${args[@]}" -o /dev/null -w '%{speed_download}\n' "http://127.0.0.1:$NGINX_PORT/100m"
+}
+for who in direct squid sluice; do
+  port=""
+  [[ $who == squid ]] && port=$SQUID_PORT
+  [[ $who == sluice ]] && port=$SLUICE_PORT
+  speed=$(for _ in $(seq "$RUNS"); do download "$port"; done | median)
+  printf '%-8s %10.1f MiB/s\n' "$who" "$(awk -v s="$speed" 'BEGIN {print s/1048576}')"
+  eval "DL_$who=$speed"
+done
+awk -v a="$DL_sluice" -v d="$DL_direct" -v s="$DL_squid" \
+  'BEGIN {printf "sluice/direct throughput: %.2fx   squid/direct: %.2fx\n", a/d, s/d}'
+
+# ---- 3. idle tunnels ---------------------------------------------------------------------
+echo
+echo "== RSS with $TUNNELS idle CONNECT tunnels =="
+cat > "$TMP/tunnels.py" <<'EOF'
+# Opens N CONNECT tunnels through a proxy, checks each got 200, prints "ready", then holds
+# them open until stdin closes.
+import socket, sys
+proxy_port, target, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+socks = []
+req = ("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode()
+for i in range(n):
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=10)
+    s.sendall(req)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        data += chunk
+    if b" 200 " not in data.split(b"\r\n", 1)[0]:
+        print("tunnel %d refused: %r" % (i, data[:200]), flush=True)
+        sys.exit(1)
+    socks.append(s)
+print("ready", flush=True)
+sys.stdin.read()
+EOF
+idle_rss() {  # idle_rss NAME PID PORT
+  local name=$1 pid=$2 port=$3 before after
+  before=$(rss_kb "$pid")
+  coproc HOLDER { python3 "$TMP/tunnels.py" "$port" "127.0.0.1:$NGINX_PORT" "$TUNNELS"; }
+  local line=""
+  read -r -t 120 line <&"${HOLDER[0]}" || true
+  if [[ $line != ready ]]; then
+    echo "$name: tunnels not established: $line" >&2
+    exec {HOLDER[1]}>&- || true
+    wait "$HOLDER_PID" 2>/dev/null || true
+    return
+  fi
+  sleep 1
+  after=$(rss_kb "$pid")
+  exec {HOLDER[1]}>&-
+  wait "$HOLDER_PID" 2>/dev/null || true
+  awk -v n="$name" -v b="$before" -v a="$after" -v t="$TUNNELS" \
+    'BEGIN {printf "%-8s RSS %7.1f MiB -> %7.1f MiB   %6.2f KiB per idle tunnel\n", n, b/1024, a/1024, (a-b)/t}'
+  sleep 2  # let the proxy close its side before the next run
+}
+idle_rss sluice "$SLUICE_PID" "$SLUICE_PORT"
+# Squid's main worker process is the child of the -N master when workers=1; the -N process
+# itself serves when there is a single worker.
+idle_rss squid "$SQUID_PID" "$SQUID_PORT"

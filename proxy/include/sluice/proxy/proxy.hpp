@@ -1,0 +1,110 @@
+// The egress proxy: CONNECT tunnels and absolute-form HTTP forwarding under per-workflow
+// policy, with the SSRF guard, workflow limits and audit events. One Proxy serves many
+// listeners; each listener belongs to one execution (or a standalone workflow) and carries
+// that workflow's compiled matcher, so attribution is by the socket a client connected to.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/audit/event_sink.hpp"
+#include "sluice/policy/matcher.hpp"
+#include "sluice/proxy/resolver.hpp"
+
+namespace sluice::proxy {
+
+/// A control-plane failure (bind, listen, bad fd), with a message a user can act on.
+struct Error {
+  std::string message;
+};
+
+struct ProxyOptions {
+  unsigned threads = 0;  ///< I/O threads; 0 = number of cores
+  /// Whole request header must arrive within this (slow-loris guard).
+  std::chrono::milliseconds header_timeout{10000};
+  /// A tunnel with no bytes either way, or a keep-alive client between requests, is closed.
+  std::chrono::milliseconds idle_timeout{300000};
+  /// Dialling the vetted upstream address (502 on failure, 504 on timeout).
+  std::chrono::milliseconds connect_timeout{10000};
+  /// Waiting for the upstream response header / any upstream read (504).
+  std::chrono::milliseconds upstream_timeout{30000};
+  /// How long stop() lets in-flight connections finish before closing them.
+  std::chrono::milliseconds drain_timeout{5000};
+  std::size_t max_header_bytes = 64 * 1024;  ///< 431 above this
+  std::size_t max_body_bytes = 64 << 20;     ///< request body; 413 above this
+};
+
+/// Who a listener serves. Every connection accepted on it is attributed to this execution and
+/// decided by this matcher (its workflow's limits apply to the listener as a whole).
+struct ListenerIdentity {
+  std::string execution_id;  ///< "" for a standalone proxy
+  std::shared_ptr<const policy::Matcher> matcher;
+};
+
+/// One refusal, for the receipt's network.denials.
+struct Denial {
+  std::string host;
+  std::uint16_t port = 0;
+  std::string rule;
+  std::string reason;
+};
+
+/// Counters of one execution (all its listeners), for the receipt.
+struct Stats {
+  std::uint64_t allowed = 0;     ///< connections and requests allowed
+  std::uint64_t denied = 0;      ///< connections and requests refused
+  std::uint64_t bytes_out = 0;   ///< client -> upstream
+  std::uint64_t bytes_in = 0;    ///< upstream -> client
+  std::uint64_t requests = 0;    ///< HTTP requests seen
+  std::uint64_t connections = 0; ///< upstream connections opened
+  std::vector<Denial> denials;   ///< first 1000 refusals, in order
+};
+
+class Proxy {
+ public:
+  /// `sink` may be null (nothing audited); `resolver` null = the system resolver.
+  static std::expected<std::unique_ptr<Proxy>, Error> create(
+      ProxyOptions options, std::shared_ptr<audit::EventSink> sink,
+      std::shared_ptr<Resolver> resolver);
+
+  virtual ~Proxy();
+
+  /// Binds and listens on addr:port (port 0 picks one); returns the bound port. May be called
+  /// before or after start().
+  virtual std::expected<std::uint16_t, Error> listen(const std::string& addr,
+                                                     std::uint16_t port,
+                                                     ListenerIdentity identity) = 0;
+
+  /// Accepts on an already bound and listening TCP socket (e.g. created inside a sandbox's
+  /// network namespace). The proxy takes ownership of `fd` (closes it on error too).
+  virtual std::expected<void, Error> adoptListener(int fd, ListenerIdentity identity) = 0;
+
+  /// Stops accepting on every listener of `execution_id` and closes its open connections
+  /// (audit rows are still written). Stats stay available.
+  virtual void closeExecution(const std::string& execution_id) = 0;
+
+  /// Swaps the matcher of every listener serving `workflow` (SIGHUP reload). Connections
+  /// already established keep the decision they got; new decisions use the new matcher.
+  virtual void replaceMatcher(const std::string& workflow,
+                              std::shared_ptr<const policy::Matcher> matcher) = 0;
+
+  /// Runs the I/O threads (returns at once).
+  virtual void start() = 0;
+
+  /// Stops accepting, lets connections drain up to drain_timeout, closes the rest, joins.
+  /// Idempotent.
+  virtual void stop() = 0;
+
+  /// Counters of every listener of `execution_id`.
+  virtual Stats stats(const std::string& execution_id) const = 0;
+
+ protected:
+  Proxy() = default;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,124 @@
+// Shared state of a running proxy: options, sink, resolver, per-listener accounts (limits and
+// receipt counters) and the registry of live connections used by stop()/closeExecution().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "net.hpp"
+#include "sluice/audit/event_sink.hpp"
+#include "sluice/policy/matcher.hpp"
+#include "sluice/proxy/proxy.hpp"
+
+namespace sluice::proxy {
+
+/// Something that can be closed from another thread (posts to its own strand).
+class Closable {
+ public:
+  virtual ~Closable() = default;
+  virtual void abort() = 0;
+};
+
+/// Limits and counters of one listener (one execution). Updated from many strands.
+class Account {
+ public:
+  explicit Account(std::string execution_id) : execution_id_(std::move(execution_id)) {}
+
+  const std::string& executionId() const { return execution_id_; }
+
+  /// Takes a concurrent-connection slot; false when max_connections is reached.
+  bool acquireConnection(const policy::EgressLimits& limits);
+  void releaseConnection() { active_connections_.fetch_sub(1, std::memory_order_relaxed); }
+
+  /// Counts one request; false when it exceeds max_requests.
+  bool countRequest(const policy::EgressLimits& limits);
+
+  /// Counts bytes; false when the total went over the limit (the caller ends the stream).
+  bool addBytesOut(std::uint64_t n, const policy::EgressLimits& limits);
+  bool addBytesIn(std::uint64_t n, const policy::EgressLimits& limits);
+  /// True when either byte budget is already spent (new traffic is refused with 429).
+  bool bytesExhausted(const policy::EgressLimits& limits) const;
+
+  void noteAllowed() { allowed_.fetch_add(1, std::memory_order_relaxed); }
+  void noteDenied(const std::string& host, std::uint16_t port, const std::string& rule,
+                  const std::string& reason);
+  void noteUpstreamConnection() { connections_.fetch_add(1, std::memory_order_relaxed); }
+
+  void addTo(Stats& stats) const;
+
+  /// Live connections, so a whole execution can be closed at once.
+  std::uint64_t registerLive(std::weak_ptr<Closable> c);
+  void unregisterLive(std::uint64_t id);
+  void abortAll();
+
+ private:
+  std::string execution_id_;
+  std::atomic<std::uint64_t> active_connections_{0};
+  std::atomic<std::uint64_t> requests_{0};
+  std::atomic<std::uint64_t> bytes_out_{0};
+  std::atomic<std::uint64_t> bytes_in_{0};
+  std::atomic<std::uint64_t> allowed_{0};
+  std::atomic<std::uint64_t> denied_{0};
+  std::atomic<std::uint64_t> connections_{0};
+  mutable std::mutex mu_;
+  std::vector<Denial> denials_;
+  std::uint64_t next_live_ = 0;
+  std::unordered_map<std::uint64_t, std::weak_ptr<Closable>> live_;
+};
+
+/// One listening socket and who it serves.
+struct Listener {
+  Listener(net::io_context& ioc, std::string exec_id, std::shared_ptr<const policy::Matcher> m)
+      : acceptor(ioc), execution_id(std::move(exec_id)), account(std::make_shared<Account>(execution_id)),
+        matcher_(std::move(m)) {}
+
+  std::shared_ptr<const policy::Matcher> matcher() const {
+    std::lock_guard lock(mu_);
+    return matcher_;
+  }
+  void setMatcher(std::shared_ptr<const policy::Matcher> m) {
+    std::lock_guard lock(mu_);
+    matcher_ = std::move(m);
+  }
+
+  tcp::acceptor acceptor;
+  std::string execution_id;
+  tcp::endpoint local;
+  std::shared_ptr<Account> account;
+
+ private:
+  mutable std::mutex mu_;
+  std::shared_ptr<const policy::Matcher> matcher_;
+};
+
+/// What every connection of one proxy shares.
+struct Context {
+  ProxyOptions options;
+  std::shared_ptr<audit::EventSink> sink;
+  std::shared_ptr<Resolver> resolver;
+  net::thread_pool* resolve_pool = nullptr;
+  std::string id_prefix;  // random per process, so connection ids are unique across restarts
+  std::atomic<std::uint64_t> next_id{0};
+  bool single_thread = false;  // one I/O thread: it serialises everything, no strands needed
+  std::atomic<bool> draining{false};
+  std::atomic<std::int64_t> live{0};  // sessions + tunnels, for drain
+
+  mutable std::mutex endpoints_mu;
+  std::vector<tcp::endpoint> own_endpoints;  // listeners, for the loop guard
+
+  std::string newConnectionId(const std::string& execution_id);
+  /// True when dialling `ep` would reach one of this proxy's own listeners.
+  bool isOwnEndpoint(const tcp::endpoint& ep) const;
+  bool auditHealthy() const { return !sink || sink->healthy(); }
+};
+
+std::int64_t nowMs();
+
+}  // namespace sluice::proxy

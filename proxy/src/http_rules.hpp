@@ -1,0 +1,47 @@
+// HTTP/1.1 rules the proxy enforces on top of Beast's parser: request smuggling shapes,
+// hop-by-hop stripping, Host agreement, and the readable refusal responses.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "net.hpp"
+#include "sluice/policy/target.hpp"
+
+namespace sluice::proxy {
+
+/// A refusal a client and a person can read: status, X-Sluice-Reason and a JSON body
+/// {"error", "workflow", "rule", "reason", "detail"}.
+struct Refusal {
+  http::status status = http::status::forbidden;
+  std::string error;   // "denied", "bad_request", "limit_exceeded", "upstream_error", ...
+  std::string reason;  // policy::reasonName vocabulary or a proxy reason ("header_timeout")
+  std::string rule;
+  std::string detail;
+};
+
+/// Raw header-block checks Beast does not do: obs-fold (a line starting with SP/HTAB), bare
+/// LF line endings and NUL bytes. `block` is the request line + fields + final CRLF CRLF.
+std::optional<std::string> checkHeaderBlock(std::string_view block);
+
+/// Framing checks: exactly one Content-Length made of digits, Transfer-Encoding exactly
+/// "chunked" and never both. Returns the refusal (400, or 501 for an unknown coding).
+std::optional<Refusal> checkFraming(const http::fields& fields);
+
+/// Removes hop-by-hop fields: Connection and every field it lists (never the framing fields
+/// Content-Length / Transfer-Encoding / Host, which a hostile Connection list could name to
+/// desynchronise us), Proxy-Connection, Proxy-Authorization, Proxy-Authenticate, Keep-Alive,
+/// TE, Trailer, Upgrade.
+void stripHopByHop(http::fields& fields);
+
+/// Checks that a Host field (if present; several are refused) names the same host and port
+/// as the request target. Returns the problem, if any.
+std::optional<std::string> checkHostAgrees(const http::fields& fields,
+                                           const policy::Target& target,
+                                           std::uint16_t default_port);
+
+/// The bytes of a refusal response. `keep_alive` false adds Connection: close.
+std::string renderRefusal(const Refusal& r, const std::string& workflow, bool keep_alive);
+
+}  // namespace sluice::proxy

@@ -1,0 +1,21 @@
+// The one Asio/Beast include of the proxy. <utility> must come first: g++ 12 with Boost 1.74
+// otherwise fails to compile Asio's coroutine support (asio#944).
+#pragma once
+
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <boost/asio/awaitable.hpp>
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace sluice::proxy {
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using ErrorCode = boost::system::error_code;
+}  // namespace sluice::proxy

@@ -1,0 +1,273 @@
+// The Proxy object: io_context and its threads, listeners (bound or adopted), accept loops,
+// policy reload, drain on stop, and per-execution stats.
+#include "sluice/proxy/proxy.hpp"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <future>
+#include <random>
+#include <thread>
+
+#include "context.hpp"
+#include "log.hpp"
+#include "net.hpp"
+#include "session.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+constexpr int kListenBacklog = 4096;
+
+std::string randomPrefix() {
+  std::random_device rd;
+  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return std::string(buf, 8);
+}
+
+net::awaitable<void> acceptLoop(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> l) {
+  auto& ioc = static_cast<net::io_context&>(l->acceptor.get_executor().context());
+  net::steady_timer backoff(l->acceptor.get_executor());
+  for (;;) {
+    ErrorCode ec;
+    // Each connection gets its own strand: its client and upstream sockets, timers and
+    // coroutines never run concurrently, yet connections spread over all threads.
+    // With a single I/O thread the io_context itself serialises handlers; a strand would only
+    // add locking and reference counting to every operation.
+    net::any_io_executor ex = ctx->single_thread
+                                  ? net::any_io_executor(ioc.get_executor())
+                                  : net::any_io_executor(net::make_strand(ioc));
+    tcp::socket s =
+        co_await l->acceptor.async_accept(ex, net::redirect_error(net::use_awaitable, ec));
+    if (ec == net::error::operation_aborted || !l->acceptor.is_open()) co_return;
+    if (ec) {
+      // EMFILE/ENFILE/ENOBUFS: back off briefly instead of spinning.
+      log().warn("accept failed on {}: {}", l->execution_id, ec.message());
+      backoff.expires_after(std::chrono::milliseconds(50));
+      co_await backoff.async_wait(net::redirect_error(net::use_awaitable, ec));
+      continue;
+    }
+    if (ctx->draining.load()) continue;  // socket closes as it goes out of scope
+    startSession(ctx, l, std::move(s));
+  }
+}
+
+class ProxyImpl : public Proxy {
+ public:
+  ProxyImpl(ProxyOptions options, std::shared_ptr<audit::EventSink> sink,
+            std::shared_ptr<Resolver> resolver, unsigned threads)
+      : ioc_(static_cast<int>(threads)),
+        resolve_pool_(4),
+        ctx_(std::make_shared<Context>()),
+        threads_count_(threads) {
+    ctx_->options = options;
+    ctx_->sink = std::move(sink);
+    ctx_->resolver = resolver ? std::move(resolver) : systemResolver();
+    ctx_->resolve_pool = &resolve_pool_;
+    ctx_->id_prefix = randomPrefix();
+    ctx_->single_thread = threads_count_ == 1;
+  }
+
+  ~ProxyImpl() override { stop(); }
+
+  std::expected<std::uint16_t, Error> listen(const std::string& addr, std::uint16_t port,
+                                             ListenerIdentity identity) override {
+    if (!identity.matcher) return std::unexpected(Error{"listen: no policy matcher given"});
+    ErrorCode ec;
+    auto ip = net::ip::make_address(addr, ec);
+    if (ec) return std::unexpected(Error{"listen: '" + addr + "' is not an IP address"});
+    auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
+    tcp::endpoint ep(ip, port);
+    l->acceptor.open(ep.protocol(), ec);
+    if (!ec) l->acceptor.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) l->acceptor.bind(ep, ec);
+    if (!ec) l->acceptor.listen(kListenBacklog, ec);
+    if (ec)
+      return std::unexpected(Error{"cannot listen on " + addr + ":" + std::to_string(port) +
+                                   ": " + ec.message()});
+    auto port_bound = l->acceptor.local_endpoint(ec).port();
+    add(std::move(l));
+    return port_bound;
+  }
+
+  std::expected<void, Error> adoptListener(int fd, ListenerIdentity identity) override {
+    if (!identity.matcher) {
+      ::close(fd);
+      return std::unexpected(Error{"adoptListener: no policy matcher given"});
+    }
+    int type = 0;
+    int accepting = 0;
+    socklen_t len = sizeof type;
+    // Only a listening stream socket makes sense here; anything else is a caller bug.
+    if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
+      ::close(fd);
+      return std::unexpected(Error{"adoptListener: fd " + std::to_string(fd) +
+                                   " is not a stream socket"});
+    }
+    len = sizeof accepting;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) {
+      ::close(fd);
+      return std::unexpected(Error{"adoptListener: fd " + std::to_string(fd) +
+                                   " is not listening"});
+    }
+    sockaddr_storage ss{};
+    len = sizeof ss;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
+        (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
+      ::close(fd);
+      return std::unexpected(Error{"adoptListener: fd " + std::to_string(fd) +
+                                   " is not an IPv4/IPv6 socket"});
+    }
+    auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
+    ErrorCode ec;
+    l->acceptor.assign(ss.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
+    if (ec) {
+      ::close(fd);
+      return std::unexpected(Error{"adoptListener: " + ec.message()});
+    }
+    add(std::move(l));
+    return {};
+  }
+
+  void closeExecution(const std::string& execution_id) override {
+    std::vector<std::shared_ptr<Listener>> ls;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& l : listeners_)
+        if (l->execution_id == execution_id) ls.push_back(l);
+    }
+    for (auto& l : ls) {
+      closeAcceptor(l);
+      l->account->abortAll();
+    }
+  }
+
+  void replaceMatcher(const std::string& workflow,
+                      std::shared_ptr<const policy::Matcher> matcher) override {
+    if (!matcher) return;
+    recordPolicy(*matcher);
+    std::lock_guard lock(mu_);
+    for (auto& l : listeners_) {
+      auto m = l->matcher();
+      if (m && m->workflow().name == workflow) l->setMatcher(matcher);
+    }
+  }
+
+  void start() override {
+    std::lock_guard lock(mu_);
+    if (started_ || stopped_) return;
+    started_ = true;
+    work_.emplace(net::make_work_guard(ioc_));
+    for (unsigned i = 0; i < threads_count_; ++i) threads_.emplace_back([this] { ioc_.run(); });
+  }
+
+  void stop() override {
+    std::vector<std::shared_ptr<Listener>> ls;
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) return;
+      stopped_ = true;
+      ls = listeners_;
+    }
+    ctx_->draining.store(true);
+    for (auto& l : ls) closeAcceptor(l);
+    if (started_) {
+      // Let in-flight requests and tunnels finish, then close what is left.
+      auto deadline = std::chrono::steady_clock::now() + ctx_->options.drain_timeout;
+      while (ctx_->live.load() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (auto& l : ls) l->account->abortAll();
+      auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (ctx_->live.load() > 0 && std::chrono::steady_clock::now() < hard)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    work_.reset();
+    ioc_.stop();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+    resolve_pool_.join();
+  }
+
+  Stats stats(const std::string& execution_id) const override {
+    Stats s;
+    std::lock_guard lock(mu_);
+    for (const auto& l : listeners_)
+      if (l->execution_id == execution_id) l->account->addTo(s);
+    return s;
+  }
+
+ private:
+  void recordPolicy(const policy::Matcher& m) {
+    if (!ctx_->sink) return;
+    const auto& wf = m.workflow();
+    ctx_->sink->recordPolicy(wf.sha256, wf.name, wf.yaml_text);
+  }
+
+  void add(std::shared_ptr<Listener> l) {
+    ErrorCode ec;
+    l->local = l->acceptor.local_endpoint(ec);
+    {
+      std::lock_guard lock(ctx_->endpoints_mu);
+      ctx_->own_endpoints.push_back(l->local);
+    }
+    recordPolicy(*l->matcher());
+    log().info("listening on {}:{} for workflow {}{}", l->local.address().to_string(),
+               l->local.port(), l->matcher()->workflow().name,
+               l->execution_id.empty() ? "" : " (execution " + l->execution_id + ")");
+    {
+      std::lock_guard lock(mu_);
+      listeners_.push_back(l);
+    }
+    net::co_spawn(l->acceptor.get_executor(), acceptLoop(ctx_, l), net::detached);
+  }
+
+  void closeAcceptor(const std::shared_ptr<Listener>& l) {
+    if (!started_ || ioc_.stopped()) {
+      // Not running: nothing else touches the acceptor.
+      ErrorCode ec;
+      l->acceptor.close(ec);
+      return;
+    }
+    // The acceptor belongs to the io_context threads; close it from there.
+    auto done = std::make_shared<std::promise<void>>();
+    auto fut = done->get_future();
+    net::post(l->acceptor.get_executor(), [l, done] {
+      ErrorCode ec;
+      l->acceptor.close(ec);
+      done->set_value();
+    });
+    fut.wait_for(std::chrono::seconds(2));
+  }
+
+  net::io_context ioc_;
+  net::thread_pool resolve_pool_;
+  std::shared_ptr<Context> ctx_;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
+  std::vector<std::thread> threads_;
+  unsigned threads_count_ = 1;
+  mutable std::mutex mu_;
+  std::vector<std::shared_ptr<Listener>> listeners_;
+  bool started_ = false;
+  bool stopped_ = false;
+};
+
+}  // namespace
+
+Proxy::~Proxy() = default;
+
+std::expected<std::unique_ptr<Proxy>, Error> Proxy::create(ProxyOptions options,
+                                                           std::shared_ptr<audit::EventSink> sink,
+                                                           std::shared_ptr<Resolver> resolver) {
+  if (options.max_header_bytes < 1024)
+    return std::unexpected(Error{"max_header_bytes must be at least 1024"});
+  unsigned threads =
+      options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
+  return std::unique_ptr<Proxy>(
+      new ProxyImpl(options, std::move(sink), std::move(resolver), threads));
+}
+
+}  // namespace sluice::proxy

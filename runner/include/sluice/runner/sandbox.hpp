@@ -1,0 +1,162 @@
+// The Linux sandbox: runs one command in fresh mount, pid, net, ipc, uts and cgroup namespaces,
+// as an unprivileged uid with no capabilities, no_new_privs, a seccomp filter and (where the
+// kernel has it) Landlock, under cgroup and rlimit limits, and reports what happened.
+// Depends only on plain structs: limits in, RunResult out, plus a listening fd inside the
+// sandbox's network namespace handed to the caller (the proxy). See docs/sandbox.md.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace sluice::runner {
+
+/// Effective resource limits of one execution. 0 means "no limit" for the byte/count fields
+/// except where noted; durations of 0 mean no limit.
+struct Limits {
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};  // wall clock
+  std::chrono::milliseconds cpu_time{std::chrono::seconds(20)};  // all processes together
+  std::uint64_t memory = 512ull << 20;  // cgroup, swap included
+  std::uint64_t pids = 64;
+  std::uint64_t output = 1ull << 20;    // captured per stream; the rest counted and dropped
+  std::uint64_t disk = 100ull << 20;    // one tmpfs shared by /work, /tmp and /output
+  std::uint64_t file_size = 0;          // RLIMIT_FSIZE; 0 = same as disk
+  std::uint64_t open_files = 256;       // RLIMIT_NOFILE
+};
+
+/// A host file or directory made visible read-only under /input.
+struct Input {
+  std::filesystem::path host;
+  std::string sandbox;  // path relative to /input (no "..", no leading "/")
+};
+
+/// Everything the runner needs for one execution.
+struct RunSpec {
+  std::vector<std::string> argv;
+  std::vector<std::string> env;  // K=V added to the fixed environment (see buildEnvironment)
+  Limits limits;
+  bool network_proxy = false;    // true: a proxy listener at 127.0.0.1:3128 in the sandbox
+  std::vector<Input> inputs;
+  std::filesystem::path output_dir;  // empty: /output is discarded after the run
+  std::string execution_id;          // [A-Za-z0-9._-]+; names the cgroup
+  /// Extra files placed in the sandbox, sandbox absolute path -> content (e.g. the proxy's CA
+  /// bundle at /etc/ssl/certs/ca-certificates.crt). Only under /etc.
+  std::vector<std::pair<std::string, std::string>> extra_files;
+  uid_t uid = 65534;
+  gid_t gid = 65534;
+};
+
+/// Which limit stopped (or, for output/disk/pids, constrained) the program.
+enum class LimitHit : std::uint8_t { kNone, kTimeout, kCpu, kMemory, kPids, kOutput, kDisk, kFileSize };
+/// "timeout", "cpu", ... ; "" for kNone.
+std::string_view limitHitName(LimitHit l);
+
+struct Usage {
+  std::uint64_t cpu_user_ms = 0;
+  std::uint64_t cpu_sys_ms = 0;
+  std::uint64_t max_rss_bytes = 0;
+  std::uint64_t pids_peak = 0;
+};
+
+struct StreamCapture {
+  std::uint64_t bytes = 0;  // total written by the program
+  bool truncated = false;   // bytes > captured text
+  std::string text;         // the first Limits::output bytes
+};
+
+struct Artifact {
+  std::string path;  // relative to /output
+  std::uint64_t bytes = 0;
+  std::string sha256;
+};
+
+struct Isolation {
+  std::vector<std::string> namespaces;  // "mount", "pid", "net", "ipc", "uts", "cgroup"
+  bool seccomp = false;
+  bool landlock = false;
+  bool no_new_privs = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  std::string cgroup;  // "v1" | "v2"
+};
+
+struct RunResult {
+  int exit_code = 0;  // the program's status when it exited normally
+  int signal = 0;     // the signal that killed it, 0 if none
+  LimitHit limit_hit = LimitHit::kNone;
+  Usage usage;
+  StreamCapture out;
+  StreamCapture err;
+  std::vector<Artifact> artifacts;
+  Isolation isolation;
+  std::chrono::system_clock::time_point started_at;
+  std::chrono::system_clock::time_point ended_at;
+  /// Where the time went (phase name, microseconds), for `SLUICE_TIMING=1` and benchmarks.
+  std::vector<std::pair<std::string, std::int64_t>> phases;
+  bool stopped_by_request = false;  // SIGINT/SIGTERM reached sluice (see requestStop)
+  int stop_signal = 0;
+
+  /// The exit status `sluice run` returns for this result (DESIGN.md): 124 when a limit made
+  /// the program fail, 128+N for a signal, else the program's own status.
+  int sluiceExitStatus() const;
+};
+
+/// Why an execution could not be set up or the command not started.
+struct SetupError {
+  enum class Kind : std::uint8_t {
+    kSetup,       // sluice failed (exit 125); `step` names the failing setup step
+    kNotFound,    // command does not exist (exit 127)
+    kCannotExec,  // command exists but cannot run (exit 126)
+  };
+  Kind kind = Kind::kSetup;
+  std::string step;     // e.g. "mount /proc", "cgroup memory.limit_in_bytes", "execve"
+  std::string message;  // human-readable, includes strerror when relevant
+  int exitStatus() const;
+};
+
+/// Called once, before the program starts, with a TCP socket listening on 127.0.0.1:3128 inside
+/// the sandbox's network namespace. Ownership of the fd passes to the callee (the proxy
+/// accepts on it from the host namespace). An error aborts the run with a SetupError.
+using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>;
+
+/// Receives the program's output live, as it arrives (stream 1 = stdout, 2 = stderr).
+using OutputSink = std::function<void(int stream, std::string_view data)>;
+
+/// Runs `spec` to completion. Every process of the sandbox is gone, its cgroups removed and
+/// nothing left mounted when this returns. Must be called as root. Call from the thread that
+/// will outlive the run (PR_SET_PDEATHSIG follows the creating thread).
+std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
+                                                  const ListenerCallback& on_listener = {},
+                                                  const OutputSink& live = {});
+
+/// Makes SIGINT and SIGTERM stop a running sandbox (teardown, then RunResult with
+/// stopped_by_request) instead of killing sluice outright. Call once from main.
+void installStopHandlers();
+
+/// Asks a running runSandboxed() to stop (async-signal-safe).
+void requestStop(int signal);
+
+/// True when this process can create the sandbox (root, namespaces, cgroups). `why` says what
+/// is missing otherwise.
+bool sandboxSupported(std::string* why = nullptr);
+
+struct GcReport {
+  std::vector<std::string> removed_cgroups;
+  std::vector<std::string> killed_pids;
+  std::vector<std::string> errors;  // what could not be removed, and why
+};
+
+/// Removes cgroups left behind by a sluice that was SIGKILLed (killing any process still in
+/// them). Only touches cgroups of executions whose sluice process is gone.
+std::expected<GcReport, std::string> collectGarbage();
+
+}  // namespace sluice::runner

@@ -1,0 +1,279 @@
+// Cgroup v1/v2 creation, limits, counters and removal for one execution (see cgroup.hpp).
+#include "sluice/runner/cgroup.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace sluice::runner {
+namespace {
+
+namespace fs = std::filesystem;
+
+bool isFile(const fs::path& p) {
+  std::error_code ec;
+  return fs::is_regular_file(p, ec);
+}
+
+// Writes `value` with a single write(2): cgroupfs parses each write as one command, and a
+// buffered stream could split or merge them.
+std::expected<void, std::string> writeFile(const fs::path& file, std::string_view value) {
+  // O_CREAT only matters for a fake cgroupfs in tests; kernfs files always exist.
+  int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC | O_TRUNC | O_CREAT, 0644);
+  if (fd < 0) return std::unexpected(file.string() + ": " + std::strerror(errno));
+  ssize_t n = ::write(fd, value.data(), value.size());
+  int err = errno;
+  ::close(fd);
+  if (n < 0) return std::unexpected(file.string() + ": " + std::strerror(err));
+  return {};
+}
+
+std::optional<std::uint64_t> readNumber(const fs::path& file) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  std::string word;
+  in >> word;
+  if (word.empty()) return std::nullopt;
+  if (word == "max") return UINT64_MAX;
+  try {
+    return std::stoull(word);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+SetupError cgError(std::string step, std::string message) {
+  return SetupError{SetupError::Kind::kSetup, "cgroup " + std::move(step), std::move(message)};
+}
+
+// Creates `dir` (and its parent) if missing. v1 hierarchies and the v2 parent are shared by
+// every execution, so EEXIST is normal.
+std::expected<void, std::string> makeDir(const fs::path& dir) {
+  if (::mkdir(dir.parent_path().c_str(), 0755) != 0 && errno != EEXIST)
+    return std::unexpected(dir.parent_path().string() + ": " + std::strerror(errno));
+  if (::mkdir(dir.c_str(), 0755) != 0)
+    return std::unexpected(dir.string() + ": " + std::strerror(errno));
+  return {};
+}
+
+// v2 only delegates a controller to children when the parent lists it in subtree_control;
+// enable what we need at <root> and <root>/<parent>. Already-enabled is a no-op write.
+std::expected<void, std::string> enableV2Controllers(const fs::path& dir) {
+  std::ifstream in(dir / "cgroup.controllers");
+  std::string avail((std::istreambuf_iterator<char>(in)), {});
+  std::string want;
+  for (const char* c : {"memory", "pids", "cpu"}) {
+    std::istringstream words(avail);
+    std::string w;
+    while (words >> w)
+      if (w == c) want += std::string(want.empty() ? "" : " ") + "+" + c;
+  }
+  if (want.empty()) return {};
+  return writeFile(dir / "cgroup.subtree_control", want);
+}
+
+}  // namespace
+
+std::expected<CgroupLayout, std::string> detectCgroupLayout(const fs::path& root) {
+  CgroupLayout layout;
+  layout.root = root;
+  if (isFile(root / "cgroup.controllers")) {
+    std::ifstream in(root / "cgroup.controllers");
+    std::string avail((std::istreambuf_iterator<char>(in)), {});
+    if (avail.find("memory") != std::string::npos && avail.find("pids") != std::string::npos) {
+      layout.version = CgroupVersion::kV2;
+      return layout;
+    }
+    return std::unexpected(root.string() +
+                           ": cgroup v2 without the memory and pids controllers available");
+  }
+  layout.version = CgroupVersion::kV1;
+  // Controllers may be co-mounted ("cpu,cpuacct"); take the first directory that has the
+  // controller's own file.
+  auto find = [&](std::initializer_list<const char*> names, const char* probe) -> fs::path {
+    for (const char* n : names)
+      if (isFile(root / n / probe)) return root / n;
+    return {};
+  };
+  layout.memory_dir = find({"memory"}, "memory.limit_in_bytes");
+  layout.pids_dir = find({"pids"}, "cgroup.procs");
+  layout.cpuacct_dir = find({"cpuacct", "cpu,cpuacct", "cpuacct,cpu"}, "cpuacct.usage");
+  if (layout.memory_dir.empty() || layout.pids_dir.empty() || layout.cpuacct_dir.empty())
+    return std::unexpected(root.string() +
+                           ": no usable cgroup hierarchy (need v2 with memory+pids, or v1 "
+                           "memory, pids and cpuacct)");
+  return layout;
+}
+
+std::expected<Cgroup, SetupError> Cgroup::create(const CgroupLayout& layout, std::string_view name,
+                                                 const Limits& limits) {
+  Cgroup cg;
+  cg.version_ = layout.version;
+  cg.removed_ = false;
+  auto fail = [&](std::string step, std::string msg) -> std::unexpected<SetupError> {
+    (void)cg.remove();
+    return std::unexpected(cgError(std::move(step), std::move(msg)));
+  };
+  // cgroup memory limits are bytes; 0 ("unlimited" in Limits) maps to the kernel's "max".
+  const std::string mem = limits.memory ? std::to_string(limits.memory) : "max";
+  const std::string pids = limits.pids ? std::to_string(limits.pids) : "max";
+
+  if (layout.version == CgroupVersion::kV2) {
+    const fs::path parent = layout.root / layout.parent;
+    if (auto r = enableV2Controllers(layout.root); !r) return fail("enable controllers", r.error());
+    if (::mkdir(parent.c_str(), 0755) != 0 && errno != EEXIST)
+      return fail("mkdir", parent.string() + ": " + std::strerror(errno));
+    if (auto r = enableV2Controllers(parent); !r) return fail("enable controllers", r.error());
+    const fs::path dir = parent / std::string(name);
+    if (::mkdir(dir.c_str(), 0755) != 0)
+      return fail("mkdir", dir.string() + ": " + std::strerror(errno));
+    cg.dirs_.push_back(dir);
+    if (auto r = writeFile(dir / "memory.max", mem); !r) return fail("memory.max", r.error());
+    // "Swap included": no swap at all for the sandbox, so memory.max is the whole budget.
+    // Without swap support the file is absent (and there is no swap to limit).
+    if (auto r = writeFile(dir / "memory.swap.max", "0"); !r && isFile(dir / "memory.swap.max"))
+      return fail("memory.swap.max", r.error());
+    // Kill the whole group on OOM rather than one process, so a limit hit is unambiguous.
+    (void)writeFile(dir / "memory.oom.group", "1");
+    if (auto r = writeFile(dir / "pids.max", pids); !r) return fail("pids.max", r.error());
+    return cg;
+  }
+
+  for (const fs::path& h : {layout.memory_dir, layout.pids_dir, layout.cpuacct_dir}) {
+    const fs::path dir = h / layout.parent / std::string(name);
+    if (auto r = makeDir(dir); !r) return fail("mkdir", r.error());
+    cg.dirs_.push_back(dir);
+  }
+  const fs::path& m = cg.dirs_[0];
+  if (auto r = writeFile(m / "memory.limit_in_bytes", limits.memory ? mem : "-1"); !r)
+    return fail("memory.limit_in_bytes", r.error());
+  // memsw = memory + swap; equal to the memory limit means no swap. Only present when the
+  // kernel does swap accounting. Must be written after limit_in_bytes (memsw >= memory).
+  if (auto r = writeFile(m / "memory.memsw.limit_in_bytes", limits.memory ? mem : "-1");
+      !r && isFile(m / "memory.memsw.limit_in_bytes"))
+    return fail("memory.memsw.limit_in_bytes", r.error());
+  if (auto r = writeFile(cg.dirs_[1] / "pids.max", pids); !r) return fail("pids.max", r.error());
+  return cg;
+}
+
+Cgroup::Cgroup(Cgroup&& other) noexcept
+    : version_(other.version_), dirs_(std::move(other.dirs_)), removed_(other.removed_) {
+  other.removed_ = true;
+  other.dirs_.clear();
+}
+
+Cgroup& Cgroup::operator=(Cgroup&& other) noexcept {
+  if (this != &other) {
+    (void)remove();
+    version_ = other.version_;
+    dirs_ = std::move(other.dirs_);
+    removed_ = other.removed_;
+    other.removed_ = true;
+    other.dirs_.clear();
+  }
+  return *this;
+}
+
+Cgroup::~Cgroup() { (void)remove(); }
+
+std::expected<void, SetupError> Cgroup::addProcess(pid_t pid) const {
+  const std::string text = std::to_string(pid);
+  for (const fs::path& d : dirs_)
+    if (auto r = writeFile(d / "cgroup.procs", text); !r)
+      return std::unexpected(cgError("cgroup.procs", r.error()));
+  return {};
+}
+
+CgroupStats Cgroup::stats() const {
+  CgroupStats s;
+  if (dirs_.empty()) return s;
+  if (version_ == CgroupVersion::kV2) {
+    const fs::path& d = dirs_[0];
+    s.oom_kills = readKeyedCounter(d / "memory.events", "oom_kill").value_or(0);
+    s.pids_max_events = readKeyedCounter(d / "pids.events", "max").value_or(0);
+    s.cpu_usage_us = readKeyedCounter(d / "cpu.stat", "usage_usec").value_or(0);
+    s.memory_peak = readNumber(d / "memory.peak").value_or(0);
+    s.pids_current = readNumber(d / "pids.current").value_or(0);
+    s.pids_peak = readNumber(d / "pids.peak").value_or(0);
+    return s;
+  }
+  s.oom_kills = readKeyedCounter(dirs_[0] / "memory.oom_control", "oom_kill").value_or(0);
+  s.memory_peak = readNumber(dirs_[0] / "memory.max_usage_in_bytes").value_or(0);
+  s.memory_failcnt = readNumber(dirs_[0] / "memory.failcnt").value_or(0);
+  if (dirs_.size() > 1) {
+    s.pids_max_events = readKeyedCounter(dirs_[1] / "pids.events", "max").value_or(0);
+    s.pids_current = readNumber(dirs_[1] / "pids.current").value_or(0);
+    s.pids_peak = readNumber(dirs_[1] / "pids.peak").value_or(0);
+  }
+  if (dirs_.size() > 2) s.cpu_usage_us = readNumber(dirs_[2] / "cpuacct.usage").value_or(0) / 1000;
+  return s;
+}
+
+void Cgroup::killAll() const {
+  if (dirs_.empty()) return;
+  const fs::path procs_dir = version_ == CgroupVersion::kV2 ? dirs_[0] : dirs_[1];
+  // cgroup.kill (v2, Linux 5.14+) kills atomically, racing no fork.
+  if (version_ == CgroupVersion::kV2 && isFile(procs_dir / "cgroup.kill"))
+    (void)writeFile(procs_dir / "cgroup.kill", "1");
+  // Otherwise (v1): SIGKILL what is listed until nothing is; pids.max bounds the forks racing
+  // us, and the bound on rounds keeps teardown finite.
+  for (int round = 0; round < 100; ++round) {
+    auto pids = cgroupProcs(procs_dir);
+    if (pids.empty()) return;
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(round < 10 ? 1 : 10));
+  }
+}
+
+std::expected<void, std::string> Cgroup::remove() {
+  if (removed_) return {};
+  std::string errors;
+  for (const fs::path& d : dirs_) {
+    // rmdir fails with EBUSY while a (dying) process is still charged; kill and retry briefly.
+    bool ok = false;
+    for (int i = 0; i < 200; ++i) {
+      if (::rmdir(d.c_str()) == 0 || errno == ENOENT) {
+        ok = true;
+        break;
+      }
+      if (errno != EBUSY) break;
+      for (pid_t p : cgroupProcs(d)) ::kill(p, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    if (!ok) errors += (errors.empty() ? "" : "; ") + d.string() + ": " + std::strerror(errno);
+  }
+  removed_ = true;
+  dirs_.clear();
+  if (!errors.empty()) return std::unexpected(errors);
+  return {};
+}
+
+std::vector<pid_t> cgroupProcs(const fs::path& dir) {
+  std::vector<pid_t> out;
+  std::ifstream in(dir / "cgroup.procs");
+  long p = 0;
+  while (in >> p) out.push_back(static_cast<pid_t>(p));
+  return out;
+}
+
+std::optional<std::uint64_t> readKeyedCounter(const fs::path& file, std::string_view key) {
+  std::ifstream in(file);
+  if (!in) return std::nullopt;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream words(line);
+    std::string k;
+    std::uint64_t v = 0;
+    if (words >> k >> v && k == key) return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace sluice::runner

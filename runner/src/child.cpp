@@ -1,0 +1,210 @@
+// Sandbox-side processes: init and the program (see child.hpp).
+#include "child.hpp"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "namespaces.hpp"
+#include "seccomp.hpp"
+
+namespace sluice::runner::detail {
+namespace {
+
+void writeFully(int fd, const void* data, size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+void report(int fd, ChildMessage::Kind kind, const char* step, int err) {
+  ChildMessage m;
+  m.kind = kind;
+  m.err = err;
+  std::strncpy(m.step, step, sizeof m.step - 1);
+  writeFully(fd, &m, sizeof m);
+}
+
+[[noreturn]] void fail(const ChildPlan& plan, StepResult r) {
+  report(plan.fds.error_write, ChildMessage::kSetupFailed, r.step, r.err);
+  ::_exit(kInitSetupFailed);
+}
+
+bool readByte(int fd, char expected) {
+  char c = 0;
+  ssize_t n;
+  do n = ::read(fd, &c, 1);
+  while (n < 0 && errno == EINTR);
+  return n == 1 && c == expected;
+}
+
+// Closes every fd except those in `keep` (sorted in place; at most 16). The parent is
+// multi-threaded and holds sockets and databases; none of them may leak into the sandbox.
+void closeAllExcept(int* keep, int count) {
+  std::sort(keep, keep + count);
+  unsigned lo = 3;
+  for (int i = 0; i < count; ++i) {
+    if (keep[i] < static_cast<int>(lo)) continue;
+    if (static_cast<unsigned>(keep[i]) > lo) ::syscall(SYS_close_range, lo, keep[i] - 1, 0);
+    lo = static_cast<unsigned>(keep[i]) + 1;
+  }
+  ::syscall(SYS_close_range, lo, ~0U, 0);
+}
+
+// Raw fork: glibc's fork() runs atfork handlers and takes malloc locks, which another thread
+// of the parent may have held at clone time.
+pid_t rawFork() { return static_cast<pid_t>(::syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0)); }
+
+// SIGUSR1/SIGTERM from sluice (timeout, CPU limit, stop request): init kills everything else
+// in the namespace; the normal reaping path then reports the program's death.
+void onStop(int) { ::kill(-1, SIGKILL); }
+
+[[noreturn]] void programMain(const ChildPlan& plan) {
+  const ChildFds& f = plan.fds;
+  auto failExec = [&](StepResult r) {
+    report(f.error_write, ChildMessage::kSetupFailed, r.step, r.err);
+    ::_exit(kInitSetupFailed);
+  };
+  // Default signal dispositions and mask for the program (init changed some).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : {SIGTERM, SIGUSR1, SIGINT, SIGPIPE, SIGHUP}) ::sigaction(s, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull < 0) failExec(stepFail("open /dev/null for stdin"));
+  if (::dup2(devnull, 0) < 0 || ::dup2(f.stdout_write, 1) < 0 || ::dup2(f.stderr_write, 2) < 0)
+    failExec(stepFail("set up stdio"));
+  ::close(f.report_write);
+  ::close(f.control_read);
+  ::close(f.go_read);
+  // A session of its own: no controlling terminal shared with sluice's caller.
+  ::setsid();
+  if (::chdir("/work") != 0) failExec(stepFail("chdir /work"));
+  if (auto r = applyRlimits(plan.privileges); !r) failExec(r);
+  if (auto r = dropPrivileges(plan.privileges); !r) failExec(r);
+  if (auto r = applyLandlock(plan.privileges); !r) failExec(r);
+  if (auto r = loadSeccompProgram(plan.seccomp); !r) failExec(r);
+
+  // execvpe may allocate; search PATH by hand with a stack buffer.
+  const char* cmd = plan.argv[0];
+  int err = ENOENT;
+  if (std::strchr(cmd, '/') != nullptr) {
+    ::execve(cmd, plan.argv.data(), plan.envp.data());
+    err = errno;
+  } else {
+    char buf[4096];
+    bool eacces = false;
+    for (const std::string& dir : plan.path_dirs) {
+      size_t dl = dir.size(), cl = std::strlen(cmd);
+      if (dl + 1 + cl + 1 > sizeof buf) continue;
+      std::memcpy(buf, dir.data(), dl);
+      buf[dl] = '/';
+      std::memcpy(buf + dl + 1, cmd, cl + 1);
+      ::execve(buf, plan.argv.data(), plan.envp.data());
+      if (errno == EACCES) eacces = true;
+      else if (errno != ENOENT && errno != ENOTDIR) {
+        err = errno;
+        break;
+      }
+    }
+    if (err == ENOENT && eacces) err = EACCES;
+  }
+  report(f.error_write, ChildMessage::kExecFailed, "execve", err);
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+}  // namespace
+
+void initMain(const ChildPlan& plan) {
+  const ChildFds& f = plan.fds;
+  // If sluice dies (even SIGKILL), init dies, and with pid 1 gone the kernel kills every
+  // process of the namespace.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  int keep[] = {f.go_read, f.error_write, f.report_write, f.control_read, f.listener_channel,
+                f.stdout_write, f.stderr_write};
+  closeAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
+  // Namespace and mount setup first: it overlaps with sluice moving us into the cgroups, whose
+  // cgroup.procs write waits for an RCU grace period (milliseconds on cgroup v1).
+  if (::sethostname("sandbox", 7) != 0) fail(plan, stepFail("sethostname"));
+  if (auto r = bringUpLoopback(); !r) fail(plan, r);
+  if (plan.network_proxy)
+    if (auto r = sendProxyListener(f.listener_channel); !r) fail(plan, r);
+  ::close(f.listener_channel);
+  if (auto r = applyMountPlan(plan.mounts, plan.privileges.uid, plan.privileges.gid); !r)
+    fail(plan, r);
+  // Wait until sluice has put us into the cgroups. EOF means sluice died (perhaps before
+  // PR_SET_PDEATHSIG took effect): give up.
+  if (!readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
+  // Unsharing the cgroup namespace only now makes our (limited) cgroup the namespace's root.
+  if (::unshare(CLONE_NEWCGROUP) != 0) fail(plan, stepFail("unshare cgroup namespace"));
+  // Wait until sluice's proxy owns the listener before the program can connect.
+  if (plan.network_proxy && !readByte(f.go_read, 'A'))
+    fail(plan, stepFail("proxy did not adopt the listener", EPIPE));
+
+  struct sigaction sa {};
+  sa.sa_handler = onStop;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGUSR1, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  struct sigaction ign {};
+  ign.sa_handler = SIG_IGN;
+  ::sigaction(SIGINT, &ign, nullptr);
+  ::sigaction(SIGPIPE, &ign, nullptr);
+
+  pid_t program = rawFork();
+  if (program < 0) fail(plan, stepFail("fork program"));
+  if (program == 0) programMain(plan);
+
+  // Init keeps no copy of the program's pipes or of the error pipe, so sluice sees EOF on them
+  // as soon as the program and its descendants are gone (or the program execs, for errors).
+  ::close(f.stdout_write);
+  ::close(f.stderr_write);
+  ::close(f.error_write);
+  ::close(f.go_read);
+
+  InitReport rep;
+  rep.program_started = 1;
+  bool program_done = false;
+  for (;;) {
+    int status = 0;
+    pid_t p = ::waitpid(-1, &status, __WALL);
+    if (p < 0) {
+      if (errno == EINTR) continue;
+      break;  // ECHILD: nothing left
+    }
+    if (p == program && !program_done) {
+      program_done = true;
+      rep.wait_status = status;
+      // The program is done: nothing it started may outlive it (daemons, setsid double-forks).
+      ::kill(-1, SIGKILL);
+    }
+  }
+  ::getrusage(RUSAGE_CHILDREN, &rep.children);
+  writeFully(f.report_write, &rep, sizeof rep);
+  // Stay alive (keeping the mount namespace, and so /output, reachable via /proc/<pid>/root)
+  // until sluice has copied the artifacts and closes the control pipe.
+  for (;;) {
+    char c;
+    ssize_t n = ::read(f.control_read, &c, 1);
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
+  ::_exit(0);
+}
+
+}  // namespace sluice::runner::detail

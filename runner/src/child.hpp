@@ -1,0 +1,63 @@
+// The two processes on the sandbox side of clone(): the sandbox's init (pid 1 of its pid
+// namespace: sets up namespaces and mounts, starts the program, reaps everything, reports the
+// result, kills stragglers) and the program (drops privileges, loads seccomp, execs).
+// Everything here runs between clone and exec in a copy of a multi-threaded process: syscalls
+// and pre-built data only, no allocation, no exceptions. See sandbox.cpp for the parent side.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/resource.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mounts.hpp"
+#include "privileges.hpp"
+
+namespace sluice::runner::detail {
+
+/// A setup failure reported child -> parent. Fixed size: written with one write(2).
+struct ChildMessage {
+  enum Kind : std::int32_t { kSetupFailed = 1, kExecFailed = 2 };
+  std::int32_t kind = 0;
+  std::int32_t err = 0;
+  char step[96] = {};
+};
+
+/// The final report init -> parent after the program and every other process ended.
+struct InitReport {
+  std::int32_t wait_status = 0;  // of the program (pid 2)
+  std::int32_t program_started = 0;
+  rusage children{};             // RUSAGE_CHILDREN of init: every reaped process
+};
+
+/// Pipe/socket ends the child side uses (all O_CLOEXEC).
+struct ChildFds {
+  int go_read = -1;       // parent -> init: byte 'G' (cgroups set), 'A' (listener adopted)
+  int error_write = -1;   // -> parent: ChildMessage on failure; EOF once the program execs
+  int report_write = -1;  // init -> parent: InitReport
+  int control_read = -1;  // parent -> init: EOF means "tear down and exit"
+  int listener_channel = -1;  // unix socket: the proxy listener travels over it
+  int stdout_write = -1;
+  int stderr_write = -1;
+};
+
+struct ChildPlan {
+  MountPlan mounts;
+  PrivilegePlan privileges;
+  std::vector<sock_filter> seccomp;
+  std::vector<std::string> argv_storage, env_storage;
+  std::vector<char*> argv, envp;  // NULL-terminated, pointing into the storage above
+  std::vector<std::string> path_dirs;  // PATH search order for argv[0] without '/'
+  bool network_proxy = false;
+  ChildFds fds;
+};
+
+/// Exit status of init when setup failed (the parent reads the reason from the error pipe).
+inline constexpr int kInitSetupFailed = 125;
+
+/// Runs as init in the new namespaces; never returns.
+[[noreturn]] void initMain(const ChildPlan& plan);
+
+}  // namespace sluice::runner::detail

@@ -1,0 +1,300 @@
+// The sandbox file system: plan (parent) and apply (child). See mounts.hpp and docs/sandbox.md.
+#include "mounts.hpp"
+
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+namespace sluice::runner::detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string readWhole(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+class PlanBuilder {
+ public:
+  explicit PlanBuilder(std::string root) : root_(std::move(root)) {}
+
+  void mkdir(const std::string& p, unsigned mode = 0755) {
+    if (!made_.insert(p).second) return;
+    ops_.push_back({MountOp::Kind::kMkdir, root_ + p, {}, {}, mode, 0, "mkdir in new root"});
+  }
+  // mkdir -p of every parent of `p` (which is absolute inside the sandbox).
+  void parents(const std::string& p) {
+    for (size_t i = p.find('/', 1); i != std::string::npos; i = p.find('/', i + 1))
+      mkdir(p.substr(0, i));
+  }
+  void add(MountOp::Kind k, const std::string& p, std::string source, const char* step,
+           std::string content = {}, unsigned mode = 0644, dev_t dev = 0) {
+    ops_.push_back({k, root_ + p, std::move(source), std::move(content), mode, dev, step});
+  }
+  // A source path that must not be prefixed with the new root (host path).
+  std::vector<MountOp> take() { return std::move(ops_); }
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+  std::vector<MountOp> ops_;
+  std::set<std::string> made_;
+};
+
+// Validated relative path inside /input: no empty, "." or ".." components.
+bool safeRelative(const std::string& p) {
+  if (p.empty() || p.front() == '/') return false;
+  size_t start = 0;
+  while (start <= p.size()) {
+    size_t end = p.find('/', start);
+    if (end == std::string::npos) end = p.size();
+    std::string part = p.substr(start, end - start);
+    if (part.empty() || part == "." || part == "..") return false;
+    start = end + 1;
+  }
+  return true;
+}
+
+StepResult writeAll(const char* path, const std::string& content, unsigned mode) {
+  int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) return stepFail("write file in new root");
+  const char* p = content.data();
+  size_t left = content.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      return stepFail("write file in new root", e);
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return stepOk();
+}
+
+}  // namespace
+
+std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec) {
+  auto err = [](std::string step, std::string msg) {
+    return std::unexpected(SetupError{SetupError::Kind::kSetup, std::move(step), std::move(msg)});
+  };
+  MountPlan plan;
+  plan.new_root = kNewRootDir;
+  plan.scratch = kScratchDir;
+  PlanBuilder b(plan.new_root);
+  using K = MountOp::Kind;
+
+  // System directories: read-only binds; merged-/usr symlinks (/bin -> usr/bin) are recreated
+  // as symlinks so the sandbox sees the same layout as the host.
+  for (const char* d : {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
+    struct stat st {};
+    if (::lstat(d, &st) != 0) continue;
+    if (S_ISLNK(st.st_mode)) {
+      std::error_code ec;
+      fs::path target = fs::read_symlink(d, ec);
+      if (!ec) b.add(K::kSymlink, d, target.string(), "symlink system dir");
+    } else if (S_ISDIR(st.st_mode)) {
+      b.mkdir(d);
+      b.add(K::kBindRo, d, d, "bind system dir read-only");
+    }
+  }
+
+  // A minimal generated /etc: only what name services, TLS and the dynamic loader need.
+  b.mkdir("/etc");
+  const std::string uid = std::to_string(spec.uid), gid = std::to_string(spec.gid);
+  b.add(K::kWriteFile, "/etc/passwd", {}, "write /etc/passwd",
+        "root:x:0:0:root:/root:/usr/sbin/nologin\nsandbox:x:" + uid + ":" + gid +
+            ":sandbox:/work:/bin/sh\n");
+  b.add(K::kWriteFile, "/etc/group", {}, "write /etc/group", "root:x:0:\nsandbox:x:" + gid + ":\n");
+  b.add(K::kWriteFile, "/etc/hosts", {}, "write /etc/hosts",
+        "127.0.0.1\tlocalhost sandbox\n::1\tlocalhost ip6-localhost ip6-loopback\n");
+  b.add(K::kWriteFile, "/etc/hostname", {}, "write /etc/hostname", "sandbox\n");
+  b.add(K::kWriteFile, "/etc/nsswitch.conf", {}, "write /etc/nsswitch.conf",
+        "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
+        "protocols: files\nservices: files\n");
+  // Nothing answers on 127.0.0.1:53 in the sandbox: lookups fail at once (ECONNREFUSED) and
+  // programs fall back to sending the hostname to the proxy.
+  b.add(K::kWriteFile, "/etc/resolv.conf", {}, "write /etc/resolv.conf",
+        "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n");
+  if (fs::exists("/etc/ld.so.cache"))
+    b.add(K::kWriteFile, "/etc/ld.so.cache", {}, "write /etc/ld.so.cache",
+          readWhole("/etc/ld.so.cache"));
+  {
+    std::error_code ec;
+    fs::path tz = fs::read_symlink("/etc/localtime", ec);
+    if (!ec && tz.string().starts_with("/usr/share/zoneinfo/"))
+      b.add(K::kSymlink, "/etc/localtime", tz.string(), "symlink /etc/localtime");
+    else if (fs::exists("/usr/share/zoneinfo/UTC"))
+      b.add(K::kSymlink, "/etc/localtime", "/usr/share/zoneinfo/UTC", "symlink /etc/localtime");
+  }
+  bool have_ca = false;
+  for (const auto& [path, content] : spec.extra_files) {
+    if (!path.starts_with("/etc/") || !safeRelative(path.substr(1)))
+      return err("extra file", path + ": extra files must be under /etc/");
+    b.parents(path);
+    b.add(K::kWriteFile, path, {}, "write extra file", content);
+    if (path == "/etc/ssl/certs/ca-certificates.crt") have_ca = true;
+  }
+  if (!have_ca && fs::is_regular_file("/etc/ssl/certs/ca-certificates.crt")) {
+    b.parents("/etc/ssl/certs/ca-certificates.crt");
+    b.add(K::kTouch, "/etc/ssl/certs/ca-certificates.crt", {}, "create CA bundle mount point");
+    b.add(K::kBindRo, "/etc/ssl/certs/ca-certificates.crt", "/etc/ssl/certs/ca-certificates.crt",
+          "bind CA bundle");
+  }
+
+  // Fresh /proc of the sandbox's own pid namespace.
+  b.mkdir("/proc");
+  b.add(K::kProc, "/proc", {}, "mount /proc");
+
+  // Minimal /dev: device nodes made here (not the host's devtmpfs), a private devpts.
+  b.mkdir("/dev");
+  b.add(K::kTmpfs, "/dev", "size=64k,nr_inodes=64,mode=0755", "mount /dev tmpfs");
+  struct Node {
+    const char* name;
+    unsigned maj, min;
+  };
+  for (Node n : {Node{"null", 1, 3}, Node{"zero", 1, 5}, Node{"full", 1, 7},
+                 Node{"random", 1, 8}, Node{"urandom", 1, 9}, Node{"tty", 5, 0}})
+    b.add(K::kMknod, std::string("/dev/") + n.name, {}, "mknod in /dev", {}, 0666,
+          makedev(n.maj, n.min));
+  b.add(K::kMkdir, "/dev/pts", {}, "mkdir /dev/pts", {}, 0755);
+  b.add(K::kDevpts, "/dev/pts", "newinstance,ptmxmode=0666,mode=0620", "mount /dev/pts");
+  b.add(K::kSymlink, "/dev/ptmx", "pts/ptmx", "symlink /dev/ptmx");
+  b.add(K::kSymlink, "/dev/fd", "/proc/self/fd", "symlink /dev/fd");
+  b.add(K::kSymlink, "/dev/stdin", "/proc/self/fd/0", "symlink /dev/stdin");
+  b.add(K::kSymlink, "/dev/stdout", "/proc/self/fd/1", "symlink /dev/stdout");
+  b.add(K::kSymlink, "/dev/stderr", "/proc/self/fd/2", "symlink /dev/stderr");
+  b.add(K::kMkdir, "/dev/shm", {}, "mkdir /dev/shm", {}, 0755);
+
+  // One scratch tmpfs, sized by `disk`, behind /work, /tmp, /output and /dev/shm, so the disk
+  // limit is one budget for all writable space.
+  // Ops carry absolute host paths here: the scratch mount point is outside the new root.
+  const std::string s = plan.scratch;
+  const std::uint64_t disk = spec.limits.disk ? spec.limits.disk : (64ull << 20);
+  std::vector<MountOp> scratch_ops;
+  scratch_ops.push_back({K::kTmpfs, s,
+                         "size=" + std::to_string(disk) + ",nr_inodes=16384,mode=0700", {}, 0, 0,
+                         "mount scratch tmpfs (disk limit)"});
+  for (const char* d : {"work", "tmp", "output", "shm"}) {
+    const bool sticky = std::strcmp(d, "tmp") == 0 || std::strcmp(d, "shm") == 0;
+    scratch_ops.push_back({K::kMkdir, s + "/" + d, {}, {}, sticky ? 01777u : 0755u, 0, "mkdir scratch dir"});
+    if (!sticky) scratch_ops.push_back({K::kChown, s + "/" + d, {}, {}, 0, 0, "chown scratch dir"});
+  }
+  for (const char* d : {"/work", "/tmp", "/output"}) {
+    b.mkdir(d);
+    b.add(K::kBindRw, d, s + d, "bind scratch dir");
+  }
+  b.add(K::kBindRw, "/dev/shm", s + "/shm", "bind /dev/shm");
+
+  // Inputs: read-only under /input.
+  b.mkdir("/input");
+  std::set<std::string> seen;
+  for (const Input& in : spec.inputs) {
+    if (!safeRelative(in.sandbox))
+      return err("input", "--input " + in.host.string() + ":" + in.sandbox +
+                              ": the sandbox path must be relative to /input, without '..'");
+    const std::string dst = "/input/" + in.sandbox;
+    if (!seen.insert(dst).second) return err("input", dst + ": given twice");
+    struct stat st {};
+    if (::stat(in.host.c_str(), &st) != 0)
+      return err("input", in.host.string() + ": " + std::strerror(errno));
+    b.parents(dst);
+    if (S_ISDIR(st.st_mode))
+      b.mkdir(dst);
+    else
+      b.add(K::kTouch, dst, {}, "create input mount point");
+    b.add(K::kBindRo, dst, fs::absolute(in.host).string(), "bind input read-only");
+  }
+  plan.ops = std::move(scratch_ops);
+  for (MountOp& op : b.take()) plan.ops.push_back(std::move(op));
+  return plan;
+}
+
+// Child side. Everything below runs between clone and exec: syscalls only.
+StepResult applyMountPlan(const MountPlan& plan, uid_t uid, gid_t gid) {
+  // Our mounts must not propagate back to the host (systemd makes / shared).
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+    return stepFail("make mounts private");
+  // The scratch tmpfs stays alive through its binds after the old root (holding its mount
+  // point) is detached.
+  if (::mount("tmpfs", plan.new_root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+              "size=16m,nr_inodes=16384,mode=0755") != 0)
+    return stepFail("mount new root tmpfs");
+  using K = MountOp::Kind;
+  for (const MountOp& op : plan.ops) {
+    const char* p = op.path.c_str();
+    switch (op.kind) {
+      case K::kMkdir:
+        if (::mkdir(p, 0755) != 0 && errno != EEXIST) return stepFail(op.step);
+        // mkdir honours the umask; chmod sets sticky bits and exact modes.
+        if (::chmod(p, op.mode) != 0) return stepFail(op.step);
+        break;
+      case K::kSymlink:
+        if (::symlink(op.source.c_str(), p) != 0) return stepFail(op.step);
+        break;
+      case K::kTouch: {
+        int fd = ::open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+        if (fd < 0) return stepFail(op.step);
+        ::close(fd);
+        break;
+      }
+      case K::kWriteFile:
+        if (auto r = writeAll(p, op.content, op.mode); !r) return stepFail(op.step, r.err);
+        break;
+      case K::kBindRo:
+      case K::kBindRw: {
+        if (::mount(op.source.c_str(), p, nullptr, MS_BIND | MS_REC, nullptr) != 0)
+          return stepFail(op.step);
+        // A bind inherits the source's flags; read-only etc. need a second, remount call.
+        unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV;
+        if (op.kind == K::kBindRo) flags |= MS_RDONLY;
+        if (::mount(nullptr, p, nullptr, flags, nullptr) != 0) return stepFail(op.step);
+        break;
+      }
+      case K::kTmpfs:
+        if (::mount("tmpfs", p, "tmpfs", MS_NOSUID, op.source.c_str()) != 0)
+          return stepFail(op.step);
+        break;
+      case K::kProc:
+        if (::mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+          return stepFail(op.step);
+        break;
+      case K::kDevpts:
+        if (::mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, op.source.c_str()) != 0)
+          return stepFail(op.step);
+        break;
+      case K::kMknod:
+        if (::mknod(p, S_IFCHR | 0666, op.dev) != 0) return stepFail(op.step);
+        if (::chmod(p, 0666) != 0) return stepFail(op.step);
+        break;
+      case K::kChown:
+        if (::chown(p, uid, gid) != 0) return stepFail(op.step);
+        break;
+    }
+  }
+  // pivot_root(".", "."): stacks the old root on top of the new one; detaching it leaves
+  // nothing of the host reachable (unlike chroot, which keeps the old tree mounted).
+  if (::chdir(plan.new_root.c_str()) != 0) return stepFail("chdir new root");
+  if (::syscall(SYS_pivot_root, ".", ".") != 0) return stepFail("pivot_root");
+  if (::umount2(".", MNT_DETACH) != 0) return stepFail("detach old root");
+  if (::chdir("/") != 0) return stepFail("chdir /");
+  // The root tmpfs (/etc, mount points) becomes read-only: writable space is only the scratch.
+  if (::mount(nullptr, "/", nullptr, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr) != 0)
+    return stepFail("remount root read-only");
+  return stepOk();
+}
+
+}  // namespace sluice::runner::detail

@@ -1,0 +1,94 @@
+// Privilege drop for the sandboxed program (see privileges.hpp).
+#include "privileges.hpp"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/landlock.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace sluice::runner::detail {
+namespace {
+
+constexpr unsigned long long kLandlockWrite =
+    LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE |
+    LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+    LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
+    LANDLOCK_ACCESS_FS_MAKE_SYM;
+
+}  // namespace
+
+int landlockAbi() {
+  long abi = ::syscall(SYS_landlock_create_ruleset, nullptr, 0, LANDLOCK_CREATE_RULESET_VERSION);
+  return abi < 0 ? 0 : static_cast<int>(abi);
+}
+
+StepResult applyRlimits(const PrivilegePlan& plan) {
+  for (std::size_t i = 0; i < plan.rlimit_count; ++i)
+    if (::setrlimit(static_cast<__rlimit_resource>(plan.rlimits[i].resource),
+                    &plan.rlimits[i].value) != 0)
+      return stepFail("setrlimit");
+  return stepOk();
+}
+
+StepResult dropPrivileges(const PrivilegePlan& plan) {
+  // The bounding set limits what any later execve (of a setuid binary, say) could regain.
+  for (int cap = 0; cap <= plan.cap_last; ++cap)
+    if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+      return stepFail("drop capability bounding set");
+  if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
+    return stepFail("clear ambient capabilities");
+  if (::syscall(SYS_setgroups, 0, nullptr) != 0) return stepFail("setgroups");
+  if (::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) return stepFail("setresgid");
+  if (::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) return stepFail("setresuid");
+  // Changing uid from 0 clears permitted/effective, but inheritable survives: empty them all.
+  __user_cap_header_struct hdr{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[2] = {};
+  if (::syscall(SYS_capset, &hdr, data) != 0) return stepFail("capset");
+  if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return stepFail("no_new_privs");
+  return stepOk();
+}
+
+StepResult applyLandlock(const PrivilegePlan& plan) {
+  if (plan.landlock_abi < 1) return stepOk();
+  landlock_ruleset_attr attr{};
+  attr.handled_access_fs = kLandlockWrite;
+  int ruleset = static_cast<int>(::syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0));
+  if (ruleset < 0) return stepFail("landlock create ruleset");
+  struct Allowed {
+    const char* path;
+    unsigned long long access;
+  };
+  const Allowed allowed[] = {
+      {"/work", kLandlockWrite},  {"/tmp", kLandlockWrite},
+      {"/output", kLandlockWrite}, {"/dev/shm", kLandlockWrite},
+      {"/dev/null", LANDLOCK_ACCESS_FS_WRITE_FILE}, {"/dev/zero", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/full", LANDLOCK_ACCESS_FS_WRITE_FILE}, {"/dev/tty", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/random", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/urandom", LANDLOCK_ACCESS_FS_WRITE_FILE}, {"/dev/pts", LANDLOCK_ACCESS_FS_WRITE_FILE},
+  };
+  for (const Allowed& a : allowed) {
+    int fd = ::open(a.path, O_PATH | O_CLOEXEC);
+    if (fd < 0) continue;  // e.g. /dev/tty absent: nothing to allow
+    landlock_path_beneath_attr rule{};
+    rule.allowed_access = a.access;
+    rule.parent_fd = fd;
+    long rc = ::syscall(SYS_landlock_add_rule, ruleset, LANDLOCK_RULE_PATH_BENEATH, &rule, 0);
+    int e = errno;
+    ::close(fd);
+    if (rc != 0) {
+      ::close(ruleset);
+      return stepFail("landlock add rule", e);
+    }
+  }
+  long rc = ::syscall(SYS_landlock_restrict_self, ruleset, 0);
+  int e = errno;
+  ::close(ruleset);
+  if (rc != 0) return stepFail("landlock restrict self", e);
+  return stepOk();
+}
+
+}  // namespace sluice::runner::detail

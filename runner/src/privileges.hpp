@@ -1,0 +1,39 @@
+// Privilege drop for the sandboxed program (child side, no allocation): rlimits, supplementary
+// groups, uid/gid, every capability set, no_new_privs, and Landlock write confinement.
+#pragma once
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <array>
+#include <cstddef>
+
+#include "step.hpp"
+
+namespace sluice::runner::detail {
+
+struct RlimitSetting {
+  int resource = 0;
+  rlimit value{};
+};
+
+struct PrivilegePlan {
+  std::array<RlimitSetting, 8> rlimits{};
+  std::size_t rlimit_count = 0;
+  uid_t uid = 65534;
+  gid_t gid = 65534;
+  int cap_last = 40;      // /proc/sys/kernel/cap_last_cap, read by the parent
+  int landlock_abi = 0;   // 0: the kernel has no Landlock
+};
+
+/// Landlock ABI version of the running kernel (0 when unavailable). Parent side.
+int landlockAbi();
+
+StepResult applyRlimits(const PrivilegePlan& plan);
+/// Groups, gid, uid (raw syscalls: glibc's wrappers would signal threads that only exist in
+/// the parent), then empties every capability set and sets no_new_privs.
+StepResult dropPrivileges(const PrivilegePlan& plan);
+/// Restricts writes to /work, /tmp, /output, /dev/shm and the /dev nodes. Needs no_new_privs.
+StepResult applyLandlock(const PrivilegePlan& plan);
+
+}  // namespace sluice::runner::detail

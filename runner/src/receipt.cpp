@@ -1,0 +1,92 @@
+// Building the receipt JSON (see receipt.hpp).
+#include "sluice/runner/receipt.hpp"
+
+#include <ctime>
+
+#include "sluice/runner/limits.hpp"
+
+namespace sluice::runner {
+
+std::string formatTimestamp(std::chrono::system_clock::time_point t) {
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[40];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
+  char out[64];
+  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms % 1000));
+  return out;
+}
+
+nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const ReceiptContext& ctx,
+                            const std::optional<std::string>& hash) {
+  using nlohmann::json;
+  auto stream = [](const StreamCapture& s) {
+    return json{{"bytes", s.bytes}, {"truncated", s.truncated}, {"text", s.text}};
+  };
+  json artifacts = json::array();
+  for (const Artifact& a : r.artifacts)
+    artifacts.push_back({{"path", a.path}, {"bytes", a.bytes}, {"sha256", a.sha256}});
+  json denials = json::array();
+  for (const auto& d : ctx.network.denials)
+    denials.push_back({{"host", d.host},
+                       {"port", d.port},
+                       {"rule", d.rule.empty() ? json(nullptr) : json(d.rule)},
+                       {"reason", d.reason}});
+  const Limits& l = spec.limits;
+  const auto hit = limitHitName(r.limit_hit);
+  return json{
+      {"receipt_version", 1},
+      {"execution_id", spec.execution_id},
+      {"workflow", ctx.workflow},
+      {"policy_sha256", ctx.policy_sha256},
+      {"argv", spec.argv},
+      {"started_at", formatTimestamp(r.started_at)},
+      {"ended_at", formatTimestamp(r.ended_at)},
+      {"duration_ms",
+       std::chrono::duration_cast<std::chrono::milliseconds>(r.ended_at - r.started_at).count()},
+      {"exit",
+       {{"code", r.exit_code},
+        {"signal", r.signal == 0 ? json(nullptr) : json(r.signal)},
+        {"status", r.sluiceExitStatus()}}},
+      {"limit_hit", hit.empty() ? json(nullptr) : json(std::string(hit))},
+      {"limits",
+       {{"timeout_ms", l.timeout.count()},
+        {"cpu_time_ms", l.cpu_time.count()},
+        {"memory", l.memory},
+        {"pids", l.pids},
+        {"output", l.output},
+        {"disk", l.disk},
+        {"file_size", l.file_size ? l.file_size : l.disk},
+        {"open_files", l.open_files},
+        {"network", ctx.network_mode}}},
+      {"usage",
+       {{"cpu_user_ms", r.usage.cpu_user_ms},
+        {"cpu_sys_ms", r.usage.cpu_sys_ms},
+        {"max_rss_bytes", r.usage.max_rss_bytes},
+        {"pids_peak", r.usage.pids_peak}}},
+      {"stdout", stream(r.out)},
+      {"stderr", stream(r.err)},
+      {"artifacts", artifacts},
+      {"network",
+       {{"mode", ctx.network_mode},
+        {"allowed", ctx.network.allowed},
+        {"denied", ctx.network.denied},
+        {"bytes_out", ctx.network.bytes_out},
+        {"bytes_in", ctx.network.bytes_in},
+        {"denials", denials}}},
+      {"isolation",
+       {{"namespaces", r.isolation.namespaces},
+        {"seccomp", r.isolation.seccomp},
+        {"landlock", r.isolation.landlock},
+        {"no_new_privs", r.isolation.no_new_privs},
+        {"uid", r.isolation.uid},
+        {"gid", r.isolation.gid},
+        {"cgroup", r.isolation.cgroup}}},
+      {"hash", hash ? json(*hash) : json(nullptr)},
+  };
+}
+
+}  // namespace sluice::runner

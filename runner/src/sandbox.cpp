@@ -1,0 +1,544 @@
+// The parent side of a sandboxed run: prepares everything the child needs (so the child never
+// allocates), clones into new namespaces, places the child in its cgroup, hands the proxy
+// listener to the caller, relays output, enforces wall-clock and CPU limits, collects /output
+// and the kernel's counters, and tears everything down. See docs/sandbox.md.
+#include "sluice/runner/sandbox.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include "artifacts.hpp"
+#include "child.hpp"
+#include "namespaces.hpp"
+#include "seccomp.hpp"
+#include "sluice/runner/cgroup.hpp"
+#include "sluice/runner/environment.hpp"
+
+namespace sluice::runner {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_stop_signal{0};
+int g_stop_pipe[2] = {-1, -1};
+
+void onStopSignal(int sig) {
+  g_stop_signal.store(sig);
+  if (g_stop_pipe[1] >= 0) {
+    int saved = errno;
+    (void)!::write(g_stop_pipe[1], "s", 1);
+    errno = saved;
+  }
+}
+
+std::shared_ptr<spdlog::logger> logger() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("runner");
+    if (l) return l;
+    return spdlog::default_logger()->clone("runner");
+  }();
+  return log;
+}
+
+// An owned file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    reset(std::exchange(o.fd_, -1));
+    return *this;
+  }
+  ~Fd() { reset(); }
+  int get() const { return fd_; }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+SetupError setupError(std::string step, std::string message) {
+  return SetupError{SetupError::Kind::kSetup, std::move(step), std::move(message)};
+}
+
+bool makePipe(Fd& r, Fd& w) {
+  int p[2];
+  if (::pipe2(p, O_CLOEXEC) != 0) return false;
+  r.reset(p[0]);
+  w.reset(p[1]);
+  return true;
+}
+
+int capLastCap() {
+  static int v = [] {
+    std::ifstream in("/proc/sys/kernel/cap_last_cap");
+    int n = 40;
+    in >> n;
+    return n;
+  }();
+  return v;
+}
+
+const std::expected<std::vector<sock_filter>, std::string>& seccompProgram() {
+  static const auto prog = detail::buildSeccompProgram();
+  return prog;
+}
+
+int cachedLandlockAbi() {
+  static const int abi = detail::landlockAbi();
+  return abi;
+}
+
+bool validExecutionId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.'))
+      return false;
+  return true;
+}
+
+// Builds the data the child side needs; pointers into its own storage, so it must not move
+// after finalize().
+std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, detail::ChildPlan& plan) {
+  auto mounts = detail::buildMountPlan(spec);
+  if (!mounts) return std::unexpected(mounts.error());
+  plan.mounts = std::move(*mounts);
+  const auto& prog = seccompProgram();
+  if (!prog) return std::unexpected(setupError("seccomp filter", prog.error()));
+  plan.seccomp = *prog;
+  auto env = buildEnvironment(spec.env, spec.network_proxy);
+  if (!env) return std::unexpected(setupError("environment", env.error()));
+  plan.env_storage = std::move(*env);
+  plan.argv_storage = spec.argv;
+  for (std::string& s : plan.argv_storage) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  for (std::string& s : plan.env_storage) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  std::string path = kSandboxPath;
+  for (size_t start = 0; start <= path.size();) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    plan.path_dirs.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+
+  detail::PrivilegePlan& p = plan.privileges;
+  p.uid = spec.uid;
+  p.gid = spec.gid;
+  p.cap_last = capLastCap();
+  p.landlock_abi = cachedLandlockAbi();
+  auto add = [&](int res, rlim_t soft, rlim_t hard) {
+    p.rlimits[p.rlimit_count++] = {res, rlimit{soft, hard}};
+  };
+  const Limits& l = spec.limits;
+  if (l.cpu_time.count() > 0) {
+    // Per process, in whole seconds: SIGXCPU at the soft limit, SIGKILL one second later. The
+    // cgroup's total is checked by the parent as well (processes could share the work).
+    auto secs = static_cast<rlim_t>((l.cpu_time.count() + 999) / 1000);
+    add(RLIMIT_CPU, secs, secs + 1);
+  }
+  const std::uint64_t fsize = l.file_size ? l.file_size : l.disk;
+  if (fsize) add(RLIMIT_FSIZE, fsize, fsize);
+  if (l.open_files) add(RLIMIT_NOFILE, l.open_files, l.open_files);
+  add(RLIMIT_CORE, 0, 0);  // no core dumps of sandboxed code anywhere
+  plan.network_proxy = spec.network_proxy;
+  return {};
+}
+
+std::string childMessageText(const detail::ChildMessage& m) {
+  std::string step(m.step, strnlen(m.step, sizeof m.step));
+  return step + ": " + std::strerror(m.err);
+}
+
+void drainStream(int fd, StreamCapture& cap, std::uint64_t limit, int stream, const OutputSink& live,
+                 bool& open) {
+  char buf[65536];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    open = false;
+    return;
+  }
+  cap.bytes += static_cast<std::uint64_t>(n);
+  const std::uint64_t room = limit == 0 ? static_cast<std::uint64_t>(n)
+                             : cap.text.size() < limit ? limit - cap.text.size()
+                                                       : 0;
+  const size_t take = static_cast<size_t>(std::min<std::uint64_t>(room, static_cast<std::uint64_t>(n)));
+  cap.text.append(buf, take);
+  if (take < static_cast<size_t>(n)) cap.truncated = true;
+  if (live) live(stream, std::string_view(buf, static_cast<size_t>(n)));
+}
+
+}  // namespace
+
+std::string_view limitHitName(LimitHit l) {
+  switch (l) {
+    case LimitHit::kNone: return "";
+    case LimitHit::kTimeout: return "timeout";
+    case LimitHit::kCpu: return "cpu";
+    case LimitHit::kMemory: return "memory";
+    case LimitHit::kPids: return "pids";
+    case LimitHit::kOutput: return "output";
+    case LimitHit::kDisk: return "disk";
+    case LimitHit::kFileSize: return "file_size";
+  }
+  return "";
+}
+
+int RunResult::sluiceExitStatus() const {
+  if (stopped_by_request) return 128 + stop_signal;
+  const bool failed = signal != 0 || exit_code != 0;
+  switch (limit_hit) {
+    case LimitHit::kTimeout:
+    case LimitHit::kCpu:
+    case LimitHit::kFileSize:
+      return 124;
+    case LimitHit::kMemory:
+    case LimitHit::kPids:
+    case LimitHit::kDisk:
+      if (failed) return 124;
+      break;
+    case LimitHit::kOutput:
+    case LimitHit::kNone:
+      break;
+  }
+  if (signal != 0) return 128 + signal;
+  return exit_code;
+}
+
+int SetupError::exitStatus() const {
+  switch (kind) {
+    case Kind::kNotFound: return 127;
+    case Kind::kCannotExec: return 126;
+    case Kind::kSetup: return 125;
+  }
+  return 125;
+}
+
+void installStopHandlers() {
+  if (g_stop_pipe[0] < 0 && ::pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+  struct sigaction sa {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+}
+
+void requestStop(int signal) { onStopSignal(signal); }
+
+bool sandboxSupported(std::string* why) {
+  if (::geteuid() != 0) {
+    if (why) *why = "sluice run needs root (unprivileged user-namespace mode is not implemented)";
+    return false;
+  }
+  auto layout = detectCgroupLayout();
+  if (!layout) {
+    if (why) *why = layout.error();
+    return false;
+  }
+  return true;
+}
+
+std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
+                                                  const ListenerCallback& on_listener,
+                                                  const OutputSink& live) {
+  RunResult result;
+  result.started_at = std::chrono::system_clock::now();
+  const auto t0 = Clock::now();
+  if (spec.argv.empty()) return std::unexpected(setupError("command", "no command given"));
+  if (!validExecutionId(spec.execution_id))
+    return std::unexpected(setupError("execution id", "'" + spec.execution_id +
+                                                          "' must be 1-128 of [A-Za-z0-9._-]"));
+  if (::geteuid() != 0)
+    return std::unexpected(setupError(
+        "privileges", "sluice run needs root (unprivileged user-namespace mode is not implemented)"));
+
+  auto layout = detectCgroupLayout();
+  if (!layout) return std::unexpected(setupError("cgroup detection", layout.error()));
+
+  detail::ChildPlan plan;
+  if (auto r = buildChildPlan(spec, plan); !r) return std::unexpected(r.error());
+  {
+    std::error_code ec;
+    fs::create_directories(detail::kNewRootDir, ec);
+    if (!ec) fs::create_directories(detail::kScratchDir, ec);
+    if (ec)
+      return std::unexpected(setupError("new root mount point",
+                                        std::string(detail::kNewRootDir) + ": " + ec.message()));
+  }
+
+  // The cgroup name starts with our pid so `sluice gc` can tell live runs from leftovers.
+  auto mark = [&, last = t0](const char* phase) mutable {
+    const auto now = Clock::now();
+    result.phases.emplace_back(
+        phase, std::chrono::duration_cast<std::chrono::microseconds>(now - last).count());
+    last = now;
+  };
+  mark("runner: plan (mount plan, seccomp, env)");
+  auto cg = Cgroup::create(*layout, std::to_string(::getpid()) + "." + spec.execution_id,
+                           spec.limits);
+  if (!cg) return std::unexpected(cg.error());
+
+  Fd go_r, go_w, err_r, err_w, rep_r, rep_w, ctl_r, ctl_w, out_r, out_w, errs_r, errs_w;
+  Fd chan_parent, chan_child;
+  if (!makePipe(go_r, go_w) || !makePipe(err_r, err_w) || !makePipe(rep_r, rep_w) ||
+      !makePipe(ctl_r, ctl_w) || !makePipe(out_r, out_w) || !makePipe(errs_r, errs_w))
+    return std::unexpected(setupError("pipes", std::strerror(errno)));
+  {
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+      return std::unexpected(setupError("socketpair", std::strerror(errno)));
+    chan_parent.reset(sv[0]);
+    chan_child.reset(sv[1]);
+  }
+  plan.fds = {go_r.get(), err_w.get(), rep_w.get(), ctl_r.get(), chan_child.get(), out_w.get(),
+              errs_w.get()};
+
+  // Raw clone (fork-like, no new stack): the new pid namespace's first process is our init.
+  // The cgroup namespace is unshared by init itself once it sits in its cgroup.
+  const unsigned long flags =
+      CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+  mark("runner: cgroup create + pipes");
+  const auto t_clone = Clock::now();
+  pid_t init = static_cast<pid_t>(::syscall(SYS_clone, flags, 0, 0, 0, 0));
+  if (init < 0) return std::unexpected(setupError("clone namespaces", std::strerror(errno)));
+  if (init == 0) detail::initMain(plan);  // never returns
+
+  go_r.reset();
+  err_w.reset();
+  rep_w.reset();
+  ctl_r.reset();
+  chan_child.reset();
+  out_w.reset();
+  errs_w.reset();
+
+  // From here on every exit path must kill and reap init (which takes the namespace with it).
+  auto abort = [&](SetupError e) -> std::unexpected<SetupError> {
+    ::kill(init, SIGKILL);
+    int st;
+    while (::waitpid(init, &st, 0) < 0 && errno == EINTR) {
+    }
+    cg->killAll();
+    (void)cg->remove();
+    return std::unexpected(std::move(e));
+  };
+  auto childFailure = [&](const char* fallback_step) -> SetupError {
+    detail::ChildMessage m;
+    if (::read(err_r.get(), &m, sizeof m) == static_cast<ssize_t>(sizeof m))
+      return setupError(std::string(m.step, strnlen(m.step, sizeof m.step)), childMessageText(m));
+    return setupError(fallback_step, "the sandbox's init exited during setup");
+  };
+
+  if (auto r = cg->addProcess(init); !r) return abort(r.error());
+  if (::write(go_w.get(), "G", 1) != 1) return abort(setupError("start sandbox", std::strerror(errno)));
+
+  if (spec.network_proxy) {
+    int fd = detail::receiveFd(chan_parent.get());
+    if (fd < 0) return abort(childFailure("proxy listener"));
+    if (on_listener) {
+      auto r = on_listener(fd);
+      if (!r) return abort(setupError("proxy listener", r.error()));
+    } else {
+      ::close(fd);  // no proxy attached: connections are refused once the backlog closes
+    }
+    if (::write(go_w.get(), "A", 1) != 1)
+      return abort(setupError("start sandbox", std::strerror(errno)));
+  }
+  chan_parent.reset();
+  mark("runner: clone + cgroup attach + listener hand-off");
+
+  // Relay loop.
+  enum class Stop { kNone, kTimeout, kCpu, kRequest };
+  Stop stop = Stop::kNone;
+  // time_point::max() means "not armed" (std::optional trips GCC 12's maybe-uninitialized).
+  constexpr auto kNever = Clock::time_point::max();
+  auto kill_deadline = kNever;
+  const auto deadline = spec.limits.timeout.count() > 0 ? t_clone + spec.limits.timeout : kNever;
+  const std::uint64_t cpu_limit_us =
+      static_cast<std::uint64_t>(spec.limits.cpu_time.count()) * 1000;
+  bool out_open = true, err_open = true, errpipe_open = true, report_open = true;
+  bool have_report = false;
+  detail::InitReport report;
+  std::optional<SetupError> child_error;
+  std::uint64_t pids_sampled = 0;
+  auto next_sample = Clock::now() + 50ms;
+
+  auto beginStop = [&](Stop why) {
+    if (stop != Stop::kNone) return;
+    stop = why;
+    // init's handler SIGKILLs every other process of the namespace; the normal path then
+    // reports. If init itself is wedged, SIGKILL it after a grace period.
+    ::kill(init, SIGUSR1);
+    kill_deadline = Clock::now() + 2s;
+  };
+
+  while (out_open || err_open || report_open) {
+    pollfd pfds[5];
+    int n = 0;
+    int i_out = -1, i_err = -1, i_ep = -1, i_rep = -1, i_stop = -1;
+    if (out_open) pfds[i_out = n++] = {out_r.get(), POLLIN, 0};
+    if (err_open) pfds[i_err = n++] = {errs_r.get(), POLLIN, 0};
+    if (errpipe_open) pfds[i_ep = n++] = {err_r.get(), POLLIN, 0};
+    if (report_open) pfds[i_rep = n++] = {rep_r.get(), POLLIN, 0};
+    if (g_stop_pipe[0] >= 0) pfds[i_stop = n++] = {g_stop_pipe[0], POLLIN, 0};
+
+    const auto now = Clock::now();
+    auto wake = next_sample;
+    if (deadline < wake) wake = deadline;
+    if (kill_deadline < wake) wake = kill_deadline;
+    const int timeout_ms = static_cast<int>(std::max<std::int64_t>(
+        0, std::chrono::ceil<std::chrono::milliseconds>(wake - now).count()));
+    int rc = ::poll(pfds, static_cast<nfds_t>(n), timeout_ms);
+    if (rc < 0 && errno != EINTR) break;
+
+    if (rc > 0) {
+      if (i_out >= 0 && pfds[i_out].revents)
+        drainStream(out_r.get(), result.out, spec.limits.output, 1, live, out_open);
+      if (i_err >= 0 && pfds[i_err].revents)
+        drainStream(errs_r.get(), result.err, spec.limits.output, 2, live, err_open);
+      if (i_ep >= 0 && pfds[i_ep].revents) {
+        detail::ChildMessage m;
+        ssize_t got = ::read(err_r.get(), &m, sizeof m);
+        if (got == static_cast<ssize_t>(sizeof m)) {
+          SetupError e = setupError(std::string(m.step, strnlen(m.step, sizeof m.step)),
+                                    childMessageText(m));
+          if (m.kind == detail::ChildMessage::kExecFailed) {
+            e.kind = m.err == ENOENT ? SetupError::Kind::kNotFound : SetupError::Kind::kCannotExec;
+            e.message = spec.argv[0] + ": " + std::strerror(m.err);
+          }
+          child_error = std::move(e);
+        } else if (got <= 0 && !(got < 0 && errno == EINTR)) {
+          errpipe_open = false;  // the program exec'd (or is gone)
+          mark("runner: sandbox setup until execve");
+        }
+      }
+      if (i_rep >= 0 && pfds[i_rep].revents) {
+        ssize_t got = ::read(rep_r.get(), &report, sizeof report);
+        if (got == static_cast<ssize_t>(sizeof report)) have_report = true;
+        if (got == static_cast<ssize_t>(sizeof report) || got == 0 ||
+            (got < 0 && errno != EINTR))
+          report_open = false;
+      }
+      if (i_stop >= 0 && pfds[i_stop].revents) {
+        char buf[16];
+        while (::read(g_stop_pipe[0], buf, sizeof buf) > 0) {
+        }
+        if (g_stop_signal.load() != 0) {
+          result.stopped_by_request = true;
+          result.stop_signal = g_stop_signal.load();
+          beginStop(Stop::kRequest);
+        }
+      }
+    }
+    const auto t = Clock::now();
+    if (t >= deadline && report_open) beginStop(Stop::kTimeout);
+    if (t >= kill_deadline) {
+      ::kill(init, SIGKILL);
+      kill_deadline = kNever;
+    }
+    if (t >= next_sample) {
+      next_sample = t + 100ms;
+      CgroupStats s = cg->stats();
+      pids_sampled = std::max(pids_sampled, s.pids_current);
+      if (cpu_limit_us > 0 && s.cpu_usage_us > cpu_limit_us && report_open) beginStop(Stop::kCpu);
+    }
+    // Once init has reported, every process is dead: the output pipes hit EOF immediately.
+  }
+
+  mark("runner: program run + reap");
+  // Artifacts and disk usage: read through init's root while its mount namespace lives.
+  bool disk_full = false;
+  if (have_report && !child_error) {
+    const fs::path root = "/proc/" + std::to_string(init) + "/root";
+    struct statvfs sv {};
+    if (::statvfs((root / "work").c_str(), &sv) == 0)
+      disk_full = static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize < (64u << 10) ||
+                  sv.f_favail == 0;
+    auto arts = detail::collectArtifacts(root / "output", spec.output_dir);
+    if (!arts) return abort(setupError("copy /output", arts.error()));
+    result.artifacts = std::move(*arts);
+  }
+  ctl_w.reset();  // init exits
+  int init_status = 0;
+  while (::waitpid(init, &init_status, 0) < 0 && errno == EINTR) {
+  }
+  const CgroupStats stats = cg->stats();
+  cg->killAll();
+  if (auto r = cg->remove(); !r) logger()->warn("cgroup cleanup: {}", r.error());
+
+  if (child_error) return std::unexpected(*child_error);
+  if (!have_report) {
+    if (stop == Stop::kRequest)
+      return std::unexpected(setupError("stopped", "sluice was asked to stop during setup"));
+    return std::unexpected(setupError("sandbox init", "the sandbox's init died without a report"));
+  }
+
+  mark("runner: artifacts + teardown (namespace, cgroups)");
+  result.ended_at = std::chrono::system_clock::now();
+  const int ws = report.wait_status;
+  if (WIFEXITED(ws)) result.exit_code = WEXITSTATUS(ws);
+  if (WIFSIGNALED(ws)) result.signal = WTERMSIG(ws);
+  const rusage& ru = report.children;
+  result.usage.cpu_user_ms = static_cast<std::uint64_t>(ru.ru_utime.tv_sec) * 1000 +
+                             static_cast<std::uint64_t>(ru.ru_utime.tv_usec) / 1000;
+  result.usage.cpu_sys_ms = static_cast<std::uint64_t>(ru.ru_stime.tv_sec) * 1000 +
+                            static_cast<std::uint64_t>(ru.ru_stime.tv_usec) / 1000;
+  result.usage.max_rss_bytes = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;
+  result.usage.pids_peak = std::max<std::uint64_t>({stats.pids_peak, pids_sampled, 1});
+
+  // Which limit: from our own timer, then the kernel's counters and the killing signal.
+  const std::uint64_t cpu_used_us = std::max<std::uint64_t>(
+      stats.cpu_usage_us, (result.usage.cpu_user_ms + result.usage.cpu_sys_ms) * 1000);
+  if (stop == Stop::kTimeout)
+    result.limit_hit = LimitHit::kTimeout;
+  else if (stop == Stop::kCpu || result.signal == SIGXCPU ||
+           (result.signal == SIGKILL && cpu_limit_us > 0 && cpu_used_us >= cpu_limit_us))
+    result.limit_hit = LimitHit::kCpu;
+  else if (stats.oom_kills > 0)
+    result.limit_hit = LimitHit::kMemory;
+  else if (result.signal == SIGXFSZ)
+    result.limit_hit = LimitHit::kFileSize;
+  else if (stats.pids_max_events > 0)
+    result.limit_hit = LimitHit::kPids;
+  else if (disk_full)
+    result.limit_hit = LimitHit::kDisk;
+  else if (result.out.truncated || result.err.truncated)
+    result.limit_hit = LimitHit::kOutput;
+
+  result.isolation.namespaces = {"mount", "pid", "net", "ipc", "uts", "cgroup"};
+  result.isolation.seccomp = true;
+  result.isolation.landlock = plan.privileges.landlock_abi > 0;
+  result.isolation.no_new_privs = true;
+  result.isolation.uid = spec.uid;
+  result.isolation.gid = spec.gid;
+  result.isolation.cgroup = layout->version == CgroupVersion::kV2 ? "v2" : "v1";
+  logger()->debug("run {}: setup+run {} ms", spec.execution_id,
+                  std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
+  return result;
+}
+
+}  // namespace sluice::runner

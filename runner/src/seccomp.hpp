@@ -1,0 +1,34 @@
+// The sandbox's seccomp filter: built with libseccomp in the parent and exported as classic BPF,
+// so the child only has to call prctl() (libseccomp allocates; the child must not).
+#pragma once
+
+#include <linux/filter.h>
+
+#include <expected>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "step.hpp"
+
+namespace sluice::runner::detail {
+
+/// One syscall the filter refuses with EPERM, and why (docs/sandbox.md lists the same).
+struct DeniedSyscall {
+  std::string_view name;
+  std::string_view why;
+};
+
+/// Syscalls refused outright (any arguments).
+const std::vector<DeniedSyscall>& deniedSyscalls();
+
+/// The compiled filter for the native architecture: default allow; EPERM for deniedSyscalls(),
+/// namespace-creating clone flags, raw/packet/netlink sockets and TIOCSTI/TIOCLINUX ioctls;
+/// clone3 answers ENOSYS so libc falls back to clone (whose flags we can inspect); other
+/// architectures (x32, i386 via int 0x80) kill the process.
+std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram();
+
+/// Installs the program for the calling thread (child side; no allocation). Needs no_new_privs.
+StepResult loadSeccompProgram(const std::vector<sock_filter>& program);
+
+}  // namespace sluice::runner::detail

@@ -1,0 +1,102 @@
+-- sluice audit store, schema version 1 (PRAGMA user_version = 1).
+-- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
+-- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
+--
+-- Every row of executions, connections and requests carries `seq`, a sequence number global to
+-- the database (one chain across the three tables, in insertion order), `prev_hash` (the hash
+-- of the row with seq - 1, or 64 zeros for seq 1) and `hash` = SHA-256 over the canonical
+-- encoding of the row (docs/audit.md, "Hash chain"). chain_head holds the last seq and hash
+-- so that rows deleted from the end of the chain are detected too.
+
+PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
+PRAGMA user_version = 1;
+
+-- Every policy text that decided anything, stored once by the SHA-256 of its bytes.
+CREATE TABLE policies (
+  sha256     TEXT PRIMARY KEY NOT NULL,  -- lowercase hex SHA-256 of yaml
+  workflow   TEXT NOT NULL,
+  yaml       TEXT NOT NULL,
+  loaded_at  INTEGER NOT NULL            -- when this store first saw it
+) STRICT;
+
+-- One row per finished execution (`sluice run`), committed durably before the run returns.
+CREATE TABLE executions (
+  seq               INTEGER PRIMARY KEY,   -- global chain position
+  id                TEXT NOT NULL UNIQUE,  -- execution id (receipt execution_id)
+  workflow          TEXT NOT NULL,
+  policy_sha256     TEXT,                  -- -> policies.sha256
+  argv              TEXT,                  -- JSON array of strings
+  started_at        INTEGER NOT NULL,
+  ended_at          INTEGER NOT NULL,
+  exit_code         INTEGER NOT NULL,
+  signal            INTEGER NOT NULL,      -- 0 = none
+  limit_hit         TEXT,                  -- NULL | timeout | cpu | memory | pids | output | disk | file_size
+  usage             TEXT,                  -- JSON object {cpu_user_ms, cpu_sys_ms, max_rss_bytes, pids_peak}
+  stdout_bytes      INTEGER NOT NULL,
+  stderr_bytes      INTEGER NOT NULL,
+  stdout_truncated  INTEGER NOT NULL,      -- 0 | 1
+  stderr_truncated  INTEGER NOT NULL,      -- 0 | 1
+  artifacts         TEXT,                  -- JSON array [{path, bytes, sha256}]
+  receipt           TEXT,                  -- the full receipt JSON
+  prev_hash         TEXT NOT NULL,
+  hash              TEXT NOT NULL
+) STRICT;
+CREATE INDEX executions_workflow_started ON executions (workflow, started_at);
+
+-- One row per connection the proxy was asked for (CONNECT tunnel or plain-HTTP origin
+-- connection), written when it ends or is refused.
+CREATE TABLE connections (
+  seq            INTEGER PRIMARY KEY,
+  id             TEXT NOT NULL,           -- producer-generated connection id
+  execution_id   TEXT,                    -- NULL for a standalone proxy
+  workflow       TEXT NOT NULL,
+  policy_sha256  TEXT,                    -- -> policies.sha256
+  ts             INTEGER NOT NULL,        -- when the connection was asked for
+  kind           TEXT,                    -- connect | http
+  host           TEXT NOT NULL,           -- target as asked (normalised)
+  port           INTEGER NOT NULL,
+  resolved_ip    TEXT,                    -- the vetted address dialled; NULL if none
+  decision       TEXT NOT NULL,           -- allow | deny
+  rule_id        TEXT,                    -- rule that decided; NULL for a default deny
+  reason         TEXT,                    -- reason code
+  detail         TEXT,                    -- human-readable detail (nearest miss, ...)
+  tls            TEXT,                    -- passthrough | inspect | none
+  bytes_up       INTEGER NOT NULL,        -- client -> upstream
+  bytes_down     INTEGER NOT NULL,        -- upstream -> client
+  duration_ms    INTEGER NOT NULL,
+  prev_hash      TEXT NOT NULL,
+  hash           TEXT NOT NULL
+) STRICT;
+CREATE INDEX connections_execution ON connections (execution_id);
+CREATE INDEX connections_workflow_ts ON connections (workflow, ts);
+
+-- One row per HTTP request the proxy saw (plain HTTP, or inside an inspected TLS tunnel).
+CREATE TABLE requests (
+  seq               INTEGER PRIMARY KEY,
+  id                INTEGER GENERATED ALWAYS AS (seq) VIRTUAL,  -- a request's id is its seq
+  connection_id     TEXT,                 -- -> connections.id
+  execution_id      TEXT,
+  workflow          TEXT NOT NULL,
+  ts                INTEGER NOT NULL,
+  method            TEXT,
+  host              TEXT,
+  path              TEXT,
+  status            INTEGER NOT NULL,     -- status returned to the client (403 for a refusal)
+  decision          TEXT NOT NULL,        -- allow | deny
+  rule_id           TEXT,
+  reason            TEXT,
+  injected_secrets  TEXT NOT NULL,        -- JSON array of secret NAMES (never values)
+  prev_hash         TEXT NOT NULL,
+  hash              TEXT NOT NULL
+) STRICT;
+CREATE INDEX requests_connection ON requests (connection_id);
+CREATE INDEX requests_execution ON requests (execution_id);
+
+-- The last link of the chain (exactly one row).
+CREATE TABLE chain_head (
+  id    INTEGER PRIMARY KEY CHECK (id = 0),
+  seq   INTEGER NOT NULL,
+  hash  TEXT NOT NULL
+) STRICT;
+INSERT INTO chain_head (id, seq, hash)
+  VALUES (0, 0, '0000000000000000000000000000000000000000000000000000000000000000');

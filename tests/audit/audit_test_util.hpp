@@ -1,0 +1,215 @@
+// Shared helpers of the audit tests: temp dirs, sample events, raw SQLite access (to inspect
+// and tamper with databases behind the store's back), root-gated tmpfs mounts.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "sluice/audit/store.hpp"
+
+namespace sluice::audit::testing {
+
+/// A fresh directory under /tmp, removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/sluice-audit-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+/// Tests needing root or mounts: skip normally, fail when CI demands isolation.
+inline bool isolationRequired() {
+  const char* ci = std::getenv("CI");
+  const char* req = std::getenv("SLUICE_REQUIRE_ISOLATION");
+  return (ci && std::string(ci) == "true") || (req && std::string(req) == "1");
+}
+#define SLUICE_SKIP_OR_FAIL(msg)                         \
+  do {                                                   \
+    if (::sluice::audit::testing::isolationRequired()) { \
+      FAIL() << msg;                                     \
+    } else {                                             \
+      GTEST_SKIP() << msg;                               \
+    }                                                    \
+  } while (0)
+
+/// A tmpfs of `size` mounted on a fresh directory; unmounted (lazily) and removed at scope end.
+class TmpfsMount {
+ public:
+  explicit TmpfsMount(const std::string& options) {
+    char tmpl[] = "/tmp/sluice-audit-tmpfs-XXXXXX";
+    dir_ = ::mkdtemp(tmpl);
+    mounted_ = ::mount("tmpfs", dir_.c_str(), "tmpfs", 0, options.c_str()) == 0;
+  }
+  ~TmpfsMount() {
+    if (mounted_) ::umount2(dir_.c_str(), MNT_DETACH);
+    ::rmdir(dir_.c_str());
+  }
+  bool mounted() const { return mounted_; }
+  const std::filesystem::path& path() const { return dir_; }
+  bool remountReadOnly() {
+    return ::mount(nullptr, dir_.c_str(), nullptr, MS_REMOUNT | MS_RDONLY, nullptr) == 0;
+  }
+
+ private:
+  std::filesystem::path dir_;
+  bool mounted_ = false;
+};
+
+inline std::string sha256Hex(const std::string& data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned n = 0;
+  EVP_Digest(data.data(), data.size(), md, &n, EVP_sha256(), nullptr);
+  std::string out;
+  for (unsigned i = 0; i < n; ++i) {
+    static const char* kHex = "0123456789abcdef";
+    out += kHex[md[i] >> 4];
+    out += kHex[md[i] & 0xf];
+  }
+  return out;
+}
+
+inline const std::string kPolicyText =
+    "apiVersion: sluice/v1\nkind: Workflow\nname: data-analysis\n";
+
+inline ConnectionEvent sampleConnection(int n, const std::string& execution = "exec-1",
+                                        const std::string& decision = "allow") {
+  ConnectionEvent c;
+  c.id = "c-" + execution + "-" + std::to_string(n);
+  c.execution_id = execution;
+  c.workflow = "data-analysis";
+  c.policy_sha256 = std::string(64, 'a');
+  c.ts_ms = 1'763'700'000'000 + n;
+  c.kind = "connect";
+  c.host = n % 2 ? "pypi.org" : "files.pythonhosted.org";
+  c.port = 443;
+  c.resolved_ip = "151.101.0.223";
+  c.decision = decision;
+  c.rule_id = decision == "allow" ? "pypi" : "";
+  c.reason = decision == "allow" ? "allowed" : "default_deny";
+  c.tls = "passthrough";
+  c.bytes_up = 1000 + static_cast<std::uint64_t>(n);
+  c.bytes_down = 20000;
+  c.duration_ms = 12;
+  return c;
+}
+
+inline RequestEvent sampleRequest(int n, const std::string& execution = "exec-1") {
+  RequestEvent r;
+  r.connection_id = "c-" + execution + "-" + std::to_string(n);
+  r.execution_id = execution;
+  r.workflow = "data-analysis";
+  r.ts_ms = 1'763'700'000'000 + n;
+  r.method = "GET";
+  r.host = "stats.internal.example";
+  r.path = "/v1/items";
+  r.status = 200;
+  r.decision = "allow";
+  r.rule_id = "stats-api";
+  r.reason = "allowed";
+  r.injected_secrets = {"stats_token"};
+  return r;
+}
+
+inline ExecutionRecord sampleExecution(const std::string& id) {
+  ExecutionRecord e;
+  e.id = id;
+  e.workflow = "data-analysis";
+  e.policy_sha256 = std::string(64, 'a');
+  e.argv_json = R"j(["python3","-c","print(1)"])j";
+  e.started_at_ms = 1'763'700'000'000;
+  e.ended_at_ms = 1'763'700'000'250;
+  e.exit_code = 0;
+  e.signal = 0;
+  e.usage_json = R"({"cpu_user_ms":10,"cpu_sys_ms":2,"max_rss_bytes":1048576,"pids_peak":1})";
+  e.stdout_bytes = 2;
+  e.stderr_bytes = 0;
+  e.artifacts_json = "[]";
+  e.receipt_json = R"({"execution_id":")" + id + R"(","workflow":"data-analysis"})";
+  return e;
+}
+
+/// A raw connection for inspecting or tampering with a database.
+class RawDb {
+ public:
+  explicit RawDb(const std::filesystem::path& p) {
+    if (sqlite3_open_v2(p.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << "cannot open " << p << ": " << sqlite3_errmsg(db_);
+    }
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  ~RawDb() { sqlite3_close_v2(db_); }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+
+  /// Runs statements; returns "" or SQLite's error.
+  std::string exec(const std::string& sql) {
+    char* err = nullptr;
+    int rc = sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err);
+    std::string msg = rc == SQLITE_OK ? "" : (err ? err : "error");
+    sqlite3_free(err);
+    return msg;
+  }
+  /// First column of the first row as text ("" for NULL / no row).
+  std::string text(const std::string& sql) {
+    sqlite3_stmt* s = nullptr;
+    std::string out;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &s, nullptr) != SQLITE_OK) {
+      ADD_FAILURE() << sql << ": " << sqlite3_errmsg(db_);
+      return out;
+    }
+    if (sqlite3_step(s) == SQLITE_ROW && sqlite3_column_type(s, 0) != SQLITE_NULL) {
+      out = reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
+    }
+    sqlite3_finalize(s);
+    return out;
+  }
+  std::int64_t integer(const std::string& sql) {
+    std::string t = text(sql);
+    return t.empty() ? -1 : std::stoll(t);
+  }
+  sqlite3* get() const { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+/// Opens a store or fails the test.
+inline std::unique_ptr<Store> openStore(const std::filesystem::path& p, StoreOptions o = {}) {
+  auto s = Store::open(p, o);
+  EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().message);
+  return s ? std::move(*s) : nullptr;
+}
+
+/// A database with a mix of rows: 2 executions, their connections and requests, a policy.
+inline void populate(const std::filesystem::path& p, int connections_per_execution = 5) {
+  auto store = openStore(p);
+  ASSERT_TRUE(store);
+  store->recordPolicy(sha256Hex(kPolicyText), "data-analysis", kPolicyText);
+  for (std::string exec : {"exec-1", "exec-2"}) {
+    for (int i = 0; i < connections_per_execution; ++i) {
+      store->recordConnection(sampleConnection(i, exec, i % 3 == 2 ? "deny" : "allow"));
+      store->recordRequest(sampleRequest(i, exec));
+    }
+    ASSERT_TRUE(store->recordExecution(sampleExecution(exec)).has_value());
+  }
+}
+
+}  // namespace sluice::audit::testing

@@ -1,0 +1,107 @@
+// Schema creation, versioning and refusal of newer or foreign databases.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "audit_test_util.hpp"
+#include "sluice/audit/store.hpp"
+
+namespace sluice::audit {
+namespace {
+
+using testing::RawDb;
+using testing::TempDir;
+
+TEST(SchemaTest, NewDatabaseGetsVersionApplicationIdAndWal) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  { ASSERT_TRUE(testing::openStore(db)); }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(raw.integer("PRAGMA application_id"), 0x534C4345);
+  EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
+  for (std::string t : {"policies", "executions", "connections", "requests", "chain_head"}) {
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = '" + t + "'"), 1) << t;
+  }
+}
+
+TEST(SchemaTest, EmptyFileIsInitialised) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  { std::ofstream(db).flush(); }  // zero bytes: version 0, migrated to the current version
+  ASSERT_TRUE(testing::openStore(db));
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+}
+
+TEST(SchemaTest, ReopenKeepsRowsAndChain) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  testing::populate(db);
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordConnection(testing::sampleConnection(99, "exec-3"));
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-3")).has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 3);
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+}
+
+TEST(SchemaTest, NewerVersionIsRefusedAndLeftAlone) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  { ASSERT_TRUE(testing::openStore(db)); }
+  { RawDb(db).exec("PRAGMA user_version = 99"); }
+  auto s = Store::open(db);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find(db.string()), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("newer"), std::string::npos) << s.error().message;
+  EXPECT_EQ(RawDb(db).integer("PRAGMA user_version"), 99);
+  auto v = verify(db);
+  ASSERT_FALSE(v.has_value());
+  EXPECT_NE(v.error().message.find("newer"), std::string::npos);
+}
+
+TEST(SchemaTest, ForeignDatabaseIsRefusedAndNotRewritten) {
+  TempDir dir;
+  auto db = dir / "other.db";
+  {
+    sqlite3* raw = nullptr;
+    ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    sqlite3_exec(raw, "CREATE TABLE notes (x TEXT); INSERT INTO notes VALUES ('mine');", nullptr,
+                 nullptr, nullptr);
+    sqlite3_close(raw);
+  }
+  auto s = Store::open(db);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("not a sluice audit database"), std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find(db.string()), std::string::npos);
+  RawDb raw(db);
+  EXPECT_EQ(raw.text("PRAGMA journal_mode"), "delete");  // not switched to WAL
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master"), 1);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), 0);
+}
+
+TEST(SchemaTest, ForeignApplicationIdIsRefused) {
+  TempDir dir;
+  auto db = dir / "other.db";
+  {
+    sqlite3* raw = nullptr;
+    sqlite3_open(db.c_str(), &raw);
+    sqlite3_exec(raw, "PRAGMA application_id = 42; PRAGMA user_version = 1;", nullptr, nullptr,
+                 nullptr);
+    sqlite3_close(raw);
+  }
+  auto s = Store::open(db);
+  ASSERT_FALSE(s.has_value());
+  EXPECT_NE(s.error().message.find("not a sluice audit database"), std::string::npos)
+      << s.error().message;
+}
+
+}  // namespace
+}  // namespace sluice::audit

@@ -1,0 +1,101 @@
+// Crash safety: a child process writes events and receipts and is SIGKILLed at random points;
+// the database must reopen, verify, and hold every receipt whose recordExecution had returned.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+#include <set>
+#include <string>
+
+#include "audit_test_util.hpp"
+#include "sluice/audit/store.hpp"
+
+namespace sluice::audit {
+namespace {
+
+using testing::RawDb;
+using testing::TempDir;
+
+/// Child body: no gtest assertions here; reports each durable receipt id over `fd`.
+[[noreturn]] void writerChild(const std::filesystem::path& db, int round, int fd) {
+  StoreOptions o;
+  o.batch_rows = 64;
+  auto store = Store::open(db, o);
+  if (!store) _exit(3);
+  for (int i = 0; i < 100000; ++i) {
+    std::string exec = "r" + std::to_string(round) + "-" + std::to_string(i);
+    for (int j = 0; j < 10; ++j) {
+      (*store)->recordConnection(testing::sampleConnection(j, exec));
+      (*store)->recordRequest(testing::sampleRequest(j, exec));
+    }
+    if (!(*store)->recordExecution(testing::sampleExecution(exec))) _exit(4);
+    std::string line = exec + "\n";
+    if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(5);
+  }
+  _exit(0);
+}
+
+TEST(StoreCrashTest, SigkillAtRandomPointsLosesNoReturnedReceipt) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  std::mt19937 rng(std::random_device{}());
+  std::set<std::string> durable;
+  constexpr int kRounds = 6;
+  for (int round = 0; round < kRounds; ++round) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      close(fds[0]);
+      writerChild(db, round, fds[1]);
+    }
+    close(fds[1]);
+    // Let it record a random number of receipts, then kill it at a random moment.
+    int want = std::uniform_int_distribution<int>(1, 40)(rng);
+    int got = 0;
+    std::string buf;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (got < want && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{fds[0], POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char tmp[4096];
+      ssize_t n = read(fds[0], tmp, sizeof tmp);
+      if (n <= 0) break;
+      buf.append(tmp, static_cast<std::size_t>(n));
+      got = static_cast<int>(std::count(buf.begin(), buf.end(), '\n'));
+    }
+    usleep(std::uniform_int_distribution<int>(0, 5000)(rng));
+    kill(pid, SIGKILL);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "child exited early with status " << WEXITSTATUS(status);
+    // Everything the child reported before dying was reported after recordExecution returned.
+    char tmp[4096];
+    ssize_t n;
+    while ((n = read(fds[0], tmp, sizeof tmp)) > 0) buf.append(tmp, static_cast<std::size_t>(n));
+    close(fds[0]);
+    for (std::size_t pos = 0, nl; (nl = buf.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+      durable.insert(buf.substr(pos, nl - pos));
+    }
+
+    auto v = verify(db);
+    ASSERT_TRUE(v.has_value()) << v.error().message;
+    ASSERT_TRUE(v->ok) << "round " << round << ": " << v->first_broken;
+    // The store reopens for writing after the crash.
+    ASSERT_TRUE(Store::open(db).has_value());
+  }
+  ASSERT_FALSE(durable.empty());
+  RawDb raw(db);
+  for (const auto& id : durable) {
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM executions WHERE id = '" + id + "'"), 1) << id;
+  }
+}
+
+}  // namespace
+}  // namespace sluice::audit

@@ -1,0 +1,276 @@
+// The store's write path: round trips, batching, durability of receipts, concurrency with
+// backpressure, one chain across tables and across two writers.
+#include "sluice/audit/store.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "audit_test_util.hpp"
+
+namespace sluice::audit {
+namespace {
+
+using testing::RawDb;
+using testing::TempDir;
+
+TEST(StoreTest, RoundTripsEveryKindOfRow) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  std::string hash;
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    EXPECT_TRUE(store->healthy());
+    store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
+                        testing::kPolicyText);
+    auto c = testing::sampleConnection(1);
+    c.detail = "nearest miss: rule pypi";
+    store->recordConnection(c);
+    auto denied = testing::sampleConnection(2, "", "deny");  // standalone proxy: no execution
+    store->recordConnection(denied);
+    store->recordRequest(testing::sampleRequest(1));
+    auto r = store->recordExecution(testing::sampleExecution("exec-1"));
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    hash = *r;
+    EXPECT_EQ(hash.size(), 64u);
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.text("SELECT yaml FROM policies"), testing::kPolicyText);
+  EXPECT_EQ(raw.text("SELECT host FROM connections WHERE id = 'c-exec-1-1'"), "pypi.org");
+  EXPECT_EQ(raw.text("SELECT detail FROM connections WHERE id = 'c-exec-1-1'"),
+            "nearest miss: rule pypi");
+  EXPECT_EQ(raw.integer("SELECT bytes_up FROM connections WHERE id = 'c-exec-1-1'"), 1001);
+  EXPECT_EQ(raw.integer("SELECT execution_id IS NULL FROM connections WHERE id = 'c--2'"), 1);
+  EXPECT_EQ(raw.integer("SELECT rule_id IS NULL FROM connections WHERE id = 'c--2'"), 1);
+  EXPECT_EQ(raw.text("SELECT decision FROM connections WHERE id = 'c--2'"), "deny");
+  EXPECT_EQ(raw.text("SELECT injected_secrets FROM requests"), R"(["stats_token"])");
+  EXPECT_EQ(raw.integer("SELECT status FROM requests"), 200);
+  EXPECT_EQ(raw.text("SELECT hash FROM executions WHERE id = 'exec-1'"), hash);
+  EXPECT_EQ(raw.text("SELECT argv FROM executions"), R"j(["python3","-c","print(1)"])j");
+  EXPECT_EQ(raw.integer("SELECT ended_at - started_at FROM executions"), 250);
+  EXPECT_EQ(raw.integer("SELECT limit_hit IS NULL FROM executions"), 1);
+  // One chain across the tables, in insertion order.
+  EXPECT_EQ(raw.integer("SELECT seq FROM executions"), 4);
+  EXPECT_EQ(raw.text("SELECT prev_hash FROM executions"),
+            raw.text("SELECT hash FROM requests WHERE seq = 3"));
+  EXPECT_EQ(raw.integer("SELECT seq FROM chain_head"), 4);
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+  EXPECT_EQ(v->rows, 4u);
+}
+
+TEST(StoreTest, ReceiptIsCommittedBeforeRecordExecutionReturns) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  // A long batch interval: only the receipt's own commit can make the rows visible.
+  StoreOptions o;
+  o.batch_interval = std::chrono::milliseconds(60'000);
+  auto store = testing::openStore(db, o);
+  ASSERT_TRUE(store);
+  store->recordConnection(testing::sampleConnection(1));
+  ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-1")).has_value());
+  RawDb raw(db);  // a second connection sees only committed data
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 1);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), 1);
+}
+
+TEST(StoreTest, FlushCommitsEverythingQueuedBefore) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  StoreOptions o;
+  o.batch_interval = std::chrono::milliseconds(60'000);
+  auto store = testing::openStore(db, o);
+  ASSERT_TRUE(store);
+  for (int i = 0; i < 100; ++i) store->recordConnection(testing::sampleConnection(i));
+  ASSERT_TRUE(store->flush().has_value());
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM connections"), 100);
+}
+
+TEST(StoreTest, DestructorDrainsTheQueue) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    StoreOptions o;
+    o.batch_rows = 7;
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store);
+    for (int i = 0; i < 1000; ++i) store->recordConnection(testing::sampleConnection(i));
+  }
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM connections"), 1000);
+}
+
+TEST(StoreTest, PolicyTextStoredOnce) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    for (int i = 0; i < 3; ++i) {
+      store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
+                          testing::kPolicyText);
+    }
+  }
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM policies"), 1);
+}
+
+TEST(StoreTest, DuplicateExecutionIdIsAnErrorButTheStoreStaysHealthy) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  auto store = testing::openStore(db);
+  ASSERT_TRUE(store);
+  ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-1")).has_value());
+  auto again = store->recordExecution(testing::sampleExecution("exec-1"));
+  ASSERT_FALSE(again.has_value());
+  EXPECT_NE(again.error().message.find("UNIQUE"), std::string::npos) << again.error().message;
+  EXPECT_TRUE(store->healthy());
+  EXPECT_TRUE(store->recordExecution(testing::sampleExecution("exec-2")).has_value());
+  store.reset();
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->ok) << v->first_broken;
+  EXPECT_EQ(v->rows, 2u);
+}
+
+TEST(StoreTest, EmptyExecutionIdIsRefused) {
+  TempDir dir;
+  auto store = testing::openStore(dir / "audit.db");
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->recordExecution(testing::sampleExecution("")).has_value());
+}
+
+TEST(StoreTest, ConcurrentProducersWithBackpressureLoseNothing) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  constexpr int kThreads = 6;
+  constexpr int kPerThread = 3000;
+  {
+    StoreOptions o;
+    o.queue_capacity = 64;  // tiny: producers block on backpressure constantly
+    o.batch_rows = 100;
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store);
+    std::vector<std::thread> threads;
+    std::atomic<int> receipts_ok{0};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::string exec = "exec-" + std::to_string(t);
+        for (int i = 0; i < kPerThread; ++i) {
+          store->recordConnection(testing::sampleConnection(i, exec));
+          if (i % 2 == 0) store->recordRequest(testing::sampleRequest(i, exec));
+          if (i % 1000 == 999) {
+            auto r =
+                store->recordExecution(testing::sampleExecution(exec + "-" + std::to_string(i)));
+            if (r) receipts_ok.fetch_add(1);
+          }
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_TRUE(store->healthy());
+    EXPECT_EQ(receipts_ok.load(), kThreads * (kPerThread / 1000));
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), kThreads * kPerThread);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM requests"), kThreads * kPerThread / 2);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), kThreads * (kPerThread / 1000));
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_EQ(raw.integer("SELECT count(DISTINCT id) FROM connections WHERE execution_id = 'exec-" +
+                          std::to_string(t) + "'"),
+              kPerThread);
+  }
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->ok) << v->first_broken;
+  EXPECT_EQ(v->rows, static_cast<std::uint64_t>(kThreads * kPerThread * 3 / 2 +
+                                                kThreads * (kPerThread / 1000)));
+}
+
+TEST(StoreTest, FullQueueBlocksTheProducerAndDropsNothing) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  constexpr int kCapacity = 8;
+  constexpr int kEvents = 100;
+  std::atomic<int> pushed{0};
+  {
+    StoreOptions o;
+    o.queue_capacity = kCapacity;
+    o.busy_timeout = std::chrono::milliseconds(60'000);
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store);
+    RawDb locker(db);
+    ASSERT_EQ(locker.exec("BEGIN IMMEDIATE"), "");  // the writer stalls on this lock
+    std::thread producer([&] {
+      for (int i = 0; i < kEvents; ++i) {
+        store->recordConnection(testing::sampleConnection(i));
+        pushed.fetch_add(1);
+      }
+    });
+    // The writer holds at most one queue's worth while it waits for the lock, and the queue
+    // holds kCapacity more: the producer must block there, however long we give it.
+    for (int i = 0; i < 200 && pushed.load() < 2 * kCapacity; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    EXPECT_LE(pushed.load(), 2 * kCapacity);
+    EXPECT_TRUE(store->healthy());
+    locker.exec("ROLLBACK");
+    producer.join();
+    EXPECT_EQ(pushed.load(), kEvents);
+    EXPECT_TRUE(store->flush().has_value());
+  }
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM connections"), kEvents);
+}
+
+TEST(StoreTest, TwoWritersOnOneDatabaseKeepOneChain) {
+  // Two processes (`sluice run` twice) share a database: each writer re-reads the chain head
+  // in its transaction, so the chain stays linear.
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto a = testing::openStore(db);
+    auto b = testing::openStore(db);
+    ASSERT_TRUE(a && b);
+    std::thread ta([&] {
+      for (int i = 0; i < 500; ++i) {
+        a->recordConnection(testing::sampleConnection(i, "exec-a"));
+        if (i % 50 == 0) {
+          ASSERT_TRUE(a->flush().has_value());
+        }
+      }
+    });
+    std::thread tb([&] {
+      for (int i = 0; i < 500; ++i) {
+        b->recordConnection(testing::sampleConnection(i, "exec-b"));
+        if (i % 50 == 0) {
+          ASSERT_TRUE(b->flush().has_value());
+        }
+      }
+    });
+    ta.join();
+    tb.join();
+  }
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->ok) << v->first_broken;
+  EXPECT_EQ(v->rows, 1000u);
+}
+
+TEST(StoreTest, ReadOnlyStoreRefusesRecords) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  testing::populate(db);
+  StoreOptions o;
+  o.read_only = true;
+  auto store = testing::openStore(db, o);
+  ASSERT_TRUE(store);
+  EXPECT_FALSE(store->healthy());
+  EXPECT_FALSE(store->recordExecution(testing::sampleExecution("exec-9")).has_value());
+  EXPECT_FALSE(store->flush().has_value());
+}
+
+}  // namespace
+}  // namespace sluice::audit

@@ -1,0 +1,100 @@
+// Unit tests of the HTTP rules the proxy adds to Beast: raw header checks, framing,
+// hop-by-hop stripping, Host agreement and the refusal format.
+#include "http_rules.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::proxy {
+namespace {
+
+TEST(HeaderBlock, AcceptsCleanHeaders) {
+  EXPECT_FALSE(checkHeaderBlock("GET http://a/ HTTP/1.1\r\nHost: a\r\nX: y z\r\n\r\n"));
+}
+
+TEST(HeaderBlock, RefusesObsFoldBareLfBareCrAndNul) {
+  EXPECT_TRUE(checkHeaderBlock("GET / HTTP/1.1\r\nX: a\r\n b\r\n\r\n"));
+  EXPECT_TRUE(checkHeaderBlock("GET / HTTP/1.1\r\nX: a\r\n\tb\r\n\r\n"));
+  EXPECT_TRUE(checkHeaderBlock("GET / HTTP/1.1\nX: a\r\n\r\n"));
+  EXPECT_TRUE(checkHeaderBlock("GET / HTTP/1.1\rX: a\r\n\r\n"));
+  EXPECT_TRUE(checkHeaderBlock(std::string_view("GET / HTTP/1.1\r\nX: \0\r\n\r\n", 22)));
+}
+
+http::fields fieldsOf(std::initializer_list<std::pair<const char*, const char*>> list) {
+  http::fields f;
+  for (auto& [k, v] : list) f.insert(k, v);
+  return f;
+}
+
+TEST(Framing, SingleDecimalContentLengthOrChunked) {
+  EXPECT_FALSE(checkFraming(fieldsOf({{"Content-Length", "10"}})));
+  EXPECT_FALSE(checkFraming(fieldsOf({{"Transfer-Encoding", "Chunked"}})));
+  EXPECT_FALSE(checkFraming(fieldsOf({})));
+  EXPECT_EQ(checkFraming(fieldsOf({{"Content-Length", "1"}, {"Content-Length", "1"}}))->status,
+            http::status::bad_request);
+  EXPECT_TRUE(checkFraming(fieldsOf({{"Content-Length", "1,1"}})));
+  EXPECT_TRUE(checkFraming(fieldsOf({{"Content-Length", "99999999999999999999"}})));
+  EXPECT_TRUE(checkFraming(fieldsOf({{"Content-Length", "1"}, {"Transfer-Encoding", "chunked"}})));
+  EXPECT_EQ(checkFraming(fieldsOf({{"Transfer-Encoding", "gzip, chunked"}}))->status,
+            http::status::not_implemented);
+}
+
+TEST(HopByHop, StripsListedAndStandardFieldsButNeverFraming) {
+  auto f = fieldsOf({{"Connection", "close, X-A, Content-Length, host"},
+                     {"X-A", "1"},
+                     {"Content-Length", "3"},
+                     {"Host", "h"},
+                     {"Keep-Alive", "5"},
+                     {"Proxy-Authorization", "x"},
+                     {"Proxy-Connection", "keep-alive"},
+                     {"TE", "trailers"},
+                     {"Trailer", "X"},
+                     {"Upgrade", "h2c"},
+                     {"X-B", "2"}});
+  stripHopByHop(f);
+  EXPECT_EQ(f.count("X-A"), 0u);
+  EXPECT_EQ(f.count(http::field::connection), 0u);
+  EXPECT_EQ(f.count(http::field::keep_alive), 0u);
+  EXPECT_EQ(f.count(http::field::proxy_authorization), 0u);
+  EXPECT_EQ(f.count(http::field::proxy_connection), 0u);
+  EXPECT_EQ(f.count(http::field::te), 0u);
+  EXPECT_EQ(f.count(http::field::trailer), 0u);
+  EXPECT_EQ(f.count(http::field::upgrade), 0u);
+  EXPECT_EQ(f.count(http::field::content_length), 1u);
+  EXPECT_EQ(f.count(http::field::host), 1u);
+  EXPECT_EQ(f.count("X-B"), 1u);
+}
+
+TEST(HostAgreement, ComparesNormalisedHostAndPort) {
+  auto t = policy::makeTarget("api.example", 80).value();
+  EXPECT_FALSE(checkHostAgrees(fieldsOf({{"Host", "API.example."}}), t, 80));
+  EXPECT_FALSE(checkHostAgrees(fieldsOf({{"Host", "api.example:80"}}), t, 80));
+  EXPECT_FALSE(checkHostAgrees(fieldsOf({}), t, 80));
+  EXPECT_TRUE(checkHostAgrees(fieldsOf({{"Host", "api.example:8080"}}), t, 80));
+  EXPECT_TRUE(checkHostAgrees(fieldsOf({{"Host", "evil.example"}}), t, 80));
+  EXPECT_TRUE(checkHostAgrees(fieldsOf({{"Host", "api.example:x"}}), t, 80));
+  EXPECT_TRUE(checkHostAgrees(fieldsOf({{"Host", "a"}, {"Host", "a"}}), t, 80));
+  auto v6 = policy::makeTarget("[::1]", 8080).value();
+  EXPECT_FALSE(checkHostAgrees(fieldsOf({{"Host", "[::1]:8080"}}), v6, 80));
+  auto lit = policy::makeTarget("127.0.0.1", 80).value();
+  // Different spellings of one address agree.
+  EXPECT_FALSE(checkHostAgrees(fieldsOf({{"Host", "2130706433"}}), lit, 80));
+}
+
+TEST(Refusal, RendersStatusReasonHeaderAndJson) {
+  Refusal r{http::status::forbidden, "denied", "no_matching_rule", "r1", "no rule matches x"};
+  auto text = renderRefusal(r, "wf", false);
+  EXPECT_EQ(text.rfind("HTTP/1.1 403 Forbidden\r\n", 0), 0u);
+  EXPECT_NE(text.find("\r\nX-Sluice-Reason: no_matching_rule\r\n"), std::string::npos);
+  EXPECT_NE(text.find("\r\nConnection: close\r\n"), std::string::npos);
+  auto body = nlohmann::json::parse(text.substr(text.find("\r\n\r\n") + 4));
+  EXPECT_EQ(body, (nlohmann::json{{"error", "denied"},
+                                  {"workflow", "wf"},
+                                  {"rule", "r1"},
+                                  {"reason", "no_matching_rule"},
+                                  {"detail", "no rule matches x"}}));
+}
+
+}  // namespace
+}  // namespace sluice::proxy

@@ -1,0 +1,122 @@
+// The Proxy object's control plane: adopted listeners (the runner's path), per-execution
+// attribution and stats, policy replacement, closing an execution, stop().
+#include "sluice/proxy/proxy.hpp"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "proxy_fixture.hpp"
+
+namespace sluice::proxy::testing {
+namespace {
+
+using ProxyTest = ProxyFixture;
+
+int listeningSocket(std::uint16_t& port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || ::listen(fd, 16) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  socklen_t len = sizeof sa;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
+  port = ntohs(sa.sin_port);
+  return fd;
+}
+
+TEST_F(ProxyTest, AdoptedListenerIsAttributedToItsExecution) {
+  std::uint16_t port = 0;
+  int fd = listeningSocket(port);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(proxy_->adoptListener(fd, {"exec-2", matcher_}));
+  Client c(port);
+  ASSERT_TRUE(c.send(getRequest(upstream(), "/adopted")));
+  EXPECT_EQ(c.readResponse().status, 200);
+  auto req = sink_->waitRequest([](const auto& e) { return e.path == "/adopted"; });
+  ASSERT_TRUE(req);
+  EXPECT_EQ(req->execution_id, "exec-2");
+  EXPECT_EQ(proxy_->stats("exec-2").requests, 1u);
+  EXPECT_EQ(proxy_->stats("exec-1").requests, 0u);
+}
+
+TEST_F(ProxyTest, AdoptRefusesWhatIsNotAListeningSocket) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  auto r = proxy_->adoptListener(fd, {"exec-3", matcher_});
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("not listening"), std::string::npos);
+  int udp = ::socket(AF_INET, SOCK_DGRAM, 0);
+  EXPECT_FALSE(proxy_->adoptListener(udp, {"exec-3", matcher_}));
+  EXPECT_FALSE(proxy_->adoptListener(-1, {"exec-3", matcher_}));
+}
+
+TEST_F(ProxyTest, ListenErrorsAreValues) {
+  auto bad = proxy_->listen("not-an-ip", 0, {"", matcher_});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("not-an-ip"), std::string::npos);
+  auto taken = proxy_->listen("127.0.0.1", port_, {"", matcher_});
+  EXPECT_FALSE(taken);
+  EXPECT_FALSE(proxy_->listen("127.0.0.1", 0, {"", nullptr}));
+}
+
+TEST_F(ProxyTest, ReplaceMatcherAppliesToNewRequests) {
+  EXPECT_EQ(roundTrip(getRequest(upstream(), "/before")).status, 200);
+  auto deny_all = compileWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: test\negress:\n  rules:\n"
+      "    - {id: only-other, action: allow, hosts: [elsewhere.test]}\n");
+  ASSERT_TRUE(deny_all);
+  proxy_->replaceMatcher("test", deny_all);
+  auto r = roundTrip(getRequest(upstream(), "/after"));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "no_matching_rule");
+  // Another workflow's name replaces nothing.
+  proxy_->replaceMatcher("unrelated", matcher_);
+  EXPECT_EQ(roundTrip(getRequest(upstream(), "/still")).status, 403);
+  EXPECT_GE(sink_->policyCount(), 2u);
+}
+
+TEST_F(ProxyTest, CloseExecutionEndsItsTunnelsAndListener) {
+  Client c(port_);
+  ASSERT_TRUE(c.send(connectRequest(echo())));
+  ASSERT_EQ(c.readResponse(true).status, 200);
+  proxy_->closeExecution("exec-1");
+  EXPECT_TRUE(c.waitClosed());
+  EXPECT_TRUE(sink_->waitConnection([](const auto& e) { return e.kind == "connect"; }));
+  Client late(port_);
+  // Either the connect fails or the connection is closed unanswered.
+  if (late.ok()) {
+    late.send(getRequest(upstream(), "/"));
+    EXPECT_EQ(late.readResponse().status, 0);
+  }
+}
+
+TEST_F(ProxyTest, StopDrainsAndIsIdempotent) {
+  Client c(port_);
+  ASSERT_TRUE(c.send(connectRequest(echo())));
+  ASSERT_EQ(c.readResponse(true).status, 200);
+  proxy_->stop();
+  EXPECT_TRUE(c.waitClosed());
+  proxy_->stop();
+  EXPECT_TRUE(sink_->waitConnection([](const auto& e) { return e.kind == "connect"; }));
+}
+
+TEST(ProxyCreate, RejectsTinyHeaderLimit) {
+  ProxyOptions o;
+  o.max_header_bytes = 10;
+  EXPECT_FALSE(Proxy::create(o, nullptr, nullptr));
+}
+
+TEST(StaticResolverTest, MapsNamesAndFailsOthers) {
+  StaticResolver r;
+  r.add("a.test", {*policy::parseIpLiteral("10.0.0.1")});
+  auto ok = r.resolve("a.test");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->at(0).str(), "10.0.0.1");
+  EXPECT_FALSE(r.resolve("b.test"));
+}
+
+}  // namespace
+}  // namespace sluice::proxy::testing

@@ -1,0 +1,25 @@
+// Shared guard for tests that need root, namespaces and cgroups: skip when missing, but fail
+// when the environment promises isolation (CI=true or SLUICE_REQUIRE_ISOLATION=1).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "sluice/runner/sandbox.hpp"
+
+inline bool isolationRequired() {
+  const char* ci = std::getenv("CI");
+  const char* req = std::getenv("SLUICE_REQUIRE_ISOLATION");
+  return (ci && std::string(ci) == "true") || (req && std::string(req) == "1");
+}
+
+#define REQUIRE_SANDBOX()                                                            \
+  do {                                                                               \
+    std::string why_;                                                                \
+    if (!sluice::runner::sandboxSupported(&why_)) {                                  \
+      if (isolationRequired()) FAIL() << "sandbox required but unavailable: " << why_; \
+      GTEST_SKIP() << "sandbox unavailable: " << why_;                               \
+    }                                                                                \
+  } while (0)
