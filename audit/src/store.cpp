@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 #include <span>
 #include <thread>
+#include <unordered_set>
 #include <variant>
 #include <vector>
 
@@ -154,6 +155,10 @@ class Store::Impl {
   void stop();
 
   bool push(Item&& item);
+  bool firstSightOfPolicy(const std::string& sha256) {
+    std::lock_guard lock(mu_);
+    return policies_seen_.insert(sha256).second;
+  }
   std::expected<std::string, Error> recordExecution(const ExecutionRecord& record);
   std::expected<void, Error> flush();
 
@@ -194,7 +199,8 @@ class Store::Impl {
   bool writer_waiting_ = false;
   bool stopping_ = false;
   std::atomic<bool> failed_{false};
-  std::optional<Error> failure_;  // guarded by mu_
+  std::optional<Error> failure_;                   // guarded by mu_
+  std::unordered_set<std::string> policies_seen_;  // guarded by mu_
   std::thread writer_;
 };
 
@@ -274,6 +280,7 @@ std::expected<void, Error> Store::Impl::openWriter() {
     if (!r) return r;
   }
   writable_ = true;
+  logger()->debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
   return {};
 }
 
@@ -481,6 +488,15 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
   for (std::size_t i = 0; i < batch.size(); ++i) {
     std::expected<void, Error> r;
     if (auto* p = std::get_if<PolicyItem>(&batch[i])) {
+      // policies is content-addressed and verify checks it: a key that is not the text's
+      // hash would make the whole database fail verification, so refuse it here.
+      if (hasher_.sha256(p->yaml) != p->sha256) {
+        logger()->error(
+            "{}: not recording policy of workflow '{}': {} is not the SHA-256 of "
+            "its text",
+            path_.string(), p->workflow, p->sha256);
+        continue;
+      }
       insert_policy_.bindText(1, p->sha256);
       insert_policy_.bindText(2, p->workflow);
       insert_policy_.bindText(3, p->yaml);
@@ -509,7 +525,9 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
             Value{c->duration_ms}};
       r = insertChained(insert_connection_, "connections", cv, i);
     } else if (auto* q = std::get_if<RequestEvent>(&batch[i])) {
-      json_buf = nlohmann::json(q->injected_secrets).dump();
+      // Replace invalid UTF-8 rather than throw: nothing may kill the writer thread.
+      json_buf = nlohmann::json(q->injected_secrets)
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       rv = {detail::textOrNull(q->connection_id), detail::textOrNull(q->execution_id),
             Value{std::string_view(q->workflow)}, Value{q->ts_ms},
             detail::textOrNull(q->method),        detail::textOrNull(q->host),
@@ -568,7 +586,12 @@ Store::~Store() { impl_->stop(); }
 
 std::expected<std::unique_ptr<Store>, Error> Store::open(const std::filesystem::path& db,
                                                          StoreOptions options) {
-  auto impl = std::make_unique<Impl>(db, options);
+  std::unique_ptr<Impl> impl;
+  try {
+    impl = std::make_unique<Impl>(db, options);
+  } catch (const std::exception& e) {  // OpenSSL without SHA-256: nothing else throws here
+    return std::unexpected(Error{db.string() + ": " + e.what()});
+  }
   auto r = options.read_only ? impl->openReader() : impl->openWriter();
   if (!r) return std::unexpected(r.error());
   if (!options.read_only) impl->start();
@@ -583,6 +606,7 @@ std::expected<void, Error> Store::flush() { return impl_->flush(); }
 
 void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
                          const std::string& yaml_text) {
+  if (!impl_->firstSightOfPolicy(sha256)) return;  // stored once; no need to queue it again
   impl_->push(PolicyItem{sha256, workflow, yaml_text, nowMs()});
 }
 

@@ -117,6 +117,22 @@ TEST(StoreTest, PolicyTextStoredOnce) {
   EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM policies"), 1);
 }
 
+TEST(StoreTest, PolicyWithAWrongHashIsNotStored) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordPolicy(std::string(64, 'b'), "data-analysis", testing::kPolicyText);
+    ASSERT_TRUE(store->flush().has_value());
+    EXPECT_TRUE(store->healthy());
+  }
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM policies"), 0);
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->ok) << v->first_broken;
+}
+
 TEST(StoreTest, DuplicateExecutionIdIsAnErrorButTheStoreStaysHealthy) {
   TempDir dir;
   auto db = dir / "audit.db";
