@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -17,9 +18,11 @@
 #include "sluice/audit/store.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
+#include "sluice/policy/secrets.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/proxy/resolver.hpp"
+#include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
@@ -203,14 +206,34 @@ int doRun(const RunOptions& o) {
   auto inputs = parseInputs(o.inputs);
   if (!inputs) return fail("input", inputs.error());
   if (auto env = rn::buildEnvironment(o.env, false); !env) return fail("environment", env.error());
+  if (!o.secrets.empty()) {
+    // Checked now (mode 0600, every referenced name present) so a bad store fails before the
+    // program runs; values never leave the store.
+    auto store = pol::loadSecretsFile(o.secrets);
+    if (!store) return fail("secrets", store.error());
+    auto missing = pol::missingSecrets(w, store->get());
+    if (!missing.empty()) {
+      std::string names;
+      for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
+      return fail("secrets", o.secrets + " lacks secret(s) the workflow references: " + names);
+    }
+  }
   if (!o.secrets.empty() || !o.upstream_ca.empty())
-    std::cerr << "sluice run: warning: --secrets/--upstream-ca are not wired to the in-process "
-                 "proxy yet; ignored\n";
+    std::cerr << "sluice run: warning: credential injection and TLS inspection are not wired "
+                 "into the in-process proxy yet; --secrets/--upstream-ca are checked, not used\n";
   std::string why;
-  if (!rn::sandboxSupported(&why)) return fail("sandbox", why);
+  const bool full_isolation = rn::sandboxSupported(&why);
+  if (!full_isolation) {
+    if (::geteuid() == 0) return fail("sandbox", why);
+    // Unprivileged: user namespaces still give every namespace, seccomp and Landlock, but no
+    // cgroups. Say what is not enforced.
+    std::cerr << "sluice run: warning: not root: running in a user namespace without cgroups; "
+                 "the memory limit is not enforced, pids is enforced by RLIMIT_NPROC only, and "
+                 "cpu_time per process only\n";
+  }
   timer.mark("cli: load policy, limits, checks");
   // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
-  (void)rn::collectGarbage();
+  if (full_isolation) (void)rn::collectGarbage();
   timer.mark("cli: gc of leftovers");
 
   rn::RunSpec spec;
@@ -267,6 +290,9 @@ int doRun(const RunOptions& o) {
     };
 
   rn::installStopHandlers();
+  // A reader that goes away (sluice run ... | head) must not kill sluice mid-run and leave the
+  // sandbox to PR_SET_PDEATHSIG: ignore SIGPIPE; the program gets the default back.
+  std::signal(SIGPIPE, SIG_IGN);
   auto result = rn::runSandboxed(spec, on_listener, live);
   if (result)
     for (const auto& [phase, us] : result->phases) timer.add(phase, us);
@@ -289,11 +315,26 @@ int doRun(const RunOptions& o) {
   timer.mark("cli: proxy stats + stop");
   if (!result) {
     const rn::SetupError& e = result.error();
-    if (e.kind == rn::SetupError::Kind::kSetup)
+    if (e.kind == rn::SetupError::Kind::kSetup) {
       std::cerr << "sluice run: setup failed at step '" << e.step << "': " << e.message << "\n";
-    else
-      std::cerr << "sluice run: " << e.message << "\n";
-    return e.exitStatus();
+      return e.exitStatus();
+    }
+    std::cerr << "sluice run: " << e.message << "\n";
+    // The command could not be started (126/127): still an execution, with a receipt, so the
+    // agent and the audit trail see what was attempted.
+    rn::RunResult failed;
+    failed.exit_code = e.exitStatus();
+    failed.started_at = failed.ended_at = std::chrono::system_clock::now();
+    failed.err.text = "sluice: " + e.message + "\n";
+    failed.err.bytes = failed.err.text.size();
+    failed.isolation.namespaces = {"mount", "pid", "net", "ipc", "uts", "cgroup"};
+    failed.isolation.seccomp = failed.isolation.no_new_privs = true;
+    failed.isolation.uid = spec.uid;
+    failed.isolation.gid = spec.gid;
+    failed.isolation.cgroup = full_isolation ? "v1" : "none";
+    if (auto layout = rn::detectCgroupLayout(); full_isolation && layout)
+      failed.isolation.cgroup = layout->version == rn::CgroupVersion::kV2 ? "v2" : "v1";
+    result = failed;
   }
 
   nlohmann::json receipt = rn::buildReceipt(spec, *result, ctx);

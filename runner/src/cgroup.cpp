@@ -255,6 +255,14 @@ std::expected<void, std::string> Cgroup::remove() {
   return {};
 }
 
+std::string cgroupName(std::string_view execution_id) {
+  static const std::string prefix = [] {
+    const pid_t self = ::getpid();
+    return std::to_string(self) + "." + std::to_string(processStartTime(self).value_or(0)) + ".";
+  }();
+  return prefix + std::string(execution_id);
+}
+
 std::vector<pid_t> cgroupProcs(const fs::path& dir) {
   std::vector<pid_t> out;
   std::ifstream in(dir / "cgroup.procs");

@@ -139,6 +139,19 @@ void initMain(const ChildPlan& plan) {
   int keep[] = {f.go_read, f.error_write, f.report_write, f.control_read, f.listener_channel,
                 f.stdout_write, f.stderr_write};
   closeAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
+  if (plan.arg_start != nullptr && plan.arg_len > 0) {
+    static const char kName[] = "sluice-init";
+    std::memset(plan.arg_start, 0, plan.arg_len);
+    std::memcpy(plan.arg_start, kName, std::min(sizeof kName, plan.arg_len) - 1);
+  }
+  ::prctl(PR_SET_NAME, "sluice-init", 0, 0, 0);
+  // In a user namespace, nothing can be chowned to the sandbox uid before sluice has written
+  // the uid/gid maps, which it signals with the same 'G'.
+  bool have_go = false;
+  if (plan.user_namespace) {
+    if (!readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
+    have_go = true;
+  }
   // Namespace and mount setup first: it overlaps with sluice moving us into the cgroups, whose
   // cgroup.procs write waits for an RCU grace period (milliseconds on cgroup v1).
   if (::sethostname("sandbox", 7) != 0) fail(plan, stepFail("sethostname"));
@@ -150,7 +163,7 @@ void initMain(const ChildPlan& plan) {
     fail(plan, r);
   // Wait until sluice has put us into the cgroups. EOF means sluice died (perhaps before
   // PR_SET_PDEATHSIG took effect): give up.
-  if (!readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
+  if (!have_go && !readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
   // Unsharing the cgroup namespace only now makes our (limited) cgroup the namespace's root.
   if (::unshare(CLONE_NEWCGROUP) != 0) fail(plan, stepFail("unshare cgroup namespace"));
   // Wait until sluice's proxy owns the listener before the program can connect.

@@ -51,6 +51,12 @@ struct ChildPlan {
   std::vector<char*> argv, envp;  // NULL-terminated, pointing into the storage above
   std::vector<std::string> path_dirs;  // PATH search order for argv[0] without '/'
   bool network_proxy = false;
+  // User-namespace mode: wait for the uid/gid maps (written by sluice) before any setup.
+  bool user_namespace = false;
+  // sluice's own argv in memory (from /proc/self/stat): init overwrites its copy so the
+  // sandbox's /proc/1/cmdline does not show sluice's command line.
+  char* arg_start = nullptr;
+  std::size_t arg_len = 0;
   ChildFds fds;
 };
 

@@ -7,28 +7,50 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 #include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/sandbox.hpp"
 
 namespace sluice::runner {
+
+std::optional<std::uint64_t> processStartTime(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  for (int i = 3; i <= 22; ++i)
+    if (!(rest >> field)) return std::nullopt;
+  try {
+    return std::stoull(field);
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
 namespace {
 
 namespace fs = std::filesystem;
 
-// A cgroup is live when the sluice that made it (its name starts with "<pid>.") still runs.
+// A cgroup is live when the process that made it still runs. Its name is
+// "<pid>.<start time>.<execution id>": the start time (clock ticks since boot, /proc/PID/stat
+// field 22) tells a live owner from an unrelated process that reused the pid.
 bool ownerAlive(const std::string& name) {
-  const auto dot = name.find('.');
-  if (dot == std::string::npos || dot == 0) return false;
+  const auto dot1 = name.find('.');
+  if (dot1 == std::string::npos || dot1 == 0) return false;
+  const auto dot2 = name.find('.', dot1 + 1);
+  if (dot2 == std::string::npos) return false;
   pid_t pid = 0;
-  for (size_t i = 0; i < dot; ++i) {
+  for (size_t i = 0; i < dot1; ++i) {
     if (name[i] < '0' || name[i] > '9') return false;
     pid = pid * 10 + (name[i] - '0');
   }
   if (pid == ::getpid()) return true;
-  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
-  std::string c;
-  return comm && std::getline(comm, c) && c.starts_with("sluice");
+  auto started = processStartTime(pid);
+  return started && std::to_string(*started) == name.substr(dot1 + 1, dot2 - dot1 - 1);
 }
 
 }  // namespace

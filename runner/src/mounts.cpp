@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -87,13 +88,35 @@ StepResult writeAll(const char* path, const std::string& content, unsigned mode)
 
 }  // namespace
 
-std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec) {
+std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool user_namespace) {
   auto err = [](std::string step, std::string msg) {
     return std::unexpected(SetupError{SetupError::Kind::kSetup, std::move(step), std::move(msg)});
   };
   MountPlan plan;
-  plan.new_root = kNewRootDir;
-  plan.scratch = kScratchDir;
+  // The staging directory must not hide anything the plan binds from the host.
+  auto hides = [&](const std::string& dir) {
+    for (const Input& in : spec.inputs) {
+      const std::string h = fs::absolute(in.host).lexically_normal().string();
+      if (h == dir || h.starts_with(dir + "/")) return true;
+    }
+    return false;
+  };
+  std::vector<std::string> candidates = {kStageDir};
+  if (user_namespace)
+    candidates = {"/run/user/" + std::to_string(::getuid()), "/mnt", "/media", "/srv", "/opt",
+                  "/tmp"};
+  for (const std::string& c : candidates) {
+    std::error_code ec;
+    if (fs::is_directory(c, ec) && !fs::is_symlink(c, ec) && !hides(c)) {
+      plan.stage = c;
+      break;
+    }
+  }
+  if (plan.stage.empty())
+    return err("staging directory", "no directory to stage the sandbox's mounts on (tried " +
+                                        candidates.front() + " and others)");
+  plan.new_root = plan.stage + "/root";
+  plan.scratch = plan.stage + "/scratch";
   PlanBuilder b(plan.new_root);
   using K = MountOp::Kind;
 
@@ -167,9 +190,16 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec) {
     unsigned maj, min;
   };
   for (Node n : {Node{"null", 1, 3}, Node{"zero", 1, 5}, Node{"full", 1, 7},
-                 Node{"random", 1, 8}, Node{"urandom", 1, 9}, Node{"tty", 5, 0}})
-    b.add(K::kMknod, std::string("/dev/") + n.name, {}, "mknod in /dev", {}, 0666,
-          makedev(n.maj, n.min));
+                 Node{"random", 1, 8}, Node{"urandom", 1, 9}, Node{"tty", 5, 0}}) {
+    const std::string node = std::string("/dev/") + n.name;
+    if (!user_namespace) {
+      b.add(K::kMknod, node, {}, "mknod in /dev", {}, 0666, makedev(n.maj, n.min));
+    } else if (fs::exists(node)) {
+      // mknod needs CAP_MKNOD in the initial namespace: bind the host's nodes instead.
+      b.add(K::kTouch, node, {}, "create /dev node mount point");
+      b.add(K::kBindRw, node, node, "bind /dev node");
+    }
+  }
   b.add(K::kMkdir, "/dev/pts", {}, "mkdir /dev/pts", {}, 0755);
   b.add(K::kDevpts, "/dev/pts", "newinstance,ptmxmode=0666,mode=0620", "mount /dev/pts");
   b.add(K::kSymlink, "/dev/ptmx", "pts/ptmx", "symlink /dev/ptmx");
@@ -220,6 +250,18 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec) {
   }
   plan.ops = std::move(scratch_ops);
   for (MountOp& op : b.take()) plan.ops.push_back(std::move(op));
+  // A remount must keep flags the source mount has (in a user namespace they are locked and
+  // dropping one is EPERM): carry them over.
+  for (MountOp& op : plan.ops) {
+    if (op.kind != K::kBindRo && op.kind != K::kBindRw) continue;
+    struct statvfs sv {};
+    if (op.source.starts_with(plan.scratch) || ::statvfs(op.source.c_str(), &sv) != 0) continue;
+    if (sv.f_flag & ST_NOEXEC) op.keep_flags |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME) op.keep_flags |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME) op.keep_flags |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME) op.keep_flags |= MS_RELATIME;
+    if (sv.f_flag & ST_RDONLY) op.keep_flags |= MS_RDONLY;
+  }
   return plan;
 }
 
@@ -228,8 +270,13 @@ StepResult applyMountPlan(const MountPlan& plan, uid_t uid, gid_t gid) {
   // Our mounts must not propagate back to the host (systemd makes / shared).
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return stepFail("make mounts private");
-  // The scratch tmpfs stays alive through its binds after the old root (holding its mount
-  // point) is detached.
+  if (::mount("tmpfs", plan.stage.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
+              "size=64k,nr_inodes=16,mode=0700") != 0)
+    return stepFail("mount staging tmpfs");
+  if (::mkdir(plan.new_root.c_str(), 0755) != 0 || ::mkdir(plan.scratch.c_str(), 0700) != 0)
+    return stepFail("mkdir in staging tmpfs");
+  // The scratch tmpfs stays alive through its binds after the old root (holding the staging
+  // tmpfs and its mount points) is detached.
   if (::mount("tmpfs", plan.new_root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
               "size=16m,nr_inodes=16384,mode=0755") != 0)
     return stepFail("mount new root tmpfs");
@@ -259,7 +306,9 @@ StepResult applyMountPlan(const MountPlan& plan, uid_t uid, gid_t gid) {
         if (::mount(op.source.c_str(), p, nullptr, MS_BIND | MS_REC, nullptr) != 0)
           return stepFail(op.step);
         // A bind inherits the source's flags; read-only etc. need a second, remount call.
-        unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV;
+        unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | op.keep_flags;
+        // Device nodes bound from the host's /dev must stay usable.
+        if (op.step == nullptr || std::strcmp(op.step, "bind /dev node") != 0) flags |= MS_NODEV;
         if (op.kind == K::kBindRo) flags |= MS_RDONLY;
         if (::mount(nullptr, p, nullptr, flags, nullptr) != 0) return stepFail(op.step);
         break;

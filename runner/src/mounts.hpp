@@ -37,24 +37,27 @@ struct MountOp {
   unsigned mode = 0755;
   dev_t dev = 0;
   const char* step = "";  // static text naming the step for errors
+  unsigned long keep_flags = 0;  // bind remounts: the source's locked flags (MS_NOEXEC, atime)
 };
 
 struct MountPlan {
-  std::string new_root;  // mount point of the new root tmpfs (host path)
-  std::string scratch;   // mount point of the scratch tmpfs (host path, outside new_root)
+  // A host directory covered (in the private mount namespace only) by a small staging tmpfs
+  // holding the two mount points below. It lies in the old root, so the single detach of the
+  // old root after pivot_root drops it too (each umount costs an RCU grace period).
+  std::string stage;
+  std::string new_root;  // stage + "/root": the new root tmpfs
+  std::string scratch;   // stage + "/scratch": the scratch tmpfs (work, tmp, output, shm)
   std::vector<MountOp> ops;  // applied in order, before pivot_root
 };
 
-/// The host directory every sandbox mounts its private root on (inside its own mount
-/// namespace, so concurrent runs do not see each other). Created on demand.
-inline constexpr const char* kNewRootDir = "/run/sluice/root";
-/// Where the scratch tmpfs is first mounted (in the private mount namespace). It lies in the
-/// old root, so the single detach of the old root after pivot_root also drops this mount point
-/// (each umount costs an RCU grace period).
-inline constexpr const char* kScratchDir = "/run/sluice/scratch";
+/// The staging directory when running as root (created on demand). Concurrent runs each cover
+/// it in their own mount namespace, so they never see each other. Unprivileged runs pick an
+/// existing directory that holds no --input (see buildMountPlan).
+inline constexpr const char* kStageDir = "/run/sluice";
 
 /// Builds the plan (parent side): reads the host's /usr, /lib* layout, ld.so.cache etc.
-std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec);
+/// `user_namespace`: no mknod (device nodes are bound from the host's /dev instead).
+std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool user_namespace);
 
 /// Applies the plan and pivots into the new root (child side; no allocation). Scratch dirs
 /// (/work, /output) are owned by uid/gid.

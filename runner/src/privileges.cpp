@@ -41,7 +41,10 @@ StepResult dropPrivileges(const PrivilegePlan& plan) {
       return stepFail("drop capability bounding set");
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
     return stepFail("clear ambient capabilities");
-  if (::syscall(SYS_setgroups, 0, nullptr) != 0) return stepFail("setgroups");
+  // In a user namespace setgroups(2) is disabled (it could drop a group that denies access);
+  // the unmapped supplementary groups are the caller's own.
+  if (!plan.user_namespace && ::syscall(SYS_setgroups, 0, nullptr) != 0)
+    return stepFail("setgroups");
   if (::syscall(SYS_setresgid, plan.gid, plan.gid, plan.gid) != 0) return stepFail("setresgid");
   if (::syscall(SYS_setresuid, plan.uid, plan.uid, plan.uid) != 0) return stepFail("setresuid");
   // Changing uid from 0 clears permitted/effective, but inheritable survives: empty them all.

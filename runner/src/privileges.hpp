@@ -24,6 +24,7 @@ struct PrivilegePlan {
   gid_t gid = 65534;
   int cap_last = 40;      // /proc/sys/kernel/cap_last_cap, read by the parent
   int landlock_abi = 0;   // 0: the kernel has no Landlock
+  bool user_namespace = false;  // setgroups is denied there (setgroups "deny" in /proc)
 };
 
 /// Landlock ABI version of the running kernel (0 when unavailable). Parent side.

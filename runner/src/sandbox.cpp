@@ -22,6 +22,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 
 #include "artifacts.hpp"
 #include "child.hpp"
@@ -122,8 +123,9 @@ bool validExecutionId(const std::string& id) {
 
 // Builds the data the child side needs; pointers into its own storage, so it must not move
 // after finalize().
-std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, detail::ChildPlan& plan) {
-  auto mounts = detail::buildMountPlan(spec);
+std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_namespace,
+                                               detail::ChildPlan& plan) {
+  auto mounts = detail::buildMountPlan(spec, user_namespace);
   if (!mounts) return std::unexpected(mounts.error());
   plan.mounts = std::move(*mounts);
   const auto& prog = seccompProgram();
@@ -163,9 +165,54 @@ std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, detail::Chil
   const std::uint64_t fsize = l.file_size ? l.file_size : l.disk;
   if (fsize) add(RLIMIT_FSIZE, fsize, fsize);
   if (l.open_files) add(RLIMIT_NOFILE, l.open_files, l.open_files);
+  // Without cgroups, RLIMIT_NPROC stands in for pids.max. It counts processes per uid per
+  // user namespace, i.e. exactly the sandbox's.
+  if (user_namespace && l.pids) add(RLIMIT_NPROC, l.pids, l.pids);
   add(RLIMIT_CORE, 0, 0);  // no core dumps of sandboxed code anywhere
   plan.network_proxy = spec.network_proxy;
+  plan.user_namespace = user_namespace;
+  p.user_namespace = user_namespace;
+  // Fields 48 and 49 of /proc/self/stat: where our argv strings live (the child's copy of this
+  // memory is what its /proc/PID/cmdline shows).
+  {
+    std::ifstream in("/proc/self/stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), {});
+    const auto close = stat.rfind(')');
+    if (close != std::string::npos) {
+      std::istringstream rest(stat.substr(close + 1));
+      std::string field;
+      unsigned long long start = 0, end = 0;
+      for (int i = 3; i <= 49 && rest >> field; ++i) {
+        if (i == 48) start = std::stoull(field);
+        if (i == 49) end = std::stoull(field);
+      }
+      if (start != 0 && end > start) {
+        plan.arg_start = reinterpret_cast<char*>(static_cast<std::uintptr_t>(start));
+        plan.arg_len = static_cast<std::size_t>(end - start);
+      }
+    }
+  }
   return {};
+}
+
+// User-namespace mode: the sandbox uid/gid map to the caller's own (the only mapping an
+// unprivileged process may write); setgroups must be denied first.
+std::expected<void, SetupError> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
+  const std::string base = "/proc/" + std::to_string(pid) + "/";
+  auto put = [&](const std::string& file, const std::string& text) -> std::expected<void, SetupError> {
+    int fd = ::open((base + file).c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return std::unexpected(setupError("user namespace " + file, std::strerror(errno)));
+    ssize_t n = ::write(fd, text.data(), text.size());
+    int e = errno;
+    ::close(fd);
+    if (n != static_cast<ssize_t>(text.size()))
+      return std::unexpected(setupError("user namespace " + file, std::strerror(e)));
+    return {};
+  };
+  if (auto r = put("setgroups", "deny"); !r) return r;
+  if (auto r = put("uid_map", std::to_string(uid) + " " + std::to_string(::geteuid()) + " 1"); !r)
+    return r;
+  return put("gid_map", std::to_string(gid) + " " + std::to_string(::getegid()) + " 1");
 }
 
 std::string childMessageText(const detail::ChildMessage& m) {
@@ -252,7 +299,7 @@ void requestStop(int signal) { onStopSignal(signal); }
 
 bool sandboxSupported(std::string* why) {
   if (::geteuid() != 0) {
-    if (why) *why = "sluice run needs root (unprivileged user-namespace mode is not implemented)";
+    if (why) *why = "not root: no cgroups (runSandboxed falls back to a user namespace)";
     return false;
   }
   auto layout = detectCgroupLayout();
@@ -273,25 +320,24 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
   if (!validExecutionId(spec.execution_id))
     return std::unexpected(setupError("execution id", "'" + spec.execution_id +
                                                           "' must be 1-128 of [A-Za-z0-9._-]"));
-  if (::geteuid() != 0)
-    return std::unexpected(setupError(
-        "privileges", "sluice run needs root (unprivileged user-namespace mode is not implemented)"));
-
-  auto layout = detectCgroupLayout();
-  if (!layout) return std::unexpected(setupError("cgroup detection", layout.error()));
-
-  detail::ChildPlan plan;
-  if (auto r = buildChildPlan(spec, plan); !r) return std::unexpected(r.error());
-  {
+  // Not root: a user namespace gives us the capabilities to build the sandbox, but no cgroups
+  // (memory and pids are then not enforced by the kernel's cgroup limits; see docs/sandbox.md).
+  const bool user_namespace = ::geteuid() != 0;
+  std::optional<CgroupLayout> layout;
+  if (!user_namespace) {
+    auto l = detectCgroupLayout();
+    if (!l) return std::unexpected(setupError("cgroup detection", l.error()));
+    layout = *l;
     std::error_code ec;
-    fs::create_directories(detail::kNewRootDir, ec);
-    if (!ec) fs::create_directories(detail::kScratchDir, ec);
+    fs::create_directories(detail::kStageDir, ec);
     if (ec)
-      return std::unexpected(setupError("new root mount point",
-                                        std::string(detail::kNewRootDir) + ": " + ec.message()));
+      return std::unexpected(setupError("staging directory",
+                                        std::string(detail::kStageDir) + ": " + ec.message()));
   }
 
-  // The cgroup name starts with our pid so `sluice gc` can tell live runs from leftovers.
+  detail::ChildPlan plan;
+  if (auto r = buildChildPlan(spec, user_namespace, plan); !r) return std::unexpected(r.error());
+
   auto mark = [&, last = t0](const char* phase) mutable {
     const auto now = Clock::now();
     result.phases.emplace_back(
@@ -299,9 +345,13 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     last = now;
   };
   mark("runner: plan (mount plan, seccomp, env)");
-  auto cg = Cgroup::create(*layout, std::to_string(::getpid()) + "." + spec.execution_id,
-                           spec.limits);
-  if (!cg) return std::unexpected(cg.error());
+  // The name carries our pid and start time so `sluice gc` can tell live runs from leftovers.
+  std::optional<Cgroup> cg;
+  if (layout) {
+    auto c = Cgroup::create(*layout, cgroupName(spec.execution_id), spec.limits);
+    if (!c) return std::unexpected(c.error());
+    cg.emplace(std::move(*c));
+  }
 
   Fd go_r, go_w, err_r, err_w, rep_r, rep_w, ctl_r, ctl_w, out_r, out_w, errs_r, errs_w;
   Fd chan_parent, chan_child;
@@ -320,12 +370,16 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
 
   // Raw clone (fork-like, no new stack): the new pid namespace's first process is our init.
   // The cgroup namespace is unshared by init itself once it sits in its cgroup.
-  const unsigned long flags =
-      CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+  const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                              CLONE_NEWUTS | SIGCHLD | (user_namespace ? CLONE_NEWUSER : 0);
   mark("runner: cgroup create + pipes");
   const auto t_clone = Clock::now();
   pid_t init = static_cast<pid_t>(::syscall(SYS_clone, flags, 0, 0, 0, 0));
-  if (init < 0) return std::unexpected(setupError("clone namespaces", std::strerror(errno)));
+  if (init < 0)
+    return std::unexpected(setupError(
+        "clone namespaces",
+        std::string(std::strerror(errno)) +
+            (user_namespace ? " (not root, and unprivileged user namespaces are unavailable)" : "")));
   if (init == 0) detail::initMain(plan);  // never returns
 
   go_r.reset();
@@ -342,8 +396,10 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     int st;
     while (::waitpid(init, &st, 0) < 0 && errno == EINTR) {
     }
-    cg->killAll();
-    (void)cg->remove();
+    if (cg) {
+      cg->killAll();
+      (void)cg->remove();
+    }
     return std::unexpected(std::move(e));
   };
   auto childFailure = [&](const char* fallback_step) -> SetupError {
@@ -353,7 +409,11 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     return setupError(fallback_step, "the sandbox's init exited during setup");
   };
 
-  if (auto r = cg->addProcess(init); !r) return abort(r.error());
+  if (cg) {
+    if (auto r = cg->addProcess(init); !r) return abort(r.error());
+  } else if (auto r = writeIdMaps(init, spec.uid, spec.gid); !r) {
+    return abort(r.error());
+  }
   if (::write(go_w.get(), "G", 1) != 1) return abort(setupError("start sandbox", std::strerror(errno)));
 
   if (spec.network_proxy) {
@@ -462,7 +522,7 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     }
     if (t >= next_sample) {
       next_sample = t + 100ms;
-      CgroupStats s = cg->stats();
+      CgroupStats s = cg ? cg->stats() : CgroupStats{};
       pids_sampled = std::max(pids_sampled, s.pids_current);
       if (cpu_limit_us > 0 && s.cpu_usage_us > cpu_limit_us && report_open) beginStop(Stop::kCpu);
     }
@@ -486,9 +546,11 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
   int init_status = 0;
   while (::waitpid(init, &init_status, 0) < 0 && errno == EINTR) {
   }
-  const CgroupStats stats = cg->stats();
-  cg->killAll();
-  if (auto r = cg->remove(); !r) logger()->warn("cgroup cleanup: {}", r.error());
+  const CgroupStats stats = cg ? cg->stats() : CgroupStats{};
+  if (cg) {
+    cg->killAll();
+    if (auto r = cg->remove(); !r) logger()->warn("cgroup cleanup: {}", r.error());
+  }
 
   if (child_error) return std::unexpected(*child_error);
   if (!have_report) {
@@ -530,12 +592,14 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     result.limit_hit = LimitHit::kOutput;
 
   result.isolation.namespaces = {"mount", "pid", "net", "ipc", "uts", "cgroup"};
+  if (user_namespace) result.isolation.namespaces.push_back("user");
   result.isolation.seccomp = true;
   result.isolation.landlock = plan.privileges.landlock_abi > 0;
   result.isolation.no_new_privs = true;
   result.isolation.uid = spec.uid;
   result.isolation.gid = spec.gid;
-  result.isolation.cgroup = layout->version == CgroupVersion::kV2 ? "v2" : "v1";
+  result.isolation.cgroup =
+      !layout ? "none" : layout->version == CgroupVersion::kV2 ? "v2" : "v1";
   logger()->debug("run {}: setup+run {} ms", spec.execution_id,
                   std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   return result;

@@ -8,6 +8,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <grp.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -62,14 +64,21 @@ class SluiceRun : public ::testing::Test {
   }
 
   // Runs sluice with `args`; stdout/stderr captured through files (no pipe-size deadlocks).
-  Outcome sluice(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {}) {
+  // `as_uid` >= 0: drop to that uid/gid first (an unprivileged caller).
+  Outcome sluice(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {},
+                 int as_uid = -1) {
     const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
     pid_t pid = ::fork();
     if (pid == 0) {
-      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
+      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
       ::dup2(o, 1);
       ::dup2(e, 2);
+      if (as_uid >= 0) {
+        if (::chdir(dir_.c_str()) != 0 || ::setgroups(0, nullptr) != 0 || ::setgid(as_uid) != 0 ||
+            ::setuid(as_uid) != 0)
+          ::_exit(98);
+      }
       for (const auto& kv : extra_env) ::putenv(const_cast<char*>(kv.c_str()));
       std::vector<char*> argv{const_cast<char*>(SLUICE_BINARY)};
       for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -152,6 +161,11 @@ TEST_F(SluiceRun, ExitStatusPaths) {
   EXPECT_EQ(nf.status, 127);
   EXPECT_NE(nf.err.find("definitely-not-a-command"), std::string::npos) << nf.err;
   EXPECT_EQ(sluice(runArgs("sandboxed", {}, {"/etc/passwd"})).status, 126);
+  // A command that cannot start still gets a receipt (and an audit row).
+  auto [nf_status, nf_receipt] = runJson("sandboxed", {}, {"definitely-not-a-command"});
+  EXPECT_EQ(nf_status, 127);
+  EXPECT_EQ(nf_receipt["exit"]["code"], 127);
+  EXPECT_TRUE(nf_receipt["hash"].is_string());
   EXPECT_EQ(sluice(runArgs("sandboxed", {"--timeout", "1s"}, {"sleep", "30"})).status, 124);
   Outcome loose = sluice(runArgs("sandboxed", {"--memory", "4GiB"}, {"true"}));
   EXPECT_EQ(loose.status, 125);
@@ -250,6 +264,32 @@ TEST_F(SluiceRun, EscapeBattery) {
   pollfd p{srv, POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "the host's loopback service was reached";
   ::close(srv);
+}
+
+TEST_F(SluiceRun, UnprivilegedCallerGetsAUserNamespaceSandbox) {
+  REQUIRE_SANDBOX();  // root, to play the unprivileged caller with setuid
+  std::ofstream(dir_ / "battery.py") << kEscapeBattery;
+  fs::permissions(dir_, fs::perms::all);
+  for (const auto& e : fs::recursive_directory_iterator(dir_))
+    fs::permissions(e.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
+                                  fs::perms::others_read | fs::perms::others_exec);
+  Outcome o = sluice({"run", "--policy", (dir_ / "policies" / "sandboxed.yaml").string(), "--audit",
+                      "", "--json", "--input", (dir_ / "battery.py").string() + ":battery.py",
+                      "--", "python3", "/input/battery.py", "1"},
+                     {}, 65534);
+  if (o.status == 98 || o.status == 99 || o.err.find("user namespaces are unavailable") != std::string::npos) {
+    if (isolationRequired()) FAIL() << "unprivileged user namespaces unavailable: " << o.err;
+    GTEST_SKIP() << "cannot run sluice unprivileged here: " << o.err;
+  }
+  json j = json::parse(o.out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << o.status << " " << o.out << o.err;
+  EXPECT_NE(o.err.find("not root"), std::string::npos) << o.err;  // says what is not enforced
+  EXPECT_EQ(j["isolation"]["cgroup"], "none");
+  EXPECT_NE(j["isolation"]["namespaces"].dump().find("user"), std::string::npos);
+  const std::string text = j["stdout"]["text"];
+  EXPECT_NE(text.find("battery done"), std::string::npos) << text << j["stderr"]["text"];
+  EXPECT_EQ(text.find("ESCAPED"), std::string::npos) << text;
+  EXPECT_EQ(j["exit"]["status"], 0);
 }
 
 TEST_F(SluiceRun, EachLimitIsNamedInTheReceipt) {

@@ -129,6 +129,19 @@ TEST_F(FakeCgroupFs, V2StatsComeFromKernelFiles) {
   emptyDirs(*cg);
 }
 
+TEST_F(FakeCgroupFs, V2KillUsesCgroupKill) {
+  put(root_ / "cgroup.controllers", "memory pids\n");
+  auto layout = detectCgroupLayout(root_);
+  ASSERT_TRUE(layout);
+  auto cg = Cgroup::create(*layout, "9.k", Limits{});
+  ASSERT_TRUE(cg);
+  put(cg->dirs()[0] / "cgroup.kill", "");
+  put(cg->dirs()[0] / "cgroup.procs", "");  // empty: nothing to signal by hand
+  cg->killAll();
+  EXPECT_EQ(slurp(cg->dirs()[0] / "cgroup.kill"), "1");
+  emptyDirs(*cg);
+}
+
 TEST_F(FakeCgroupFs, V2CreateFailureNamesTheFileAndCleansUp) {
   put(root_ / "cgroup.controllers", "memory pids\n");
   auto layout = detectCgroupLayout(root_);

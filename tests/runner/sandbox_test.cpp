@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "isolation.hpp"
+#include "sluice/runner/cgroup.hpp"
 
 namespace fs = std::filesystem;
 using namespace sluice::runner;
@@ -116,10 +117,13 @@ TEST(Sandbox, HostFilesAndEnvironmentAreNotVisible) {
   auto r = mustRun(bash(
       "for p in /root /home /var /run /boot /sys /mnt " + host_file.string() +
       "; do [ -e $p ] && echo VISIBLE $p; done; env | grep -c hostvalue; cat /proc/1/environ 2>/dev/null | wc -c; "
-      "ls /proc | grep -E '^[0-9]+$' | wc -l"));
+      "ls /proc | grep -E '^[0-9]+$' | wc -l; tr '\\0' ' ' < /proc/1/cmdline; echo"));
   fs::remove(host_file);
   EXPECT_EQ(r.out.text.find("VISIBLE"), std::string::npos) << r.out.text;
   EXPECT_NE(r.out.text.find("0\n0\n"), std::string::npos) << r.out.text;
+  // pid 1 is sluice's init, a copy of the caller: its command line is scrubbed.
+  EXPECT_NE(r.out.text.find("sluice-init"), std::string::npos) << r.out.text;
+  EXPECT_EQ(r.out.text.find("runner_test"), std::string::npos) << r.out.text;
 }
 
 TEST(Sandbox, WritesOnlyInsideWorkTmpOutput) {
@@ -375,6 +379,28 @@ TEST(SandboxLimits, OutputIsTruncatedAndCounted) {
   EXPECT_TRUE(r.out.truncated);
   EXPECT_EQ(r.limit_hit, LimitHit::kOutput);
   EXPECT_EQ(r.sluiceExitStatus(), 0);  // truncation never changes the status
+}
+
+}  // namespace
+
+namespace {
+
+TEST(Gc, RemovesLeftoversOfDeadOwnersOnly) {
+  REQUIRE_SANDBOX();
+  auto layout = sluice::runner::detectCgroupLayout();
+  ASSERT_TRUE(layout);
+  // pid 4194304 is above the kernel's maximum pid_max: its owner cannot be alive.
+  auto dead = sluice::runner::Cgroup::create(*layout, "4194304.1.t-gc-dead", Limits{});
+  ASSERT_TRUE(dead) << dead.error().message;
+  auto live = sluice::runner::Cgroup::create(*layout, sluice::runner::cgroupName("t-gc-live"), Limits{});
+  ASSERT_TRUE(live) << live.error().message;
+  const auto dead_dirs = dead->dirs();
+  auto report = collectGarbage();
+  ASSERT_TRUE(report) << report.error();
+  for (const auto& d : dead_dirs) EXPECT_FALSE(fs::exists(d)) << d;
+  for (const auto& d : live->dirs()) EXPECT_TRUE(fs::exists(d)) << d;
+  EXPECT_TRUE(live->remove());
+  (void)dead->remove();
 }
 
 }  // namespace

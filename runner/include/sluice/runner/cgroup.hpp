@@ -77,6 +77,13 @@ class Cgroup {
   bool removed_ = true;
 };
 
+/// Start time of `pid` (clock ticks since boot, /proc/PID/stat field 22), if it exists.
+std::optional<std::uint64_t> processStartTime(pid_t pid);
+
+/// The cgroup name of one execution: "<pid>.<start time>.<execution id>", so `sluice gc` can
+/// tell leftovers (owner gone, or pid reused) from live runs.
+std::string cgroupName(std::string_view execution_id);
+
 /// Processes listed in a cgroup directory's cgroup.procs.
 std::vector<pid_t> cgroupProcs(const std::filesystem::path& dir);
 

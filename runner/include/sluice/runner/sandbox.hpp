@@ -86,7 +86,7 @@ struct Isolation {
   bool no_new_privs = false;
   uid_t uid = 0;
   gid_t gid = 0;
-  std::string cgroup;  // "v1" | "v2"
+  std::string cgroup;  // "v1" | "v2" | "none" (unprivileged user-namespace mode)
 };
 
 struct RunResult {
@@ -132,8 +132,11 @@ using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>
 using OutputSink = std::function<void(int stream, std::string_view data)>;
 
 /// Runs `spec` to completion. Every process of the sandbox is gone, its cgroups removed and
-/// nothing left mounted when this returns. Must be called as root. Call from the thread that
-/// will outlive the run (PR_SET_PDEATHSIG follows the creating thread).
+/// nothing left mounted when this returns. As root: full isolation with cgroups. Otherwise a
+/// user namespace is used (where the kernel allows it): same namespaces, seccomp, Landlock and
+/// rlimits, but no cgroups (isolation.cgroup = "none"; memory not enforced, pids through
+/// RLIMIT_NPROC). Call from the thread that will outlive the run (PR_SET_PDEATHSIG follows the
+/// creating thread).
 std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
                                                   const ListenerCallback& on_listener = {},
                                                   const OutputSink& live = {});
@@ -145,8 +148,8 @@ void installStopHandlers();
 /// Asks a running runSandboxed() to stop (async-signal-safe).
 void requestStop(int signal);
 
-/// True when this process can create the sandbox (root, namespaces, cgroups). `why` says what
-/// is missing otherwise.
+/// True when this process can create the fully isolated sandbox (root, namespaces, cgroups).
+/// `why` says what is missing otherwise.
 bool sandboxSupported(std::string* why = nullptr);
 
 struct GcReport {

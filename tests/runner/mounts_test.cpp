@@ -1,0 +1,132 @@
+// The sandbox's mount plan (parent side): what gets bound read-only, generated /etc, inputs,
+// the scratch tmpfs sized by `disk`, and the refusals (bad input paths, files outside /etc).
+#include "mounts.hpp"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace fs = std::filesystem;
+using namespace sluice::runner;
+using namespace sluice::runner::detail;
+
+namespace {
+
+const MountOp* find(const MountPlan& p, MountOp::Kind k, const std::string& suffix) {
+  for (const MountOp& op : p.ops)
+    if (op.kind == k && op.path.ends_with(suffix)) return &op;
+  return nullptr;
+}
+
+RunSpec spec() {
+  RunSpec s;
+  s.argv = {"true"};
+  s.execution_id = "t";
+  return s;
+}
+
+TEST(MountPlan, SystemDirsReadOnlyEtcGeneratedScratchSized) {
+  RunSpec s = spec();
+  s.limits.disk = 7ull << 20;
+  auto p = buildMountPlan(s, false);
+  ASSERT_TRUE(p) << p.error().message;
+  EXPECT_EQ(p->stage, kStageDir);
+  // /usr is a read-only bind; merged-/usr links are symlinks, not binds.
+  const MountOp* usr = find(*p, MountOp::Kind::kBindRo, "/root/usr");
+  ASSERT_NE(usr, nullptr);
+  EXPECT_EQ(usr->source, "/usr");
+  if (fs::is_symlink("/bin")) {
+    EXPECT_NE(find(*p, MountOp::Kind::kSymlink, "/root/bin"), nullptr);
+  }
+  const MountOp* resolv = find(*p, MountOp::Kind::kWriteFile, "/etc/resolv.conf");
+  ASSERT_NE(resolv, nullptr);
+  EXPECT_EQ(resolv->content.rfind("nameserver 127.0.0.1", 0), 0u);
+  const MountOp* passwd = find(*p, MountOp::Kind::kWriteFile, "/etc/passwd");
+  ASSERT_NE(passwd, nullptr);
+  EXPECT_NE(passwd->content.find("sandbox:x:65534:65534"), std::string::npos);
+  const MountOp* scratch = find(*p, MountOp::Kind::kTmpfs, "/scratch");
+  ASSERT_NE(scratch, nullptr);
+  EXPECT_NE(scratch->source.find("size=" + std::to_string(7ull << 20)), std::string::npos);
+  for (const char* d : {"/root/work", "/root/tmp", "/root/output", "/root/dev/shm"})
+    EXPECT_NE(find(*p, MountOp::Kind::kBindRw, d), nullptr) << d;
+  // Nothing else of the host: no bind of /home, /root, /var, /run, /etc as a whole.
+  for (const MountOp& op : p->ops) {
+    if (op.kind != MountOp::Kind::kBindRo && op.kind != MountOp::Kind::kBindRw) continue;
+    for (const char* bad : {"/home", "/root", "/var", "/run", "/etc"}) {
+      EXPECT_NE(op.source, bad) << "binds host " << op.source;
+    }
+  }
+}
+
+TEST(MountPlan, DeviceNodesAreMadeOrBoundInAUserNamespace) {
+  auto root = buildMountPlan(spec(), false);
+  ASSERT_TRUE(root);
+  EXPECT_NE(find(*root, MountOp::Kind::kMknod, "/dev/null"), nullptr);
+  auto userns = buildMountPlan(spec(), true);
+  ASSERT_TRUE(userns);
+  EXPECT_EQ(find(*userns, MountOp::Kind::kMknod, "/dev/null"), nullptr);
+  EXPECT_NE(find(*userns, MountOp::Kind::kBindRw, "/dev/null"), nullptr);
+}
+
+TEST(MountPlan, InputsAreReadOnlyUnderInput) {
+  const fs::path f = fs::temp_directory_path() / ("sluice-mp-" + std::to_string(::getpid()));
+  std::ofstream(f) << "x";
+  RunSpec s = spec();
+  s.inputs.push_back({f, "data/file.csv"});
+  auto p = buildMountPlan(s, false);
+  ASSERT_TRUE(p) << p.error().message;
+  const MountOp* in = find(*p, MountOp::Kind::kBindRo, "/root/input/data/file.csv");
+  ASSERT_NE(in, nullptr);
+  EXPECT_EQ(in->source, f.string());
+  EXPECT_NE(find(*p, MountOp::Kind::kTouch, "/root/input/data/file.csv"), nullptr);
+  fs::remove(f);
+}
+
+TEST(MountPlan, RefusesEscapingInputsAndMissingSources) {
+  RunSpec s = spec();
+  for (const char* bad : {"../etc", "/abs", "a/../../b", ""}) {
+    s.inputs = {{"/usr", bad}};
+    auto p = buildMountPlan(s, false);
+    ASSERT_FALSE(p) << bad;
+    EXPECT_EQ(p.error().step, "input");
+  }
+  s.inputs = {{"/no/such/path", "x"}};
+  EXPECT_FALSE(buildMountPlan(s, false));
+  s.inputs = {{"/usr", "x"}, {"/bin", "x"}};
+  EXPECT_FALSE(buildMountPlan(s, false));  // the same sandbox path twice
+}
+
+TEST(MountPlan, ExtraFilesOnlyUnderEtc) {
+  RunSpec s = spec();
+  s.extra_files = {{"/etc/ssl/certs/ca-certificates.crt", "PEM"}};
+  auto p = buildMountPlan(s, false);
+  ASSERT_TRUE(p);
+  const MountOp* ca = find(*p, MountOp::Kind::kWriteFile, "/etc/ssl/certs/ca-certificates.crt");
+  ASSERT_NE(ca, nullptr);
+  EXPECT_EQ(ca->content, "PEM");
+  // The caller's bundle replaces the host's: no bind of the host file then.
+  EXPECT_EQ(find(*p, MountOp::Kind::kBindRo, "/etc/ssl/certs/ca-certificates.crt"), nullptr);
+  s.extra_files = {{"/work/x", "y"}};
+  EXPECT_FALSE(buildMountPlan(s, false));
+  s.extra_files = {{"/etc/../usr/x", "y"}};
+  EXPECT_FALSE(buildMountPlan(s, false));
+}
+
+TEST(MountPlan, UserNamespaceStagingAvoidsInputs) {
+  RunSpec s = spec();
+  auto p = buildMountPlan(s, true);
+  ASSERT_TRUE(p);
+  EXPECT_NE(p->stage, kStageDir);
+  if (fs::is_directory("/mnt") && !fs::is_directory("/run/user/" + std::to_string(::getuid()))) {
+    EXPECT_EQ(p->stage, "/mnt");
+    s.inputs = {{"/mnt", "m"}};
+    auto q = buildMountPlan(s, true);
+    ASSERT_TRUE(q);
+    EXPECT_NE(q->stage, "/mnt");  // would hide the input
+  }
+}
+
+}  // namespace
