@@ -31,7 +31,7 @@ using sluice::policy::Matcher;
 using sluice::policy::Target;
 using sluice::policy::Visibility;
 
-constexpr int kBatch = 32;         // decisions per timed sample
+constexpr int kBatch = 32;            // decisions per timed sample
 constexpr int kTargetsPerSet = 1024;  // distinct targets cycled through, so caches stay honest
 
 // Rule mix, by index modulo 20: 8 exact, 6 *.suffix, 2 re:, 3 cidr, 1 deny; ordered so that
@@ -39,9 +39,9 @@ constexpr int kTargetsPerSet = 1024;  // distinct targets cycled through, so cac
 enum class Kind { kExact, kSuffix, kRegex, kCidr, kDeny };
 Kind kindOf(int i) {
   using enum Kind;
-  static constexpr Kind kMix[20] = {kExact, kSuffix, kCidr,  kRegex, kDeny,   kExact, kSuffix,
+  static constexpr Kind kMix[20] = {kExact, kSuffix, kCidr,   kRegex, kDeny,   kExact, kSuffix,
                                     kCidr,  kExact,  kSuffix, kExact, kSuffix, kCidr,  kRegex,
-                                    kExact, kSuffix, kExact, kExact, kSuffix, kExact};
+                                    kExact, kSuffix, kExact,  kExact, kSuffix, kExact};
   return kMix[i % 20];
 }
 // The deny rule at position 4 denies the host of the exact allow rule at position 5, so a
@@ -60,15 +60,13 @@ std::string cidrPrefix(int i) {
 bool hasRequestConditions(int i) { return i % 100 == 0; }
 
 std::string generateYaml(int rules) {
-  std::string y =
-      "apiVersion: sluice/v1\nkind: Workflow\nname: bench-" + std::to_string(rules) +
-      "\negress:\n  rules:\n";
+  std::string y = "apiVersion: sluice/v1\nkind: Workflow\nname: bench-" + std::to_string(rules) +
+                  "\negress:\n  rules:\n";
   for (int i = 0; i < rules; ++i) {
     const std::string id = "r" + std::to_string(i);
     switch (kindOf(i)) {
       case Kind::kExact:
-        y += "    - id: " + id + "\n      action: allow\n      hosts: [\"" + exactHost(i) +
-             "\"]\n";
+        y += "    - id: " + id + "\n      action: allow\n      hosts: [\"" + exactHost(i) + "\"]\n";
         if (hasRequestConditions(i)) {
           y += "      ports: [443]\n      tls: inspect\n      methods: [GET, POST]\n"
                "      paths: [\"/v1/*\", \"re:/healthz\"]\n";
@@ -139,12 +137,22 @@ std::vector<Target> targets(int rules, Set set) {
       for (int i : rulesOfKind(rules, Kind::kExact))
         if (!deniedExact(i)) idx.push_back(i);
       break;
-    case Set::kHitSuffix: idx = rulesOfKind(rules, Kind::kSuffix); break;
-    case Set::kHitRegex: idx = rulesOfKind(rules, Kind::kRegex); break;
-    case Set::kHitCidr: idx = rulesOfKind(rules, Kind::kCidr); break;
-    case Set::kDenyRule: idx = rulesOfKind(rules, Kind::kDeny); break;
+    case Set::kHitSuffix:
+      idx = rulesOfKind(rules, Kind::kSuffix);
+      break;
+    case Set::kHitRegex:
+      idx = rulesOfKind(rules, Kind::kRegex);
+      break;
+    case Set::kHitCidr:
+      idx = rulesOfKind(rules, Kind::kCidr);
+      break;
+    case Set::kDenyRule:
+      idx = rulesOfKind(rules, Kind::kDeny);
+      break;
     case Set::kMissHost:
-    case Set::kMissIp: idx = {0}; break;
+    case Set::kMissIp:
+      idx = {0};
+      break;
   }
   if (idx.empty()) {
     std::fprintf(stderr, "policy_bench: no rules of the requested kind at %d\n", rules);
@@ -153,7 +161,9 @@ std::vector<Target> targets(int rules, Set set) {
   for (int n = 0; n < kTargetsPerSet; ++n) {
     const int i = idx[(static_cast<std::size_t>(n) * 7919) % idx.size()];
     switch (set) {
-      case Set::kHitExact: out.push_back(mustTarget(exactHost(i), 443)); break;
+      case Set::kHitExact:
+        out.push_back(mustTarget(exactHost(i), 443));
+        break;
       case Set::kHitSuffix:
         out.push_back(mustTarget("cdn" + std::to_string(n) + ".edge." + suffixZone(i), 443));
         break;
@@ -163,7 +173,9 @@ std::vector<Target> targets(int rules, Set set) {
       case Set::kHitCidr:
         out.push_back(mustTarget(cidrPrefix(i) + "." + std::to_string(1 + n % 250), 443));
         break;
-      case Set::kDenyRule: out.push_back(mustTarget(exactHost(i + 1), 443)); break;
+      case Set::kDenyRule:
+        out.push_back(mustTarget(exactHost(i + 1), 443));
+        break;
       case Set::kMissHost:
         // Shares suffixes with the rules (example.com / example.net / example.org) so the
         // suffix walk and the regex set both have to run to the end.

@@ -1,8 +1,9 @@
 // libFuzzer target for the policy loader: arbitrary bytes -> parseWorkflow. When the loader
 // accepts the input, the workflow is compiled and a few decisions are taken against targets
 // derived from its own rules, so the matcher sees every pattern the loader lets through.
-// The loader must never crash, hang or leak on any input; the matcher must never crash on
-// anything the loader accepted.
+// Every accepted inject template is expanded against a store holding each secret it names:
+// expansion must succeed and leave no `${secret:` behind. The loader must never crash, hang
+// or leak on any input; the matcher must never crash on anything the loader accepted.
 //
 // Build (clang 16: see fuzz/CMakeLists.txt for why the __cpp_concepts override is needed):
 //   CC=clang-16 CXX=clang++-16 cmake -S . -B build-fuzz -G Ninja -DSLUICE_FUZZ=ON
@@ -12,6 +13,9 @@
 //   cmake --build build-fuzz --target fuzz_policy_loader
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,6 +23,7 @@
 
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
+#include "sluice/policy/secrets.hpp"
 #include "sluice/policy/target.hpp"
 
 namespace {
@@ -51,8 +56,8 @@ void decide(const Matcher& m, const Target& t) {
   for (auto vis : {Visibility::kTunnel, Visibility::kPlainHttp}) {
     auto d = m.decideConnect(t, vis);
     if (!d.allowed) continue;
-    for (const char* ip : {"10.20.0.1", "127.0.0.1", "93.184.216.34", "::ffff:169.254.169.254",
-                           "2001:db8::1"}) {
+    for (const char* ip :
+         {"10.20.0.1", "127.0.0.1", "93.184.216.34", "::ffff:169.254.169.254", "2001:db8::1"}) {
       if (auto a = sluice::policy::parseIpLiteral(ip)) (void)m.decideAddress(d, t, *a);
     }
     (void)m.decideRequest(t, "GET", "/v1/x");
@@ -73,8 +78,25 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto workflow = std::make_shared<const sluice::policy::Workflow>(std::move(*wf));
   auto matcher = Matcher::compile(workflow);
 
-  std::vector<std::string> hosts = {"example.com", "127.0.0.1", "10.20.0.1", "[::1]",
-                                    "2130706433"};
+  std::map<std::string, std::string> values;
+  for (const auto& name : workflow->secretNames()) values[name] = "v-" + name;
+  auto store = sluice::policy::makeSecretStore(values);
+  if (!sluice::policy::missingSecrets(*workflow, store.get()).empty()) {
+    std::fprintf(stderr, "secretNames() and missingSecrets() disagree\n");
+    std::abort();
+  }
+  for (const auto& rule : workflow->rules) {
+    for (const auto& [name, tmpl] : rule.inject.headers) {
+      auto v = sluice::policy::expandSecretTemplate(tmpl, *store);
+      if (!v || v->find("${secret:") != std::string::npos) {
+        std::fprintf(stderr, "accepted template '%s' does not expand\n", tmpl.c_str());
+        std::abort();
+      }
+      sluice::policy::wipeString(*v);
+    }
+  }
+
+  std::vector<std::string> hosts = {"example.com", "127.0.0.1", "10.20.0.1", "[::1]", "2130706433"};
   std::vector<std::uint16_t> ports = {80, 443};
   int budget = 16;  // bound the work per input: keep executions fast
   for (const auto& rule : workflow->rules) {

@@ -11,9 +11,13 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libseccomp-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   iproute2 procps util-linux
+  python3-jsonschema python3-yaml
 )
 if [[ "${SLUICE_BENCH_DEPS:-0}" == 1 ]]; then
-  PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap clang libclang-rt-14-dev)
+  PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap)
+fi
+if [[ "${SLUICE_FUZZ_DEPS:-0}" == 1 ]]; then
+  PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev)
 fi
 
 missing=()

@@ -63,6 +63,9 @@ std::expected<HostPattern, std::string> parseHostPattern(std::string_view text) 
       return std::unexpected("'" + std::string(text) + "' covers the public suffix '" + *suffix +
                              "' (every domain under it); name the domains you mean");
     }
+    if (auto t = makeTarget("x." + *suffix, 443); !t) {
+      return std::unexpected("'" + std::string(text) + "' can never match: " + t.error());
+    }
     p.kind = HostPattern::Kind::kSuffix;
     p.value = std::move(*suffix);
     return p;
@@ -73,6 +76,9 @@ std::expected<HostPattern, std::string> parseHostPattern(std::string_view text) 
   }
   auto host = normalizeHostName(text);
   if (!host) return std::unexpected(host.error());
+  if (auto t = makeTarget(*host, 443); !t) {
+    return std::unexpected("'" + std::string(text) + "' can never match: " + t.error());
+  }
   p.kind = HostPattern::Kind::kExact;
   p.value = std::move(*host);
   return p;

@@ -601,7 +601,13 @@ std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::str
   } catch (const std::exception& e) {
     parser.diagnostics().push_back({std::string(file), {}, e.what()});
   }
-  if (!parser.diagnostics().empty()) return std::unexpected(LoadError{parser.diagnostics()});
+  if (!parser.diagnostics().empty()) {
+    auto& diags = parser.diagnostics();
+    std::stable_sort(diags.begin(), diags.end(), [](const Diagnostic& a, const Diagnostic& b) {
+      return std::pair(a.pos.line, a.pos.column) < std::pair(b.pos.line, b.pos.column);
+    });
+    return std::unexpected(LoadError{diags});
+  }
   w.source_path = std::string(file);
   w.yaml_text = std::string(yaml);
   w.sha256 = sha256Hex(yaml);

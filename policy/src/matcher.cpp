@@ -131,6 +131,7 @@ struct Matcher::Index {
   RuleMap suffix;
   std::unique_ptr<RE2::Set> regex_set;
   std::vector<std::uint32_t> regex_rule;  // RE2::Set pattern index -> rule index
+  std::vector<std::uint32_t> regex_rules;  // rules with re: hosts (fallback when the set fails)
   // CIDR prefix tables (cidr-only rules): prefix length -> masked address -> rules.
   std::vector<std::pair<int, RuleMap>> v4_prefixes, v6_prefixes;
   std::vector<std::uint32_t> deny_with_cidrs;  // checked at the address phase
@@ -161,8 +162,23 @@ struct Matcher::Index {
     }
     if (regex_set) {
       std::vector<int> hits;
-      if (regex_set->Match(host, &hits)) {
+      RE2::Set::ErrorInfo info{};
+      if (regex_set->Match(host, &hits, &info)) {
         for (int h : hits) out.push_back(regex_rule[static_cast<std::size_t>(h)]);
+        return;
+      }
+      if (info.kind == RE2::Set::kNoError) return;  // no pattern matched
+      // The DFA ran out of memory: fall through to the per-rule regexes rather than miss a
+      // rule (a missed deny rule would fail open).
+    }
+    if (!regex_rules.empty()) {
+      for (std::uint32_t idx : regex_rules) {
+        for (const auto& re : rules[idx].host_res) {
+          if (RE2::FullMatch(host, *re)) {
+            out.push_back(idx);
+            break;
+          }
+        }
       }
     }
   }
@@ -214,6 +230,14 @@ std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> 
   opts.set_log_errors(false);
   RE2::Options path_opts;
   path_opts.set_log_errors(false);
+  // The set's DFA gets a budget that grows with the number of patterns; if it still fails to
+  // compile, or runs out of memory while matching, lookups fall back to per-rule regexes.
+  RE2::Options set_opts = opts;
+  std::size_t n_regex = 0;
+  for (const auto& r : m->workflow_->rules) {
+    for (const auto& h : r.hosts) n_regex += h.kind == HostPattern::Kind::kRegex;
+  }
+  set_opts.set_max_mem(std::max<std::int64_t>(8 << 20, static_cast<std::int64_t>(n_regex) * (64 << 10)));
   ix.rules.resize(m->workflow_->rules.size());
   for (std::uint32_t i = 0; i < m->workflow_->rules.size(); ++i) {
     const Rule& r = m->workflow_->rules[i];
@@ -233,7 +257,8 @@ std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> 
           break;
         }
         case HostPattern::Kind::kRegex: {
-          if (!ix.regex_set) ix.regex_set = std::make_unique<RE2::Set>(opts, RE2::ANCHOR_BOTH);
+          if (!ix.regex_set) ix.regex_set = std::make_unique<RE2::Set>(set_opts, RE2::ANCHOR_BOTH);
+          if (ix.regex_rules.empty() || ix.regex_rules.back() != i) ix.regex_rules.push_back(i);
           if (ix.regex_set->Add(h.value, nullptr) >= 0) ix.regex_rule.push_back(i);
           cr.host_res.push_back(std::make_unique<RE2>(h.value, opts));
           break;
@@ -295,6 +320,11 @@ struct RequestInfo {
 static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
                          Visibility vis, const RequestInfo* req) {
   Decision d;
+  if (req) {
+    d.has_request = true;
+    d.method = std::string(req->method);
+    d.path = std::string(req->path);
+  }
   std::vector<std::uint32_t> cands = ix.candidates(t);
   Evaluation ev;
   const Rule* first_allow = nullptr;
@@ -420,6 +450,10 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
     const Rule& r = *cr.rule;
     if (!r.allowsPort(target.port) || !cr.cidrContains(addr)) continue;
     if (!r.hosts.empty() && (target.ip || !cr.matchesHostSlow(target.host))) continue;
+    if (r.hasRequestConditions() &&
+        !(connect.has_request && cr.methodMatches(connect.method) && cr.pathMatches(connect.path))) {
+      continue;  // judged per request: only a request it names is refused
+    }
     Decision d;
     d.reason = Reason::kDeniedByRule;
     d.rule = &r;

@@ -63,8 +63,8 @@ TEST(Loader, DefaultPortsAre80And443) {
 
 TEST(Loader, UnknownKeySuggestsTheRightOne) {
   EXPECT_EQ(problems(rule("      hots: [a.example]\n")),
-            "p.yaml:8:7: unknown key 'hots' in rule (did you mean 'hosts'?)\n"
-            "p.yaml:6:7: rule 'r1' names neither 'hosts' nor 'cidrs'\n");
+            "p.yaml:6:7: rule 'r1' names neither 'hosts' nor 'cidrs'\n"
+            "p.yaml:8:7: unknown key 'hots' in rule (did you mean 'hosts'?)\n");
   EXPECT_EQ(problems(std::string(kHead) + "sandbx:\n  timeout: 1s\n"),
             "p.yaml:4:1: unknown key 'sandbx' in the workflow (did you mean 'sandbox'?)\n");
 }
@@ -111,6 +111,24 @@ TEST(Loader, MalformedHostPatterns) {
             "punycode (xn--...)\n");
   EXPECT_NE(problems(rule("      hosts: [\"10.0.0.1\"]\n")).find("matched by 'cidrs'"),
             std::string::npos);
+}
+
+TEST(Loader, HostPatternsThatCanNeverMatch) {
+  EXPECT_EQ(problems(rule("      hosts: [\"files.123\"]\n")),
+            "p.yaml:8:15: 'files.123' can never match: host 'files.123' looks like an IPv4 "
+            "address but is not one\n");
+  EXPECT_NE(problems(rule("      hosts: [\"*.a.0x1f\"]\n")).find("can never match"),
+            std::string::npos);
+}
+
+TEST(Loader, DiagnosticsAreInFileOrder) {
+  auto w = parseWorkflow(rule("      hosts: [\"*.com\"]\n      ports: [0]\n      tls: maybe\n"),
+                         "p.yaml");
+  ASSERT_FALSE(w);
+  const auto& d = w.error().diagnostics;
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_LT(d[0].pos.line, d[1].pos.line);
+  EXPECT_LT(d[1].pos.line, d[2].pos.line);
 }
 
 TEST(Loader, RegexErrorsCarryRe2Message) {

@@ -190,6 +190,41 @@ TEST(Matcher, DenyCidrsApplyToResolvedAddresses) {
   EXPECT_TRUE(m->decideAddress(c, t, *parseIpLiteral("198.51.98.7")).allowed);
 }
 
+TEST(Matcher, DenyCidrsWithMethodsRefuseOnlyThoseMethods) {
+  auto m = compileYaml(
+      "    - {id: lan-api, action: allow, hosts: [a.example], ports: [80], allow_private: true,\n"
+      "       cidrs: [\"10.0.0.0/8\"]}\n"
+      "    - {id: no-post-lan, action: deny, hosts: [a.example], ports: [80],\n"
+      "       cidrs: [\"10.1.0.0/16\"], methods: [POST]}\n");
+  auto t = target("a.example", 80);
+  auto ip = *parseIpLiteral("10.1.1.1");
+  auto get = m->decideAddress(m->decideRequest(t, "GET", "/x"), t, ip);
+  EXPECT_TRUE(get.allowed) << get.detail;
+  auto post = m->decideAddress(m->decideRequest(t, "POST", "/x"), t, ip);
+  EXPECT_FALSE(post.allowed);
+  EXPECT_EQ(post.rule_id, "no-post-lan");
+  // At connect time (no request yet) the conditional deny cannot apply.
+  EXPECT_TRUE(m->decideAddress(m->decideConnect(t, Visibility::kPlainHttp), t, ip).allowed);
+}
+
+TEST(Matcher, RegexBudgetNeverDropsDenyRules) {
+  // Enough large regexes to overflow RE2::Set's default DFA budget.
+  std::string rules;
+  for (int i = 0; i < 400; ++i) {
+    rules += "    - {id: r" + std::to_string(i) + ", action: allow, hosts: [\"re:h" +
+             std::to_string(i) + "-[a-z0-9]{1,40}-[a-z]{1,40}\\\\.zone" + std::to_string(i) +
+             "\\\\.example\\\\.org\"], ports: [443]}\n";
+  }
+  rules += "    - {id: allow-victim, action: allow, hosts: [\"re:victim\\\\.example\\\\.com\"]}\n";
+  rules += "    - {id: deny-victim, action: deny, hosts: [\"re:vic.*\\\\.example\\\\.com\"]}\n";
+  auto m = compileYaml(rules);
+  ASSERT_TRUE(m);
+  auto d = connect(*m, "victim.example.com", 443);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.rule_id, "deny-victim");
+  EXPECT_EQ(connect(*m, "h7-abc-def.zone7.example.org", 443).rule_id, "r7");
+}
+
 TEST(Matcher, RequestConditions) {
   auto m = compileYaml(
       "    - id: stats\n      action: allow\n      hosts: [stats.example]\n      ports: [443]\n"

@@ -54,6 +54,12 @@ struct Decision {
   TlsMode tls = TlsMode::kPassthrough;       // connect phase: inspect if any allowing rule says so
   const Rule* rule = nullptr;                // the deciding rule (allow or deny), if any
   std::vector<std::uint32_t> candidates;     // connect phase: allow rules that matched host+port
+  // Set by decideRequest, so that decideAddress can apply deny rules that combine cidrs with
+  // methods/paths. The proxy calls decideAddress after every decideRequest, with the address
+  // the request's connection was (or will be) dialled to.
+  bool has_request = false;
+  std::string method;
+  std::string path;
 };
 
 /// How the proxy will see the traffic on a connection; decides whether request-level
@@ -73,8 +79,10 @@ class Matcher {
   /// Phase 1. For kTunnel, a rule with methods/paths counts only if it has tls: inspect.
   Decision decideConnect(const Target& target, Visibility visibility) const;
 
-  /// Phase 2: may the proxy dial `addr` for this allowed connect decision? Applies the rule
-  /// cidrs and the SSRF guard (non-global needs allow_private and the address in cidrs).
+  /// Phase 2: may the proxy dial `addr` for this allowed connect (or request) decision?
+  /// Applies the rule cidrs, deny rules with cidrs, and the SSRF guard (non-global needs
+  /// allow_private and the address in cidrs). Call it for every resolved address before
+  /// dialling, and after every decideRequest with the connection's vetted address.
   Decision decideAddress(const Decision& connect, const Target& target,
                          const IpAddress& addr) const;
 

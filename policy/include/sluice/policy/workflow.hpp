@@ -87,7 +87,7 @@ struct SandboxLimits {
   NetworkMode network = NetworkMode::kProxy;
 };
 
-/// Per-execution egress limits (DESIGN.md `egress.limits`). 0 means unlimited.
+/// Per-execution egress limits (DESIGN.md `egress.limits`). Always > 0 (the loader refuses 0).
 struct EgressLimits {
   std::uint64_t max_connections = 32;
   std::uint64_t max_bytes_out = 10ull << 20;
