@@ -5,7 +5,7 @@ SANITIZE ?= OFF
 WERROR ?= $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo bench clean format
+.PHONY: all deps configure build test demo bench fuzz clean format
 
 all: build
 
@@ -31,6 +31,16 @@ bench: deps
 	@SLUICE_BENCH_DEPS=1 ./scripts/install-deps.sh
 	@$(MAKE) build
 	@./bench/run_all.sh $(BUILD_DIR)
+
+# libFuzzer on the policy loader and target parsers (clang-16; see docs/policy.md#fuzzing).
+FUZZ_SECONDS ?= 600
+fuzz:
+	@SLUICE_FUZZ_DEPS=1 ./scripts/install-deps.sh
+	@CC=clang-16 CXX=clang++-16 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSLUICE_FUZZ=ON -DFUZZ_SECONDS=$(FUZZ_SECONDS) \
+	  -DCMAKE_CXX_FLAGS="-U__cpp_concepts -D__cpp_concepts=202002L" >/dev/null
+	@cmake --build build-fuzz --target fuzz_policy_loader
+	@cmake --build build-fuzz --target fuzz_policy_target
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
