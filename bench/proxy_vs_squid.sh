@@ -8,14 +8,16 @@
 #
 # Usage: bench/proxy_vs_squid.sh [path/to/sluice]     (default: build/cli/sluice)
 # Env:   DURATION (wrk seconds, default 10), CONNS (wrk connections, default 50),
-#        TUNNELS (idle tunnels, default 10000), RUNS (download repetitions, default 3)
+#        TUNNELS (idle tunnels, default 10000), RUNS (download repetitions, default 5),
+#        ROUNDS (alternating wrk rounds, default 3)
 set -euo pipefail
 
 SLUICE=${1:-${SLUICE:-build/cli/sluice}}
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-50}
 TUNNELS=${TUNNELS:-10000}
-RUNS=${RUNS:-3}
+RUNS=${RUNS:-5}
+ROUNDS=${ROUNDS:-3}
 
 if [[ ! -x $SLUICE ]]; then
   echo "sluice binary not found at $SLUICE (build it, or pass its path)" >&2
@@ -34,6 +36,10 @@ need squid squid
 need wrk wrk
 need curl curl
 need python3 python3
+need pgrep procps
+if [[ ! -x /usr/bin/time ]]; then  # GNU time, for the load generator's CPU (bash's is a keyword)
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q time >/dev/null
+fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 SQUID=$(command -v squid || echo /usr/sbin/squid)
 
@@ -158,6 +164,7 @@ PIDS+=($!)
 SLUICE_PID=$!
 
 wait_port "$NGINX_PORT"
+NGINX_WORKER=$(pgrep -P "${PIDS[0]}" | head -1)
 wait_port "$SQUID_PORT"
 wait_port "$SLUICE_PORT"
 
@@ -170,32 +177,68 @@ EOF
 to_ms() {  # wrk latency "123.45us" / "1.20ms" / "1.01s" -> ms
   awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'
 }
-run_wrk() {  # run_wrk NAME URL [lua]
-  local name=$1 url=$2 script=${3:-}
-  local out
-  out=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency ${script:+-s "$script"} "$url")
-  local rps p50 p99 errs
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime of a process
+run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per request
+  local name=$1 url=$2 script=${3:-} pid=${4:-}
+  local out t0=0 t1=0 n0 n1
+  [[ -n $pid ]] && t0=$(cpu_ticks "$pid")
+  n0=$(cpu_ticks "$NGINX_WORKER")
+  out=$(/usr/bin/time -f '%U %S' -o "$TMP/wrk.time" \
+    wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency ${script:+-s "$script"} "$url")
+  n1=$(cpu_ticks "$NGINX_WORKER")
+  [[ -n $pid ]] && t1=$(cpu_ticks "$pid")
+  local rps p50 p99 errs total cpu="-"
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
   p50=$(awk '$1 == "50%" {print $2}' <<<"$out" | to_ms)
   p99=$(awk '$1 == "99%" {print $2}' <<<"$out" | to_ms)
   errs=$(awk '/Non-2xx or 3xx responses:/ {print $NF}' <<<"$out")
-  printf '%-8s %12s req/s   p50 %8s ms   p99 %8s ms   non-2xx %s\n' "$name" "$rps" "$p50" "$p99" "${errs:-0}"
-  eval "RPS_$name=$rps P99_$name=$p99"
+  total=$(awk '/requests in/ {print $1}' <<<"$out")
+  if [[ -n $pid ]]; then
+    cpu=$(awk -v d=$((t1 - t0)) -v hz="$(getconf CLK_TCK)" -v n="$total" 'BEGIN {printf "%.1f", d / hz * 1e6 / n}')
+  fi
+  local others
+  others=$(awk -v w="$(cat "$TMP/wrk.time")" -v d=$((n1 - n0)) -v hz="$(getconf CLK_TCK)" -v n="$total" \
+    'BEGIN {split(w, a, " "); printf "wrk %.1f + nginx %.1f", (a[1] + a[2]) * 1e6 / n, d / hz * 1e6 / n}')
+  printf '  %-8s %12s req/s   p50 %8s ms   p99 %8s ms   CPU us/req: proxy %5s, %s   non-2xx %s\n' \
+    "$name" "$rps" "$p50" "$p99" "$cpu" "$others" "${errs:-0}"
+  echo "$rps $p99 $cpu" >> "$TMP/wrk.$name"
 }
-echo "== plain HTTP keep-alive: wrk -t1 -c$CONNS -d${DURATION}s, 17-byte body =="
-run_wrk direct "http://127.0.0.1:$NGINX_PORT/small"
-run_wrk squid "http://127.0.0.1:$SQUID_PORT/" "$TMP/absolute.lua"
-run_wrk sluice "http://127.0.0.1:$SLUICE_PORT/" "$TMP/absolute.lua"
+summary() {  # summary NAME: medians over the rounds
+  local f="$TMP/wrk.$1"
+  local rps p99 cpu
+  rps=$(awk '{print $1}' "$f" | median)
+  p99=$(awk '{print $2}' "$f" | median)
+  cpu=$(awk '{print $3}' "$f" | median 2>/dev/null || echo "-")
+  printf '%-8s %12.0f req/s   p99 %7.3f ms   proxy CPU %6s us/req   (median of %d)\n' \
+    "$1" "$rps" "$p99" "$cpu" "$(wc -l < "$f")"
+  eval "RPS_$1=$rps P99_$1=$p99 CPU_$1=$cpu"
+}
+echo "== plain HTTP keep-alive: wrk -t1 -c$CONNS -d${DURATION}s, 17-byte body, $ROUNDS rounds =="
+# Rounds alternate the three targets so a burst of load from elsewhere on the machine hits
+# all of them alike; medians are compared.
+for round in $(seq "$ROUNDS"); do
+  echo "round $round"
+  run_wrk direct "http://127.0.0.1:$NGINX_PORT/small"
+  run_wrk squid "http://127.0.0.1:$SQUID_PORT/" "$TMP/absolute.lua" "$SQUID_PID"
+  run_wrk sluice "http://127.0.0.1:$SLUICE_PORT/" "$TMP/absolute.lua" "$SLUICE_PID"
+done
+summary direct
+summary squid
+summary sluice
 awk -v a="$RPS_sluice" -v b="$RPS_squid" -v p="$P99_sluice" -v q="$P99_squid" \
-  'BEGIN {printf "sluice/squid requests/s: %.2fx   p99 sluice %.3f ms vs squid %.3f ms\n", a/b, p, q}'
+  -v c="$CPU_sluice" -v d="$CPU_squid" \
+  'BEGIN {printf "sluice/squid requests/s: %.2fx   p99 sluice %.3f ms vs squid %.3f ms   CPU per request: squid/sluice %.2fx\n", a/b, p, q, d/c}'
 
 # ---- 2. CONNECT bulk download ------------------------------------------------------------
 echo
 echo "== CONNECT download of 100 MiB (median of $RUNS; curl -p) =="
+# Bulk throughput: bytes over the time from the first body byte to the last, so the
+# CONNECT round trip and the upstream dial (a few ms against ~30 ms of transfer) do not count.
 download() {  # download [proxy-port] -> bytes/s
   local args=()
   [[ -n ${1:-} ]] && args=(-p -x "http://127.0.0.1:$1")
-  curl -s "${args[@]}" -o /dev/null -w '%{speed_download}\n' "http://127.0.0.1:$NGINX_PORT/100m"
+  curl -s "${args[@]}" -o /dev/null -w '%{size_download} %{time_starttransfer} %{time_total}\n' \
+    "http://127.0.0.1:$NGINX_PORT/100m" | awk '{printf "%.0f\n", $1 / ($3 - $2)}'
 }
 for who in direct squid sluice; do
   port=""

@@ -3,16 +3,15 @@
 // the policy directory atomically (an invalid policy is rejected and the old one stays);
 // SIGTERM/SIGINT stop accepting, drain and exit 0.
 #include <signal.h>
-
-#include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -127,8 +126,9 @@ int runProxy(const ProxyArgs& args) {
     return 2;
   }
   if (!args.secrets.empty() || !args.ca_dir.empty() || !args.upstream_ca.empty())
-    logger->warn("--secrets/--ca-dir/--upstream-ca are accepted but TLS inspection and "
-                 "credential injection are not available yet; tls: inspect rules are refused");
+    logger->warn(
+        "--secrets/--ca-dir/--upstream-ca are accepted but TLS inspection and "
+        "credential injection are not available yet; tls: inspect rules are refused");
 
   auto matchers = loadMatchers(args);
   if (!matchers) {

@@ -1,6 +1,12 @@
 // Accounts (limits, receipt counters) and the shared proxy context.
 #include "context.hpp"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
+#include <cstring>
+
 namespace sluice::proxy {
 
 namespace {
@@ -89,6 +95,21 @@ void Account::abortAll() {
   for (auto& c : all) c->abort();
 }
 
+std::size_t Account::liveCount() const {
+  std::lock_guard lock(mu_);
+  return live_.size();
+}
+
+void Account::closeIdle() {
+  std::vector<std::shared_ptr<Closable>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, weak] : live_)
+      if (auto c = weak.lock()) all.push_back(std::move(c));
+  }
+  for (auto& c : all) c->closeIfIdle();
+}
+
 std::string Context::newConnectionId(const std::string& execution_id) {
   auto n = next_id.fetch_add(1, std::memory_order_relaxed) + 1;
   std::string id = "c-";
@@ -99,15 +120,34 @@ std::string Context::newConnectionId(const std::string& execution_id) {
 }
 
 bool Context::isOwnEndpoint(const tcp::endpoint& ep) const {
-  std::lock_guard lock(endpoints_mu);
-  for (const auto& own : own_endpoints) {
-    if (own.port() != ep.port()) continue;
-    const auto& a = own.address();
-    // A wildcard listener answers on every local address; any loopback or equal address
-    // with its port is this proxy.
-    if (a == ep.address() || a.is_unspecified() || ep.address().is_loopback()) return true;
+  bool wildcard_on_port = false;
+  {
+    std::lock_guard lock(endpoints_mu);
+    for (const auto& own : own_endpoints) {
+      if (own.port() != ep.port()) continue;
+      if (own.address() == ep.address() || ep.address().is_loopback()) return true;
+      if (own.address().is_unspecified()) wildcard_on_port = true;
+    }
   }
-  return false;
+  if (!wildcard_on_port) return false;
+  // A wildcard listener answers on every local address: is `ep` one of this host's? Asked
+  // only when the port matches such a listener, so the netlink round trip is rare.
+  ifaddrs* list = nullptr;
+  if (::getifaddrs(&list) != 0) return true;  // cannot tell: refuse rather than loop
+  bool local = false;
+  for (ifaddrs* i = list; i != nullptr && !local; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    if (i->ifa_addr->sa_family == AF_INET && ep.address().is_v4()) {
+      const auto* sin = reinterpret_cast<const sockaddr_in*>(i->ifa_addr);
+      local = ntohl(sin->sin_addr.s_addr) == ep.address().to_v4().to_uint();
+    } else if (i->ifa_addr->sa_family == AF_INET6 && ep.address().is_v6()) {
+      const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(i->ifa_addr);
+      auto bytes = ep.address().to_v6().to_bytes();
+      local = std::memcmp(sin6->sin6_addr.s6_addr, bytes.data(), 16) == 0;
+    }
+  }
+  ::freeifaddrs(list);
+  return local;
 }
 
 }  // namespace sluice::proxy

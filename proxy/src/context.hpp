@@ -24,6 +24,8 @@ class Closable {
  public:
   virtual ~Closable() = default;
   virtual void abort() = 0;
+  /// Closes the connection only if it is between requests (used when draining).
+  virtual void closeIfIdle() {}
 };
 
 /// Limits and counters of one listener (one execution). Updated from many strands.
@@ -57,6 +59,8 @@ class Account {
   std::uint64_t registerLive(std::weak_ptr<Closable> c);
   void unregisterLive(std::uint64_t id);
   void abortAll();
+  void closeIdle();
+  std::size_t liveCount() const;
 
  private:
   std::string execution_id_;
@@ -76,7 +80,9 @@ class Account {
 /// One listening socket and who it serves.
 struct Listener {
   Listener(net::io_context& ioc, std::string exec_id, std::shared_ptr<const policy::Matcher> m)
-      : acceptor(ioc), execution_id(std::move(exec_id)), account(std::make_shared<Account>(execution_id)),
+      : acceptor(net::make_strand(ioc)),
+        execution_id(std::move(exec_id)),
+        account(std::make_shared<Account>(execution_id)),
         matcher_(std::move(m)) {}
 
   std::shared_ptr<const policy::Matcher> matcher() const {
@@ -88,7 +94,7 @@ struct Listener {
     matcher_ = std::move(m);
   }
 
-  tcp::acceptor acceptor;
+  tcp::acceptor acceptor;  // on its own strand: the accept loop and close() never race
   std::string execution_id;
   tcp::endpoint local;
   std::shared_ptr<Account> account;

@@ -1,10 +1,9 @@
 // HTTP/1.1 smuggling checks, hop-by-hop stripping, Host agreement and refusal rendering.
 #include "http_rules.hpp"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <cctype>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 namespace sluice::proxy {
@@ -12,8 +11,7 @@ namespace sluice::proxy {
 namespace {
 
 bool iequals(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
            return std::tolower(static_cast<unsigned char>(x)) ==
                   std::tolower(static_cast<unsigned char>(y));
          });
@@ -56,7 +54,10 @@ std::optional<std::string> checkHeaderBlock(std::string_view block) {
   return std::nullopt;
 }
 
-std::optional<Refusal> checkFraming(const http::fields& fields) {
+namespace {
+
+template <typename Fields>
+std::optional<Refusal> checkFramingImpl(const Fields& fields) {
   auto bad = [](std::string detail) {
     return Refusal{http::status::bad_request, "bad_request", "invalid_request", "",
                    std::move(detail)};
@@ -81,18 +82,18 @@ std::optional<Refusal> checkFraming(const http::fields& fields) {
   if (cl_count == 1 && te_count == 1)
     return bad("both Content-Length and Transfer-Encoding (request smuggling shape)");
   if (te_count == 1 && !iequals(trim(te_value), "chunked")) {
-    return Refusal{http::status::not_implemented, "bad_request", "invalid_request", "",
-                   "unsupported Transfer-Encoding '" + std::string(trim(te_value)) +
-                       "' (only chunked)"};
+    return Refusal{
+        http::status::not_implemented, "bad_request", "invalid_request", "",
+        "unsupported Transfer-Encoding '" + std::string(trim(te_value)) + "' (only chunked)"};
   }
   return std::nullopt;
 }
 
-void stripHopByHop(http::fields& fields) {
+template <typename Fields>
+void stripHopByHopImpl(Fields& fields) {
   std::vector<std::string> listed;
-  for (auto it = fields.find(http::field::connection); it != fields.end() &&
-                                                        it->name() == http::field::connection;
-       ++it) {
+  for (auto it = fields.find(http::field::connection);
+       it != fields.end() && it->name() == http::field::connection; ++it) {
     for (auto& t : tokens(std::string_view(it->value().data(), it->value().size())))
       listed.push_back(t);
   }
@@ -102,16 +103,16 @@ void stripHopByHop(http::fields& fields) {
       continue;
     fields.erase(name);
   }
-  for (auto f : {http::field::connection, http::field::proxy_connection,
-                 http::field::proxy_authorization, http::field::proxy_authenticate,
-                 http::field::keep_alive, http::field::te, http::field::trailer,
-                 http::field::upgrade})
+  for (auto f :
+       {http::field::connection, http::field::proxy_connection, http::field::proxy_authorization,
+        http::field::proxy_authenticate, http::field::keep_alive, http::field::te,
+        http::field::trailer, http::field::upgrade})
     fields.erase(f);
 }
 
-std::optional<std::string> checkHostAgrees(const http::fields& fields,
-                                           const policy::Target& target,
-                                           std::uint16_t default_port) {
+template <typename Fields>
+std::optional<std::string> checkHostAgreesImpl(const Fields& fields, const policy::Target& target,
+                                               std::uint16_t default_port) {
   if (fields.count(http::field::host) > 1) return "several Host fields";
   auto it = fields.find(http::field::host);
   if (it == fields.end()) return std::nullopt;
@@ -140,9 +141,28 @@ std::optional<std::string> checkHostAgrees(const http::fields& fields,
   return std::nullopt;
 }
 
+}  // namespace
+
+// The two field containers in use: pooled (the proxy) and plain (tests, other callers).
+std::optional<Refusal> checkFraming(const http::fields& f) { return checkFramingImpl(f); }
+std::optional<Refusal> checkFraming(const PmrFields& f) { return checkFramingImpl(f); }
+void stripHopByHop(http::fields& f) { stripHopByHopImpl(f); }
+void stripHopByHop(PmrFields& f) { stripHopByHopImpl(f); }
+std::optional<std::string> checkHostAgrees(const http::fields& f, const policy::Target& t,
+                                           std::uint16_t default_port) {
+  return checkHostAgreesImpl(f, t, default_port);
+}
+std::optional<std::string> checkHostAgrees(const PmrFields& f, const policy::Target& t,
+                                           std::uint16_t default_port) {
+  return checkHostAgreesImpl(f, t, default_port);
+}
+
 std::string renderRefusal(const Refusal& r, const std::string& workflow, bool keep_alive) {
-  nlohmann::json body = {{"error", r.error},   {"workflow", workflow}, {"rule", r.rule},
-                         {"reason", r.reason}, {"detail", r.detail}};
+  nlohmann::json body = {{"error", r.error},
+                         {"workflow", workflow},
+                         {"rule", r.rule},
+                         {"reason", r.reason},
+                         {"detail", r.detail}};
   std::string text = body.dump() + "\n";
   std::string out = "HTTP/1.1 ";
   out += std::to_string(static_cast<unsigned>(r.status));

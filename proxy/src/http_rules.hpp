@@ -2,6 +2,7 @@
 // hop-by-hop stripping, Host agreement, and the readable refusal responses.
 #pragma once
 
+#include <memory_resource>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,6 +11,11 @@
 #include "sluice/policy/target.hpp"
 
 namespace sluice::proxy {
+
+/// Header fields whose elements come from a per-connection memory pool (Beast allocates one
+/// block per field; a pool makes that cheap). Plain http::fields works with every rule too.
+using PmrAllocator = std::pmr::polymorphic_allocator<char>;
+using PmrFields = http::basic_fields<PmrAllocator>;
 
 /// A refusal a client and a person can read: status, X-Sluice-Reason and a JSON body
 /// {"error", "workflow", "rule", "reason", "detail"}.
@@ -28,17 +34,20 @@ std::optional<std::string> checkHeaderBlock(std::string_view block);
 /// Framing checks: exactly one Content-Length made of digits, Transfer-Encoding exactly
 /// "chunked" and never both. Returns the refusal (400, or 501 for an unknown coding).
 std::optional<Refusal> checkFraming(const http::fields& fields);
+std::optional<Refusal> checkFraming(const PmrFields& fields);
 
 /// Removes hop-by-hop fields: Connection and every field it lists (never the framing fields
 /// Content-Length / Transfer-Encoding / Host, which a hostile Connection list could name to
 /// desynchronise us), Proxy-Connection, Proxy-Authorization, Proxy-Authenticate, Keep-Alive,
 /// TE, Trailer, Upgrade.
 void stripHopByHop(http::fields& fields);
+void stripHopByHop(PmrFields& fields);
 
 /// Checks that a Host field (if present; several are refused) names the same host and port
 /// as the request target. Returns the problem, if any.
-std::optional<std::string> checkHostAgrees(const http::fields& fields,
-                                           const policy::Target& target,
+std::optional<std::string> checkHostAgrees(const http::fields& fields, const policy::Target& target,
+                                           std::uint16_t default_port);
+std::optional<std::string> checkHostAgrees(const PmrFields& fields, const policy::Target& target,
                                            std::uint16_t default_port);
 
 /// The bytes of a refusal response. `keep_alive` false adds Connection: close.

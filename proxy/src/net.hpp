@@ -2,7 +2,9 @@
 // otherwise fails to compile Asio's coroutine support (asio#944).
 #pragma once
 
-#include <utility>
+// clang-format off
+#include <utility>  // first: asio#944
+// clang-format on
 
 #include <boost/asio.hpp>
 #include <boost/asio/awaitable.hpp>

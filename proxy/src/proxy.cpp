@@ -37,9 +37,8 @@ net::awaitable<void> acceptLoop(std::shared_ptr<Context> ctx, std::shared_ptr<Li
     // coroutines never run concurrently, yet connections spread over all threads.
     // With a single I/O thread the io_context itself serialises handlers; a strand would only
     // add locking and reference counting to every operation.
-    net::any_io_executor ex = ctx->single_thread
-                                  ? net::any_io_executor(ioc.get_executor())
-                                  : net::any_io_executor(net::make_strand(ioc));
+    net::any_io_executor ex = ctx->single_thread ? net::any_io_executor(ioc.get_executor())
+                                                 : net::any_io_executor(net::make_strand(ioc));
     tcp::socket s =
         co_await l->acceptor.async_accept(ex, net::redirect_error(net::use_awaitable, ec));
     if (ec == net::error::operation_aborted || !l->acceptor.is_open()) co_return;
@@ -86,8 +85,8 @@ class ProxyImpl : public Proxy {
     if (!ec) l->acceptor.bind(ep, ec);
     if (!ec) l->acceptor.listen(kListenBacklog, ec);
     if (ec)
-      return std::unexpected(Error{"cannot listen on " + addr + ":" + std::to_string(port) +
-                                   ": " + ec.message()});
+      return std::unexpected(
+          Error{"cannot listen on " + addr + ":" + std::to_string(port) + ": " + ec.message()});
     auto port_bound = l->acceptor.local_endpoint(ec).port();
     add(std::move(l));
     return port_bound;
@@ -104,22 +103,22 @@ class ProxyImpl : public Proxy {
     // Only a listening stream socket makes sense here; anything else is a caller bug.
     if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
       ::close(fd);
-      return std::unexpected(Error{"adoptListener: fd " + std::to_string(fd) +
-                                   " is not a stream socket"});
+      return std::unexpected(
+          Error{"adoptListener: fd " + std::to_string(fd) + " is not a stream socket"});
     }
     len = sizeof accepting;
     if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) {
       ::close(fd);
-      return std::unexpected(Error{"adoptListener: fd " + std::to_string(fd) +
-                                   " is not listening"});
+      return std::unexpected(
+          Error{"adoptListener: fd " + std::to_string(fd) + " is not listening"});
     }
     sockaddr_storage ss{};
     len = sizeof ss;
     if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
         (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
       ::close(fd);
-      return std::unexpected(Error{"adoptListener: fd " + std::to_string(fd) +
-                                   " is not an IPv4/IPv6 socket"});
+      return std::unexpected(
+          Error{"adoptListener: fd " + std::to_string(fd) + " is not an IPv4/IPv6 socket"});
     }
     auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
     ErrorCode ec;
@@ -142,6 +141,14 @@ class ProxyImpl : public Proxy {
     for (auto& l : ls) {
       closeAcceptor(l);
       l->account->abortAll();
+    }
+    if (!started_) return;
+    // Wait (bounded) until those connections have ended, so their audit rows are written and
+    // stats() is final when this returns.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (auto& l : ls) {
+      while (l->account->liveCount() > 0 && std::chrono::steady_clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
   }
 
@@ -174,6 +181,8 @@ class ProxyImpl : public Proxy {
     }
     ctx_->draining.store(true);
     for (auto& l : ls) closeAcceptor(l);
+    // Kept-alive clients waiting for their next request would otherwise hold the drain up.
+    for (auto& l : ls) l->account->closeIdle();
     if (started_) {
       // Let in-flight requests and tunnels finish, then close what is left.
       auto deadline = std::chrono::steady_clock::now() + ctx_->options.drain_timeout;

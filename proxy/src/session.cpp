@@ -22,6 +22,10 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kRelayBufferBytes = 32 * 1024;
 constexpr std::size_t kReadChunk = 8 * 1024;
 
+// Parsers whose header fields come from the session's memory pool.
+using ReqParser = http::parser<true, http::buffer_body, PmrAllocator>;
+using RespParser = http::parser<false, http::buffer_body, PmrAllocator>;
+
 std::string reason(Reason r) { return std::string(reasonName(r)); }
 
 tcp::endpoint toEndpoint(const policy::IpAddress& a, std::uint16_t port) {
@@ -83,8 +87,8 @@ auto asyncResolve(std::shared_ptr<Context> ctx, std::string host, Token&& token)
 struct Watch {
   explicit Watch(const net::any_io_executor& ex) : timer(ex) {}
   net::steady_timer timer;
-  Clock::time_point deadline = Clock::time_point::max();   // of the operation in progress
-  Clock::time_point armed_at = Clock::time_point::max();   // max = timer not armed
+  Clock::time_point deadline = Clock::time_point::max();  // of the operation in progress
+  Clock::time_point armed_at = Clock::time_point::max();  // max = timer not armed
   std::uint64_t arm_gen = 0;
   bool fired = false;
   tcp::socket* socket = nullptr;
@@ -126,6 +130,37 @@ class Deadline {
   Watch& w_;
 };
 
+// A body relay buffer, borrowed from a small per-thread pool for the duration of one
+// message, so an idle kept-alive client holds none and a busy one does not malloc 32 KiB per
+// request. (Returned to whichever thread's pool is current; pools are never shared.)
+class RelayBuffer {
+ public:
+  RelayBuffer() {
+    auto& p = pool();
+    if (p.empty()) {
+      buf_ = std::make_unique<char[]>(kRelayBufferBytes);
+    } else {
+      buf_ = std::move(p.back());
+      p.pop_back();
+    }
+  }
+  ~RelayBuffer() {
+    auto& p = pool();
+    if (p.size() < kPoolSize) p.push_back(std::move(buf_));
+  }
+  RelayBuffer(const RelayBuffer&) = delete;
+  RelayBuffer& operator=(const RelayBuffer&) = delete;
+  char* data() { return buf_.get(); }
+
+ private:
+  static constexpr std::size_t kPoolSize = 64;
+  static std::vector<std::unique_ptr<char[]>>& pool() {
+    thread_local std::vector<std::unique_ptr<char[]>> p;
+    return p;
+  }
+  std::unique_ptr<char[]> buf_;
+};
+
 // A kept-alive upstream connection for plain HTTP.
 struct Origin {
   explicit Origin(const net::any_io_executor& ex) : socket(ex), watch(ex) {}
@@ -164,8 +199,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
   ~Session() override {
+    closeOrigin();  // writes the origin connection's row
     account_->unregisterLive(live_id_);
-    closeOrigin();
     ctx_->live.fetch_sub(1);
   }
 
@@ -173,15 +208,24 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     live_id_ = account_->registerLive(weak_from_this());
     ErrorCode ec;
     client_.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(client_.get_executor(), run(shared_from_this()),
-                  [](std::exception_ptr e) {
-                    if (!e) return;
-                    try {
-                      std::rethrow_exception(e);
-                    } catch (const std::exception& x) {
-                      log().error("session ended by an unexpected exception: {}", x.what());
-                    }
-                  });
+    net::co_spawn(client_.get_executor(), run(shared_from_this()), [](std::exception_ptr e) {
+      if (!e) return;
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& x) {
+        log().error("session ended by an unexpected exception: {}", x.what());
+      }
+    });
+  }
+
+  void closeIfIdle() override {
+    auto self = shared_from_this();
+    net::post(client_.get_executor(), [self] {
+      if (!self->idle_) return;
+      ErrorCode ec;
+      self->aborted_ = true;
+      self->client_.close(ec);
+    });
   }
 
   void abort() override {
@@ -197,14 +241,36 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
  private:
   static net::awaitable<void> run(std::shared_ptr<Session> self) {
     co_await self->loop();
-    // Pending deadline timers hold a reference to the session: release them now.
-    self->watch_.timer.cancel();
-    if (self->origin_) self->origin_->watch.timer.cancel();
     if (!self->handed_off_) {
       ErrorCode ec;
       // Graceful close: send FIN so the client reads the last response before EOF.
       self->client_.shutdown(tcp::socket::shutdown_send, ec);
+      if (!ec && !self->aborted_) co_await self->linger();
       self->client_.close(ec);
+    }
+    // Pending deadline timers hold a reference to the session: release them now.
+    self->watch_.timer.cancel();
+    if (self->origin_) self->origin_->watch.timer.cancel();
+  }
+
+  // Closing a socket with unread input makes the kernel answer with RST, which can destroy a
+  // refusal we just sent before the client has read it. Read and discard for a moment first
+  // (nginx's lingering close), bounded in time and bytes.
+  net::awaitable<void> linger() {
+    constexpr std::size_t kMaxDiscard = 256 * 1024;
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    std::size_t discarded = 0;
+    buf_.clear();
+    while (discarded < kMaxDiscard) {
+      ErrorCode ec;
+      std::size_t n = 0;
+      {
+        Deadline d(watch_, client_, deadline, *this);
+        n = co_await client_.async_read_some(buf_.prepare(4096),
+                                             net::redirect_error(net::use_awaitable, ec));
+      }
+      if (ec) break;
+      discarded += n;
     }
   }
 
@@ -225,16 +291,18 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
         co_await sendRefusal(refusal, false);
         co_return;
       }
-      auto parser = std::make_unique<http::request_parser<http::buffer_body>>();
+      // Parsers cannot be reset; re-emplacing the member avoids a heap block per request.
+      auto* parser = &req_parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                                          std::make_tuple(PmrAllocator(&pool_)));
       parser->header_limit(static_cast<std::uint32_t>(ctx_->options.max_header_bytes + 4));
       parser->body_limit(ctx_->options.max_body_bytes);
       ErrorCode ec;
       auto used = parser->put(net::buffer(buf_.data().data(), header_len), ec);
       buf_.consume(ec ? header_len : used);
       if (ec == http::error::body_limit) {
-        Refusal r{http::status::payload_too_large, "too_large", "body_too_large", "",
-                  "request body exceeds " + std::to_string(ctx_->options.max_body_bytes) +
-                      " bytes"};
+        Refusal r{
+            http::status::payload_too_large, "too_large", "body_too_large", "",
+            "request body exceeds " + std::to_string(ctx_->options.max_body_bytes) + " bytes"};
         recordMalformed(r);
         co_await sendRefusal(r, false);
         co_return;
@@ -268,6 +336,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     // A fresh connection gets the header deadline; a kept-alive one may wait idle for the
     // next request, then gets the header deadline from its first byte.
     bool waiting_first_byte = !first && buf_.size() == 0;
+    if (waiting_first_byte && ctx_->draining.load()) co_return ReadStatus::kClosed;
     auto deadline = Clock::now() + (waiting_first_byte ? opt.idle_timeout : opt.header_timeout);
     for (;;) {
       auto data = buf_.data();
@@ -279,6 +348,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
         buf_.consume(skip);
         continue;
       }
+      idle_ = waiting_first_byte && sv.empty();
       if (!sv.empty() && waiting_first_byte) {
         waiting_first_byte = false;
         deadline = Clock::now() + opt.header_timeout;
@@ -291,8 +361,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
           co_return ReadStatus::kRefused;
         }
         if (auto problem = checkHeaderBlock(sv.substr(0, header_len))) {
-          refusal = Refusal{http::status::bad_request, "bad_request", "invalid_request", "",
-                            *problem};
+          refusal =
+              Refusal{http::status::bad_request, "bad_request", "invalid_request", "", *problem};
           co_return ReadStatus::kRefused;
         }
         co_return ReadStatus::kOk;
@@ -318,6 +388,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
         if (ec && d.fired()) ec = net::error::timed_out;
       }
       buf_.commit(n);
+      idle_ = false;
       if (ec == net::error::timed_out) {
         if (buf_.size() == 0) co_return ReadStatus::kClosed;  // idle keep-alive: just close
         refusal = Refusal{http::status::request_timeout, "timeout", "header_timeout", "",
@@ -335,10 +406,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
   Refusal tooLarge() const {
-    return Refusal{http::status::request_header_fields_too_large, "too_large",
-                   "header_too_large", "",
-                   "request header exceeds " + std::to_string(ctx_->options.max_header_bytes) +
-                       " bytes"};
+    return Refusal{
+        http::status::request_header_fields_too_large, "too_large", "header_too_large", "",
+        "request header exceeds " + std::to_string(ctx_->options.max_header_bytes) + " bytes"};
   }
 
   net::awaitable<bool> writeClient(std::string_view bytes) {
@@ -382,8 +452,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   void recordMalformed(const Refusal& r) { recordDeniedConnection(baseEvent("http"), r); }
 
   void recordRequest(const std::string& connection_id, const std::string& method,
-                     const std::string& host, const std::string& path, int status,
-                     bool allowed, const std::string& rule, const std::string& why) {
+                     const std::string& host, const std::string& path, int status, bool allowed,
+                     const std::string& rule, const std::string& why) {
     if (!ctx_->sink) return;
     audit::RequestEvent ev;
     ev.connection_id = connection_id;
@@ -402,8 +472,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
   // A refused plain-HTTP request: a denied connections row, its requests row, the answer.
   net::awaitable<void> refuseRequest(const policy::Target* target, const std::string& method,
-                                     const std::string& path, const Refusal& r,
-                                     bool keep_alive) {
+                                     const std::string& path, const Refusal& r, bool keep_alive) {
     auto ev = baseEvent("http");
     if (target) {
       ev.host = target->host;
@@ -411,8 +480,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     }
     auto id = ev.id;
     recordDeniedConnection(std::move(ev), r);
-    recordRequest(id, method, target ? target->host : "", path, static_cast<int>(r.status),
-                  false, r.rule, r.reason);
+    recordRequest(id, method, target ? target->host : "", path, static_cast<int>(r.status), false,
+                  r.rule, r.reason);
     co_await sendRefusal(r, keep_alive);
   }
 
@@ -451,9 +520,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       }
       auto ep = toEndpoint(a, target.port);
       if (ctx_->isOwnEndpoint(ep))
-        co_return std::unexpected(Refusal{
-            http::status::forbidden, "denied", reason(Reason::kProxyLoop), d.rule_id,
-            "destination " + target.authority() + " is this proxy's own listener"});
+        co_return std::unexpected(
+            Refusal{http::status::forbidden, "denied", reason(Reason::kProxyLoop), d.rule_id,
+                    "destination " + target.authority() + " is this proxy's own listener"});
       eps.push_back(ep);
     }
     co_return eps;
@@ -502,8 +571,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   // Everything about a CONNECT that needs no I/O: Host, body, audit health, policy,
   // inspection, limits. On success a connection slot is taken. (Kept out of the coroutine
   // so no temporaries sit in co_await expressions: g++ 12 can destroy those twice.)
-  std::optional<Refusal> connectPrecheck(const http::request_parser<http::buffer_body>& parser,
-                                         const policy::Target& target, policy::Decision& d) {
+  std::optional<Refusal> connectPrecheck(const ReqParser& parser, const policy::Target& target,
+                                         policy::Decision& d) {
     if (auto problem = checkHostAgrees(parser.get(), target, target.port))
       return Refusal{http::status::bad_request, "bad_request", reason(Reason::kHostMismatch), "",
                      *problem};
@@ -533,7 +602,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     return std::nullopt;
   }
 
-  net::awaitable<void> handleConnect(http::request_parser<http::buffer_body>& parser) {
+  net::awaitable<void> handleConnect(ReqParser& parser) {
     auto& req = parser.get();
     auto ev = baseEvent("connect");
     std::string raw_target(req.target());
@@ -603,11 +672,6 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     origin_.reset();
   }
 
-  char* relayBuffer() {
-    if (!relay_buf_) relay_buf_ = std::make_unique<char[]>(kRelayBufferBytes);
-    return relay_buf_.get();
-  }
-
   enum class RelayFail { kNone, kInput, kOutput, kLimit };
   struct RelayResult {
     RelayFail fail = RelayFail::kNone;
@@ -621,12 +685,13 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   // bytes are already buffered, header and first body bytes leave in one write.
   template <bool isRequest, typename Count>
   net::awaitable<RelayResult> relay(tcp::socket& in, Watch& in_watch, beast::flat_buffer& in_buf,
-                                    http::parser<isRequest, http::buffer_body>& p,
+                                    http::parser<isRequest, http::buffer_body, PmrAllocator>& p,
                                     tcp::socket& out, Watch& out_watch, Count count) {
     RelayResult res;
     const auto timeout = ctx_->options.upstream_timeout;
-    http::serializer<isRequest, http::buffer_body> sr{p.get()};
-    char* buf = relayBuffer();
+    http::serializer<isRequest, http::buffer_body, PmrFields> sr{p.get()};
+    RelayBuffer relay_buf;
+    char* buf = relay_buf.data();
     if (!p.is_done() && in_buf.size() == 0) {
       // Nothing of the body is here yet: send the header now so the peer is not kept
       // waiting for it (streaming responses, slow uploads).
@@ -732,7 +797,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   // The checks of a plain-HTTP request that need no I/O: target, scheme, Host, audit health,
   // max_requests, policy, byte budget. Returns the refusal, if any; `keep` says whether the
   // client connection may stay open after it. (Synchronous on purpose: see connectPrecheck.)
-  std::optional<Refusal> httpPrecheck(const http::request_parser<http::buffer_body>& parser,
+  std::optional<Refusal> httpPrecheck(const ReqParser& parser,
                                       const std::expected<policy::ParsedUrl, std::string>& url,
                                       const std::string& raw_target, const std::string& method,
                                       policy::Decision& d, bool& keep) {
@@ -770,7 +835,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
   // Forwards one absolute-form request. Returns whether the client connection stays open.
-  net::awaitable<bool> handleHttp(http::request_parser<http::buffer_body>& parser) {
+  net::awaitable<bool> handleHttp(ReqParser& parser) {
     auto& req = parser.get();
     const std::string method(req.method_string());
     const bool body_pending = !parser.is_done();
@@ -806,7 +871,11 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
     for (int attempt = 0;; ++attempt) {
       bool reused = origin_ != nullptr;
-      if (auto r = co_await ensureOrigin(target, d)) {
+      std::optional<Refusal> dial_refusal;
+      const bool reusable =
+          origin_ && origin_->target.host == target.host && origin_->target.port == target.port;
+      if (!reusable) dial_refusal = co_await ensureOrigin(target, d);
+      if (auto& r = dial_refusal) {
         auto ev = baseEvent("http");
         ev.host = target.host;
         ev.port = target.port;
@@ -840,11 +909,12 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       }
       ErrorCode ec;
       bool timed_out = sent.timed_out;
-      std::optional<http::response_parser<http::buffer_body>> rp;
+      std::optional<RespParser> rp;
       if (sent.fail == RelayFail::kNone) {
         // Interim 1xx responses (other than 101) are passed on; then the real one.
         for (;;) {
-          rp.emplace();
+          rp.emplace(std::piecewise_construct, std::make_tuple(),
+                     std::make_tuple(PmrAllocator(&pool_)));
           rp->body_limit(std::numeric_limits<std::uint64_t>::max());
           if (is_head) rp->skip(true);
           {
@@ -874,16 +944,15 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
                      (!rp || rp->got_some() == false);
         closeOrigin();
         if (stale) continue;
-        Refusal r = timed_out
-                        ? Refusal{http::status::gateway_timeout, "upstream_timeout",
-                                  reason(Reason::kUpstreamError), d.rule_id,
-                                  "upstream " + target.authority() + " did not answer within " +
-                                      std::to_string(ctx_->options.upstream_timeout.count()) +
-                                      " ms"}
-                        : Refusal{http::status::bad_gateway, "upstream_error",
-                                  reason(Reason::kUpstreamError), d.rule_id,
-                                  "upstream " + target.authority() +
-                                      " failed before answering: " + ec.message()};
+        Refusal r =
+            timed_out ? Refusal{http::status::gateway_timeout, "upstream_timeout",
+                                reason(Reason::kUpstreamError), d.rule_id,
+                                "upstream " + target.authority() + " did not answer within " +
+                                    std::to_string(ctx_->options.upstream_timeout.count()) + " ms"}
+                      : Refusal{http::status::bad_gateway, "upstream_error",
+                                reason(Reason::kUpstreamError), d.rule_id,
+                                "upstream " + target.authority() +
+                                    " failed before answering: " + ec.message()};
         recordRequest(conn_id, method, target.host, path, static_cast<int>(r.status), true,
                       d.rule_id, r.reason);
         account_->noteDenied(target.host, target.port, r.rule, r.reason);
@@ -953,10 +1022,15 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   Watch watch_;
   beast::flat_buffer buf_;
   std::unique_ptr<Origin> origin_;
-  std::unique_ptr<char[]> relay_buf_;
+  // Header fields of this connection's messages are allocated here. Only this session's
+  // strand touches it, so the unsynchronised pool is safe; declared before the parser so it
+  // outlives it.
+  std::pmr::unsynchronized_pool_resource pool_;
+  std::optional<ReqParser> req_parser_;
   std::uint64_t live_id_ = 0;
   bool handed_off_ = false;
   bool aborted_ = false;
+  bool idle_ = false;  // waiting for the first byte of a kept-alive connection's next request
 };
 
 }  // namespace

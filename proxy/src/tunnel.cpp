@@ -1,8 +1,12 @@
 // CONNECT tunnel relay. Memory matters here (10,000 idle tunnels): an idle tunnel holds two
 // sockets, a timer and three small coroutine frames, but no buffers. Each pump waits for
 // readability, then reads into a per-thread scratch buffer and writes it on at once; only a
-// write the peer cannot take immediately gets a heap copy of the remainder.
+// write the peer cannot take immediately gets a heap copy of the remainder. A direction that
+// turns out to carry bulk data switches to splice(2) through a pipe: no copies to user space.
 #include "tunnel.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include <array>
 #include <vector>
@@ -14,6 +18,9 @@ namespace sluice::proxy {
 namespace {
 
 constexpr std::size_t kScratchBytes = 64 * 1024;
+// Directions that carried this much switch from copying to splice(2) through a pipe.
+constexpr std::uint64_t kSpliceAfter = 256 * 1024;
+constexpr std::size_t kPipeBytes = 256 * 1024;
 
 // Safe to share per thread: a pump uses it only between a read and a write with no
 // suspension in between.
@@ -40,7 +47,7 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
   }
 
   ~Tunnel() override {
-    account_->unregisterLive(live_id_);
+    closePipes();
     account_->releaseConnection();
     event_.bytes_up = bytes_up_;
     event_.bytes_down = bytes_down_;
@@ -55,6 +62,8 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
                 event_.host + ":" + std::to_string(event_.port), bytes_up_, bytes_down_,
                 event_.duration_ms, end_reason_.empty() ? "" : ", " + end_detail_);
     if (ctx_->sink) ctx_->sink->recordConnection(std::move(event_));
+    // Last: closeExecution() waits for this, and the row must be written by then.
+    account_->unregisterLive(live_id_);
     ctx_->live.fetch_sub(1);
   }
 
@@ -110,12 +119,30 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       std::string().swap(initial);
     }
     for (;;) {
-      co_await from.async_wait(tcp::socket::wait_read,
-                               net::redirect_error(net::use_awaitable, ec));
+      co_await from.async_wait(tcp::socket::wait_read, net::redirect_error(net::use_awaitable, ec));
       if (ec) break;  // closed by the other pump, the watchdog or stop()
-      auto& buf = scratch();
-      std::size_t n = from.read_some(net::buffer(buf), ec);
-      if (ec == net::error::would_block || ec == net::error::try_again) continue;
+      int* pipe = t->pipeFor(up);
+      std::size_t n = 0;
+      if (pipe) {
+        // Bulk transfer: move the bytes socket -> pipe -> socket inside the kernel.
+        ssize_t r = ::splice(from.native_handle(), nullptr, pipe[1], nullptr, kPipeBytes,
+                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (r > 0) {
+          n = static_cast<std::size_t>(r);
+        } else if (r == 0) {
+          ec = net::error::eof;
+        } else if (errno == EAGAIN || errno == EINTR) {
+          continue;
+        } else if (errno == EINVAL || errno == ENOSYS) {
+          t->disableSplice();  // not supported here: copy from now on
+          continue;
+        } else {
+          ec = ErrorCode(errno, boost::system::system_category());
+        }
+      } else {
+        n = from.read_some(net::buffer(scratch()), ec);
+        if (ec == net::error::would_block || ec == net::error::try_again) continue;
+      }
       if (ec == net::error::eof) {
         // Half-close: the peer finished sending; pass the FIN on and keep the other
         // direction running.
@@ -133,6 +160,28 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       }
       t->last_activity_ = std::chrono::steady_clock::now();
       if (!t->count(up, n)) break;
+      if (pipe) {
+        bool failed = false;
+        for (std::size_t left = n; left > 0 && !failed;) {
+          ssize_t w = ::splice(pipe[0], nullptr, to.native_handle(), nullptr, left,
+                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+          if (w > 0) {
+            left -= static_cast<std::size_t>(w);
+          } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
+            co_await to.async_wait(tcp::socket::wait_write,
+                                   net::redirect_error(net::use_awaitable, ec));
+            failed = static_cast<bool>(ec);
+          } else {
+            failed = true;
+          }
+        }
+        if (failed) {
+          t->closeAll();
+          break;
+        }
+        continue;
+      }
+      auto& buf = scratch();
       std::size_t w = to.write_some(net::buffer(buf.data(), n), ec);
       if (ec == net::error::would_block || ec == net::error::try_again) {
         w = 0;
@@ -153,6 +202,35 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       }
     }
     t->pumpDone();
+  }
+
+  // The pipe for splicing one direction, created once that direction has carried
+  // kSpliceAfter bytes (so idle and chatty tunnels never pay two descriptors for it).
+  int* pipeFor(bool up) {
+    int* p = up ? pipe_up_ : pipe_down_;
+    if (p[0] >= 0) return p;
+    if (splice_off_ || (up ? bytes_up_ : bytes_down_) < kSpliceAfter) return nullptr;
+    if (::pipe2(p, O_NONBLOCK | O_CLOEXEC) != 0) {
+      p[0] = p[1] = -1;
+      return nullptr;
+    }
+    // A bigger pipe means fewer splice calls per megabyte; the kernel caps it at
+    // /proc/sys/fs/pipe-max-size and a failure just keeps the default.
+    ::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+    return p;
+  }
+
+  void disableSplice() {
+    splice_off_ = true;
+    closePipes();
+  }
+
+  void closePipes() {
+    for (int* p : {pipe_up_, pipe_down_}) {
+      for (int i = 0; i < 2; ++i)
+        if (p[i] >= 0) ::close(p[i]);
+      p[0] = p[1] = -1;
+    }
   }
 
   // Counts bytes against the tunnel and the workflow budget; ends the tunnel when over.
@@ -199,6 +277,9 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
   std::uint64_t bytes_up_ = 0;
   std::uint64_t bytes_down_ = 0;
   int open_pumps_ = 2;
+  int pipe_up_[2] = {-1, -1};
+  int pipe_down_[2] = {-1, -1};
+  bool splice_off_ = false;
   std::uint64_t live_id_ = 0;
   std::string end_reason_;
   std::string end_detail_;
@@ -209,8 +290,8 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
 void startTunnel(std::shared_ptr<Context> ctx, std::shared_ptr<Account> account,
                  policy::EgressLimits limits, tcp::socket client, tcp::socket upstream,
                  std::string initial_up, audit::ConnectionEvent event) {
-  auto t = std::make_shared<Tunnel>(std::move(ctx), std::move(account), limits,
-                                    std::move(client), std::move(upstream), std::move(event));
+  auto t = std::make_shared<Tunnel>(std::move(ctx), std::move(account), limits, std::move(client),
+                                    std::move(upstream), std::move(event));
   t->begin(std::move(initial_up));
 }
 

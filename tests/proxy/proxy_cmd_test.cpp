@@ -2,18 +2,16 @@
 // forwarding under the policy directory, SIGHUP reload (a broken policy is rejected and the
 // old one stays), JSON logs, SIGTERM drain with exit status 0, argument errors.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <filesystem>
 #include <fstream>
-#include <regex>
-
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "proxy_test_util.hpp"
 
@@ -110,8 +108,9 @@ std::string policyFor(std::uint16_t port, const std::string& path_glob) {
 class ProxyCmdTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sluice-proxy-cmd-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("sluice-proxy-cmd-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_ / "policies");
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -141,8 +140,9 @@ TEST_F(ProxyCmdTest, ServesReloadsAndDrains) {
   EXPECT_EQ(get("/no"), 403);
 
   // A broken policy is rejected with its diagnostics; the old one stays in force.
-  writePolicy("apiVersion: sluice/v1\nkind: Workflow\nname: cli\negress:\n  rules:\n"
-              "    - id: x\n      action: allow\n      hots: [a]\n");
+  writePolicy(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: cli\negress:\n  rules:\n"
+      "    - id: x\n      action: allow\n      hots: [a]\n");
   cmd.signal(SIGHUP);
   EXPECT_FALSE(cmd.waitFor("reload rejected").empty()) << cmd.output();
   EXPECT_EQ(get("/ok/2"), 200);

@@ -62,6 +62,18 @@ TEST_F(ProxyTest, ListenErrorsAreValues) {
   EXPECT_FALSE(proxy_->listen("127.0.0.1", 0, {"", nullptr}));
 }
 
+TEST_F(ProxyTest, WildcardListenerIsNotDialledEither) {
+  auto port = proxy_->listen("0.0.0.0", 0, {"exec-1", matcher_});
+  ASSERT_TRUE(port) << port.error().message;
+  auto r = roundTrip(connectRequest("upstream.test:" + std::to_string(*port)));
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "proxy_loop");
+  // Another port on the same host is not the proxy.
+  Client c(port_);
+  ASSERT_TRUE(c.send(connectRequest(echo())));
+  EXPECT_EQ(c.readResponse(true).status, 200);
+}
+
 TEST_F(ProxyTest, ReplaceMatcherAppliesToNewRequests) {
   EXPECT_EQ(roundTrip(getRequest(upstream(), "/before")).status, 200);
   auto deny_all = compileWorkflow(
@@ -82,9 +94,15 @@ TEST_F(ProxyTest, CloseExecutionEndsItsTunnelsAndListener) {
   Client c(port_);
   ASSERT_TRUE(c.send(connectRequest(echo())));
   ASSERT_EQ(c.readResponse(true).status, 200);
+  ASSERT_TRUE(c.send("abc"));
+  EXPECT_EQ(c.readN(3), "abc");
   proxy_->closeExecution("exec-1");
+  // On return the tunnel's row is written and the stats are final.
+  auto rows = sink_->connections();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].reason, "closed");
+  EXPECT_EQ(proxy_->stats("exec-1").bytes_out, 3u);
   EXPECT_TRUE(c.waitClosed());
-  EXPECT_TRUE(sink_->waitConnection([](const auto& e) { return e.kind == "connect"; }));
   Client late(port_);
   // Either the connect fails or the connection is closed unanswered.
   if (late.ok()) {
@@ -101,6 +119,29 @@ TEST_F(ProxyTest, StopDrainsAndIsIdempotent) {
   EXPECT_TRUE(c.waitClosed());
   proxy_->stop();
   EXPECT_TRUE(sink_->waitConnection([](const auto& e) { return e.kind == "connect"; }));
+}
+
+class SingleThreadProxyTest : public ProxyFixture {
+ protected:
+  ProxyOptions options() override {
+    auto o = ProxyFixture::options();
+    o.threads = 1;  // no strands: the io_context serialises everything
+    return o;
+  }
+};
+
+TEST_F(SingleThreadProxyTest, ForwardsTunnelsAndRequestsConcurrently) {
+  Client tunnel(port_);
+  ASSERT_TRUE(tunnel.send(connectRequest(echo())));
+  ASSERT_EQ(tunnel.readResponse(true).status, 200);
+  Client http(port_);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(http.send(getRequest(upstream(), "/s" + std::to_string(i))));
+    ASSERT_EQ(http.readResponse().status, 200);
+    ASSERT_TRUE(tunnel.send("x" + std::to_string(i)));
+    EXPECT_EQ(tunnel.readN(2), "x" + std::to_string(i));
+  }
+  EXPECT_EQ(roundTrip(getRequest(upstream(), "/admin/x")).status, 403);
 }
 
 TEST(ProxyCreate, RejectsTinyHeaderLimit) {

@@ -47,7 +47,8 @@ net::awaitable<void> serveHttp(tcp::socket sock, UpstreamLog* log) {
     }
     if (target == "/chunked") {
       std::string resp =
-          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n";
+          "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n "
+          "world\r\n0\r\n\r\n";
       co_await net::async_write(sock, net::buffer(resp),
                                 net::redirect_error(net::use_awaitable, ec));
       if (ec) co_return;
@@ -93,8 +94,7 @@ net::awaitable<void> serveEcho(tcp::socket sock) {
                                 net::redirect_error(net::use_awaitable, ec));
       sock.shutdown(tcp::socket::shutdown_send, ec);
       // Keep the socket until the peer closes too.
-      co_await sock.async_read_some(net::buffer(data),
-                                    net::redirect_error(net::use_awaitable, ec));
+      co_await sock.async_read_some(net::buffer(data), net::redirect_error(net::use_awaitable, ec));
       co_return;
     }
     if (ec) co_return;

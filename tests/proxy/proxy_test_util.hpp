@@ -3,6 +3,10 @@
 // "hostile" client built on plain sockets so tests can send exactly the bytes they want.
 #pragma once
 
+// clang-format off
+#include <utility>  // before Asio: asio#944
+// clang-format on
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,6 +14,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -19,12 +26,7 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
-
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 
 #include "sluice/audit/event_sink.hpp"
 

@@ -49,6 +49,41 @@ TEST_F(SessionTest, KeepAliveOnBothSides) {
   EXPECT_EQ(up_.httpLog().accepted.load(), 1);
 }
 
+TEST_F(SessionTest, PipelinedRequestsAreAnsweredInOrder) {
+  Client c(port_);
+  ASSERT_TRUE(c.send(getRequest(upstream(), "/first") + getRequest(upstream(), "/second")));
+  auto a = c.readResponse();
+  auto b = c.readResponse();
+  ASSERT_EQ(a.status, 200);
+  ASSERT_EQ(b.status, 200);
+  EXPECT_NE(a.body.find("/first"), std::string::npos);
+  EXPECT_NE(b.body.find("/second"), std::string::npos);
+}
+
+TEST_F(SessionTest, Http10ClientGetsItsConnectionClosed) {
+  Client c(port_);
+  ASSERT_TRUE(
+      c.send("GET http://" + upstream() + "/old HTTP/1.0\r\nHost: " + upstream() + "\r\n\r\n"));
+  auto r = c.readResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_TRUE(c.waitClosed());
+}
+
+TEST_F(SessionTest, SwitchingToAnotherOriginOpensANewConnection) {
+  Client c(port_);
+  ASSERT_TRUE(c.send(getRequest(upstream(), "/a")));
+  ASSERT_EQ(c.readResponse().status, 200);
+  std::string other = "other.test:" + std::to_string(up_.httpPort());
+  ASSERT_TRUE(c.send(getRequest(other, "/b")));
+  auto r = c.readResponse();
+  ASSERT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("Host: " + other), std::string::npos) << r.body;
+  EXPECT_EQ(up_.httpLog().accepted.load(), 2);
+  // The first origin connection's row is written when it is replaced.
+  EXPECT_TRUE(sink_->waitConnection(
+      [](const auto& e) { return e.kind == "http" && e.decision == "allow"; }));
+}
+
 TEST_F(SessionTest, ChunkedResponseAndRequestBodiesStream) {
   auto r = roundTrip(getRequest(upstream(), "/chunked"));
   ASSERT_EQ(r.status, 200);
@@ -128,8 +163,9 @@ TEST_F(SessionTest, HostMustAgreeWithTarget) {
                     "\r\nHost: " + upstream() + "\r\n\r\n";
   EXPECT_EQ(roundTrip(dup).status, 400);
   // Case and a trailing dot do not make a mismatch.
-  std::string same = "GET http://" + upstream() + "/ HTTP/1.1\r\nHost: UPSTREAM.test.:" +
-                     std::to_string(up_.httpPort()) + "\r\n\r\n";
+  std::string same = "GET http://" + upstream() +
+                     "/ HTTP/1.1\r\nHost: UPSTREAM.test.:" + std::to_string(up_.httpPort()) +
+                     "\r\n\r\n";
   EXPECT_EQ(roundTrip(same).status, 200);
 }
 
@@ -139,12 +175,12 @@ struct BadRequestCase {
   int status;
 };
 
-class SmugglingTest : public ProxyFixture,
-                      public ::testing::WithParamInterface<BadRequestCase> {};
+class SmugglingTest : public ProxyFixture, public ::testing::WithParamInterface<BadRequestCase> {};
 
 TEST_P(SmugglingTest, IsRefusedWithoutReachingTheUpstream) {
   std::string raw = GetParam().raw;
-  for (std::size_t pos; (pos = raw.find("{A}")) != std::string::npos;) raw.replace(pos, 3, upstream());
+  for (std::size_t pos; (pos = raw.find("{A}")) != std::string::npos;)
+    raw.replace(pos, 3, upstream());
   Client c(port_);
   ASSERT_TRUE(c.send(raw));
   auto r = c.readResponse();
@@ -204,24 +240,24 @@ INSTANTIATE_TEST_SUITE_P(
         BadRequestCase{"ObsFold",
                        "GET http://{A}/ HTTP/1.1\r\nHost: {A}\r\nX-A: 1\r\n folded\r\n\r\n", 400},
         BadRequestCase{"BareLf", "GET http://{A}/ HTTP/1.1\nHost: {A}\n\n", 400},
-        BadRequestCase{"NulInHeader",
-                       std::string("GET http://{A}/ HTTP/1.1\r\nHost: {A}\r\nX-A: a\0b\r\n\r\n",
-                                   sizeof("GET http://{A}/ HTTP/1.1\r\nHost: {A}\r\nX-A: a\0b\r\n\r\n") - 1),
-                       400},
+        BadRequestCase{
+            "NulInHeader",
+            std::string("GET http://{A}/ HTTP/1.1\r\nHost: {A}\r\nX-A: a\0b\r\n\r\n",
+                        sizeof("GET http://{A}/ HTTP/1.1\r\nHost: {A}\r\nX-A: a\0b\r\n\r\n") - 1),
+            400},
         BadRequestCase{"OriginForm", "GET / HTTP/1.1\r\nHost: {A}\r\n\r\n", 400},
         BadRequestCase{"AsteriskForm", "OPTIONS * HTTP/1.1\r\nHost: {A}\r\n\r\n", 400},
         BadRequestCase{"UserinfoInUrl", "GET http://user:pw@{A}/ HTTP/1.1\r\nHost: {A}\r\n\r\n",
                        400},
         BadRequestCase{"FtpScheme", "GET ftp://{A}/ HTTP/1.1\r\nHost: {A}\r\n\r\n", 400},
-        BadRequestCase{"HttpsAbsoluteForm", "GET https://{A}/ HTTP/1.1\r\nHost: {A}\r\n\r\n",
-                       400},
+        BadRequestCase{"HttpsAbsoluteForm", "GET https://{A}/ HTTP/1.1\r\nHost: {A}\r\n\r\n", 400},
         BadRequestCase{"SpaceInTarget", "GET http://{A}/a b HTTP/1.1\r\nHost: {A}\r\n\r\n", 400},
         BadRequestCase{"BadVersion", "GET http://{A}/ HTTP/2.0\r\nHost: {A}\r\n\r\n", 400},
         BadRequestCase{"Http09", "GET http://{A}/\r\n\r\n", 400},
         BadRequestCase{"ConnectWithoutPort", "CONNECT upstream.test HTTP/1.1\r\n\r\n", 400},
         BadRequestCase{"ConnectBadPort", "CONNECT upstream.test:99999 HTTP/1.1\r\n\r\n", 400},
-        BadRequestCase{"ConnectHostMismatch",
-                       "CONNECT {A} HTTP/1.1\r\nHost: evil.test:443\r\n\r\n", 400}),
+        BadRequestCase{"ConnectHostMismatch", "CONNECT {A} HTTP/1.1\r\nHost: evil.test:443\r\n\r\n",
+                       400}),
     [](const auto& info) { return std::string(info.param.name); });
 
 TEST_F(SessionTest, OversizedHeaderGets431) {

@@ -15,18 +15,33 @@ using SsrfTest = ProxyFixture;
 // Spellings of 127.0.0.1 (and other loopback/unspecified forms) a URL parser or inet_aton
 // would accept. Each must be refused and reach nothing.
 const char* const kLoopbackHosts[] = {
-    "127.0.0.1",        "2130706433",          "0x7f.1",         "0177.0.0.1",
-    "127.1",            "0x7f000001",          "0x7F.0.0.1",     "127.0.1",
-    "017700000001",     "127.000.000.001",     "127.0.0.2",      "[::1]",
-    "[::ffff:127.0.0.1]", "[::ffff:7f00:1]",   "[0:0:0:0:0:ffff:127.0.0.1]",
-    "[::127.0.0.1]",    "[64:ff9b::127.0.0.1]", "[2002:7f00:1::]", "0.0.0.0",
-    "[::]",             "0",
+    "127.0.0.1",
+    "2130706433",
+    "0x7f.1",
+    "0177.0.0.1",
+    "127.1",
+    "0x7f000001",
+    "0x7F.0.0.1",
+    "127.0.1",
+    "017700000001",
+    "127.000.000.001",
+    "127.0.0.2",
+    "[::1]",
+    "[::ffff:127.0.0.1]",
+    "[::ffff:7f00:1]",
+    "[0:0:0:0:0:ffff:127.0.0.1]",
+    "[::127.0.0.1]",
+    "[64:ff9b::127.0.0.1]",
+    "[2002:7f00:1::]",
+    "0.0.0.0",
+    "[::]",
+    "0",
 };
 
 const char* const kMetadataHosts[] = {
-    "169.254.169.254",        "2852039166",          "0xa9fea9fe",
-    "0xa9.0xfe.0xa9.0xfe",    "0251.0376.0251.0376", "169.254.43518",
-    "[::ffff:169.254.169.254]", "[::ffff:a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]",
+    "169.254.169.254",          "2852039166",          "0xa9fea9fe",
+    "0xa9.0xfe.0xa9.0xfe",      "0251.0376.0251.0376", "169.254.43518",
+    "[::ffff:169.254.169.254]", "[::ffff:a9fe:a9fe]",  "[64:ff9b::a9fe:a9fe]",
 };
 
 void expectRefusedPrivate(const Response& r, const std::string& what) {
@@ -110,8 +125,8 @@ TEST_F(SsrfTest, AllowPrivateWithCidrsReachesTheVettedAddress) {
 }
 
 TEST_F(SsrfTest, WildcardConfusionHostsMatchNothing) {
-  for (const char* host : {"example.com", "evil-example.com", "example.com.evil.test",
-                           "xexample.com", "example.co"}) {
+  for (const char* host :
+       {"example.com", "evil-example.com", "example.com.evil.test", "xexample.com", "example.co"}) {
     auto r = roundTrip(connectRequest(std::string(host) + ":443"));
     EXPECT_EQ(r.status, 403) << host;
     EXPECT_EQ(r.header("x-sluice-reason"), "no_matching_rule") << host;

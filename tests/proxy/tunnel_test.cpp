@@ -1,7 +1,6 @@
 // CONNECT tunnels: relay both ways, eager client bytes, half-close, upstream reset, idle
 // timeout, inspection refusal, workflow limits, 1,000 concurrent tunnels, audit rows.
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +37,29 @@ TEST_F(TunnelTest, RelaysBothWaysAndAuditsOnClose) {
   EXPECT_EQ(stats.allowed, 1u);
   EXPECT_EQ(stats.bytes_out, 4u);
   EXPECT_EQ(stats.connections, 1u);
+}
+
+TEST_F(TunnelTest, BulkTransferArrivesIntactBothWays) {
+  // Large enough to switch both directions from copying to splice(2).
+  constexpr std::size_t kBytes = 4 << 20;
+  std::string payload(kBytes, '\0');
+  for (std::size_t i = 0; i < kBytes; ++i) payload[i] = static_cast<char>((i * 131 + i / 7) & 0xff);
+  Client c(port_, std::chrono::seconds(20));
+  ASSERT_TRUE(c.send(connectRequest(echo())));
+  ASSERT_EQ(c.readResponse(true).status, 200);
+  std::thread writer([&] {
+    c.send(payload);
+    c.shutdownWrite();
+  });
+  std::string got = c.readAll();
+  writer.join();
+  ASSERT_EQ(got.size(), kBytes + 3);
+  EXPECT_TRUE(got.compare(0, kBytes, payload) == 0);
+  EXPECT_EQ(got.substr(kBytes), "BYE");
+  auto row = sink_->waitConnection([](const auto& e) { return e.kind == "connect"; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->bytes_up, kBytes);
+  EXPECT_EQ(row->bytes_down, kBytes + 3);
 }
 
 TEST_F(TunnelTest, BytesSentWithTheConnectAreForwarded) {
@@ -100,6 +122,14 @@ class ManyTunnelsTest : public ProxyFixture {
 
 TEST_F(ManyTunnelsTest, ThousandConcurrentTunnels) {
   constexpr int kTunnels = 1000;
+  // Client, proxy (two per tunnel) and echo server share this process: ~4,000 descriptors.
+  rlimit rl{};
+  ::getrlimit(RLIMIT_NOFILE, &rl);
+  if (rl.rlim_cur < 4500) {
+    rl.rlim_cur = std::min<rlim_t>(rl.rlim_max, 8192);
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur < 4500) GTEST_SKIP() << "descriptor limit " << rl.rlim_cur << " < 4500";
   std::vector<std::unique_ptr<Client>> clients;
   clients.reserve(kTunnels);
   for (int i = 0; i < kTunnels; ++i) {

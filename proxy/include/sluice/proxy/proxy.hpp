@@ -56,36 +56,36 @@ struct Denial {
 
 /// Counters of one execution (all its listeners), for the receipt.
 struct Stats {
-  std::uint64_t allowed = 0;     ///< connections and requests allowed
-  std::uint64_t denied = 0;      ///< connections and requests refused
-  std::uint64_t bytes_out = 0;   ///< client -> upstream
-  std::uint64_t bytes_in = 0;    ///< upstream -> client
-  std::uint64_t requests = 0;    ///< HTTP requests seen
-  std::uint64_t connections = 0; ///< upstream connections opened
-  std::vector<Denial> denials;   ///< first 1000 refusals, in order
+  std::uint64_t allowed = 0;      ///< connections and requests allowed
+  std::uint64_t denied = 0;       ///< connections and requests refused
+  std::uint64_t bytes_out = 0;    ///< client -> upstream
+  std::uint64_t bytes_in = 0;     ///< upstream -> client
+  std::uint64_t requests = 0;     ///< HTTP requests seen
+  std::uint64_t connections = 0;  ///< upstream connections opened
+  std::vector<Denial> denials;    ///< first 1000 refusals, in order
 };
 
 class Proxy {
  public:
   /// `sink` may be null (nothing audited); `resolver` null = the system resolver.
-  static std::expected<std::unique_ptr<Proxy>, Error> create(
-      ProxyOptions options, std::shared_ptr<audit::EventSink> sink,
-      std::shared_ptr<Resolver> resolver);
+  static std::expected<std::unique_ptr<Proxy>, Error> create(ProxyOptions options,
+                                                             std::shared_ptr<audit::EventSink> sink,
+                                                             std::shared_ptr<Resolver> resolver);
 
   virtual ~Proxy();
 
   /// Binds and listens on addr:port (port 0 picks one); returns the bound port. May be called
   /// before or after start().
-  virtual std::expected<std::uint16_t, Error> listen(const std::string& addr,
-                                                     std::uint16_t port,
+  virtual std::expected<std::uint16_t, Error> listen(const std::string& addr, std::uint16_t port,
                                                      ListenerIdentity identity) = 0;
 
   /// Accepts on an already bound and listening TCP socket (e.g. created inside a sandbox's
   /// network namespace). The proxy takes ownership of `fd` (closes it on error too).
   virtual std::expected<void, Error> adoptListener(int fd, ListenerIdentity identity) = 0;
 
-  /// Stops accepting on every listener of `execution_id` and closes its open connections
-  /// (audit rows are still written). Stats stay available.
+  /// Stops accepting on every listener of `execution_id`, closes its open connections and
+  /// waits (up to 2 s) until they have ended, so their audit rows are written and stats()
+  /// is final on return. Stats stay available. Not to be called from a proxy I/O thread.
   virtual void closeExecution(const std::string& execution_id) = 0;
 
   /// Swaps the matcher of every listener serving `workflow` (SIGHUP reload). Connections
@@ -96,8 +96,9 @@ class Proxy {
   /// Runs the I/O threads (returns at once).
   virtual void start() = 0;
 
-  /// Stops accepting, lets connections drain up to drain_timeout, closes the rest, joins.
-  /// Idempotent.
+  /// Stops accepting, closes kept-alive connections that are between requests, lets the
+  /// rest drain up to drain_timeout, closes what is left (their audit rows are written),
+  /// joins the threads. Idempotent; also called by the destructor.
   virtual void stop() = 0;
 
   /// Counters of every listener of `execution_id`.
