@@ -14,7 +14,7 @@ PACKAGES=(
   python3-jsonschema python3-yaml
 )
 if [[ "${SLUICE_BENCH_DEPS:-0}" == 1 ]]; then
-  PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap)
+  PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap time)
 fi
 if [[ "${SLUICE_FUZZ_DEPS:-0}" == 1 ]]; then
   PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev)

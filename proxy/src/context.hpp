@@ -98,17 +98,23 @@ struct Listener {
   std::string execution_id;
   tcp::endpoint local;
   std::shared_ptr<Account> account;
+  // Credential injection for this execution (set once, before accepting).
+  std::shared_ptr<const policy::SecretStore> secrets;
+  std::vector<Placeholder> placeholders;
 
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const policy::Matcher> matcher_;
 };
 
+struct TlsContexts;  // inspect.hpp: the server and upstream OpenSSL contexts
+
 /// What every connection of one proxy shares.
 struct Context {
   ProxyOptions options;
   std::shared_ptr<audit::EventSink> sink;
   std::shared_ptr<Resolver> resolver;
+  std::shared_ptr<TlsContexts> tls;  // null when no CA: inspect rules are refused
   net::thread_pool* resolve_pool = nullptr;
   std::string id_prefix;  // random per process, so connection ids are unique across restarts
   std::atomic<std::uint64_t> next_id{0};

@@ -12,6 +12,7 @@
 #include "context.hpp"
 #include "log.hpp"
 #include "net.hpp"
+#include "inspect.hpp"
 #include "session.hpp"
 
 namespace sluice::proxy {
@@ -72,6 +73,8 @@ class ProxyImpl : public Proxy {
 
   ~ProxyImpl() override { stop(); }
 
+  void setTls(std::shared_ptr<TlsContexts> tls) { ctx_->tls = std::move(tls); }
+
   std::expected<std::uint16_t, Error> listen(const std::string& addr, std::uint16_t port,
                                              ListenerIdentity identity) override {
     if (!identity.matcher) return std::unexpected(Error{"listen: no policy matcher given"});
@@ -79,6 +82,8 @@ class ProxyImpl : public Proxy {
     auto ip = net::ip::make_address(addr, ec);
     if (ec) return std::unexpected(Error{"listen: '" + addr + "' is not an IP address"});
     auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
+    l->secrets = identity.secrets;
+    l->placeholders = identity.placeholders;
     tcp::endpoint ep(ip, port);
     l->acceptor.open(ep.protocol(), ec);
     if (!ec) l->acceptor.set_option(net::socket_base::reuse_address(true), ec);
@@ -121,6 +126,8 @@ class ProxyImpl : public Proxy {
           Error{"adoptListener: fd " + std::to_string(fd) + " is not an IPv4/IPv6 socket"});
     }
     auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
+    l->secrets = identity.secrets;
+    l->placeholders = identity.placeholders;
     ErrorCode ec;
     l->acceptor.assign(ss.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
     if (ec) {
@@ -275,8 +282,15 @@ std::expected<std::unique_ptr<Proxy>, Error> Proxy::create(ProxyOptions options,
     return std::unexpected(Error{"max_header_bytes must be at least 1024"});
   unsigned threads =
       options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
-  return std::unique_ptr<Proxy>(
-      new ProxyImpl(options, std::move(sink), std::move(resolver), threads));
+  std::shared_ptr<TlsContexts> tls;
+  if (options.ca) {
+    auto t = makeTlsContexts(options);
+    if (!t) return std::unexpected(Error{t.error()});
+    tls = std::move(*t);
+  }
+  auto impl = std::make_unique<ProxyImpl>(options, std::move(sink), std::move(resolver), threads);
+  impl->setTls(std::move(tls));
+  return impl;
 }
 
 }  // namespace sluice::proxy

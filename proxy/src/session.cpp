@@ -8,6 +8,8 @@
 #include <sstream>
 
 #include "http_rules.hpp"
+#include "injection.hpp"
+#include "inspect.hpp"
 #include "log.hpp"
 #include "tunnel.hpp"
 
@@ -453,7 +455,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
   void recordRequest(const std::string& connection_id, const std::string& method,
                      const std::string& host, const std::string& path, int status, bool allowed,
-                     const std::string& rule, const std::string& why) {
+                     const std::string& rule, const std::string& why,
+                     std::vector<std::string> injected = {}) {
     if (!ctx_->sink) return;
     audit::RequestEvent ev;
     ev.connection_id = connection_id;
@@ -467,6 +470,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     ev.decision = allowed ? "allow" : "deny";
     ev.rule_id = rule;
     ev.reason = why;
+    ev.injected_secrets = std::move(injected);
     ctx_->sink->recordRequest(std::move(ev));
   }
 
@@ -584,14 +588,13 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
                      "", "the audit store has failed; refusing to run unaudited"};
     d = matcher_->decideConnect(target, policy::Visibility::kTunnel);
     if (!d.allowed) return denial(d);
-    if (d.tls == policy::TlsMode::kInspect) {
-      // Tunnelling blindly would skip the rule's method/path/injection conditions, so an
-      // inspect rule is refused until TLS inspection exists (issue 6).
+    if (d.tls == policy::TlsMode::kInspect && !ctx_->tls) {
+      // Tunnelling blindly would skip the rule's method/path/injection conditions.
       return Refusal{http::status::forbidden, "denied", reason(Reason::kInspectionRequired),
                      d.rule_id,
                      "rule " + d.rule_id +
-                         " asks for tls: inspect, which this proxy does not provide yet; "
-                         "refusing rather than tunnelling unseen"};
+                         " asks for tls: inspect, but this proxy has no CA (sluice proxy "
+                         "--ca-dir DIR); refusing rather than tunnelling unseen"};
     }
     const auto& limits = workflow().limits;
     if (account_->bytesExhausted(limits))
@@ -644,6 +647,17 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     ev.rule_id = d.rule_id;
     ev.reason = reason(Reason::kAllowed);
     ev.tls = "passthrough";
+    if (d.tls == policy::TlsMode::kInspect) {
+      // The inspector answers the CONNECT itself (502 if the upstream's certificate fails).
+      InspectStart start{*target, d, *ep, ev,
+                         std::string(static_cast<const char*>(buf_.data().data()), buf_.size())};
+      buf_ = beast::flat_buffer();
+      slot.release();
+      handed_off_ = true;
+      startInspection(ctx_, listener_, matcher_, std::move(client_), std::move(upstream),
+                      std::move(start));
+      co_return;
+    }
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!co_await writeClient(kEstablished)) co_return;  // slot released, nothing dialled used
     account_->noteAllowed();
@@ -829,6 +843,11 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
                           ") reached");
     d = matcher_->decideRequest(target, method, url->path);
     if (!d.allowed) return denial(d);
+    if (injects(d.rule) && !d.rule->allow_plaintext_credentials)
+      return Refusal{http::status::forbidden, "denied", reason(Reason::kPlaintextCredentials),
+                     d.rule_id,
+                     "rule " + d.rule_id + " injects credentials, which are never sent over plain "
+                     "http:// unless the rule sets allow_plaintext_credentials: true"};
     if (account_->bytesExhausted(limits))
       return limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent");
     return std::nullopt;
@@ -858,6 +877,20 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     // Rewrite the request for the origin: origin-form target (exactly the path and query
     // the policy judged), our Host, no hop-by-hop fields.
     const bool expect_continue = iequals(req[http::field::expect], "100-continue");
+    auto inj = applyInjection(static_cast<PmrFields&>(req), d.rule, listener_->secrets.get(),
+                              listener_->placeholders);
+    if (inj.error) {
+      wipeFields(static_cast<PmrFields&>(req), inj.touched);
+      Refusal r{http::status::bad_gateway, "secret_unavailable", "secret_unavailable", d.rule_id,
+                *inj.error};
+      co_await refuseRequest(&target, method, path, r, false);
+      co_return false;
+    }
+    if (inj.placeholder_leak)
+      log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced", method,
+                 target.authority(), path, d.rule_id);
+    const std::string allowed_why =
+        inj.placeholder_leak ? std::string(kPlaceholderLeak) : reason(Reason::kAllowed);
     stripHopByHop(req);
     req.erase(http::field::expect);
     req.target(url->query.empty() ? path : path + "?" + url->query);
@@ -893,6 +926,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
         return account_->addBytesOut(n, limits);
       };
       auto sent = co_await relay<true>(client_, watch_, buf_, parser, o.socket, o.watch, count_out);
+      wipeFields(static_cast<PmrFields&>(req), inj.touched);
       if (sent.fail == RelayFail::kInput) {  // client went away or stalled mid-body
         closeOrigin();
         co_return false;
@@ -987,8 +1021,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
         o.event.reason = reason(Reason::kUpstreamError);
         o.event.detail = "upstream failed mid-response: " + got.ec.message();
       }
-      recordRequest(conn_id, method, target.host, path, status, true, d.rule_id,
-                    reason(Reason::kAllowed));
+      recordRequest(conn_id, method, target.host, path, status, true, d.rule_id, allowed_why,
+                    inj.secrets);
       account_->noteAllowed();
       if (got.fail != RelayFail::kNone) {
         if (!got.header_written) {

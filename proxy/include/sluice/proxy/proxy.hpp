@@ -14,6 +14,8 @@
 
 #include "sluice/audit/event_sink.hpp"
 #include "sluice/policy/matcher.hpp"
+#include "sluice/policy/secrets.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/resolver.hpp"
 
 namespace sluice::proxy {
@@ -37,6 +39,22 @@ struct ProxyOptions {
   std::chrono::milliseconds drain_timeout{5000};
   std::size_t max_header_bytes = 64 * 1024;  ///< 431 above this
   std::size_t max_body_bytes = 64 << 20;     ///< request body; 413 above this
+
+  /// TLS inspection (rules with `tls: inspect`). Without a CA such CONNECTs are refused.
+  std::shared_ptr<CertificateAuthority> ca;
+  /// Extra PEM files trusted when verifying upstream servers (`--upstream-ca`), on top of
+  /// the system trust store (unless upstream_system_trust is false).
+  std::vector<std::string> upstream_ca_files;
+  bool upstream_system_trust = true;
+};
+
+/// A stand-in token the sandbox may send instead of a secret (`inject.placeholder_env`). The
+/// proxy swaps it for the secret's value only on requests decided by rule `rule_id`.
+struct Placeholder {
+  std::string env;      ///< the sandbox variable that holds the token
+  std::string token;    ///< random, unguessable
+  std::string secret;   ///< secret name
+  std::string rule_id;  ///< the only rule whose requests get the real value
 };
 
 /// Who a listener serves. Every connection accepted on it is attributed to this execution and
@@ -44,7 +62,15 @@ struct ProxyOptions {
 struct ListenerIdentity {
   std::string execution_id;  ///< "" for a standalone proxy
   std::shared_ptr<const policy::Matcher> matcher;
+  /// Values for `${secret:NAME}` in inject headers; null = nothing can be injected (requests
+  /// that need an injection are refused).
+  std::shared_ptr<const policy::SecretStore> secrets;
+  std::vector<Placeholder> placeholders;
 };
+
+/// Makes the placeholders of every rule of `workflow` that declares `inject.placeholder_env`
+/// (fresh random tokens, 32 bytes of entropy each).
+std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow);
 
 /// One refusal, for the receipt's network.denials.
 struct Denial {
