@@ -138,14 +138,8 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
 
   void begin() {
     live_id_ = account_->registerLive(weak_from_this());
-    net::co_spawn(client_.get_executor(), run(shared_from_this()), [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        log().error("inspected connection ended by an unexpected exception: {}", x.what());
-      }
-    });
+    net::co_spawn(client_.get_executor(), run(shared_from_this()),
+                  LogEscapedException{"inspected connection"});
   }
 
   void abort() override {

@@ -210,14 +210,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     live_id_ = account_->registerLive(weak_from_this());
     ErrorCode ec;
     client_.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(client_.get_executor(), run(shared_from_this()), [](std::exception_ptr e) {
-      if (!e) return;
-      try {
-        std::rethrow_exception(e);
-      } catch (const std::exception& x) {
-        log().error("session ended by an unexpected exception: {}", x.what());
-      }
-    });
+    net::co_spawn(client_.get_executor(), run(shared_from_this()),
+                  LogEscapedException{"session"});
   }
 
   void closeIfIdle() override {
