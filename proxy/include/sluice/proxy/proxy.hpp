@@ -60,6 +60,15 @@ struct Placeholder {
 /// Who a listener serves. Every connection accepted on it is attributed to this execution and
 /// decided by this matcher (its workflow's limits apply to the listener as a whole).
 struct ListenerIdentity {
+  ListenerIdentity() = default;
+  ListenerIdentity(std::string execution, std::shared_ptr<const policy::Matcher> m,
+                   std::shared_ptr<const policy::SecretStore> s = nullptr,
+                   std::vector<Placeholder> p = {})
+      : execution_id(std::move(execution)),
+        matcher(std::move(m)),
+        secrets(std::move(s)),
+        placeholders(std::move(p)) {}
+
   std::string execution_id;  ///< "" for a standalone proxy
   std::shared_ptr<const policy::Matcher> matcher;
   /// Values for `${secret:NAME}` in inject headers; null = nothing can be injected (requests
