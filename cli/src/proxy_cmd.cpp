@@ -1,14 +1,18 @@
 // `sluice proxy`: the egress proxy standalone, for containers or VMs that are already isolated.
 // Each --listen ADDR:PORT pairs with the --workflow NAME at the same position. SIGHUP reloads
 // the policy directory atomically (an invalid policy is rejected and the old one stays);
-// SIGTERM/SIGINT stop accepting, drain and exit 0.
+// SIGTERM/SIGINT stop accepting, drain and exit 0. `tls: inspect` rules need --ca-dir (a CA
+// from `sluice ca init`); `${secret:NAME}` references need --secrets; both are checked at
+// start and on every reload, and a policy that needs what is missing is refused.
 #include <signal.h>
+#include <unistd.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -19,6 +23,8 @@
 #include "sluice/audit/store.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
+#include "sluice/policy/secrets.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
 
 namespace sluice::cli {
@@ -32,7 +38,7 @@ struct ProxyArgs {
   std::string audit_db;
   std::string secrets;
   std::string ca_dir;
-  std::string upstream_ca;
+  std::vector<std::string> upstream_cas;
   unsigned threads = 0;
   std::string log_format = "text";
 };
@@ -87,9 +93,11 @@ bool splitListen(const std::string& text, std::string& addr, std::uint16_t& port
   return true;
 }
 
-// Loads the policy directory and compiles every served workflow; all or nothing.
+// Loads the policy directory and compiles every served workflow; all or nothing. A served
+// workflow that inspects TLS without a CA, or references a secret the store lacks, is refused
+// (by name; never a value).
 std::expected<std::map<std::string, std::shared_ptr<const policy::Matcher>>, std::string>
-loadMatchers(const ProxyArgs& args) {
+loadMatchers(const ProxyArgs& args, bool have_ca, const policy::SecretStore* secrets) {
   auto set = policy::loadPolicyDir(args.policy_dir);
   if (!set) return std::unexpected(set.error().str());
   std::map<std::string, std::shared_ptr<const policy::Matcher>> out;
@@ -97,6 +105,20 @@ loadMatchers(const ProxyArgs& args) {
     auto it = set->workflows.find(name);
     if (it == set->workflows.end())
       return std::unexpected("workflow '" + name + "' not found in " + args.policy_dir);
+    const policy::Workflow& w = *it->second;
+    if (!have_ca)
+      for (const policy::Rule& r : w.rules)
+        if (r.tls == policy::TlsMode::kInspect)
+          return std::unexpected("workflow '" + name + "' rule '" + r.id +
+                                 "' has tls: inspect, which needs --ca-dir DIR (sluice ca init)");
+    if (auto missing = policy::missingSecrets(w, secrets); !missing.empty()) {
+      std::string names;
+      for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
+      return std::unexpected("workflow '" + name + "' references secret(s) " +
+                             (args.secrets.empty() ? std::string("but no --secrets FILE is given: ")
+                                                   : args.secrets + " lacks: ") +
+                             names);
+    }
     if (!out.count(name)) out[name] = policy::Matcher::compile(it->second);
   }
   return out;
@@ -125,12 +147,35 @@ int runProxy(const ProxyArgs& args) {
                  args.listens.size(), args.workflows.size());
     return 2;
   }
-  if (!args.secrets.empty() || !args.ca_dir.empty() || !args.upstream_ca.empty())
-    logger->warn(
-        "--secrets/--ca-dir/--upstream-ca are accepted but TLS inspection and "
-        "credential injection are not available yet; tls: inspect rules are refused");
 
-  auto matchers = loadMatchers(args);
+  std::shared_ptr<proxy::CertificateAuthority> ca;
+  if (!args.ca_dir.empty()) {
+    auto loaded = proxy::CertificateAuthority::loadDirectory(args.ca_dir);
+    if (!loaded) {
+      std::fprintf(stderr, "sluice proxy: --ca-dir %s: %s\n", args.ca_dir.c_str(),
+                   loaded.error().c_str());
+      return 1;
+    }
+    ca = std::move(*loaded);
+  }
+  std::shared_ptr<const policy::SecretStore> secrets;
+  if (!args.secrets.empty()) {
+    auto loaded = policy::loadSecretsFile(args.secrets);
+    if (!loaded) {
+      std::fprintf(stderr, "sluice proxy: --secrets: %s\n", loaded.error().c_str());
+      return 1;
+    }
+    secrets = std::move(*loaded);
+  }
+  for (const std::string& f : args.upstream_cas) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(f, ec) || ::access(f.c_str(), R_OK) != 0) {
+      std::fprintf(stderr, "sluice proxy: --upstream-ca %s: not a readable file\n", f.c_str());
+      return 1;
+    }
+  }
+
+  auto matchers = loadMatchers(args, ca != nullptr, secrets.get());
   if (!matchers) {
     std::fprintf(stderr, "sluice proxy: %s\n", matchers.error().c_str());
     return 1;
@@ -151,6 +196,8 @@ int runProxy(const ProxyArgs& args) {
 
   proxy::ProxyOptions options;
   options.threads = args.threads;
+  options.ca = ca;
+  options.upstream_ca_files = args.upstream_cas;
   auto created = proxy::Proxy::create(options, sink, nullptr);
   if (!created) {
     std::fprintf(stderr, "sluice proxy: %s\n", created.error().message.c_str());
@@ -166,7 +213,9 @@ int runProxy(const ProxyArgs& args) {
                    args.listens[i].c_str());
       return 2;
     }
-    auto bound = px.listen(addr, port, {"", matchers->at(args.workflows[i])});
+    // No placeholders standalone: there is no sandbox to hand a token to; clients that need a
+    // credential get it injected by `inject.headers`.
+    auto bound = px.listen(addr, port, {"", matchers->at(args.workflows[i]), secrets, {}});
     if (!bound) {
       std::fprintf(stderr, "sluice proxy: %s\n", bound.error().message.c_str());
       return 1;
@@ -180,7 +229,7 @@ int runProxy(const ProxyArgs& args) {
     int sig = 0;
     if (sigwait(&set, &sig) != 0) continue;
     if (sig == SIGHUP) {
-      auto fresh = loadMatchers(args);
+      auto fresh = loadMatchers(args, ca != nullptr, secrets.get());
       if (!fresh) {
         logger->error("policy reload rejected, keeping the policy in force:\n{}", fresh.error());
         continue;
@@ -215,9 +264,12 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
                   "Workflow served by the --listen at the same position (repeatable)")
       ->required();
   cmd->add_option("--audit", args->audit_db, "SQLite audit database");
-  cmd->add_option("--secrets", args->secrets, "Secret store file (credential injection)");
-  cmd->add_option("--ca-dir", args->ca_dir, "CA directory (TLS inspection)");
-  cmd->add_option("--upstream-ca", args->upstream_ca, "CA bundle for upstream TLS");
+  cmd->add_option("--secrets", args->secrets,
+                  "Secret store file, mode 0600 (credential injection)");
+  cmd->add_option("--ca-dir", args->ca_dir,
+                  "CA directory from `sluice ca init` (needed by tls: inspect rules)");
+  cmd->add_option("--upstream-ca", args->upstream_cas,
+                  "Extra CA file trusted for inspected upstreams (repeatable)");
   cmd->add_option("--threads", args->threads, "I/O threads (default: cores)");
   cmd->add_option("--log-format", args->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}));

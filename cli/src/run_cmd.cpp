@@ -6,9 +6,11 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -20,6 +22,7 @@
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
 #include "sluice/policy/units.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/proxy/resolver.hpp"
 #include "sluice/runner/cgroup.hpp"
@@ -35,11 +38,16 @@ namespace pol = sluice::policy;
 namespace rn = sluice::runner;
 
 constexpr int kSluiceFailed = 125;
+// Where the sandbox's TLS clients look for trust anchors (the runner points SSL_CERT_FILE and
+// friends there, see docs/sandbox.md).
+constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
+constexpr std::chrono::hours kExecutionCaValidity{24};
 
 struct RunOptions {
   std::string policy_file, workflow, policy_dir;
   std::string audit_db = "./sluice-audit.db";
-  std::string secrets, upstream_ca;
+  std::string secrets;
+  std::vector<std::string> upstream_cas;
   std::vector<std::string> env, inputs;
   std::string output_dir, receipt_file;
   std::string timeout, cpu_time, memory, pids, output, disk, file_size, open_files;
@@ -205,22 +213,44 @@ int doRun(const RunOptions& o) {
   if (!limits) return fail("limits", limits.error());
   auto inputs = parseInputs(o.inputs);
   if (!inputs) return fail("input", inputs.error());
-  if (auto env = rn::buildEnvironment(o.env, false); !env) return fail("environment", env.error());
+  const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
+
+  // Secrets: checked now (mode 0600, owner, every referenced name present) so a bad or
+  // incomplete store fails before anything runs. Values stay in the store, which only the
+  // proxy reads; errors name secrets, never values.
+  std::shared_ptr<const pol::SecretStore> secrets;
   if (!o.secrets.empty()) {
-    // Checked now (mode 0600, every referenced name present) so a bad store fails before the
-    // program runs; values never leave the store.
-    auto store = pol::loadSecretsFile(o.secrets);
-    if (!store) return fail("secrets", store.error());
-    auto missing = pol::missingSecrets(w, store->get());
-    if (!missing.empty()) {
-      std::string names;
-      for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
-      return fail("secrets", o.secrets + " lacks secret(s) the workflow references: " + names);
-    }
+    auto loaded = pol::loadSecretsFile(o.secrets);
+    if (!loaded) return fail("secrets", loaded.error());
+    secrets = std::move(*loaded);
   }
-  if (!o.secrets.empty() || !o.upstream_ca.empty())
-    std::cerr << "sluice run: warning: credential injection and TLS inspection are not wired "
-                 "into the in-process proxy yet; --secrets/--upstream-ca are checked, not used\n";
+  if (auto missing = pol::missingSecrets(w, secrets.get()); !missing.empty()) {
+    std::string names;
+    for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
+    return fail("secrets", (o.secrets.empty() ? std::string("no --secrets FILE given; the")
+                                              : o.secrets + " lacks secret(s) the") +
+                               " workflow references: " + names);
+  }
+  for (const std::string& f : o.upstream_cas) {
+    std::error_code ec;
+    if (!std::filesystem::is_regular_file(f, ec) || ::access(f.c_str(), R_OK) != 0)
+      return fail("upstream CA", f + ": not a readable file");
+  }
+
+  // Placeholders: the sandbox gets VAR=<random token> per rule with inject.placeholder_env;
+  // the proxy swaps the token for the secret only on that rule's requests.
+  std::vector<proxy::Placeholder> placeholders;
+  if (network_proxy) placeholders = proxy::makePlaceholders(w);
+  std::vector<std::string> sandbox_env = o.env;
+  for (const proxy::Placeholder& ph : placeholders) {
+    for (const std::string& kv : o.env)
+      if (kv.substr(0, kv.find('=')) == ph.env)
+        return fail("environment", "--env " + ph.env + ": set by rule '" + ph.rule_id +
+                                       "' (inject.placeholder_env), cannot be given");
+    sandbox_env.push_back(ph.env + "=" + ph.token);
+  }
+  if (auto env = rn::buildEnvironment(sandbox_env, network_proxy); !env)
+    return fail("environment", env.error());
   std::string why;
   const bool full_isolation = rn::sandboxSupported(&why);
   if (!full_isolation) {
@@ -238,12 +268,27 @@ int doRun(const RunOptions& o) {
 
   rn::RunSpec spec;
   spec.argv = o.command;
-  spec.env = o.env;
+  spec.env = std::move(sandbox_env);
   spec.limits = *limits;
-  spec.network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
+  spec.network_proxy = network_proxy;
   spec.inputs = std::move(*inputs);
   spec.output_dir = o.output_dir;
   spec.execution_id = randomId();
+
+  // TLS inspection: a CA for this execution alone, its key only in this process's memory; the
+  // sandbox trusts it through the bundle the runner's SSL_CERT_FILE & co. point at.
+  std::shared_ptr<proxy::CertificateAuthority> ca;
+  if (network_proxy && std::any_of(w.rules.begin(), w.rules.end(), [](const pol::Rule& r) {
+        return r.tls == pol::TlsMode::kInspect;
+      })) {
+    auto made = proxy::CertificateAuthority::createEphemeral(
+        "sluice execution CA " + spec.execution_id, kExecutionCaValidity);
+    if (!made) return fail("certificate authority", made.error());
+    ca = std::move(*made);
+    spec.extra_files.emplace_back(kSandboxCaBundle,
+                                  proxy::CertificateAuthority::mergedBundle(ca->certificatePem()));
+  }
+  timer.mark("cli: execution CA");
 
   std::shared_ptr<audit::Store> store;
   if (!o.audit_db.empty()) {
@@ -265,6 +310,8 @@ int doRun(const RunOptions& o) {
   if (spec.network_proxy) {
     proxy::ProxyOptions popts;
     popts.threads = 1;
+    popts.ca = ca;
+    popts.upstream_ca_files = o.upstream_cas;
     auto p = proxy::Proxy::create(popts, store, proxy::systemResolver());
     if (!p) return fail("proxy", p.error().message);
     px = std::move(*p);
@@ -277,7 +324,8 @@ int doRun(const RunOptions& o) {
       ::close(fd);
       return {};
     }
-    auto r = px->adoptListener(fd, proxy::ListenerIdentity{spec.execution_id, matcher});
+    auto r = px->adoptListener(
+        fd, proxy::ListenerIdentity{spec.execution_id, matcher, secrets, placeholders});
     if (!r) return std::unexpected(r.error().message);
     return {};
   };
@@ -400,7 +448,8 @@ void addRunCommands(CLI::App& app, int& exit_code) {
   run->add_option("--policy-dir", o->policy_dir, "Directory of workflow policies");
   run->add_option("--audit", o->audit_db, "Audit database (default ./sluice-audit.db; \"\" = none)");
   run->add_option("--secrets", o->secrets, "Secret store file (mode 0600)");
-  run->add_option("--upstream-ca", o->upstream_ca, "CA bundle for inspected upstream TLS");
+  run->add_option("--upstream-ca", o->upstream_cas,
+                  "Extra CA file trusted for inspected upstreams (repeatable)");
   run->add_option("--env", o->env, "NAME=VALUE added to the sandbox's environment");
   run->add_option("--input", o->inputs, "HOST[:SANDBOX]: read-only under /input");
   run->add_option("--output-dir", o->output_dir, "Where /output is copied after the run");

@@ -35,6 +35,9 @@ class ArenaSecretStore final : public SecretStore {
     arena_ = static_cast<char*>(p);
     // Why: a crash dump of sluice must not carry credentials; swap should not either.
     ::madvise(arena_, size_, MADV_DONTDUMP);
+    // Why: the sandbox's init is a clone of sluice that never execs; a child of a fork or
+    // clone sees these pages zeroed, so no process in the sandbox holds a copy.
+    ::madvise(arena_, size_, MADV_WIPEONFORK);
     ::mlock(arena_, size_);  // best effort: needs RLIMIT_MEMLOCK
     std::size_t off = 0;
     for (const auto& [name, value] : values) {

@@ -170,9 +170,14 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   }
 
   net::awaitable<void> main() {
-    if (!co_await upstreamHandshake()) co_return;
+    // The client's TLS comes first so that an upstream certificate failure can be answered
+    // inside the tunnel, as an HTTP 502 with the reason the client's HTTP library shows.
     if (!co_await establish()) co_return;
     if (!co_await clientHandshake()) co_return;
+    if (auto refusal = co_await upstreamHandshake()) {
+      co_await refuseFirstRequest(*refusal);
+      co_return;
+    }
     bool first = true;
     while (co_await handleRequest(first)) first = false;
     if (!upgraded_) {
@@ -184,8 +189,8 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
 
   // ---- set-up ---------------------------------------------------------------------------
 
-  // The CONNECT is still unanswered: a failure here is answered with a plain 502.
-  net::awaitable<bool> upstreamHandshake() {
+  // Verified TLS to the upstream; the refusal when it fails.
+  net::awaitable<std::optional<Refusal>> upstreamHandshake() {
     SSL* ssl = upstream_.native_handle();
     const auto& t = target();
     X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
@@ -201,7 +206,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     co_await upstream_.async_handshake(ssl::stream_base::client,
                                        net::redirect_error(net::use_awaitable, ec));
     beast::get_lowest_layer(upstream_).expires_never();
-    if (!ec) co_return true;
+    if (!ec) co_return std::nullopt;
     std::string detail;
     long verify = SSL_get_verify_result(ssl);
     if (verify != X509_V_OK) {
@@ -213,27 +218,30 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       detail = "TLS handshake with upstream " + t.authority() + " failed: " + ec.message();
     }
     ERR_clear_error();
-    Refusal r{ec == beast::error::timeout ? http::status::gateway_timeout
-                                          : http::status::bad_gateway,
-              "upstream_tls", reason(Reason::kUpstreamError), start_.decision.rule_id, detail};
-    co_await refuseConnect(r);
-    co_return false;
+    co_return Refusal{ec == beast::error::timeout ? http::status::gateway_timeout
+                                                  : http::status::bad_gateway,
+                      "upstream_tls", reason(Reason::kUpstreamError), start_.decision.rule_id,
+                      detail};
   }
 
-  net::awaitable<void> refuseConnect(const Refusal& r) {
+  // The upstream cannot be trusted: the connection row says why, and the client's first
+  // request inside the tunnel is answered with the refusal.
+  net::awaitable<void> refuseFirstRequest(const Refusal& r) {
     event_.decision = "deny";
     event_.rule_id = r.rule;
     event_.reason = r.reason;
     event_.detail = r.detail;
-    account_->noteDenied(event_.host, event_.port, r.rule, r.reason);
     log().info("deny connect {} rule={} reason={}: {}", target().authority(),
                r.rule.empty() ? "-" : r.rule, r.reason, r.detail);
-    auto text = renderRefusal(r, workflow().name, false);
+    ReqParser p;
+    p.header_limit(static_cast<std::uint32_t>(ctx_->options.max_header_bytes));
     ErrorCode ec;
-    auto& raw = beast::get_lowest_layer(client_);
-    raw.expires_after(std::chrono::seconds(5));
-    co_await net::async_write(raw, net::buffer(text), net::redirect_error(net::use_awaitable, ec));
-    raw.socket().shutdown(tcp::socket::shutdown_send, ec);
+    beast::get_lowest_layer(client_).expires_after(ctx_->options.header_timeout);
+    co_await http::async_read_header(client_, cbuf_, p, net::redirect_error(net::use_awaitable, ec));
+    std::string method = ec ? std::string() : std::string(p.get().method_string());
+    std::string path = ec ? std::string() : std::string(p.get().target()).substr(0, 255);
+    if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
+    co_await refuse(r, method, path, false);
   }
 
   net::awaitable<bool> establish() {

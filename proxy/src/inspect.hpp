@@ -28,8 +28,9 @@ struct InspectStart {
   std::string early;             // bytes the client sent after the CONNECT header
 };
 
-/// Takes over `client` (CONNECT answered by this call: 200, or 502 when the upstream's TLS
-/// fails verification) and `upstream` (TCP connected to the vetted address). The caller has
+/// Takes over `client` (the CONNECT is answered 200 by this call; an upstream whose TLS fails
+/// verification is reported as a 502 to the first request inside the tunnel) and `upstream`
+/// (TCP connected to the vetted address). The caller has
 /// taken a connection slot from the listener's account; inspection releases it.
 void startInspection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
                      std::shared_ptr<const policy::Matcher> matcher, tcp::socket client,

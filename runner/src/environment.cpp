@@ -4,11 +4,24 @@
 #include <set>
 
 namespace sluice::runner {
+namespace {
+
+// Where the sandbox's CA bundle is (runner/src/mounts.cpp binds or writes it there).
+constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
+
+}  // namespace
 
 std::expected<std::vector<std::string>, std::string> buildEnvironment(
     const std::vector<std::string>& extra, bool network_proxy) {
   std::vector<std::string> env = {std::string("PATH=") + kSandboxPath, "HOME=/work", "TMPDIR=/tmp",
                                   "LANG=C.UTF-8", "USER=sandbox", "LOGNAME=sandbox"};
+  // Every TLS stack finds the sandbox's CA bundle (the host's, or the caller's merged bundle
+  // with the TLS-inspection CA) through the same variables, whether or not there is a CA, so a
+  // program behaves the same in every run. The sandbox has no hashed /etc/ssl/certs directory:
+  // without SSL_CERT_FILE OpenSSL-based clients (Python) would find no trust anchors at all.
+  for (const char* k : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                        "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO"})
+    env.push_back(std::string(k) + "=" + kSandboxCaBundle);
   if (network_proxy) {
     for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                           "all_proxy"})
