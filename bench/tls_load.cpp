@@ -1,0 +1,226 @@
+// Load client for bench/tls_vs_passthrough.sh: HTTPS GETs through an HTTP proxy (CONNECT,
+// then TLS inside the tunnel), or directly, from N threads for D seconds, either opening a new
+// connection (CONNECT + handshake) for every request or reusing one per thread (keep-alive).
+// Prints one JSON line: requests, errors, req/s, p50/p99/max latency in microseconds.
+//
+//   tls_load --target HOST:PORT [--proxy PORT] --ca FILE [--ca FILE]... [--mode new|reuse]
+//            [--threads N] [--duration SECONDS] [--path /p]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Config {
+  std::string host;
+  int port = 0;
+  int proxy_port = 0;  // 0 = direct
+  std::vector<std::string> cas;
+  bool reuse = false;
+  int threads = 1;
+  double duration = 5;
+  std::string path = "/";
+};
+
+class Conn {
+ public:
+  Conn(const Config& cfg, SSL_CTX* ctx) : cfg_(cfg) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    timeval tv{5, 0};  // every read bounded
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(static_cast<std::uint16_t>(cfg.proxy_port ? cfg.proxy_port : cfg.port));
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) return;
+    if (cfg.proxy_port) {
+      std::string authority = cfg.host + ":" + std::to_string(cfg.port);
+      std::string req = "CONNECT " + authority + " HTTP/1.1\r\nHost: " + authority + "\r\n\r\n";
+      if (::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size()))
+        return;
+      // Read the reply head byte-wise-ish: stop at the blank line so no TLS byte is eaten.
+      std::string head;
+      char c;
+      while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos) {
+        if (::recv(fd_, &c, 1, 0) != 1) return;
+        head += c;
+      }
+      if (head.compare(0, 12, "HTTP/1.1 200") != 0 && head.compare(0, 12, "HTTP/1.0 200") != 0)
+        return;
+    }
+    ssl_ = SSL_new(ctx);
+    SSL_set_tlsext_host_name(ssl_, cfg.host.c_str());
+    SSL_set1_host(ssl_, cfg.host.c_str());
+    SSL_set_fd(ssl_, fd_);
+    ok_ = SSL_connect(ssl_) == 1;
+  }
+  ~Conn() {
+    if (ssl_) {
+      SSL_shutdown(ssl_);
+      SSL_free(ssl_);
+    }
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return ok_; }
+
+  // One GET; true on a 200 with its whole body read.
+  bool get() {
+    std::string req = "GET " + cfg_.path + " HTTP/1.1\r\nHost: " + cfg_.host + ":" +
+                      std::to_string(cfg_.port) + "\r\nUser-Agent: tls_load\r\n" +
+                      (cfg_.reuse ? "" : "Connection: close\r\n") + "\r\n";
+    if (SSL_write(ssl_, req.data(), static_cast<int>(req.size())) <= 0) return false;
+    std::size_t end;
+    while ((end = buf_.find("\r\n\r\n")) == std::string::npos) {
+      if (!fill()) return false;
+    }
+    std::string head = buf_.substr(0, end + 4);
+    buf_.erase(0, end + 4);
+    bool ok = head.compare(9, 3, "200") == 0;
+    std::size_t len = 0;
+    bool chunked = false;
+    for (std::size_t p = head.find("\r\n"); p != std::string::npos && p + 2 < head.size();) {
+      std::size_t q = head.find("\r\n", p + 2);
+      std::string line = head.substr(p + 2, q - p - 2);
+      if (strncasecmp(line.c_str(), "content-length:", 15) == 0) len = std::stoul(line.substr(15));
+      if (strncasecmp(line.c_str(), "transfer-encoding:", 18) == 0 &&
+          line.find("chunked") != std::string::npos)
+        chunked = true;
+      p = q;
+    }
+    if (chunked) {
+      while (buf_.find("0\r\n\r\n") == std::string::npos)  // last chunk (bench bodies are tiny)
+        if (!fill()) return false;
+      buf_.clear();
+    } else {
+      while (buf_.size() < len)
+        if (!fill()) return false;
+      buf_.erase(0, len);
+    }
+    return ok;
+  }
+
+ private:
+  bool fill() {
+    char tmp[16384];
+    int n = SSL_read(ssl_, tmp, sizeof tmp);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<std::size_t>(n));
+    return true;
+  }
+  const Config& cfg_;
+  int fd_ = -1;
+  SSL* ssl_ = nullptr;
+  bool ok_ = false;
+  std::string buf_;
+};
+
+void worker(const Config& cfg, SSL_CTX* ctx, Clock::time_point until, std::vector<double>* lat,
+            std::atomic<long>* errors) {
+  std::unique_ptr<Conn> conn;
+  while (Clock::now() < until) {
+    auto t0 = Clock::now();
+    if (!conn || !cfg.reuse) conn = std::make_unique<Conn>(cfg, ctx);
+    bool ok = conn->ok() && conn->get();
+    auto t1 = Clock::now();
+    if (!ok) {
+      errors->fetch_add(1);
+      conn.reset();
+      continue;
+    }
+    lat->push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    if (!cfg.reuse) conn.reset();
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Config cfg;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string k = argv[i], v = argv[i + 1];
+    if (k == "--target") {
+      auto c = v.rfind(':');
+      cfg.host = v.substr(0, c);
+      cfg.port = std::atoi(v.c_str() + c + 1);
+    } else if (k == "--proxy") {
+      cfg.proxy_port = std::atoi(v.c_str());
+    } else if (k == "--ca") {
+      cfg.cas.push_back(v);
+    } else if (k == "--mode") {
+      cfg.reuse = v == "reuse";
+    } else if (k == "--threads") {
+      cfg.threads = std::max(1, std::atoi(v.c_str()));
+    } else if (k == "--duration") {
+      cfg.duration = std::atof(v.c_str());
+    } else if (k == "--path") {
+      cfg.path = v;
+    } else {
+      std::fprintf(stderr, "tls_load: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if (cfg.host.empty() || cfg.cas.empty()) {
+    std::fprintf(stderr, "usage: tls_load --target HOST:PORT [--proxy PORT] --ca FILE ...\n");
+    return 2;
+  }
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+  for (const auto& f : cfg.cas) {
+    if (SSL_CTX_load_verify_locations(ctx, f.c_str(), nullptr) != 1) {
+      std::fprintf(stderr, "tls_load: cannot load %s\n", f.c_str());
+      return 2;
+    }
+  }
+  SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, nullptr);
+  // No session resumption: a "new connection" is a full handshake, as a fresh process does.
+  SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+  SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
+
+  auto start = Clock::now();
+  auto until = start + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(cfg.duration));
+  std::vector<std::vector<double>> lats(static_cast<std::size_t>(cfg.threads));
+  std::atomic<long> errors{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < cfg.threads; ++t)
+    threads.emplace_back(worker, std::cref(cfg), ctx, until, &lats[static_cast<std::size_t>(t)],
+                         &errors);
+  for (auto& t : threads) t.join();
+  double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (auto& l : lats) all.insert(all.end(), l.begin(), l.end());
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double p) {
+    return all.empty() ? 0.0
+                       : all[std::min(all.size() - 1, static_cast<std::size_t>(p * all.size()))];
+  };
+  std::printf(
+      "{\"requests\":%zu,\"errors\":%ld,\"rps\":%.1f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+      "\"max_us\":%.1f}\n",
+      all.size(), errors.load(), all.size() / elapsed, pct(0.50), pct(0.99),
+      all.empty() ? 0.0 : all.back());
+  SSL_CTX_free(ctx);
+  return all.empty() ? 1 : 0;
+}

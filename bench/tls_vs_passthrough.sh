@@ -1,0 +1,243 @@
+#!/usr/bin/env bash
+# What TLS inspection costs: HTTPS requests/s and p50/p99 latency through `sluice proxy` with
+# `tls: inspect` (+ header injection + a requests audit row each) against a passthrough CONNECT
+# tunnel to the same loopback HTTPS upstream (nginx, one worker), and directly, side by side
+# in one run, with
+#   new:   a new client connection per request (CONNECT + full TLS handshake, no resumption);
+#   reuse: one kept-alive connection per client thread.
+# The load client is bench/tls_load.cpp (OpenSSL, N threads). Only processes this script
+# started are stopped, by pid.
+#
+# Usage: bench/tls_vs_passthrough.sh [path/to/sluice] [path/to/tls_load]
+#        (defaults: build/cli/sluice, build/bench/tls_load)
+# Env:   DURATION (seconds per run, default 5), CLIENTS (client threads, default 8),
+#        ROUNDS (alternating rounds, default 3), PROXY_THREADS (sluice --threads, default 1),
+#        AUDIT (1 = write the audit database as in production, default 1)
+set -euo pipefail
+
+SLUICE=${1:-${SLUICE:-build/cli/sluice}}
+TLS_LOAD=${2:-${TLS_LOAD:-build/bench/tls_load}}
+DURATION=${DURATION:-5}
+CLIENTS=${CLIENTS:-8}
+ROUNDS=${ROUNDS:-3}
+PROXY_THREADS=${PROXY_THREADS:-1}
+AUDIT=${AUDIT:-1}
+
+for b in "$SLUICE" "$TLS_LOAD"; do
+  if [[ ! -x $b ]]; then
+    echo "$b not found (build the sluice and tls_load targets, or pass their paths)" >&2
+    exit 2
+  fi
+done
+SLUICE=$(readlink -f "$SLUICE")
+TLS_LOAD=$(readlink -f "$TLS_LOAD")
+
+need() {  # need BINARY PACKAGE
+  if ! command -v "$1" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$1 ]]; then
+    echo "installing $2" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
+  fi
+}
+need nginx nginx-light
+need openssl openssl
+need python3 python3
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+TMP=$(mktemp -d /tmp/sluice-tlsbench.XXXXXX)
+PIDS=()
+cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+wait_port() {  # wait_port PORT: up to 10 s
+  for _ in $(seq 100); do
+    if python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1',$1)))" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "nothing listening on port $1" >&2
+  exit 1
+}
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+NGINX_PORT=$(free_port)
+INSPECT_PORT=$(free_port)
+PASS_PORT=$(free_port)
+chmod 755 "$TMP"
+
+# ---- a private upstream CA and a certificate for "localhost" ------------------------------
+# "localhost" resolves (via /etc/hosts) to loopback, which the policy allows with
+# allow_private + cidrs, so the proxy's SSRF guard and name resolution run as in production.
+mkdir -p "$TMP/pki"
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+  -subj "/CN=tls bench upstream CA" -keyout "$TMP/pki/ca.key" -out "$TMP/pki/ca.pem" \
+  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+  -keyout "$TMP/pki/server.key" -out "$TMP/pki/server.csr" 2>/dev/null
+printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$TMP/pki/ext"
+openssl x509 -req -in "$TMP/pki/server.csr" -CA "$TMP/pki/ca.pem" -CAkey "$TMP/pki/ca.key" \
+  -CAcreateserial -days 2 -extfile "$TMP/pki/ext" -out "$TMP/pki/server.pem" 2>/dev/null
+chmod -R a+rX "$TMP/pki"
+
+# ---- upstream: nginx, one worker, TLS, a 17-byte body ---------------------------------------
+mkdir -p "$TMP/nginx"
+cat > "$TMP/nginx/nginx.conf" <<EOF
+daemon off;
+worker_processes 1;
+worker_rlimit_nofile 65536;
+pid $TMP/nginx/nginx.pid;
+error_log $TMP/nginx/error.log;
+events { worker_connections 30000; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 300s;
+  ssl_session_cache off;
+  ssl_session_tickets off;
+  client_body_temp_path $TMP/nginx;
+  proxy_temp_path $TMP/nginx;
+  fastcgi_temp_path $TMP/nginx;
+  uwsgi_temp_path $TMP/nginx;
+  scgi_temp_path $TMP/nginx;
+  server {
+    listen 127.0.0.1:$NGINX_PORT ssl backlog=16384;
+    ssl_certificate $TMP/pki/server.pem;
+    ssl_certificate_key $TMP/pki/server.key;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location / { return 200 "hello from nginx\n"; }
+  }
+}
+EOF
+"$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
+PIDS+=($!)
+
+# ---- sluice proxy: one listener inspecting, one passing through -----------------------------
+"$SLUICE" ca init --dir "$TMP/ca" >/dev/null
+mkdir -p "$TMP/policies"
+limits='  limits:
+    max_connections: 100000
+    max_requests: 1000000000
+    max_bytes_out: 1TiB
+    max_bytes_in: 1TiB'
+cat > "$TMP/policies/inspect.yaml" <<EOF
+apiVersion: sluice/v1
+kind: Workflow
+name: inspect
+egress:
+  rules:
+    - id: api
+      action: allow
+      hosts: [localhost]
+      ports: [$NGINX_PORT]
+      allow_private: true
+      cidrs: ["127.0.0.0/8", "::1/128"]
+      tls: inspect
+      methods: [GET]
+      paths: ["/*"]
+      inject:
+        headers:
+          Authorization: "Bearer \${secret:bench_token}"
+$limits
+EOF
+cat > "$TMP/policies/passthrough.yaml" <<EOF
+apiVersion: sluice/v1
+kind: Workflow
+name: passthrough
+egress:
+  rules:
+    - id: api
+      action: allow
+      hosts: [localhost]
+      ports: [$NGINX_PORT]
+      allow_private: true
+      cidrs: ["127.0.0.0/8", "::1/128"]
+$limits
+EOF
+(umask 077; printf 'bench_token:\n  value: "bench-secret-value-0123456789"\n' > "$TMP/secrets.yaml")
+audit_args=()
+[[ $AUDIT == 1 ]] && audit_args=(--audit "$TMP/audit.db")
+"$SLUICE" proxy --policy-dir "$TMP/policies" \
+  --listen "127.0.0.1:$INSPECT_PORT" --workflow inspect \
+  --listen "127.0.0.1:$PASS_PORT" --workflow passthrough \
+  --ca-dir "$TMP/ca" --upstream-ca "$TMP/pki/ca.pem" --secrets "$TMP/secrets.yaml" \
+  --threads "$PROXY_THREADS" "${audit_args[@]}" 2> "$TMP/sluice.log" &
+PIDS+=($!)
+
+wait_port "$NGINX_PORT"
+wait_port "$INSPECT_PORT"
+wait_port "$PASS_PORT"
+
+load() {  # load PROXY_PORT|"" MODE [DURATION] -> JSON line
+  # The client trusts only what it should meet: sluice's CA through the inspecting listener,
+  # the upstream's CA directly and through the passthrough tunnel.
+  local ca="$TMP/pki/ca.pem"
+  [[ ${1:-} == "$INSPECT_PORT" ]] && ca="$TMP/ca/ca.pem"
+  local args=(--target "localhost:$NGINX_PORT" --ca "$ca"
+              --mode "$2" --threads "$CLIENTS" --duration "${3:-$DURATION}")
+  [[ -n $1 ]] && args+=(--proxy "$1")
+  "$TLS_LOAD" "${args[@]}"
+}
+field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
+
+# ---- sanity: every path answers, inspection really happens -------------------------------
+# Through the inspecting listener the client must meet sluice's leaf, not nginx's certificate.
+if "$TLS_LOAD" --target "localhost:$NGINX_PORT" --proxy "$INSPECT_PORT" --ca "$TMP/pki/ca.pem" \
+     --mode reuse --threads 1 --duration 0.2 >/dev/null 2>&1; then
+  echo "the inspecting listener presented the upstream's own certificate: not inspecting" >&2
+  exit 1
+fi
+for p in "" "$PASS_PORT" "$INSPECT_PORT"; do
+  out=$(load "$p" reuse 0.3) || { echo "no request succeeded via ${p:-direct}: $out" >&2; cat "$TMP/sluice.log" >&2; exit 1; }
+  if [[ $(field "$out" errors) != 0 ]]; then
+    echo "errors via ${p:-direct}: $out" >&2
+    tail -20 "$TMP/sluice.log" >&2
+    exit 1
+  fi
+done
+
+echo "== HTTPS GET, 17-byte body: $CLIENTS client threads, ${DURATION}s per run, $ROUNDS rounds;" \
+     "sluice --threads $PROXY_THREADS, audit $( [[ $AUDIT == 1 ]] && echo on || echo off ) =="
+# Rounds alternate the targets so load from elsewhere on the machine hits all alike.
+for round in $(seq "$ROUNDS"); do
+  echo "round $round"
+  for mode in new reuse; do
+    for who in direct passthrough inspect; do
+      port=""
+      [[ $who == passthrough ]] && port=$PASS_PORT
+      [[ $who == inspect ]] && port=$INSPECT_PORT
+      out=$(load "$port" "$mode") || true
+      rps=$(field "$out" rps); p50=$(field "$out" p50_us); p99=$(field "$out" p99_us)
+      errs=$(field "$out" errors)
+      printf '  %-5s %-11s %10s req/s   p50 %9s us   p99 %9s us   errors %s\n' \
+        "$mode" "$who" "$rps" "$p50" "$p99" "$errs"
+      echo "$rps $p99" >> "$TMP/res.$mode.$who"
+    done
+  done
+done
+
+echo
+echo "== medians over $ROUNDS rounds =="
+for mode in new reuse; do
+  for who in direct passthrough inspect; do
+    f="$TMP/res.$mode.$who"
+    rps=$(awk '{print $1}' "$f" | median)
+    p99=$(awk '{print $2}' "$f" | median)
+    printf '%-5s %-11s %10.0f req/s   p99 %9.0f us\n' "$mode" "$who" "$rps" "$p99"
+    eval "RPS_${mode}_${who}=$rps P99_${mode}_${who}=$p99"
+  done
+  awk -v a="$(eval echo "\$RPS_${mode}_inspect")" -v b="$(eval echo "\$RPS_${mode}_passthrough")" \
+      -v p="$(eval echo "\$P99_${mode}_inspect")" -v q="$(eval echo "\$P99_${mode}_passthrough")" \
+      -v m="$mode" \
+      'BEGIN {printf "%-5s inspect/passthrough requests/s: %.2fx   p99 %.0f us vs %.0f us (%.2fx)\n", m, a/b, p, q, p/q}'
+done
+if [[ $AUDIT == 1 ]]; then
+  rows=$("$SLUICE" audit sql --db "$TMP/audit.db" "SELECT count(*) FROM requests" 2>/dev/null | tail -1 || echo "?")
+  echo "requests audited: $rows"
+fi
