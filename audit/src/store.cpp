@@ -253,10 +253,6 @@ std::expected<void, Error> Store::Impl::openWriter() {
     }
   }
   if (auto r = setSynchronous(false); !r) return r;
-  // Leave the WAL in place on close: every commit in it is already durable (receipts are
-  // FULL-synced), and checkpointing + deleting it on close cost each `sluice run` about a
-  // millisecond. Autocheckpoints still fold it back into the database as it grows.
-  sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   // A bigger page cache keeps the index pages of recent rows in memory (inserts otherwise
   // re-read them), and a larger autocheckpoint interval means fewer checkpoint fsyncs at
   // 200k rows/s. Readers are unaffected: WAL lets them read while the WAL grows.
