@@ -15,47 +15,57 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
                                const policy::SecretStore* secrets,
                                const std::vector<Placeholder>& placeholders) {
   InjectionResult res;
-  // Placeholders first: every header value the client sent is searched for every token.
-  if (!placeholders.empty()) {
-    std::vector<std::pair<std::string, std::string>> rewritten;
-    std::vector<std::string> rewritten_names;
-    for (const auto& f : fields) {
-      std::string value(f.value());
-      bool changed = false;
+  // Placeholders first: every header value the client sent is searched for every token
+  // (in place: no copy of a field unless it holds a token).
+  auto swappable = [&](const Placeholder& ph) { return rule && secrets && rule->id == ph.rule_id; };
+  std::vector<std::string> names;  // fields holding a token we may swap
+  for (const auto& f : fields) {
+    auto value = f.value();
+    bool swap = false;
+    for (const auto& ph : placeholders) {
+      if (value.find(ph.token) == beast::string_view::npos) continue;
+      if (swappable(ph)) {
+        swap = true;
+      } else {
+        res.placeholder_leak = true;  // left as is: the token is worthless elsewhere
+      }
+    }
+    if (swap && std::none_of(names.begin(), names.end(),
+                             [&](const std::string& n) { return beast::iequals(n, f.name_string()); })) {
+      names.emplace_back(f.name_string());
+    }
+  }
+  for (const auto& name : names) {
+    // Rewrite every field of that name, in order, so same-named siblings survive.
+    std::vector<std::string> values;
+    auto range = fields.equal_range(name);
+    for (auto it = range.first; it != range.second; ++it) values.emplace_back(it->value());
+    for (auto& value : values) {
       for (const auto& ph : placeholders) {
+        if (!swappable(ph)) continue;
         std::size_t pos = value.find(ph.token);
         if (pos == std::string::npos) continue;
-        if (!rule || rule->id != ph.rule_id || !secrets) {
-          res.placeholder_leak = true;  // left as is: the token is worthless elsewhere
-          continue;
-        }
         auto secret = secrets->find(ph.secret);
         if (!secret) {
           res.error = "secret '" + ph.secret + "' is not in the secret store";
-          policy::wipeString(value);
+          for (auto& v : values) policy::wipeString(v);
           return res;
         }
         while (pos != std::string::npos) {
           value.replace(pos, ph.token.size(), secret->data(), secret->size());
           pos = value.find(ph.token, pos + secret->size());
         }
-        changed = true;
         if (std::find(res.secrets.begin(), res.secrets.end(), ph.secret) == res.secrets.end()) {
           res.secrets.push_back(ph.secret);
         }
       }
-      if (changed) {
-        rewritten.emplace_back(std::string(f.name_string()), std::move(value));
-      } else {
-        policy::wipeString(value);
-      }
     }
-    for (const auto& [name, value] : rewritten) fields.erase(name);
-    for (auto& [name, value] : rewritten) {
+    fields.erase(name);
+    for (auto& value : values) {
       fields.insert(name, value);
-      res.touched.push_back(name);
       policy::wipeString(value);
     }
+    res.touched.push_back(name);
   }
   if (!injects(rule)) return res;
   if (!secrets) {

@@ -659,6 +659,30 @@ TEST_F(InspectTest, PlaceholderIsSwappedOnItsRule) {
   EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"});
 }
 
+TEST_F(InspectTest, PlaceholderSwapKeepsSameNamedHeaders) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  auto r = roundTrip(*c, request("GET", "/v1/multi", apiAuthority(),
+                                 "X-Multi: plain\r\nX-Multi: Token " + ph->token + "\r\n"));
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].values("X-Multi"),
+            (std::vector<std::string>{"plain", std::string("Token ") + kSecret}));
+}
+
+TEST_F(InspectTest, AbsoluteFormTargetNamingAnotherHostIsRefused) {
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  auto r = roundTrip(*c, request("GET", "https://" + otherAuthority() + "/v1/fronted",
+                                 apiAuthority()));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.header("x-sluice-reason"), "host_mismatch");
+  EXPECT_TRUE(up_->requests().empty()) << "the fronted request must not reach the upstream";
+}
+
 TEST_F(InspectTest, PlaceholderSentToAnotherHostIsNotSwappedAndAudited) {
   const auto* ph = placeholder("API_TOKEN");
   ASSERT_NE(ph, nullptr);
