@@ -178,4 +178,20 @@ std::string renderRefusal(const Refusal& r, const std::string& workflow, bool ke
   return out;
 }
 
+std::string hostField(const policy::Target& t, std::uint16_t default_port) {
+  if (t.port != default_port) return t.authority();
+  return t.ip && !t.ip->isV4() ? "[" + t.host + "]" : t.host;
+}
+
+Refusal denialRefusal(const policy::Decision& d) {
+  return Refusal{http::status::forbidden, "denied", std::string(policy::reasonName(d.reason)),
+                 d.rule_id, d.detail.empty() ? d.nearest_miss : d.detail};
+}
+
+Refusal limitRefusal(std::string detail) {
+  return Refusal{http::status::too_many_requests, "limit_exceeded",
+                 std::string(policy::reasonName(policy::Reason::kLimitExceeded)), "",
+                 std::move(detail)};
+}
+
 }  // namespace sluice::proxy

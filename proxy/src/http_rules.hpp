@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "net.hpp"
+#include "sluice/policy/matcher.hpp"
 #include "sluice/policy/target.hpp"
 
 namespace sluice::proxy {
@@ -49,6 +50,16 @@ std::optional<std::string> checkHostAgrees(const http::fields& fields, const pol
                                            std::uint16_t default_port);
 std::optional<std::string> checkHostAgrees(const PmrFields& fields, const policy::Target& target,
                                            std::uint16_t default_port);
+
+/// The Host field value for an upstream request: the authority, without the port when it is
+/// the scheme's default (80 for http, 443 for https).
+std::string hostField(const policy::Target& t, std::uint16_t default_port);
+
+/// The 403 for a policy denial (reason code, deciding rule, detail or nearest miss).
+Refusal denialRefusal(const policy::Decision& d);
+
+/// The 429 for an exhausted workflow limit.
+Refusal limitRefusal(std::string detail);
 
 /// The bytes of a refusal response. `keep_alive` false adds Connection: close.
 std::string renderRefusal(const Refusal& r, const std::string& workflow, bool keep_alive);

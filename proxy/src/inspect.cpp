@@ -85,11 +85,6 @@ int onAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigne
   return SSL_TLSEXT_ERR_NOACK;
 }
 
-// The Host field value for the upstream request: the authority without the default port.
-std::string hostField(const policy::Target& t) {
-  if (t.port == 443) return t.ip && !t.ip->isV4() ? "[" + t.host + "]" : t.host;
-  return t.authority();
-}
 
 bool isWebSocketUpgrade(const http::request<http::buffer_body>& req) {
   auto up = req[http::field::upgrade];
@@ -338,15 +333,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     co_return keep_alive && !ec;
   }
 
-  static Refusal denial(const policy::Decision& d) {
-    return Refusal{http::status::forbidden, "denied", reason(d.reason), d.rule_id,
-                   d.detail.empty() ? d.nearest_miss : d.detail};
-  }
 
-  Refusal limitRefusal(std::string detail) const {
-    return Refusal{http::status::too_many_requests, "limit_exceeded",
-                   reason(Reason::kLimitExceeded), "", std::move(detail)};
-  }
 
   struct RelayResult {
     bool ok = true;
@@ -484,7 +471,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     }
     policy::Decision d = matcher_->decideRequest(t, method, path);
     if (d.allowed) d = matcher_->decideAddress(d, t, vetted_);
-    if (!d.allowed) co_return co_await refuse(denial(d), method, path, can_keep);
+    if (!d.allowed) co_return co_await refuse(denialRefusal(d), method, path, can_keep);
     if (account_->bytesExhausted(limits)) {
       co_return co_await refuse(limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent"),
                                 method, path, can_keep);
@@ -506,7 +493,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     stripHopByHop(req);
     req.erase(http::field::expect);
     req.target(query.empty() ? path : path + "?" + query);
-    req.set(http::field::host, hostField(t));
+    req.set(http::field::host, hostField(t, 443));
     req.keep_alive(true);
     if (ws) {
       req.set(http::field::connection, "Upgrade");

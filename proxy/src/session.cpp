@@ -43,14 +43,6 @@ std::string endpointText(const tcp::endpoint& ep) {
 
 bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals(a, b); }
 
-// The Host field value for an upstream request: the authority without the default port.
-std::string hostField(const policy::Target& t) {
-  if (t.port == 80) {
-    if (t.ip && !t.ip->isV4()) return "[" + t.host + "]";
-    return t.host;
-  }
-  return t.authority();
-}
 
 // Result of resolving and vetting a destination.
 struct ResolveResult {
@@ -483,15 +475,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     co_await sendRefusal(r, keep_alive);
   }
 
-  static Refusal denial(const policy::Decision& d) {
-    return Refusal{http::status::forbidden, "denied", reason(d.reason), d.rule_id,
-                   d.detail.empty() ? d.nearest_miss : d.detail};
-  }
 
-  Refusal limitRefusal(std::string detail) const {
-    return Refusal{http::status::too_many_requests, "limit_exceeded",
-                   reason(Reason::kLimitExceeded), "", std::move(detail)};
-  }
 
   // Resolves (unless an IP literal) and vets every address with the policy's address phase
   // (SSRF guard + rule cidrs) and the loop guard. All addresses must pass: a name that
@@ -512,7 +496,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     for (const auto& a : addrs) {
       auto ad = matcher_->decideAddress(d, target, a);
       if (!ad.allowed) {
-        auto r = denial(ad);
+        auto r = denialRefusal(ad);
         if (r.detail.find(a.str()) == std::string::npos) r.detail += " (address " + a.str() + ")";
         co_return std::unexpected(r);
       }
@@ -581,7 +565,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       return Refusal{http::status::service_unavailable, "audit_unavailable", "audit_unavailable",
                      "", "the audit store has failed; refusing to run unaudited"};
     d = matcher_->decideConnect(target, policy::Visibility::kTunnel);
-    if (!d.allowed) return denial(d);
+    if (!d.allowed) return denialRefusal(d);
     if (d.tls == policy::TlsMode::kInspect && !ctx_->tls) {
       // Tunnelling blindly would skip the rule's method/path/injection conditions.
       return Refusal{http::status::forbidden, "denied", reason(Reason::kInspectionRequired),
@@ -836,7 +820,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       return limitRefusal("workflow limit max_requests (" + std::to_string(limits.max_requests) +
                           ") reached");
     d = matcher_->decideRequest(target, method, url->path);
-    if (!d.allowed) return denial(d);
+    if (!d.allowed) return denialRefusal(d);
     if (injects(d.rule) && !d.rule->allow_plaintext_credentials)
       return Refusal{http::status::forbidden, "denied", reason(Reason::kPlaintextCredentials),
                      d.rule_id,
@@ -888,7 +872,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     stripHopByHop(req);
     req.erase(http::field::expect);
     req.target(url->query.empty() ? path : path + "?" + url->query);
-    req.set(http::field::host, hostField(target));
+    req.set(http::field::host, hostField(target, 80));
     req.keep_alive(true);
     if (expect_continue && body_pending) {
       static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
