@@ -351,11 +351,13 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     RelayResult res;
     const auto timeout = ctx_->options.upstream_timeout;
     http::serializer<isRequest, http::buffer_body> sr{p.get()};
-    auto buf = std::make_unique<char[]>(kBufferBytes);
+    // One body buffer per connection, reused by every message (they are relayed one at a time).
+    if (!relay_buf_) relay_buf_ = std::make_unique<char[]>(kBufferBytes);
+    char* const buf = relay_buf_.get();
     ErrorCode ec;
     while (!sr.is_done()) {
       if (!p.is_done()) {
-        p.get().body().data = buf.get();
+        p.get().body().data = buf;
         p.get().body().size = kBufferBytes;
         beast::get_lowest_layer(in).expires_after(timeout);
         co_await http::async_read_some(in, in_buf, p, net::redirect_error(net::use_awaitable, ec));
@@ -366,7 +368,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
           co_return res;
         }
         p.get().body().size = kBufferBytes - p.get().body().size;
-        p.get().body().data = buf.get();
+        p.get().body().data = buf;
         p.get().body().more = !p.is_done();
         // Only framing parsed (a chunk header): an empty write would end a chunked body.
         if (p.get().body().size == 0) {
@@ -680,6 +682,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   beast::flat_buffer cbuf_;
   beast::flat_buffer ubuf_;
   SniCheck sni_;
+  std::unique_ptr<char[]> relay_buf_;
   Clock::time_point started_;
   std::uint64_t live_id_ = 0;
   bool idle_ = false;
