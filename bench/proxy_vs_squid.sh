@@ -25,12 +25,7 @@ if [[ ! -x $SLUICE ]]; then
 fi
 SLUICE=$(readlink -f "$SLUICE")
 
-need() {  # need BINARY PACKAGE
-  if ! command -v "$1" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$1 ]]; then
-    echo "installing $2" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
-  fi
-}
+source "$(dirname "$0")/lib.sh"
 need nginx nginx-light
 need squid squid
 need wrk wrk
@@ -53,30 +48,7 @@ if (( TUNNELS > max_tunnels )); then
   TUNNELS=$max_tunnels
 fi
 
-TMP=$(mktemp -d /tmp/sluice-bench.XXXXXX)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-wait_port() {  # wait_port PORT: up to 10 s
-  for _ in $(seq 100); do
-    if python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1',$1)))" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "nothing listening on port $1" >&2
-  exit 1
-}
-rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+bench_init sluice-bench
 
 NGINX_PORT=$(free_port)
 SQUID_PORT=$(free_port)

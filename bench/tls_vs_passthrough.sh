@@ -32,40 +32,13 @@ done
 SLUICE=$(readlink -f "$SLUICE")
 TLS_LOAD=$(readlink -f "$TLS_LOAD")
 
-need() {  # need BINARY PACKAGE
-  if ! command -v "$1" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$1 ]]; then
-    echo "installing $2" >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
-  fi
-}
+source "$(dirname "$0")/lib.sh"
 need nginx nginx-light
 need openssl openssl
 need python3 python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 
-TMP=$(mktemp -d /tmp/sluice-tlsbench.XXXXXX)
-PIDS=()
-cleanup() {
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
-wait_port() {  # wait_port PORT: up to 10 s
-  for _ in $(seq 100); do
-    if python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1',$1)))" 2>/dev/null; then
-      return 0
-    fi
-    sleep 0.1
-  done
-  echo "nothing listening on port $1" >&2
-  exit 1
-}
-median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+bench_init sluice-tlsbench
 
 NGINX_PORT=$(free_port)
 INSPECT_PORT=$(free_port)

@@ -1,0 +1,37 @@
+# Shared by the side-by-side benchmark scripts: tool installation, a scratch directory and
+# the processes a script started (ended by pid on exit), loopback port helpers, medians.
+# Usage: source "$(dirname "$0")/lib.sh"; bench_init PREFIX   (sets TMP; fill PIDS+=($!))
+
+need() {  # need BINARY PACKAGE
+  if ! command -v "$1" >/dev/null 2>&1 && [[ ! -x /usr/sbin/$1 ]]; then
+    echo "installing $2" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$2" >/dev/null
+  fi
+}
+
+PIDS=()
+bench_cleanup() {
+  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$TMP"
+}
+bench_init() {  # bench_init PREFIX: scratch directory in $TMP, removed on exit
+  TMP=$(mktemp -d "/tmp/$1.XXXXXX")
+  trap bench_cleanup EXIT
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+wait_port() {  # wait_port PORT: up to 10 s
+  for _ in $(seq 100); do
+    if python3 -c "import socket,sys; s=socket.socket(); s.settimeout(0.2); sys.exit(s.connect_ex(('127.0.0.1',$1)))" 2>/dev/null; then
+      return 0
+    fi
+    sleep 0.1
+  done
+  echo "nothing listening on port $1" >&2
+  exit 1
+}
+rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
