@@ -51,6 +51,41 @@ std::optional<std::string> checkHostAgrees(const http::fields& fields, const pol
 std::optional<std::string> checkHostAgrees(const PmrFields& fields, const policy::Target& target,
                                            std::uint16_t default_port);
 
+/// Body bookkeeping of a streaming relay (a parser with buffer_body feeding a serializer),
+/// shared by plain-HTTP forwarding and inspected tunnels. Before a read: offer `buf`.
+template <bool isRequest, typename Allocator>
+void offerBodyBuffer(http::parser<isRequest, http::buffer_body, Allocator>& p, char* buf,
+                     std::size_t size) {
+  p.get().body().data = buf;
+  p.get().body().size = size;
+}
+
+/// After a read into the offered buffer: sets the body to the bytes read. Returns false when
+/// the read parsed only framing (a chunk header) and the body is not done: writing an empty
+/// buffer would make the serializer emit a zero-size chunk, which ends a chunked body early,
+/// so the caller reads again instead.
+template <bool isRequest, typename Allocator>
+bool takeBodyBytes(http::parser<isRequest, http::buffer_body, Allocator>& p, char* buf,
+                   std::size_t size) {
+  auto& body = p.get().body();
+  body.size = size - body.size;
+  body.data = buf;
+  body.more = !p.is_done();
+  if (body.size == 0) {
+    if (!p.is_done()) return false;
+    body.data = nullptr;
+  }
+  return true;
+}
+
+/// The input is done: the last write only finishes the message.
+template <bool isRequest, typename Allocator>
+void endBody(http::parser<isRequest, http::buffer_body, Allocator>& p) {
+  p.get().body().data = nullptr;
+  p.get().body().size = 0;
+  p.get().body().more = false;
+}
+
 /// The Host field value for an upstream request: the authority, without the port when it is
 /// the scheme's default (80 for http, 443 for https).
 std::string hostField(const policy::Target& t, std::uint16_t default_port);

@@ -355,10 +355,26 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     if (!relay_buf_) relay_buf_ = std::make_unique<char[]>(kBufferBytes);
     char* const buf = relay_buf_.get();
     ErrorCode ec;
+    if (!p.is_done() && in_buf.size() == 0) {
+      // Nothing of the body is here yet: send the header now so the peer is not kept
+      // waiting for it (streaming responses, slow uploads).
+      beast::get_lowest_layer(out).expires_after(timeout);
+      auto n = co_await http::async_write_header(out, sr,
+                                                 net::redirect_error(net::use_awaitable, ec));
+      if (ec) {
+        res.ok = false;
+        co_return res;
+      }
+      res.header_written = true;
+      if (!count(n)) {
+        res.ok = false;
+        res.limit = true;
+        co_return res;
+      }
+    }
     while (!sr.is_done()) {
       if (!p.is_done()) {
-        p.get().body().data = buf;
-        p.get().body().size = kBufferBytes;
+        offerBodyBuffer(p, buf, kBufferBytes);
         beast::get_lowest_layer(in).expires_after(timeout);
         co_await http::async_read_some(in, in_buf, p, net::redirect_error(net::use_awaitable, ec));
         if (ec == http::error::need_buffer) ec = {};
@@ -367,18 +383,9 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
           res.input_failed = true;
           co_return res;
         }
-        p.get().body().size = kBufferBytes - p.get().body().size;
-        p.get().body().data = buf;
-        p.get().body().more = !p.is_done();
-        // Only framing parsed (a chunk header): an empty write would end a chunked body.
-        if (p.get().body().size == 0) {
-          if (!p.is_done()) continue;
-          p.get().body().data = nullptr;
-        }
+        if (!takeBodyBytes(p, buf, kBufferBytes)) continue;
       } else {
-        p.get().body().data = nullptr;
-        p.get().body().size = 0;
-        p.get().body().more = false;
+        endBody(p);
       }
       beast::get_lowest_layer(out).expires_after(timeout);
       auto n = co_await http::async_write(out, sr, net::redirect_error(net::use_awaitable, ec));

@@ -703,8 +703,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     }
     while (!sr.is_done()) {
       if (!p.is_done()) {
-        p.get().body().data = buf;
-        p.get().body().size = kRelayBufferBytes;
+        offerBodyBuffer(p, buf, kRelayBufferBytes);
         ErrorCode ec;
         {
           Deadline d(in_watch, in, Clock::now() + timeout, *this);
@@ -718,20 +717,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
           res.fail = RelayFail::kInput;
           co_return res;
         }
-        p.get().body().size = kRelayBufferBytes - p.get().body().size;
-        p.get().body().data = buf;
-        p.get().body().more = !p.is_done();
-        // A read that parsed only framing (a chunk header) yields no body bytes. Writing an
-        // empty buffer would make the serializer emit a zero-size chunk, which ends a chunked
-        // body early: read again instead.
-        if (p.get().body().size == 0) {
-          if (!p.is_done()) continue;
-          p.get().body().data = nullptr;
-        }
+        if (!takeBodyBytes(p, buf, kRelayBufferBytes)) continue;
       } else {
-        p.get().body().data = nullptr;
-        p.get().body().size = 0;
-        p.get().body().more = false;
+        endBody(p);
       }
       ErrorCode ec;
       std::size_t n = 0;
