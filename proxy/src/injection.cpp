@@ -102,6 +102,53 @@ void wipeFields(Fields& fields, const std::vector<std::string>& names) {
   }
 }
 
+template <typename Fields>
+bool redactSecrets(Fields& fields, const std::vector<std::string>& names,
+                   const policy::SecretStore* secrets) {
+  if (names.empty() || !secrets) return false;
+  std::vector<std::string_view> values;
+  for (const auto& n : names) {
+    if (auto v = secrets->find(n); v && !v->empty()) values.push_back(*v);
+  }
+  std::vector<std::string> hit;
+  for (const auto& f : fields) {
+    auto value = f.value();
+    bool found = std::any_of(values.begin(), values.end(), [&](std::string_view v) {
+      return value.find(beast::string_view(v.data(), v.size())) != beast::string_view::npos;
+    });
+    if (found && std::none_of(hit.begin(), hit.end(), [&](const std::string& n) {
+          return beast::iequals(n, f.name_string());
+        })) {
+      hit.emplace_back(f.name_string());
+    }
+  }
+  for (const auto& name : hit) {
+    std::vector<std::string> rewritten;
+    auto range = fields.equal_range(name);
+    for (auto it = range.first; it != range.second; ++it) rewritten.emplace_back(it->value());
+    for (auto& value : rewritten) {
+      for (auto v : values) {
+        for (auto pos = value.find(v); pos != std::string::npos; pos = value.find(v, pos)) {
+          OPENSSL_cleanse(value.data() + pos, v.size());
+          value.replace(pos, v.size(), kRedacted);
+          pos += std::string_view(kRedacted).size();
+        }
+      }
+    }
+    wipeFields(fields, {name});
+    fields.erase(name);
+    for (auto& value : rewritten) {
+      fields.insert(name, value);
+      policy::wipeString(value);
+    }
+  }
+  return !hit.empty();
+}
+
+template bool redactSecrets<http::fields>(http::fields&, const std::vector<std::string>&,
+                                          const policy::SecretStore*);
+template bool redactSecrets<PmrFields>(PmrFields&, const std::vector<std::string>&,
+                                       const policy::SecretStore*);
 template InjectionResult applyInjection<http::fields>(http::fields&, const policy::Rule*,
                                                       const policy::SecretStore*,
                                                       const std::vector<Placeholder>&);

@@ -36,6 +36,15 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
 template <typename Fields>
 void wipeFields(Fields& fields, const std::vector<std::string>& names);
 
+/// Replaces the values of the secrets named in `names` wherever they appear in `fields` with
+/// kRedacted: an upstream that reflects its request headers (a debug echo, an error page
+/// quoting them) must not hand an injected secret to the sandbox. Returns whether any was.
+template <typename Fields>
+bool redactSecrets(Fields& fields, const std::vector<std::string>& names,
+                   const policy::SecretStore* secrets);
+
+inline constexpr const char* kRedacted = "[redacted by sluice]";
+
 /// Reason code recorded when a placeholder shows up where it must not be swapped.
 inline constexpr const char* kPlaceholderLeak = "placeholder_leak";
 

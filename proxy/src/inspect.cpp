@@ -591,6 +591,10 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     const bool upstream_keep = resp.keep_alive() && delimited;
     client_keep = client_keep && delimited && upstream_keep;
     stripHopByHop(resp);
+    if (redactSecrets(static_cast<http::fields&>(resp), inj.secrets, listener_->secrets.get())) {
+      log().warn("upstream {} reflected an injected secret in a response header; redacted",
+                 t.authority());
+    }
     resp.keep_alive(client_keep);
     auto count_in = [this, &limits](std::size_t n) {
       event_.bytes_down += n;

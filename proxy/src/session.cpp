@@ -974,6 +974,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       const bool upstream_keep = resp.keep_alive() && delimited;
       client_keep = client_keep && delimited;
       stripHopByHop(resp);
+      if (redactSecrets(static_cast<PmrFields&>(resp), inj.secrets, listener_->secrets.get()))
+        log().warn("upstream {} reflected an injected secret in a response header; redacted",
+                   target.authority());
       resp.keep_alive(client_keep);
       auto count_in = [this, &o, &limits](std::size_t n) {
         o.event.bytes_down += n;

@@ -166,6 +166,10 @@ net::awaitable<std::optional<http::request<http::string_body>>> serveRequests(
     if (websocket::is_upgrade(req) && r.target == "/ws") co_return req;
     http::response<http::string_body> res{http::status::ok, req.version()};
     res.set(http::field::content_type, "application/json");
+    if (r.target == "/v1/reflect") {
+      // A careless upstream that quotes the credential it received in a response header.
+      res.set("X-Reflected-Authorization", req[http::field::authorization]);
+    }
     if (r.target.rfind("/v1/big/", 0) == 0) {
       res.set(http::field::content_type, "application/octet-stream");
       res.body() = std::string(std::stoul(r.target.substr(8)), 'b');

@@ -673,6 +673,18 @@ TEST_F(InspectTest, PlaceholderSwapKeepsSameNamedHeaders) {
             (std::vector<std::string>{"plain", std::string("Token ") + kSecret}));
 }
 
+TEST_F(InspectTest, SecretReflectedInAResponseHeaderIsRedacted) {
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  auto r = roundTrip(*c, request("GET", "/v1/reflect", apiAuthority()));
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].header("Authorization"), std::string("Bearer ") + kSecret);
+  EXPECT_EQ(r.header("x-reflected-authorization"), "Bearer [redacted by sluice]");
+  EXPECT_FALSE(contains(transcript_, kSecret));
+}
+
 TEST_F(InspectTest, AbsoluteFormTargetNamingAnotherHostIsRefused) {
   auto c = tunnel("api.test", up_->port());
   ASSERT_TRUE(c);
