@@ -429,6 +429,17 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
   return d;
 }
 
+void refusePlaintextInjection(Decision& d) {
+  if (!d.allowed || !d.rule || d.rule->inject.headers.empty() ||
+      d.rule->allow_plaintext_credentials) {
+    return;
+  }
+  d.allowed = false;
+  d.reason = Reason::kPlaintextCredentials;
+  d.detail = "rule " + d.rule->id + " injects credentials, which the proxy refuses to send "
+             "over plain http:// unless allow_plaintext_credentials: true";
+}
+
 Decision Matcher::decideConnect(const Target& target, Visibility visibility) const {
   return evaluate(*index_, *workflow_, target, visibility, nullptr);
 }

@@ -27,14 +27,7 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
     if (url->scheme == "http") {
       ex.phase = "request";
       ex.decision = matcher.decideRequest(target, method, url->path);
-      if (ex.decision.allowed && ex.decision.rule && !ex.decision.rule->inject.headers.empty() &&
-          !ex.decision.rule->allow_plaintext_credentials) {
-        const Rule& r = *ex.decision.rule;
-        ex.decision.allowed = false;
-        ex.decision.reason = Reason::kPlaintextCredentials;
-        ex.decision.detail = "rule " + r.id + " injects credentials, which the proxy refuses to "
-                             "send over plain http:// unless allow_plaintext_credentials: true";
-      }
+      refusePlaintextInjection(ex.decision);
     } else {
       ex.phase = "connect";
       ex.decision = matcher.decideConnect(target, Visibility::kTunnel);

@@ -38,7 +38,7 @@ tcp::endpoint toEndpoint(const policy::IpAddress& a, std::uint16_t port) {
 }
 
 std::string endpointText(const tcp::endpoint& ep) {
-  return ep.address().is_v6() ? ep.address().to_string() : ep.address().to_string();
+  return ep.address().to_string();
 }
 
 bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals(a, b); }
@@ -808,12 +808,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       return limitRefusal("workflow limit max_requests (" + std::to_string(limits.max_requests) +
                           ") reached");
     d = matcher_->decideRequest(target, method, url->path);
+    policy::refusePlaintextInjection(d);
     if (!d.allowed) return denialRefusal(d);
-    if (injects(d.rule) && !d.rule->allow_plaintext_credentials)
-      return Refusal{http::status::forbidden, "denied", reason(Reason::kPlaintextCredentials),
-                     d.rule_id,
-                     "rule " + d.rule_id + " injects credentials, which are never sent over plain "
-                     "http:// unless the rule sets allow_plaintext_credentials: true"};
     if (account_->bytesExhausted(limits))
       return limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent");
     return std::nullopt;

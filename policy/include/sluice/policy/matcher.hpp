@@ -69,6 +69,11 @@ enum class Visibility : std::uint8_t {
   kTunnel,       // CONNECT: visible only if the connect decision says tls: inspect
 };
 
+/// Plain http:// requests never carry injected credentials unless the deciding rule says
+/// `allow_plaintext_credentials: true`: turns such an allowing request decision into a deny
+/// with reason plaintext_credentials. Used by the proxy and by `policy explain` alike.
+void refusePlaintextInjection(Decision& d);
+
 class Matcher {
  public:
   /// Compiles a validated workflow (the loader's output). Never fails for such input.
