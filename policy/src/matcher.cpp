@@ -220,7 +220,8 @@ struct Matcher::Index {
 Matcher::Matcher() = default;
 Matcher::~Matcher() = default;
 
-std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> workflow) {
+std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> workflow,
+                                                std::int64_t regex_set_budget) {
   std::shared_ptr<Matcher> m(new Matcher());
   m->workflow_ = std::move(workflow);
   m->index_ = std::make_unique<Index>();
@@ -237,7 +238,10 @@ std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> 
   for (const auto& r : m->workflow_->rules) {
     for (const auto& h : r.hosts) n_regex += h.kind == HostPattern::Kind::kRegex;
   }
-  set_opts.set_max_mem(std::max<std::int64_t>(8 << 20, static_cast<std::int64_t>(n_regex) * (64 << 10)));
+  set_opts.set_max_mem(regex_set_budget > 0
+                           ? regex_set_budget
+                           : std::max<std::int64_t>(8 << 20,
+                                                    static_cast<std::int64_t>(n_regex) * (64 << 10)));
   ix.rules.resize(m->workflow_->rules.size());
   for (std::uint32_t i = 0; i < m->workflow_->rules.size(); ++i) {
     const Rule& r = m->workflow_->rules[i];

@@ -207,6 +207,24 @@ TEST(Matcher, DenyCidrsWithMethodsRefuseOnlyThoseMethods) {
   EXPECT_TRUE(m->decideAddress(m->decideConnect(t, Visibility::kPlainHttp), t, ip).allowed);
 }
 
+TEST(Matcher, StarvedRegexSetFallsBackWithoutDroppingDenyRules) {
+  // A budget far too small for the set: it fails to compile (or its DFA runs out while
+  // matching); every re: rule, deny rules first of all, must still be found.
+  std::string yaml =
+      "apiVersion: sluice/v1\nkind: Workflow\nname: t\negress:\n  rules:\n"
+      "    - {id: allow-victim, action: allow, hosts: [\"re:victim\\\\.example\\\\.com\"]}\n"
+      "    - {id: deny-victim, action: deny, hosts: [\"re:vic.*\\\\.example\\\\.com\"]}\n"
+      "    - {id: other, action: allow, hosts: [\"re:[a-z]{1,40}-[0-9]{1,40}\\\\.example\\\\.org\"]}\n";
+  auto w = parseWorkflow(yaml, "t.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  auto m = Matcher::compile(std::make_shared<const Workflow>(std::move(*w)), 1024);
+  auto d = connect(*m, "victim.example.com", 443);
+  EXPECT_FALSE(d.allowed);
+  EXPECT_EQ(d.rule_id, "deny-victim");
+  EXPECT_EQ(connect(*m, "abc-123.example.org", 443).rule_id, "other");
+  EXPECT_FALSE(connect(*m, "abc.example.org", 443).allowed);
+}
+
 TEST(Matcher, RegexBudgetNeverDropsDenyRules) {
   // Enough large regexes to overflow RE2::Set's default DFA budget.
   std::string rules;

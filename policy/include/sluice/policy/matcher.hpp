@@ -77,7 +77,11 @@ void refusePlaintextInjection(Decision& d);
 class Matcher {
  public:
   /// Compiles a validated workflow (the loader's output). Never fails for such input.
-  static std::shared_ptr<const Matcher> compile(std::shared_ptr<const Workflow> workflow);
+  /// `regex_set_budget` (bytes) overrides the memory budget of the host-regex RE2::Set
+  /// (0 = sized from the number of patterns); when the set cannot be built within it, or its
+  /// DFA runs out while matching, lookups fall back to the per-rule regexes.
+  static std::shared_ptr<const Matcher> compile(std::shared_ptr<const Workflow> workflow,
+                                                std::int64_t regex_set_budget = 0);
 
   const Workflow& workflow() const { return *workflow_; }
 
