@@ -3,7 +3,6 @@
 // here, so the two can never disagree about the encoding.
 #pragma once
 
-#include <openssl/evp.h>
 
 #include <algorithm>
 #include <array>
@@ -60,7 +59,6 @@ struct HexDigest {
 class RowHasher {
  public:
   RowHasher();
-  ~RowHasher();
   RowHasher(const RowHasher&) = delete;
   RowHasher& operator=(const RowHasher&) = delete;
 
@@ -74,8 +72,6 @@ class RowHasher {
   std::string sha256(std::string_view bytes);
 
  private:
-  EVP_MD* md_ = nullptr;
-  EVP_MD_CTX* ctx_ = nullptr;
   std::string buf_;
 };
 

@@ -290,14 +290,14 @@ int doRun(const RunOptions& o) {
   }
   timer.mark("cli: execution CA");
 
+  // Opened on the store's own thread while the sandbox is built; the runner waits for it
+  // (before_start below) before the program may start, so nothing runs unaudited.
   std::shared_ptr<audit::Store> store;
   if (!o.audit_db.empty()) {
-    auto s = audit::Store::open(o.audit_db);
-    if (!s) return fail("audit store", s.error().message);
-    store = std::move(*s);
+    store = audit::Store::openAsync(o.audit_db);
     store->recordPolicy(w.sha256, w.name, w.yaml_text);
   }
-  timer.mark("cli: open audit store");
+  timer.mark("cli: start opening audit store");
 
   // The program's own output goes to our stdout/stderr: keep the components' info logs out of
   // it (SLUICE_LOG_LEVEL=info|debug brings them back).
@@ -319,6 +319,7 @@ int doRun(const RunOptions& o) {
   }
   auto matcher = spec.network_proxy ? pol::Matcher::compile(*workflow) : nullptr;
   timer.mark("cli: proxy start + matcher compile");
+  std::int64_t audit_wait_us = 0;
   rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
     if (!px) {
       ::close(fd);
@@ -341,7 +342,18 @@ int doRun(const RunOptions& o) {
   // A reader that goes away (sluice run ... | head) must not kill sluice mid-run and leave the
   // sandbox to PR_SET_PDEATHSIG: ignore SIGPIPE; the program gets the default back.
   std::signal(SIGPIPE, SIG_IGN);
-  auto result = rn::runSandboxed(spec, on_listener, live);
+  rn::StartGate audit_ready = [&]() -> std::expected<void, rn::SetupError> {
+    if (!store) return {};
+    const auto t = std::chrono::steady_clock::now();
+    auto r = store->ready();
+    audit_wait_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                        std::chrono::steady_clock::now() - t).count();
+    if (!r) return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "audit store",
+                                                  r.error().message});
+    return {};
+  };
+  auto result = rn::runSandboxed(spec, on_listener, live, audit_ready);
+  timer.add("cli: of which waiting for the audit store to open", audit_wait_us);
   if (result)
     for (const auto& [phase, us] : result->phases) timer.add(phase, us);
   timer.reset();
@@ -421,6 +433,10 @@ int doRun(const RunOptions& o) {
   else
     std::cerr << summaryLine(*result, receipt) << "\n";
   timer.mark("cli: output receipt");
+  px.reset();
+  timer.mark("cli: proxy teardown");
+  store.reset();
+  timer.mark("cli: close audit store");
   return result->sluiceExitStatus();
 }
 

@@ -166,9 +166,9 @@ void initMain(const ChildPlan& plan) {
   if (!have_go && !readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
   // Unsharing the cgroup namespace only now makes our (limited) cgroup the namespace's root.
   if (::unshare(CLONE_NEWCGROUP) != 0) fail(plan, stepFail("unshare cgroup namespace"));
-  // Wait until sluice's proxy owns the listener before the program can connect.
-  if (plan.network_proxy && !readByte(f.go_read, 'A'))
-    fail(plan, stepFail("proxy did not adopt the listener", EPIPE));
+  // Wait until sluice is ready for the program (its proxy owns the listener, its audit store is
+  // open). EOF means sluice gave up: it kills us.
+  if (!readByte(f.go_read, 'A')) fail(plan, stepFail("sluice did not start the program", EPIPE));
 
   struct sigaction sa {};
   sa.sa_handler = onStop;

@@ -312,7 +312,8 @@ bool sandboxSupported(std::string* why) {
 
 std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
                                                   const ListenerCallback& on_listener,
-                                                  const OutputSink& live) {
+                                                  const OutputSink& live,
+                                                  const StartGate& before_start) {
   RunResult result;
   result.started_at = std::chrono::system_clock::now();
   const auto t0 = Clock::now();
@@ -425,10 +426,13 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     } else {
       ::close(fd);  // no proxy attached: connections are refused once the backlog closes
     }
-    if (::write(go_w.get(), "A", 1) != 1)
-      return abort(setupError("start sandbox", std::strerror(errno)));
   }
   chan_parent.reset();
+  if (before_start) {
+    if (auto r = before_start(); !r) return abort(r.error());
+  }
+  // 'A': everything outside the sandbox is ready (proxy listener adopted, gate passed).
+  if (::write(go_w.get(), "A", 1) != 1) return abort(setupError("start sandbox", std::strerror(errno)));
   mark("runner: clone + cgroup attach + listener hand-off");
 
   // Relay loop.

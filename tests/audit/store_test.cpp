@@ -288,5 +288,71 @@ TEST(StoreTest, ReadOnlyStoreRefusesRecords) {
   EXPECT_FALSE(store->flush().has_value());
 }
 
+TEST(StoreTest, OpenAsyncQueuesEventsUntilTheDatabaseIsOpen) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto store = Store::openAsync(db);
+    ASSERT_TRUE(store);
+    // Recorded before ready(): queued, then written once the writer thread has opened.
+    store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
+                        testing::kPolicyText);
+    store->recordConnection(testing::sampleConnection(1));
+    auto ready = store->ready();
+    ASSERT_TRUE(ready.has_value()) << ready.error().message;
+    EXPECT_TRUE(store->healthy());
+    auto r = store->recordExecution(testing::sampleExecution("exec-1"));
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), 1);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 1);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM policies"), 1);
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+}
+
+TEST(StoreTest, OpenAsyncFailureFailsTheStoreAndNamesThePath) {
+  TempDir dir;
+  auto db = dir / "missing-dir" / "audit.db";
+  auto store = Store::openAsync(db);
+  ASSERT_TRUE(store);
+  store->recordConnection(testing::sampleConnection(1));  // queued before the failure is known
+  auto ready = store->ready();
+  ASSERT_FALSE(ready.has_value());
+  EXPECT_NE(ready.error().message.find(db.string()), std::string::npos) << ready.error().message;
+  EXPECT_FALSE(store->healthy());
+  auto r = store->recordExecution(testing::sampleExecution("exec-1"));
+  EXPECT_FALSE(r.has_value());
+  EXPECT_FALSE(std::filesystem::exists(db));
+}
+
+TEST(StoreTest, PersistentWalStaysSmallAcrossManyShortSessions) {
+  // `sluice run` opens, writes one execution and closes, thousands of times a day. The WAL
+  // file is kept between sessions (deleting it costs milliseconds); it must not grow.
+  TempDir dir;
+  auto db = dir / "audit.db";
+  const int kSessions = 60;
+  for (int i = 0; i < kSessions; ++i) {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    std::string id = "exec-" + std::to_string(i);
+    for (int c = 0; c < 5; ++c) store->recordConnection(testing::sampleConnection(c, id));
+    auto r = store->recordExecution(testing::sampleExecution(id));
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+  }
+  auto wal = dir / "audit.db-wal";
+  ASSERT_TRUE(std::filesystem::exists(wal));
+  // One session writes a few dozen pages at most; 60 sessions appended would be ~10x this.
+  EXPECT_LT(std::filesystem::file_size(wal), 256u * 1024u);
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), kSessions);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), kSessions * 5);
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+}
+
 }  // namespace
 }  // namespace sluice::audit

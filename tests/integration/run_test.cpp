@@ -177,6 +177,30 @@ TEST_F(SluiceRun, ExitStatusPaths) {
   EXPECT_NE(setup.err.find("input"), std::string::npos) << setup.err;
 }
 
+TEST_F(SluiceRun, AnAuditStoreThatCannotOpenStopsTheProgramFromStarting) {
+  // The store opens on its own thread while the sandbox is built; the program must still never
+  // run unaudited: nothing it does (here: create a marker through --output-dir) may happen.
+  REQUIRE_SANDBOX();
+  for (const std::string network : {"sandboxed", "proxied"}) {
+    const fs::path bad_db = dir_ / "no-such-dir" / "audit.db";
+    const fs::path out_dir = dir_ / ("out-" + network);
+    std::vector<std::string> a = {"run", "--workflow", network, "--policy-dir",
+                                  (dir_ / "policies").string(), "--audit", bad_db.string(),
+                                  "--output-dir", out_dir.string(), "--",
+                                  "/bin/sh", "-c", "echo ran; echo x > /output/ran"};
+    Outcome o = sluice(a);
+    EXPECT_EQ(o.status, 125) << network << ": " << o.err;
+    EXPECT_EQ(o.out.find("ran"), std::string::npos) << network << ": " << o.out;
+    EXPECT_NE(o.err.find("audit store"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find(bad_db.string()), std::string::npos) << o.err;
+    EXPECT_FALSE(fs::exists(out_dir / "ran")) << network;
+  }
+  // Nothing left behind by the aborted runs.
+  Outcome gc = sluice({"gc"});
+  EXPECT_EQ(gc.status, 0) << gc.out << gc.err;
+  EXPECT_NE(gc.out.find("nothing to collect"), std::string::npos) << gc.out;
+}
+
 // Everything a sandboxed program might try, each printing ESCAPED if it worked.
 constexpr const char* kEscapeBattery = R"PY(
 import ctypes, os, socket, subprocess, sys

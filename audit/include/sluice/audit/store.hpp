@@ -84,6 +84,17 @@ class Store final : public EventSink {
   static std::expected<std::unique_ptr<Store>, Error> open(const std::filesystem::path& db,
                                                            StoreOptions options = {});
 
+  /// Like open() for a writer, but returns at once: the writer thread opens, checks and
+  /// migrates the database while the caller goes on (`sluice run` overlaps it with building
+  /// the sandbox). Events recorded meanwhile are queued. ready() waits for the open and
+  /// returns its error; a store whose open failed is failed (healthy() false, every record*
+  /// call refused), exactly as if it had failed later.
+  static std::unique_ptr<Store> openAsync(const std::filesystem::path& db,
+                                          StoreOptions options = {});
+
+  /// Waits until the database is open (at once for open()); the open's error, if it failed.
+  std::expected<void, Error> ready();
+
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
   /// Drains the queue, commits everything and closes the database.

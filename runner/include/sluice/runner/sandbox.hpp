@@ -128,6 +128,11 @@ struct SetupError {
 /// accepts on it from the host namespace). An error aborts the run with a SetupError.
 using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>;
 
+/// Called once, after the sandbox is built and just before its program may start; an error
+/// aborts the run (nothing of the program runs) with that SetupError. `sluice run` waits here
+/// for the audit store it opened in the background, so that no program runs unaudited.
+using StartGate = std::function<std::expected<void, SetupError>()>;
+
 /// Receives the program's output live, as it arrives (stream 1 = stdout, 2 = stderr).
 using OutputSink = std::function<void(int stream, std::string_view data)>;
 
@@ -139,7 +144,8 @@ using OutputSink = std::function<void(int stream, std::string_view data)>;
 /// creating thread).
 std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
                                                   const ListenerCallback& on_listener = {},
-                                                  const OutputSink& live = {});
+                                                  const OutputSink& live = {},
+                                                  const StartGate& before_start = {});
 
 /// Makes SIGINT and SIGTERM stop a running sandbox (teardown, then RunResult with
 /// stopped_by_request) instead of killing sluice outright. Call once from main.
