@@ -102,10 +102,6 @@ int capLastCap() {
   return v;
 }
 
-const std::expected<std::vector<sock_filter>, std::string>& seccompProgram() {
-  static const auto prog = detail::buildSeccompProgram();
-  return prog;
-}
 
 int cachedLandlockAbi() {
   static const int abi = detail::landlockAbi();
@@ -128,9 +124,7 @@ std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_na
   auto mounts = detail::buildMountPlan(spec, user_namespace);
   if (!mounts) return std::unexpected(mounts.error());
   plan.mounts = std::move(*mounts);
-  const auto& prog = seccompProgram();
-  if (!prog) return std::unexpected(setupError("seccomp filter", prog.error()));
-  plan.seccomp = *prog;
+  plan.seccomp = detail::precompiledSeccompProgram();
   auto env = buildEnvironment(spec.env, spec.network_proxy);
   if (!env) return std::unexpected(setupError("environment", env.error()));
   plan.env_storage = std::move(*env);

@@ -28,6 +28,10 @@ const std::vector<DeniedSyscall>& deniedSyscalls();
 /// architectures (x32, i386 via int 0x80) kill the process.
 std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram();
 
+/// buildSeccompProgram()'s output for the build's architecture, compiled at build time
+/// (tools/seccomp_gen.cpp), so `sluice run` does not pay libseccomp's compile on every start.
+const std::vector<sock_filter>& precompiledSeccompProgram();
+
 /// Installs the program for the calling thread (child side; no allocation). Needs no_new_privs.
 StepResult loadSeccompProgram(const std::vector<sock_filter>& program);
 

@@ -40,6 +40,21 @@ TEST(Seccomp, ProgramBuilds) {
   EXPECT_LT(prog->size(), 4096u);  // BPF_MAXINSNS
 }
 
+TEST(Seccomp, BuildTimeTableEqualsAFreshCompile) {
+  // `sluice run` installs the table compiled at build time; it must be exactly what
+  // buildSeccompProgram() produces from the rules above, instruction for instruction.
+  auto fresh = buildSeccompProgram();
+  ASSERT_TRUE(fresh) << fresh.error();
+  const auto& table = precompiledSeccompProgram();
+  ASSERT_EQ(table.size(), fresh->size());
+  for (std::size_t i = 0; i < table.size(); ++i) {
+    const sock_filter& a = table[i];
+    const sock_filter& b = (*fresh)[i];
+    EXPECT_TRUE(a.code == b.code && a.jt == b.jt && a.jf == b.jf && a.k == b.k)
+        << "instruction " << i << " differs";
+  }
+}
+
 TEST(Seccomp, DocsListEverySyscall) {
   std::ifstream in(std::string(SLUICE_SOURCE_DIR) + "/docs/sandbox.md");
   std::string doc((std::istreambuf_iterator<char>(in)), {});
