@@ -185,7 +185,8 @@ class Store::Impl {
     std::lock_guard lock(mu_);
     return policies_seen_.insert(sha256).second;
   }
-  std::expected<std::string, Error> recordExecution(const ExecutionRecord& record);
+  // Queues the record; nullopt when queued (the writer then finishes `waiter`), else the error.
+  std::optional<Error> beginRecordExecution(const ExecutionRecord& record, Waiter& waiter);
   std::expected<void, Error> flush();
 
   bool healthy() const { return writable_ && !failed_.load(std::memory_order_acquire); }
@@ -360,18 +361,13 @@ bool Store::Impl::push(Item&& item) {
   return true;
 }
 
-std::expected<std::string, Error> Store::Impl::recordExecution(const ExecutionRecord& record) {
-  if (!writable_) return std::unexpected(Error{path_.string() + ": store is open read-only"});
-  if (record.id.empty()) {
-    return std::unexpected(Error{path_.string() + ": execution record has an empty id"});
-  }
-  Waiter waiter;
-  if (!push(ExecutionItem{&record, &waiter})) {
-    return std::unexpected(failure().value_or(Error{path_.string() + ": store failed"}));
-  }
-  waiter.wait();
-  if (waiter.error) return std::unexpected(*waiter.error);
-  return waiter.hash;
+std::optional<Error> Store::Impl::beginRecordExecution(const ExecutionRecord& record,
+                                                       Waiter& waiter) {
+  if (!writable_) return Error{path_.string() + ": store is open read-only"};
+  if (record.id.empty()) return Error{path_.string() + ": execution record has an empty id"};
+  if (!push(ExecutionItem{&record, &waiter}))
+    return failure().value_or(Error{path_.string() + ": store failed"});
+  return std::nullopt;
 }
 
 std::expected<void, Error> Store::Impl::flush() {
@@ -641,8 +637,44 @@ std::unique_ptr<Store> Store::openAsync(const std::filesystem::path& db, StoreOp
 
 std::expected<void, Error> Store::ready() { return impl_->ready(); }
 
+struct PendingExecution::State {
+  Waiter waiter;
+  std::optional<Error> refused;  // not queued at all
+  bool waited = false;
+};
+
+PendingExecution::PendingExecution(std::unique_ptr<State> state) : state_(std::move(state)) {}
+PendingExecution::PendingExecution(PendingExecution&&) noexcept = default;
+PendingExecution& PendingExecution::operator=(PendingExecution&& other) noexcept {
+  if (this != &other) {
+    if (state_) (void)wait();  // the writer may still point into our state
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+PendingExecution::~PendingExecution() {
+  if (state_) (void)wait();
+}
+
+std::expected<std::string, Error> PendingExecution::wait() {
+  State& s = *state_;
+  if (s.refused) return std::unexpected(*s.refused);
+  if (!s.waited) {
+    s.waiter.wait();
+    s.waited = true;
+  }
+  if (s.waiter.error) return std::unexpected(*s.waiter.error);
+  return s.waiter.hash;
+}
+
+PendingExecution Store::beginRecordExecution(const ExecutionRecord& record) {
+  auto state = std::make_unique<PendingExecution::State>();
+  state->refused = impl_->beginRecordExecution(record, state->waiter);
+  return PendingExecution(std::move(state));
+}
+
 std::expected<std::string, Error> Store::recordExecution(const ExecutionRecord& record) {
-  return impl_->recordExecution(record);
+  return beginRecordExecution(record).wait();
 }
 
 std::expected<void, Error> Store::flush() { return impl_->flush(); }

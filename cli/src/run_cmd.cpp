@@ -190,8 +190,9 @@ class PhaseTimer {
   void mark(const std::string& phase) {
     const auto now = std::chrono::steady_clock::now();
     if (on_)
-      std::fprintf(stderr, "timing: %-52s %8.3f ms\n", phase.c_str(),
-                   std::chrono::duration<double, std::milli>(now - last_).count());
+      std::fprintf(stderr, "timing: %-52s %8.3f ms  (at %.3f)\n", phase.c_str(),
+                   std::chrono::duration<double, std::milli>(now - last_).count(),
+                   std::chrono::duration<double, std::milli>(now.time_since_epoch()).count());
     last_ = now;
   }
   void add(const std::string& phase, std::int64_t us) {
@@ -215,22 +216,31 @@ int doRun(const RunOptions& o) {
   if (!inputs) return fail("input", inputs.error());
   const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
 
-  // Secrets: checked now (mode 0600, owner, every referenced name present) so a bad or
-  // incomplete store fails before anything runs. Values stay in the store, which only the
-  // proxy reads; errors name secrets, never values.
+  // Secrets are read only once the sandbox's init exists (loadSecrets below, from the
+  // runner's hooks): init is a copy of this process, and parsing the file leaves copies of the
+  // values in freed heap memory. A bad or incomplete store (mode 0600, owner, every referenced
+  // name present) still stops the run before the program starts. Values stay in the store,
+  // which only the proxy reads; errors name secrets, never values.
   std::shared_ptr<const pol::SecretStore> secrets;
-  if (!o.secrets.empty()) {
-    auto loaded = pol::loadSecretsFile(o.secrets);
-    if (!loaded) return fail("secrets", loaded.error());
-    secrets = std::move(*loaded);
-  }
-  if (auto missing = pol::missingSecrets(w, secrets.get()); !missing.empty()) {
-    std::string names;
-    for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
-    return fail("secrets", (o.secrets.empty() ? std::string("no --secrets FILE given; the")
-                                              : o.secrets + " lacks secret(s) the") +
-                               " workflow references: " + names);
-  }
+  std::optional<std::expected<void, std::string>> secrets_loaded;
+  auto loadSecrets = [&]() -> const std::expected<void, std::string>& {
+    if (secrets_loaded) return *secrets_loaded;
+    secrets_loaded.emplace();
+    if (!o.secrets.empty()) {
+      auto loaded = pol::loadSecretsFile(o.secrets);
+      if (!loaded) return *secrets_loaded = std::unexpected(loaded.error());
+      secrets = std::move(*loaded);
+    }
+    if (auto missing = pol::missingSecrets(w, secrets.get()); !missing.empty()) {
+      std::string names;
+      for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
+      *secrets_loaded = std::unexpected(
+          (o.secrets.empty() ? std::string("no --secrets FILE given; the")
+                             : o.secrets + " lacks secret(s) the") +
+          " workflow references: " + names);
+    }
+    return *secrets_loaded;
+  };
   for (const std::string& f : o.upstream_cas) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(f, ec) || ::access(f.c_str(), R_OK) != 0)
@@ -262,9 +272,6 @@ int doRun(const RunOptions& o) {
                  "cpu_time per process only\n";
   }
   timer.mark("cli: load policy, limits, checks");
-  // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
-  if (full_isolation) (void)rn::collectGarbage();
-  timer.mark("cli: gc of leftovers");
 
   rn::RunSpec spec;
   spec.argv = o.command;
@@ -306,27 +313,35 @@ int doRun(const RunOptions& o) {
   else
     spdlog::set_level(spdlog::level::warn);
 
+  // The proxy is made, and leftovers collected, while the sandbox's init builds its namespaces
+  // and mounts (the runner calls on_listener and before_start then): off the critical path.
   std::unique_ptr<proxy::Proxy> px;
-  if (spec.network_proxy) {
+  std::int64_t proxy_start_us = 0, gc_us = 0, audit_wait_us = 0;
+  auto elapsedUs = [](std::chrono::steady_clock::time_point since) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                                 since).count();
+  };
+  rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
+    if (!loadSecrets()) {  // reported by before_start, as step 'secrets'
+      ::close(fd);
+      return {};
+    }
+    const auto t = std::chrono::steady_clock::now();
     proxy::ProxyOptions popts;
     popts.threads = 1;
     popts.ca = ca;
     popts.upstream_ca_files = o.upstream_cas;
     auto p = proxy::Proxy::create(popts, store, proxy::systemResolver());
-    if (!p) return fail("proxy", p.error().message);
+    if (!p) {
+      ::close(fd);
+      return std::unexpected(p.error().message);
+    }
     px = std::move(*p);
     px->start();
-  }
-  auto matcher = spec.network_proxy ? pol::Matcher::compile(*workflow) : nullptr;
-  timer.mark("cli: proxy start + matcher compile");
-  std::int64_t audit_wait_us = 0;
-  rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
-    if (!px) {
-      ::close(fd);
-      return {};
-    }
-    auto r = px->adoptListener(
-        fd, proxy::ListenerIdentity{spec.execution_id, matcher, secrets, placeholders});
+    auto r = px->adoptListener(fd, proxy::ListenerIdentity{spec.execution_id,
+                                                           pol::Matcher::compile(*workflow),
+                                                           secrets, placeholders});
+    proxy_start_us = elapsedUs(t);
     if (!r) return std::unexpected(r.error().message);
     return {};
   };
@@ -342,38 +357,83 @@ int doRun(const RunOptions& o) {
   // A reader that goes away (sluice run ... | head) must not kill sluice mid-run and leave the
   // sandbox to PR_SET_PDEATHSIG: ignore SIGPIPE; the program gets the default back.
   std::signal(SIGPIPE, SIG_IGN);
-  rn::StartGate audit_ready = [&]() -> std::expected<void, rn::SetupError> {
+  rn::StartGate before_start = [&]() -> std::expected<void, rn::SetupError> {
+    if (const auto& s = loadSecrets(); !s)
+      return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "secrets", s.error()});
+    // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
+    auto t = std::chrono::steady_clock::now();
+    if (full_isolation) (void)rn::collectGarbage();
+    gc_us = elapsedUs(t);
     if (!store) return {};
-    const auto t = std::chrono::steady_clock::now();
+    t = std::chrono::steady_clock::now();
     auto r = store->ready();
-    audit_wait_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                        std::chrono::steady_clock::now() - t).count();
+    audit_wait_us = elapsedUs(t);
     if (!r) return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "audit store",
                                                   r.error().message});
     return {};
   };
-  auto result = rn::runSandboxed(spec, on_listener, live, audit_ready);
-  timer.add("cli: of which waiting for the audit store to open", audit_wait_us);
-  if (result)
-    for (const auto& [phase, us] : result->phases) timer.add(phase, us);
-  timer.reset();
-
+  // The receipt is built, and its durable commit started, as soon as the runner's result is
+  // final (on_result), so the commit's fsync overlaps the sandbox's teardown.
   rn::ReceiptContext ctx;
   ctx.workflow = w.name;
   ctx.policy_sha256 = w.sha256;
   ctx.network_mode = spec.network_proxy ? "proxy" : "none";
-  if (px) {
-    px->closeExecution(spec.execution_id);
-    proxy::Stats st = px->stats(spec.execution_id);
-    ctx.network.allowed = st.allowed;
-    ctx.network.denied = st.denied;
-    ctx.network.bytes_out = st.bytes_out;
-    ctx.network.bytes_in = st.bytes_in;
-    for (const auto& d : st.denials) ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
-    px->stop();
+  nlohmann::json receipt;
+  audit::ExecutionRecord rec;
+  std::optional<audit::PendingExecution> commit;
+  std::int64_t receipt_us = 0;
+  auto startReceipt = [&](const rn::RunResult& r) {
+    const auto t = std::chrono::steady_clock::now();
+    if (px) {
+      // The sandbox is gone: close what is left of its connections, then stop the proxy so
+      // that every connection row is queued before the execution row.
+      px->closeExecution(spec.execution_id);
+      proxy::Stats st = px->stats(spec.execution_id);
+      ctx.network.allowed = st.allowed;
+      ctx.network.denied = st.denied;
+      ctx.network.bytes_out = st.bytes_out;
+      ctx.network.bytes_in = st.bytes_in;
+      for (const auto& d : st.denials)
+        ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+      px->stop();
+    }
+    receipt = rn::buildReceipt(spec, r, ctx);
+    if (store) {
+      rec.id = spec.execution_id;
+      rec.workflow = w.name;
+      rec.policy_sha256 = w.sha256;
+      rec.argv_json = receipt["argv"].dump();
+      rec.started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                              r.started_at.time_since_epoch()).count();
+      rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            r.ended_at.time_since_epoch()).count();
+      rec.exit_code = r.exit_code;
+      rec.signal = r.signal;
+      rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));
+      rec.usage_json = receipt["usage"].dump();
+      rec.stdout_bytes = r.out.bytes;
+      rec.stderr_bytes = r.err.bytes;
+      rec.stdout_truncated = r.out.truncated;
+      rec.stderr_truncated = r.err.truncated;
+      rec.artifacts_json = receipt["artifacts"].dump();
+      rec.receipt_json = dumpJson(receipt);
+      commit.emplace(store->beginRecordExecution(rec));
+    }
+    receipt_us = elapsedUs(t);
+  };
+  auto result = rn::runSandboxed(spec, spec.network_proxy ? on_listener : rn::ListenerCallback{},
+                                 live, before_start, startReceipt);
+  timer.add("cli: (during clone) proxy start + matcher compile", proxy_start_us);
+  timer.add("cli: (during clone) gc of leftovers", gc_us);
+  timer.add("cli: (during clone) waiting for the audit store to open", audit_wait_us);
+  if (result) {
+    for (const auto& [phase, us] : result->phases) timer.add(phase, us);
+    timer.add("cli: (before teardown) proxy stats + stop, receipt, commit queued", receipt_us);
   }
-  timer.mark("cli: proxy stats + stop");
+  timer.reset();
+
   if (!result) {
+    if (px) px->stop();
     const rn::SetupError& e = result.error();
     if (e.kind == rn::SetupError::Kind::kSetup) {
       std::cerr << "sluice run: setup failed at step '" << e.step << "': " << e.message << "\n";
@@ -395,34 +455,15 @@ int doRun(const RunOptions& o) {
     if (auto layout = rn::detectCgroupLayout(); full_isolation && layout)
       failed.isolation.cgroup = layout->version == rn::CgroupVersion::kV2 ? "v2" : "v1";
     result = failed;
+    startReceipt(*result);
   }
 
-  nlohmann::json receipt = rn::buildReceipt(spec, *result, ctx);
-  if (store) {
-    audit::ExecutionRecord rec;
-    rec.id = spec.execution_id;
-    rec.workflow = w.name;
-    rec.policy_sha256 = w.sha256;
-    rec.argv_json = receipt["argv"].dump();
-    rec.started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            result->started_at.time_since_epoch()).count();
-    rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          result->ended_at.time_since_epoch()).count();
-    rec.exit_code = result->exit_code;
-    rec.signal = result->signal;
-    rec.limit_hit = std::string(rn::limitHitName(result->limit_hit));
-    rec.usage_json = receipt["usage"].dump();
-    rec.stdout_bytes = result->out.bytes;
-    rec.stderr_bytes = result->err.bytes;
-    rec.stdout_truncated = result->out.truncated;
-    rec.stderr_truncated = result->err.truncated;
-    rec.artifacts_json = receipt["artifacts"].dump();
-    rec.receipt_json = dumpJson(receipt);
-    auto hash = store->recordExecution(rec);
+  if (commit) {
+    auto hash = commit->wait();
     if (!hash) return fail("audit store", hash.error().message);
     receipt["hash"] = *hash;
   }
-  timer.mark("cli: receipt + durable audit commit");
+  timer.mark("cli: durable audit commit (rest of)");
   if (!o.receipt_file.empty()) {
     std::ofstream out(o.receipt_file);
     out << dumpJson(receipt, 2) << "\n";

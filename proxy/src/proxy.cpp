@@ -260,7 +260,7 @@ class ProxyImpl : public Proxy {
   }
 
   net::io_context ioc_;
-  net::thread_pool resolve_pool_;
+  ResolvePool resolve_pool_;
   std::shared_ptr<Context> ctx_;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
   std::vector<std::thread> threads_;

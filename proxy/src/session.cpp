@@ -56,8 +56,8 @@ auto asyncResolve(std::shared_ptr<Context> ctx, std::string host, Token&& token)
   return net::async_initiate<Token, void(ResolveResult)>(
       [](auto handler, std::shared_ptr<Context> ctx, std::string host) {
         auto work = net::make_work_guard(net::get_associated_executor(handler));
-        auto* pool = ctx->resolve_pool;
-        net::post(*pool, [ctx = std::move(ctx), host = std::move(host),
+        net::thread_pool& pool = ctx->resolve_pool->get();
+        net::post(pool, [ctx = std::move(ctx), host = std::move(host),
                           handler = std::move(handler), work = std::move(work)]() mutable {
           ResolveResult res;
           auto r = ctx->resolver->resolve(host);

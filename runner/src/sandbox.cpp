@@ -307,7 +307,8 @@ bool sandboxSupported(std::string* why) {
 std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
                                                   const ListenerCallback& on_listener,
                                                   const OutputSink& live,
-                                                  const StartGate& before_start) {
+                                                  const StartGate& before_start,
+                                                  const ResultCallback& on_result) {
   RunResult result;
   result.started_at = std::chrono::system_clock::now();
   const auto t0 = Clock::now();
@@ -540,24 +541,29 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     if (!arts) return abort(setupError("copy /output", arts.error()));
     result.artifacts = std::move(*arts);
   }
-  ctl_w.reset();  // init exits
-  int init_status = 0;
-  while (::waitpid(init, &init_status, 0) < 0 && errno == EINTR) {
-  }
+  // The kernel's counters now (init, the only process left, idles on the control pipe); the
+  // result is then final before the teardown, so the caller may start committing it.
   const CgroupStats stats = cg ? cg->stats() : CgroupStats{};
-  if (cg) {
-    cg->killAll();
-    if (auto r = cg->remove(); !r) logger()->warn("cgroup cleanup: {}", r.error());
-  }
+  auto teardown = [&] {
+    ctl_w.reset();  // init exits, and with it the namespaces and every mount
+    int init_status = 0;
+    while (::waitpid(init, &init_status, 0) < 0 && errno == EINTR) {
+    }
+    if (cg) {
+      cg->killAll();
+      if (auto r = cg->remove(); !r) logger()->warn("cgroup cleanup: {}", r.error());
+    }
+  };
 
-  if (child_error) return std::unexpected(*child_error);
-  if (!have_report) {
+  if (child_error || !have_report) {
+    teardown();
+    if (child_error) return std::unexpected(*child_error);
     if (stop == Stop::kRequest)
       return std::unexpected(setupError("stopped", "sluice was asked to stop during setup"));
     return std::unexpected(setupError("sandbox init", "the sandbox's init died without a report"));
   }
 
-  mark("runner: artifacts + teardown (namespace, cgroups)");
+  mark("runner: artifacts + counters");
   result.ended_at = std::chrono::system_clock::now();
   const int ws = report.wait_status;
   if (WIFEXITED(ws)) result.exit_code = WEXITSTATUS(ws);
@@ -598,6 +604,9 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
   result.isolation.gid = spec.gid;
   result.isolation.cgroup =
       !layout ? "none" : layout->version == CgroupVersion::kV2 ? "v2" : "v1";
+  if (on_result) on_result(result);
+  teardown();
+  mark("runner: teardown (namespaces, cgroups)");
   logger()->debug("run {}: setup+run {} ms", spec.execution_id,
                   std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   return result;

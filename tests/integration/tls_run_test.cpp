@@ -832,22 +832,26 @@ TEST_F(TlsRun, MissingOrUnsafeSecretsRefuseToStart) {
   writePolicy();
   std::vector<std::string> base = {"run", "--workflow", "tlswire", "--policy-dir",
                                    (dir_ / "policies").string(), "--audit", ""};
-  // No --secrets at all.
+  // No --secrets at all. (Secrets are read after the sandbox's init exists, so that it holds
+  // no copy; the program must still never start.)
   {
     auto a = base;
-    a.insert(a.end(), {"--", "true"});
+    a.insert(a.end(), {"--", "/bin/sh", "-c", "echo PROGRAM-RAN"});
     Outcome o = sluice(a);
     EXPECT_EQ(o.status, 125) << o.err;
     EXPECT_NE(o.err.find("api_token"), std::string::npos) << o.err;
+    EXPECT_EQ(o.out.find("PROGRAM-RAN"), std::string::npos) << o.out;
   }
   // A store that lacks the name: refused, naming it, never printing a value.
   writeSecrets("something_else:\n  value: \"" + secret_ + "\"\n");
   {
     auto a = base;
-    a.insert(a.end(), {"--secrets", (dir_ / "secrets.yaml").string(), "--", "true"});
+    a.insert(a.end(), {"--secrets", (dir_ / "secrets.yaml").string(), "--", "/bin/sh", "-c",
+                       "echo PROGRAM-RAN"});
     Outcome o = sluice(a);
     EXPECT_EQ(o.status, 125) << o.err;
     EXPECT_NE(o.err.find("api_token"), std::string::npos) << o.err;
+    EXPECT_EQ(o.out.find("PROGRAM-RAN"), std::string::npos) << o.out;
     EXPECT_EQ(o.err.find(secret_), std::string::npos) << o.err;
     EXPECT_EQ(o.out.find(secret_), std::string::npos) << o.out;
   }

@@ -70,6 +70,24 @@ struct VerifyResult {
   std::string first_broken;  // "" when ok; else "<table> id <N>: <why>"
 };
 
+/// A durable execution commit in flight (Store::beginRecordExecution). Its record must stay
+/// alive until wait() returns; destroying it unwaited waits.
+class PendingExecution {
+ public:
+  PendingExecution(PendingExecution&&) noexcept;
+  PendingExecution& operator=(PendingExecution&&) noexcept;
+  ~PendingExecution();
+  /// Waits for the commit: the executions row's hash (hex SHA-256), or the error.
+  std::expected<std::string, Error> wait();
+
+  struct State;
+
+ private:
+  friend class Store;
+  explicit PendingExecution(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
 /// The audit store. Thread-safe: any number of producers may call the record* functions
 /// concurrently. One internal writer thread owns the only write connection.
 ///
@@ -103,6 +121,10 @@ class Store final : public EventSink {
   /// Durable: returns only after the executions row, and every event queued before it, is
   /// committed with synchronous=FULL. Returns the row's hash (hex SHA-256) for the receipt.
   std::expected<std::string, Error> recordExecution(const ExecutionRecord& record);
+
+  /// recordExecution() in two halves: queued now, waited for later, so the caller can do other
+  /// work while the commit's fsync runs (`sluice run` tears the sandbox down meanwhile).
+  PendingExecution beginRecordExecution(const ExecutionRecord& record);
 
   /// Waits until everything queued before the call is committed (synchronous=NORMAL).
   std::expected<void, Error> flush();

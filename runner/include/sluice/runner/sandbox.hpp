@@ -133,6 +133,11 @@ using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>
 /// for the audit store it opened in the background, so that no program runs unaudited.
 using StartGate = std::function<std::expected<void, SetupError>()>;
 
+/// Called once with the final result (the program and everything it started are gone, the
+/// counters read, /output copied) just before the sandbox is torn down, so the caller can
+/// overlap its own work (`sluice run` starts its durable audit commit) with the teardown.
+using ResultCallback = std::function<void(const RunResult&)>;
+
 /// Receives the program's output live, as it arrives (stream 1 = stdout, 2 = stderr).
 using OutputSink = std::function<void(int stream, std::string_view data)>;
 
@@ -145,7 +150,8 @@ using OutputSink = std::function<void(int stream, std::string_view data)>;
 std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
                                                   const ListenerCallback& on_listener = {},
                                                   const OutputSink& live = {},
-                                                  const StartGate& before_start = {});
+                                                  const StartGate& before_start = {},
+                                                  const ResultCallback& on_result = {});
 
 /// Makes SIGINT and SIGTERM stop a running sandbox (teardown, then RunResult with
 /// stopped_by_request) instead of killing sluice outright. Call once from main.
