@@ -107,10 +107,13 @@ struct ExecutionItem {
 struct FlushItem {
   Waiter* waiter;
 };
-using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ExecutionItem, FlushItem>;
+struct CheckpointItem {};
+using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ExecutionItem, FlushItem,
+                          CheckpointItem>;
 
 bool isSync(const Item& item) {
-  return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item);
+  return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item) ||
+         std::holds_alternative<CheckpointItem>(item);
 }
 
 template <std::size_t N>
@@ -435,6 +438,12 @@ void Store::Impl::processBatch(std::span<Item> batch) {
       return std::holds_alternative<ExecutionItem>(item);
     });
     auto r = writeBatch(batch, durable, item_errors, item_hashes);
+    if (r && std::any_of(batch.begin(), batch.end(), [](const Item& item) {
+          return std::holds_alternative<CheckpointItem>(item);
+        })) {
+      // PASSIVE: never waits for readers; whatever it cannot copy now, close() copies.
+      sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+    }
     if (!r) {
       fail(r.error());
       batch_error = r.error();
@@ -666,6 +675,8 @@ std::expected<std::string, Error> PendingExecution::wait() {
   if (s.waiter.error) return std::unexpected(*s.waiter.error);
   return s.waiter.hash;
 }
+
+void Store::checkpointSoon() { impl_->push(CheckpointItem{}); }
 
 PendingExecution Store::beginRecordExecution(const ExecutionRecord& record) {
   auto state = std::make_unique<PendingExecution::State>();

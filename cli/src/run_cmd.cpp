@@ -418,6 +418,7 @@ int doRun(const RunOptions& o) {
       rec.artifacts_json = receipt["artifacts"].dump();
       rec.receipt_json = dumpJson(receipt);
       commit.emplace(store->beginRecordExecution(rec));
+      store->checkpointSoon();  // so that closing the store at exit has nothing left to copy
     }
     receipt_us = elapsedUs(t);
   };

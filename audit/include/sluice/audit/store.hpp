@@ -126,6 +126,11 @@ class Store final : public EventSink {
   /// work while the commit's fsync runs (`sluice run` tears the sandbox down meanwhile).
   PendingExecution beginRecordExecution(const ExecutionRecord& record);
 
+  /// Asks the writer to copy the WAL into the database file once everything queued before is
+  /// committed, without waiting for it. Closing the store does the same (so the .db file alone
+  /// holds every row); asking early lets that work overlap the caller's own.
+  void checkpointSoon();
+
   /// Waits until everything queued before the call is committed (synchronous=NORMAL).
   std::expected<void, Error> flush();
 
