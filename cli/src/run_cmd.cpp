@@ -207,6 +207,11 @@ class PhaseTimer {
 
 int doRun(const RunOptions& o) {
   PhaseTimer timer;
+  // First, while this process is single-threaded and holds no policy, secret or key: a helper
+  // starts building the sandbox's namespaces alongside everything below (runner/sandbox.hpp).
+  auto prepared = rn::prepareSandbox();
+  if (!prepared) return fail("sandbox", prepared.error().message);
+  timer.mark("cli: fork namespace helper");
   auto workflow = loadWorkflow(o);
   if (!workflow) return fail("policy", workflow.error());
   const pol::Workflow& w = **workflow;
@@ -423,7 +428,7 @@ int doRun(const RunOptions& o) {
     receipt_us = elapsedUs(t);
   };
   auto result = rn::runSandboxed(spec, spec.network_proxy ? on_listener : rn::ListenerCallback{},
-                                 live, before_start, startReceipt);
+                                 live, before_start, startReceipt, std::move(*prepared));
   timer.add("cli: (during clone) proxy start + matcher compile", proxy_start_us);
   timer.add("cli: (during clone) gc of leftovers", gc_us);
   timer.add("cli: (during clone) waiting for the audit store to open", audit_wait_us);

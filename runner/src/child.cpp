@@ -13,8 +13,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 #include "namespaces.hpp"
+#include "plan_codec.hpp"
 #include "seccomp.hpp"
 
 namespace sluice::runner::detail {
@@ -167,8 +169,10 @@ void initMain(const ChildPlan& plan) {
   }
   // Namespace and mount setup first: it overlaps with sluice moving us into the cgroups, whose
   // cgroup.procs write waits for an RCU grace period (milliseconds on cgroup v1).
-  if (::sethostname("sandbox", 7) != 0) fail(plan, stepFail("sethostname"));
-  if (auto r = bringUpLoopback(); !r) fail(plan, r);
+  if (!plan.namespaces_ready) {
+    if (::sethostname("sandbox", 7) != 0) fail(plan, stepFail("sethostname"));
+    if (auto r = bringUpLoopback(); !r) fail(plan, r);
+  }
   if (plan.network_proxy)
     if (auto r = sendProxyListener(f.listener_channel); !r) fail(plan, r);
   ::close(f.listener_channel);
@@ -229,6 +233,47 @@ void initMain(const ChildPlan& plan) {
     ssize_t n = ::read(f.control_read, &c, 1);
     if (n == 0 || (n < 0 && errno != EINTR)) break;
   }
+  ::_exit(0);
+}
+
+void prepareMain(int plan_read, int pid_write, const ChildFds& f) {
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+  int keep[] = {plan_read,      pid_write,        f.go_read,      f.error_write, f.report_write,
+                f.control_read, f.listener_channel, f.stdout_write, f.stderr_write};
+  closeAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
+  ::prctl(PR_SET_NAME, "sluice-prepare", 0, 0, 0);
+  auto failed = [&](StepResult r) {
+    report(f.error_write, ChildMessage::kSetupFailed, r.step, r.err);
+    ::_exit(kInitSetupFailed);
+  };
+  if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID) != 0)
+    failed(stepFail("unshare namespaces"));
+  if (::sethostname("sandbox", 7) != 0) failed(stepFail("sethostname"));
+  if (auto r = bringUpLoopback(); !r) failed(r);
+
+  std::string bytes;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = ::read(plan_read, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) failed(stepFail("read sandbox plan"));
+    if (n == 0) break;
+    bytes.append(buf, static_cast<std::size_t>(n));
+  }
+  if (bytes.empty()) ::_exit(0);  // the parent gave up before running anything
+  static ChildPlan plan;          // init (a fork of this process) runs on it
+  if (auto r = decodePlan(bytes, plan); !r) failed(stepFail("decode sandbox plan", EINVAL));
+  plan.namespaces_ready = true;
+  ::close(plan_read);
+  // CLONE_PARENT: init is the parent's child (it waits for it and receives PDEATHSIG from
+  // it); being the first process made after unshare(CLONE_NEWPID), it is pid 1 there.
+  pid_t init = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+  if (init < 0) failed(stepFail("fork sandbox init"));
+  if (init == 0) {
+    ::close(pid_write);
+    initMain(plan);
+  }
+  writeFully(pid_write, &init, sizeof init);
   ::_exit(0);
 }
 

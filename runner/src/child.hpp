@@ -51,6 +51,8 @@ struct ChildPlan {
   std::vector<char*> argv, envp;  // NULL-terminated, pointing into the storage above
   std::vector<std::string> path_dirs;  // PATH search order for argv[0] without '/'
   bool network_proxy = false;
+  // Prepared sandbox (prepareMain): the namespaces exist, the host is named and lo is up.
+  bool namespaces_ready = false;
   // User-namespace mode: wait for the uid/gid maps (written by sluice) before any setup.
   bool user_namespace = false;
   // sluice's own argv in memory (from /proc/self/stat): init overwrites its copy so the
@@ -68,5 +70,13 @@ inline constexpr int kInitSetupFailed = 125;
 
 /// Runs as init in the new namespaces; never returns.
 [[noreturn]] void initMain(const ChildPlan& plan);
+
+/// The helper of a prepared sandbox (prepareSandbox in sandbox.cpp): a fork of the parent
+/// made while it was still single-threaded, so unlike init it may allocate. Unshares the
+/// mount, network, IPC, UTS and (for its next child) PID namespaces, names the host and brings
+/// up lo while the parent does its own start-up; then reads the encoded plan from `plan_read`
+/// (EOF: the parent gave up), forks init as the parent's own child (CLONE_PARENT) and writes
+/// init's pid to `pid_write`. Failures go to fds.error_write as a ChildMessage. Never returns.
+[[noreturn]] void prepareMain(int plan_read, int pid_write, const ChildFds& fds);
 
 }  // namespace sluice::runner::detail

@@ -27,6 +27,7 @@
 #include "artifacts.hpp"
 #include "child.hpp"
 #include "namespaces.hpp"
+#include "plan_codec.hpp"
 #include "seccomp.hpp"
 #include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/environment.hpp"
@@ -89,6 +90,47 @@ bool makePipe(Fd& r, Fd& w) {
   if (::pipe2(p, O_CLOEXEC) != 0) return false;
   r.reset(p[0]);
   w.reset(p[1]);
+  return true;
+}
+
+// Everything between sluice and the sandbox's init and program (see detail::ChildFds).
+struct Pipes {
+  Fd go_r, go_w, err_r, err_w, rep_r, rep_w, ctl_r, ctl_w, out_r, out_w, errs_r, errs_w;
+  Fd chan_parent, chan_child;
+
+  std::expected<void, SetupError> make() {
+    if (!makePipe(go_r, go_w) || !makePipe(err_r, err_w) || !makePipe(rep_r, rep_w) ||
+        !makePipe(ctl_r, ctl_w) || !makePipe(out_r, out_w) || !makePipe(errs_r, errs_w))
+      return std::unexpected(setupError("pipes", std::strerror(errno)));
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+      return std::unexpected(setupError("socketpair", std::strerror(errno)));
+    chan_parent.reset(sv[0]);
+    chan_child.reset(sv[1]);
+    return {};
+  }
+  detail::ChildFds childFds() const {
+    return {go_r.get(), err_w.get(), rep_w.get(), ctl_r.get(), chan_child.get(), out_w.get(),
+            errs_w.get()};
+  }
+  void closeChildEnds() {
+    go_r.reset();
+    err_w.reset();
+    rep_w.reset();
+    ctl_r.reset();
+    chan_child.reset();
+    out_w.reset();
+    errs_w.reset();
+  }
+};
+
+bool writeAll(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
   return true;
 }
 
@@ -235,6 +277,40 @@ void drainStream(int fd, StreamCapture& cap, std::uint64_t limit, int stream, co
 
 }  // namespace
 
+struct PreparedSandbox {
+  pid_t helper = -1;  // -1 once reaped
+  Fd plan_w;          // -> helper: the encoded plan, then EOF
+  Fd pid_r;           // <- helper: init's pid
+  Pipes pipes;
+
+  void reapHelper(bool kill) {
+    if (helper <= 0) return;
+    if (kill) ::kill(helper, SIGKILL);
+    int st;
+    while (::waitpid(helper, &st, 0) < 0 && errno == EINTR) {
+    }
+    helper = -1;
+  }
+  ~PreparedSandbox() { reapHelper(true); }
+};
+
+void PreparedSandboxDeleter::operator()(PreparedSandbox* p) const { delete p; }
+
+std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
+  if (::geteuid() != 0) return PreparedSandboxPtr{};
+  PreparedSandboxPtr p(new PreparedSandbox);
+  if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());
+  Fd plan_r, pid_w;
+  if (!makePipe(plan_r, p->plan_w) || !makePipe(p->pid_r, pid_w))
+    return std::unexpected(setupError("pipes", std::strerror(errno)));
+  // The caller is single-threaded (the contract): a plain fork, and the helper may allocate.
+  pid_t pid = ::fork();
+  if (pid < 0) return std::unexpected(setupError("fork namespace helper", std::strerror(errno)));
+  if (pid == 0) detail::prepareMain(plan_r.get(), pid_w.get(), p->pipes.childFds());
+  p->helper = pid;
+  return p;
+}
+
 std::string_view limitHitName(LimitHit l) {
   switch (l) {
     case LimitHit::kNone: return "";
@@ -308,7 +384,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
                                                   const ListenerCallback& on_listener,
                                                   const OutputSink& live,
                                                   const StartGate& before_start,
-                                                  const ResultCallback& on_result) {
+                                                  const ResultCallback& on_result,
+                                                  PreparedSandboxPtr prepared) {
   RunResult result;
   result.started_at = std::chrono::system_clock::now();
   const auto t0 = Clock::now();
@@ -349,42 +426,52 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     cg.emplace(std::move(*c));
   }
 
-  Fd go_r, go_w, err_r, err_w, rep_r, rep_w, ctl_r, ctl_w, out_r, out_w, errs_r, errs_w;
-  Fd chan_parent, chan_child;
-  if (!makePipe(go_r, go_w) || !makePipe(err_r, err_w) || !makePipe(rep_r, rep_w) ||
-      !makePipe(ctl_r, ctl_w) || !makePipe(out_r, out_w) || !makePipe(errs_r, errs_w))
-    return std::unexpected(setupError("pipes", std::strerror(errno)));
-  {
-    int sv[2];
-    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
-      return std::unexpected(setupError("socketpair", std::strerror(errno)));
-    chan_parent.reset(sv[0]);
-    chan_child.reset(sv[1]);
+  if (prepared && user_namespace) prepared.reset();  // (cannot happen: prepared is root-only)
+  Pipes pipes;
+  if (prepared) {
+    pipes = std::move(prepared->pipes);
+  } else if (auto r = pipes.make(); !r) {
+    return std::unexpected(r.error());
   }
-  plan.fds = {go_r.get(), err_w.get(), rep_w.get(), ctl_r.get(), chan_child.get(), out_w.get(),
-              errs_w.get()};
+  plan.fds = pipes.childFds();
+  Fd &go_w = pipes.go_w, &err_r = pipes.err_r, &rep_r = pipes.rep_r, &ctl_w = pipes.ctl_w,
+     &out_r = pipes.out_r, &errs_r = pipes.errs_r, &chan_parent = pipes.chan_parent;
+  auto childFailure = [&](const char* fallback_step) -> SetupError {
+    detail::ChildMessage m;
+    if (::read(err_r.get(), &m, sizeof m) == static_cast<ssize_t>(sizeof m))
+      return setupError(std::string(m.step, strnlen(m.step, sizeof m.step)), childMessageText(m));
+    return setupError(fallback_step, "the sandbox's init exited during setup");
+  };
 
-  // Raw clone (fork-like, no new stack): the new pid namespace's first process is our init.
-  // The cgroup namespace is unshared by init itself once it sits in its cgroup.
-  const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                              CLONE_NEWUTS | SIGCHLD | (user_namespace ? CLONE_NEWUSER : 0);
   mark("runner: cgroup create + pipes");
   const auto t_clone = Clock::now();
-  pid_t init = static_cast<pid_t>(::syscall(SYS_clone, flags, 0, 0, 0, 0));
-  if (init < 0)
-    return std::unexpected(setupError(
-        "clone namespaces",
-        std::string(std::strerror(errno)) +
-            (user_namespace ? " (not root, and unprivileged user namespaces are unavailable)" : "")));
-  if (init == 0) detail::initMain(plan);  // never returns
-
-  go_r.reset();
-  err_w.reset();
-  rep_w.reset();
-  ctl_r.reset();
-  chan_child.reset();
-  out_w.reset();
-  errs_w.reset();
+  pid_t init = -1;
+  if (prepared) {
+    // The helper has built the namespaces meanwhile: send it the plan, get init's pid back.
+    const bool sent = writeAll(prepared->plan_w.get(), detail::encodePlan(plan));
+    prepared->plan_w.reset();
+    ssize_t got = sent ? ::read(prepared->pid_r.get(), &init, sizeof init) : -1;
+    prepared->reapHelper(got != static_cast<ssize_t>(sizeof init));
+    if (got != static_cast<ssize_t>(sizeof init) || init <= 0) {
+      pipes.closeChildEnds();
+      if (cg) (void)cg->remove();
+      return std::unexpected(childFailure("prepare namespaces"));
+    }
+  } else {
+    // Raw clone (fork-like, no new stack): the new pid namespace's first process is our init.
+    // The cgroup namespace is unshared by init itself once it sits in its cgroup.
+    const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                                CLONE_NEWUTS | SIGCHLD | (user_namespace ? CLONE_NEWUSER : 0);
+    init = static_cast<pid_t>(::syscall(SYS_clone, flags, 0, 0, 0, 0));
+    if (init < 0)
+      return std::unexpected(setupError(
+          "clone namespaces",
+          std::string(std::strerror(errno)) +
+              (user_namespace ? " (not root, and unprivileged user namespaces are unavailable)"
+                              : "")));
+    if (init == 0) detail::initMain(plan);  // never returns
+  }
+  pipes.closeChildEnds();
 
   // From here on every exit path must kill and reap init (which takes the namespace with it).
   auto abort = [&](SetupError e) -> std::unexpected<SetupError> {
@@ -398,13 +485,6 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     }
     return std::unexpected(std::move(e));
   };
-  auto childFailure = [&](const char* fallback_step) -> SetupError {
-    detail::ChildMessage m;
-    if (::read(err_r.get(), &m, sizeof m) == static_cast<ssize_t>(sizeof m))
-      return setupError(std::string(m.step, strnlen(m.step, sizeof m.step)), childMessageText(m));
-    return setupError(fallback_step, "the sandbox's init exited during setup");
-  };
-
   if (cg) {
     if (auto r = cg->addProcess(init); !r) return abort(r.error());
   } else if (auto r = writeIdMaps(init, spec.uid, spec.gid); !r) {

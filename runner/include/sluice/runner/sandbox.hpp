@@ -12,6 +12,7 @@
 #include <expected>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -141,6 +142,21 @@ using ResultCallback = std::function<void(const RunResult&)>;
 /// Receives the program's output live, as it arrives (stream 1 = stdout, 2 = stderr).
 using OutputSink = std::function<void(int stream, std::string_view data)>;
 
+/// A sandbox whose namespaces are being built ahead of time; see prepareSandbox().
+struct PreparedSandbox;
+struct PreparedSandboxDeleter {
+  void operator()(PreparedSandbox* p) const;  // kills and reaps the helper if still unused
+};
+using PreparedSandboxPtr = std::unique_ptr<PreparedSandbox, PreparedSandboxDeleter>;
+
+/// Starts building a sandbox's namespaces now, for a later runSandboxed(). Call it first
+/// thing, while the process is single-threaded and has loaded no policy, secret or key: a
+/// helper forked from it unshares the mount, network, IPC, UTS and PID namespaces (the
+/// costliest part of a run's start) while the caller does its own start-up, and the sandbox's
+/// processes, forked from that helper, never hold a copy of what the caller loads later.
+/// As root only: otherwise returns null, and runSandboxed() builds everything itself.
+std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
+
 /// Runs `spec` to completion. Every process of the sandbox is gone, its cgroups removed and
 /// nothing left mounted when this returns. As root: full isolation with cgroups. Otherwise a
 /// user namespace is used (where the kernel allows it): same namespaces, seccomp, Landlock and
@@ -151,7 +167,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
                                                   const ListenerCallback& on_listener = {},
                                                   const OutputSink& live = {},
                                                   const StartGate& before_start = {},
-                                                  const ResultCallback& on_result = {});
+                                                  const ResultCallback& on_result = {},
+                                                  PreparedSandboxPtr prepared = nullptr);
 
 /// Makes SIGINT and SIGTERM stop a running sandbox (teardown, then RunResult with
 /// stopped_by_request) instead of killing sluice outright. Call once from main.
