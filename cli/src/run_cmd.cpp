@@ -190,9 +190,8 @@ class PhaseTimer {
   void mark(const std::string& phase) {
     const auto now = std::chrono::steady_clock::now();
     if (on_)
-      std::fprintf(stderr, "timing: %-52s %8.3f ms  (at %.3f)\n", phase.c_str(),
-                   std::chrono::duration<double, std::milli>(now - last_).count(),
-                   std::chrono::duration<double, std::milli>(now.time_since_epoch()).count());
+      std::fprintf(stderr, "timing: %-52s %8.3f ms\n", phase.c_str(),
+                   std::chrono::duration<double, std::milli>(now - last_).count());
     last_ = now;
   }
   void add(const std::string& phase, std::int64_t us) {

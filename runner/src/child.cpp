@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -138,8 +139,13 @@ int programEntry(void* plan) { programMain(*static_cast<const ChildPlan*>(plan))
 // stack (no allocation, no locks, nothing glibc tracks per thread); the credentials, seccomp
 // filter and Landlock domain it sets belong to its task alone.
 pid_t spawnProgram(const ChildPlan& plan) {
-  char* base = const_cast<char*>(plan.program_stack.data());
-  auto top = reinterpret_cast<std::uintptr_t>(base + plan.program_stack.size()) & ~std::uintptr_t{15};
+  // Its own stack until it execs: mapped, not allocated (only the pages it touches are ever
+  // faulted in), and never unmapped (init keeps nothing else of value and exits soon).
+  constexpr std::size_t kStack = 256 * 1024;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  auto top = (reinterpret_cast<std::uintptr_t>(stack) + kStack) & ~std::uintptr_t{15};
   return ::clone(programEntry, reinterpret_cast<void*>(top), CLONE_VM | CLONE_VFORK | SIGCHLD,
                  const_cast<ChildPlan*>(&plan));
 }

@@ -60,9 +60,6 @@ struct ChildPlan {
   char* arg_start = nullptr;
   std::size_t arg_len = 0;
   ChildFds fds;
-  // Stack of the program's process until it execs (init starts it posix_spawn-style with
-  // CLONE_VM | CLONE_VFORK, see child.cpp). Allocated by sluice; init has its own copy.
-  std::vector<char> program_stack = std::vector<char>(256 * 1024);
 };
 
 /// Exit status of init when setup failed (the parent reads the reason from the error pipe).
