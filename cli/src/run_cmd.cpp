@@ -440,17 +440,21 @@ int doRun(const RunOptions& o) {
   if (!result) {
     if (px) px->stop();
     const rn::SetupError& e = result.error();
-    if (e.kind == rn::SetupError::Kind::kSetup) {
-      std::cerr << "sluice run: setup failed at step '" << e.step << "': " << e.message << "\n";
-      return e.exitStatus();
+    const bool setup = e.kind == rn::SetupError::Kind::kSetup;
+    const std::string message =
+        setup ? "setup failed at step '" + e.step + "': " + e.message : e.message;
+    std::cerr << "sluice run: " << message << "\n";
+    // Still an execution, with a receipt (exit 125 for a failed setup step, 126/127 for a
+    // command that cannot start), so the agent (--json) and the audit trail see what was
+    // attempted and why it did not run. A store that failed to open cannot record it.
+    if (setup && store && !store->healthy()) {
+      store.reset();
+      commit.reset();
     }
-    std::cerr << "sluice run: " << e.message << "\n";
-    // The command could not be started (126/127): still an execution, with a receipt, so the
-    // agent and the audit trail see what was attempted.
     rn::RunResult failed;
     failed.exit_code = e.exitStatus();
     failed.started_at = failed.ended_at = std::chrono::system_clock::now();
-    failed.err.text = "sluice: " + e.message + "\n";
+    failed.err.text = "sluice: " + message + "\n";
     failed.err.bytes = failed.err.text.size();
     failed.isolation.namespaces = {"mount", "pid", "net", "ipc", "uts", "cgroup"};
     failed.isolation.seccomp = failed.isolation.no_new_privs = true;

@@ -855,6 +855,30 @@ TEST_F(TlsRun, MissingOrUnsafeSecretsRefuseToStart) {
     EXPECT_EQ(o.err.find(secret_), std::string::npos) << o.err;
     EXPECT_EQ(o.out.find(secret_), std::string::npos) << o.out;
   }
+  // With an audit store and --json: the refused run is still an execution, exit 125, its
+  // receipt on stdout naming the failed step, and its row in the store.
+  {
+    const std::string db = (dir_ / "refused.db").string();
+    std::vector<std::string> a = {"run", "--workflow", "tlswire", "--policy-dir",
+                                  (dir_ / "policies").string(), "--audit", db, "--json",
+                                  "--secrets", (dir_ / "secrets.yaml").string(), "--",
+                                  "/bin/sh", "-c", "echo PROGRAM-RAN"};
+    Outcome o = sluice(a);
+    EXPECT_EQ(o.status, 125) << o.err;
+    auto receipt = nlohmann::json::parse(o.out, nullptr, false);
+    ASSERT_FALSE(receipt.is_discarded()) << o.out;
+    EXPECT_EQ(receipt["exit"]["code"], 125);
+    EXPECT_EQ(receipt["exit"]["status"], 125);
+    EXPECT_NE(receipt["stderr"]["text"].get<std::string>().find("step 'secrets'"),
+              std::string::npos)
+        << receipt.dump();
+    EXPECT_EQ(receipt["stdout"]["text"], "");
+    EXPECT_TRUE(receipt["hash"].is_string());
+    EXPECT_EQ(o.out.find(secret_), std::string::npos);
+    Outcome q = sluice({"audit", "sql", "--db", db, "SELECT exit_code FROM executions"});
+    EXPECT_EQ(q.status, 0) << q.err;
+    EXPECT_NE(q.out.find("125"), std::string::npos) << q.out;
+  }
   // A store readable by others.
   writeSecrets(secretsYaml(), 0644);
   {
