@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "isolation.hpp"
+#include "proc_scan.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -783,45 +784,15 @@ TEST_F(TlsRun, SandboxInitHoldsNoCopyOfTheSecret) {
   }
   ASSERT_GT(run, 0);
   // Find the run's init: a child of that sluice named sluice-init (bounded wait).
-  pid_t init = -1;
-  for (int i = 0; i < 200 && init < 0; ++i) {
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      const std::string name = e.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      const std::string stat = slurp(e.path() / "stat");
-      const auto close = stat.rfind(')');
-      if (close == std::string::npos || stat.find("(sluice-init)") == std::string::npos) continue;
-      int ppid = 0;
-      char state = 0;
-      if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == run)
-        init = std::stoi(name);
-    }
-    if (init < 0) std::this_thread::sleep_for(25ms);
-  }
-  std::vector<std::string> hits;
-  std::size_t scanned = 0;
-  if (init > 0) {
-    std::ifstream maps("/proc/" + std::to_string(init) + "/maps");
-    int mem = ::open(("/proc/" + std::to_string(init) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
-    for (std::string line; mem >= 0 && std::getline(maps, line);) {
-      unsigned long lo = 0, hi = 0;
-      char perms[5] = {};
-      if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r') continue;
-      if (hi - lo > (1ul << 30) || line.find("[vvar]") != std::string::npos) continue;
-      std::string buf(hi - lo, '\0');
-      ssize_t n = ::pread(mem, buf.data(), buf.size(), static_cast<off_t>(lo));
-      if (n <= 0) continue;
-      buf.resize(static_cast<std::size_t>(n));
-      scanned += buf.size();
-      if (buf.find(secret_) != std::string::npos) hits.push_back(line);
-    }
-    if (mem >= 0) ::close(mem);
-  }
+  auto inits = sluice::testing::waitForChildrenNamed(run, "sluice-init", std::chrono::seconds(5));
+  const pid_t init = inits.empty() ? -1 : inits.front();
+  sluice::testing::MemoryScan scan;
+  if (init > 0) scan = sluice::testing::scanMemory(init, secret_);
   int st = 0;
   ::waitpid(run, &st, 0);
   ASSERT_GT(init, 0) << "no sluice-init child found: " << slurp(err);
-  EXPECT_GT(scanned, 0u);
-  for (const auto& h : hits)
+  EXPECT_GT(scan.scanned, 0u);
+  for (const auto& h : scan.hits)
     ADD_FAILURE() << "the sandbox's init (pid " << init << ") holds the secret in mapping: " << h;
 }
 

@@ -16,6 +16,7 @@
 
 #include "isolation.hpp"
 #include "plan_codec.hpp"
+#include "proc_scan.hpp"
 #include "sluice/runner/sandbox.hpp"
 
 namespace fs = std::filesystem;
@@ -23,46 +24,6 @@ using namespace sluice::runner;
 using namespace std::chrono_literals;
 
 namespace {
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
-
-// Children of this process whose /proc/PID/stat names `comm`.
-std::vector<pid_t> childrenNamed(const std::string& comm) {
-  std::vector<pid_t> out;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = slurp(e.path() / "stat");
-    const auto close = stat.rfind(')');
-    if (close == std::string::npos || stat.find("(" + comm + ")") == std::string::npos) continue;
-    char state = 0;
-    int ppid = 0;
-    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == ::getpid())
-      out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-bool memoryHolds(pid_t pid, const std::string& needle) {
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
-  int mem = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
-  bool found = false;
-  for (std::string line; mem >= 0 && !found && std::getline(maps, line);) {
-    unsigned long lo = 0, hi = 0;
-    char perms[5] = {};
-    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r') continue;
-    if (hi - lo > (1ul << 30) || line.find("[vvar]") != std::string::npos) continue;
-    std::string buf(hi - lo, '\0');
-    ssize_t n = ::pread(mem, buf.data(), buf.size(), static_cast<off_t>(lo));
-    if (n > 0) found = std::string_view(buf.data(), static_cast<std::size_t>(n)).find(needle) !=
-                       std::string_view::npos;
-  }
-  if (mem >= 0) ::close(mem);
-  return found;
-}
 
 RunSpec shell(const std::string& script, const char* id) {
   RunSpec s;
@@ -160,17 +121,13 @@ TEST(PreparedSandbox, AnUnusedOneIsKilledAndReaped) {
   REQUIRE_SANDBOX();
   auto prepared = prepareSandbox();
   ASSERT_TRUE(prepared) << prepared.error().message;
-  std::vector<pid_t> helpers;
-  for (int i = 0; i < 100 && helpers.empty(); ++i) {
-    helpers = childrenNamed("sluice-prepare");
-    if (helpers.empty()) std::this_thread::sleep_for(5ms);
-  }
+  auto helpers = sluice::testing::waitForChildrenNamed(::getpid(), "sluice-prepare", 1s);
   EXPECT_EQ(helpers.size(), 1u);
   prepared->reset();
   int st = 0;
   EXPECT_EQ(::waitpid(-1, &st, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
-  EXPECT_TRUE(childrenNamed("sluice-prepare").empty());
+  EXPECT_TRUE(sluice::testing::childrenNamed(::getpid(), "sluice-prepare").empty());
 }
 
 TEST(PreparedSandbox, InitHoldsNothingLoadedAfterPreparing) {
@@ -181,19 +138,21 @@ TEST(PreparedSandbox, InitHoldsNothingLoadedAfterPreparing) {
   std::string marker = "loaded-after-prepare-" + std::to_string(std::random_device{}());
   std::string* held = new std::string(marker);  // on the heap, like a parsed secret
   bool init_seen = false, init_holds = true;
+  std::size_t init_scanned = 0;
   StartGate gate = [&]() -> std::expected<void, SetupError> {
-    std::vector<pid_t> inits;
-    for (int i = 0; i < 400 && inits.empty(); ++i) {  // init names itself first thing
-      inits = childrenNamed("sluice-init");
-      if (inits.empty()) std::this_thread::sleep_for(5ms);
-    }
+    auto inits = sluice::testing::waitForChildrenNamed(::getpid(), "sluice-init", 2s);
     init_seen = inits.size() == 1;
-    if (init_seen) init_holds = memoryHolds(inits[0], marker);
+    if (init_seen) {
+      auto scan = sluice::testing::scanMemory(inits[0], marker);
+      init_scanned = scan.scanned;
+      init_holds = !scan.hits.empty();
+    }
     return {};
   };
   auto r = runSandboxed(shell("true", "holds"), {}, {}, gate, {}, std::move(*prepared));
   ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
   ASSERT_TRUE(init_seen);
+  EXPECT_GT(init_scanned, 0u);
   EXPECT_FALSE(init_holds) << "the sandbox's init has a copy of memory the caller filled later";
   // The control: a sandbox cloned late (no preparation) does hold it — the scan works.
   init_seen = false;

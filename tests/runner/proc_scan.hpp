@@ -1,0 +1,76 @@
+// Test helpers that look at other processes through /proc: finding a sandbox's init, and
+// searching a process's readable memory for a value it must not hold (secrets, keys).
+#pragma once
+
+#include <fcntl.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+namespace sluice::testing {
+
+/// Processes whose parent is `parent` and whose name (/proc/PID/stat comm) is `comm`.
+inline std::vector<pid_t> childrenNamed(pid_t parent, const std::string& comm) {
+  std::vector<pid_t> out;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(e.path() / "stat");
+    const std::string stat((std::istreambuf_iterator<char>(in)), {});
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos || stat.find("(" + comm + ")") == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) == 2 && ppid == parent)
+      out.push_back(std::stoi(name));
+  }
+  return out;
+}
+
+/// childrenNamed(), retried for up to `wait` until one appears (init names itself first thing,
+/// but a caller may look before it has run at all).
+inline std::vector<pid_t> waitForChildrenNamed(pid_t parent, const std::string& comm,
+                                               std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  for (;;) {
+    auto found = childrenNamed(parent, comm);
+    if (!found.empty() || std::chrono::steady_clock::now() >= deadline) return found;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+struct MemoryScan {
+  std::size_t scanned = 0;         // bytes read
+  std::vector<std::string> hits;   // /proc/PID/maps lines of mappings holding the needle
+};
+
+/// Reads every readable mapping of `pid` (as root) and reports those that contain `needle`.
+inline MemoryScan scanMemory(pid_t pid, std::string_view needle) {
+  MemoryScan r;
+  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  int mem = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  for (std::string line; mem >= 0 && std::getline(maps, line);) {
+    unsigned long lo = 0, hi = 0;
+    char perms[5] = {};
+    if (std::sscanf(line.c_str(), "%lx-%lx %4s", &lo, &hi, perms) != 3 || perms[0] != 'r') continue;
+    if (hi - lo > (1ul << 30) || line.find("[vvar]") != std::string::npos) continue;
+    std::string buf(hi - lo, '\0');
+    ssize_t n = ::pread(mem, buf.data(), buf.size(), static_cast<off_t>(lo));
+    if (n <= 0) continue;
+    buf.resize(static_cast<std::size_t>(n));
+    r.scanned += buf.size();
+    if (buf.find(needle) != std::string::npos) r.hits.push_back(line);
+  }
+  if (mem >= 0) ::close(mem);
+  return r;
+}
+
+}  // namespace sluice::testing
