@@ -47,6 +47,21 @@ void report(int fd, ChildMessage::Kind kind, const char* step, int err) {
   ::_exit(kInitSetupFailed);
 }
 
+// Whether init exempted itself from the OOM killer (initMain); the program, which starts with
+// init's value, must then go back to the default. Set by init before the program exists.
+bool g_init_oom_exempt = false;
+
+// Writes /proc/self/oom_score_adj (the sandbox's own /proc, mounted by then).
+StepResult setOomScoreAdj(const char* value, const char* step) {
+  int fd = ::open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return stepFail(step);
+  const std::size_t n = std::strlen(value);
+  const bool ok = ::write(fd, value, n) == static_cast<ssize_t>(n);
+  const int err = errno;
+  ::close(fd);
+  return ok ? stepOk() : stepFail(step, err);
+}
+
 bool readByte(int fd, char expected) {
   char c = 0;
   ssize_t n;
@@ -97,6 +112,10 @@ void onStop(int) { ::kill(-1, SIGKILL); }
   // A session of its own: no controlling terminal shared with sluice's caller.
   ::setsid();
   if (::chdir("/work") != 0) failExec(stepFail("chdir /work"));
+  // Back to the default if init exempted itself (see initMain): the program and everything it
+  // starts are what the OOM killer and memory.oom.group must be able to kill.
+  if (g_init_oom_exempt)
+    if (auto r = setOomScoreAdj("0", "reset oom_score_adj"); !r) failExec(r);
   if (auto r = applyRlimits(plan.privileges); !r) failExec(r);
   if (auto r = dropPrivileges(plan.privileges); !r) failExec(r);
   if (auto r = applyLandlock(plan.privileges); !r) failExec(r);
@@ -184,6 +203,12 @@ void initMain(const ChildPlan& plan) {
   ::close(f.listener_channel);
   if (auto r = applyMountPlan(plan.mounts, plan.privileges.uid, plan.privileges.gid); !r)
     fail(plan, r);
+  // Init should outlive a memory limit hit to report it: OOM_SCORE_ADJ_MIN keeps the OOM killer
+  // from choosing it, and is the one exemption from cgroup v2's memory.oom.group kill (which
+  // would otherwise take init along with the program). Lowering it needs CAP_SYS_RESOURCE in
+  // the initial namespace; without it (unprivileged mode, some VMs' root) init stays killable
+  // and sluice tells an OOM-killed init from a failed one by the cgroup's counters.
+  g_init_oom_exempt = static_cast<bool>(setOomScoreAdj("-1000", "protect init from the OOM killer"));
   // Wait until sluice has put us into the cgroups. EOF means sluice died (perhaps before
   // PR_SET_PDEATHSIG took effect): give up.
   if (!have_go && !readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);

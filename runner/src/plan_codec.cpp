@@ -23,7 +23,9 @@ class Writer {
     u64(v.size());
     for (const auto& s : v) str(s);
   }
-  void bytes(const void* p, std::size_t n) { out_.append(static_cast<const char*>(p), n); }
+  void bytes(const void* p, std::size_t n) {
+    if (n > 0) out_.append(static_cast<const char*>(p), n);  // p may be null when n is 0
+  }
   std::string take() { return std::move(out_); }
 
  private:
@@ -51,6 +53,7 @@ class Reader {
   }
   bool bytes(void* p, std::size_t n) {
     if (n > in_.size()) return false;
+    if (n == 0) return true;  // p may be null (an empty vector's data())
     std::memcpy(p, in_.data(), n);
     in_.remove_prefix(n);
     return true;

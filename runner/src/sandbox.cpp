@@ -635,6 +635,16 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     }
   };
 
+  // Init gone without a report while the cgroup counted an OOM kill: it was killed with the
+  // program, where it cannot exempt itself from the OOM killer (no CAP_SYS_RESOURCE) or by
+  // cgroup v2's memory.oom.group. That is the memory limit at work, not a failed setup; the
+  // program's own status is lost with init, so it is reported as killed by SIGKILL.
+  if (!child_error && !have_report && stop != Stop::kRequest && stats.oom_kills > 0) {
+    report = detail::InitReport{};
+    report.wait_status = SIGKILL;  // as waitpid reports "killed by signal 9"
+    report.program_started = 1;
+    have_report = true;
+  }
   if (child_error || !have_report) {
     teardown();
     if (child_error) return std::unexpected(*child_error);

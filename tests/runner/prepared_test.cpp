@@ -35,12 +35,13 @@ RunSpec shell(const std::string& script, const char* id) {
 }
 
 TEST(PlanCodec, RoundTripsEveryField) {
+  static constexpr char kWithNul[] = "127.0.0.1 localhost\n\0binary";  // content is bytes
   detail::ChildPlan in;
   in.mounts.stage = "/run/sluice";
   in.mounts.new_root = "/run/sluice/root";
   in.mounts.scratch = "/run/sluice/scratch";
   in.mounts.ops.push_back({detail::MountOp::Kind::kWriteFile, "/run/sluice/root/etc/hosts", "",
-                           std::string("127.0.0.1 localhost\n\0binary", 29), 0644, 0,
+                           std::string(kWithNul, sizeof kWithNul - 1), 0644, 0,
                            "write /etc/hosts", 0});
   in.mounts.ops.push_back({detail::MountOp::Kind::kMknod, "/dev/null", "", "", 0666,
                            makedev(1, 3), "mknod", 0x10});

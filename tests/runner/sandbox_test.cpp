@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -324,6 +325,31 @@ TEST(SandboxLimits, Memory) {
   auto r = mustRun(s);
   EXPECT_EQ(r.limit_hit, LimitHit::kMemory);
   EXPECT_EQ(r.sluiceExitStatus(), 124);
+}
+
+TEST(SandboxLimits, TheProgramStaysKillableByTheOomKiller) {
+  // Init exempts itself (oom_score_adj -1000) where it may; the program must not inherit that,
+  // or a memory limit could never stop it.
+  REQUIRE_SANDBOX();
+  auto r = mustRun(bash("cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'"));
+  EXPECT_EQ(r.out.text, "0\n0\n") << r.err.text;
+}
+
+TEST(SandboxLimits, MemoryIsNamedEvenWhenTheOomKillerTakesInit) {
+  REQUIRE_SANDBOX();
+  // Init is a copy of this process, cloned here (no prepared sandbox): 256 MiB touched now
+  // gives it the largest resident set in the sandbox's cgroup, so unless init could exempt
+  // itself (oom_score_adj -1000 needs CAP_SYS_RESOURCE, which the CI VMs' root lacks) the OOM
+  // killer picks init, not python — as cgroup v2's memory.oom.group would kill it anyway.
+  std::vector<char> ballast(256u << 20);
+  std::memset(ballast.data(), 1, ballast.size());
+  RunSpec s = bash("python3 -c 'a=[]\nwhile True: a.append(bytearray(8<<20))'");
+  s.limits.memory = 64ull << 20;
+  auto r = runSandboxed(s);
+  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  EXPECT_EQ(r->limit_hit, LimitHit::kMemory);
+  EXPECT_EQ(r->sluiceExitStatus(), 124);
+  EXPECT_GT(ballast[ballast.size() / 2], 0);
 }
 
 TEST(SandboxLimits, Pids) {
