@@ -1,8 +1,9 @@
-// The two processes on the sandbox side of clone(): the sandbox's init (pid 1 of its pid
-// namespace: sets up namespaces and mounts, starts the program, reaps everything, reports the
-// result, kills stragglers) and the program (drops privileges, loads seccomp, execs).
-// Everything here runs between clone and exec in a copy of a multi-threaded process: syscalls
-// and pre-built data only, no allocation, no exceptions. See sandbox.cpp for the parent side.
+// The processes on the sandbox side: the sandbox's init (pid 1 of its pid namespace: sets up
+// namespaces and mounts, starts the program, reaps everything, reports the result, kills
+// stragglers), the program (drops privileges, loads seccomp, execs), and the helper of a
+// prepared sandbox (prepareMain). Init and the program may run in a copy of a multi-threaded
+// process: syscalls and pre-built data only, no allocation, no exceptions. Only the helper,
+// forked from a single-threaded parent, may allocate. See sandbox.cpp for the parent side.
 #pragma once
 
 #include <linux/filter.h>

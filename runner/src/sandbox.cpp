@@ -1,7 +1,8 @@
 // The parent side of a sandboxed run: prepares everything the child needs (so the child never
-// allocates), clones into new namespaces, places the child in its cgroup, hands the proxy
-// listener to the caller, relays output, enforces wall-clock and CPU limits, collects /output
-// and the kernel's counters, and tears everything down. See docs/sandbox.md.
+// allocates), gets init into new namespaces (forked from a helper that prepareSandbox() started
+// building them with, or cloned here), places it in its cgroup, hands the proxy listener to the
+// caller, passes the start gate, relays output, enforces wall-clock and CPU limits, collects
+// /output and the kernel's counters, and tears everything down. See docs/sandbox.md.
 #include "sluice/runner/sandbox.hpp"
 
 #include <fcntl.h>
