@@ -221,10 +221,11 @@ int doRun(const RunOptions& o) {
   const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
 
   // Secrets are read only once the sandbox's init exists (loadSecrets below, from the
-  // runner's hooks): init is a copy of this process, and parsing the file leaves copies of the
-  // values in freed heap memory. A bad or incomplete store (mode 0600, owner, every referenced
-  // name present) still stops the run before the program starts. Values stay in the store,
-  // which only the proxy reads; errors name secrets, never values.
+  // runner's hooks): where init is cloned from this process (the unprivileged path) it would
+  // otherwise inherit the copies of the values that parsing leaves in freed heap memory. A bad
+  // or incomplete store (mode 0600, owner, every referenced name present) still stops the run
+  // before the program starts. Values stay in the store, which only the proxy reads; errors
+  // name secrets, never values.
   std::shared_ptr<const pol::SecretStore> secrets;
   std::optional<std::expected<void, std::string>> secrets_loaded;
   auto loadSecrets = [&]() -> const std::expected<void, std::string>& {
@@ -286,7 +287,8 @@ int doRun(const RunOptions& o) {
   spec.output_dir = o.output_dir;
   spec.execution_id = randomId();
 
-  // TLS inspection: a CA for this execution alone, its key only in this process's memory; the
+  // TLS inspection: a CA for this execution alone, its key only in this process's memory (the
+  // sandbox's processes descend from the helper forked above, before the key existed); the
   // sandbox trusts it through the bundle the runner's SSL_CERT_FILE & co. point at.
   std::shared_ptr<proxy::CertificateAuthority> ca;
   if (network_proxy && std::any_of(w.rules.begin(), w.rules.end(), [](const pol::Rule& r) {
