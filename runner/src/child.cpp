@@ -267,7 +267,7 @@ void initMain(const ChildPlan& plan) {
   ::_exit(0);
 }
 
-void prepareMain(int plan_read, int pid_write, const ChildFds& f) {
+void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_namespace) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   int keep[] = {plan_read,      pid_write,        f.go_read,      f.error_write, f.report_write,
                 f.control_read, f.listener_channel, f.stdout_write, f.stderr_write};
@@ -277,8 +277,15 @@ void prepareMain(int plan_read, int pid_write, const ChildFds& f) {
     report(f.error_write, ChildMessage::kSetupFailed, r.step, r.err);
     ::_exit(kInitSetupFailed);
   };
-  if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID) != 0)
-    failed(stepFail("unshare namespaces"));
+  // Unprivileged, the user namespace comes first (in the same call), and the others belong
+  // to it: the capabilities the helper has there are what it needs to set them up.
+  const int ns = CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWPID |
+                 (user_namespace ? CLONE_NEWUSER : 0);
+  if (::unshare(ns) != 0) failed(stepFail("unshare namespaces"));
+  if (user_namespace) {
+    const pid_t ready = 0;  // the parent writes the uid/gid maps now
+    writeFully(pid_write, &ready, sizeof ready);
+  }
   if (::sethostname("sandbox", 7) != 0) failed(stepFail("sethostname"));
   if (auto r = bringUpLoopback(); !r) failed(r);
 

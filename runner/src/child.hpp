@@ -75,6 +75,9 @@ inline constexpr int kInitSetupFailed = 125;
 /// up lo while the parent does its own start-up; then reads the encoded plan from `plan_read`
 /// (EOF: the parent gave up), forks init as the parent's own child (CLONE_PARENT) and writes
 /// init's pid to `pid_write`. Failures go to fds.error_write as a ChildMessage. Never returns.
-[[noreturn]] void prepareMain(int plan_read, int pid_write, const ChildFds& fds);
+/// `user_namespace` (not root): the helper unshares a user namespace too, then writes pid 0 to
+/// `pid_write` and the parent writes its uid/gid maps (which init shares) before the plan.
+[[noreturn]] void prepareMain(int plan_read, int pid_write, const ChildFds& fds,
+                              bool user_namespace);
 
 }  // namespace sluice::runner::detail

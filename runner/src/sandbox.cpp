@@ -280,6 +280,7 @@ void drainStream(int fd, StreamCapture& cap, std::uint64_t limit, int stream, co
 
 struct PreparedSandbox {
   pid_t helper = -1;  // -1 once reaped
+  bool user_namespace = false;  // not root: the helper also unshares a user namespace
   Fd plan_w;          // -> helper: the encoded plan, then EOF
   Fd pid_r;           // <- helper: init's pid
   Pipes pipes;
@@ -298,8 +299,8 @@ struct PreparedSandbox {
 void PreparedSandboxDeleter::operator()(PreparedSandbox* p) const { delete p; }
 
 std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
-  if (::geteuid() != 0) return PreparedSandboxPtr{};
   PreparedSandboxPtr p(new PreparedSandbox);
+  p->user_namespace = ::geteuid() != 0;
   if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());
   Fd plan_r, pid_w;
   if (!makePipe(plan_r, p->plan_w) || !makePipe(p->pid_r, pid_w))
@@ -307,7 +308,7 @@ std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
   // The caller is single-threaded (the contract): a plain fork, and the helper may allocate.
   pid_t pid = ::fork();
   if (pid < 0) return std::unexpected(setupError("fork namespace helper", std::strerror(errno)));
-  if (pid == 0) detail::prepareMain(plan_r.get(), pid_w.get(), p->pipes.childFds());
+  if (pid == 0) detail::prepareMain(plan_r.get(), pid_w.get(), p->pipes.childFds(), p->user_namespace);
   p->helper = pid;
   return p;
 }
@@ -427,7 +428,7 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     cg.emplace(std::move(*c));
   }
 
-  if (prepared && user_namespace) prepared.reset();  // (cannot happen: prepared is root-only)
+  if (prepared && prepared->user_namespace != user_namespace) prepared.reset();  // mismatched
   Pipes pipes;
   if (prepared) {
     pipes = std::move(prepared->pipes);
@@ -447,11 +448,31 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
   mark("runner: cgroup create + pipes");
   const auto t_clone = Clock::now();
   pid_t init = -1;
+  bool id_maps_written = false;
   if (prepared) {
-    // The helper has built the namespaces meanwhile: send it the plan, get init's pid back.
-    const bool sent = writeAll(prepared->plan_w.get(), detail::encodePlan(plan));
+    // The helper has built the namespaces meanwhile. Unprivileged: it says when its user
+    // namespace exists (pid 0), and its uid/gid maps, which init will share, go in first.
+    ssize_t got = sizeof init;
+    if (user_namespace) {
+      pid_t ready = -1;
+      got = ::read(prepared->pid_r.get(), &ready, sizeof ready);
+      if (got == static_cast<ssize_t>(sizeof ready) && ready == 0) {
+        auto maps = writeIdMaps(prepared->helper, spec.uid, spec.gid);
+        if (!maps) {
+          prepared->reapHelper(true);
+          pipes.closeChildEnds();
+          return std::unexpected(maps.error());
+        }
+        id_maps_written = true;
+      } else {
+        got = -1;
+      }
+    }
+    // Then the plan, and init's pid back.
+    const bool sent = got == static_cast<ssize_t>(sizeof init) &&
+                      writeAll(prepared->plan_w.get(), detail::encodePlan(plan));
     prepared->plan_w.reset();
-    ssize_t got = sent ? ::read(prepared->pid_r.get(), &init, sizeof init) : -1;
+    got = sent ? ::read(prepared->pid_r.get(), &init, sizeof init) : -1;
     prepared->reapHelper(got != static_cast<ssize_t>(sizeof init));
     if (got != static_cast<ssize_t>(sizeof init) || init <= 0) {
       pipes.closeChildEnds();
@@ -488,8 +509,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
   };
   if (cg) {
     if (auto r = cg->addProcess(init); !r) return abort(r.error());
-  } else if (auto r = writeIdMaps(init, spec.uid, spec.gid); !r) {
-    return abort(r.error());
+  } else if (!id_maps_written) {
+    if (auto r = writeIdMaps(init, spec.uid, spec.gid); !r) return abort(r.error());
   }
   if (::write(go_w.get(), "G", 1) != 1) return abort(setupError("start sandbox", std::strerror(errno)));
 

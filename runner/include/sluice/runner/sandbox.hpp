@@ -154,7 +154,8 @@ using PreparedSandboxPtr = std::unique_ptr<PreparedSandbox, PreparedSandboxDelet
 /// helper forked from it unshares the mount, network, IPC, UTS and PID namespaces (the
 /// costliest part of a run's start) while the caller does its own start-up, and the sandbox's
 /// processes, forked from that helper, never hold a copy of what the caller loads later.
-/// As root only: otherwise returns null, and runSandboxed() builds everything itself.
+/// Without root the helper also unshares a user namespace (runSandboxed() then writes its
+/// uid/gid maps before sending the plan). runSandboxed() without one builds everything itself.
 std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
 
 /// Runs `spec` to completion. Every process of the sandbox is gone, its cgroups removed and
