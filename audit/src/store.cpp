@@ -111,6 +111,8 @@ struct CheckpointItem {};
 using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ExecutionItem, FlushItem,
                           CheckpointItem>;
 
+constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
+
 bool isSync(const Item& item) {
   return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item) ||
          std::holds_alternative<CheckpointItem>(item);
@@ -343,6 +345,16 @@ void Store::Impl::stop() {
   }
   not_empty_.notify_all();
   if (writer_.joinable()) writer_.join();
+  // The WAL file is kept (openWriter), and its last frames stay readable until the next writer
+  // restarts it: the next open reads them all. After a big session (a long-running proxy) that
+  // could be megabytes, so a WAL above kTruncateWalAbove is emptied now, once; short sessions
+  // (`sluice run`: tens of KiB) keep it, since truncating costs milliseconds on ext4.
+  if (writable_ && !failed_.load() && db_.get()) {
+    std::error_code ec;
+    const auto wal_size = std::filesystem::file_size(path_.string() + "-wal", ec);
+    if (!ec && wal_size > kTruncateWalAbove)
+      sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_TRUNCATE, nullptr, nullptr);
+  }
 }
 
 bool Store::Impl::push(Item&& item) {

@@ -354,5 +354,29 @@ TEST(StoreTest, PersistentWalStaysSmallAcrossManyShortSessions) {
   EXPECT_TRUE(v->ok) << v->first_broken;
 }
 
+TEST(StoreTest, ABigSessionLeavesNoBigWalBehind) {
+  // A long-running proxy's session can leave megabytes of (already copied) frames in the kept
+  // WAL, which the next open would read and copy again: closing empties a WAL above 4 MiB.
+  TempDir dir;
+  auto db = dir / "audit.db";
+  auto wal = dir / "audit.db-wal";
+  std::uintmax_t before_close = 0;
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    for (int i = 0; i < 40000; ++i) store->recordConnection(testing::sampleConnection(i));
+    ASSERT_TRUE(store->flush().has_value());
+    before_close = std::filesystem::file_size(wal);
+  }
+  EXPECT_GT(before_close, 4u << 20) << "the session did not grow the WAL enough to test this";
+  ASSERT_TRUE(std::filesystem::exists(wal));
+  EXPECT_EQ(std::filesystem::file_size(wal), 0u);
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), 40000);
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+}
+
 }  // namespace
 }  // namespace sluice::audit
