@@ -192,6 +192,13 @@ class RawDb {
 };
 
 /// Opens a store or fails the test.
+/// verify() reads the database and finds the chain intact (a failure names the broken row).
+inline void expectChainIntact(const std::filesystem::path& db) {
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+}
+
 inline std::unique_ptr<Store> openStore(const std::filesystem::path& p, StoreOptions o = {}) {
   auto s = Store::open(p, o);
   EXPECT_TRUE(s.has_value()) << (s ? "" : s.error().message);

@@ -308,9 +308,7 @@ TEST(StoreTest, OpenAsyncQueuesEventsUntilTheDatabaseIsOpen) {
   EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), 1);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 1);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM policies"), 1);
-  auto v = verify(db);
-  ASSERT_TRUE(v.has_value()) << v.error().message;
-  EXPECT_TRUE(v->ok) << v->first_broken;
+  testing::expectChainIntact(db);
 }
 
 TEST(StoreTest, OpenAsyncFailureFailsTheStoreAndNamesThePath) {
@@ -349,9 +347,7 @@ TEST(StoreTest, PersistentWalStaysSmallAcrossManyShortSessions) {
   RawDb raw(db);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), kSessions);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), kSessions * 5);
-  auto v = verify(db);
-  ASSERT_TRUE(v.has_value()) << v.error().message;
-  EXPECT_TRUE(v->ok) << v->first_broken;
+  testing::expectChainIntact(db);
 }
 
 TEST(StoreTest, ABigSessionLeavesNoBigWalBehind) {
@@ -373,9 +369,7 @@ TEST(StoreTest, ABigSessionLeavesNoBigWalBehind) {
   EXPECT_EQ(std::filesystem::file_size(wal), 0u);
   RawDb raw(db);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), 40000);
-  auto v = verify(db);
-  ASSERT_TRUE(v.has_value()) << v.error().message;
-  EXPECT_TRUE(v->ok) << v->first_broken;
+  testing::expectChainIntact(db);
 }
 
 }  // namespace
