@@ -477,7 +477,10 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     if (got != static_cast<ssize_t>(sizeof init) || init <= 0) {
       pipes.closeChildEnds();
       if (cg) (void)cg->remove();
-      return std::unexpected(childFailure("prepare namespaces"));
+      SetupError e = childFailure("prepare namespaces");
+      if (user_namespace && e.step == "unshare namespaces")
+        e.message += " (not root, and unprivileged user namespaces are unavailable)";
+      return std::unexpected(std::move(e));
     }
   } else {
     // Raw clone (fork-like, no new stack): the new pid namespace's first process is our init.
