@@ -298,7 +298,34 @@ struct PreparedSandbox {
 
 void PreparedSandboxDeleter::operator()(PreparedSandbox* p) const { delete p; }
 
+namespace {
+
+// Threads of this process (/proc/self/stat field 20), or 0 if unknown.
+long threadCount() {
+  int fd = ::open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char buf[1024];
+  ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  if (!p) return 0;
+  long threads = 0;
+  // After ')': state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
+  // stime cutime cstime priority nice num_threads (fields 3..20).
+  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %ld",
+                  &threads) != 1)
+    return 0;
+  return threads;
+}
+
+}  // namespace
+
 std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
+  // The helper may allocate only because nothing else runs in this process when it is forked;
+  // called later, say so by preparing nothing (runSandboxed then clones init itself).
+  if (threadCount() != 1) return PreparedSandboxPtr{};
   PreparedSandboxPtr p(new PreparedSandbox);
   p->user_namespace = ::geteuid() != 0;
   if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <thread>
 
@@ -116,6 +117,18 @@ TEST(PreparedSandbox, RunsLikeAnyOtherAndLeavesNothing) {
   int st = 0;
   EXPECT_EQ(::waitpid(-1, &st, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
+}
+
+TEST(PreparedSandbox, NothingIsPreparedOnceOtherThreadsRun) {
+  // Forking a helper that allocates is only safe from a single-threaded process.
+  std::promise<void> release;
+  std::thread other([f = release.get_future()]() mutable { f.wait(); });
+  auto prepared = prepareSandbox();
+  release.set_value();
+  other.join();
+  ASSERT_TRUE(prepared) << prepared.error().message;
+  EXPECT_FALSE(*prepared);
+  EXPECT_TRUE(sluice::testing::childrenNamed(::getpid(), "sluice-prepare").empty());
 }
 
 TEST(PreparedSandbox, AnUnusedOneIsKilledAndReaped) {

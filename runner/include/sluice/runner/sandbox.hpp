@@ -154,6 +154,7 @@ using PreparedSandboxPtr = std::unique_ptr<PreparedSandbox, PreparedSandboxDelet
 /// helper forked from it unshares the mount, network, IPC, UTS and PID namespaces (the
 /// costliest part of a run's start) while the caller does its own start-up, and the sandbox's
 /// processes, forked from that helper, never hold a copy of what the caller loads later.
+/// Called once the process has other threads it prepares nothing and returns null.
 /// Without root the helper also unshares a user namespace (runSandboxed() then writes its
 /// uid/gid maps before sending the plan). runSandboxed() without one builds everything itself.
 std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
