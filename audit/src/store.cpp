@@ -107,15 +107,12 @@ struct ExecutionItem {
 struct FlushItem {
   Waiter* waiter;
 };
-struct CheckpointItem {};
-using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ExecutionItem, FlushItem,
-                          CheckpointItem>;
+using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ExecutionItem, FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
 
 bool isSync(const Item& item) {
-  return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item) ||
-         std::holds_alternative<CheckpointItem>(item);
+  return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item);
 }
 
 template <std::size_t N>
@@ -264,6 +261,8 @@ std::expected<void, Error> Store::Impl::openWriter() {
   // open would re-create it and fsync the directory: a third of a short `sluice run`.
   int persist_wal = 1;
   sqlite3_file_control(raw, "main", SQLITE_FCNTL_PERSIST_WAL, &persist_wal);
+  if (!options_.checkpoint_on_close)
+    sqlite3_db_config(raw, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, nullptr);
   // SQLite silently falls back to read-only when the file exists but cannot be opened for
   // writing (read-only file system, no write permission); a writer must refuse that now.
   if (sqlite3_db_readonly(raw, "main") == 1) {
@@ -450,12 +449,6 @@ void Store::Impl::processBatch(std::span<Item> batch) {
       return std::holds_alternative<ExecutionItem>(item);
     });
     auto r = writeBatch(batch, durable, item_errors, item_hashes);
-    if (r && std::any_of(batch.begin(), batch.end(), [](const Item& item) {
-          return std::holds_alternative<CheckpointItem>(item);
-        })) {
-      // PASSIVE: never waits for readers; whatever it cannot copy now, close() copies.
-      sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-    }
     if (!r) {
       fail(r.error());
       batch_error = r.error();
@@ -687,8 +680,6 @@ std::expected<std::string, Error> PendingExecution::wait() {
   if (s.waiter.error) return std::unexpected(*s.waiter.error);
   return s.waiter.hash;
 }
-
-void Store::checkpointSoon() { impl_->push(CheckpointItem{}); }
 
 PendingExecution Store::beginRecordExecution(const ExecutionRecord& record) {
   auto state = std::make_unique<PendingExecution::State>();

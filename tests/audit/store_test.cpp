@@ -326,14 +326,19 @@ TEST(StoreTest, OpenAsyncFailureFailsTheStoreAndNamesThePath) {
   EXPECT_FALSE(std::filesystem::exists(db));
 }
 
-TEST(StoreTest, PersistentWalStaysSmallAcrossManyShortSessions) {
+class ShortSessions : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ShortSessions, PersistentWalStaysSmall) {
   // `sluice run` opens, writes one execution and closes, thousands of times a day. The WAL
-  // file is kept between sessions (deleting it costs milliseconds); it must not grow.
+  // file is kept between sessions (deleting it costs milliseconds); it must not grow, whether
+  // the close copies it into the database (default) or leaves that to the next open (run).
   TempDir dir;
   auto db = dir / "audit.db";
+  StoreOptions o;
+  o.checkpoint_on_close = GetParam();
   const int kSessions = 60;
   for (int i = 0; i < kSessions; ++i) {
-    auto store = testing::openStore(db);
+    auto store = testing::openStore(db, o);
     ASSERT_TRUE(store);
     std::string id = "exec-" + std::to_string(i);
     for (int c = 0; c < 5; ++c) store->recordConnection(testing::sampleConnection(c, id));
@@ -348,6 +353,32 @@ TEST(StoreTest, PersistentWalStaysSmallAcrossManyShortSessions) {
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), kSessions);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), kSessions * 5);
   testing::expectChainIntact(db);
+}
+
+INSTANTIATE_TEST_SUITE_P(CheckpointOnClose, ShortSessions, ::testing::Bool());
+
+TEST(StoreTest, WithoutCheckpointOnCloseTheNextOpenCopiesTheWal) {
+  // checkpoint_on_close = false: the rows are durable in the -wal file and readable through
+  // SQLite at once; the .db file alone gets them when the next writer opens.
+  TempDir dir;
+  auto db = dir / "audit.db";
+  auto copyDbAlone = [&](const char* name) {
+    auto copy = dir / name;
+    std::filesystem::create_directories(copy);
+    std::filesystem::copy_file(db, copy / "audit.db");
+    return copy / "audit.db";
+  };
+  StoreOptions o;
+  o.checkpoint_on_close = false;
+  {
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-1")).has_value());
+  }
+  // (Copied first: a read-write connection closing last, as RawDb does, would checkpoint.)
+  EXPECT_EQ(RawDb(copyDbAlone("before")).integer("SELECT count(*) FROM executions"), 0);
+  testing::expectChainIntact(db);  // read-only, through the WAL
+  { auto store = testing::openStore(db, o); }  // the next writer's open copies the WAL
+  EXPECT_EQ(RawDb(copyDbAlone("after")).integer("SELECT count(*) FROM executions"), 1);
 }
 
 TEST(StoreTest, ABigSessionLeavesNoBigWalBehind) {
