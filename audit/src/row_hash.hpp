@@ -3,7 +3,6 @@
 // here, so the two can never disagree about the encoding.
 #pragma once
 
-
 #include <algorithm>
 #include <array>
 #include <cstdint>

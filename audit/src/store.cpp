@@ -228,9 +228,9 @@ class Store::Impl {
   bool writer_waiting_ = false;
   bool stopping_ = false;
   std::atomic<bool> failed_{false};
-  std::optional<Error> failure_;                   // guarded by mu_
-  bool opened_ = true;                             // guarded by mu_; false while openAsync runs
-  std::optional<Error> open_error_;                // guarded by mu_
+  std::optional<Error> failure_;     // guarded by mu_
+  bool opened_ = true;               // guarded by mu_; false while openAsync runs
+  std::optional<Error> open_error_;  // guarded by mu_
   std::condition_variable opened_cv_;
   std::unordered_set<std::string> policies_seen_;  // guarded by mu_
   std::thread writer_;

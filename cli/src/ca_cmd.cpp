@@ -1,6 +1,5 @@
 // `sluice ca init --dir DIR`: a long-lived CA for standalone `sluice proxy --ca-dir DIR`.
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 
 #include "commands.hpp"

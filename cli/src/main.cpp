@@ -1,6 +1,5 @@
 // Entry point of the `sluice` binary.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <initializer_list>
 #include <string_view>
@@ -8,7 +7,8 @@
 #include "commands.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"sluice: run generated code in a sandbox whose only way out is a policy-checked proxy"};
+  CLI::App app{
+      "sluice: run generated code in a sandbox whose only way out is a policy-checked proxy"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "sluice 0.1.0");
   int exit_code = 0;
@@ -20,10 +20,11 @@ int main(int argc, char** argv) {
     std::initializer_list<std::string_view> names;
     Adder add;
   };
-  const Group groups[] = {
-      {{"policy"}, sluice::cli::addPolicyCommands}, {{"audit"}, sluice::cli::addAuditCommands},
-      {{"proxy"}, sluice::cli::addProxyCommands},   {{"run", "gc"}, sluice::cli::addRunCommands},
-      {{"ca"}, sluice::cli::addCaCommands}};
+  const Group groups[] = {{{"policy"}, sluice::cli::addPolicyCommands},
+                          {{"audit"}, sluice::cli::addAuditCommands},
+                          {{"proxy"}, sluice::cli::addProxyCommands},
+                          {{"run", "gc"}, sluice::cli::addRunCommands},
+                          {{"ca"}, sluice::cli::addCaCommands}};
   const std::string_view first = argc > 1 ? argv[1] : "";
   bool added = false;
   for (const Group& g : groups) {

@@ -5,9 +5,9 @@
 // from `sluice ca init`); `${secret:NAME}` references need --secrets; both are checked at
 // start and on every reload, and a policy that needs what is missing is refused.
 #include <signal.h>
-#include <unistd.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>

@@ -1,11 +1,10 @@
 // `sluice run` and `sluice gc`: policy -> sandbox limits, the sandbox's listener -> the
 // in-process proxy, the result -> a receipt committed to the audit store.
-#include <CLI/CLI.hpp>
 #include <fcntl.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
@@ -14,6 +13,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 
 #include "commands.hpp"
@@ -99,7 +99,8 @@ std::expected<std::shared_ptr<const pol::Workflow>, std::string> loadWorkflow(co
   return it->second;
 }
 
-std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w, const RunOptions& o) {
+std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w,
+                                                       const RunOptions& o) {
   rn::Limits base;
   base.timeout = w.sandbox.timeout;
   base.cpu_time = w.sandbox.cpu_time;
@@ -157,8 +158,10 @@ std::expected<std::vector<rn::Input>, std::string> parseInputs(const std::vector
     std::string sb = colon == std::string::npos ? std::string() : spec.substr(colon + 1);
     if (sb.starts_with("/input/")) sb = sb.substr(7);
     if (sb.empty()) sb = std::filesystem::path(i.host).lexically_normal().filename().string();
-    if (sb.empty()) sb = std::filesystem::path(i.host).lexically_normal().parent_path().filename().string();
-    if (i.host.empty() || sb.empty()) return std::unexpected("--input " + spec + ": expected HOST[:SANDBOX]");
+    if (sb.empty())
+      sb = std::filesystem::path(i.host).lexically_normal().parent_path().filename().string();
+    if (i.host.empty() || sb.empty())
+      return std::unexpected("--input " + spec + ": expected HOST[:SANDBOX]");
     i.sandbox = sb;
     out.push_back(std::move(i));
   }
@@ -172,7 +175,8 @@ std::string summaryLine(const rn::RunResult& r, const nlohmann::json& receipt) {
   else
     s += "exit " + std::to_string(r.exit_code);
   s += " in " + std::to_string(receipt["duration_ms"].get<long long>()) + " ms";
-  if (r.limit_hit != rn::LimitHit::kNone) s += ", limit hit: " + std::string(rn::limitHitName(r.limit_hit));
+  if (r.limit_hit != rn::LimitHit::kNone)
+    s += ", limit hit: " + std::string(rn::limitHitName(r.limit_hit));
   const auto& net = receipt["network"];
   if (net["mode"] == "proxy")
     s += ", network: " + std::to_string(net["allowed"].get<std::uint64_t>()) + " allowed, " +
@@ -186,7 +190,8 @@ std::string summaryLine(const rn::RunResult& r, const nlohmann::json& receipt) {
 // SLUICE_TIMING=1: where `sluice run`'s time goes, one line per phase on stderr.
 class PhaseTimer {
  public:
-  PhaseTimer() : on_(std::getenv("SLUICE_TIMING") != nullptr), last_(std::chrono::steady_clock::now()) {}
+  PhaseTimer()
+      : on_(std::getenv("SLUICE_TIMING") != nullptr), last_(std::chrono::steady_clock::now()) {}
   void mark(const std::string& phase) {
     const auto now = std::chrono::steady_clock::now();
     if (on_)
@@ -239,10 +244,10 @@ int doRun(const RunOptions& o) {
     if (auto missing = pol::missingSecrets(w, secrets.get()); !missing.empty()) {
       std::string names;
       for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
-      *secrets_loaded = std::unexpected(
-          (o.secrets.empty() ? std::string("no --secrets FILE given; the")
-                             : o.secrets + " lacks secret(s) the") +
-          " workflow references: " + names);
+      *secrets_loaded =
+          std::unexpected((o.secrets.empty() ? std::string("no --secrets FILE given; the")
+                                             : o.secrets + " lacks secret(s) the") +
+                          " workflow references: " + names);
     }
     return *secrets_loaded;
   };
@@ -329,7 +334,8 @@ int doRun(const RunOptions& o) {
   std::int64_t proxy_start_us = 0, gc_us = 0, audit_wait_us = 0;
   auto elapsedUs = [](std::chrono::steady_clock::time_point since) {
     return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                 since).count();
+                                                                 since)
+        .count();
   };
   rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
     if (!loadSecrets()) {  // reported by before_start, as step 'secrets'
@@ -348,9 +354,9 @@ int doRun(const RunOptions& o) {
     }
     px = std::move(*p);
     px->start();
-    auto r = px->adoptListener(fd, proxy::ListenerIdentity{spec.execution_id,
-                                                           pol::Matcher::compile(*workflow),
-                                                           secrets, placeholders});
+    auto r = px->adoptListener(
+        fd, proxy::ListenerIdentity{spec.execution_id, pol::Matcher::compile(*workflow), secrets,
+                                    placeholders});
     proxy_start_us = elapsedUs(t);
     if (!r) return std::unexpected(r.error().message);
     return {};
@@ -378,8 +384,9 @@ int doRun(const RunOptions& o) {
     t = std::chrono::steady_clock::now();
     auto r = store->ready();
     audit_wait_us = elapsedUs(t);
-    if (!r) return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "audit store",
-                                                  r.error().message});
+    if (!r)
+      return std::unexpected(
+          rn::SetupError{rn::SetupError::Kind::kSetup, "audit store", r.error().message});
     return {};
   };
   // The receipt is built, and its durable commit started, as soon as the runner's result is
@@ -413,10 +420,12 @@ int doRun(const RunOptions& o) {
       rec.workflow = w.name;
       rec.policy_sha256 = w.sha256;
       rec.argv_json = receipt["argv"].dump();
-      rec.started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                              r.started_at.time_since_epoch()).count();
-      rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                            r.ended_at.time_since_epoch()).count();
+      rec.started_at_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(r.started_at.time_since_epoch())
+              .count();
+      rec.ended_at_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(r.ended_at.time_since_epoch())
+              .count();
       rec.exit_code = r.exit_code;
       rec.signal = r.signal;
       rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));
@@ -517,7 +526,8 @@ void addRunCommands(CLI::App& app, int& exit_code) {
   run->add_option("--policy", o->policy_file, "Workflow policy file");
   run->add_option("--workflow", o->workflow, "Workflow name (with --policy-dir)");
   run->add_option("--policy-dir", o->policy_dir, "Directory of workflow policies");
-  run->add_option("--audit", o->audit_db, "Audit database (default ./sluice-audit.db; \"\" = none)");
+  run->add_option("--audit", o->audit_db,
+                  "Audit database (default ./sluice-audit.db; \"\" = none)");
   run->add_option("--secrets", o->secrets, "Secret store file (mode 0600)");
   run->add_option("--upstream-ca", o->upstream_cas,
                   "Extra CA file trusted for inspected upstreams (repeatable)");

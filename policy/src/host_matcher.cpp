@@ -13,16 +13,46 @@ bool isPublicSuffix(std::string_view suffix) {
   // Every single-label suffix is a TLD. Multi-label ones: the widely used registry and
   // hosting suffixes where `*.suffix` would match every customer's domain.
   if (suffix.find('.') == std::string_view::npos) return true;
-  static constexpr std::array<std::string_view, 40> kSuffixes = {
-      "co.uk",          "org.uk",          "ac.uk",          "gov.uk",        "me.uk",
-      "com.au",         "net.au",          "org.au",         "edu.au",        "co.jp",
-      "ne.jp",          "or.jp",           "co.nz",          "co.za",         "com.br",
-      "com.cn",         "com.mx",          "com.tr",         "co.in",         "co.kr",
-      "github.io",      "gitlab.io",       "herokuapp.com",  "appspot.com",   "blogspot.com",
-      "cloudfront.net", "amazonaws.com",   "s3.amazonaws.com", "azurewebsites.net",
-      "vercel.app",     "netlify.app",     "pages.dev",      "workers.dev",   "web.app",
-      "firebaseapp.com", "ngrok.io",       "ngrok-free.app", "trycloudflare.com",
-      "repl.co",        "glitch.me"};
+  static constexpr std::array<std::string_view, 40> kSuffixes = {"co.uk",
+                                                                 "org.uk",
+                                                                 "ac.uk",
+                                                                 "gov.uk",
+                                                                 "me.uk",
+                                                                 "com.au",
+                                                                 "net.au",
+                                                                 "org.au",
+                                                                 "edu.au",
+                                                                 "co.jp",
+                                                                 "ne.jp",
+                                                                 "or.jp",
+                                                                 "co.nz",
+                                                                 "co.za",
+                                                                 "com.br",
+                                                                 "com.cn",
+                                                                 "com.mx",
+                                                                 "com.tr",
+                                                                 "co.in",
+                                                                 "co.kr",
+                                                                 "github.io",
+                                                                 "gitlab.io",
+                                                                 "herokuapp.com",
+                                                                 "appspot.com",
+                                                                 "blogspot.com",
+                                                                 "cloudfront.net",
+                                                                 "amazonaws.com",
+                                                                 "s3.amazonaws.com",
+                                                                 "azurewebsites.net",
+                                                                 "vercel.app",
+                                                                 "netlify.app",
+                                                                 "pages.dev",
+                                                                 "workers.dev",
+                                                                 "web.app",
+                                                                 "firebaseapp.com",
+                                                                 "ngrok.io",
+                                                                 "ngrok-free.app",
+                                                                 "trycloudflare.com",
+                                                                 "repl.co",
+                                                                 "glitch.me"};
   for (auto s : kSuffixes) {
     if (s == suffix) return true;
   }
@@ -41,16 +71,17 @@ std::expected<HostPattern, std::string> parseHostPattern(std::string_view text) 
     opts.set_log_errors(false);
     RE2 compiled(re2::StringPiece(re.data(), re.size()), opts);
     if (!compiled.ok()) {
-      return std::unexpected("invalid regular expression '" + std::string(re) + "': " +
-                             compiled.error());
+      return std::unexpected("invalid regular expression '" + std::string(re) +
+                             "': " + compiled.error());
     }
     p.kind = HostPattern::Kind::kRegex;
     p.value = std::string(re);
     return p;
   }
   if (parseIpLiteral(text)) {
-    return std::unexpected("'" + std::string(text) +
-                           "' is an IP address: IP destinations are matched by 'cidrs', not 'hosts'");
+    return std::unexpected(
+        "'" + std::string(text) +
+        "' is an IP address: IP destinations are matched by 'cidrs', not 'hosts'");
   }
   if (text.starts_with("*.")) {
     std::string_view rest = text.substr(2);

@@ -150,8 +150,8 @@ class Parser {
         if (v > 0 || zero_ok) return v;
       }
     }
-    error(n, std::string(what) + " must be a " + (zero_ok ? "non-negative" : "positive") +
-                 " integer");
+    error(n,
+          std::string(what) + " must be a " + (zero_ok ? "non-negative" : "positive") + " integer");
     return std::nullopt;
   }
 
@@ -204,8 +204,9 @@ class Parser {
   }
 
   void parseSandbox(const YAML::Node& n, SandboxLimits& s) {
-    if (!checkMap(n, "sandbox", {"timeout", "cpu_time", "memory", "pids", "output", "disk",
-                                 "file_size", "open_files", "network"})) {
+    if (!checkMap(n, "sandbox",
+                  {"timeout", "cpu_time", "memory", "pids", "output", "disk", "file_size",
+                   "open_files", "network"})) {
       return;
     }
     if (auto v = n["timeout"]) {
@@ -341,9 +342,16 @@ class Parser {
           }
           std::string lower = *name;
           std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-          static constexpr std::string_view kForbidden[] = {
-              "host", "content-length", "transfer-encoding", "connection", "upgrade",
-              "te", "trailer", "keep-alive", "proxy-connection", "proxy-authorization"};
+          static constexpr std::string_view kForbidden[] = {"host",
+                                                            "content-length",
+                                                            "transfer-encoding",
+                                                            "connection",
+                                                            "upgrade",
+                                                            "te",
+                                                            "trailer",
+                                                            "keep-alive",
+                                                            "proxy-connection",
+                                                            "proxy-authorization"};
           if (std::find(std::begin(kForbidden), std::end(kForbidden), lower) !=
               std::end(kForbidden)) {
             error(it->first, "header '" + *name + "' cannot be injected (framing or hop-by-hop)");
@@ -363,8 +371,9 @@ class Parser {
         if (!isEnvName(*v)) {
           error(p, "inject.placeholder_env '" + *v + "' is not a valid environment variable name");
         } else if (names.size() != 1) {
-          error(p, "inject.placeholder_env needs exactly one ${secret:NAME} in inject.headers "
-                   "(it stands in for that secret)");
+          error(p,
+                "inject.placeholder_env needs exactly one ${secret:NAME} in inject.headers "
+                "(it stands in for that secret)");
         } else {
           r.inject.placeholder_env = *v;
         }
@@ -482,8 +491,8 @@ class Parser {
           o.set_log_errors(false);
           RE2 re(pp.pattern, o);
           if (pp.pattern.empty() || !re.ok()) {
-            error(p, "invalid regular expression '" + pp.pattern + "': " +
-                         (pp.pattern.empty() ? std::string("empty") : re.error()));
+            error(p, "invalid regular expression '" + pp.pattern +
+                         "': " + (pp.pattern.empty() ? std::string("empty") : re.error()));
             return;
           }
         } else {
@@ -636,8 +645,8 @@ std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::str
 std::expected<Workflow, LoadError> loadWorkflowFile(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return std::unexpected(LoadError{{{path.string(), {}, "cannot read file: " +
-                                                              std::string(std::strerror(errno))}}});
+    return std::unexpected(
+        LoadError{{{path.string(), {}, "cannot read file: " + std::string(std::strerror(errno))}}});
   }
   std::ostringstream ss;
   ss << in.rdbuf();
@@ -681,8 +690,8 @@ std::expected<PolicySet, LoadError> loadPolicyDir(const std::filesystem::path& d
         pos = {m.line + 1, m.column + 1};
       } catch (const YAML::Exception&) {
       }
-      err.diagnostics.push_back({f.string(), pos,
-                                 "workflow '" + w->name + "' is already defined in " + it->second});
+      err.diagnostics.push_back(
+          {f.string(), pos, "workflow '" + w->name + "' is already defined in " + it->second});
       continue;
     }
     std::string name = w->name;

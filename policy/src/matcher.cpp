@@ -26,7 +26,9 @@ std::string addressKey(const IpAddress& a, int prefix) {
   int total = a.isV4() ? 4 : 16;
   int bits = prefix;
   for (int i = 0; i < total; ++i, bits -= 8) {
-    std::uint8_t m = bits >= 8 ? 0xFF : bits <= 0 ? 0 : static_cast<std::uint8_t>(0xFF << (8 - bits));
+    std::uint8_t m = bits >= 8   ? 0xFF
+                     : bits <= 0 ? 0
+                                 : static_cast<std::uint8_t>(0xFF << (8 - bits));
     b[i] &= m;
   }
   return std::string(reinterpret_cast<const char*>(b.data()), static_cast<std::size_t>(total));
@@ -51,22 +53,38 @@ enum class Miss : int { kNone = 0, kPrivate, kPort, kInspection, kMethod, kPath 
 
 std::string_view reasonName(Reason r) {
   switch (r) {
-    case Reason::kAllowed: return "allowed";
-    case Reason::kDeniedByRule: return "denied_by_rule";
-    case Reason::kNoMatchingRule: return "no_matching_rule";
-    case Reason::kPortNotAllowed: return "port_not_allowed";
-    case Reason::kMethodNotAllowed: return "method_not_allowed";
-    case Reason::kPathNotAllowed: return "path_not_allowed";
-    case Reason::kPrivateAddress: return "private_address";
-    case Reason::kAddressNotInCidrs: return "address_not_in_cidrs";
-    case Reason::kIpLiteralNeedsCidrs: return "ip_literal_needs_cidrs";
-    case Reason::kInspectionRequired: return "inspection_required";
-    case Reason::kInvalidTarget: return "invalid_target";
-    case Reason::kLimitExceeded: return "limit_exceeded";
-    case Reason::kProxyLoop: return "proxy_loop";
-    case Reason::kPlaintextCredentials: return "plaintext_credentials";
-    case Reason::kUpstreamError: return "upstream_error";
-    case Reason::kHostMismatch: return "host_mismatch";
+    case Reason::kAllowed:
+      return "allowed";
+    case Reason::kDeniedByRule:
+      return "denied_by_rule";
+    case Reason::kNoMatchingRule:
+      return "no_matching_rule";
+    case Reason::kPortNotAllowed:
+      return "port_not_allowed";
+    case Reason::kMethodNotAllowed:
+      return "method_not_allowed";
+    case Reason::kPathNotAllowed:
+      return "path_not_allowed";
+    case Reason::kPrivateAddress:
+      return "private_address";
+    case Reason::kAddressNotInCidrs:
+      return "address_not_in_cidrs";
+    case Reason::kIpLiteralNeedsCidrs:
+      return "ip_literal_needs_cidrs";
+    case Reason::kInspectionRequired:
+      return "inspection_required";
+    case Reason::kInvalidTarget:
+      return "invalid_target";
+    case Reason::kLimitExceeded:
+      return "limit_exceeded";
+    case Reason::kProxyLoop:
+      return "proxy_loop";
+    case Reason::kPlaintextCredentials:
+      return "plaintext_credentials";
+    case Reason::kUpstreamError:
+      return "upstream_error";
+    case Reason::kHostMismatch:
+      return "host_mismatch";
   }
   return "unknown";
 }
@@ -130,7 +148,7 @@ struct Matcher::Index {
   RuleMap exact;
   RuleMap suffix;
   std::unique_ptr<RE2::Set> regex_set;
-  std::vector<std::uint32_t> regex_rule;  // RE2::Set pattern index -> rule index
+  std::vector<std::uint32_t> regex_rule;   // RE2::Set pattern index -> rule index
   std::vector<std::uint32_t> regex_rules;  // rules with re: hosts (fallback when the set fails)
   // CIDR prefix tables (cidr-only rules): prefix length -> masked address -> rules.
   std::vector<std::pair<int, RuleMap>> v4_prefixes, v6_prefixes;
@@ -238,10 +256,10 @@ std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> 
   for (const auto& r : m->workflow_->rules) {
     for (const auto& h : r.hosts) n_regex += h.kind == HostPattern::Kind::kRegex;
   }
-  set_opts.set_max_mem(regex_set_budget > 0
-                           ? regex_set_budget
-                           : std::max<std::int64_t>(8 << 20,
-                                                    static_cast<std::int64_t>(n_regex) * (64 << 10)));
+  set_opts.set_max_mem(
+      regex_set_budget > 0
+          ? regex_set_budget
+          : std::max<std::int64_t>(8 << 20, static_cast<std::int64_t>(n_regex) * (64 << 10)));
   ix.rules.resize(m->workflow_->rules.size());
   for (std::uint32_t i = 0; i < m->workflow_->rules.size(); ++i) {
     const Rule& r = m->workflow_->rules[i];
@@ -303,12 +321,18 @@ struct Evaluation {
 
 Reason missReason(Miss m) {
   switch (m) {
-    case Miss::kPort: return Reason::kPortNotAllowed;
-    case Miss::kInspection: return Reason::kInspectionRequired;
-    case Miss::kMethod: return Reason::kMethodNotAllowed;
-    case Miss::kPath: return Reason::kPathNotAllowed;
-    case Miss::kPrivate: return Reason::kPrivateAddress;
-    case Miss::kNone: break;
+    case Miss::kPort:
+      return Reason::kPortNotAllowed;
+    case Miss::kInspection:
+      return Reason::kInspectionRequired;
+    case Miss::kMethod:
+      return Reason::kMethodNotAllowed;
+    case Miss::kPath:
+      return Reason::kPathNotAllowed;
+    case Miss::kPrivate:
+      return Reason::kPrivateAddress;
+    case Miss::kNone:
+      break;
   }
   return Reason::kNoMatchingRule;
 }
@@ -360,8 +384,7 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
       d.rule = &r;
       d.rule_id = r.id;
       d.detail = "rule " + r.id + " denies " +
-                 (req ? std::string(req->method) + " " + where + std::string(req->path)
-                      : where);
+                 (req ? std::string(req->method) + " " + where + std::string(req->path) : where);
       return d;
     }
     if (req == nullptr) {
@@ -415,7 +438,8 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
   }
   if (t.ip) {
     d.reason = Reason::kIpLiteralNeedsCidrs;
-    d.detail = t.host + " is an IP address: only rules with cidrs match IP destinations, and none "
+    d.detail = t.host +
+               " is an IP address: only rules with cidrs match IP destinations, and none "
                "contains it";
     return d;
   }
@@ -440,7 +464,8 @@ void refusePlaintextInjection(Decision& d) {
   }
   d.allowed = false;
   d.reason = Reason::kPlaintextCredentials;
-  d.detail = "rule " + d.rule->id + " injects credentials, which the proxy refuses to send "
+  d.detail = "rule " + d.rule->id +
+             " injects credentials, which the proxy refuses to send "
              "over plain http:// unless allow_plaintext_credentials: true";
 }
 
@@ -465,8 +490,8 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
     const Rule& r = *cr.rule;
     if (!r.allowsPort(target.port) || !cr.cidrContains(addr)) continue;
     if (!r.hosts.empty() && (target.ip || !cr.matchesHostSlow(target.host))) continue;
-    if (r.hasRequestConditions() &&
-        !(connect.has_request && cr.methodMatches(connect.method) && cr.pathMatches(connect.path))) {
+    if (r.hasRequestConditions() && !(connect.has_request && cr.methodMatches(connect.method) &&
+                                      cr.pathMatches(connect.path))) {
       continue;  // judged per request: only a request it names is refused
     }
     Decision d;
@@ -496,9 +521,9 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
     d.rule = &r;
     d.rule_id = r.id;
     d.reason = Reason::kAllowed;
-    d.detail = "rule " + r.id + " allows " + target.host + " at " + addr.str() +
-               (global ? "" : std::string(" (") + std::string(addressClassName(cls)) +
-                                  ", allow_private)");
+    d.detail =
+        "rule " + r.id + " allows " + target.host + " at " + addr.str() +
+        (global ? "" : std::string(" (") + std::string(addressClassName(cls)) + ", allow_private)");
     return d;
   }
   Decision d;
@@ -509,20 +534,22 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
     const Rule* r = wanted_private ? wanted_private : wanted_cidr;
     d.rule = r;
     if (r) d.rule_id = r->id;
-    d.detail = from + ", a " + std::string(addressClassName(cls)) +
-               " address; reaching it needs a rule with allow_private: true and cidrs containing it";
-    d.nearest_miss = r ? "rule " + r->id + " matched " + target.host + " but " +
-                             (wanted_private ? std::string("does not set allow_private: true")
-                                             : std::string("its cidrs do not contain ") + addr.str())
-                       : std::string();
+    d.detail =
+        from + ", a " + std::string(addressClassName(cls)) +
+        " address; reaching it needs a rule with allow_private: true and cidrs containing it";
+    d.nearest_miss =
+        r ? "rule " + r->id + " matched " + target.host + " but " +
+                (wanted_private ? std::string("does not set allow_private: true")
+                                : std::string("its cidrs do not contain ") + addr.str())
+          : std::string();
     return d;
   }
   // Global, or non-global under a rule that allows private ranges: the cidrs decided.
   d.reason = Reason::kAddressNotInCidrs;
   d.rule = wanted_cidr;
   if (wanted_cidr) d.rule_id = wanted_cidr->id;
-  d.detail = from + (global ? std::string() : ", a " + std::string(addressClassName(cls)) +
-                                                " address") +
+  d.detail = from +
+             (global ? std::string() : ", a " + std::string(addressClassName(cls)) + " address") +
              ", which is outside the cidrs of every rule that matched the host";
   if (wanted_cidr) {
     std::string cidrs;

@@ -59,8 +59,9 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
       ex.decision = std::move(addr);
     } else {
       ex.note += (ex.note.empty() ? "" : "; ") +
-                 std::string("address not checked: pass --ip ADDR to apply the SSRF guard to the "
-                             "address the host resolves to");
+                 std::string(
+                     "address not checked: pass --ip ADDR to apply the SSRF guard to the "
+                     "address the host resolves to");
     }
   }
   if (ex.decision.allowed && ex.decision.rule) {
@@ -105,8 +106,8 @@ std::expected<PolicyTestSuite, LoadError> loadPolicyTestSuite(const std::filesys
     if (!cases || !cases.IsSequence()) {
       fail(root.Mark(), "missing 'cases:' list");
     } else {
-      static const std::set<std::string> kKeys = {"name",   "url", "connect", "method",
-                                                  "ip",     "expect", "rule", "reason"};
+      static const std::set<std::string> kKeys = {"name", "url",    "connect", "method",
+                                                  "ip",   "expect", "rule",    "reason"};
       for (const auto& c : cases) {
         PolicyTestCase tc;
         tc.pos = {c.Mark().line + 1, c.Mark().column + 1};

@@ -124,8 +124,8 @@ std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
   }
   if (st.st_uid != ::geteuid()) {
     return std::unexpected("secrets file " + f + " is owned by uid " + std::to_string(st.st_uid) +
-                           ", not by the user running sluice (uid " +
-                           std::to_string(::geteuid()) + ")");
+                           ", not by the user running sluice (uid " + std::to_string(::geteuid()) +
+                           ")");
   }
   auto text = readSmallFile(path);
   if (!text) return std::unexpected(text.error());
@@ -139,8 +139,8 @@ std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
     } else {
       for (auto it = root.begin(); it != root.end() && error.empty(); ++it) {
         std::string name = it->first.Scalar();
-        std::string where = f + ":" + std::to_string(it->first.Mark().line + 1) + ": secret '" +
-                            name + "'";
+        std::string where =
+            f + ":" + std::to_string(it->first.Mark().line + 1) + ": secret '" + name + "'";
         const YAML::Node spec = it->second;
         if (!spec.IsMap() || spec.size() != 1) {
           error = where + ": expected exactly one of {value: ...}, {file: PATH}, {env: VAR}";

@@ -30,8 +30,9 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
         res.placeholder_leak = true;  // left as is: the token is worthless elsewhere
       }
     }
-    if (swap && std::none_of(names.begin(), names.end(),
-                             [&](const std::string& n) { return beast::iequals(n, f.name_string()); })) {
+    if (swap && std::none_of(names.begin(), names.end(), [&](const std::string& n) {
+          return beast::iequals(n, f.name_string());
+        })) {
       names.emplace_back(f.name_string());
     }
   }
@@ -170,7 +171,8 @@ std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow) {
       token.push_back(kHex[b >> 4]);
       token.push_back(kHex[b & 15]);
     }
-    out.push_back({r.inject.placeholder_env, std::move(token), r.inject.secret_names.front(), r.id});
+    out.push_back(
+        {r.inject.placeholder_env, std::move(token), r.inject.secret_names.front(), r.id});
   }
   return out;
 }

@@ -15,10 +15,10 @@
 namespace sluice::proxy {
 
 struct InjectionResult {
-  std::vector<std::string> secrets;    ///< names of the secrets written into the request
-  std::vector<std::string> touched;    ///< header names holding secret bytes (to wipe later)
-  bool placeholder_leak = false;       ///< a placeholder was sent on a request of another rule
-  std::optional<std::string> error;    ///< a secret could not be resolved (names only)
+  std::vector<std::string> secrets;  ///< names of the secrets written into the request
+  std::vector<std::string> touched;  ///< header names holding secret bytes (to wipe later)
+  bool placeholder_leak = false;     ///< a placeholder was sent on a request of another rule
+  std::optional<std::string> error;  ///< a secret could not be resolved (names only)
 };
 
 /// True when `rule` would inject anything (headers) into its requests.

@@ -85,7 +85,6 @@ int onAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigne
   return SSL_TLSEXT_ERR_NOACK;
 }
 
-
 bool isWebSocketUpgrade(const http::request<http::buffer_body>& req) {
   auto up = req[http::field::upgrade];
   if (!beast::iequals(up, "websocket")) return false;
@@ -213,10 +212,9 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       detail = "TLS handshake with upstream " + t.authority() + " failed: " + ec.message();
     }
     ERR_clear_error();
-    co_return Refusal{ec == beast::error::timeout ? http::status::gateway_timeout
-                                                  : http::status::bad_gateway,
-                      "upstream_tls", reason(Reason::kUpstreamError), start_.decision.rule_id,
-                      detail};
+    co_return Refusal{
+        ec == beast::error::timeout ? http::status::gateway_timeout : http::status::bad_gateway,
+        "upstream_tls", reason(Reason::kUpstreamError), start_.decision.rule_id, detail};
   }
 
   // The upstream cannot be trusted: the connection row says why, and the client's first
@@ -232,7 +230,8 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     p.header_limit(static_cast<std::uint32_t>(ctx_->options.max_header_bytes));
     ErrorCode ec;
     beast::get_lowest_layer(client_).expires_after(ctx_->options.header_timeout);
-    co_await http::async_read_header(client_, cbuf_, p, net::redirect_error(net::use_awaitable, ec));
+    co_await http::async_read_header(client_, cbuf_, p,
+                                     net::redirect_error(net::use_awaitable, ec));
     std::string method = ec ? std::string() : std::string(p.get().method_string());
     std::string path = ec ? std::string() : std::string(p.get().target()).substr(0, 255);
     if (auto q = path.find('?'); q != std::string::npos) path.resize(q);
@@ -299,8 +298,8 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
 
   // ---- requests -------------------------------------------------------------------------
 
-  void recordRequest(const std::string& method, const std::string& path, int status,
-                     bool allowed, const std::string& rule, const std::string& why,
+  void recordRequest(const std::string& method, const std::string& path, int status, bool allowed,
+                     const std::string& rule, const std::string& why,
                      std::vector<std::string> injected = {}) {
     if (!allowed) account_->noteDenied(target().host, target().port, rule, why);
     if (!ctx_->sink) return;
@@ -333,8 +332,6 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     co_return keep_alive && !ec;
   }
 
-
-
   struct RelayResult {
     bool ok = true;
     bool input_failed = false;
@@ -359,8 +356,8 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       // Nothing of the body is here yet: send the header now so the peer is not kept
       // waiting for it (streaming responses, slow uploads).
       beast::get_lowest_layer(out).expires_after(timeout);
-      auto n = co_await http::async_write_header(out, sr,
-                                                 net::redirect_error(net::use_awaitable, ec));
+      auto n =
+          co_await http::async_write_header(out, sr, net::redirect_error(net::use_awaitable, ec));
       if (ec) {
         res.ok = false;
         co_return res;
@@ -416,7 +413,8 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     idle_ = !first;
     if (!first && ctx_->draining.load()) co_return false;
     beast::get_lowest_layer(client_).expires_after(first ? opt.header_timeout : opt.idle_timeout);
-    co_await http::async_read_header(client_, cbuf_, p, net::redirect_error(net::use_awaitable, ec));
+    co_await http::async_read_header(client_, cbuf_, p,
+                                     net::redirect_error(net::use_awaitable, ec));
     idle_ = false;
     if (ec == http::error::end_of_stream || ec == ssl::error::stream_truncated ||
         ec == net::error::eof || ec == net::error::operation_aborted ||
@@ -424,14 +422,14 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       co_return false;
     }
     if (ec == http::error::header_limit) {
-      Refusal r{http::status::request_header_fields_too_large, "too_large", "header_too_large",
-                "", "request header exceeds " + std::to_string(opt.max_header_bytes) + " bytes"};
+      Refusal r{http::status::request_header_fields_too_large, "too_large", "header_too_large", "",
+                "request header exceeds " + std::to_string(opt.max_header_bytes) + " bytes"};
       co_return co_await refuse(r, "", "", false);
     }
     if (ec == beast::error::timeout) {
       Refusal r{http::status::request_timeout, "timeout", "header_timeout", "",
-                "request header not received within " +
-                    std::to_string(opt.header_timeout.count()) + " ms"};
+                "request header not received within " + std::to_string(opt.header_timeout.count()) +
+                    " ms"};
       co_return co_await refuse(r, "", "", false);
     }
     if (ec) {
@@ -482,12 +480,14 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     if (d.allowed) d = matcher_->decideAddress(d, t, vetted_);
     if (!d.allowed) co_return co_await refuse(denialRefusal(d), method, path, can_keep);
     if (account_->bytesExhausted(limits)) {
-      co_return co_await refuse(limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent"),
-                                method, path, can_keep);
+      co_return co_await refuse(
+          limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent"), method, path,
+          can_keep);
     }
 
     const bool ws = isWebSocketUpgrade(req);
-    auto inj = applyInjection(static_cast<http::fields&>(req), d.rule, listener_->secrets.get(), listener_->placeholders);
+    auto inj = applyInjection(static_cast<http::fields&>(req), d.rule, listener_->secrets.get(),
+                              listener_->placeholders);
     if (inj.error) {
       wipeFields(static_cast<http::fields&>(req), inj.touched);
       Refusal r{http::status::bad_gateway, "secret_unavailable", "secret_unavailable", d.rule_id,
@@ -561,10 +561,10 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       Refusal r{timed_out ? http::status::gateway_timeout : http::status::bad_gateway,
                 timed_out ? "upstream_timeout" : "upstream_error", reason(Reason::kUpstreamError),
                 d.rule_id,
-                timed_out ? "upstream " + t.authority() + " did not answer within " +
-                                std::to_string(opt.upstream_timeout.count()) + " ms"
-                          : "upstream " + t.authority() + " failed before answering: " +
-                                ec.message()};
+                timed_out
+                    ? "upstream " + t.authority() + " did not answer within " +
+                          std::to_string(opt.upstream_timeout.count()) + " ms"
+                    : "upstream " + t.authority() + " failed before answering: " + ec.message()};
       recordRequest(method, path, static_cast<int>(r.status), true, d.rule_id, r.reason,
                     inj.secrets);
       auto text = renderRefusal(r, workflow().name, false);

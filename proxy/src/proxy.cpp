@@ -10,9 +10,9 @@
 #include <thread>
 
 #include "context.hpp"
+#include "inspect.hpp"
 #include "log.hpp"
 #include "net.hpp"
-#include "inspect.hpp"
 #include "session.hpp"
 
 namespace sluice::proxy {

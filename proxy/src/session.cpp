@@ -37,12 +37,9 @@ tcp::endpoint toEndpoint(const policy::IpAddress& a, std::uint16_t port) {
   return {net::ip::address_v6(b), port};
 }
 
-std::string endpointText(const tcp::endpoint& ep) {
-  return ep.address().to_string();
-}
+std::string endpointText(const tcp::endpoint& ep) { return ep.address().to_string(); }
 
 bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals(a, b); }
-
 
 // Result of resolving and vetting a destination.
 struct ResolveResult {
@@ -57,8 +54,8 @@ auto asyncResolve(std::shared_ptr<Context> ctx, std::string host, Token&& token)
       [](auto handler, std::shared_ptr<Context> ctx, std::string host) {
         auto work = net::make_work_guard(net::get_associated_executor(handler));
         net::thread_pool& pool = ctx->resolve_pool->get();
-        net::post(pool, [ctx = std::move(ctx), host = std::move(host),
-                          handler = std::move(handler), work = std::move(work)]() mutable {
+        net::post(pool, [ctx = std::move(ctx), host = std::move(host), handler = std::move(handler),
+                         work = std::move(work)]() mutable {
           ResolveResult res;
           auto r = ctx->resolver->resolve(host);
           if (r)
@@ -202,8 +199,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     live_id_ = account_->registerLive(weak_from_this());
     ErrorCode ec;
     client_.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(client_.get_executor(), run(shared_from_this()),
-                  LogEscapedException{"session"});
+    net::co_spawn(client_.get_executor(), run(shared_from_this()), LogEscapedException{"session"});
   }
 
   void closeIfIdle() override {
@@ -474,8 +470,6 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
                   r.rule, r.reason);
     co_await sendRefusal(r, keep_alive);
   }
-
-
 
   // Resolves (unless an IP literal) and vets every address with the policy's address phase
   // (SSRF guard + rule cidrs) and the loop guard. All addresses must pass: a name that

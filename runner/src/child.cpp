@@ -83,7 +83,6 @@ void closeAllExcept(int* keep, int count) {
   ::syscall(SYS_close_range, lo, ~0U, 0);
 }
 
-
 // SIGUSR1/SIGTERM from sluice (timeout, CPU limit, stop request): init kills everything else
 // in the namespace; the normal reaping path then reports the program's death.
 void onStop(int) { ::kill(-1, SIGKILL); }
@@ -137,7 +136,8 @@ void onStop(int) { ::kill(-1, SIGKILL); }
       buf[dl] = '/';
       std::memcpy(buf + dl + 1, cmd, cl + 1);
       ::execve(buf, plan.argv.data(), plan.envp.data());
-      if (errno == EACCES) eacces = true;
+      if (errno == EACCES)
+        eacces = true;
       else if (errno != ENOENT && errno != ENOTDIR) {
         err = errno;
         break;
@@ -176,8 +176,8 @@ void initMain(const ChildPlan& plan) {
   // If sluice dies (even SIGKILL), init dies, and with pid 1 gone the kernel kills every
   // process of the namespace.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  int keep[] = {f.go_read, f.error_write, f.report_write, f.control_read, f.listener_channel,
-                f.stdout_write, f.stderr_write};
+  int keep[] = {f.go_read,          f.error_write,  f.report_write, f.control_read,
+                f.listener_channel, f.stdout_write, f.stderr_write};
   closeAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
   if (plan.arg_start != nullptr && plan.arg_len > 0) {
     static const char kName[] = "sluice-init";
@@ -208,7 +208,8 @@ void initMain(const ChildPlan& plan) {
   // would otherwise take init along with the program). Lowering it needs CAP_SYS_RESOURCE in
   // the initial namespace; without it (unprivileged mode, some VMs' root) init stays killable
   // and sluice tells an OOM-killed init from a failed one by the cgroup's counters.
-  g_init_oom_exempt = static_cast<bool>(setOomScoreAdj("-1000", "protect init from the OOM killer"));
+  g_init_oom_exempt =
+      static_cast<bool>(setOomScoreAdj("-1000", "protect init from the OOM killer"));
   // Wait until sluice has put us into the cgroups. EOF means sluice died (perhaps before
   // PR_SET_PDEATHSIG took effect): give up.
   if (!have_go && !readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
@@ -269,7 +270,7 @@ void initMain(const ChildPlan& plan) {
 
 void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_namespace) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  int keep[] = {plan_read,      pid_write,        f.go_read,      f.error_write, f.report_write,
+  int keep[] = {plan_read,      pid_write,          f.go_read,      f.error_write, f.report_write,
                 f.control_read, f.listener_channel, f.stdout_write, f.stderr_write};
   closeAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
   ::prctl(PR_SET_NAME, "sluice-prepare", 0, 0, 0);

@@ -30,15 +30,15 @@ struct ChildMessage {
 struct InitReport {
   std::int32_t wait_status = 0;  // of the program (pid 2)
   std::int32_t program_started = 0;
-  rusage children{};             // RUSAGE_CHILDREN of init: every reaped process
+  rusage children{};  // RUSAGE_CHILDREN of init: every reaped process
 };
 
 /// Pipe/socket ends the child side uses (all O_CLOEXEC).
 struct ChildFds {
-  int go_read = -1;       // parent -> init: byte 'G' (cgroups set), 'A' (listener adopted)
-  int error_write = -1;   // -> parent: ChildMessage on failure; EOF once the program execs
-  int report_write = -1;  // init -> parent: InitReport
-  int control_read = -1;  // parent -> init: EOF means "tear down and exit"
+  int go_read = -1;           // parent -> init: byte 'G' (cgroups set), 'A' (listener adopted)
+  int error_write = -1;       // -> parent: ChildMessage on failure; EOF once the program execs
+  int report_write = -1;      // init -> parent: InitReport
+  int control_read = -1;      // parent -> init: EOF means "tear down and exit"
   int listener_channel = -1;  // unix socket: the proxy listener travels over it
   int stdout_write = -1;
   int stderr_write = -1;
@@ -49,7 +49,7 @@ struct ChildPlan {
   PrivilegePlan privileges;
   std::vector<sock_filter> seccomp;
   std::vector<std::string> argv_storage, env_storage;
-  std::vector<char*> argv, envp;  // NULL-terminated, pointing into the storage above
+  std::vector<char*> argv, envp;       // NULL-terminated, pointing into the storage above
   std::vector<std::string> path_dirs;  // PATH search order for argv[0] without '/'
   bool network_proxy = false;
   // Prepared sandbox (prepareMain): the namespaces exist, the host is named and lo is up.

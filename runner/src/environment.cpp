@@ -13,8 +13,12 @@ constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
 
 std::expected<std::vector<std::string>, std::string> buildEnvironment(
     const std::vector<std::string>& extra, bool network_proxy) {
-  std::vector<std::string> env = {std::string("PATH=") + kSandboxPath, "HOME=/work", "TMPDIR=/tmp",
-                                  "LANG=C.UTF-8", "USER=sandbox", "LOGNAME=sandbox"};
+  std::vector<std::string> env = {std::string("PATH=") + kSandboxPath,
+                                  "HOME=/work",
+                                  "TMPDIR=/tmp",
+                                  "LANG=C.UTF-8",
+                                  "USER=sandbox",
+                                  "LOGNAME=sandbox"};
   // Every TLS stack finds the sandbox's CA bundle (the host's, or the caller's merged bundle
   // with the TLS-inspection CA) through the same variables, whether or not there is a CA, so a
   // program behaves the same in every run. The sandbox has no hashed /etc/ssl/certs directory:
@@ -23,8 +27,8 @@ std::expected<std::vector<std::string>, std::string> buildEnvironment(
                         "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO"})
     env.push_back(std::string(k) + "=" + kSandboxCaBundle);
   if (network_proxy) {
-    for (const char* k : {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
-                          "all_proxy"})
+    for (const char* k :
+         {"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"})
       env.push_back(std::string(k) + "=http://127.0.0.1:3128");
     env.push_back("NO_PROXY=");
     env.push_back("no_proxy=");
@@ -39,8 +43,10 @@ std::expected<std::vector<std::string>, std::string> buildEnvironment(
     const std::string name = kv.substr(0, eq);
     bool ok = !(name[0] >= '0' && name[0] <= '9');
     for (char c : name)
-      ok = ok && ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
-    if (!ok) return std::unexpected("--env " + kv + ": '" + name + "' is not a valid variable name");
+      ok = ok &&
+           ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_');
+    if (!ok)
+      return std::unexpected("--env " + kv + ": '" + name + "' is not a valid variable name");
     if (kv.find('\0') != std::string::npos)
       return std::unexpected("--env " + name + ": value contains a NUL byte");
     if (fixed.contains(name))

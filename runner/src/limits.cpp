@@ -35,8 +35,8 @@ std::expected<Limits, std::string> applyOverrides(const Limits& base, const Limi
                            b + " (overrides may only tighten)");
   };
   auto dur = [&](const char* opt, const std::optional<std::chrono::milliseconds>& v,
-                 std::chrono::milliseconds base_v, std::chrono::milliseconds& dst)
-      -> std::expected<void, std::string> {
+                 std::chrono::milliseconds base_v,
+                 std::chrono::milliseconds& dst) -> std::expected<void, std::string> {
     if (!v) return {};
     if (looser(static_cast<std::uint64_t>(v->count()), static_cast<std::uint64_t>(base_v.count())))
       return tooLoose(opt, formatMillis(*v), formatMillis(base_v));
@@ -52,16 +52,24 @@ std::expected<Limits, std::string> applyOverrides(const Limits& base, const Limi
     dst = *v;
     return {};
   };
-  if (auto r = dur("timeout", o.timeout, base.timeout, out.timeout); !r) return std::unexpected(r.error());
-  if (auto r = dur("cpu-time", o.cpu_time, base.cpu_time, out.cpu_time); !r) return std::unexpected(r.error());
-  if (auto r = num("memory", o.memory, base.memory, out.memory, true); !r) return std::unexpected(r.error());
-  if (auto r = num("pids", o.pids, base.pids, out.pids, false); !r) return std::unexpected(r.error());
-  if (auto r = num("output", o.output, base.output, out.output, true); !r) return std::unexpected(r.error());
-  if (auto r = num("disk", o.disk, base.disk, out.disk, true); !r) return std::unexpected(r.error());
+  if (auto r = dur("timeout", o.timeout, base.timeout, out.timeout); !r)
+    return std::unexpected(r.error());
+  if (auto r = dur("cpu-time", o.cpu_time, base.cpu_time, out.cpu_time); !r)
+    return std::unexpected(r.error());
+  if (auto r = num("memory", o.memory, base.memory, out.memory, true); !r)
+    return std::unexpected(r.error());
+  if (auto r = num("pids", o.pids, base.pids, out.pids, false); !r)
+    return std::unexpected(r.error());
+  if (auto r = num("output", o.output, base.output, out.output, true); !r)
+    return std::unexpected(r.error());
+  if (auto r = num("disk", o.disk, base.disk, out.disk, true); !r)
+    return std::unexpected(r.error());
   // file_size 0 means "same as disk", which a non-zero override always tightens or equals.
   const std::uint64_t base_fs = base.file_size ? base.file_size : base.disk;
-  if (auto r = num("file-size", o.file_size, base_fs, out.file_size, true); !r) return std::unexpected(r.error());
-  if (auto r = num("open-files", o.open_files, base.open_files, out.open_files, false); !r) return std::unexpected(r.error());
+  if (auto r = num("file-size", o.file_size, base_fs, out.file_size, true); !r)
+    return std::unexpected(r.error());
+  if (auto r = num("open-files", o.open_files, base.open_files, out.open_files, false); !r)
+    return std::unexpected(r.error());
   return out;
 }
 

@@ -97,8 +97,8 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   };
   std::vector<std::string> candidates = {kStageDir};
   if (user_namespace)
-    candidates = {"/run/user/" + std::to_string(::getuid()), "/mnt", "/media", "/srv", "/opt",
-                  "/tmp"};
+    candidates = {
+        "/run/user/" + std::to_string(::getuid()), "/mnt", "/media", "/srv", "/opt", "/tmp"};
   for (const std::string& c : candidates) {
     std::error_code ec;
     if (fs::is_directory(c, ec) && !fs::is_symlink(c, ec) && !hides(c)) {
@@ -186,8 +186,8 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
     const char* name;
     unsigned maj, min;
   };
-  for (Node n : {Node{"null", 1, 3}, Node{"zero", 1, 5}, Node{"full", 1, 7},
-                 Node{"random", 1, 8}, Node{"urandom", 1, 9}, Node{"tty", 5, 0}}) {
+  for (Node n : {Node{"null", 1, 3}, Node{"zero", 1, 5}, Node{"full", 1, 7}, Node{"random", 1, 8},
+                 Node{"urandom", 1, 9}, Node{"tty", 5, 0}}) {
     const std::string node = std::string("/dev/") + n.name;
     if (!user_namespace) {
       b.add(K::kMknod, node, {}, "mknod in /dev", {}, 0666, makedev(n.maj, n.min));
@@ -212,12 +212,17 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   const std::string s = plan.scratch;
   const std::uint64_t disk = spec.limits.disk ? spec.limits.disk : (64ull << 20);
   std::vector<MountOp> scratch_ops;
-  scratch_ops.push_back({K::kTmpfs, s,
-                         "size=" + std::to_string(disk) + ",nr_inodes=16384,mode=0700", {}, 0, 0,
+  scratch_ops.push_back({K::kTmpfs,
+                         s,
+                         "size=" + std::to_string(disk) + ",nr_inodes=16384,mode=0700",
+                         {},
+                         0,
+                         0,
                          "mount scratch tmpfs (disk limit)"});
   for (const char* d : {"work", "tmp", "output", "shm"}) {
     const bool sticky = std::strcmp(d, "tmp") == 0 || std::strcmp(d, "shm") == 0;
-    scratch_ops.push_back({K::kMkdir, s + "/" + d, {}, {}, sticky ? 01777u : 0755u, 0, "mkdir scratch dir"});
+    scratch_ops.push_back(
+        {K::kMkdir, s + "/" + d, {}, {}, sticky ? 01777u : 0755u, 0, "mkdir scratch dir"});
     if (!sticky) scratch_ops.push_back({K::kChown, s + "/" + d, {}, {}, 0, 0, "chown scratch dir"});
   }
   for (const char* d : {"/work", "/tmp", "/output"}) {

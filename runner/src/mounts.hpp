@@ -18,17 +18,17 @@ namespace sluice::runner::detail {
 
 struct MountOp {
   enum class Kind : std::uint8_t {
-    kMkdir,       // path, mode
-    kSymlink,     // target -> path
-    kBindRo,      // source -> path, read-only, nosuid, nodev
-    kBindRw,      // source -> path, nosuid, nodev
-    kTouch,       // empty file at path (a bind target)
-    kWriteFile,   // content -> path, mode
-    kTmpfs,       // tmpfs at path with data options
-    kProc,        // proc at path
-    kDevpts,      // new devpts instance at path
-    kMknod,       // character device dev at path, mode 0666
-    kChown,       // path to uid/gid
+    kMkdir,      // path, mode
+    kSymlink,    // target -> path
+    kBindRo,     // source -> path, read-only, nosuid, nodev
+    kBindRw,     // source -> path, nosuid, nodev
+    kTouch,      // empty file at path (a bind target)
+    kWriteFile,  // content -> path, mode
+    kTmpfs,      // tmpfs at path with data options
+    kProc,       // proc at path
+    kDevpts,     // new devpts instance at path
+    kMknod,      // character device dev at path, mode 0666
+    kChown,      // path to uid/gid
   };
   Kind kind;
   std::string path;    // absolute, under the new root's mount point
@@ -36,7 +36,7 @@ struct MountOp {
   std::string content;
   unsigned mode = 0755;
   dev_t dev = 0;
-  const char* step = "";  // static text naming the step for errors
+  const char* step = "";         // static text naming the step for errors
   unsigned long keep_flags = 0;  // bind remounts: the source's locked flags (MS_NOEXEC, atime)
 };
 
@@ -45,8 +45,8 @@ struct MountPlan {
   // holding the two mount points below. It lies in the old root, so the single detach of the
   // old root after pivot_root drops it too (each umount costs an RCU grace period).
   std::string stage;
-  std::string new_root;  // stage + "/root": the new root tmpfs
-  std::string scratch;   // stage + "/scratch": the scratch tmpfs (work, tmp, output, shm)
+  std::string new_root;      // stage + "/root": the new root tmpfs
+  std::string scratch;       // stage + "/scratch": the scratch tmpfs (work, tmp, output, shm)
   std::vector<MountOp> ops;  // applied in order, before pivot_root
 };
 

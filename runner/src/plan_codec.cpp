@@ -98,7 +98,9 @@ std::string encodePlan(const ChildPlan& plan) {
 
 std::expected<void, std::string> decodePlan(std::string_view bytes, ChildPlan& plan) {
   Reader r(bytes);
-  auto bad = [](const char* what) { return std::unexpected(std::string("malformed plan: ") + what); };
+  auto bad = [](const char* what) {
+    return std::unexpected(std::string("malformed plan: ") + what);
+  };
   std::uint64_t n = 0;
   if (!r.str(plan.mounts.stage) || !r.str(plan.mounts.new_root) || !r.str(plan.mounts.scratch) ||
       !r.u64(n))
@@ -124,9 +126,9 @@ std::expected<void, std::string> decodePlan(std::string_view bytes, ChildPlan& p
   plan.seccomp.resize(n);
   if (!r.bytes(plan.seccomp.data(), n * sizeof(sock_filter))) return bad("seccomp");
   std::uint64_t proxy = 0, userns = 0, arg_start = 0, arg_len = 0;
-  if (!r.strings(plan.argv_storage) || !r.strings(plan.env_storage) ||
-      !r.strings(plan.path_dirs) || !r.u64(proxy) || !r.u64(userns) || !r.u64(arg_start) ||
-      !r.u64(arg_len) || !r.bytes(&plan.fds, sizeof plan.fds) || !r.done())
+  if (!r.strings(plan.argv_storage) || !r.strings(plan.env_storage) || !r.strings(plan.path_dirs) ||
+      !r.u64(proxy) || !r.u64(userns) || !r.u64(arg_start) || !r.u64(arg_len) ||
+      !r.bytes(&plan.fds, sizeof plan.fds) || !r.done())
     return bad("program");
   plan.network_proxy = proxy != 0;
   plan.user_namespace = userns != 0;

@@ -66,12 +66,17 @@ StepResult applyLandlock(const PrivilegePlan& plan) {
     unsigned long long access;
   };
   const Allowed allowed[] = {
-      {"/work", kLandlockWrite},  {"/tmp", kLandlockWrite},
-      {"/output", kLandlockWrite}, {"/dev/shm", kLandlockWrite},
-      {"/dev/null", LANDLOCK_ACCESS_FS_WRITE_FILE}, {"/dev/zero", LANDLOCK_ACCESS_FS_WRITE_FILE},
-      {"/dev/full", LANDLOCK_ACCESS_FS_WRITE_FILE}, {"/dev/tty", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/work", kLandlockWrite},
+      {"/tmp", kLandlockWrite},
+      {"/output", kLandlockWrite},
+      {"/dev/shm", kLandlockWrite},
+      {"/dev/null", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/zero", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/full", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/tty", LANDLOCK_ACCESS_FS_WRITE_FILE},
       {"/dev/random", LANDLOCK_ACCESS_FS_WRITE_FILE},
-      {"/dev/urandom", LANDLOCK_ACCESS_FS_WRITE_FILE}, {"/dev/pts", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/urandom", LANDLOCK_ACCESS_FS_WRITE_FILE},
+      {"/dev/pts", LANDLOCK_ACCESS_FS_WRITE_FILE},
   };
   for (const Allowed& a : allowed) {
     int fd = ::open(a.path, O_PATH | O_CLOEXEC);

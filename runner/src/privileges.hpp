@@ -22,8 +22,8 @@ struct PrivilegePlan {
   std::size_t rlimit_count = 0;
   uid_t uid = 65534;
   gid_t gid = 65534;
-  int cap_last = 40;      // /proc/sys/kernel/cap_last_cap, read by the parent
-  int landlock_abi = 0;   // 0: the kernel has no Landlock
+  int cap_last = 40;            // /proc/sys/kernel/cap_last_cap, read by the parent
+  int landlock_abi = 0;         // 0: the kernel has no Landlock
   bool user_namespace = false;  // setgroups is denied there (setgroups "deny" in /proc)
 };
 

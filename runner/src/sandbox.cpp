@@ -111,8 +111,8 @@ struct Pipes {
     return {};
   }
   detail::ChildFds childFds() const {
-    return {go_r.get(), err_w.get(), rep_w.get(), ctl_r.get(), chan_child.get(), out_w.get(),
-            errs_w.get()};
+    return {go_r.get(),       err_w.get(), rep_w.get(), ctl_r.get(),
+            chan_child.get(), out_w.get(), errs_w.get()};
   }
   void closeChildEnds() {
     go_r.reset();
@@ -144,7 +144,6 @@ int capLastCap() {
   }();
   return v;
 }
-
 
 int cachedLandlockAbi() {
   static const int abi = detail::landlockAbi();
@@ -236,7 +235,8 @@ std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_na
 // unprivileged process may write); setgroups must be denied first.
 std::expected<void, SetupError> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
   const std::string base = "/proc/" + std::to_string(pid) + "/";
-  auto put = [&](const std::string& file, const std::string& text) -> std::expected<void, SetupError> {
+  auto put = [&](const std::string& file,
+                 const std::string& text) -> std::expected<void, SetupError> {
     int fd = ::open((base + file).c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return std::unexpected(setupError("user namespace " + file, std::strerror(errno)));
     ssize_t n = ::write(fd, text.data(), text.size());
@@ -257,8 +257,8 @@ std::string childMessageText(const detail::ChildMessage& m) {
   return step + ": " + std::strerror(m.err);
 }
 
-void drainStream(int fd, StreamCapture& cap, std::uint64_t limit, int stream, const OutputSink& live,
-                 bool& open) {
+void drainStream(int fd, StreamCapture& cap, std::uint64_t limit, int stream,
+                 const OutputSink& live, bool& open) {
   char buf[65536];
   ssize_t n = ::read(fd, buf, sizeof buf);
   if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
@@ -267,10 +267,11 @@ void drainStream(int fd, StreamCapture& cap, std::uint64_t limit, int stream, co
     return;
   }
   cap.bytes += static_cast<std::uint64_t>(n);
-  const std::uint64_t room = limit == 0 ? static_cast<std::uint64_t>(n)
+  const std::uint64_t room = limit == 0                ? static_cast<std::uint64_t>(n)
                              : cap.text.size() < limit ? limit - cap.text.size()
                                                        : 0;
-  const size_t take = static_cast<size_t>(std::min<std::uint64_t>(room, static_cast<std::uint64_t>(n)));
+  const size_t take =
+      static_cast<size_t>(std::min<std::uint64_t>(room, static_cast<std::uint64_t>(n)));
   cap.text.append(buf, take);
   if (take < static_cast<size_t>(n)) cap.truncated = true;
   if (live) live(stream, std::string_view(buf, static_cast<size_t>(n)));
@@ -279,10 +280,10 @@ void drainStream(int fd, StreamCapture& cap, std::uint64_t limit, int stream, co
 }  // namespace
 
 struct PreparedSandbox {
-  pid_t helper = -1;  // -1 once reaped
+  pid_t helper = -1;            // -1 once reaped
   bool user_namespace = false;  // not root: the helper also unshares a user namespace
-  Fd plan_w;          // -> helper: the encoded plan, then EOF
-  Fd pid_r;           // <- helper: init's pid
+  Fd plan_w;                    // -> helper: the encoded plan, then EOF
+  Fd pid_r;                     // <- helper: init's pid
   Pipes pipes;
 
   void reapHelper(bool kill) {
@@ -335,21 +336,30 @@ std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
   // The caller is single-threaded (the contract): a plain fork, and the helper may allocate.
   pid_t pid = ::fork();
   if (pid < 0) return std::unexpected(setupError("fork namespace helper", std::strerror(errno)));
-  if (pid == 0) detail::prepareMain(plan_r.get(), pid_w.get(), p->pipes.childFds(), p->user_namespace);
+  if (pid == 0)
+    detail::prepareMain(plan_r.get(), pid_w.get(), p->pipes.childFds(), p->user_namespace);
   p->helper = pid;
   return p;
 }
 
 std::string_view limitHitName(LimitHit l) {
   switch (l) {
-    case LimitHit::kNone: return "";
-    case LimitHit::kTimeout: return "timeout";
-    case LimitHit::kCpu: return "cpu";
-    case LimitHit::kMemory: return "memory";
-    case LimitHit::kPids: return "pids";
-    case LimitHit::kOutput: return "output";
-    case LimitHit::kDisk: return "disk";
-    case LimitHit::kFileSize: return "file_size";
+    case LimitHit::kNone:
+      return "";
+    case LimitHit::kTimeout:
+      return "timeout";
+    case LimitHit::kCpu:
+      return "cpu";
+    case LimitHit::kMemory:
+      return "memory";
+    case LimitHit::kPids:
+      return "pids";
+    case LimitHit::kOutput:
+      return "output";
+    case LimitHit::kDisk:
+      return "disk";
+    case LimitHit::kFileSize:
+      return "file_size";
   }
   return "";
 }
@@ -377,9 +387,12 @@ int RunResult::sluiceExitStatus() const {
 
 int SetupError::exitStatus() const {
   switch (kind) {
-    case Kind::kNotFound: return 127;
-    case Kind::kCannotExec: return 126;
-    case Kind::kSetup: return 125;
+    case Kind::kNotFound:
+      return 127;
+    case Kind::kCannotExec:
+      return 126;
+    case Kind::kSetup:
+      return 125;
   }
   return 125;
 }
@@ -409,19 +422,16 @@ bool sandboxSupported(std::string* why) {
   return true;
 }
 
-std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
-                                                  const ListenerCallback& on_listener,
-                                                  const OutputSink& live,
-                                                  const StartGate& before_start,
-                                                  const ResultCallback& on_result,
-                                                  PreparedSandboxPtr prepared) {
+std::expected<RunResult, SetupError> runSandboxed(
+    const RunSpec& spec, const ListenerCallback& on_listener, const OutputSink& live,
+    const StartGate& before_start, const ResultCallback& on_result, PreparedSandboxPtr prepared) {
   RunResult result;
   result.started_at = std::chrono::system_clock::now();
   const auto t0 = Clock::now();
   if (spec.argv.empty()) return std::unexpected(setupError("command", "no command given"));
   if (!validExecutionId(spec.execution_id))
-    return std::unexpected(setupError("execution id", "'" + spec.execution_id +
-                                                          "' must be 1-128 of [A-Za-z0-9._-]"));
+    return std::unexpected(
+        setupError("execution id", "'" + spec.execution_id + "' must be 1-128 of [A-Za-z0-9._-]"));
   // Not root: a user namespace gives us the capabilities to build the sandbox, but no cgroups
   // (memory and pids are then not enforced by the kernel's cgroup limits; see docs/sandbox.md).
   const bool user_namespace = ::geteuid() != 0;
@@ -433,8 +443,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     std::error_code ec;
     fs::create_directories(detail::kStageDir, ec);
     if (ec)
-      return std::unexpected(setupError("staging directory",
-                                        std::string(detail::kStageDir) + ": " + ec.message()));
+      return std::unexpected(
+          setupError("staging directory", std::string(detail::kStageDir) + ": " + ec.message()));
   }
 
   detail::ChildPlan plan;
@@ -542,7 +552,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
   } else if (!id_maps_written) {
     if (auto r = writeIdMaps(init, spec.uid, spec.gid); !r) return abort(r.error());
   }
-  if (::write(go_w.get(), "G", 1) != 1) return abort(setupError("start sandbox", std::strerror(errno)));
+  if (::write(go_w.get(), "G", 1) != 1)
+    return abort(setupError("start sandbox", std::strerror(errno)));
 
   if (spec.network_proxy) {
     int fd = detail::receiveFd(chan_parent.get());
@@ -559,7 +570,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     if (auto r = before_start(); !r) return abort(r.error());
   }
   // 'A': everything outside the sandbox is ready (proxy listener adopted, gate passed).
-  if (::write(go_w.get(), "A", 1) != 1) return abort(setupError("start sandbox", std::strerror(errno)));
+  if (::write(go_w.get(), "A", 1) != 1)
+    return abort(setupError("start sandbox", std::strerror(errno)));
   mark("runner: clone + cgroup attach + listener hand-off");
 
   // Relay loop.
@@ -615,8 +627,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
         detail::ChildMessage m;
         ssize_t got = ::read(err_r.get(), &m, sizeof m);
         if (got == static_cast<ssize_t>(sizeof m)) {
-          SetupError e = setupError(std::string(m.step, strnlen(m.step, sizeof m.step)),
-                                    childMessageText(m));
+          SetupError e =
+              setupError(std::string(m.step, strnlen(m.step, sizeof m.step)), childMessageText(m));
           if (m.kind == detail::ChildMessage::kExecFailed) {
             e.kind = m.err == ENOENT ? SetupError::Kind::kNotFound : SetupError::Kind::kCannotExec;
             e.message = spec.argv[0] + ": " + std::strerror(m.err);
@@ -630,8 +642,7 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
       if (i_rep >= 0 && pfds[i_rep].revents) {
         ssize_t got = ::read(rep_r.get(), &report, sizeof report);
         if (got == static_cast<ssize_t>(sizeof report)) have_report = true;
-        if (got == static_cast<ssize_t>(sizeof report) || got == 0 ||
-            (got < 0 && errno != EINTR))
+        if (got == static_cast<ssize_t>(sizeof report) || got == 0 || (got < 0 && errno != EINTR))
           report_open = false;
       }
       if (i_stop >= 0 && pfds[i_stop].revents) {
@@ -667,8 +678,8 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
     const fs::path root = "/proc/" + std::to_string(init) + "/root";
     struct statvfs sv {};
     if (::statvfs((root / "work").c_str(), &sv) == 0)
-      disk_full = static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize < (64u << 10) ||
-                  sv.f_favail == 0;
+      disk_full =
+          static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize < (64u << 10) || sv.f_favail == 0;
     auto arts = detail::collectArtifacts(root / "output", spec.output_dir);
     if (!arts) return abort(setupError("copy /output", arts.error()));
     result.artifacts = std::move(*arts);
@@ -744,8 +755,7 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
   result.isolation.no_new_privs = true;
   result.isolation.uid = spec.uid;
   result.isolation.gid = spec.gid;
-  result.isolation.cgroup =
-      !layout ? "none" : layout->version == CgroupVersion::kV2 ? "v2" : "v1";
+  result.isolation.cgroup = !layout ? "none" : layout->version == CgroupVersion::kV2 ? "v2" : "v1";
   if (on_result) on_result(result);
   teardown();
   mark("runner: teardown (namespaces, cgroups)");

@@ -87,18 +87,19 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
   if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0)
     return std::unexpected("seccomp: cannot set bad-arch action");
   const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
-  auto rule = [&](uint32_t action, const char* name, unsigned n, const scmp_arg_cmp* args)
-      -> std::expected<void, std::string> {
+  auto rule = [&](uint32_t action, const char* name, unsigned n,
+                  const scmp_arg_cmp* args) -> std::expected<void, std::string> {
     int nr = seccomp_syscall_resolve_name(name);
     if (nr == __NR_SCMP_ERROR) return {};  // not on this architecture: nothing to deny
     int rc = n == 0 ? seccomp_rule_add(ctx, action, nr, 0)
                     : seccomp_rule_add_array(ctx, action, nr, n, args);
-    if (rc != 0) return std::unexpected(std::string("seccomp rule for ") + name + ": " +
-                                        std::strerror(-rc));
+    if (rc != 0)
+      return std::unexpected(std::string("seccomp rule for ") + name + ": " + std::strerror(-rc));
     return {};
   };
   for (const DeniedSyscall& d : deniedSyscalls())
-    if (auto r = rule(eperm, std::string(d.name).c_str(), 0, nullptr); !r) return std::unexpected(r.error());
+    if (auto r = rule(eperm, std::string(d.name).c_str(), 0, nullptr); !r)
+      return std::unexpected(r.error());
 
   // clone: threads and fork are fine; new namespaces are not.
   const uint64_t ns_flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
@@ -113,7 +114,8 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
     }
   }
   // clone3 passes its flags in memory seccomp cannot read; ENOSYS makes glibc use clone.
-  if (auto r = rule(SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, nullptr); !r) return std::unexpected(r.error());
+  if (auto r = rule(SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, nullptr); !r)
+    return std::unexpected(r.error());
 
   // Sockets: the only way out is TCP to the proxy. Packet and netlink (routes, addresses,
   // firewall) sockets and raw sockets of any family are refused.
@@ -129,7 +131,8 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
     if (auto r = rule(eperm, "socketpair", 1, &a); !r) return std::unexpected(r.error());
   }
   // Terminal input injection into a shared tty.
-  for (unsigned long req : {static_cast<unsigned long>(TIOCSTI), static_cast<unsigned long>(TIOCLINUX)}) {
+  for (unsigned long req :
+       {static_cast<unsigned long>(TIOCSTI), static_cast<unsigned long>(TIOCLINUX)}) {
     scmp_arg_cmp a = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, req);
     if (auto r = rule(eperm, "ioctl", 1, &a); !r) return std::unexpected(r.error());
   }

@@ -376,7 +376,7 @@ TEST(StoreTest, WithoutCheckpointOnCloseTheNextOpenCopiesTheWal) {
   }
   // (Copied first: a read-write connection closing last, as RawDb does, would checkpoint.)
   EXPECT_EQ(RawDb(copyDbAlone("before")).integer("SELECT count(*) FROM executions"), 0);
-  testing::expectChainIntact(db);  // read-only, through the WAL
+  testing::expectChainIntact(db);              // read-only, through the WAL
   { auto store = testing::openStore(db, o); }  // the next writer's open copies the WAL
   EXPECT_EQ(RawDb(copyDbAlone("after")).integer("SELECT count(*) FROM executions"), 1);
 }

@@ -3,12 +3,12 @@
 // that nothing is left running or mounted afterwards.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <grp.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -65,8 +65,8 @@ class SluiceRun : public ::testing::Test {
 
   // Runs sluice with `args`; stdout/stderr captured through files (no pipe-size deadlocks).
   // `as_uid` >= 0: drop to that uid/gid first (an unprivileged caller).
-  Outcome sluice(const std::vector<std::string>& args, const std::vector<std::string>& extra_env = {},
-                 int as_uid = -1) {
+  Outcome sluice(const std::vector<std::string>& args,
+                 const std::vector<std::string>& extra_env = {}, int as_uid = -1) {
     const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
     pid_t pid = ::fork();
     if (pid == 0) {
@@ -97,8 +97,9 @@ class SluiceRun : public ::testing::Test {
 
   std::vector<std::string> runArgs(const std::string& workflow, std::vector<std::string> opts,
                                    std::vector<std::string> cmd) {
-    std::vector<std::string> a = {"run", "--workflow", workflow, "--policy-dir",
-                                  (dir_ / "policies").string(), "--audit", db().string()};
+    std::vector<std::string> a = {
+        "run",     "--workflow", workflow, "--policy-dir", (dir_ / "policies").string(),
+        "--audit", db().string()};
     a.insert(a.end(), opts.begin(), opts.end());
     a.push_back("--");
     a.insert(a.end(), cmd.begin(), cmd.end());
@@ -119,12 +120,15 @@ class SluiceRun : public ::testing::Test {
   fs::path dir_;
 };
 
-bool jsonschemaAvailable() { return std::system("python3 -c 'import jsonschema' 2>/dev/null") == 0; }
+bool jsonschemaAvailable() {
+  return std::system("python3 -c 'import jsonschema' 2>/dev/null") == 0;
+}
 
 TEST_F(SluiceRun, ReceiptMatchesSchemaAndIsAudited) {
   REQUIRE_SANDBOX();
-  auto [status, receipt] = runJson("sandboxed", {"--receipt", (dir_ / "r.json").string()},
-                                   {"/bin/sh", "-c", "echo hello; echo oops >&2; echo data > /output/o.txt"});
+  auto [status, receipt] =
+      runJson("sandboxed", {"--receipt", (dir_ / "r.json").string()},
+              {"/bin/sh", "-c", "echo hello; echo oops >&2; echo data > /output/o.txt"});
   EXPECT_EQ(status, 0);
   EXPECT_EQ(receipt["stdout"]["text"], "hello\n");
   EXPECT_EQ(receipt["stderr"]["text"], "oops\n");
@@ -138,8 +142,8 @@ TEST_F(SluiceRun, ReceiptMatchesSchemaAndIsAudited) {
   }
   const std::string cmd =
       "python3 -c 'import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), "
-      "json.load(open(sys.argv[2])))' " + (dir_ / "r.json").string() + " " SLUICE_SOURCE_DIR
-      "/schemas/receipt.v1.schema.json";
+      "json.load(open(sys.argv[2])))' " +
+      (dir_ / "r.json").string() + " " SLUICE_SOURCE_DIR "/schemas/receipt.v1.schema.json";
   EXPECT_EQ(std::system(cmd.c_str()), 0);
   Outcome v = sluice({"audit", "verify", "--db", db().string()});
   EXPECT_EQ(v.status, 0) << v.out << v.err;
@@ -184,10 +188,19 @@ TEST_F(SluiceRun, AnAuditStoreThatCannotOpenStopsTheProgramFromStarting) {
   for (const std::string network : {"sandboxed", "proxied"}) {
     const fs::path bad_db = dir_ / "no-such-dir" / "audit.db";
     const fs::path out_dir = dir_ / ("out-" + network);
-    std::vector<std::string> a = {"run", "--workflow", network, "--policy-dir",
-                                  (dir_ / "policies").string(), "--audit", bad_db.string(),
-                                  "--output-dir", out_dir.string(), "--",
-                                  "/bin/sh", "-c", "echo ran; echo x > /output/ran"};
+    std::vector<std::string> a = {"run",
+                                  "--workflow",
+                                  network,
+                                  "--policy-dir",
+                                  (dir_ / "policies").string(),
+                                  "--audit",
+                                  bad_db.string(),
+                                  "--output-dir",
+                                  out_dir.string(),
+                                  "--",
+                                  "/bin/sh",
+                                  "-c",
+                                  "echo ran; echo x > /output/ran"};
     Outcome o = sluice(a);
     EXPECT_EQ(o.status, 125) << network << ": " << o.err;
     EXPECT_EQ(o.out.find("ran"), std::string::npos) << network << ": " << o.out;
@@ -273,14 +286,16 @@ TEST_F(SluiceRun, EscapeBattery) {
   std::ofstream(dir_ / "battery.py") << kEscapeBattery;
   fs::create_directories(dir_ / "in");
   for (const char* wf : {"sandboxed", "proxied"}) {
-    Outcome o = sluice(runArgs(wf, {"--input", (dir_ / "battery.py").string() + ":battery.py",
-                                    "--input", (dir_ / "in").string() + ":in", "--json"},
+    Outcome o = sluice(runArgs(wf,
+                               {"--input", (dir_ / "battery.py").string() + ":battery.py",
+                                "--input", (dir_ / "in").string() + ":in", "--json"},
                                {"python3", "/input/battery.py", port}),
                        {"SLUICE_IT_HOST_SECRET=topsecret"});
     json j = json::parse(o.out, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << o.out << o.err;
     const std::string text = j["stdout"]["text"];
-    EXPECT_NE(text.find("battery done"), std::string::npos) << wf << "\n" << text << j["stderr"]["text"];
+    EXPECT_NE(text.find("battery done"), std::string::npos) << wf << "\n"
+                                                            << text << j["stderr"]["text"];
     EXPECT_EQ(text.find("ESCAPED"), std::string::npos) << wf << "\n" << text;
     EXPECT_EQ(text.find("topsecret"), std::string::npos);
     EXPECT_EQ(j["exit"]["code"], 0);
@@ -298,10 +313,11 @@ TEST_F(SluiceRun, UnprivilegedCallerGetsAUserNamespaceSandbox) {
     fs::permissions(e.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec |
                                   fs::perms::others_read | fs::perms::others_exec);
   Outcome o = sluice({"run", "--policy", (dir_ / "policies" / "sandboxed.yaml").string(), "--audit",
-                      "", "--json", "--input", (dir_ / "battery.py").string() + ":battery.py",
-                      "--", "python3", "/input/battery.py", "1"},
+                      "", "--json", "--input", (dir_ / "battery.py").string() + ":battery.py", "--",
+                      "python3", "/input/battery.py", "1"},
                      {}, 65534);
-  if (o.status == 98 || o.status == 99 || o.err.find("user namespaces are unavailable") != std::string::npos) {
+  if (o.status == 98 || o.status == 99 ||
+      o.err.find("user namespaces are unavailable") != std::string::npos) {
     if (isolationRequired()) FAIL() << "unprivileged user namespaces unavailable: " << o.err;
     GTEST_SKIP() << "cannot run sluice unprivileged here: " << o.err;
   }
@@ -327,15 +343,26 @@ TEST_F(SluiceRun, EachLimitIsNamedInTheReceipt) {
   const std::vector<Case> cases = {
       {"timeout", {"--timeout", "1s"}, {"sleep", "60"}, 124},
       {"cpu", {"--cpu-time", "1s"}, {"/bin/sh", "-c", "while :; do :; done"}, 124},
-      {"memory", {"--memory", "64MiB"},
-       {"python3", "-c", "a=[]\nwhile True: a.append(bytearray(8<<20))"}, 124},
-      {"pids", {"--pids", "12"},
+      {"memory",
+       {"--memory", "64MiB"},
+       {"python3", "-c", "a=[]\nwhile True: a.append(bytearray(8<<20))"},
+       124},
+      {"pids",
+       {"--pids", "12"},
        {"python3", "-c",
-        "import os,sys,time\nfor i in range(100):\n  try: p=os.fork()\n  except OSError: sys.exit(1)\n  "
-        "if p==0: time.sleep(30); os._exit(0)"}, 124},
-      {"disk", {"--disk", "4MiB"},
-       {"/bin/sh", "-c", "for i in $(seq 64); do head -c 1048576 /dev/zero > /tmp/f$i || exit 1; done"}, 124},
-      {"file_size", {"--file-size", "1MiB"}, {"dd", "if=/dev/zero", "of=/work/f", "bs=1M", "count=4"}, 124},
+        "import os,sys,time\nfor i in range(100):\n  try: p=os.fork()\n  except OSError: "
+        "sys.exit(1)\n  "
+        "if p==0: time.sleep(30); os._exit(0)"},
+       124},
+      {"disk",
+       {"--disk", "4MiB"},
+       {"/bin/sh", "-c",
+        "for i in $(seq 64); do head -c 1048576 /dev/zero > /tmp/f$i || exit 1; done"},
+       124},
+      {"file_size",
+       {"--file-size", "1MiB"},
+       {"dd", "if=/dev/zero", "of=/work/f", "bs=1M", "count=4"},
+       124},
       {"output", {"--output", "1KiB"}, {"/bin/sh", "-c", "yes | head -c 100000"}, 0},
   };
   for (const Case& c : cases) {
@@ -354,7 +381,8 @@ TEST_F(SluiceRun, SigkillOfSluiceTakesTheSandboxWithIt) {
     int devnull = ::open("/dev/null", O_WRONLY);
     ::dup2(devnull, 1);
     ::dup2(devnull, 2);
-    auto args = runArgs("sandboxed", {}, {"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker});
+    auto args = runArgs("sandboxed", {},
+                        {"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker});
     std::vector<char*> argv{const_cast<char*>(SLUICE_BINARY)};
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -378,7 +406,8 @@ TEST_F(SluiceRun, SigkillOfSluiceTakesTheSandboxWithIt) {
   // Its cgroups are left behind (nobody could remove them); gc does, and knows they are dead.
   Outcome gc = sluice({"gc"});
   EXPECT_EQ(gc.status, 0) << gc.err;
-  for (const char* h : {"/sys/fs/cgroup/pids/sluice", "/sys/fs/cgroup/memory/sluice", "/sys/fs/cgroup/sluice"}) {
+  for (const char* h :
+       {"/sys/fs/cgroup/pids/sluice", "/sys/fs/cgroup/memory/sluice", "/sys/fs/cgroup/sluice"}) {
     std::error_code ec;
     if (!fs::is_directory(h, ec)) continue;
     for (const auto& e : fs::directory_iterator(h, ec)) {

@@ -79,13 +79,13 @@ bool toolsPresent(std::string* missing) {
   return true;
 }
 
-#define REQUIRE_TOOLS()                                                      \
-  do {                                                                       \
-    std::string missing_;                                                    \
-    if (!toolsPresent(&missing_)) {                                          \
+#define REQUIRE_TOOLS()                                                         \
+  do {                                                                          \
+    std::string missing_;                                                       \
+    if (!toolsPresent(&missing_)) {                                             \
       if (isolationRequired()) FAIL() << "required tool missing: " << missing_; \
-      GTEST_SKIP() << "tool missing: " << missing_;                          \
-    }                                                                        \
+      GTEST_SKIP() << "tool missing: " << missing_;                             \
+    }                                                                           \
   } while (0)
 
 // The test upstream: HTTPS on 127.0.0.1 (and ::1 when the host has IPv6 loopback) at one port,
@@ -341,11 +341,14 @@ class TlsRun : public ::testing::Test {
     std::ofstream(dir_ / "ext.cnf") << "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
                                        "extendedKeyUsage=serverAuth\n"
                                        "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n";
-    ASSERT_TRUE(sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-                   "-keyout " + d + "/ca.key -out " + d + "/ca.pem -days 2 "
-                   "-subj '/CN=sluice test upstream CA' "
-                   "-addext basicConstraints=critical,CA:TRUE "
-                   "-addext keyUsage=critical,keyCertSign,cRLSign"))
+    ASSERT_TRUE(
+        sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+           "-keyout " +
+           d + "/ca.key -out " + d +
+           "/ca.pem -days 2 "
+           "-subj '/CN=sluice test upstream CA' "
+           "-addext basicConstraints=critical,CA:TRUE "
+           "-addext keyUsage=critical,keyCertSign,cRLSign"))
         << slurp(dir_ / "sh.log");
     ASSERT_TRUE(sh("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
                    d + "/server.key -out " + d + "/server.csr -subj /CN=localhost"))
@@ -374,8 +377,8 @@ class TlsRun : public ::testing::Test {
     }
     ASSERT_GT(upstream_, 0);
     for (int i = 0; i < 200 && !fs::exists(portfile); ++i) std::this_thread::sleep_for(50ms);
-    ASSERT_TRUE(fs::exists(portfile)) << "upstream did not start: "
-                                      << slurp(dir_ / "upstream.stderr");
+    ASSERT_TRUE(fs::exists(portfile))
+        << "upstream did not start: " << slurp(dir_ / "upstream.stderr");
     port_ = slurp(portfile);
   }
   void stopUpstream() {
@@ -394,14 +397,18 @@ class TlsRun : public ::testing::Test {
            "  output: 1MiB\n  disk: 64MiB\n  network: proxy\n"
            "egress:\n  rules:\n"
            "    - id: echo-api\n      action: allow\n      hosts: [localhost]\n"
-           "      ports: [" << port_ << "]\n      allow_private: true\n"
+           "      ports: ["
+        << port_
+        << "]\n      allow_private: true\n"
            "      cidrs: [\"127.0.0.0/8\", \"::1/128\"]\n      tls: inspect\n"
            "      methods: [GET]\n      paths: [\"/echo*\"]\n"
            "      inject:\n        headers:\n"
            "          Authorization: \"Bearer ${secret:api_token}\"\n"
            "        placeholder_env: API_TOKEN\n"
            "    - id: loopback-literal\n      action: allow\n      cidrs: [\"127.0.0.0/8\"]\n"
-           "      allow_private: true\n      ports: [" << port_ << "]\n      tls: inspect\n"
+           "      allow_private: true\n      ports: ["
+        << port_
+        << "]\n      tls: inspect\n"
            "      methods: [GET]\n      paths: [\"/echo*\"]\n";
   }
 
@@ -442,9 +449,15 @@ class TlsRun : public ::testing::Test {
   // `sluice run` of the agent in `mode` ("full" or "untrusted").
   Outcome runAgent(const std::string& mode, bool upstream_ca,
                    const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> a = {"run", "--workflow", "tlswire", "--policy-dir",
-                                  (dir_ / "policies").string(), "--audit", db().string(),
-                                  "--secrets", (dir_ / "secrets.yaml").string()};
+    std::vector<std::string> a = {"run",
+                                  "--workflow",
+                                  "tlswire",
+                                  "--policy-dir",
+                                  (dir_ / "policies").string(),
+                                  "--audit",
+                                  db().string(),
+                                  "--secrets",
+                                  (dir_ / "secrets.yaml").string()};
     a.insert(a.end(), extra.begin(), extra.end());
     if (upstream_ca) a.insert(a.end(), {"--upstream-ca", (dir_ / "ca.pem").string()});
     a.insert(a.end(), {"--env", "UPSTREAM_PORT=" + port_, "--input",
@@ -592,7 +605,8 @@ TEST_F(TlsRun, InspectedRequestsGetTheSecretWhichNeverReachesTheSandbox) {
   writePolicy();
   writeSecrets(secretsYaml());
   Outcome o = runAgent("full", true);
-  ASSERT_EQ(o.status, 0) << o.err << "\n" << o.out << "\nupstream: " << slurp(dir_ / "upstream.stderr");
+  ASSERT_EQ(o.status, 0) << o.err << "\n"
+                         << o.out << "\nupstream: " << slurp(dir_ / "upstream.stderr");
   json r = results();
   const std::string auth_hash = sha256Hex("Bearer " + secret_);
   const std::string key_hash = sha256Hex(secret_);
@@ -648,7 +662,8 @@ TEST_F(TlsRun, InspectedRequestsGetTheSecretWhichNeverReachesTheSandbox) {
     ASSERT_EQ(c.value("status", 0), 200) << show(c);
     json echo = json::parse(c.value("body", std::string()), nullptr, false);
     ASSERT_FALSE(echo.is_discarded()) << show(c);
-    EXPECT_NE(echo["x_api_key_sha256"], key_hash) << "placeholder swapped on another rule's request";
+    EXPECT_NE(echo["x_api_key_sha256"], key_hash)
+        << "placeholder swapped on another rule's request";
     EXPECT_EQ(echo["authorization_sha256"], nullptr) << "credential injected on another rule";
   }
 
@@ -721,8 +736,7 @@ TEST_F(TlsRun, UntrustedUpstreamCertificateGives502WithTheReason) {
     const json& c = r["curl_untrusted"];
     EXPECT_TRUE(c.value("status", 0) == 502 || c.value("connect", 0) == 502) << show(c);
     const json& p = r["py_untrusted"];
-    EXPECT_TRUE(p.value("status", 0) == 502 ||
-                p.value("body", "").find("502") != std::string::npos)
+    EXPECT_TRUE(p.value("status", 0) == 502 || p.value("body", "").find("502") != std::string::npos)
         << show(p);
   }
   // The reason, from the raw CONNECT (or, if the tunnel was accepted, curl's body).
@@ -731,8 +745,8 @@ TEST_F(TlsRun, UntrustedUpstreamCertificateGives502WithTheReason) {
     const json& c = r["curl_untrusted"];
     json why = raw.value("status", 0) == 502 ? refusal(raw) : refusal(c);
     EXPECT_EQ(why.value("reason", ""), "upstream_error") << show(raw) << "\n" << show(c);
-    EXPECT_NE(why.value("detail", "").find("certificate"), std::string::npos)
-        << show(raw) << "\n" << show(c);
+    EXPECT_NE(why.value("detail", "").find("certificate"), std::string::npos) << show(raw) << "\n"
+                                                                              << show(c);
     std::cout << "[ info ] untrusted upstream refusal: " << why.dump() << "\n";
   }
   for (const auto& p : upstreamPaths()) EXPECT_NE(p, "/echo/untrusted") << "request forwarded";
@@ -801,8 +815,8 @@ TEST_F(TlsRun, MissingOrUnsafeSecretsRefuseToStart) {
   REQUIRE_TOOLS();
   port_ = "8443";
   writePolicy();
-  std::vector<std::string> base = {"run", "--workflow", "tlswire", "--policy-dir",
-                                   (dir_ / "policies").string(), "--audit", ""};
+  std::vector<std::string> base = {
+      "run", "--workflow", "tlswire", "--policy-dir", (dir_ / "policies").string(), "--audit", ""};
   // No --secrets at all. (Secrets are read after the sandbox's init exists, so that it holds
   // no copy; the program must still never start.)
   {
@@ -830,10 +844,10 @@ TEST_F(TlsRun, MissingOrUnsafeSecretsRefuseToStart) {
   // receipt on stdout naming the failed step, and its row in the store.
   {
     const std::string db = (dir_ / "refused.db").string();
-    std::vector<std::string> a = {"run", "--workflow", "tlswire", "--policy-dir",
-                                  (dir_ / "policies").string(), "--audit", db, "--json",
-                                  "--secrets", (dir_ / "secrets.yaml").string(), "--",
-                                  "/bin/sh", "-c", "echo PROGRAM-RAN"};
+    std::vector<std::string> a = {
+        "run",     "--workflow", "tlswire", "--policy-dir",    (dir_ / "policies").string(),
+        "--audit", db,           "--json",  "--secrets",       (dir_ / "secrets.yaml").string(),
+        "--",      "/bin/sh",    "-c",      "echo PROGRAM-RAN"};
     Outcome o = sluice(a);
     EXPECT_EQ(o.status, 125) << o.err;
     auto receipt = nlohmann::json::parse(o.out, nullptr, false);
@@ -884,8 +898,9 @@ TEST_F(TlsRun, StandaloneProxyRefusesWhatItCannotServe) {
   REQUIRE_TOOLS();
   port_ = "8443";
   writePolicy();
-  std::vector<std::string> base = {"proxy", "--policy-dir", (dir_ / "policies").string(),
-                                   "--listen", "127.0.0.1:0", "--workflow", "tlswire"};
+  std::vector<std::string> base = {"proxy",    "--policy-dir", (dir_ / "policies").string(),
+                                   "--listen", "127.0.0.1:0",  "--workflow",
+                                   "tlswire"};
   writeSecrets(secretsYaml());
   // tls: inspect without --ca-dir.
   {
@@ -916,8 +931,8 @@ TEST_F(TlsRun, StandaloneProxyRefusesWhatItCannotServe) {
   writeSecrets("something_else:\n  value: \"" + secret_ + "\"\n");
   {
     auto a = base;
-    a.insert(a.end(), {"--ca-dir", (dir_ / "ca").string(), "--secrets",
-                       (dir_ / "secrets.yaml").string()});
+    a.insert(a.end(),
+             {"--ca-dir", (dir_ / "ca").string(), "--secrets", (dir_ / "secrets.yaml").string()});
     Outcome o = sluice(a);
     EXPECT_EQ(o.status, 1) << o.err;
     EXPECT_NE(o.err.find("api_token"), std::string::npos) << o.err;
@@ -1010,7 +1025,8 @@ TEST_F(TlsRun, StandaloneProxyInspectsAndInjects) {
   ASSERT_TRUE(up) << "sluice proxy did not listen: " << slurp(dir_ / "proxy.log");
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << slurp(dir_ / "proxy.log");
   json echo = json::parse(body, nullptr, false);
-  ASSERT_FALSE(echo.is_discarded()) << body << "\n" << slurp(dir_ / "sh.log") << "\n"
+  ASSERT_FALSE(echo.is_discarded()) << body << "\n"
+                                    << slurp(dir_ / "sh.log") << "\n"
                                     << slurp(dir_ / "proxy.log");
   EXPECT_EQ(echo["authorization_sha256"], sha256Hex("Bearer " + secret_));
   EXPECT_TRUE(reload_rejected) << "reload naming a missing secret not refused: "

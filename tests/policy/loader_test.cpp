@@ -75,7 +75,8 @@ TEST(Loader, WrongTypes) {
   EXPECT_EQ(problems(rule("      hosts: a.example\n")), "p.yaml:8:14: hosts must be a list\n");
   EXPECT_EQ(problems(rule("      hosts: [a.example]\n      allow_private: yes please\n")),
             "p.yaml:9:22: allow_private must be true or false\n");
-  EXPECT_EQ(problems(std::string(kHead) + "sandbox: 5\n"), "p.yaml:4:10: sandbox must be a mapping\n");
+  EXPECT_EQ(problems(std::string(kHead) + "sandbox: 5\n"),
+            "p.yaml:4:10: sandbox must be a mapping\n");
 }
 
 TEST(Loader, BadDurationsAndSizes) {
@@ -174,7 +175,8 @@ TEST(Loader, RequestConditionsNeedInspectableTraffic) {
 }
 
 TEST(Loader, SecretReferences) {
-  std::string base = "      hosts: [a.example]\n      tls: inspect\n      inject:\n        headers:\n";
+  std::string base =
+      "      hosts: [a.example]\n      tls: inspect\n      inject:\n        headers:\n";
   EXPECT_EQ(problems(rule(base + "          Authorization: \"Bearer ${secret:}\"\n")),
             "p.yaml:12:26: bad secret name '' in ${secret:...} (letters, digits, '_', '-', '.')\n");
   EXPECT_EQ(problems(rule(base + "          Authorization: \"Bearer ${secret:tok\"\n")),

@@ -25,8 +25,8 @@ Decision connect(const Matcher& m, std::string_view host, std::uint16_t port) {
 
 class WildcardTest : public ::testing::Test {
  protected:
-  std::shared_ptr<const Matcher> m_ = compileYaml(
-      "    - {id: wild, action: allow, hosts: [\"*.example.com\"], ports: [443]}\n");
+  std::shared_ptr<const Matcher> m_ =
+      compileYaml("    - {id: wild, action: allow, hosts: [\"*.example.com\"], ports: [443]}\n");
 };
 
 TEST_F(WildcardTest, SubdomainsOnly) {
@@ -112,7 +112,7 @@ TEST(Matcher, IpLiteralsMatchOnlyCidrRules) {
     EXPECT_EQ(d.reason, Reason::kIpLiteralNeedsCidrs) << s;
   }
   EXPECT_EQ(connect(*m, "203.0.112.9", 443).rule_id, "v4");
-  EXPECT_EQ(connect(*m, "3405803529", 443).rule_id, "v4");          // 203.0.112.9 as a number
+  EXPECT_EQ(connect(*m, "3405803529", 443).rule_id, "v4");            // 203.0.112.9 as a number
   EXPECT_EQ(connect(*m, "[::ffff:203.0.112.9]", 443).rule_id, "v4");  // mapped form
   EXPECT_EQ(connect(*m, "[2606:4700::1]", 443).rule_id, "v6");
   EXPECT_FALSE(connect(*m, "[2606:4701::1]", 443).allowed);
@@ -125,9 +125,9 @@ TEST(Matcher, AddressPhaseRefusesNonGlobalAddresses) {
   auto c = m->decideConnect(t, Visibility::kTunnel);
   ASSERT_TRUE(c.allowed);
   EXPECT_TRUE(m->decideAddress(c, t, *parseIpLiteral("93.184.216.34")).allowed);
-  for (auto s : {"127.0.0.1", "10.0.0.1", "169.254.169.254", "100.64.1.1", "0.0.0.0", "::1",
-                 "fd00::1", "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::",
-                 "224.0.0.1"}) {
+  for (auto s :
+       {"127.0.0.1", "10.0.0.1", "169.254.169.254", "100.64.1.1", "0.0.0.0", "::1", "fd00::1",
+        "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "224.0.0.1"}) {
     auto d = m->decideAddress(c, t, *parseIpLiteral(s));
     EXPECT_FALSE(d.allowed) << s;
     EXPECT_EQ(d.reason, Reason::kPrivateAddress) << s;
@@ -214,7 +214,8 @@ TEST(Matcher, StarvedRegexSetFallsBackWithoutDroppingDenyRules) {
       "apiVersion: sluice/v1\nkind: Workflow\nname: t\negress:\n  rules:\n"
       "    - {id: allow-victim, action: allow, hosts: [\"re:victim\\\\.example\\\\.com\"]}\n"
       "    - {id: deny-victim, action: deny, hosts: [\"re:vic.*\\\\.example\\\\.com\"]}\n"
-      "    - {id: other, action: allow, hosts: [\"re:[a-z]{1,40}-[0-9]{1,40}\\\\.example\\\\.org\"]}\n";
+      "    - {id: other, action: allow, hosts: "
+      "[\"re:[a-z]{1,40}-[0-9]{1,40}\\\\.example\\\\.org\"]}\n";
   auto w = parseWorkflow(yaml, "t.yaml");
   ASSERT_TRUE(w) << w.error().str();
   auto m = Matcher::compile(std::make_shared<const Workflow>(std::move(*w)), 1024);
@@ -266,8 +267,7 @@ TEST(Matcher, RequestConditions) {
 }
 
 TEST(Matcher, ConditionalAllowNeverGrantsAPassthroughTunnel) {
-  auto m = compileYaml(
-      "    - {id: get-only, action: allow, hosts: [a.example], methods: [GET]}\n");
+  auto m = compileYaml("    - {id: get-only, action: allow, hosts: [a.example], methods: [GET]}\n");
   auto d = connect(*m, "a.example", 443);
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.reason, Reason::kInspectionRequired);

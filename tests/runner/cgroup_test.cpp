@@ -65,9 +65,7 @@ TEST_F(FakeCgroupFs, HybridIsV1) {
   EXPECT_EQ(layout->cpuacct_dir, root_ / "cpu,cpuacct");
 }
 
-TEST_F(FakeCgroupFs, NothingMountedIsAnError) {
-  EXPECT_FALSE(detectCgroupLayout(root_));
-}
+TEST_F(FakeCgroupFs, NothingMountedIsAnError) { EXPECT_FALSE(detectCgroupLayout(root_)); }
 
 TEST_F(FakeCgroupFs, V2CreateWritesLimitsAndEnablesControllers) {
   put(root_ / "cgroup.controllers", "cpu memory pids\n");

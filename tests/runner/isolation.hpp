@@ -15,11 +15,11 @@ inline bool isolationRequired() {
   return (ci && std::string(ci) == "true") || (req && std::string(req) == "1");
 }
 
-#define REQUIRE_SANDBOX()                                                            \
-  do {                                                                               \
-    std::string why_;                                                                \
-    if (!sluice::runner::sandboxSupported(&why_)) {                                  \
+#define REQUIRE_SANDBOX()                                                              \
+  do {                                                                                 \
+    std::string why_;                                                                  \
+    if (!sluice::runner::sandboxSupported(&why_)) {                                    \
       if (isolationRequired()) FAIL() << "sandbox required but unavailable: " << why_; \
-      GTEST_SKIP() << "sandbox unavailable: " << why_;                               \
-    }                                                                                \
+      GTEST_SKIP() << "sandbox unavailable: " << why_;                                 \
+    }                                                                                  \
   } while (0)

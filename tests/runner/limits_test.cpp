@@ -38,7 +38,8 @@ TEST(Limits, LooserValueIsAnErrorNamingTheOption) {
   o.memory = 1ull << 30;
   auto r = applyOverrides(base, o);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error(), "--memory 1GiB is looser than the workflow's 512MiB (overrides may only tighten)");
+  EXPECT_EQ(r.error(),
+            "--memory 1GiB is looser than the workflow's 512MiB (overrides may only tighten)");
   LimitOverrides t;
   t.timeout = 1h;
   auto rt = applyOverrides(base, t);

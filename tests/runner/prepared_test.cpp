@@ -2,9 +2,9 @@
 // ahead of time, the helper reaped when unused, and the point of preparing early — the
 // sandbox's init holds nothing the caller loaded after prepareSandbox().
 #include <dirent.h>
-#include <sys/sysmacros.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -42,10 +42,10 @@ TEST(PlanCodec, RoundTripsEveryField) {
   in.mounts.new_root = "/run/sluice/root";
   in.mounts.scratch = "/run/sluice/scratch";
   in.mounts.ops.push_back({detail::MountOp::Kind::kWriteFile, "/run/sluice/root/etc/hosts", "",
-                           std::string(kWithNul, sizeof kWithNul - 1), 0644, 0,
-                           "write /etc/hosts", 0});
-  in.mounts.ops.push_back({detail::MountOp::Kind::kMknod, "/dev/null", "", "", 0666,
-                           makedev(1, 3), "mknod", 0x10});
+                           std::string(kWithNul, sizeof kWithNul - 1), 0644, 0, "write /etc/hosts",
+                           0});
+  in.mounts.ops.push_back(
+      {detail::MountOp::Kind::kMknod, "/dev/null", "", "", 0666, makedev(1, 3), "mknod", 0x10});
   in.privileges.uid = 1234;
   in.privileges.gid = 4321;
   in.privileges.rlimit_count = 1;
@@ -106,10 +106,11 @@ TEST(PreparedSandbox, RunsLikeAnyOtherAndLeavesNothing) {
   auto prepared = prepareSandbox();  // first: the test process is still single-threaded
   ASSERT_TRUE(prepared) << prepared.error().message;
   ASSERT_TRUE(*prepared);
-  auto r = runSandboxed(shell("hostname; tr '\\0' ' ' </proc/1/comm; echo $$; id -u; "
-                              "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; touch /output/made",
-                              "runs"),
-                        {}, {}, {}, {}, std::move(*prepared));
+  auto r =
+      runSandboxed(shell("hostname; tr '\\0' ' ' </proc/1/comm; echo $$; id -u; "
+                         "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; touch /output/made",
+                         "runs"),
+                   {}, {}, {}, {}, std::move(*prepared));
   ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
   EXPECT_EQ(r->exit_code, 0) << r->err.text;
   EXPECT_EQ(r->out.text, "sandbox\nsluice-init\n2\n65534\nlo\n") << r->err.text;

@@ -48,8 +48,8 @@ inline std::vector<pid_t> waitForChildrenNamed(pid_t parent, const std::string& 
 }
 
 struct MemoryScan {
-  std::size_t scanned = 0;         // bytes read
-  std::vector<std::string> hits;   // /proc/PID/maps lines of mappings holding the needle
+  std::size_t scanned = 0;        // bytes read
+  std::vector<std::string> hits;  // /proc/PID/maps lines of mappings holding the needle
 };
 
 /// Reads every readable mapping of `pid` (as root) and reports those that contain `needle`.

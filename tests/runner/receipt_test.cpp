@@ -20,7 +20,8 @@ RunResult sampleResult() {
   r.out = {12, false, "hello world\n"};
   r.err = {5000, true, std::string(100, 'x')};
   r.artifacts = {{"report.csv", 42, std::string(64, 'a')}};
-  r.isolation = {{"mount", "pid", "net", "ipc", "uts", "cgroup"}, true, true, true, 65534, 65534, "v1"};
+  r.isolation = {
+      {"mount", "pid", "net", "ipc", "uts", "cgroup"}, true, true, true, 65534, 65534, "v1"};
   r.started_at = std::chrono::system_clock::time_point(std::chrono::milliseconds(1700000000123));
   r.ended_at = r.started_at + std::chrono::milliseconds(1500);
   return r;
@@ -83,11 +84,14 @@ TEST(Receipt, ValidatesAgainstSchema) {
     ReceiptContext ctx;
     ctx.workflow = "w";
     ctx.policy_sha256 = std::string(64, 'a');
-    auto j = buildReceipt(sampleSpec(), sampleResult(), ctx,
-                          with_hash ? std::optional<std::string>(std::string(64, 'b')) : std::nullopt);
+    auto j =
+        buildReceipt(sampleSpec(), sampleResult(), ctx,
+                     with_hash ? std::optional<std::string>(std::string(64, 'b')) : std::nullopt);
     std::ofstream(file) << j.dump();
-    const std::string cmd = "python3 -c 'import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))' " +
-                            file + " " SLUICE_SOURCE_DIR "/schemas/receipt.v1.schema.json";
+    const std::string cmd =
+        "python3 -c 'import json,sys,jsonschema; jsonschema.validate(json.load(open(sys.argv[1])), "
+        "json.load(open(sys.argv[2])))' " +
+        file + " " SLUICE_SOURCE_DIR "/schemas/receipt.v1.schema.json";
     EXPECT_EQ(std::system(cmd.c_str()), 0) << j.dump(2);
   }
   std::remove(file.c_str());

@@ -115,10 +115,11 @@ TEST(Sandbox, HostFilesAndEnvironmentAreNotVisible) {
   const fs::path host_file = "/tmp/sluice-host-only-" + std::to_string(::getpid());
   std::ofstream(host_file) << "secret";
   ::setenv("SLUICE_HOST_ONLY_VAR", "hostvalue", 1);
-  auto r = mustRun(bash(
-      "for p in /root /home /var /run /boot /sys /mnt " + host_file.string() +
-      "; do [ -e $p ] && echo VISIBLE $p; done; env | grep -c hostvalue; cat /proc/1/environ 2>/dev/null | wc -c; "
-      "ls /proc | grep -E '^[0-9]+$' | wc -l; tr '\\0' ' ' < /proc/1/cmdline; echo"));
+  auto r =
+      mustRun(bash("for p in /root /home /var /run /boot /sys /mnt " + host_file.string() +
+                   "; do [ -e $p ] && echo VISIBLE $p; done; env | grep -c hostvalue; cat "
+                   "/proc/1/environ 2>/dev/null | wc -c; "
+                   "ls /proc | grep -E '^[0-9]+$' | wc -l; tr '\\0' ' ' < /proc/1/cmdline; echo"));
   fs::remove(host_file);
   EXPECT_EQ(r.out.text.find("VISIBLE"), std::string::npos) << r.out.text;
   EXPECT_NE(r.out.text.find("0\n0\n"), std::string::npos) << r.out.text;
@@ -129,11 +130,11 @@ TEST(Sandbox, HostFilesAndEnvironmentAreNotVisible) {
 
 TEST(Sandbox, WritesOnlyInsideWorkTmpOutput) {
   REQUIRE_SANDBOX();
-  auto r = mustRun(bash(
-      "for p in /x /etc/x /usr/x /bin/x /input/x /proc/x /dev/x; do "
-      "  (echo a > $p) 2>/dev/null && echo WROTE $p; done; "
-      "for p in /work/a /tmp/a /output/a /dev/shm/a; do (echo a > $p) && echo ok $p; done; "
-      "echo hi > /dev/null && echo devnull"));
+  auto r = mustRun(
+      bash("for p in /x /etc/x /usr/x /bin/x /input/x /proc/x /dev/x; do "
+           "  (echo a > $p) 2>/dev/null && echo WROTE $p; done; "
+           "for p in /work/a /tmp/a /output/a /dev/shm/a; do (echo a > $p) && echo ok $p; done; "
+           "echo hi > /dev/null && echo devnull"));
   EXPECT_EQ(r.out.text.find("WROTE"), std::string::npos) << r.out.text;
   for (const char* p : {"ok /work/a", "ok /tmp/a", "ok /output/a", "ok /dev/shm/a", "devnull"})
     EXPECT_NE(r.out.text.find(p), std::string::npos) << p << "\n" << r.out.text;
@@ -141,7 +142,8 @@ TEST(Sandbox, WritesOnlyInsideWorkTmpOutput) {
 
 TEST(Sandbox, PrivilegesAreDropped) {
   REQUIRE_SANDBOX();
-  auto r = mustRun(bash("id -u; id -G; grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status"));
+  auto r = mustRun(bash(
+      "id -u; id -G; grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status"));
   EXPECT_NE(r.out.text.find("65534\n65534\n"), std::string::npos) << r.out.text;
   EXPECT_NE(r.out.text.find("CapEff:\t0000000000000000"), std::string::npos);
   EXPECT_NE(r.out.text.find("CapBnd:\t0000000000000000"), std::string::npos);
@@ -185,12 +187,16 @@ TEST(Sandbox, NoNetworkButLoopback) {
   socklen_t len = sizeof a;
   ::getsockname(srv, reinterpret_cast<sockaddr*>(&a), &len);
   const int port = ntohs(a.sin_port);
-  auto r = mustRun(bash(
-      "for t in 127.0.0.1/" + std::to_string(port) + " 127.0.0.1/3128 10.0.0.1/80 1.1.1.1/443; do "
-      "  (timeout 3 bash -c \"exec 3<>/dev/tcp/${t%/*}/${t#*/}\") 2>/dev/null && echo CONNECTED $t; done; "
-      "python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.settimeout(2); s.connect((\"2606:4700::1111\", 443))' 2>/dev/null && echo CONNECTED v6; "
-      "python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b\"x\", (\"8.8.8.8\", 53))' 2>/dev/null && echo SENT udp; "
-      "getent hosts example.com && echo RESOLVED; echo done"));
+  auto r =
+      mustRun(bash("for t in 127.0.0.1/" + std::to_string(port) +
+                   " 127.0.0.1/3128 10.0.0.1/80 1.1.1.1/443; do "
+                   "  (timeout 3 bash -c \"exec 3<>/dev/tcp/${t%/*}/${t#*/}\") 2>/dev/null && echo "
+                   "CONNECTED $t; done; "
+                   "python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.settimeout(2); "
+                   "s.connect((\"2606:4700::1111\", 443))' 2>/dev/null && echo CONNECTED v6; "
+                   "python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+                   "s.sendto(b\"x\", (\"8.8.8.8\", 53))' 2>/dev/null && echo SENT udp; "
+                   "getent hosts example.com && echo RESOLVED; echo done"));
   pollfd p{srv, POLLIN, 0};
   EXPECT_EQ(::poll(&p, 1, 0), 0) << "the host loopback service saw a connection";
   ::close(srv);
@@ -202,8 +208,9 @@ TEST(Sandbox, NoNetworkButLoopback) {
 
 TEST(Sandbox, ProxyListenerIsHandedToTheCaller) {
   REQUIRE_SANDBOX();
-  RunSpec s = bash("exec 3<>/dev/tcp/127.0.0.1/3128; echo ping >&3; read -r line <&3; echo got $line; "
-                   "echo $HTTPS_PROXY");
+  RunSpec s = bash(
+      "exec 3<>/dev/tcp/127.0.0.1/3128; echo ping >&3; read -r line <&3; echo got $line; "
+      "echo $HTTPS_PROXY");
   s.network_proxy = true;
   std::thread server;
   int calls = 0;
@@ -246,9 +253,10 @@ TEST(Sandbox, InputsAreReadOnlyAndOutputsAreCopiedWithHashes) {
   fs::remove_all(base);
   fs::create_directories(base / "in");
   std::ofstream(base / "in" / "data.csv") << "a,b\n1,2\n";
-  RunSpec s = bash("cat /input/data/data.csv; (echo x > /input/data/new) 2>/dev/null && echo WROTE; "
-                   "echo hello > /output/result.txt; mkdir /output/sub; printf abc > /output/sub/x; "
-                   "ln -s /etc/passwd /output/link");
+  RunSpec s = bash(
+      "cat /input/data/data.csv; (echo x > /input/data/new) 2>/dev/null && echo WROTE; "
+      "echo hello > /output/result.txt; mkdir /output/sub; printf abc > /output/sub/x; "
+      "ln -s /etc/passwd /output/link");
   s.inputs.push_back({base / "in", "data"});
   s.output_dir = base / "out";
   auto r = mustRun(s);
@@ -256,9 +264,11 @@ TEST(Sandbox, InputsAreReadOnlyAndOutputsAreCopiedWithHashes) {
   ASSERT_EQ(r.artifacts.size(), 2u);
   EXPECT_EQ(r.artifacts[0].path, "result.txt");
   EXPECT_EQ(r.artifacts[0].bytes, 6u);
-  EXPECT_EQ(r.artifacts[0].sha256, "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03");
+  EXPECT_EQ(r.artifacts[0].sha256,
+            "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03");
   EXPECT_EQ(r.artifacts[1].path, "sub/x");
-  EXPECT_EQ(r.artifacts[1].sha256, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(r.artifacts[1].sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   std::ifstream copied(base / "out" / "result.txt");
   std::string text((std::istreambuf_iterator<char>(copied)), {});
   EXPECT_EQ(text, "hello\n");
@@ -269,12 +279,15 @@ TEST(Sandbox, InputsAreReadOnlyAndOutputsAreCopiedWithHashes) {
 TEST(Sandbox, NothingSurvivesTheProgram) {
   REQUIRE_SANDBOX();
   const std::string marker = "31337" + std::to_string(::getpid());
-  RunSpec s = bash("setsid bash -c 'sleep " + marker + "' </dev/null >/dev/null 2>&1 & "
-                   "(sleep " + marker + " &) ; echo started");
+  RunSpec s = bash("setsid bash -c 'sleep " + marker +
+                   "' </dev/null >/dev/null 2>&1 & "
+                   "(sleep " +
+                   marker + " &) ; echo started");
   auto r = mustRun(s);
   EXPECT_EQ(r.out.text, "started\n");
   EXPECT_FALSE(processWithArgExists(marker));
-  for (const char* h : {"/sys/fs/cgroup/pids/sluice", "/sys/fs/cgroup/memory/sluice", "/sys/fs/cgroup/sluice"}) {
+  for (const char* h :
+       {"/sys/fs/cgroup/pids/sluice", "/sys/fs/cgroup/memory/sluice", "/sys/fs/cgroup/sluice"}) {
     std::error_code ec;
     if (!fs::is_directory(h, ec)) continue;
     for (const auto& e : fs::directory_iterator(h, ec)) {
@@ -418,7 +431,8 @@ TEST(Gc, RemovesLeftoversOfDeadOwnersOnly) {
   // pid 4194304 is above the kernel's maximum pid_max: its owner cannot be alive.
   auto dead = sluice::runner::Cgroup::create(*layout, "4194304.1.t-gc-dead", Limits{});
   ASSERT_TRUE(dead) << dead.error().message;
-  auto live = sluice::runner::Cgroup::create(*layout, sluice::runner::cgroupName("t-gc-live"), Limits{});
+  auto live =
+      sluice::runner::Cgroup::create(*layout, sluice::runner::cgroupName("t-gc-live"), Limits{});
   ASSERT_TRUE(live) << live.error().message;
   const auto dead_dirs = dead->dirs();
   auto report = collectGarbage();

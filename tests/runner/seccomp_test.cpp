@@ -19,10 +19,10 @@ bool denied(std::string_view name) {
 }
 
 TEST(Seccomp, DenyListCoversHostFacingSyscalls) {
-  for (const char* s : {"unshare", "setns", "mount", "umount2", "pivot_root", "ptrace", "bpf",
-                        "perf_event_open", "keyctl", "add_key", "init_module", "finit_module",
-                        "kexec_load", "reboot", "io_uring_setup", "userfaultfd",
-                        "open_by_handle_at", "process_vm_readv"})
+  for (const char* s :
+       {"unshare", "setns", "mount", "umount2", "pivot_root", "ptrace", "bpf", "perf_event_open",
+        "keyctl", "add_key", "init_module", "finit_module", "kexec_load", "reboot",
+        "io_uring_setup", "userfaultfd", "open_by_handle_at", "process_vm_readv"})
     EXPECT_TRUE(denied(s)) << s;
 }
 

@@ -688,8 +688,8 @@ TEST_F(InspectTest, SecretReflectedInAResponseHeaderIsRedacted) {
 TEST_F(InspectTest, AbsoluteFormTargetNamingAnotherHostIsRefused) {
   auto c = tunnel("api.test", up_->port());
   ASSERT_TRUE(c);
-  auto r = roundTrip(*c, request("GET", "https://" + otherAuthority() + "/v1/fronted",
-                                 apiAuthority()));
+  auto r =
+      roundTrip(*c, request("GET", "https://" + otherAuthority() + "/v1/fronted", apiAuthority()));
   EXPECT_EQ(r.status, 400) << r.body;
   EXPECT_EQ(r.header("x-sluice-reason"), "host_mismatch");
   EXPECT_TRUE(up_->requests().empty()) << "the fronted request must not reach the upstream";

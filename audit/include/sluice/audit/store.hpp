@@ -132,7 +132,6 @@ class Store final : public EventSink {
   /// work while the commit's fsync runs (`sluice run` tears the sandbox down meanwhile).
   PendingExecution beginRecordExecution(const ExecutionRecord& record);
 
-
   /// Waits until everything queued before the call is committed (synchronous=NORMAL).
   std::expected<void, Error> flush();
 

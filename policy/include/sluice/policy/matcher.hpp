@@ -29,10 +29,10 @@ enum class Reason : std::uint8_t {
   kPortNotAllowed,
   kMethodNotAllowed,
   kPathNotAllowed,
-  kPrivateAddress,        // resolved/literal address is non-global and no rule permits it
-  kAddressNotInCidrs,     // rule has cidrs and the address is outside them
-  kIpLiteralNeedsCidrs,   // IP-literal destination and only host-pattern rules
-  kInspectionRequired,    // rule restricts methods/paths but the traffic is not inspected
+  kPrivateAddress,       // resolved/literal address is non-global and no rule permits it
+  kAddressNotInCidrs,    // rule has cidrs and the address is outside them
+  kIpLiteralNeedsCidrs,  // IP-literal destination and only host-pattern rules
+  kInspectionRequired,   // rule restricts methods/paths but the traffic is not inspected
   kInvalidTarget,
   // Set by the proxy, not the matcher; listed so every component shares one vocabulary.
   kLimitExceeded,
@@ -48,12 +48,12 @@ std::string_view reasonName(Reason r);
 struct Decision {
   bool allowed = false;
   Reason reason = Reason::kNoMatchingRule;
-  std::string rule_id;        // the deciding rule; for a default deny, the nearest miss's rule
-  std::string detail;         // one sentence a person can act on
-  std::string nearest_miss;   // for a default deny: "rule X matched host H but port P ..."
-  TlsMode tls = TlsMode::kPassthrough;       // connect phase: inspect if any allowing rule says so
-  const Rule* rule = nullptr;                // the deciding rule (allow or deny), if any
-  std::vector<std::uint32_t> candidates;     // connect phase: allow rules that matched host+port
+  std::string rule_id;       // the deciding rule; for a default deny, the nearest miss's rule
+  std::string detail;        // one sentence a person can act on
+  std::string nearest_miss;  // for a default deny: "rule X matched host H but port P ..."
+  TlsMode tls = TlsMode::kPassthrough;    // connect phase: inspect if any allowing rule says so
+  const Rule* rule = nullptr;             // the deciding rule (allow or deny), if any
+  std::vector<std::uint32_t> candidates;  // connect phase: allow rules that matched host+port
   // Set by decideRequest, so that decideAddress can apply deny rules that combine cidrs with
   // methods/paths. The proxy calls decideAddress after every decideRequest, with the address
   // the request's connection was (or will be) dialled to.
@@ -65,8 +65,8 @@ struct Decision {
 /// How the proxy will see the traffic on a connection; decides whether request-level
 /// conditions (methods, paths) can be enforced.
 enum class Visibility : std::uint8_t {
-  kPlainHttp,    // absolute-form http:// requests: every request visible
-  kTunnel,       // CONNECT: visible only if the connect decision says tls: inspect
+  kPlainHttp,  // absolute-form http:// requests: every request visible
+  kTunnel,     // CONNECT: visible only if the connect decision says tls: inspect
 };
 
 /// Plain http:// requests never carry injected credentials unless the deciding rule says

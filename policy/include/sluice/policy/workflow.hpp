@@ -82,7 +82,7 @@ struct SandboxLimits {
   std::uint64_t pids = 64;
   std::uint64_t output = 1ull << 20;
   std::uint64_t disk = 100ull << 20;
-  std::uint64_t file_size = 0;   // 0 = same as disk
+  std::uint64_t file_size = 0;  // 0 = same as disk
   std::uint64_t open_files = 256;
   NetworkMode network = NetworkMode::kProxy;
 };

@@ -35,10 +35,10 @@ std::expected<CgroupLayout, std::string> detectCgroupLayout(
 
 /// The kernel's counters for one execution's cgroup.
 struct CgroupStats {
-  std::uint64_t oom_kills = 0;       // memory.events oom_kill (v2) / memory.oom_control (v1)
+  std::uint64_t oom_kills = 0;        // memory.events oom_kill (v2) / memory.oom_control (v1)
   std::uint64_t pids_max_events = 0;  // pids.events "max": forks refused by pids.max
-  std::uint64_t cpu_usage_us = 0;    // cpu.stat usage_usec (v2) / cpuacct.usage (v1)
-  std::uint64_t memory_peak = 0;     // memory.peak (v2) / memory.max_usage_in_bytes (v1)
+  std::uint64_t cpu_usage_us = 0;     // cpu.stat usage_usec (v2) / cpuacct.usage (v1)
+  std::uint64_t memory_peak = 0;      // memory.peak (v2) / memory.max_usage_in_bytes (v1)
   std::uint64_t pids_current = 0;
   std::uint64_t pids_peak = 0;       // pids.peak when the kernel has it, else 0
   std::uint64_t memory_failcnt = 0;  // v1 memory.failcnt (limit reached; reclaim or OOM)
@@ -88,6 +88,7 @@ std::string cgroupName(std::string_view execution_id);
 std::vector<pid_t> cgroupProcs(const std::filesystem::path& dir);
 
 /// Reads "key value" lines (memory.events, pids.events, cpu.stat, memory.oom_control).
-std::optional<std::uint64_t> readKeyedCounter(const std::filesystem::path& file, std::string_view key);
+std::optional<std::uint64_t> readKeyedCounter(const std::filesystem::path& file,
+                                              std::string_view key);
 
 }  // namespace sluice::runner

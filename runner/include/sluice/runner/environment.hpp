@@ -9,7 +9,8 @@
 namespace sluice::runner {
 
 /// The PATH every sandboxed program gets.
-inline constexpr const char* kSandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+inline constexpr const char* kSandboxPath =
+    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /// Builds the environment: PATH, HOME=/work, TMPDIR=/tmp, LANG=C.UTF-8, USER/LOGNAME; with
 /// `network_proxy` also HTTP_PROXY, HTTPS_PROXY, http_proxy, https_proxy, ALL_PROXY (and

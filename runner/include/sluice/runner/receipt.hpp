@@ -2,9 +2,8 @@
 // which policy and limits, what it printed and produced, what it reached, how it was isolated.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,7 +21,7 @@ struct NetworkSummary {
   struct Denial {
     std::string host;
     std::uint16_t port = 0;
-    std::string rule;    // "" for a default deny
+    std::string rule;  // "" for a default deny
     std::string reason;
   };
   std::vector<Denial> denials;

@@ -24,14 +24,14 @@ namespace sluice::runner {
 /// Effective resource limits of one execution. 0 means "no limit" for the byte/count fields
 /// except where noted; durations of 0 mean no limit.
 struct Limits {
-  std::chrono::milliseconds timeout{std::chrono::seconds(30)};  // wall clock
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};   // wall clock
   std::chrono::milliseconds cpu_time{std::chrono::seconds(20)};  // all processes together
-  std::uint64_t memory = 512ull << 20;  // cgroup, swap included
+  std::uint64_t memory = 512ull << 20;                           // cgroup, swap included
   std::uint64_t pids = 64;
-  std::uint64_t output = 1ull << 20;    // captured per stream; the rest counted and dropped
-  std::uint64_t disk = 100ull << 20;    // one tmpfs shared by /work, /tmp and /output
-  std::uint64_t file_size = 0;          // RLIMIT_FSIZE; 0 = same as disk
-  std::uint64_t open_files = 256;       // RLIMIT_NOFILE
+  std::uint64_t output = 1ull << 20;  // captured per stream; the rest counted and dropped
+  std::uint64_t disk = 100ull << 20;  // one tmpfs shared by /work, /tmp and /output
+  std::uint64_t file_size = 0;        // RLIMIT_FSIZE; 0 = same as disk
+  std::uint64_t open_files = 256;     // RLIMIT_NOFILE
 };
 
 /// A host file or directory made visible read-only under /input.
@@ -45,7 +45,7 @@ struct RunSpec {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // K=V added to the fixed environment (see buildEnvironment)
   Limits limits;
-  bool network_proxy = false;    // true: a proxy listener at 127.0.0.1:3128 in the sandbox
+  bool network_proxy = false;  // true: a proxy listener at 127.0.0.1:3128 in the sandbox
   std::vector<Input> inputs;
   std::filesystem::path output_dir;  // empty: /output is discarded after the run
   std::string execution_id;          // [A-Za-z0-9._-]+; names the cgroup
@@ -57,7 +57,16 @@ struct RunSpec {
 };
 
 /// Which limit stopped (or, for output/disk/pids, constrained) the program.
-enum class LimitHit : std::uint8_t { kNone, kTimeout, kCpu, kMemory, kPids, kOutput, kDisk, kFileSize };
+enum class LimitHit : std::uint8_t {
+  kNone,
+  kTimeout,
+  kCpu,
+  kMemory,
+  kPids,
+  kOutput,
+  kDisk,
+  kFileSize
+};
 /// "timeout", "cpu", ... ; "" for kNone.
 std::string_view limitHitName(LimitHit l);
 
