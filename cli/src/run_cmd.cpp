@@ -111,34 +111,33 @@ std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w,
   base.file_size = w.sandbox.file_size;
   base.open_files = w.sandbox.open_files;
   rn::LimitOverrides ov;
-  auto dur = [](const char* opt, const std::string& text,
-                std::optional<std::chrono::milliseconds>& dst) -> std::expected<void, std::string> {
-    if (text.empty()) return {};
-    auto d = pol::parseDuration(text);
-    if (!d) return std::unexpected(std::string("--") + opt + " " + text + ": " + d.error());
-    dst = *d;
-    return {};
-  };
-  auto size = [](const char* opt, const std::string& text,
-                 std::optional<std::uint64_t>& dst) -> std::expected<void, std::string> {
-    if (text.empty()) return {};
-    auto s = pol::parseSize(text);
-    if (!s) return std::unexpected(std::string("--") + opt + " " + text + ": " + s.error());
-    dst = *s;
-    return {};
-  };
-  auto count = [](const char* opt, const std::string& text,
-                  std::optional<std::uint64_t>& dst) -> std::expected<void, std::string> {
-    if (text.empty()) return {};
+  // One parser per kind of value; the shared wrapper skips unset options and names the
+  // option in errors.
+  auto parseCount = [](const std::string& text) -> std::expected<std::uint64_t, std::string> {
     try {
       size_t used = 0;
       unsigned long long v = std::stoull(text, &used);
-      if (used != text.size()) throw std::invalid_argument(text);
-      dst = v;
+      if (used == text.size()) return v;
     } catch (...) {
-      return std::unexpected(std::string("--") + opt + " " + text + ": not a whole number");
     }
+    return std::unexpected(std::string("not a whole number"));
+  };
+  auto option = [](const char* opt, const std::string& text, auto& dst,
+                   auto parse) -> std::expected<void, std::string> {
+    if (text.empty()) return {};
+    auto v = parse(text);
+    if (!v) return std::unexpected(std::string("--") + opt + " " + text + ": " + v.error());
+    dst = *v;
     return {};
+  };
+  auto dur = [&](const char* opt, const std::string& text, auto& dst) {
+    return option(opt, text, dst, [](const std::string& t) { return pol::parseDuration(t); });
+  };
+  auto size = [&](const char* opt, const std::string& text, auto& dst) {
+    return option(opt, text, dst, [](const std::string& t) { return pol::parseSize(t); });
+  };
+  auto count = [&](const char* opt, const std::string& text, auto& dst) {
+    return option(opt, text, dst, parseCount);
   };
   for (auto r : {dur("timeout", o.timeout, ov.timeout), dur("cpu-time", o.cpu_time, ov.cpu_time),
                  size("memory", o.memory, ov.memory), count("pids", o.pids, ov.pids),
