@@ -302,21 +302,9 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
                      const std::string& rule, const std::string& why,
                      std::vector<std::string> injected = {}) {
     if (!allowed) account_->noteDenied(target().host, target().port, rule, why);
-    if (!ctx_->sink) return;
-    audit::RequestEvent ev;
-    ev.connection_id = event_.id;
-    ev.execution_id = listener_->execution_id;
-    ev.workflow = workflow().name;
-    ev.ts_ms = nowMs();
-    ev.method = method;
-    ev.host = target().host;
-    ev.path = path;
-    ev.status = status;
-    ev.decision = allowed ? "allow" : "deny";
-    ev.rule_id = rule;
-    ev.reason = why;
-    ev.injected_secrets = std::move(injected);
-    ctx_->sink->recordRequest(std::move(ev));
+    proxy::recordRequest(
+        *ctx_, *listener_, workflow().name,
+        {event_.id, method, target().host, path, status, allowed, rule, why, std::move(injected)});
   }
 
   net::awaitable<bool> refuse(const Refusal& r, const std::string& method, const std::string& path,

@@ -439,21 +439,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
                      const std::string& host, const std::string& path, int status, bool allowed,
                      const std::string& rule, const std::string& why,
                      std::vector<std::string> injected = {}) {
-    if (!ctx_->sink) return;
-    audit::RequestEvent ev;
-    ev.connection_id = connection_id;
-    ev.execution_id = listener_->execution_id;
-    ev.workflow = workflow().name;
-    ev.ts_ms = nowMs();
-    ev.method = method;
-    ev.host = host;
-    ev.path = path;
-    ev.status = status;
-    ev.decision = allowed ? "allow" : "deny";
-    ev.rule_id = rule;
-    ev.reason = why;
-    ev.injected_secrets = std::move(injected);
-    ctx_->sink->recordRequest(std::move(ev));
+    proxy::recordRequest(
+        *ctx_, *listener_, workflow().name,
+        {connection_id, method, host, path, status, allowed, rule, why, std::move(injected)});
   }
 
   // A refused plain-HTTP request: a denied connections row, its requests row, the answer.
