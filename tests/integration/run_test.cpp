@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "isolation.hpp"
+#include "proc_scan.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -28,15 +29,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+using sluice::testing::Outcome;
+using sluice::testing::slurp;
 
 class SluiceRun : public ::testing::Test {
  protected:
@@ -406,17 +400,8 @@ TEST_F(SluiceRun, SigkillOfSluiceTakesTheSandboxWithIt) {
   // Its cgroups are left behind (nobody could remove them); gc does, and knows they are dead.
   Outcome gc = sluice({"gc"});
   EXPECT_EQ(gc.status, 0) << gc.err;
-  for (const char* h :
-       {"/sys/fs/cgroup/pids/sluice", "/sys/fs/cgroup/memory/sluice", "/sys/fs/cgroup/sluice"}) {
-    std::error_code ec;
-    if (!fs::is_directory(h, ec)) continue;
-    for (const auto& e : fs::directory_iterator(h, ec)) {
-      if (e.is_directory()) {
-        EXPECT_FALSE(e.path().filename().string().starts_with(std::to_string(pid) + "."))
-            << e.path();
-      }
-    }
-  }
+  for (const std::string& name : sluice::testing::sluiceCgroupNames())
+    EXPECT_FALSE(name.starts_with(std::to_string(pid) + ".")) << name;
 }
 
 TEST_F(SluiceRun, SigtermStopsTheRunCleanly) {

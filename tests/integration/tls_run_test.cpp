@@ -35,15 +35,8 @@ using namespace std::chrono_literals;
 
 namespace {
 
-struct Outcome {
-  int status = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), {});
-}
+using sluice::testing::Outcome;
+using sluice::testing::slurp;
 
 std::string sha256Hex(const std::string& s) {
   unsigned char md[EVP_MAX_MD_SIZE];

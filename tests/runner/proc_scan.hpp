@@ -1,5 +1,6 @@
-// Test helpers that look at other processes through /proc: finding a sandbox's init, and
-// searching a process's readable memory for a value it must not hold (secrets, keys).
+// Test helpers that look at the host's state: files whole, other processes through /proc
+// (finding a sandbox's init, searching a process's memory for a value it must not hold) and
+// the cgroups sluice left (or did not leave) behind.
 #pragma once
 
 #include <fcntl.h>
@@ -17,14 +18,39 @@
 
 namespace sluice::testing {
 
+/// What a command printed and how it ended (integration tests run the real binary).
+struct Outcome {
+  int status = -1;
+  std::string out, err;
+};
+
+/// A file's whole content ("" when it cannot be read).
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+/// Names of the execution cgroups under sluice's parent cgroup (v1 pids and memory hierarchies,
+/// v2 root): "<sluice pid>.<start time>.<execution id>".
+inline std::vector<std::string> sluiceCgroupNames() {
+  std::vector<std::string> out;
+  for (const char* h :
+       {"/sys/fs/cgroup/pids/sluice", "/sys/fs/cgroup/memory/sluice", "/sys/fs/cgroup/sluice"}) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(h, ec)) continue;
+    for (const auto& e : std::filesystem::directory_iterator(h, ec))
+      if (e.is_directory()) out.push_back(e.path().filename().string());
+  }
+  return out;
+}
+
 /// Processes whose parent is `parent` and whose name (/proc/PID/stat comm) is `comm`.
 inline std::vector<pid_t> childrenNamed(pid_t parent, const std::string& comm) {
   std::vector<pid_t> out;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream in(e.path() / "stat");
-    const std::string stat((std::istreambuf_iterator<char>(in)), {});
+    const std::string stat = slurp(e.path() / "stat");
     const auto close = stat.rfind(')');
     if (close == std::string::npos || stat.find("(" + comm + ")") == std::string::npos) continue;
     char state = 0;
