@@ -57,36 +57,10 @@ class SluiceRun : public ::testing::Test {
            "[\"allowed.example\"]\n      ports: [443]\n";
   }
 
-  // Runs sluice with `args`; stdout/stderr captured through files (no pipe-size deadlocks).
-  // `as_uid` >= 0: drop to that uid/gid first (an unprivileged caller).
+  // Runs sluice with `args`; `as_uid` >= 0: as that uid/gid (an unprivileged caller).
   Outcome sluice(const std::vector<std::string>& args,
                  const std::vector<std::string>& extra_env = {}, int as_uid = -1) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
-      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0666);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      if (as_uid >= 0) {
-        if (::chdir(dir_.c_str()) != 0 || ::setgroups(0, nullptr) != 0 || ::setgid(as_uid) != 0 ||
-            ::setuid(as_uid) != 0)
-          ::_exit(98);
-      }
-      for (const auto& kv : extra_env) ::putenv(const_cast<char*>(kv.c_str()));
-      std::vector<char*> argv{const_cast<char*>(SLUICE_BINARY)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(SLUICE_BINARY, argv.data());
-      ::_exit(99);
-    }
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    Outcome r;
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    return sluice::testing::runBinary(SLUICE_BINARY, dir_, args, extra_env, as_uid);
   }
 
   std::vector<std::string> runArgs(const std::string& workflow, std::vector<std::string> opts,

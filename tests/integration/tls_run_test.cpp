@@ -416,27 +416,9 @@ class TlsRun : public ::testing::Test {
   }
 
   Outcome sluice(const std::vector<std::string>& args, const char* log_level = nullptr) {
-    const fs::path out = dir_ / "stdout", err = dir_ / "stderr";
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      if (log_level) ::setenv("SLUICE_LOG_LEVEL", log_level, 1);
-      int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(o, 1);
-      ::dup2(e, 2);
-      std::vector<char*> argv{const_cast<char*>(SLUICE_BINARY)};
-      for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      ::execv(SLUICE_BINARY, argv.data());
-      ::_exit(99);
-    }
-    int st = 0;
-    ::waitpid(pid, &st, 0);
-    Outcome r;
-    r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    r.out = slurp(out);
-    r.err = slurp(err);
-    return r;
+    std::vector<std::string> env;
+    if (log_level) env.push_back(std::string("SLUICE_LOG_LEVEL=") + log_level);
+    return sluice::testing::runBinary(SLUICE_BINARY, dir_, args, env);
   }
 
   // `sluice run` of the agent in `mode` ("full" or "untrusted").

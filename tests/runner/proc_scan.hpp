@@ -4,7 +4,9 @@
 #pragma once
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,6 +25,42 @@ struct Outcome {
   int status = -1;
   std::string out, err;
 };
+
+inline std::string slurp(const std::filesystem::path& p);
+
+/// Runs `binary args...` with `env` (NAME=VALUE) added, stdout and stderr captured through
+/// files in `dir` (no pipe-size deadlocks). `as_uid` >= 0: drop to that uid/gid first, in
+/// `dir` (an unprivileged caller).
+inline Outcome runBinary(const char* binary, const std::filesystem::path& dir,
+                         const std::vector<std::string>& args,
+                         const std::vector<std::string>& env = {}, int as_uid = -1) {
+  const std::filesystem::path out = dir / "stdout", err = dir / "stderr";
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(o, 1);
+    ::dup2(e, 2);
+    if (as_uid >= 0) {
+      if (::chdir(dir.c_str()) != 0 || ::setgroups(0, nullptr) != 0 || ::setgid(as_uid) != 0 ||
+          ::setuid(as_uid) != 0)
+        ::_exit(98);
+    }
+    for (const auto& kv : env) ::putenv(const_cast<char*>(kv.c_str()));
+    std::vector<char*> argv{const_cast<char*>(binary)};
+    for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(binary, argv.data());
+    ::_exit(99);
+  }
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  Outcome r;
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
 
 /// A file's whole content ("" when it cannot be read).
 inline std::string slurp(const std::filesystem::path& p) {
