@@ -222,12 +222,12 @@ void connectBench(benchmark::State& state, Set set, bool expect_allowed) {
   const auto ts = targets(rules, set);
   // Sanity: the benchmark measures what its name says.
   for (const auto& t : ts) {
-    if (m->decideConnect(t, Visibility::kTunnel).allowed != expect_allowed) {
+    if (m->decide({t, Visibility::kTunnel}).allowed != expect_allowed) {
       state.SkipWithError(("unexpected decision for " + t.authority()).c_str());
       return;
     }
   }
-  runTimed(state, [&](std::size_t i) { return m->decideConnect(ts[i], Visibility::kTunnel); });
+  runTimed(state, [&](std::size_t i) { return m->decide({ts[i], Visibility::kTunnel}); });
 }
 
 void BM_ConnectHitExact(benchmark::State& s) { connectBench(s, Set::kHitExact, true); }
@@ -246,7 +246,7 @@ void BM_ParseAndConnectHit(benchmark::State& state) {
   for (const auto& t : targets(rules, Set::kHitExact)) auths.push_back(t.authority());
   runTimed(state, [&](std::size_t i) {
     auto t = sluice::policy::parseAuthority(auths[i]);
-    return m->decideConnect(*t, Visibility::kTunnel);
+    return m->decide({*t, Visibility::kTunnel});
   });
 }
 
@@ -264,8 +264,10 @@ void BM_Request(benchmark::State& state) {
     ts.push_back(mustTarget(exactHost(idx[(n * 7919) % idx.size()]), 443));
   static const char* kPaths[] = {"/v1/metrics/cpu", "/v2/metrics", "/healthz", "/v1/a/b/c/d"};
   static const char* kMethods[] = {"GET", "POST", "DELETE", "GET"};
+  std::vector<sluice::policy::HttpRequest> reqs;
+  for (std::size_t i = 0; i < 16; ++i) reqs.push_back({kMethods[i % 4], kPaths[(i / 4) % 4], ""});
   runTimed(state, [&](std::size_t i) {
-    return m->decideRequest(ts[i], kMethods[i % 4], kPaths[(i / 4) % 4]);
+    return m->decide({ts[i], Visibility::kPlainHttp, &reqs[i % 16]});
   });
 }
 

@@ -54,15 +54,17 @@ void hostsFor(const HostPattern& p, std::vector<std::string>& out) {
 
 void decide(const Matcher& m, const Target& t) {
   for (auto vis : {Visibility::kTunnel, Visibility::kPlainHttp}) {
-    auto d = m.decideConnect(t, vis);
+    auto d = m.decide({t, vis});
     if (!d.allowed) continue;
     for (const char* ip :
          {"10.20.0.1", "127.0.0.1", "93.184.216.34", "::ffff:169.254.169.254", "2001:db8::1"}) {
-      if (auto a = sluice::policy::parseIpLiteral(ip)) (void)m.decideAddress(d, t, *a);
+      if (auto a = sluice::policy::parseIpLiteral(ip)) (void)m.decide({t, vis, nullptr, &*a});
     }
-    (void)m.decideRequest(t, "GET", "/v1/x");
-    (void)m.decideRequest(t, "POST", "/");
-    (void)m.decideRequest(t, "DELETE", "/v1/admin/a?b=c");
+    for (auto [method, target] : {std::pair{"GET", "/v1/x"}, std::pair{"POST", "/"},
+                                  std::pair{"DELETE", "/v1/admin/a?b=c"}}) {
+      auto r = sluice::policy::canonicalRequest(method, target);
+      if (r) (void)m.decide({t, Visibility::kPlainHttp, &*r, nullptr, true});
+    }
   }
 }
 

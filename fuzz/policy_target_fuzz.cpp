@@ -79,15 +79,33 @@ void checkTarget(const pol::Target& t, std::string_view input) {
   if (again->host != t.host || again->ip != t.ip) violated("target is not a fixed point", input);
   const auto& m = matcher();
   for (auto vis : {pol::Visibility::kTunnel, pol::Visibility::kPlainHttp}) {
-    auto d = m.decideConnect(t, vis);
+    auto d = m.decide({t, vis});
     if (d.allowed && d.rule_id.empty()) violated("allow without a rule", input);
     if (d.allowed) {
-      auto a = m.decideAddress(d, t, t.ip ? *t.ip : pol::IpAddress::v4(0x0A000001));
+      const auto addr = t.ip ? *t.ip : pol::IpAddress::v4(0x0A000001);
+      auto a = m.decide({t, vis, nullptr, &addr});
       if (a.allowed && a.rule_id.empty()) violated("address allow without a rule", input);
     }
   }
-  auto r = m.decideRequest(t, "GET", "/v1/x");
+  const pol::HttpRequest get{"GET", "/v1/x", ""};
+  auto r = m.decide({t, pol::Visibility::kPlainHttp, &get});
   if (r.allowed && r.rule_id.empty()) violated("request allow without a rule", input);
+}
+
+// The canonical request is a fixed point and holds none of the shapes it exists to remove.
+void checkCanonicalRequest(std::string_view input) {
+  auto r = pol::canonicalRequest("GET", input);
+  if (!r) return;
+  const auto& p = r->path;
+  if (p.empty() || p.front() != '/') violated("canonical path does not start with /", input);
+  if (p.find("//") != std::string::npos) violated("canonical path has an empty segment", input);
+  if (p.find("/./") != std::string::npos || p.find("/../") != std::string::npos ||
+      p.ends_with("/.") || p.ends_with("/.."))
+    violated("canonical path has a dot segment", input);
+  if (p.find('\\') != std::string::npos) violated("canonical path has a backslash", input);
+  auto again = pol::canonicalRequest("GET", r->target());
+  if (!again || again->path != r->path || again->query != r->query)
+    violated("canonical request is not a fixed point", input);
 }
 
 }  // namespace
@@ -102,10 +120,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     (void)ip->embeddedV4();
   }
   if (auto t = pol::parseAuthority(in)) checkTarget(*t, in);
+  checkCanonicalRequest(in);
   if (auto u = pol::parseUrl(in)) {
     checkTarget(u->target, in);
     if (u->path.empty() || u->path.front() != '/') violated("URL path does not start with /", in);
-    (void)matcher().decideRequest(u->target, "POST", u->path);
+    if (auto req = pol::canonicalRequest("POST", u->path))
+      (void)matcher().decide({u->target, pol::Visibility::kPlainHttp, &*req, nullptr, true});
   }
   if (auto c = pol::parseCidr(in)) {
     auto back = pol::parseCidr(c->str());

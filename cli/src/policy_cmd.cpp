@@ -25,6 +25,7 @@ int runCheck(const std::vector<std::string>& paths) {
       continue;
     }
     for (const auto& [name, w] : set->workflows) {
+      for (const auto& d : w->warnings) std::cout << d.str() << "\n";
       std::size_t allow = 0, deny = 0;
       for (const auto& r : w->rules) (r.action == pol::Action::kAllow ? allow : deny)++;
       std::cout << "ok " << name << " (" << w->source_path << "): " << allow << " allow, " << deny
@@ -66,6 +67,8 @@ nlohmann::json explanationJson(const pol::Explanation& ex, const std::string& wo
   j["inject"] = ex.inject_headers;
   j["secrets"] = ex.inject_secrets;
   j["phase"] = ex.phase;
+  j["method"] = ex.method.empty() ? nlohmann::json(nullptr) : nlohmann::json(ex.method);
+  j["path"] = ex.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(ex.path);
   j["tls"] = d.allowed ? std::string(pol::tlsModeName(d.tls)) : std::string();
   if (!ex.note.empty()) j["note"] = ex.note;
   return j;
@@ -97,6 +100,8 @@ int runExplain(const ExplainOptions& o) {
               << "rule:         " << (d.rule_id.empty() ? "-" : d.rule_id) << "\n"
               << "reason:       " << pol::reasonName(d.reason) << "\n"
               << "detail:       " << d.detail << "\n";
+    if (!ex->path.empty())
+      std::cout << "request:      " << ex->method << " " << ex->path << " (canonical form)\n";
     if (!d.nearest_miss.empty()) std::cout << "nearest miss: " << d.nearest_miss << "\n";
     if (d.allowed) std::cout << "tls:          " << pol::tlsModeName(d.tls) << "\n";
     if (!ex->inject_headers.empty()) {

@@ -83,6 +83,13 @@ class Parser {
     diags_.push_back({file_, pos, std::move(message)});
   }
   void error(const YAML::Node& n, std::string message) { errorAt(n.Mark(), std::move(message)); }
+  // Not a load error: kept with the workflow and printed by `policy check`.
+  void warning(const YAML::Node& n, std::string message) {
+    SourcePos pos;
+    if (n.Mark().line >= 0) pos = {n.Mark().line + 1, n.Mark().column + 1};
+    warnings_.push_back({file_, pos, "warning: " + std::move(message)});
+  }
+  std::vector<Diagnostic>& warnings() { return warnings_; }
 
   // Checks a mapping's keys: unknown (with a suggestion) and duplicated ones.
   bool checkMap(const YAML::Node& n, std::string_view what, Keys allowed) {
@@ -385,7 +392,7 @@ class Parser {
   void parseRule(const YAML::Node& n, Workflow& w, std::set<std::string>& ids) {
     if (!checkMap(n, "rule",
                   {"id", "action", "hosts", "ports", "cidrs", "allow_private", "tls", "methods",
-                   "paths", "inject", "allow_plaintext_credentials"})) {
+                   "paths", "inject", "allow_plaintext_credentials", "allow_get_body"})) {
       return;
     }
     Rule r;
@@ -509,6 +516,9 @@ class Parser {
     if (auto v = n["allow_plaintext_credentials"]) {
       if (auto b = boolean(v, "allow_plaintext_credentials")) r.allow_plaintext_credentials = *b;
     }
+    if (auto v = n["allow_get_body"]) {
+      if (auto b = boolean(v, "allow_get_body")) r.allow_get_body = *b;
+    }
 
     // Cross-field checks, only when the fields themselves were valid.
     if (diags_.size() == errors_before) {
@@ -533,6 +543,18 @@ class Parser {
       }
       if (r.action == Action::kDeny && n["allow_private"]) {
         error(n["allow_private"], "'allow_private' on deny rule '" + r.id + "' has no effect");
+      }
+      if (r.action == Action::kDeny && n["allow_get_body"]) {
+        error(n["allow_get_body"], "'allow_get_body' on deny rule '" + r.id + "' has no effect");
+      }
+      if (r.hasRequestConditions() && r.tls == TlsMode::kPassthrough && !https_only) {
+        // Not an error: plain HTTP to these ports (also inside a CONNECT tunnel) is judged
+        // per request. But TLS tunnelled through cannot be, and a reviewer should know.
+        const char* key = n["methods"] ? "methods" : "paths";
+        warning(n[key], "rule '" + r.id + "' restricts " + key +
+                            " with tls: passthrough: plain HTTP to ports " + r.portsText() +
+                            " is judged per request, but TLS tunnelled through to them is not; "
+                            "add 'tls: inspect' to enforce it on HTTPS");
       }
     }
     w.rules.push_back(std::move(r));
@@ -594,6 +616,7 @@ class Parser {
  private:
   std::string file_;
   std::vector<Diagnostic> diags_;
+  std::vector<Diagnostic> warnings_;
 };
 
 }  // namespace
@@ -636,6 +659,7 @@ std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::str
     });
     return std::unexpected(LoadError{diags});
   }
+  w.warnings = std::move(parser.warnings());
   w.source_path = std::string(file);
   w.yaml_text = std::string(yaml);
   w.sha256 = sha256Hex(yaml);

@@ -51,44 +51,6 @@ enum class Miss : int { kNone = 0, kPrivate, kPort, kInspection, kMethod, kPath 
 
 }  // namespace
 
-std::string_view reasonName(Reason r) {
-  switch (r) {
-    case Reason::kAllowed:
-      return "allowed";
-    case Reason::kDeniedByRule:
-      return "denied_by_rule";
-    case Reason::kNoMatchingRule:
-      return "no_matching_rule";
-    case Reason::kPortNotAllowed:
-      return "port_not_allowed";
-    case Reason::kMethodNotAllowed:
-      return "method_not_allowed";
-    case Reason::kPathNotAllowed:
-      return "path_not_allowed";
-    case Reason::kPrivateAddress:
-      return "private_address";
-    case Reason::kAddressNotInCidrs:
-      return "address_not_in_cidrs";
-    case Reason::kIpLiteralNeedsCidrs:
-      return "ip_literal_needs_cidrs";
-    case Reason::kInspectionRequired:
-      return "inspection_required";
-    case Reason::kInvalidTarget:
-      return "invalid_target";
-    case Reason::kLimitExceeded:
-      return "limit_exceeded";
-    case Reason::kProxyLoop:
-      return "proxy_loop";
-    case Reason::kPlaintextCredentials:
-      return "plaintext_credentials";
-    case Reason::kUpstreamError:
-      return "upstream_error";
-    case Reason::kHostMismatch:
-      return "host_mismatch";
-  }
-  return "unknown";
-}
-
 struct CompiledRule {
   const Rule* rule = nullptr;
   std::vector<std::unique_ptr<RE2>> host_res;  // for re: host patterns
@@ -346,13 +308,9 @@ struct RequestInfo {
 };
 
 static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
-                         Visibility vis, const RequestInfo* req) {
+                         Visibility vis, const RequestInfo* req,
+                         std::vector<std::uint32_t>& allowing) {
   Decision d;
-  if (req) {
-    d.has_request = true;
-    d.method = std::string(req->method);
-    d.path = std::string(req->path);
-  }
   std::vector<std::uint32_t> cands = ix.candidates(t);
   Evaluation ev;
   const Rule* first_allow = nullptr;
@@ -367,6 +325,7 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
                   " is not in " + r.portsText());
       continue;
     }
+    if (r.hasRequestConditions()) d.request_rules = true;
     // Hostnames under a rule that also names cidrs are checked at the address phase.
     if (r.action == Action::kDeny) {
       if (!t.ip && !r.cidrs.empty()) continue;
@@ -412,7 +371,7 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
     }
     if (!first_allow) first_allow = &r;
     if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
-    d.candidates.push_back(idx);
+    allowing.push_back(idx);
   }
   if (first_allow) {
     d.allowed = true;
@@ -457,6 +416,10 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
   return d;
 }
 
+namespace {
+
+// Plain http:// requests never carry injected credentials unless the deciding rule says
+// `allow_plaintext_credentials: true`.
 void refusePlaintextInjection(Decision& d) {
   if (!d.allowed || !d.rule || d.rule->inject.headers.empty() ||
       d.rule->allow_plaintext_credentials) {
@@ -469,20 +432,27 @@ void refusePlaintextInjection(Decision& d) {
              "over plain http:// unless allow_plaintext_credentials: true";
 }
 
-Decision Matcher::decideConnect(const Target& target, Visibility visibility) const {
-  return evaluate(*index_, *workflow_, target, visibility, nullptr);
+}  // namespace
+
+Decision Matcher::decide(const Query& q) const {
+  std::vector<std::uint32_t> allowing;
+  Decision d;
+  if (q.request) {
+    RequestInfo req{q.request->method, q.request->path};
+    d = evaluate(*index_, *workflow_, q.target, Visibility::kPlainHttp, &req, allowing);
+  } else {
+    d = evaluate(*index_, *workflow_, q.target, q.visibility, nullptr, allowing);
+  }
+  if (d.allowed && q.address) d = decideAddress(std::move(d), allowing, q);
+  if (q.plaintext && q.request) refusePlaintextInjection(d);
+  return d;
 }
 
-Decision Matcher::decideRequest(const Target& target, std::string_view method,
-                                std::string_view path) const {
-  RequestInfo req{method, path};
-  return evaluate(*index_, *workflow_, target, Visibility::kPlainHttp, &req);
-}
-
-Decision Matcher::decideAddress(const Decision& connect, const Target& target,
-                                const IpAddress& addr) const {
-  if (!connect.allowed) return connect;
+Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,
+                                const Query& q) const {
   const Index& ix = *index_;
+  const Target& target = q.target;
+  const IpAddress& addr = *q.address;
   // Deny rules with cidrs: a hostname they name (or any, for cidr-only deny rules) that
   // resolves into their ranges is refused.
   for (std::uint32_t idx : ix.deny_with_cidrs) {
@@ -490,11 +460,12 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
     const Rule& r = *cr.rule;
     if (!r.allowsPort(target.port) || !cr.cidrContains(addr)) continue;
     if (!r.hosts.empty() && (target.ip || !cr.matchesHostSlow(target.host))) continue;
-    if (r.hasRequestConditions() && !(connect.has_request && cr.methodMatches(connect.method) &&
-                                      cr.pathMatches(connect.path))) {
+    if (r.hasRequestConditions() && !(q.request && cr.methodMatches(q.request->method) &&
+                                      cr.pathMatches(q.request->path))) {
       continue;  // judged per request: only a request it names is refused
     }
     Decision d;
+    d.request_rules = connect.request_rules;
     d.reason = Reason::kDeniedByRule;
     d.rule = &r;
     d.rule_id = r.id;
@@ -506,7 +477,7 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
   bool global = cls == AddressClass::kGlobal;
   const Rule* wanted_private = nullptr;
   const Rule* wanted_cidr = nullptr;
-  for (std::uint32_t idx : connect.candidates) {
+  for (std::uint32_t idx : allowing) {
     const CompiledRule& cr = ix.rules[idx];
     const Rule& r = *cr.rule;
     if (!r.cidrs.empty() && !cr.cidrContains(addr)) {
@@ -517,7 +488,7 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
       if (!wanted_private) wanted_private = &r;
       continue;
     }
-    Decision d = connect;
+    Decision d = std::move(connect);
     d.rule = &r;
     d.rule_id = r.id;
     d.reason = Reason::kAllowed;
@@ -528,6 +499,7 @@ Decision Matcher::decideAddress(const Decision& connect, const Target& target,
   }
   Decision d;
   d.allowed = false;
+  d.request_rules = connect.request_rules;
   std::string from = target.ip ? addr.str() : target.host + " resolves to " + addr.str();
   if (!global && !(wanted_cidr && wanted_cidr->allow_private)) {
     d.reason = Reason::kPrivateAddress;

@@ -10,6 +10,15 @@
 
 namespace sluice::policy {
 
+namespace {
+
+bool addressLevel(const Decision& d) {
+  return d.reason == Reason::kPrivateAddress || d.reason == Reason::kAddressNotInCidrs ||
+         (d.reason == Reason::kDeniedByRule && d.detail.find(" denies address ") != std::string::npos);
+}
+
+}  // namespace
+
 std::expected<Explanation, std::string> explain(const Matcher& matcher, const ExplainQuery& q) {
   Explanation ex;
   std::optional<IpAddress> ip;
@@ -18,51 +27,54 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
     if (!ip) return std::unexpected("bad --ip '" + q.ip + "': not an IP address");
   }
   Target target;
+  std::optional<HttpRequest> request;
+  bool plaintext = false;
   if (!q.url.empty()) {
     auto url = parseUrl(q.url);
     if (!url) return std::unexpected(url.error());
     target = url->target;
-    std::string method = q.method.empty() ? "GET" : q.method;
-    for (auto& c : method) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-    if (url->scheme == "http") {
-      ex.phase = "request";
-      ex.decision = matcher.decideRequest(target, method, url->path);
-      refusePlaintextInjection(ex.decision);
-    } else {
-      ex.phase = "connect";
-      ex.decision = matcher.decideConnect(target, Visibility::kTunnel);
-      if (ex.decision.allowed && ex.decision.tls == TlsMode::kInspect) {
-        ex.phase = "request";
-        Decision req = matcher.decideRequest(target, method, url->path);
-        ex.decision = std::move(req);
-        ex.decision.tls = TlsMode::kInspect;
-      } else if (ex.decision.allowed) {
-        ex.note = "passthrough tunnel: the proxy sees only " + target.authority() +
-                  ", not the method or path";
-      }
+    plaintext = url->scheme == "http";
+    // The same canonical form the proxy judges: a spelling it refuses is a deny here too.
+    auto canon = canonicalRequest(q.method.empty() ? "GET" : q.method,
+                                  url->query.empty() ? url->path : url->path + "?" + url->query);
+    ex.phase = "request";
+    if (!canon) {
+      ex.decision.reason = canon.error().reason;
+      ex.decision.detail = canon.error().detail;
+      return ex;
     }
+    request = std::move(*canon);
+    ex.method = request->method;
+    ex.path = request->path;
   } else if (!q.connect.empty()) {
     auto t = parseAuthority(q.connect);
     if (!t) return std::unexpected(t.error());
     target = *t;
-    ex.phase = "connect";
-    ex.decision = matcher.decideConnect(target, Visibility::kTunnel);
   } else {
     return std::unexpected("give --url URL or --connect HOST:PORT");
   }
-  if (ex.decision.allowed) {
-    if (!ip && target.ip) ip = target.ip;
-    if (ip) {
-      Decision addr = matcher.decideAddress(ex.decision, target, *ip);
-      if (!addr.allowed) ex.phase = "address";
-      addr.tls = ex.decision.tls;
-      ex.decision = std::move(addr);
-    } else {
-      ex.note += (ex.note.empty() ? "" : "; ") +
-                 std::string(
-                     "address not checked: pass --ip ADDR to apply the SSRF guard to the "
-                     "address the host resolves to");
+  if (!ip && target.ip) ip = target.ip;
+  const IpAddress* addr = ip ? &*ip : nullptr;
+  if (plaintext) {
+    ex.decision = matcher.decide({target, Visibility::kPlainHttp, &*request, addr, true});
+  } else {
+    ex.phase = "connect";
+    ex.decision = matcher.decide({target, Visibility::kTunnel, nullptr, addr});
+    if (request && ex.decision.allowed && ex.decision.tls == TlsMode::kInspect) {
+      ex.phase = "request";
+      ex.decision = matcher.decide({target, Visibility::kTunnel, &*request, addr});
+      ex.decision.tls = TlsMode::kInspect;
+    } else if (request && ex.decision.allowed) {
+      ex.note = "passthrough tunnel: the proxy sees only " + target.authority() +
+                ", not the method or path";
     }
+  }
+  if (addressLevel(ex.decision)) ex.phase = "address";
+  if (ex.decision.allowed && !addr) {
+    ex.note += (ex.note.empty() ? "" : "; ") +
+               std::string(
+                   "address not checked: pass --ip ADDR to apply the SSRF guard to the "
+                   "address the host resolves to");
   }
   if (ex.decision.allowed && ex.decision.rule) {
     for (const auto& [name, value] : ex.decision.rule->inject.headers) {

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace sluice::policy {
@@ -74,6 +75,23 @@ class ArenaSecretStore final : public SecretStore {
   std::size_t size_ = 0;
   std::map<std::string, std::string_view> entries_;
 };
+
+// A secret goes into an HTTP header value: a byte that is not allowed there (CR and LF would
+// split the header and let the value add fields of its own; NUL and other controls are
+// refused by upstreams or truncate it) is refused at load time. The message names the byte
+// and its position, never the value.
+std::optional<std::string> fieldValueProblem(std::string_view v) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    auto c = static_cast<unsigned char>(v[i]);
+    if (c == '\t' || (c >= 0x20 && c != 0x7F)) continue;
+    const char* what = c == '\r' ? "a carriage return (CR)" : c == '\n' ? "a line feed (LF)"
+                       : c == 0  ? "a NUL byte"
+                                 : "a control byte";
+    return "the value holds " + std::string(what) + " at byte " + std::to_string(i + 1) +
+           ", which an HTTP header value cannot carry (a secret file must hold one line)";
+  }
+  return std::nullopt;
+}
 
 // Wipes every scalar of a parsed YAML document (yaml-cpp keeps copies of the values).
 void wipeYaml(const YAML::Node& n) {
@@ -171,6 +189,9 @@ std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
           }
         } else {
           error = where + ": unknown source '" + kind + "' (use value, file or env)";
+        }
+        if (error.empty()) {
+          if (auto bad = fieldValueProblem(values[name])) error = where + ": " + *bad;
         }
       }
     }

@@ -147,11 +147,13 @@ std::expected<ParsedUrl, std::string> parseUrl(std::string_view url) {
     return std::unexpected("unsupported URL scheme '" + out.scheme + "' (http or https only)");
   }
   std::string_view rest = url.substr(sep + 3);
-  if (rest.find_first_of("\\# \t\r\n") != std::string_view::npos) {
-    return std::unexpected("bad URL '" + std::string(url) + "': contains a character not allowed here");
-  }
   auto auth_end = rest.find_first_of("/?");
   std::string_view authority = rest.substr(0, auth_end);
+  // The path and query are checked by canonicalRequest (request.hpp), which refuses what is
+  // ambiguous with its own reason; the authority is checked here.
+  if (authority.find_first_of("\\# \t\r\n") != std::string_view::npos) {
+    return std::unexpected("bad URL '" + std::string(url) + "': contains a character not allowed here");
+  }
   std::string_view tail = auth_end == std::string_view::npos ? "" : rest.substr(auth_end);
   if (authority.find('@') != std::string_view::npos) {
     return std::unexpected("URL with user info is refused: '" + std::string(url) + "'");

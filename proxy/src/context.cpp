@@ -15,25 +15,6 @@ constexpr std::size_t kMaxDenials = 1000;
 bool underLimit(std::uint64_t value, std::uint64_t limit) { return limit == 0 || value <= limit; }
 }  // namespace
 
-void recordRequest(const Context& ctx, const Listener& listener, const std::string& workflow,
-                   RequestRow row) {
-  if (!ctx.sink) return;
-  audit::RequestEvent ev;
-  ev.connection_id = row.connection_id;
-  ev.execution_id = listener.execution_id;
-  ev.workflow = workflow;
-  ev.ts_ms = nowMs();
-  ev.method = row.method;
-  ev.host = row.host;
-  ev.path = row.path;
-  ev.status = row.status;
-  ev.decision = row.allowed ? "allow" : "deny";
-  ev.rule_id = row.rule;
-  ev.reason = row.reason;
-  ev.injected_secrets = std::move(row.injected_secrets);
-  ctx.sink->recordRequest(std::move(ev));
-}
-
 std::int64_t nowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())

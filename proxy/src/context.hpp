@@ -154,21 +154,4 @@ struct Context {
 
 std::int64_t nowMs();
 
-/// What one requests row says; recordRequest() adds the execution, workflow and time.
-struct RequestRow {
-  const std::string& connection_id;
-  const std::string& method;
-  const std::string& host;
-  const std::string& path;
-  int status = 0;
-  bool allowed = false;
-  const std::string& rule;
-  const std::string& reason;
-  std::vector<std::string> injected_secrets = {};
-};
-
-/// Writes one requests row to the context's sink (plain HTTP and inspected tunnels alike).
-void recordRequest(const Context& ctx, const Listener& listener, const std::string& workflow,
-                   RequestRow row);
-
 }  // namespace sluice::proxy

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <nlohmann/json.hpp>
 #include <vector>
 
 namespace sluice::proxy {
@@ -57,10 +56,9 @@ std::optional<std::string> checkHeaderBlock(std::string_view block) {
 namespace {
 
 template <typename Fields>
-std::optional<Refusal> checkFramingImpl(const Fields& fields) {
+std::optional<Refusal> checkFramingImpl(const Fields& fields, unsigned version) {
   auto bad = [](std::string detail) {
-    return Refusal{http::status::bad_request, "bad_request", "invalid_request", "",
-                   std::move(detail)};
+    return refusal(policy::Reason::kInvalidRequest, std::move(detail));
   };
   std::size_t cl_count = 0;
   std::size_t te_count = 0;
@@ -81,10 +79,12 @@ std::optional<Refusal> checkFramingImpl(const Fields& fields) {
   if (te_count > 1) return bad("duplicate Transfer-Encoding");
   if (cl_count == 1 && te_count == 1)
     return bad("both Content-Length and Transfer-Encoding (request smuggling shape)");
+  if (te_count == 1 && version < 11)
+    return bad("Transfer-Encoding on an HTTP/1.0 request (RFC 9112 6.1)");
   if (te_count == 1 && !iequals(trim(te_value), "chunked")) {
-    return Refusal{
-        http::status::not_implemented, "bad_request", "invalid_request", "",
-        "unsupported Transfer-Encoding '" + std::string(trim(te_value)) + "' (only chunked)"};
+    return refusal(policy::Reason::kUnsupportedTransferCoding,
+                   "unsupported Transfer-Encoding '" + std::string(trim(te_value)) +
+                       "' (only chunked)");
   }
   return std::nullopt;
 }
@@ -144,8 +144,12 @@ std::optional<std::string> checkHostAgreesImpl(const Fields& fields, const polic
 }  // namespace
 
 // The two field containers in use: pooled (the proxy) and plain (tests, other callers).
-std::optional<Refusal> checkFraming(const http::fields& f) { return checkFramingImpl(f); }
-std::optional<Refusal> checkFraming(const PmrFields& f) { return checkFramingImpl(f); }
+std::optional<Refusal> checkFraming(const http::fields& f, unsigned version) {
+  return checkFramingImpl(f, version);
+}
+std::optional<Refusal> checkFraming(const PmrFields& f, unsigned version) {
+  return checkFramingImpl(f, version);
+}
 void stripHopByHop(http::fields& f) { stripHopByHopImpl(f); }
 void stripHopByHop(PmrFields& f) { stripHopByHopImpl(f); }
 std::optional<std::string> checkHostAgrees(const http::fields& f, const policy::Target& t,
@@ -157,41 +161,9 @@ std::optional<std::string> checkHostAgrees(const PmrFields& f, const policy::Tar
   return checkHostAgreesImpl(f, t, default_port);
 }
 
-std::string renderRefusal(const Refusal& r, const std::string& workflow, bool keep_alive) {
-  nlohmann::json body = {{"error", r.error},
-                         {"workflow", workflow},
-                         {"rule", r.rule},
-                         {"reason", r.reason},
-                         {"detail", r.detail}};
-  std::string text = body.dump() + "\n";
-  std::string out = "HTTP/1.1 ";
-  out += std::to_string(static_cast<unsigned>(r.status));
-  out += ' ';
-  auto phrase = http::obsolete_reason(r.status);
-  out.append(phrase.data(), phrase.size());
-  out += "\r\nContent-Type: application/json\r\nX-Sluice-Reason: ";
-  out += r.reason;
-  out += "\r\nContent-Length: ";
-  out += std::to_string(text.size());
-  out += keep_alive ? "\r\n\r\n" : "\r\nConnection: close\r\n\r\n";
-  out += text;
-  return out;
-}
-
 std::string hostField(const policy::Target& t, std::uint16_t default_port) {
   if (t.port != default_port) return t.authority();
   return t.ip && !t.ip->isV4() ? "[" + t.host + "]" : t.host;
-}
-
-Refusal denialRefusal(const policy::Decision& d) {
-  return Refusal{http::status::forbidden, "denied", std::string(policy::reasonName(d.reason)),
-                 d.rule_id, d.detail.empty() ? d.nearest_miss : d.detail};
-}
-
-Refusal limitRefusal(std::string detail) {
-  return Refusal{http::status::too_many_requests, "limit_exceeded",
-                 std::string(policy::reasonName(policy::Reason::kLimitExceeded)), "",
-                 std::move(detail)};
 }
 
 }  // namespace sluice::proxy

@@ -146,6 +146,16 @@ bool redactSecrets(Fields& fields, const std::vector<std::string>& names,
   return !hit.empty();
 }
 
+bool containsSecret(std::string_view text, const std::vector<std::string>& names,
+                    const policy::SecretStore* secrets) {
+  if (!secrets || text.empty()) return false;
+  for (const auto& n : names) {
+    auto v = secrets->find(n);
+    if (v && !v->empty() && text.find(*v) != std::string_view::npos) return true;
+  }
+  return false;
+}
+
 template bool redactSecrets<http::fields>(http::fields&, const std::vector<std::string>&,
                                           const policy::SecretStore*);
 template bool redactSecrets<PmrFields>(PmrFields&, const std::vector<std::string>&,

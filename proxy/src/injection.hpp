@@ -43,6 +43,11 @@ template <typename Fields>
 bool redactSecrets(Fields& fields, const std::vector<std::string>& names,
                    const policy::SecretStore* secrets);
 
+/// True when `text` (a status line's reason phrase, say) holds the value of a secret named in
+/// `names`.
+bool containsSecret(std::string_view text, const std::vector<std::string>& names,
+                    const policy::SecretStore* secrets);
+
 inline constexpr const char* kRedacted = "[redacted by sluice]";
 
 /// Reason code recorded when a placeholder shows up where it must not be swapped.

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "context.hpp"
-#include "inspect.hpp"
+#include "tls_context.hpp"
 #include "log.hpp"
 #include "net.hpp"
 #include "session.hpp"

@@ -20,7 +20,20 @@ std::shared_ptr<const Matcher> compileYaml(const std::string& rules) {
 Target target(std::string_view host, std::uint16_t port) { return makeTarget(host, port).value(); }
 
 Decision connect(const Matcher& m, std::string_view host, std::uint16_t port) {
-  return m.decideConnect(target(host, port), Visibility::kTunnel);
+  return m.decide({target(host, port), Visibility::kTunnel});
+}
+
+// A CONNECT to `t` dialled at `addr` (every phase in one call, as the proxy asks).
+Decision connectAt(const Matcher& m, const Target& t, const IpAddress& addr,
+                   Visibility v = Visibility::kTunnel) {
+  return m.decide({t, v, nullptr, &addr});
+}
+
+// A request on a connection to `t` (optionally dialled at `addr`).
+Decision request(const Matcher& m, const Target& t, std::string_view method,
+                 std::string_view path, const IpAddress* addr = nullptr) {
+  HttpRequest r{std::string(method), std::string(path), ""};
+  return m.decide({t, Visibility::kPlainHttp, &r, addr});
 }
 
 class WildcardTest : public ::testing::Test {
@@ -122,17 +135,17 @@ TEST(Matcher, IpLiteralsMatchOnlyCidrRules) {
 TEST(Matcher, AddressPhaseRefusesNonGlobalAddresses) {
   auto m = compileYaml("    - {id: pub, action: allow, hosts: [api.example], ports: [443]}\n");
   auto t = target("api.example", 443);
-  auto c = m->decideConnect(t, Visibility::kTunnel);
+  auto c = m->decide({t, Visibility::kTunnel});
   ASSERT_TRUE(c.allowed);
-  EXPECT_TRUE(m->decideAddress(c, t, *parseIpLiteral("93.184.216.34")).allowed);
+  EXPECT_TRUE(connectAt(*m, t, *parseIpLiteral("93.184.216.34")).allowed);
   for (auto s :
        {"127.0.0.1", "10.0.0.1", "169.254.169.254", "100.64.1.1", "0.0.0.0", "::1", "fd00::1",
         "fe80::1", "::ffff:127.0.0.1", "64:ff9b::a9fe:a9fe", "2002:7f00:1::", "224.0.0.1"}) {
-    auto d = m->decideAddress(c, t, *parseIpLiteral(s));
+    auto d = connectAt(*m, t, *parseIpLiteral(s));
     EXPECT_FALSE(d.allowed) << s;
     EXPECT_EQ(d.reason, Reason::kPrivateAddress) << s;
   }
-  auto d = m->decideAddress(c, t, *parseIpLiteral("127.0.0.1"));
+  auto d = connectAt(*m, t, *parseIpLiteral("127.0.0.1"));
   EXPECT_EQ(d.detail,
             "api.example resolves to 127.0.0.1, a loopback address; reaching it needs a rule with "
             "allow_private: true and cidrs containing it");
@@ -144,18 +157,18 @@ TEST(Matcher, AllowPrivateNeedsTheAddressInCidrs) {
       "    - {id: stats, action: allow, hosts: [stats.internal.example], ports: [443],\n"
       "       allow_private: true, cidrs: [\"10.20.0.0/16\"]}\n");
   auto t = target("stats.internal.example", 443);
-  auto c = m->decideConnect(t, Visibility::kTunnel);
+  auto c = m->decide({t, Visibility::kTunnel});
   ASSERT_TRUE(c.allowed);
-  EXPECT_TRUE(m->decideAddress(c, t, *parseIpLiteral("10.20.3.4")).allowed);
-  auto d = m->decideAddress(c, t, *parseIpLiteral("10.21.0.1"));
+  EXPECT_TRUE(connectAt(*m, t, *parseIpLiteral("10.20.3.4")).allowed);
+  auto d = connectAt(*m, t, *parseIpLiteral("10.21.0.1"));
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.reason, Reason::kAddressNotInCidrs);
   EXPECT_EQ(d.rule_id, "stats");
-  auto lo = m->decideAddress(c, t, *parseIpLiteral("127.0.0.1"));
+  auto lo = connectAt(*m, t, *parseIpLiteral("127.0.0.1"));
   EXPECT_FALSE(lo.allowed);
   EXPECT_EQ(lo.reason, Reason::kAddressNotInCidrs);
   // With both hosts and cidrs, even a global address must lie in cidrs.
-  auto g = m->decideAddress(c, t, *parseIpLiteral("93.184.216.34"));
+  auto g = connectAt(*m, t, *parseIpLiteral("93.184.216.34"));
   EXPECT_FALSE(g.allowed);
   EXPECT_EQ(g.reason, Reason::kAddressNotInCidrs);
   EXPECT_EQ(g.nearest_miss,
@@ -169,12 +182,12 @@ TEST(Matcher, LoopbackLiteralNeedsAllowPrivate) {
       "    - {id: lo-ok, action: allow, cidrs: [\"127.0.0.0/8\"], ports: [9090],\n"
       "       allow_private: true}\n");
   auto t = target("127.0.0.1", 8080);
-  auto c = m->decideConnect(t, Visibility::kTunnel);
+  auto c = m->decide({t, Visibility::kTunnel});
   ASSERT_TRUE(c.allowed);
-  EXPECT_FALSE(m->decideAddress(c, t, *t.ip).allowed);
+  EXPECT_FALSE(connectAt(*m, t, *t.ip).allowed);
   auto t2 = target("0x7f.1", 9090);
-  auto c2 = m->decideConnect(t2, Visibility::kTunnel);
-  EXPECT_TRUE(m->decideAddress(c2, t2, *t2.ip).allowed);
+  auto c2 = m->decide({t2, Visibility::kTunnel});
+  EXPECT_TRUE(connectAt(*m, t2, *t2.ip).allowed);
 }
 
 TEST(Matcher, DenyCidrsApplyToResolvedAddresses) {
@@ -182,12 +195,12 @@ TEST(Matcher, DenyCidrsApplyToResolvedAddresses) {
       "    - {id: any, action: allow, hosts: [\"*.example.org\"]}\n"
       "    - {id: no-corp, action: deny, cidrs: [\"198.51.99.0/24\"]}\n");
   auto t = target("a.example.org", 443);
-  auto c = m->decideConnect(t, Visibility::kTunnel);
+  auto c = m->decide({t, Visibility::kTunnel});
   ASSERT_TRUE(c.allowed);
-  auto d = m->decideAddress(c, t, *parseIpLiteral("198.51.99.7"));
+  auto d = connectAt(*m, t, *parseIpLiteral("198.51.99.7"));
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.rule_id, "no-corp");
-  EXPECT_TRUE(m->decideAddress(c, t, *parseIpLiteral("198.51.98.7")).allowed);
+  EXPECT_TRUE(connectAt(*m, t, *parseIpLiteral("198.51.98.7")).allowed);
 }
 
 TEST(Matcher, DenyCidrsWithMethodsRefuseOnlyThoseMethods) {
@@ -198,13 +211,13 @@ TEST(Matcher, DenyCidrsWithMethodsRefuseOnlyThoseMethods) {
       "       cidrs: [\"10.1.0.0/16\"], methods: [POST]}\n");
   auto t = target("a.example", 80);
   auto ip = *parseIpLiteral("10.1.1.1");
-  auto get = m->decideAddress(m->decideRequest(t, "GET", "/x"), t, ip);
+  auto get = request(*m, t, "GET", "/x", &ip);
   EXPECT_TRUE(get.allowed) << get.detail;
-  auto post = m->decideAddress(m->decideRequest(t, "POST", "/x"), t, ip);
+  auto post = request(*m, t, "POST", "/x", &ip);
   EXPECT_FALSE(post.allowed);
   EXPECT_EQ(post.rule_id, "no-post-lan");
   // At connect time (no request yet) the conditional deny cannot apply.
-  EXPECT_TRUE(m->decideAddress(m->decideConnect(t, Visibility::kPlainHttp), t, ip).allowed);
+  EXPECT_TRUE(connectAt(*m, t, ip, Visibility::kPlainHttp).allowed);
 }
 
 TEST(Matcher, StarvedRegexSetFallsBackWithoutDroppingDenyRules) {
@@ -249,21 +262,21 @@ TEST(Matcher, RequestConditions) {
       "    - id: stats\n      action: allow\n      hosts: [stats.example]\n      ports: [443]\n"
       "      tls: inspect\n      methods: [GET, POST]\n      paths: [\"/v1/*\", \"re:/health\"]\n");
   auto t = target("stats.example", 443);
-  auto c = m->decideConnect(t, Visibility::kTunnel);
+  auto c = m->decide({t, Visibility::kTunnel});
   ASSERT_TRUE(c.allowed);
   EXPECT_EQ(c.tls, TlsMode::kInspect);
-  EXPECT_TRUE(m->decideRequest(t, "GET", "/v1/users/1").allowed);
-  EXPECT_TRUE(m->decideRequest(t, "POST", "/health").allowed);
-  auto dm = m->decideRequest(t, "DELETE", "/v1/x");
+  EXPECT_TRUE(request(*m, t, "GET", "/v1/users/1").allowed);
+  EXPECT_TRUE(request(*m, t, "POST", "/health").allowed);
+  auto dm = request(*m, t, "DELETE", "/v1/x");
   EXPECT_EQ(dm.reason, Reason::kMethodNotAllowed);
   EXPECT_EQ(dm.nearest_miss,
             "rule stats matched stats.example:443 but method DELETE is not in [GET, POST]");
-  auto dp = m->decideRequest(t, "GET", "/v2/x");
+  auto dp = request(*m, t, "GET", "/v2/x");
   EXPECT_EQ(dp.reason, Reason::kPathNotAllowed);
   EXPECT_EQ(dp.nearest_miss,
             "rule stats matched stats.example:443 and method GET but path /v2/x does not match "
             "[/v1/*, re:/health]");
-  EXPECT_FALSE(m->decideRequest(t, "GET", "/healthz").allowed);  // regex is anchored
+  EXPECT_FALSE(request(*m, t, "GET", "/healthz").allowed);  // regex is anchored
 }
 
 TEST(Matcher, ConditionalAllowNeverGrantsAPassthroughTunnel) {
@@ -273,8 +286,8 @@ TEST(Matcher, ConditionalAllowNeverGrantsAPassthroughTunnel) {
   EXPECT_EQ(d.reason, Reason::kInspectionRequired);
   // Plain HTTP requests are visible, so the rule applies to them.
   auto t = target("a.example", 80);
-  EXPECT_TRUE(m->decideRequest(t, "GET", "/").allowed);
-  EXPECT_FALSE(m->decideRequest(t, "POST", "/").allowed);
+  EXPECT_TRUE(request(*m, t, "GET", "/").allowed);
+  EXPECT_FALSE(request(*m, t, "POST", "/").allowed);
 }
 
 TEST(Matcher, ConditionalDenyAppliesToVisibleRequests) {
@@ -283,10 +296,10 @@ TEST(Matcher, ConditionalDenyAppliesToVisibleRequests) {
       "    - {id: no-uploads, action: deny, hosts: [\"*.pythonhosted.org\"],\n"
       "       methods: [PUT, POST]}\n");
   auto t = target("files.pythonhosted.org", 80);
-  auto d = m->decideRequest(t, "POST", "/upload");
+  auto d = request(*m, t, "POST", "/upload");
   EXPECT_FALSE(d.allowed);
   EXPECT_EQ(d.rule_id, "no-uploads");
-  EXPECT_TRUE(m->decideRequest(t, "GET", "/pkg.whl").allowed);
+  EXPECT_TRUE(request(*m, t, "GET", "/pkg.whl").allowed);
   // A passthrough tunnel carries no visible requests: the conditional deny cannot apply.
   EXPECT_TRUE(connect(*m, "files.pythonhosted.org", 443).allowed);
 }
@@ -300,14 +313,14 @@ TEST(Matcher, InspectingDenyRuleForcesInspection) {
   EXPECT_TRUE(c.allowed);
   EXPECT_EQ(c.tls, TlsMode::kInspect);
   auto t = target("files.pythonhosted.org", 443);
-  EXPECT_FALSE(m->decideRequest(t, "POST", "/").allowed);
+  EXPECT_FALSE(request(*m, t, "POST", "/").allowed);
 }
 
 TEST(Matcher, FurthestNearMissWins) {
   auto m = compileYaml(
       "    - {id: port-miss, action: allow, hosts: [x.example], ports: [8443]}\n"
       "    - {id: method-miss, action: allow, hosts: [x.example], ports: [80], methods: [GET]}\n");
-  auto d = m->decideRequest(target("x.example", 80), "PUT", "/");
+  auto d = request(*m, target("x.example", 80), "PUT", "/");
   EXPECT_EQ(d.rule_id, "method-miss");
   EXPECT_EQ(d.reason, Reason::kMethodNotAllowed);
 }

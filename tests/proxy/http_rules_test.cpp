@@ -83,7 +83,8 @@ TEST(HostAgreement, ComparesNormalisedHostAndPort) {
 }
 
 TEST(Refusal, RendersStatusReasonHeaderAndJson) {
-  Refusal r{http::status::forbidden, "denied", "no_matching_rule", "r1", "no rule matches x"};
+  Refusal r = refusal(policy::Reason::kNoMatchingRule, "no rule matches x", "r1");
+  EXPECT_EQ(r.status, http::status::forbidden);
   auto text = renderRefusal(r, "wf", false);
   EXPECT_EQ(text.rfind("HTTP/1.1 403 Forbidden\r\n", 0), 0u);
   EXPECT_NE(text.find("\r\nX-Sluice-Reason: no_matching_rule\r\n"), std::string::npos);
@@ -94,6 +95,27 @@ TEST(Refusal, RendersStatusReasonHeaderAndJson) {
                                   {"rule", "r1"},
                                   {"reason", "no_matching_rule"},
                                   {"detail", "no rule matches x"}}));
+}
+
+TEST(Refusal, EveryReasonHasAStatusAndACategory) {
+  // The table covers the whole vocabulary (a static_assert checks its order at build time).
+  for (int i = 0; i <= static_cast<int>(policy::Reason::kClosed); ++i) {
+    auto reason = static_cast<policy::Reason>(i);
+    Refusal r = refusal(reason, "x");
+    EXPECT_NE(policy::reasonName(reason), "unknown");
+    EXPECT_FALSE(r.error.empty()) << policy::reasonName(reason);
+    EXPECT_GE(static_cast<int>(r.status), 200);
+  }
+  EXPECT_EQ(refusal(policy::Reason::kAmbiguousTarget, "x").status, http::status::bad_request);
+  EXPECT_EQ(refusal(policy::Reason::kUpstreamTimeout, "x").status, http::status::gateway_timeout);
+  EXPECT_EQ(refusal(policy::Reason::kLimitExceeded, "x").status, http::status::too_many_requests);
+}
+
+TEST(HttpRules, TransferEncodingOnHttp10IsRefused) {
+  auto r = checkFraming(fieldsOf({{"Transfer-Encoding", "chunked"}}), 10);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->reason, policy::Reason::kInvalidRequest);
+  EXPECT_FALSE(checkFraming(fieldsOf({{"Transfer-Encoding", "chunked"}}), 11));
 }
 
 }  // namespace

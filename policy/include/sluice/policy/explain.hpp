@@ -27,11 +27,14 @@ struct Explanation {
   std::vector<std::string> inject_headers;  // header names only, never values
   std::vector<std::string> inject_secrets;  // secret names only
   std::string phase;                        // "connect" | "request" | "address"
+  std::string method;                       // the canonical request judged (URL queries)
+  std::string path;
   std::string note;                         // e.g. "address not checked: pass --ip"
 };
 
-/// Runs the query through the connect, request and address phases as the proxy would.
-/// Errors are malformed queries (bad URL, authority or address).
+/// Decides the query as the proxy would, through the same Matcher::decide call and on the same
+/// canonical request (a spelling the proxy refuses is a deny with that reason here). Errors
+/// are malformed queries (bad URL, authority or address).
 std::expected<Explanation, std::string> explain(const Matcher& matcher, const ExplainQuery& q);
 
 /// One case of a policy test file.

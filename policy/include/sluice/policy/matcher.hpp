@@ -1,10 +1,13 @@
 // The compiled policy of one workflow, and the decisions it makes.
 //
-// A decision is taken in phases, as the proxy sees traffic:
-//  1. connect: (host or IP literal, port) when a CONNECT or an origin connection is asked for;
-//  2. address: each address the proxy resolved for that host (SSRF guard, rule cidrs);
-//  3. request: (method, path) for every request the proxy can see (plain HTTP, or inside
-//     an inspected TLS tunnel).
+// One call (Matcher::decide) takes everything the proxy knows about a connection or a request
+// and runs every phase on it:
+//  - connection: (host or IP literal, port);
+//  - request: the canonical (method, path) of a request the proxy can see (plain HTTP, plain
+//    HTTP inside a CONNECT tunnel, or inside an inspected TLS tunnel);
+//  - address: the address the proxy dials (SSRF guard, rule cidrs, deny rules with cidrs);
+//  - plaintext credentials: an injecting rule does not allow a plain-HTTP request unless
+//    it says allow_plaintext_credentials.
 // Any matching deny rule beats every allow; no match is a deny ("default deny").
 #pragma once
 
@@ -15,51 +18,25 @@
 #include <vector>
 
 #include "sluice/policy/ip_address.hpp"
+#include "sluice/policy/reason.hpp"
+#include "sluice/policy/request.hpp"
 #include "sluice/policy/target.hpp"
 #include "sluice/policy/workflow.hpp"
 
 namespace sluice::policy {
 
-/// Why a decision went the way it did. Names (reasonName) are stable: they appear in audit
-/// rows, `X-Sluice-Reason` headers and `policy explain --json`.
-enum class Reason : std::uint8_t {
-  kAllowed,
-  kDeniedByRule,
-  kNoMatchingRule,
-  kPortNotAllowed,
-  kMethodNotAllowed,
-  kPathNotAllowed,
-  kPrivateAddress,       // resolved/literal address is non-global and no rule permits it
-  kAddressNotInCidrs,    // rule has cidrs and the address is outside them
-  kIpLiteralNeedsCidrs,  // IP-literal destination and only host-pattern rules
-  kInspectionRequired,   // rule restricts methods/paths but the traffic is not inspected
-  kInvalidTarget,
-  // Set by the proxy, not the matcher; listed so every component shares one vocabulary.
-  kLimitExceeded,
-  kProxyLoop,
-  kPlaintextCredentials,
-  kUpstreamError,
-  kHostMismatch,
-};
-
-std::string_view reasonName(Reason r);
-
-/// The outcome of one phase.
+/// The outcome of a decision.
 struct Decision {
   bool allowed = false;
   Reason reason = Reason::kNoMatchingRule;
   std::string rule_id;       // the deciding rule; for a default deny, the nearest miss's rule
   std::string detail;        // one sentence a person can act on
   std::string nearest_miss;  // for a default deny: "rule X matched host H but port P ..."
-  TlsMode tls = TlsMode::kPassthrough;    // connect phase: inspect if any allowing rule says so
-  const Rule* rule = nullptr;             // the deciding rule (allow or deny), if any
-  std::vector<std::uint32_t> candidates;  // connect phase: allow rules that matched host+port
-  // Set by decideRequest, so that decideAddress can apply deny rules that combine cidrs with
-  // methods/paths. The proxy calls decideAddress after every decideRequest, with the address
-  // the request's connection was (or will be) dialled to.
-  bool has_request = false;
-  std::string method;
-  std::string path;
+  TlsMode tls = TlsMode::kPassthrough;  // connection: inspect if any allowing rule says so
+  const Rule* rule = nullptr;           // the deciding rule (allow or deny), if any
+  /// Connection: a rule with methods/paths (allow or deny) covers this host and port, so the
+  /// requests in a tunnel to it must be seen (plain HTTP or inspected TLS) to be judged.
+  bool request_rules = false;
 };
 
 /// How the proxy will see the traffic on a connection; decides whether request-level
@@ -69,10 +46,18 @@ enum class Visibility : std::uint8_t {
   kTunnel,     // CONNECT: visible only if the connect decision says tls: inspect
 };
 
-/// Plain http:// requests never carry injected credentials unless the deciding rule says
-/// `allow_plaintext_credentials: true`: turns such an allowing request decision into a deny
-/// with reason plaintext_credentials. Used by the proxy and by `policy explain` alike.
-void refusePlaintextInjection(Decision& d);
+/// One question for the policy: a connection (no request) or one request on it, optionally at
+/// the address the proxy will dial (or has dialled). Without an address the answer is
+/// provisional: a proxy decides again, with the address, before any byte goes upstream.
+struct Query {
+  const Target& target;
+  Visibility visibility = Visibility::kTunnel;  // for a connection (no request)
+  const HttpRequest* request = nullptr;         // canonical (request.hpp)
+  const IpAddress* address = nullptr;           // resolved or literal address to dial
+  /// The request travels as plain HTTP (not inside TLS): a rule that injects credentials
+  /// allows it only with allow_plaintext_credentials.
+  bool plaintext = false;
+};
 
 class Matcher {
  public:
@@ -85,20 +70,10 @@ class Matcher {
 
   const Workflow& workflow() const { return *workflow_; }
 
-  /// Phase 1. For kTunnel, a rule with methods/paths counts only if it has tls: inspect.
-  Decision decideConnect(const Target& target, Visibility visibility) const;
-
-  /// Phase 2: may the proxy dial `addr` for this allowed connect (or request) decision?
-  /// Applies the rule cidrs, deny rules with cidrs, and the SSRF guard (non-global needs
-  /// allow_private and the address in cidrs). Call it for every resolved address before
-  /// dialling, and after every decideRequest with the connection's vetted address.
-  Decision decideAddress(const Decision& connect, const Target& target,
-                         const IpAddress& addr) const;
-
-  /// Phase 3: one request on a connection whose target was allowed (plain HTTP, or an
-  /// inspected tunnel). Deny rules with matching methods/paths apply here.
-  Decision decideRequest(const Target& target, std::string_view method,
-                         std::string_view path) const;
+  /// The one call: every phase (connection, request, address with the SSRF guard and rule
+  /// cidrs, plaintext credentials) for `q`. The proxy, `policy explain` and `policy test`
+  /// all decide through it.
+  Decision decide(const Query& q) const;
 
   ~Matcher();
   Matcher(const Matcher&) = delete;
@@ -108,6 +83,9 @@ class Matcher {
 
  private:
   Matcher();
+  // The address phase of decide(): `allowing` are the allow rules that matched the rest.
+  Decision decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,
+                         const Query& q) const;
   std::shared_ptr<const Workflow> workflow_;
   std::unique_ptr<Index> index_;
 };

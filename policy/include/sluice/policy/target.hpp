@@ -38,7 +38,7 @@ std::expected<Target, std::string> parseAuthority(std::string_view authority);
 struct ParsedUrl {
   std::string scheme;  // "http" or "https"
   Target target;       // default port from the scheme
-  std::string path;    // path only, starting with '/'; "/" when empty
+  std::string path;    // path as sent, starting with '/'; "/" when empty (canonicalRequest judges it)
   std::string query;   // without '?'
 };
 

@@ -66,6 +66,9 @@ struct Rule {
   std::vector<PathPattern> paths;    // empty = any
   Inject inject;
   bool allow_plaintext_credentials = false;
+  /// A GET, HEAD, OPTIONS or TRACE request may carry a body (refused otherwise: an upstream
+  /// that ignores such a body reads it as the next request).
+  bool allow_get_body = false;
   SourcePos pos;
 
   /// True when the rule constrains what only request-level inspection can see.
@@ -102,6 +105,7 @@ struct Workflow {
   std::vector<Rule> rules;
   EgressLimits limits;
 
+  std::vector<Diagnostic> warnings;  // load-time notes `policy check` prints (not errors)
   std::string source_path;  // file it was loaded from
   std::string yaml_text;    // exact text, for the audit store
   std::string sha256;       // hex SHA-256 of yaml_text

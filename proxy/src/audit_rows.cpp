@@ -1,0 +1,76 @@
+// Connection and request rows of the proxy (audit_rows.hpp).
+#include "audit_rows.hpp"
+
+#include "log.hpp"
+
+namespace sluice::proxy {
+
+audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
+                                     const policy::Workflow& workflow, std::string kind) {
+  audit::ConnectionEvent ev;
+  ev.id = ctx.newConnectionId(listener.execution_id);
+  ev.execution_id = listener.execution_id;
+  ev.workflow = workflow.name;
+  ev.policy_sha256 = workflow.sha256;
+  ev.ts_ms = nowMs();
+  ev.kind = std::move(kind);
+  ev.tls = ev.kind == "connect" ? "passthrough" : "none";
+  return ev;
+}
+
+void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
+                            const Refusal& r, bool count) {
+  ev.decision = "deny";
+  ev.rule_id = r.rule;
+  ev.reason = std::string(r.reasonText());
+  ev.detail = r.detail;
+  if (count) account.noteDenied(ev.host, ev.port, r.rule, ev.reason);
+  log().info("deny {} {}:{} rule={} reason={}: {}", ev.kind, ev.host, ev.port,
+             r.rule.empty() ? "-" : r.rule, ev.reason, r.detail);
+  if (ctx.sink) ctx.sink->recordConnection(std::move(ev));
+}
+
+void finishConnection(Context& ctx, audit::ConnectionEvent& ev, Clock::time_point started) {
+  ev.duration_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
+  if (ctx.sink) ctx.sink->recordConnection(std::move(ev));
+}
+
+RequestRecord::RequestRecord(const Context& ctx, const Listener& listener,
+                             const policy::Workflow& workflow, std::string connection_id,
+                             std::string method, std::string host, std::string path)
+    : ctx_(ctx) {
+  ev_.connection_id = std::move(connection_id);
+  ev_.execution_id = listener.execution_id;
+  ev_.workflow = workflow.name;
+  ev_.ts_ms = nowMs();
+  ev_.method = std::move(method);
+  ev_.host = std::move(host);
+  ev_.path = std::move(path);
+  ev_.decision = "deny";
+}
+
+RequestRecord::~RequestRecord() { finish(); }
+
+void RequestRecord::decided(bool allowed, const std::string& rule, policy::Reason reason) {
+  ev_.decision = allowed ? "allow" : "deny";
+  ev_.rule_id = rule;
+  ev_.reason = std::string(policy::reasonName(reason));
+}
+
+void RequestRecord::injected(std::vector<std::string> secret_names) {
+  ev_.injected_secrets = std::move(secret_names);
+}
+
+void RequestRecord::outcome(int status, policy::Reason reason) {
+  ev_.status = status;
+  ev_.reason = std::string(policy::reasonName(reason));
+}
+
+void RequestRecord::finish() {
+  if (written_) return;
+  written_ = true;
+  if (ctx_.sink) ctx_.sink->recordRequest(std::move(ev_));
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,56 @@
+// The proxy's audit rows: one connections row per upstream connection or tunnel (or refused
+// connection), and one requests row per request, which RequestRecord guarantees is written on
+// every path an exchange can end by, once the request has been decided.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "context.hpp"
+#include "deadline.hpp"
+#include "refusal.hpp"
+
+namespace sluice::proxy {
+
+/// A fresh connections row of `kind` ("connect" | "http") for `listener`'s execution.
+audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
+                                     const policy::Workflow& workflow, std::string kind);
+
+/// Writes a refused connection's row (and counts the denial for the receipt).
+/// `count` false when the refusal is counted elsewhere (a refused request's own row).
+void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
+                            const Refusal& r, bool count = true);
+
+/// Completes a connection's row with its duration and writes it.
+void finishConnection(Context& ctx, audit::ConnectionEvent& ev, Clock::time_point started);
+
+/// The requests row of one exchange. Made once the request is decided, before any byte of it
+/// goes upstream; written exactly once, by finish() or, on any path that ends the exchange
+/// before that (a broken body, a client that goes away, a closed execution), by the
+/// destructor with the last status known.
+class RequestRecord {
+ public:
+  RequestRecord(const Context& ctx, const Listener& listener, const policy::Workflow& workflow,
+                std::string connection_id, std::string method, std::string host,
+                std::string path);
+  ~RequestRecord();
+  RequestRecord(const RequestRecord&) = delete;
+  RequestRecord& operator=(const RequestRecord&) = delete;
+
+  /// What the policy decided (the row's decision, rule and reason until an outcome says more).
+  void decided(bool allowed, const std::string& rule, policy::Reason reason);
+  void injected(std::vector<std::string> secret_names);
+  /// How the exchange ended: the status the client got and, if not the decision's, the reason.
+  void outcome(int status, policy::Reason reason);
+  void outcome(int status) { ev_.status = status; }
+  void setConnection(std::string id) { ev_.connection_id = std::move(id); }
+  /// Writes the row now.
+  void finish();
+
+ private:
+  const Context& ctx_;
+  audit::RequestEvent ev_;
+  bool written_ = false;
+};
+
+}  // namespace sluice::proxy

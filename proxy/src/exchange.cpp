@@ -1,0 +1,675 @@
+// The one request pipeline (exchange.hpp), instantiated for plain TCP and for TLS streams.
+#include "exchange.hpp"
+
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
+#include <limits>
+#include <sstream>
+
+#include "http_rules.hpp"
+#include "injection.hpp"
+#include "log.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+using policy::Reason;
+
+constexpr std::size_t kReadChunk = 8 * 1024;
+constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+
+bool iequals(beast::string_view a, beast::string_view b) { return beast::iequals(a, b); }
+
+bool isWebSocketUpgrade(const http::request_header<PmrFields>& req) {
+  if (!iequals(req[http::field::upgrade], "websocket")) return false;
+  for (auto token : http::token_list{req[http::field::connection]})
+    if (iequals(token, "upgrade")) return true;
+  return false;
+}
+
+// RFC 9110 9.3: these methods define no meaning for a body, and an upstream that ignores one
+// reads it as the next request (a smuggling shape), so a body needs a rule's allow_get_body.
+bool bodylessMethod(http::verb v) {
+  return v == http::verb::get || v == http::verb::head || v == http::verb::options ||
+         v == http::verb::trace;
+}
+
+std::string clip(std::string_view s) { return std::string(s.substr(0, 255)); }
+std::string clip(beast::string_view s) { return clip(std::string_view(s.data(), s.size())); }
+std::string clip(const std::string& s) { return s.substr(0, 255); }
+
+// The ending of a message read: a client that went away is not a malformed request.
+bool peerGone(const ErrorCode& ec) {
+  return ec == net::error::eof || ec == http::error::end_of_stream ||
+         ec == net::error::operation_aborted || ec == net::error::connection_reset ||
+         ec == net::ssl::error::stream_truncated || ec == http::error::partial_message;
+}
+
+// Relays bytes one way after a 101 (WebSocket) until either side ends; then closes both.
+template <typename From, typename To>
+net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> watch, From& from,
+                          To& to, ConnState* conn, audit::ConnectionEvent* row, bool up) {
+  const auto limits = conn->workflow().limits;
+  auto buf = std::make_unique<char[]>(kRelayBufferBytes);
+  auto& from_sock = beast::get_lowest_layer(from);
+  for (;;) {
+    ErrorCode ec;
+    std::size_t n = 0;
+    {
+      Deadline d(*watch, from_sock, Clock::now() + conn->ctx->options.idle_timeout,
+                 [&] { return keep; });
+      n = co_await from.async_read_some(net::buffer(buf.get(), kRelayBufferBytes),
+                                        net::redirect_error(net::use_awaitable, ec));
+    }
+    if (ec) break;
+    co_await net::async_write(to, net::buffer(buf.get(), n),
+                              net::redirect_error(net::use_awaitable, ec));
+    if (ec) break;
+    (up ? row->bytes_up : row->bytes_down) += n;
+    bool within = up ? conn->account().addBytesOut(n, limits)
+                     : conn->account().addBytesIn(n, limits);
+    if (!within) {
+      row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
+      break;
+    }
+  }
+  ErrorCode ignored;
+  beast::get_lowest_layer(from).close(ignored);
+  beast::get_lowest_layer(to).close(ignored);
+  watch->timer.cancel();
+}
+
+}  // namespace
+
+template <typename Client, typename Upstream>
+struct Exchange<Client, Upstream>::Located {
+  policy::Target target;
+  std::string origin;  // origin-form target as sent: path and query
+};
+
+template <typename Client, typename Upstream>
+Exchange<Client, Upstream>::Exchange(ConnState& conn, Client& client, Watch& client_watch,
+                                     beast::flat_buffer& client_buf)
+    : conn_(conn), client_(client), watch_(client_watch), buf_(client_buf) {}
+
+template <typename Client, typename Upstream>
+Exchange<Client, Upstream>::~Exchange() = default;
+
+template <typename Client, typename Upstream>
+void Exchange<Client, Upstream>::carry(Carrier carrier, UpstreamLink<Upstream>* link,
+                                       const policy::Target* tunnel_target) {
+  carrier_ = carrier;
+  link_ = link;
+  tunnel_target_ = tunnel_target;
+}
+
+template <typename Client, typename Upstream>
+net::awaitable<typename Exchange<Client, Upstream>::Next> Exchange<Client, Upstream>::next(
+    bool first) {
+  auto& ctx = *conn_.ctx;
+  if (conn_.aborted || (!first && ctx.draining.load())) co_return Next::kClose;
+  std::size_t header_len = 0;
+  Refusal refused;
+  auto st = co_await readHeader(first, header_len, refused);
+  if (st == ReadStatus::kClosed) co_return Next::kClose;
+  if (st == ReadStatus::kRefused) {
+    co_await refuse(nullptr, "", "", refused, false);
+    co_return Next::kClose;
+  }
+  if (auto r = parseHeader(header_len)) {
+    co_await refuse(nullptr, clip(req_parser_->get().method_string()),
+                    clip(req_parser_->get().target()), *r, false);
+    co_return Next::kClose;
+  }
+  if (req_parser_->get().method() == http::verb::connect) {
+    if (carrier_ == Carrier::kPlainHttp) co_return Next::kConnect;
+    Refusal r = refusal(Reason::kInvalidRequest, "CONNECT inside a tunnel");
+    co_await refuse(tunnel_target_, "CONNECT", "", r, false);
+    co_return Next::kClose;
+  }
+  bool keep = co_await handle();
+  co_return keep ? Next::kContinue : Next::kClose;
+}
+
+// Reads one request header into buf_, enforcing the deadline, the size limit and the raw
+// checks. On kOk, buf_ starts with `header_len` bytes of header.
+template <typename Client, typename Upstream>
+net::awaitable<typename Exchange<Client, Upstream>::ReadStatus>
+Exchange<Client, Upstream>::readHeader(bool first, std::size_t& header_len, Refusal& refused) {
+  const auto& opt = conn_.ctx->options;
+  const std::size_t max = opt.max_header_bytes;
+  auto& sock = beast::get_lowest_layer(client_);
+  // A fresh connection gets the header deadline; a kept-alive one may wait idle for the
+  // next request, then gets the header deadline from its first byte.
+  bool waiting_first_byte = !first && buf_.size() == 0;
+  if (waiting_first_byte && conn_.ctx->draining.load()) co_return ReadStatus::kClosed;
+  auto deadline = Clock::now() + (waiting_first_byte ? opt.idle_timeout : opt.header_timeout);
+  auto too_large = [&] {
+    return refusal(Reason::kHeaderTooLarge,
+                   "request header exceeds " + std::to_string(max) + " bytes");
+  };
+  for (;;) {
+    auto data = buf_.data();
+    std::string_view sv(static_cast<const char*>(data.data()), data.size());
+    // RFC 9112 2.2: ignore empty lines before the request line.
+    std::size_t skip = 0;
+    while (skip + 1 < sv.size() && sv[skip] == '\r' && sv[skip + 1] == '\n') skip += 2;
+    if (skip) {
+      buf_.consume(skip);
+      continue;
+    }
+    conn_.idle = waiting_first_byte && sv.empty();
+    if (!sv.empty() && waiting_first_byte) {
+      waiting_first_byte = false;
+      deadline = Clock::now() + opt.header_timeout;
+    }
+    auto end = sv.find("\r\n\r\n");
+    if (end != std::string_view::npos) {
+      header_len = end + 4;
+      if (header_len > max + 4) {
+        refused = too_large();
+        co_return ReadStatus::kRefused;
+      }
+      if (auto problem = checkHeaderBlock(sv.substr(0, header_len))) {
+        refused = refusal(Reason::kInvalidRequest, *problem);
+        co_return ReadStatus::kRefused;
+      }
+      co_return ReadStatus::kOk;
+    }
+    if (sv.size() > max) {
+      refused = too_large();
+      co_return ReadStatus::kRefused;
+    }
+    // A trailing CR may be the first half of a CRLF still in flight.
+    auto partial = sv;
+    if (!partial.empty() && partial.back() == '\r') partial.remove_suffix(1);
+    if (auto problem = checkHeaderBlock(partial)) {
+      refused = refusal(Reason::kInvalidRequest, *problem);
+      co_return ReadStatus::kRefused;
+    }
+    ErrorCode ec;
+    std::size_t n = 0;
+    {
+      Deadline d(watch_, sock, deadline, [this] { return conn_.keep_alive(); });
+      n = co_await client_.async_read_some(buf_.prepare(kReadChunk),
+                                           net::redirect_error(net::use_awaitable, ec));
+      if (ec && d.fired()) ec = net::error::timed_out;
+    }
+    buf_.commit(n);
+    conn_.idle = false;
+    if (ec == net::error::timed_out) {
+      if (buf_.size() == 0) co_return ReadStatus::kClosed;  // idle keep-alive: just close
+      refused = refusal(Reason::kHeaderTimeout,
+                        "request header not complete within " +
+                            std::to_string(opt.header_timeout.count()) + " ms");
+      co_return ReadStatus::kRefused;
+    }
+    if (ec && !peerGone(ec) && buf_.size() == 0) co_return ReadStatus::kClosed;
+    if (ec && buf_.size() > 0) {
+      refused = refusal(Reason::kInvalidRequest,
+                        "connection closed in the middle of a request header");
+      co_return ReadStatus::kRefused;
+    }
+    if (ec) co_return ReadStatus::kClosed;
+  }
+}
+
+template <typename Client, typename Upstream>
+std::optional<Refusal> Exchange<Client, Upstream>::parseHeader(std::size_t header_len) {
+  const auto& opt = conn_.ctx->options;
+  // Parsers cannot be reset; re-emplacing the member avoids a heap block per request.
+  auto& p = req_parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                                std::make_tuple(PmrAllocator(&pool_)));
+  p.header_limit(static_cast<std::uint32_t>(opt.max_header_bytes + 4));
+  p.body_limit(opt.max_body_bytes);
+  ErrorCode ec;
+  auto used = p.put(net::buffer(buf_.data().data(), header_len), ec);
+  buf_.consume(ec ? header_len : used);
+  if (ec == http::error::body_limit)
+    return refusal(Reason::kBodyTooLarge,
+                   "request body exceeds " + std::to_string(opt.max_body_bytes) + " bytes");
+  if (ec || !p.is_header_done())
+    return refusal(Reason::kInvalidRequest,
+                   "malformed request: " + (ec ? ec.message() : std::string("incomplete header")));
+  return checkFraming(p.get(), p.get().version());
+}
+
+// The target a request names. Plain HTTP: absolute-form; the Host field is replaced by the
+// target's authority (RFC 9112 3.2.2: a proxy ignores a Host that differs). Tunnels:
+// origin-form (Host must name the tunnel's target) or absolute-form naming that target.
+template <typename Client, typename Upstream>
+auto Exchange<Client, Upstream>::locate() -> std::expected<Located, Refusal> {
+  const auto& req = req_parser_->get();
+  const std::string raw(req.target());
+  auto bad_target = [&](std::string why) {
+    return std::unexpected(refusal(Reason::kInvalidTarget, std::move(why)));
+  };
+  if (req.count(http::field::host) > 1)
+    return std::unexpected(refusal(Reason::kInvalidRequest, "several Host fields"));
+  const bool origin_form = !raw.empty() && raw.front() == '/';
+  if (carrier_ == Carrier::kPlainHttp) {
+    if (origin_form)
+      return bad_target("request target is origin-form; a proxy needs absolute-form "
+                        "(http://host/path)");
+    auto url = policy::parseUrl(raw);
+    if (!url) return bad_target("request target does not parse: " + url.error());
+    if (url->scheme != "http") return bad_target("https:// URLs must be tunnelled with CONNECT");
+    return Located{std::move(url->target),
+                   url->query.empty() ? url->path : url->path + "?" + url->query};
+  }
+  const policy::Target& t = *tunnel_target_;
+  const bool tls = carrier_ == Carrier::kInspected;
+  if (origin_form) {
+    if (auto problem = checkHostAgrees(req, t, tls ? 443 : 80))
+      return std::unexpected(refusal(Reason::kHostMismatch, *problem + " (domain fronting refused)"));
+    return Located{t, raw};
+  }
+  auto url = policy::parseUrl(raw);
+  if (!url || url->scheme != (tls ? "https" : "http") || url->target.host != t.host ||
+      url->target.port != t.port)
+    return std::unexpected(refusal(Reason::kHostMismatch, "request target '" + clip(raw) +
+                                                              "' does not name the CONNECT target " +
+                                                              t.authority()));
+  return Located{t, url->query.empty() ? url->path : url->path + "?" + url->query};
+}
+
+// Decides one request: everything up to the first byte sent upstream.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::handle() {
+  auto& ctx = *conn_.ctx;
+  auto& parser = *req_parser_;
+  auto& req = parser.get();
+  const std::string raw_method(req.method_string());
+  auto loc = locate();
+  if (!loc) {
+    co_await refuse(tunnel_target_, clip(raw_method), clip(req.target()), loc.error(), false);
+    co_return false;
+  }
+  const policy::Target& target = loc->target;
+  auto canon = policy::canonicalRequest(raw_method, loc->origin);
+  if (!canon) {
+    Refusal r = refusal(canon.error().reason, canon.error().detail);
+    co_await refuse(&target, clip(raw_method), clip(loc->origin), r, false);
+    co_return false;
+  }
+  const std::string& method = canon->method;
+  const std::string& path = canon->path;
+  if (!ctx.auditHealthy()) {
+    Refusal r = refusal(Reason::kAuditUnavailable,
+                        "the audit store has failed; refusing to run unaudited");
+    co_await refuse(&target, method, path, r, false);
+    co_return false;
+  }
+  // From here on the request itself is well-formed: a refusal can keep the connection when
+  // no request body is left unread.
+  const bool keep = req.keep_alive() && !ctx.draining.load() && parser.is_done();
+  const auto& limits = conn_.workflow().limits;
+  if (!conn_.account().countRequest(limits)) {
+    Refusal r = limitRefusal("workflow limit max_requests (" + std::to_string(limits.max_requests) +
+                             ") reached");
+    co_await refuse(&target, method, path, r, keep);
+    co_return keep;
+  }
+  // One decision with everything known: the vetted address of the connection it would go
+  // out on, when one is open (a reused connection is judged like a fresh one).
+  const policy::IpAddress* addr = link_->openTo(target);
+  policy::Query q{target, policy::Visibility::kPlainHttp, &*canon, addr,
+                  carrier_ != Carrier::kInspected};
+  policy::Decision d = conn_.matcher->decide(q);
+  if (!d.allowed) {
+    Refusal r = denialRefusal(d);
+    co_await refuse(&target, method, path, r, keep);
+    co_return keep;
+  }
+  if (!parser.is_done() && bodylessMethod(req.method()) && !(d.rule && d.rule->allow_get_body)) {
+    Refusal r = refusal(Reason::kBodyNotAllowed,
+                        method + " request with a body (an upstream that ignores it would read "
+                                 "it as the next request); a rule may set allow_get_body: true");
+    co_await refuse(&target, method, path, r, false);
+    co_return false;
+  }
+  if (conn_.account().bytesExhausted(limits)) {
+    Refusal r = limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent");
+    co_await refuse(&target, method, path, r, keep);
+    co_return keep;
+  }
+  if (!addr) {
+    // Provisionally allowed: dialling decides again at every resolved address.
+    auto opened = co_await link_->open(q, d.rule_id);
+    if (!opened) {
+      co_await refuse(&target, method, path, opened.error(), keep);
+      co_return keep;
+    }
+    d = std::move(*opened);
+  }
+  const bool ws = isWebSocketUpgrade(req);
+  co_return co_await forward(target, *canon, std::move(d), ws);
+}
+
+// Injects, records and forwards a decided request, then relays the response.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& target,
+                                                         const policy::HttpRequest& canon,
+                                                         policy::Decision d, bool ws) {
+  auto& ctx = *conn_.ctx;
+  auto& parser = *req_parser_;
+  auto& req = parser.get();
+  auto& fields = static_cast<PmrFields&>(req);
+  const auto& limits = conn_.workflow().limits;
+  const auto timeout = ctx.options.upstream_timeout;
+  const bool body_pending = !parser.is_done();
+  bool client_keep = req.keep_alive() && !ctx.draining.load();
+  const bool expect_continue = iequals(req[http::field::expect], "100-continue");
+  const bool is_head = req.method() == http::verb::head;
+  auto keep_alive = [this] { return conn_.keep_alive(); };
+  // Hop-by-hop fields go first, so a client's `Connection: Authorization` cannot strip what
+  // is injected next.
+  stripHopByHop(req);
+  req.erase(http::field::expect);
+  auto inj = applyInjection(fields, d.rule, conn_.listener->secrets.get(),
+                            conn_.listener->placeholders);
+  if (inj.error) {
+    wipeFields(fields, inj.touched);
+    Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
+    co_await refuse(&target, canon.method, canon.path, r, false);
+    co_return false;
+  }
+  if (inj.placeholder_leak)
+    log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced",
+               canon.method, target.authority(), canon.path, d.rule_id);
+  for (const auto& s : inj.secrets)
+    if (std::find(conn_.injected.begin(), conn_.injected.end(), s) == conn_.injected.end())
+      conn_.injected.push_back(s);
+  // Exactly the request the policy judged: the canonical target, the target's authority.
+  req.target(canon.target());
+  req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
+  req.keep_alive(true);
+  if (ws) {
+    req.set(http::field::connection, "Upgrade");
+    req.set(http::field::upgrade, "websocket");
+  }
+  // The row exists before the first byte goes upstream, and is written on every path out.
+  RequestRecord rec(ctx, *conn_.listener, conn_.workflow(), link_->row().id, canon.method,
+                    target.host, canon.path);
+  rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
+  rec.injected(inj.secrets);
+  struct Wipe {
+    PmrFields& f;
+    const std::vector<std::string>& names;
+    ~Wipe() { wipeFields(f, names); }
+  } wipe{fields, inj.touched};
+  auto fail = [&](Refusal r, bool count_denied) -> Refusal {
+    rec.outcome(static_cast<int>(r.status), r.reason);
+    if (count_denied) conn_.account().noteDenied(target.host, target.port, r.rule, std::string(r.reasonText()));
+    log().info("refused {} {}{} rule={} reason={}: {}", canon.method, target.authority(),
+               canon.path, r.rule.empty() ? "-" : r.rule, r.reasonText(), r.detail);
+    return r;
+  };
+  if (expect_continue && body_pending && !co_await writeClient(kContinue)) co_return false;
+
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = link_->reused();
+    link_->used();
+    auto* row = &link_->row();
+    auto count_out = [this, row, &limits](std::size_t n) {
+      row->bytes_up += n;
+      return conn_.account().addBytesOut(n, limits);
+    };
+    Endpoint<Client> from_client{client_, watch_, buf_};
+    Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
+    auto sent = co_await relayMessage<true>(from_client, parser, to_upstream, timeout, count_out,
+                                            keep_alive);
+    if (sent.fail == RelayFail::kInput) {
+      // The upstream has part of a request: that connection is done.
+      link_->close();
+      if (peerGone(sent.ec) || sent.timed_out) {
+        fail(refusal(Reason::kInvalidRequest, "client stopped sending the request body"), false);
+        co_return false;
+      }
+      Refusal r = fail(sent.ec == http::error::body_limit
+                           ? refusal(Reason::kBodyTooLarge,
+                                     "request body exceeds " +
+                                         std::to_string(ctx.options.max_body_bytes) + " bytes")
+                           : refusal(Reason::kInvalidRequest,
+                                     "malformed request body: " + sent.ec.message()),
+                       true);
+      std::string text = renderRefusal(r, conn_.workflow().name, false);
+      co_await writeClient(text);
+      co_return false;
+    }
+    if (sent.fail == RelayFail::kLimit) {
+      row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
+      row->detail = "workflow limit max_bytes_out reached";
+      link_->close();
+      Refusal r = fail(limitRefusal("workflow limit max_bytes_out reached"), true);
+      std::string text = renderRefusal(r, conn_.workflow().name, false);
+      co_await writeClient(text);
+      co_return false;
+    }
+    ErrorCode ec = sent.ec;
+    bool timed_out = sent.timed_out;
+    RespParser* rp = nullptr;
+    if (sent.fail == RelayFail::kNone) {
+      // Interim 1xx responses (other than 101) are passed on, redacted; then the real one.
+      for (;;) {
+        rp = &resp_parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                                   std::make_tuple(PmrAllocator(&pool_)));
+        rp->body_limit(std::numeric_limits<std::uint64_t>::max());
+        if (is_head) rp->skip(true);
+        {
+          Deadline dl(link_->watch(), beast::get_lowest_layer(link_->stream()),
+                      Clock::now() + timeout, keep_alive);
+          co_await http::async_read_header(link_->stream(), link_->buffer(), *rp,
+                                           net::redirect_error(net::use_awaitable, ec));
+          if (ec && dl.fired()) timed_out = true;
+        }
+        if (ec) break;
+        auto code = rp->get().result_int();
+        if (code < 100 || code >= 200 || code == 101) break;
+        redact(rp->get(), target.authority());
+        std::ostringstream interim_stream;
+        interim_stream << rp->get().base();
+        std::string interim = interim_stream.str();
+        rec.outcome(code);
+        if (!co_await writeClient(interim)) {
+          link_->close();
+          co_return false;
+        }
+      }
+    }
+    if (sent.fail != RelayFail::kNone || ec) {
+      // A reused keep-alive connection the origin had already closed: send again once on a
+      // fresh one when the request had no body (safe to resend).
+      const bool stale = reused && attempt == 0 && !body_pending && !timed_out &&
+                         (!rp || !rp->got_some()) && link_->canRedial();
+      link_->close();
+      if (stale) {
+        policy::Query q{target, policy::Visibility::kPlainHttp, &canon, nullptr,
+                        carrier_ != Carrier::kInspected};
+        auto opened = co_await link_->open(q, d.rule_id);
+        if (opened && opened->rule == d.rule) {
+          rec.setConnection(link_->row().id);
+          continue;
+        }
+        Refusal r = fail(opened ? refusal(Reason::kUpstreamError,
+                                          "upstream " + target.authority() +
+                                              " closed a kept-alive connection and its address "
+                                              "now falls under another rule",
+                                          d.rule_id)
+                                : opened.error(),
+                         true);
+        std::string text = renderRefusal(r, conn_.workflow().name, false);
+        co_await writeClient(text);
+        co_return false;
+      }
+      Refusal r = fail(timed_out ? refusal(Reason::kUpstreamTimeout,
+                                           "upstream " + target.authority() +
+                                               " did not answer within " +
+                                               std::to_string(timeout.count()) + " ms",
+                                           d.rule_id)
+                                 : refusal(Reason::kUpstreamError,
+                                           "upstream " + target.authority() +
+                                               " failed before answering: " + ec.message(),
+                                           d.rule_id),
+                       true);
+      std::string text = renderRefusal(r, conn_.workflow().name, false);
+      co_await writeClient(text);
+      co_return false;
+    }
+    auto& resp = rp->get();
+    const int status = resp.result_int();
+    if (status == 101) {
+      if (!ws) {
+        link_->close();
+        Refusal r = fail(refusal(Reason::kUpstreamError,
+                                 "upstream switched protocols without being asked to", d.rule_id),
+                         true);
+        std::string text = renderRefusal(r, conn_.workflow().name, false);
+        co_await writeClient(text);
+        co_return false;
+      }
+      rec.outcome(101);
+      rec.finish();
+      conn_.account().noteAllowed();
+      co_return co_await upgrade(*rp);
+    }
+    const bool delimited = rp->chunked() || rp->content_length().has_value() || is_head ||
+                           status == 204 || status == 304 || rp->is_done();
+    const bool upstream_keep = resp.keep_alive() && delimited;
+    client_keep = client_keep && delimited && (upstream_keep || carrier_ == Carrier::kPlainHttp);
+    stripHopByHop(resp);
+    redact(resp, target.authority());
+    resp.keep_alive(client_keep);
+    auto count_in = [this, row, &limits](std::size_t n) {
+      row->bytes_down += n;
+      return conn_.account().addBytesIn(n, limits);
+    };
+    Endpoint<Upstream> from_upstream{link_->stream(), link_->watch(), link_->buffer()};
+    Endpoint<Client> to_client{client_, watch_, buf_};
+    auto got = co_await relayMessage<false>(from_upstream, *rp, to_client, timeout, count_in,
+                                            keep_alive);
+    rec.outcome(status);
+    conn_.account().noteAllowed();
+    if (got.fail != RelayFail::kNone) {
+      if (got.fail == RelayFail::kLimit) {
+        row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
+        row->detail = "workflow limit max_bytes_in reached";
+      } else if (got.fail == RelayFail::kInput) {
+        row->reason = std::string(policy::reasonName(Reason::kUpstreamError));
+        row->detail = "upstream failed mid-response: " + got.ec.message();
+      }
+      link_->close();
+      if (!got.header_written) {
+        // Nothing reached the client yet: it can still get an answer.
+        Refusal r = got.fail == RelayFail::kLimit
+                        ? limitRefusal("workflow limit max_bytes_in reached")
+                        : refusal(Reason::kUpstreamError,
+                                  "upstream " + target.authority() +
+                                      " failed mid-response: " + got.ec.message(),
+                                  d.rule_id);
+        rec.outcome(static_cast<int>(r.status), r.reason);
+        std::string text = renderRefusal(r, conn_.workflow().name, false);
+        co_await writeClient(text);
+      }
+      // Headers already went out: the only honest signal left is closing the connection.
+      co_return false;
+    }
+    if (!upstream_keep) link_->close();
+    co_return client_keep;
+  }
+}
+
+// After a 101: frames both ways until either side ends.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
+  ErrorCode ec;
+  redact(rp.get(), tunnel_target_ ? tunnel_target_->authority() : std::string("upstream"));
+  http::message<false, http::empty_body, PmrFields> head{rp.get().base()};
+  head.set(http::field::connection, "Upgrade");
+  head.set(http::field::upgrade, "websocket");
+  co_await http::async_write(client_, head, net::redirect_error(net::use_awaitable, ec));
+  if (ec) co_return false;
+  auto& up = link_->stream();
+  auto* row = &link_->row();
+  // Bytes that arrived after the headers on either side go first.
+  if (link_->buffer().size()) {
+    co_await net::async_write(client_, link_->buffer().data(),
+                              net::redirect_error(net::use_awaitable, ec));
+    row->bytes_down += link_->buffer().size();
+    link_->buffer().consume(link_->buffer().size());
+  }
+  if (!ec && buf_.size()) {
+    co_await net::async_write(up, buf_.data(), net::redirect_error(net::use_awaitable, ec));
+    row->bytes_up += buf_.size();
+    buf_.consume(buf_.size());
+  }
+  if (ec) co_return false;
+  auto keep = conn_.keep_alive();
+  auto ex = beast::get_lowest_layer(client_).get_executor();
+  net::co_spawn(ex, pump(keep, std::make_shared<Watch>(ex), client_, up, &conn_, row, true),
+                net::detached);
+  co_await pump(keep, std::make_shared<Watch>(ex), up, client_, &conn_, row, false);
+  co_return false;
+}
+
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::writeClient(std::string_view bytes) {
+  ErrorCode ec;
+  Deadline d(watch_, beast::get_lowest_layer(client_),
+             Clock::now() + conn_.ctx->options.upstream_timeout,
+             [this] { return conn_.keep_alive(); });
+  co_await net::async_write(client_, net::buffer(bytes.data(), bytes.size()),
+                            net::redirect_error(net::use_awaitable, ec));
+  co_return !ec;
+}
+
+// Everything of a response header that reaches the sandbox is searched for the secrets
+// injected on this connection: every field value, and the status line's reason phrase.
+template <typename Client, typename Upstream>
+void Exchange<Client, Upstream>::redact(http::response_header<PmrFields>& head,
+                                        const std::string& authority) {
+  const auto* secrets = conn_.listener->secrets.get();
+  if (conn_.injected.empty() || !secrets) return;
+  bool hit = redactSecrets(static_cast<PmrFields&>(head), conn_.injected, secrets);
+  if (containsSecret(std::string_view(head.reason().data(), head.reason().size()), conn_.injected,
+                     secrets)) {
+    head.reason(http::obsolete_reason(head.result()));
+    hit = true;
+  }
+  if (hit)
+    log().warn("upstream {} reflected an injected secret in a response header; redacted",
+               authority);
+}
+
+template <typename Client, typename Upstream>
+std::string Exchange<Client, Upstream>::refusalConnection(const policy::Target* target,
+                                                          const Refusal& r) {
+  return link_ ? link_->refusedConnection(target, r) : std::string();
+}
+
+template <typename Client, typename Upstream>
+net::awaitable<void> Exchange<Client, Upstream>::refuse(const policy::Target* target,
+                                                        const std::string& method,
+                                                        const std::string& path,
+                                                        const Refusal& r, bool keep_alive) {
+  const std::string host = target ? target->host : std::string();
+  {
+    RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.workflow(), refusalConnection(target, r),
+                      method, host, path);
+    rec.decided(false, r.rule, r.reason);
+    rec.outcome(static_cast<int>(r.status));
+  }
+  conn_.account().noteDenied(host, target ? target->port : 0, r.rule, std::string(r.reasonText()));
+  log().info("deny {} {}{} rule={} reason={}: {}", method.empty() ? "-" : method,
+             target ? target->authority() : std::string("-"), path, r.rule.empty() ? "-" : r.rule,
+             r.reasonText(), r.detail);
+  std::string text = renderRefusal(r, conn_.workflow().name, keep_alive);
+  co_await writeClient(text);
+}
+
+using SslStream = beast::ssl_stream<tcp::socket>;
+template class Exchange<tcp::socket, tcp::socket>;
+template class Exchange<SslStream, SslStream>;
+
+}  // namespace sluice::proxy

@@ -1,0 +1,94 @@
+// The one request pipeline. Every HTTP request the proxy sees, whatever carried it (plain
+// HTTP, plain HTTP inside a CONNECT tunnel, an inspected TLS tunnel; fresh, kept-alive or
+// pipelined), goes through Exchange::next():
+//   read the header (deadline, size limit, raw syntax checks) -> canonical request ->
+//   decide (one Matcher::decide call with target, method, path and the vetted address) ->
+//   record (the requests row exists before anything goes upstream) -> inject -> forward ->
+//   response (1xx and final, redacted) -> complete the row.
+// What differs between carriers is the client stream type and the UpstreamLink.
+#pragma once
+
+#include <memory>
+#include <memory_resource>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "context.hpp"
+#include "link.hpp"
+#include "relay.hpp"
+
+namespace sluice::proxy {
+
+/// How requests reach this exchange.
+enum class Carrier {
+  kPlainHttp,     // absolute-form http:// requests to any origin (a plain proxy client)
+  kHttpInTunnel,  // plain HTTP inside a CONNECT tunnel: origin-form, one target
+  kInspected,     // HTTP inside an inspected TLS tunnel: origin-form, one target
+};
+
+/// What one client connection lends its exchanges.
+struct ConnState {
+  std::shared_ptr<Context> ctx;
+  std::shared_ptr<Listener> listener;
+  std::shared_ptr<const policy::Matcher> matcher;
+  std::function<std::shared_ptr<void>()> keep_alive;  // for deadline timers
+  std::vector<std::string> injected;  // secret names injected on this connection (redaction)
+  bool idle = false;     // waiting for the first byte of a kept-alive connection's next request
+  bool aborted = false;  // the proxy is closing this connection
+
+  const policy::Workflow& workflow() const { return matcher->workflow(); }
+  Account& account() const { return *listener->account; }
+};
+
+template <typename Client, typename Upstream>
+class Exchange {
+ public:
+  enum class Next { kContinue, kClose, kConnect };
+
+  Exchange(ConnState& conn, Client& client, Watch& client_watch, beast::flat_buffer& client_buf);
+  ~Exchange();
+
+  /// Sets where requests go: `link`, and for tunnels the one target they may name.
+  void carry(Carrier carrier, UpstreamLink<Upstream>* link, const policy::Target* tunnel_target);
+
+  /// Reads and handles one request. kConnect: a CONNECT header is in parser() (plain HTTP
+  /// carriers only; the caller takes over).
+  net::awaitable<Next> next(bool first);
+
+  ReqParser& parser() { return *req_parser_; }
+
+  /// Answers a request that was never read as one (a malformed tunnel): row and response.
+  net::awaitable<void> refuse(const policy::Target* target, const std::string& method,
+                              const std::string& path, const Refusal& r, bool keep_alive);
+
+ private:
+  enum class ReadStatus { kOk, kClosed, kRefused };
+  struct Located;  // the target a request names and its origin-form text
+
+  net::awaitable<ReadStatus> readHeader(bool first, std::size_t& header_len, Refusal& refusal);
+  std::optional<Refusal> parseHeader(std::size_t header_len);
+  std::expected<Located, Refusal> locate();
+  net::awaitable<bool> handle();
+  net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
+                               policy::Decision d, bool ws);
+  net::awaitable<bool> upgrade(RespParser& rp);
+  net::awaitable<bool> writeClient(std::string_view bytes);
+  void redact(http::response_header<PmrFields>& head, const std::string& authority);
+  std::string refusalConnection(const policy::Target* target, const Refusal& r);
+
+  ConnState& conn_;
+  Client& client_;
+  Watch& watch_;
+  beast::flat_buffer& buf_;
+  Carrier carrier_ = Carrier::kPlainHttp;
+  UpstreamLink<Upstream>* link_ = nullptr;
+  const policy::Target* tunnel_target_ = nullptr;
+  // Header fields of this connection's messages are allocated here. Only this connection's
+  // strand touches it; declared before the parsers so it outlives them.
+  std::pmr::unsynchronized_pool_resource pool_;
+  std::optional<ReqParser> req_parser_;
+  std::optional<RespParser> resp_parser_;
+};
+
+}  // namespace sluice::proxy

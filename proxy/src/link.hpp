@@ -1,0 +1,107 @@
+// The upstream side of the one exchange pipeline. Whatever carried a request (plain HTTP to
+// any origin, plain HTTP inside a CONNECT tunnel, an inspected TLS tunnel), the pipeline
+// decides, records and forwards it the same way; what differs is how it reaches the upstream,
+// and that lives behind this small interface.
+#pragma once
+
+#include <expected>
+#include <optional>
+#include <string>
+
+#include "audit_rows.hpp"
+#include "upstream_dial.hpp"
+
+namespace sluice::proxy {
+
+template <typename Stream>
+class UpstreamLink {
+ public:
+  virtual ~UpstreamLink() = default;
+
+  /// The vetted address of an open connection to `target` that may carry the next request,
+  /// or null. A connection that received bytes no request asked for is closed here (an
+  /// upstream that answered a request it read out of a body must not answer the next one).
+  virtual const policy::IpAddress* openTo(const policy::Target& target) = 0;
+
+  /// Opens a connection for `q` (whose target openTo() refused): resolves, decides `q` at
+  /// every address, dials. Returns the decision for the dialled address, or the refusal.
+  virtual net::awaitable<std::expected<policy::Decision, Refusal>> open(policy::Query q,
+                                                                        std::string rule_id) = 0;
+
+  virtual Stream& stream() = 0;
+  virtual Watch& watch() = 0;
+  virtual beast::flat_buffer& buffer() = 0;
+  /// The connections row the traffic is counted on.
+  virtual audit::ConnectionEvent& row() = 0;
+  /// The open connection already carried a request (a failure may mean it went stale).
+  virtual bool reused() const = 0;
+  /// May a request that failed on a stale reused connection be sent again on a new one?
+  virtual bool canRedial() const = 0;
+  /// A request was sent on the open connection.
+  virtual void used() = 0;
+  /// Ends the open connection (its row is written when it is the link's own).
+  virtual void close() = 0;
+  /// The connection id a refused request's row names. Plain HTTP writes a denied connections
+  /// row for it; a tunnel names its own.
+  virtual std::string refusedConnection(const policy::Target* target, const Refusal& r) = 0;
+};
+
+/// The upstream of a tunnel: one connection to the CONNECT target, dialled and vetted before
+/// the tunnel was established. It cannot be redialled; once closed, the tunnel is over, and a
+/// link that failed at set-up (an upstream certificate that does not verify) answers every
+/// open() with that refusal.
+template <typename Stream>
+class FixedLink final : public UpstreamLink<Stream> {
+ public:
+  FixedLink(Stream& stream, Watch& watch, beast::flat_buffer& buf, const policy::Target& target,
+            policy::IpAddress vetted, audit::ConnectionEvent& row)
+      : stream_(stream), watch_(watch), buf_(buf), target_(target), vetted_(vetted), row_(row) {}
+
+  void fail(Refusal r) { failure_ = std::move(r); }
+
+  const policy::IpAddress* openTo(const policy::Target& target) override {
+    if (failure_ || closed_ || target.host != target_.host || target.port != target_.port)
+      return nullptr;
+    if (buf_.size() > 0) {
+      close();
+      return nullptr;
+    }
+    return &vetted_;
+  }
+  net::awaitable<std::expected<policy::Decision, Refusal>> open(policy::Query,
+                                                                std::string rule_id) override {
+    if (failure_) co_return std::unexpected(*failure_);
+    co_return std::unexpected(refusal(
+        policy::Reason::kUpstreamError,
+        "the upstream connection of this tunnel to " + target_.authority() + " has ended",
+        std::move(rule_id)));
+  }
+  Stream& stream() override { return stream_; }
+  Watch& watch() override { return watch_; }
+  beast::flat_buffer& buffer() override { return buf_; }
+  audit::ConnectionEvent& row() override { return row_; }
+  bool reused() const override { return uses_ > 0; }
+  bool canRedial() const override { return false; }
+  void used() override { ++uses_; }
+  void close() override {
+    closed_ = true;
+    ErrorCode ec;
+    beast::get_lowest_layer(stream_).close(ec);
+  }
+  std::string refusedConnection(const policy::Target*, const Refusal&) override {
+    return row_.id;
+  }
+
+ private:
+  Stream& stream_;
+  Watch& watch_;
+  beast::flat_buffer& buf_;
+  const policy::Target& target_;
+  policy::IpAddress vetted_;
+  audit::ConnectionEvent& row_;
+  std::optional<Refusal> failure_;
+  std::uint64_t uses_ = 0;
+  bool closed_ = false;
+};
+
+}  // namespace sluice::proxy

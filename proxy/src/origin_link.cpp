@@ -1,0 +1,110 @@
+// Plain-HTTP origin connections (origin_link.hpp).
+#include "origin_link.hpp"
+
+#include "log.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+// Releases a connection slot unless handed on.
+class Slot {
+ public:
+  explicit Slot(Account* a) : a_(a) {}
+  ~Slot() {
+    if (a_) a_->releaseConnection();
+  }
+  void release() { a_ = nullptr; }
+
+ private:
+  Account* a_;
+};
+
+}  // namespace
+
+OriginLink::OriginLink(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
+                       const net::any_io_executor& ex,
+                       std::function<std::shared_ptr<void>()> keep)
+    : ctx_(std::move(ctx)), listener_(std::move(listener)), ex_(ex), keep_(std::move(keep)) {}
+
+OriginLink::~OriginLink() { close(); }
+
+const policy::IpAddress* OriginLink::openTo(const policy::Target& target) {
+  if (!origin_) return nullptr;
+  if (origin_->target.host != target.host || origin_->target.port != target.port) {
+    close();
+    return nullptr;
+  }
+  // Bytes no request asked for (an upstream that read a second request out of a body, or a
+  // stray response): this connection must not answer the next request.
+  ErrorCode ec;
+  if (origin_->buf.size() > 0 || origin_->socket.available(ec) > 0 || ec) {
+    if (origin_->buf.size() > 0 || (!ec && origin_->socket.available(ec) > 0))
+      log().warn("origin {} sent bytes no request asked for; connection closed",
+                 origin_->target.authority());
+    close();
+    return nullptr;
+  }
+  return &origin_->address;
+}
+
+net::awaitable<std::expected<policy::Decision, Refusal>> OriginLink::open(policy::Query q,
+                                                                          std::string rule_id) {
+  close();
+  const auto& limits = matcher_->workflow().limits;
+  Account& account = *listener_->account;
+  if (!account.acquireConnection(limits))
+    co_return std::unexpected(limitRefusal("workflow limit max_connections (" +
+                                           std::to_string(limits.max_connections) +
+                                           " concurrent) reached"));
+  Slot slot(&account);
+  auto vetted = co_await vetAddresses(ctx_, matcher_, q, rule_id);
+  if (!vetted) co_return std::unexpected(std::move(vetted.error()));
+  auto o = std::make_unique<Origin>(ex_);
+  auto dialled = co_await dialVetted(ctx_, o->socket, o->watch, *vetted, q.target, rule_id, keep_());
+  if (!dialled) co_return std::unexpected(std::move(dialled.error()));
+  o->target = q.target;
+  o->address = dialled->address;
+  o->started = Clock::now();
+  o->event = connectionRow(*ctx_, *listener_, matcher_->workflow(), "http");
+  o->event.host = q.target.host;
+  o->event.port = q.target.port;
+  o->event.resolved_ip = dialled->endpoint.address().to_string();
+  o->event.decision = "allow";
+  o->event.rule_id = dialled->decision.rule_id;
+  o->event.reason = std::string(policy::reasonName(policy::Reason::kAllowed));
+  account.noteUpstreamConnection();
+  slot.release();
+  origin_ = std::move(o);
+  co_return std::move(dialled->decision);
+}
+
+void OriginLink::close() {
+  if (!origin_) return;
+  ErrorCode ec;
+  origin_->socket.close(ec);
+  origin_->watch.timer.cancel();
+  finishConnection(*ctx_, origin_->event, origin_->started);
+  listener_->account->releaseConnection();
+  origin_.reset();
+}
+
+void OriginLink::abort() {
+  if (!origin_) return;
+  ErrorCode ec;
+  origin_->socket.close(ec);
+  origin_->watch.timer.cancel();
+}
+
+std::string OriginLink::refusedConnection(const policy::Target* target, const Refusal& r) {
+  auto ev = connectionRow(*ctx_, *listener_, matcher_->workflow(), "http");
+  if (target) {
+    ev.host = target->host;
+    ev.port = target->port;
+  }
+  auto id = ev.id;
+  recordDeniedConnection(*ctx_, *listener_->account, std::move(ev), r, /*count=*/false);
+  return id;
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,59 @@
+// The upstream side of plain HTTP from a client connection: one kept-alive origin connection
+// at a time, (re)dialled on demand to whatever target a request names, each dial vetted by
+// the policy at every resolved address. Each origin connection gets its own connections row.
+#pragma once
+
+#include <memory>
+
+#include "link.hpp"
+
+namespace sluice::proxy {
+
+class OriginLink final : public UpstreamLink<tcp::socket> {
+ public:
+  /// `keep` returns a reference that keeps the owning connection alive while timers run.
+  OriginLink(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
+             const net::any_io_executor& ex, std::function<std::shared_ptr<void>()> keep);
+  ~OriginLink() override;
+
+  /// The matcher that vets dials (refreshed per request by the owner, for SIGHUP reloads).
+  void setMatcher(std::shared_ptr<const policy::Matcher> m) { matcher_ = std::move(m); }
+
+  const policy::IpAddress* openTo(const policy::Target& target) override;
+  net::awaitable<std::expected<policy::Decision, Refusal>> open(policy::Query q,
+                                                                std::string rule_id) override;
+  tcp::socket& stream() override { return origin_->socket; }
+  Watch& watch() override { return origin_->watch; }
+  beast::flat_buffer& buffer() override { return origin_->buf; }
+  audit::ConnectionEvent& row() override { return origin_->event; }
+  bool reused() const override { return origin_ && origin_->uses > 0; }
+  bool canRedial() const override { return true; }
+  void used() override { ++origin_->uses; }
+  void close() override;
+  std::string refusedConnection(const policy::Target* target, const Refusal& r) override;
+
+  /// Cancels a pending deadline timer (the owner is ending) and closes the socket.
+  void abort();
+
+ private:
+  struct Origin {
+    explicit Origin(const net::any_io_executor& ex) : socket(ex), watch(ex) {}
+    tcp::socket socket;
+    Watch watch;
+    beast::flat_buffer buf;
+    policy::Target target;
+    policy::IpAddress address;
+    audit::ConnectionEvent event;
+    Clock::time_point started;
+    std::uint64_t uses = 0;
+  };
+
+  std::shared_ptr<Context> ctx_;
+  std::shared_ptr<Listener> listener_;
+  std::shared_ptr<const policy::Matcher> matcher_;
+  net::any_io_executor ex_;
+  std::function<std::shared_ptr<void>()> keep_;
+  std::unique_ptr<Origin> origin_;
+};
+
+}  // namespace sluice::proxy

@@ -1,0 +1,150 @@
+// Streaming one HTTP message (header already parsed) from one stream to another: a parser
+// with buffer_body feeding a serializer, so bodies of any size pass through a 32 KiB buffer.
+// One template for every stream pair (TCP, TLS), used by the one exchange pipeline.
+#pragma once
+
+#include <memory>
+#include <memory_resource>
+#include <vector>
+
+#include "deadline.hpp"
+#include "net.hpp"
+
+namespace sluice::proxy {
+
+/// Header fields whose elements come from a per-connection memory pool (Beast allocates one
+/// block per field; a pool makes that cheap).
+using PmrAllocator = std::pmr::polymorphic_allocator<char>;
+using PmrFields = http::basic_fields<PmrAllocator>;
+using ReqParser = http::parser<true, http::buffer_body, PmrAllocator>;
+using RespParser = http::parser<false, http::buffer_body, PmrAllocator>;
+
+inline constexpr std::size_t kRelayBufferBytes = 32 * 1024;
+
+/// A body relay buffer, borrowed from a small per-thread pool for the duration of one
+/// message, so an idle kept-alive client holds none and a busy one does not malloc 32 KiB per
+/// request. (Returned to whichever thread's pool is current; pools are never shared.)
+class RelayBuffer {
+ public:
+  RelayBuffer();
+  ~RelayBuffer();
+  RelayBuffer(const RelayBuffer&) = delete;
+  RelayBuffer& operator=(const RelayBuffer&) = delete;
+  char* data() { return buf_.get(); }
+
+ private:
+  std::unique_ptr<char[]> buf_;
+};
+
+enum class RelayFail { kNone, kInput, kOutput, kLimit };
+
+struct RelayResult {
+  RelayFail fail = RelayFail::kNone;
+  bool header_written = false;
+  bool timed_out = false;
+  ErrorCode ec;
+};
+
+/// One end of a relay: a stream, the watch of its lowest layer, and (for input) its buffer.
+template <typename Stream>
+struct Endpoint {
+  Stream& stream;
+  Watch& watch;
+  beast::flat_buffer& buf;
+};
+
+/// After a read into the offered buffer: sets the body to the bytes read. Returns false when
+/// the read parsed only framing (a chunk header) and the body is not done: writing an empty
+/// buffer would make the serializer emit a zero-size chunk, which ends a chunked body early,
+/// so the caller reads again instead.
+template <bool isRequest>
+bool takeBodyBytes(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, char* buf,
+                   std::size_t size) {
+  auto& body = p.get().body();
+  body.size = size - body.size;
+  body.data = buf;
+  body.more = !p.is_done();
+  if (body.size == 0) {
+    if (!p.is_done()) return false;
+    body.data = nullptr;
+  }
+  return true;
+}
+
+/// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
+/// `count` is told every byte written to `out` and returns false to stop (limit). When body
+/// bytes are already buffered, header and first body bytes leave in one write; when none are,
+/// the header goes at once so the peer is not kept waiting (streaming responses, slow uploads).
+template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
+net::awaitable<RelayResult> relayMessage(Endpoint<In> in,
+                                         http::parser<isRequest, http::buffer_body, PmrAllocator>& p,
+                                         Endpoint<Out> out, std::chrono::milliseconds timeout,
+                                         Count count, KeepAlive keep) {
+  RelayResult res;
+  http::serializer<isRequest, http::buffer_body, PmrFields> sr{p.get()};
+  RelayBuffer relay_buf;
+  char* buf = relay_buf.data();
+  auto& out_sock = beast::get_lowest_layer(out.stream);
+  auto& in_sock = beast::get_lowest_layer(in.stream);
+  if (!p.is_done() && in.buf.size() == 0) {
+    Deadline d(out.watch, out_sock, Clock::now() + timeout, keep);
+    auto n = co_await http::async_write_header(out.stream, sr,
+                                               net::redirect_error(net::use_awaitable, res.ec));
+    if (res.ec) {
+      res.timed_out = d.fired();
+      res.fail = RelayFail::kOutput;
+      co_return res;
+    }
+    res.header_written = true;
+    if (!count(n)) {
+      res.fail = RelayFail::kLimit;
+      co_return res;
+    }
+  }
+  while (!sr.is_done()) {
+    if (!p.is_done()) {
+      p.get().body().data = buf;
+      p.get().body().size = kRelayBufferBytes;
+      ErrorCode ec;
+      {
+        Deadline d(in.watch, in_sock, Clock::now() + timeout, keep);
+        co_await http::async_read_some(in.stream, in.buf, p,
+                                       net::redirect_error(net::use_awaitable, ec));
+        if (ec && d.fired()) res.timed_out = true;
+      }
+      if (ec == http::error::need_buffer) ec = {};
+      if (ec) {
+        res.ec = ec;
+        res.fail = RelayFail::kInput;
+        co_return res;
+      }
+      if (!takeBodyBytes(p, buf, kRelayBufferBytes)) continue;
+    } else {
+      // The input is done: the last write only finishes the message.
+      p.get().body().data = nullptr;
+      p.get().body().size = 0;
+      p.get().body().more = false;
+    }
+    ErrorCode ec;
+    std::size_t n = 0;
+    {
+      Deadline d(out.watch, out_sock, Clock::now() + timeout, keep);
+      n = co_await http::async_write(out.stream, sr, net::redirect_error(net::use_awaitable, ec));
+      if (ec && d.fired()) res.timed_out = true;
+    }
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) {
+      res.ec = ec;
+      res.fail = RelayFail::kOutput;
+      co_return res;
+    }
+    if (n) res.header_written = true;
+    if (n && !count(n)) {
+      res.fail = RelayFail::kLimit;
+      co_return res;
+    }
+  }
+  co_return res;
+}
+
+}  // namespace sluice::proxy

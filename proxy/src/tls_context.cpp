@@ -1,0 +1,90 @@
+// TLS contexts of inspection (tls_context.hpp).
+#include "tls_context.hpp"
+
+#include <openssl/err.h>
+#include <openssl/x509v3.h>
+
+#include "sluice/policy/target.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+constexpr unsigned char kAlpnHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+
+std::string sslErrorText() {
+  unsigned long e = ERR_get_error();
+  char buf[256] = "unknown error";
+  if (e != 0) ERR_error_string_n(e, buf, sizeof buf);
+  ERR_clear_error();
+  return buf;
+}
+
+int sniIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
+  return index;
+}
+
+// Domain fronting guard: the client's SNI must name the host it asked to CONNECT to.
+int onServerName(SSL* ssl, int* alert, void*) {
+  auto* check = static_cast<SniCheck*>(SSL_get_ex_data(ssl, sniIndex()));
+  const char* name = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+  if (!check || !name) return SSL_TLSEXT_ERR_OK;  // no SNI: Host is still checked per request
+  auto normalized = policy::normalizeHostName(name);
+  if (normalized && *normalized == check->expected) return SSL_TLSEXT_ERR_OK;
+  check->mismatch = true;
+  check->seen = std::string(name).substr(0, 255);
+  *alert = SSL_AD_UNRECOGNIZED_NAME;
+  return SSL_TLSEXT_ERR_ALERT_FATAL;
+}
+
+// We speak HTTP/1.1 inside the tunnel: pick it when offered; when a client offers only h2,
+// go on without ALPN so it falls back to HTTP/1.1.
+int onAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
+           unsigned int inlen, void*) {
+  unsigned char* selected = nullptr;
+  if (SSL_select_next_proto(&selected, outlen, kAlpnHttp11, sizeof kAlpnHttp11, in, inlen) ==
+      OPENSSL_NPN_NEGOTIATED) {
+    *out = selected;
+    return SSL_TLSEXT_ERR_OK;
+  }
+  return SSL_TLSEXT_ERR_NOACK;
+}
+
+}  // namespace
+
+std::string sslError() { return sslErrorText(); }
+
+void watchSni(SSL* ssl, SniCheck* check) { SSL_set_ex_data(ssl, sniIndex(), check); }
+
+std::expected<std::shared_ptr<TlsContexts>, std::string> makeTlsContexts(
+    const ProxyOptions& options) {
+  auto t = std::make_shared<TlsContexts>();
+  t->ca = options.ca;
+  SSL_CTX* server = t->server.native_handle();
+  SSL_CTX_set_min_proto_version(server, TLS1_2_VERSION);
+  SSL_CTX_set_options(server, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+  SSL_CTX_set_tlsext_servername_callback(server, onServerName);
+  SSL_CTX_set_alpn_select_cb(server, onAlpn, nullptr);
+
+  SSL_CTX* up = t->upstream.native_handle();
+  SSL_CTX_set_min_proto_version(up, TLS1_2_VERSION);
+  SSL_CTX_set_security_level(up, 2);
+  SSL_CTX_set_options(up, SSL_OP_NO_RENEGOTIATION | SSL_OP_NO_COMPRESSION);
+  SSL_CTX_set_verify(up, SSL_VERIFY_PEER, nullptr);
+  if (options.upstream_system_trust && SSL_CTX_set_default_verify_paths(up) != 1) {
+    return std::unexpected("cannot load the system trust store: " + sslErrorText());
+  }
+  for (const auto& f : options.upstream_ca_files) {
+    if (SSL_CTX_load_verify_locations(up, f.c_str(), nullptr) != 1) {
+      return std::unexpected("cannot load upstream CA file " + f + ": " + sslErrorText());
+    }
+  }
+  // SSL_CTX_set_alpn_protos returns 0 on success (unlike most of OpenSSL).
+  if (SSL_CTX_set_alpn_protos(up, kAlpnHttp11, sizeof kAlpnHttp11) != 0) {
+    return std::unexpected("cannot set ALPN: " + sslErrorText());
+  }
+  return t;
+}
+
+}  // namespace sluice::proxy

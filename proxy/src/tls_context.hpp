@@ -1,0 +1,41 @@
+// The OpenSSL contexts of TLS inspection: the client-facing server side (leaves minted by the
+// proxy's CA, SNI checked against the CONNECT target, ALPN http/1.1) and the upstream client
+// side (TLS >= 1.2, verified against the system store and --upstream-ca files).
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <boost/asio/ssl.hpp>
+#include <expected>
+#include <memory>
+#include <string>
+
+#include "net.hpp"
+#include "sluice/proxy/proxy.hpp"
+
+namespace sluice::proxy {
+
+struct TlsContexts {
+  net::ssl::context server{net::ssl::context::tls_server};
+  net::ssl::context upstream{net::ssl::context::tls_client};
+  std::shared_ptr<CertificateAuthority> ca;
+};
+
+/// Builds the contexts from the options. Errors name the file that could not be loaded.
+std::expected<std::shared_ptr<TlsContexts>, std::string> makeTlsContexts(
+    const ProxyOptions& options);
+
+/// What the SNI callback compares against, per client connection (set with watchSni).
+struct SniCheck {
+  std::string expected;  // the CONNECT host; empty for IP literals (any SNI then mismatches)
+  std::string seen;
+  bool mismatch = false;
+};
+
+/// Points the server-side SNI check of `ssl` at `check` (null to detach).
+void watchSni(SSL* ssl, SniCheck* check);
+
+/// OpenSSL's last error as text (and clears the queue).
+std::string sslError();
+
+}  // namespace sluice::proxy
