@@ -719,17 +719,17 @@ TEST_F(TlsRun, UntrustedUpstreamCertificateGives502WithTheReason) {
     const json& raw = r["raw_connect_untrusted"];
     const json& c = r["curl_untrusted"];
     json why = raw.value("status", 0) == 502 ? refusal(raw) : refusal(c);
-    EXPECT_EQ(why.value("reason", ""), "upstream_error") << show(raw) << "\n" << show(c);
+    EXPECT_EQ(why.value("reason", ""), "upstream_tls") << show(raw) << "\n" << show(c);
     EXPECT_NE(why.value("detail", "").find("certificate"), std::string::npos) << show(raw) << "\n"
                                                                               << show(c);
     std::cout << "[ info ] untrusted upstream refusal: " << why.dump() << "\n";
   }
   for (const auto& p : upstreamPaths()) EXPECT_NE(p, "/echo/untrusted") << "request forwarded";
-  // Audited: a connection (or request) to the upstream refused with upstream_error.
+  // Audited: a connection (or request) to the upstream refused with upstream_tls.
   auto rows = query(
       "SELECT 'connection', decision, reason, coalesce(detail,'') FROM connections "
-      "WHERE reason = 'upstream_error' UNION ALL "
-      "SELECT 'request', decision, reason, '' FROM requests WHERE reason = 'upstream_error'");
+      "WHERE reason = 'upstream_tls' UNION ALL "
+      "SELECT 'request', decision, reason, '' FROM requests WHERE reason = 'upstream_tls'");
   EXPECT_FALSE(rows.empty()) << "the refused upstream is not in the audit store";
   expectSecretNowhere(o);
 }

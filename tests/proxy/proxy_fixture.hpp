@@ -102,7 +102,8 @@ class ProxyFixture : public ::testing::Test {
   }
 
   std::string upstream() const { return "upstream.test:" + std::to_string(up_.httpPort()); }
-  std::string echo() const { return "upstream.test:" + std::to_string(up_.echoPort()); }
+  /// The echo server as a host no rule with methods/paths covers: its tunnels carry raw bytes.
+  std::string echo() const { return "other.test:" + std::to_string(up_.echoPort()); }
 
   /// Sends `request` on a fresh connection and reads one response.
   Response roundTrip(const std::string& request) {

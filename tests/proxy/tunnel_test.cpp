@@ -27,7 +27,7 @@ TEST_F(TunnelTest, RelaysBothWaysAndAuditsOnClose) {
   EXPECT_EQ(row->rule_id, "local-upstream");
   EXPECT_EQ(row->reason, "allowed");
   EXPECT_EQ(row->tls, "passthrough");
-  EXPECT_EQ(row->host, "upstream.test");
+  EXPECT_EQ(row->host, "other.test");
   EXPECT_EQ(row->port, up_.echoPort());
   EXPECT_EQ(row->resolved_ip, "127.0.0.1");
   EXPECT_EQ(row->execution_id, "exec-1");
@@ -84,7 +84,7 @@ TEST_F(TunnelTest, HalfCloseKeepsTheOtherDirection) {
 
 TEST_F(TunnelTest, UpstreamResetEndsTheTunnelAndIsAudited) {
   Client c(port_);
-  ASSERT_TRUE(c.send(connectRequest("upstream.test:" + std::to_string(up_.resetPort()))));
+  ASSERT_TRUE(c.send(connectRequest("other.test:" + std::to_string(up_.resetPort()))));
   ASSERT_EQ(c.readResponse(true).status, 200);
   EXPECT_EQ(c.readN(7), "partial");
   EXPECT_TRUE(c.waitClosed());
@@ -235,6 +235,26 @@ TEST_F(LimitTest, MaxBytesInEndsTheTunnelAndThenRefuses) {
   auto r = roundTrip(connectRequest(echo()));
   EXPECT_EQ(r.status, 429);
   EXPECT_EQ(roundTrip(getRequest(upstream(), "/")).status, 429);
+}
+
+}  // namespace
+}  // namespace sluice::proxy::testing
+
+namespace sluice::proxy::testing {
+namespace {
+
+// upstream.test is covered by deny rules with methods/paths: a tunnel to it must carry HTTP
+// (judged request by request) or TLS; raw bytes there are refused, not relayed unseen.
+TEST_F(TunnelTest, RawBytesWhereRequestRulesApplyAreRefused) {
+  Client c(port_);
+  ASSERT_TRUE(c.send(connectRequest("upstream.test:" + std::to_string(up_.echoPort()))));
+  ASSERT_EQ(c.readResponse(true).status, 200);
+  ASSERT_TRUE(c.send(std::string("\x01\x02raw protocol bytes", 20)));
+  EXPECT_TRUE(c.waitClosed());
+  auto row = sink_->waitConnection([](const auto& e) { return e.reason == "not_http"; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(up_.echoLog().accepted.load(), 1);  // dialled, but nothing relayed
 }
 
 }  // namespace

@@ -494,7 +494,7 @@ TEST_F(InspectTest, IpLiteralUpstreamCertWithoutTheAddressGets502) {
   ASSERT_TRUE(c);
   auto r = roundTrip(*c, request("GET", "/x", "127.0.0.1:" + std::to_string(up_->port())));
   EXPECT_EQ(r.status, 502) << r.body;
-  EXPECT_EQ(r.header("x-sluice-reason"), "upstream_error");
+  EXPECT_EQ(r.header("x-sluice-reason"), "upstream_tls");
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.body;
   const std::string why = X509_verify_cert_error_string(X509_V_ERR_IP_ADDRESS_MISMATCH);
@@ -504,7 +504,7 @@ TEST_F(InspectTest, IpLiteralUpstreamCertWithoutTheAddressGets502) {
       waitConnection([&](const audit::ConnectionEvent& e) { return e.host == "127.0.0.1"; });
   ASSERT_TRUE(conn);
   EXPECT_EQ(conn->decision, "deny");
-  EXPECT_EQ(conn->reason, "upstream_error");
+  EXPECT_EQ(conn->reason, "upstream_tls");
   EXPECT_TRUE(up_->requests().empty());
 }
 
@@ -589,7 +589,7 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
   auto r = roundTrip(
       *c, request("GET", "/v1/through-bad", authority, "Authorization: Bearer client-own\r\n"));
   EXPECT_EQ(r.status, 502) << r.body;
-  EXPECT_EQ(r.header("x-sluice-reason"), "upstream_error");
+  EXPECT_EQ(r.header("x-sluice-reason"), "upstream_tls");
   // "upstream certificate verification failed[ for HOST:PORT]: <OpenSSL's reason>"
   const std::string expected =
       std::string(": ") + X509_verify_cert_error_string(GetParam().verify_error);
@@ -601,7 +601,7 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
   auto j = nlohmann::json::parse(r.body, nullptr, false);
   ASSERT_FALSE(j.is_discarded()) << r.body;
   EXPECT_EQ(j.value("error", ""), "upstream_tls") << r.body;
-  EXPECT_EQ(j.value("reason", ""), "upstream_error") << r.body;
+  EXPECT_EQ(j.value("reason", ""), "upstream_tls") << r.body;
   EXPECT_EQ(j.value("workflow", ""), "tls-test") << r.body;
   EXPECT_EQ(j.value("rule", ""), "api") << r.body;
   EXPECT_TRUE(names_reason(j.value("detail", "")))
@@ -612,7 +612,7 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 502);
   EXPECT_EQ(ev->decision, "deny");
-  EXPECT_EQ(ev->reason, "upstream_error");
+  EXPECT_EQ(ev->reason, "upstream_tls");
   EXPECT_TRUE(ev->injected_secrets.empty()) << "nothing was sent to an unverified upstream";
 
   c.reset();
@@ -621,7 +621,7 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
   });
   ASSERT_TRUE(conn);
   EXPECT_EQ(conn->decision, "deny");
-  EXPECT_EQ(conn->reason, "upstream_error");
+  EXPECT_EQ(conn->reason, "upstream_tls");
   EXPECT_EQ(conn->rule_id, "api");
   EXPECT_TRUE(names_reason(conn->detail))
       << "detail: " << conn->detail << "\nexpected to end with: " << expected;
