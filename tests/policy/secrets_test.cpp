@@ -84,6 +84,31 @@ TEST_F(Secrets, ErrorsNeverQuoteValues) {
   EXPECT_FALSE(loadSecretsFile(dir_ / "missing.yaml"));
 }
 
+// A secret goes into an HTTP header: CR/LF would split it and add fields of the secret's
+// choosing upstream (X-Smuggled-By-Secret). Refused at load, naming the secret, never the value.
+TEST_F(Secrets, ValuesThatCannotBeAHeaderValueAreRefused) {
+  auto two_lines = write("two.txt", "tok3n-line-one\nX-Smuggled-By-Secret: 1\n");
+  auto cases = {
+      write("a.yaml", "tok: {value: \"s3cr3t\\r\\nX-Smuggled-By-Secret: 1\"}\n"),
+      write("b.yaml", "tok: {file: " + two_lines + "}\n"),
+      write("c.yaml", "tok: {value: \"s3cr3t\\0x\"}\n"),
+      write("d.yaml", "tok: {value: \"s3cr3t\\x01\"}\n"),
+  };
+  for (const auto& f : cases) {
+    auto store = loadSecretsFile(f);
+    ASSERT_FALSE(store) << f;
+    EXPECT_NE(store.error().find("secret 'tok'"), std::string::npos) << store.error();
+    EXPECT_NE(store.error().find("HTTP header value"), std::string::npos) << store.error();
+    EXPECT_EQ(store.error().find("s3cr3t"), std::string::npos) << store.error();
+    EXPECT_EQ(store.error().find("tok3n"), std::string::npos) << store.error();
+  }
+  // One line with a trailing newline is the normal shape of a secret file: accepted.
+  auto one = write("one.txt", "tok3n\n");
+  auto store = loadSecretsFile(write("e.yaml", "tok: {file: " + one + "}\n"));
+  ASSERT_TRUE(store) << store.error();
+  EXPECT_EQ(store.value()->find("tok").value(), "tok3n");
+}
+
 TEST_F(Secrets, ValuesLiveInNonDumpableMemory) {
   auto store = makeSecretStore({{"k", "protected-value"}});
   auto v = store->find("k").value();
