@@ -32,7 +32,8 @@ bench: deps
 	@$(MAKE) build
 	@./bench/run_all.sh $(BUILD_DIR)
 
-# libFuzzer on the policy loader and target parsers (clang-16; see docs/policy.md#fuzzing).
+# libFuzzer on the policy loader and target parsers and on the proxy's session code
+# (clang-16; see docs/policy.md#fuzzing).
 FUZZ_SECONDS ?= 600
 fuzz:
 	@SLUICE_FUZZ_DEPS=1 ./scripts/install-deps.sh
@@ -41,6 +42,7 @@ fuzz:
 	  -DCMAKE_CXX_FLAGS="-U__cpp_concepts -D__cpp_concepts=202002L" >/dev/null
 	@cmake --build build-fuzz --target fuzz_policy_loader
 	@cmake --build build-fuzz --target fuzz_policy_target
+	@cmake --build build-fuzz --target fuzz_proxy_session
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')
