@@ -72,7 +72,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   Session(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener, tcp::socket socket)
       : client_(std::move(socket)),
         watch_(client_.get_executor()),
-        conn_{ctx, listener, listener->matcher(), {}},
+        conn_{ctx, listener, listener->matcher(), {}, {}, false, false},
         origin_(ctx, listener, client_.get_executor(), [this] { return shared_from_this(); }),
         exchange_(conn_, client_, watch_, buf_) {
     conn_.keep_alive = [this] { return std::shared_ptr<void>(shared_from_this()); };
