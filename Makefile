@@ -39,7 +39,7 @@ fuzz:
 	@SLUICE_FUZZ_DEPS=1 ./scripts/install-deps.sh
 	@CC=clang-16 CXX=clang++-16 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	  -DSLUICE_FUZZ=ON -DFUZZ_SECONDS=$(FUZZ_SECONDS) \
-	  -DCMAKE_CXX_FLAGS="-U__cpp_concepts -D__cpp_concepts=202002L" >/dev/null
+	  -DCMAKE_CXX_FLAGS="-U__cpp_concepts -D__cpp_concepts=202002L -DBOOST_ASIO_HAS_CO_AWAIT=1 -DBOOST_ASIO_HAS_STD_COROUTINE=1" >/dev/null
 	@cmake --build build-fuzz --target fuzz_policy_loader
 	@cmake --build build-fuzz --target fuzz_policy_target
 	@cmake --build build-fuzz --target fuzz_proxy_session

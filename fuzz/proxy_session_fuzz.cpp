@@ -18,6 +18,8 @@
 #include <string_view>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/request.hpp"
 #include "sluice/proxy/proxy.hpp"
@@ -109,6 +111,7 @@ struct World {
 World& world() {
   static World* w = [] {
     auto* w = new World;
+    spdlog::set_level(spdlog::level::off);  // a log line per refused input would drown the run
     int ufd = listenLoopback(w->upstream_port);
     std::thread(serveUpstream, ufd).detach();
     std::string yaml =

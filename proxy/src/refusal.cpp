@@ -76,7 +76,9 @@ std::string renderRefusal(const Refusal& r, const std::string& workflow, bool ke
                          {"rule", r.rule},
                          {"reason", r.reasonText()},
                          {"detail", r.detail}};
-  std::string text = body.dump() + "\n";
+  // A detail can quote client bytes that are not UTF-8 (a mangled target): replace them
+  // rather than throw (found by proxy_session_fuzz).
+  std::string text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::string out = "HTTP/1.1 ";
   out += std::to_string(static_cast<unsigned>(r.status));
   out += ' ';

@@ -111,6 +111,16 @@ TEST(Refusal, EveryReasonHasAStatusAndACategory) {
   EXPECT_EQ(refusal(policy::Reason::kLimitExceeded, "x").status, http::status::too_many_requests);
 }
 
+// Found by proxy_session_fuzz: a detail quoting non-UTF-8 client bytes made the JSON dump
+// throw, which ended the session without an answer.
+TEST(Refusal, DetailWithInvalidUtf8StillRenders) {
+  Refusal r = refusal(policy::Reason::kInvalidTarget, "scheme 'h\xb1tp' is not http");
+  std::string text;
+  EXPECT_NO_THROW(text = renderRefusal(r, "wf", false));
+  EXPECT_EQ(text.rfind("HTTP/1.1 400 Bad Request\r\n", 0), 0u);
+  EXPECT_NO_THROW((void)nlohmann::json::parse(text.substr(text.find("\r\n\r\n") + 4)));
+}
+
 TEST(HttpRules, TransferEncodingOnHttp10IsRefused) {
   auto r = checkFraming(fieldsOf({{"Transfer-Encoding", "chunked"}}), 10);
   ASSERT_TRUE(r);
