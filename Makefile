@@ -43,6 +43,9 @@ fuzz:
 	@cmake --build build-fuzz --target fuzz_policy_loader
 	@cmake --build build-fuzz --target fuzz_policy_target
 	@cmake --build build-fuzz --target fuzz_proxy_session
+	@$(MAKE) build
+	@SLUICE_PIPELINE_FUZZ_ITERATIONS=20000 $(BUILD_DIR)/tests/proxy/proxy_test \
+	  --gtest_filter='PipelineTest.Randomized*' 
 
 format:
 	@clang-format -i $$(git ls-files '*.cpp' '*.hpp')

@@ -157,12 +157,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     in.replace(pos, 2, authority);
     pos += authority.size();
   }
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   a.sin_port = htons(w.port);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) std::abort();
+  // A million connections a run: close with RST (no TIME_WAIT) and, if loopback's ephemeral
+  // ports run out anyway, wait for them rather than report the harness's failure as a crash.
+  int fd = -1;
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) break;
+    ::close(fd);
+    fd = -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (fd < 0) return 0;
+  linger lg{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   setTimeout(fd, 3000);
   ::send(fd, in.data(), in.size(), MSG_NOSIGNAL);
   ::shutdown(fd, SHUT_WR);

@@ -199,6 +199,16 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       return std::unexpected(refusal(Reason::kAuditUnavailable,
                                      "the audit store has failed; refusing to run unaudited"));
     auto d = conn_.matcher->decide({target, policy::Visibility::kTunnel});
+    if (!d.allowed && d.reason == Reason::kInspectionRequired) {
+      // Only rules with methods/paths (and no tls: inspect) allow this host and port: a
+      // tunnel that carries plain HTTP can be judged request by request, TLS cannot.
+      auto plain = conn_.matcher->decide({target, policy::Visibility::kPlainHttp});
+      if (plain.allowed) {
+        http_only_refusal_ = denialRefusal(d);
+        plain.request_rules = true;
+        d = std::move(plain);
+      }
+    }
     if (!d.allowed) return std::unexpected(denialRefusal(d));
     if (d.tls == policy::TlsMode::kInspect && !conn_.ctx->tls) {
       // Tunnelling blindly would skip the rule's method/path/injection conditions.
@@ -239,7 +249,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_return false;
     }
     Slot slot(&conn_.account());
-    policy::Query q{*target, policy::Visibility::kTunnel};
+    policy::Query q{*target, http_only_refusal_ ? policy::Visibility::kPlainHttp
+                                                : policy::Visibility::kTunnel};
     auto vetted = co_await vetAddresses(conn_.ctx, conn_.matcher, q, pre->rule_id);
     if (!vetted) {
       co_await refuseConnect(ev, vetted.error());
@@ -275,6 +286,12 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     // A rule judges requests here: the tunnel must carry TLS (inspected when a rule says so,
     // else relayed) or plain HTTP (then every request goes through the pipeline).
     auto opening = co_await peek();
+    if (opening == Opening::kTls && http_only_refusal_) {
+      // Allowed only for plain HTTP: TLS here would carry requests no rule can see.
+      recordDeniedConnection(*conn_.ctx, conn_.account(), std::move(ev), *http_only_refusal_);
+      conn_.aborted = true;
+      co_return false;
+    }
     if (opening == Opening::kTls && inspect) {
       slot.release();
       handed_off_ = true;
@@ -361,6 +378,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   Exchange<tcp::socket, tcp::socket> exchange_;
   std::uint64_t live_id_ = 0;
   bool handed_off_ = false;
+  // Set when the CONNECT was allowed only for plain HTTP: the refusal TLS in it gets.
+  std::optional<Refusal> http_only_refusal_;
 };
 
 }  // namespace
