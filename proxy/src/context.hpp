@@ -77,6 +77,21 @@ class Account {
   std::unordered_map<std::uint64_t, std::weak_ptr<Closable>> live_;
 };
 
+/// A connection slot taken with Account::acquireConnection, released unless handed on.
+class Slot {
+ public:
+  explicit Slot(Account* a) : a_(a) {}
+  ~Slot() {
+    if (a_) a_->releaseConnection();
+  }
+  Slot(const Slot&) = delete;
+  Slot& operator=(const Slot&) = delete;
+  void release() { a_ = nullptr; }
+
+ private:
+  Account* a_;
+};
+
 /// One listening socket and who it serves.
 struct Listener {
   Listener(net::io_context& ioc, std::string exec_id, std::shared_ptr<const policy::Matcher> m)

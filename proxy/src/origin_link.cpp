@@ -5,23 +5,6 @@
 
 namespace sluice::proxy {
 
-namespace {
-
-// Releases a connection slot unless handed on.
-class Slot {
- public:
-  explicit Slot(Account* a) : a_(a) {}
-  ~Slot() {
-    if (a_) a_->releaseConnection();
-  }
-  void release() { a_ = nullptr; }
-
- private:
-  Account* a_;
-};
-
-}  // namespace
-
 OriginLink::OriginLink(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
                        const net::any_io_executor& ex,
                        std::function<std::shared_ptr<void>()> keep)

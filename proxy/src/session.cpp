@@ -16,19 +16,6 @@ namespace {
 
 using policy::Reason;
 
-// Releases a connection slot unless handed on.
-class Slot {
- public:
-  explicit Slot(Account* a) : a_(a) {}
-  ~Slot() {
-    if (a_) a_->releaseConnection();
-  }
-  void release() { a_ = nullptr; }
-
- private:
-  Account* a_;
-};
-
 // What the first bytes a client sends into a tunnel are.
 enum class Opening { kTls, kHttp, kOther, kMore };
 

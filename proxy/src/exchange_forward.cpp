@@ -1,0 +1,334 @@
+// The one request pipeline, second half (exchange.hpp): injection, forwarding, the response
+// (interim and final, redacted), WebSocket upgrades. Instantiated for plain TCP and TLS.
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/ssl.hpp>
+#include <limits>
+#include <sstream>
+
+#include "exchange.hpp"
+#include "exchange_detail.hpp"
+#include "http_rules.hpp"
+#include "injection.hpp"
+#include "log.hpp"
+
+namespace sluice::proxy {
+
+namespace {
+
+using policy::Reason;
+using namespace exchange_detail;
+
+// Relays bytes one way after a 101 (WebSocket) until either side ends; then closes both.
+template <typename From, typename To>
+net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> watch, From& from,
+                          To& to, ConnState* conn, audit::ConnectionEvent* row, bool up) {
+  const auto limits = conn->workflow().limits;
+  auto buf = std::make_unique<char[]>(kRelayBufferBytes);
+  auto& from_sock = beast::get_lowest_layer(from);
+  for (;;) {
+    ErrorCode ec;
+    std::size_t n = 0;
+    {
+      Deadline d(*watch, from_sock, Clock::now() + conn->ctx->options.idle_timeout,
+                 [&] { return keep; });
+      n = co_await from.async_read_some(net::buffer(buf.get(), kRelayBufferBytes),
+                                        net::redirect_error(net::use_awaitable, ec));
+    }
+    if (ec) break;
+    co_await net::async_write(to, net::buffer(buf.get(), n),
+                              net::redirect_error(net::use_awaitable, ec));
+    if (ec) break;
+    (up ? row->bytes_up : row->bytes_down) += n;
+    bool within = up ? conn->account().addBytesOut(n, limits)
+                     : conn->account().addBytesIn(n, limits);
+    if (!within) {
+      row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
+      break;
+    }
+  }
+  ErrorCode ignored;
+  beast::get_lowest_layer(from).close(ignored);
+  beast::get_lowest_layer(to).close(ignored);
+  watch->timer.cancel();
+}
+
+
+}  // namespace
+
+// Injects, records and forwards a decided request, then relays the response.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& target,
+                                                         const policy::HttpRequest& canon,
+                                                         policy::Decision d, bool ws) {
+  auto& ctx = *conn_.ctx;
+  auto& parser = *req_parser_;
+  auto& req = parser.get();
+  auto& fields = static_cast<PmrFields&>(req);
+  const auto& limits = conn_.workflow().limits;
+  const auto timeout = ctx.options.upstream_timeout;
+  const bool body_pending = !parser.is_done();
+  bool client_keep = req.keep_alive() && !ctx.draining.load();
+  const bool expect_continue = iequals(req[http::field::expect], "100-continue");
+  const bool is_head = req.method() == http::verb::head;
+  auto keep_alive = [this] { return conn_.keep_alive(); };
+  // Hop-by-hop fields go first, so a client's `Connection: Authorization` cannot strip what
+  // is injected next.
+  stripHopByHop(req);
+  req.erase(http::field::expect);
+  auto inj = applyInjection(fields, d.rule, conn_.listener->secrets.get(),
+                            conn_.listener->placeholders);
+  if (inj.error) {
+    wipeFields(fields, inj.touched);
+    Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
+    co_await refuse(&target, canon.method, canon.path, r, false);
+    co_return false;
+  }
+  if (inj.placeholder_leak)
+    log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced",
+               canon.method, target.authority(), canon.path, d.rule_id);
+  for (const auto& s : inj.secrets)
+    if (std::find(conn_.injected.begin(), conn_.injected.end(), s) == conn_.injected.end())
+      conn_.injected.push_back(s);
+  // Exactly the request the policy judged: the canonical target, the target's authority.
+  req.target(canon.target());
+  req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
+  req.keep_alive(true);
+  if (ws) {
+    req.set(http::field::connection, "Upgrade");
+    req.set(http::field::upgrade, "websocket");
+  }
+  // The row exists before the first byte goes upstream, and is written on every path out.
+  RequestRecord rec(ctx, *conn_.listener, conn_.workflow(), link_->row().id, canon.method,
+                    target.host, canon.path);
+  rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
+  rec.injected(inj.secrets);
+  struct Wipe {
+    PmrFields& f;
+    const std::vector<std::string>& names;
+    ~Wipe() { wipeFields(f, names); }
+  } wipe{fields, inj.touched};
+  auto fail = [&](Refusal r, bool count_denied) -> Refusal {
+    rec.outcome(static_cast<int>(r.status), r.reason);
+    if (count_denied) conn_.account().noteDenied(target.host, target.port, r.rule, std::string(r.reasonText()));
+    log().info("refused {} {}{} rule={} reason={}: {}", canon.method, target.authority(),
+               canon.path, r.rule.empty() ? "-" : r.rule, r.reasonText(), r.detail);
+    return r;
+  };
+  if (expect_continue && body_pending && !co_await writeClient(kContinue)) co_return false;
+
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = link_->reused();
+    link_->used();
+    auto* row = &link_->row();
+    auto count_out = [this, row, &limits](std::size_t n) {
+      row->bytes_up += n;
+      return conn_.account().addBytesOut(n, limits);
+    };
+    Endpoint<Client> from_client{client_, watch_, buf_};
+    Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
+    auto sent = co_await relayMessage<true>(from_client, parser, to_upstream, timeout, count_out,
+                                            keep_alive);
+    if (sent.fail == RelayFail::kInput) {
+      // The upstream has part of a request: that connection is done.
+      link_->close();
+      if (peerGone(sent.ec) || sent.timed_out) {
+        fail(refusal(Reason::kInvalidRequest, "client stopped sending the request body"), false);
+        co_return false;
+      }
+      Refusal r = fail(sent.ec == http::error::body_limit
+                           ? refusal(Reason::kBodyTooLarge,
+                                     "request body exceeds " +
+                                         std::to_string(ctx.options.max_body_bytes) + " bytes")
+                           : refusal(Reason::kInvalidRequest,
+                                     "malformed request body: " + sent.ec.message()),
+                       true);
+      std::string text = renderRefusal(r, conn_.workflow().name, false);
+      co_await writeClient(text);
+      co_return false;
+    }
+    if (sent.fail == RelayFail::kLimit) {
+      row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
+      row->detail = "workflow limit max_bytes_out reached";
+      link_->close();
+      Refusal r = fail(limitRefusal("workflow limit max_bytes_out reached"), true);
+      std::string text = renderRefusal(r, conn_.workflow().name, false);
+      co_await writeClient(text);
+      co_return false;
+    }
+    ErrorCode ec = sent.ec;
+    bool timed_out = sent.timed_out;
+    RespParser* rp = nullptr;
+    if (sent.fail == RelayFail::kNone) {
+      // Interim 1xx responses (other than 101) are passed on, redacted; then the real one.
+      for (;;) {
+        rp = &resp_parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                                   std::make_tuple(PmrAllocator(&pool_)));
+        rp->body_limit(std::numeric_limits<std::uint64_t>::max());
+        if (is_head) rp->skip(true);
+        {
+          Deadline dl(link_->watch(), beast::get_lowest_layer(link_->stream()),
+                      Clock::now() + timeout, keep_alive);
+          co_await http::async_read_header(link_->stream(), link_->buffer(), *rp,
+                                           net::redirect_error(net::use_awaitable, ec));
+          if (ec && dl.fired()) timed_out = true;
+        }
+        if (ec) break;
+        auto code = rp->get().result_int();
+        if (code < 100 || code >= 200 || code == 101) break;
+        redact(rp->get(), target.authority());
+        std::ostringstream interim_stream;
+        interim_stream << rp->get().base();
+        std::string interim = interim_stream.str();
+        rec.outcome(code);
+        if (!co_await writeClient(interim)) {
+          link_->close();
+          co_return false;
+        }
+      }
+    }
+    if (sent.fail != RelayFail::kNone || ec) {
+      // A reused keep-alive connection the origin had already closed: send again once on a
+      // fresh one when the request had no body (safe to resend).
+      const bool stale = reused && attempt == 0 && !body_pending && !timed_out &&
+                         (!rp || !rp->got_some()) && link_->canRedial();
+      link_->close();
+      if (stale) {
+        policy::Query q{target, policy::Visibility::kPlainHttp, &canon, nullptr,
+                        carrier_ != Carrier::kInspected};
+        auto opened = co_await link_->open(q, d.rule_id);
+        if (opened && opened->rule == d.rule) {
+          rec.setConnection(link_->row().id);
+          continue;
+        }
+        Refusal r = fail(opened ? refusal(Reason::kUpstreamError,
+                                          "upstream " + target.authority() +
+                                              " closed a kept-alive connection and its address "
+                                              "now falls under another rule",
+                                          d.rule_id)
+                                : opened.error(),
+                         true);
+        std::string text = renderRefusal(r, conn_.workflow().name, false);
+        co_await writeClient(text);
+        co_return false;
+      }
+      Refusal r = fail(timed_out ? refusal(Reason::kUpstreamTimeout,
+                                           "upstream " + target.authority() +
+                                               " did not answer within " +
+                                               std::to_string(timeout.count()) + " ms",
+                                           d.rule_id)
+                                 : refusal(Reason::kUpstreamError,
+                                           "upstream " + target.authority() +
+                                               " failed before answering: " + ec.message(),
+                                           d.rule_id),
+                       true);
+      std::string text = renderRefusal(r, conn_.workflow().name, false);
+      co_await writeClient(text);
+      co_return false;
+    }
+    auto& resp = rp->get();
+    const int status = resp.result_int();
+    if (status == 101) {
+      if (!ws) {
+        link_->close();
+        Refusal r = fail(refusal(Reason::kUpstreamError,
+                                 "upstream switched protocols without being asked to", d.rule_id),
+                         true);
+        std::string text = renderRefusal(r, conn_.workflow().name, false);
+        co_await writeClient(text);
+        co_return false;
+      }
+      rec.outcome(101);
+      rec.finish();
+      conn_.account().noteAllowed();
+      co_return co_await upgrade(*rp);
+    }
+    const bool delimited = rp->chunked() || rp->content_length().has_value() || is_head ||
+                           status == 204 || status == 304 || rp->is_done();
+    const bool upstream_keep = resp.keep_alive() && delimited;
+    client_keep = client_keep && delimited && (upstream_keep || carrier_ == Carrier::kPlainHttp);
+    stripHopByHop(resp);
+    redact(resp, target.authority());
+    resp.keep_alive(client_keep);
+    auto count_in = [this, row, &limits](std::size_t n) {
+      row->bytes_down += n;
+      return conn_.account().addBytesIn(n, limits);
+    };
+    Endpoint<Upstream> from_upstream{link_->stream(), link_->watch(), link_->buffer()};
+    Endpoint<Client> to_client{client_, watch_, buf_};
+    auto got = co_await relayMessage<false>(from_upstream, *rp, to_client, timeout, count_in,
+                                            keep_alive);
+    rec.outcome(status);
+    conn_.account().noteAllowed();
+    if (got.fail != RelayFail::kNone) {
+      if (got.fail == RelayFail::kLimit) {
+        row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
+        row->detail = "workflow limit max_bytes_in reached";
+      } else if (got.fail == RelayFail::kInput) {
+        row->reason = std::string(policy::reasonName(Reason::kUpstreamError));
+        row->detail = "upstream failed mid-response: " + got.ec.message();
+      }
+      link_->close();
+      if (!got.header_written) {
+        // Nothing reached the client yet: it can still get an answer.
+        Refusal r = got.fail == RelayFail::kLimit
+                        ? limitRefusal("workflow limit max_bytes_in reached")
+                        : refusal(Reason::kUpstreamError,
+                                  "upstream " + target.authority() +
+                                      " failed mid-response: " + got.ec.message(),
+                                  d.rule_id);
+        rec.outcome(static_cast<int>(r.status), r.reason);
+        std::string text = renderRefusal(r, conn_.workflow().name, false);
+        co_await writeClient(text);
+      }
+      // Headers already went out: the only honest signal left is closing the connection.
+      co_return false;
+    }
+    if (!upstream_keep) link_->close();
+    co_return client_keep;
+  }
+}
+
+// After a 101: frames both ways until either side ends.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
+  ErrorCode ec;
+  redact(rp.get(), tunnel_target_ ? tunnel_target_->authority() : std::string("upstream"));
+  http::message<false, http::empty_body, PmrFields> head{rp.get().base()};
+  head.set(http::field::connection, "Upgrade");
+  head.set(http::field::upgrade, "websocket");
+  co_await http::async_write(client_, head, net::redirect_error(net::use_awaitable, ec));
+  if (ec) co_return false;
+  auto& up = link_->stream();
+  auto* row = &link_->row();
+  // Bytes that arrived after the headers on either side go first.
+  if (link_->buffer().size()) {
+    co_await net::async_write(client_, link_->buffer().data(),
+                              net::redirect_error(net::use_awaitable, ec));
+    row->bytes_down += link_->buffer().size();
+    link_->buffer().consume(link_->buffer().size());
+  }
+  if (!ec && buf_.size()) {
+    co_await net::async_write(up, buf_.data(), net::redirect_error(net::use_awaitable, ec));
+    row->bytes_up += buf_.size();
+    buf_.consume(buf_.size());
+  }
+  if (ec) co_return false;
+  auto keep = conn_.keep_alive();
+  auto ex = beast::get_lowest_layer(client_).get_executor();
+  net::co_spawn(ex, pump(keep, std::make_shared<Watch>(ex), client_, up, &conn_, row, true),
+                net::detached);
+  co_await pump(keep, std::make_shared<Watch>(ex), up, client_, &conn_, row, false);
+  co_return false;
+}
+
+
+using SslStream = beast::ssl_stream<tcp::socket>;
+#define SLUICE_INSTANTIATE(C, U)                                                               \
+  template net::awaitable<bool> Exchange<C, U>::forward(                                       \
+      const policy::Target&, const policy::HttpRequest&, policy::Decision, bool);              \
+  template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&);
+SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
+SLUICE_INSTANTIATE(SslStream, SslStream)
+#undef SLUICE_INSTANTIATE
+
+}  // namespace sluice::proxy
