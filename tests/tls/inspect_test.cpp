@@ -16,6 +16,7 @@
 
 #include "https_upstream.hpp"
 #include "proxy_test_util.hpp"
+#include "sluice/policy/explain.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/secrets.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
@@ -531,6 +532,50 @@ TEST_F(InspectTest, LargeBodiesCrossTheTunnelIntact) {
   EXPECT_EQ(ev->status, 200);
   EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"});
   EXPECT_TRUE(waitRequest("GET", "/v1/big/2097152"));
+}
+
+// The pipeline matrix over inspected TLS (tests/proxy/pipeline_test.cpp covers plain HTTP and
+// plain HTTP inside CONNECT): each spelling, fresh tunnel or reused, decides as `policy explain`
+// says for the canonical request, the upstream sees exactly that canonical target, and the
+// injected credential goes only with allowed requests.
+TEST_F(InspectTest, EverySpellingDecidesAsExplainSays) {
+  const std::vector<std::string> paths = {
+      "/v1/ok",          "/v1/../admin/x", "/v1/%2e%2e/admin/x", "/v1/..%2fadmin/x",
+      "/v1//admin/x",    "/v1/./admin/x",  "/v1/%61dmin/x",      "/v1/..;/admin/x",
+      "/v1/a%5cb",       "/v1/%7Eu/./a",   "/v2/x",              "/v1/ok.txt;/../../admin/x"};
+  for (bool reuse : {false, true}) {
+    for (const char* method : {"GET", "POST", "DELETE", "get"}) {
+      for (const auto& path : paths) {
+        SCOPED_TRACE(std::string(reuse ? "reused " : "fresh ") + method + " " + path);
+        policy::ExplainQuery q;
+        q.url = "https://" + apiAuthority() + path;
+        q.method = method;
+        q.ip = "127.0.0.1";
+        auto ex = policy::explain(*matcher_, q);
+        ASSERT_TRUE(ex) << ex.error();
+        auto c = tunnel("api.test", up_->port());
+        ASSERT_TRUE(c);
+        if (reuse) {
+          auto warm = roundTrip(*c, request("GET", "/v1/warm", apiAuthority()));
+          ASSERT_EQ(warm.status, 200);
+        }
+        const auto before = up_->requests().size();
+        auto r = roundTrip(*c, request(method, path, apiAuthority()));
+        auto got = up_->requests();
+        if (ex->decision.allowed) {
+          EXPECT_EQ(r.status, 200) << r.body;
+          ASSERT_EQ(got.size(), before + 1);
+          EXPECT_EQ(got.back().target, ex->path);
+          EXPECT_EQ(got.back().method, method);
+        } else {
+          EXPECT_GE(r.status, 400) << r.body;
+          EXPECT_LT(r.status, 500) << r.body;
+          EXPECT_EQ(r.header("x-sluice-reason"), policy::reasonName(ex->decision.reason));
+          EXPECT_EQ(got.size(), before) << "refused request reached the upstream";
+        }
+      }
+    }
+  }
 }
 
 TEST_F(InspectTest, PipelinedRequestsAreAnsweredInOrder) {
