@@ -192,5 +192,51 @@ TEST_F(HostileUpstreamTest, BrokenChunkedBodyIsAnsweredAndAudited) {
   EXPECT_EQ(up.heads().size(), 1u);
 }
 
+// The "after a 1xx" carrier: an upstream that sends an interim response before every answer.
+// The next request on the kept-alive connection is still decided like a fresh one.
+class InterimUpstreamTest : public ProxyFixture {
+ protected:
+  std::string policyYaml() override {
+    return "apiVersion: sluice/v1\nkind: Workflow\nname: interim\negress:\n  rules:\n"
+           "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n"
+           "    - {id: no-delete, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       methods: [DELETE]}\n"
+           "    - {id: no-admin, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       paths: [\"/admin/*\"]}\n";
+  }
+};
+
+TEST_F(InterimUpstreamTest, RequestsAfterAnInterimResponseAreStillJudged) {
+  ScriptedUpstream up([](const std::string&) {
+    return std::string(
+        "HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n"
+        "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  const std::string a = "upstream.test:" + std::to_string(up.port());
+  auto req = [&](const std::string& method, const std::string& path) {
+    return method + " http://" + a + path + " HTTP/1.1\r\nHost: " + a +
+           "\r\nContent-Length: 0\r\n\r\n";
+  };
+  Client c(port_);
+  ASSERT_TRUE(c.send(req("GET", "/ok")));
+  auto interim = c.readResponse();
+  EXPECT_EQ(interim.status, 103);
+  EXPECT_EQ(c.readResponse().status, 200);
+  for (auto [method, path, reason] :
+       {std::tuple{"DELETE", "/ok", "denied_by_rule"}, std::tuple{"GET", "/x/../admin/a", "denied_by_rule"},
+        std::tuple{"GET", "/%2e%2e/admin/a", "ambiguous_target"}}) {
+    SCOPED_TRACE(std::string(method) + " " + path);
+    ASSERT_TRUE(c.send(req(method, path)));
+    auto r = c.readResponse();
+    EXPECT_GE(r.status, 400);
+    EXPECT_EQ(r.header("x-sluice-reason"), reason);
+    if (r.closed) break;
+  }
+  auto heads = up.heads();
+  ASSERT_EQ(heads.size(), 1u);
+  EXPECT_EQ(heads[0].rfind("GET /ok ", 0), 0u);
+}
+
 }  // namespace
 }  // namespace sluice::proxy::testing
