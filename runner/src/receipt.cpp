@@ -29,6 +29,10 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
   json artifacts = json::array();
   for (const Artifact& a : r.artifacts)
     artifacts.push_back({{"path", a.path}, {"bytes", a.bytes}, {"sha256", a.sha256}});
+  json artifacts_truncated = nullptr;
+  if (r.artifacts_truncated)
+    artifacts_truncated = {{"reason", std::string(artifactSkipName(r.artifacts_truncated->reason))},
+                           {"skipped", r.artifacts_truncated->skipped}};
   json denials = json::array();
   for (const auto& d : ctx.network.denials)
     denials.push_back({{"host", d.host},
@@ -70,6 +74,7 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
       {"stdout", stream(r.out)},
       {"stderr", stream(r.err)},
       {"artifacts", artifacts},
+      {"artifacts_truncated", artifacts_truncated},
       {"network",
        {{"mode", ctx.network_mode},
         {"allowed", ctx.network.allowed},

@@ -680,9 +680,10 @@ std::expected<RunResult, SetupError> runSandboxed(
     if (::statvfs((root / "work").c_str(), &sv) == 0)
       disk_full =
           static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize < (64u << 10) || sv.f_favail == 0;
-    auto arts = detail::collectArtifacts(root / "output", spec.output_dir);
+    auto arts = detail::collectArtifacts(root / "output", spec.output_dir, spec.limits.disk);
     if (!arts) return abort(setupError("copy /output", arts.error()));
-    result.artifacts = std::move(*arts);
+    result.artifacts = std::move(arts->files);
+    result.artifacts_truncated = arts->truncated;
   }
   // The kernel's counters now (init, the only process left, idles on the control pipe); the
   // result is then final before the teardown, so the caller may start committing it.

@@ -437,3 +437,46 @@ TEST(Gc, RemovesLeftoversOfDeadOwnersOnly) {
 }
 
 }  // namespace
+
+// Issue 11: /output must not amplify onto the host. Sparse files use no space in the sandbox
+// but have an apparent size; the host copy stays within the disk limit and the receipt says
+// what was left behind.
+#include <sys/stat.h>
+
+#include "sluice/runner/receipt.hpp"
+
+namespace {
+
+TEST(SandboxArtifacts, SparseFilesCannotAmplifyOntoTheHost) {
+  REQUIRE_SANDBOX();
+  const fs::path out =
+      fs::temp_directory_path() / ("sluice-sparse-out-" + std::to_string(::getpid()));
+  fs::remove_all(out);
+  RunSpec s = bash("for i in $(seq 1 20); do truncate -s 16M /output/f$i || exit 1; done");
+  s.limits.disk = 16ull << 20;
+  s.output_dir = out;
+  auto r = mustRun(s);
+  EXPECT_EQ(r.exit_code, 0) << r.err.text;
+  EXPECT_EQ(r.limit_hit, LimitHit::kNone);
+  std::uint64_t apparent = 0, allocated = 0;
+  for (const auto& e : fs::recursive_directory_iterator(out)) {
+    struct stat st {};
+    ASSERT_EQ(::lstat(e.path().c_str(), &st), 0);
+    if (S_ISREG(st.st_mode)) {
+      apparent += static_cast<std::uint64_t>(st.st_size);
+      allocated += static_cast<std::uint64_t>(st.st_blocks) * 512;
+    }
+  }
+  EXPECT_LE(apparent, 16ull << 20);
+  EXPECT_LE(allocated, 16ull << 20);
+  EXPECT_EQ(r.artifacts.size(), 1u);
+  ASSERT_TRUE(r.artifacts_truncated);
+  EXPECT_EQ(r.artifacts_truncated->reason, ArtifactSkip::kDiskBudget);
+  EXPECT_EQ(r.artifacts_truncated->skipped, 19u);
+  const auto receipt = buildReceipt(s, r, ReceiptContext{});
+  EXPECT_EQ(receipt["artifacts_truncated"]["reason"], "disk_budget");
+  EXPECT_EQ(receipt["artifacts_truncated"]["skipped"], 19);
+  fs::remove_all(out);
+}
+
+}  // namespace

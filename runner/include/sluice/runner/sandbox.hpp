@@ -89,6 +89,23 @@ struct Artifact {
   std::string sha256;
 };
 
+/// Why part of /output was left behind (docs/sandbox.md "Artifacts").
+enum class ArtifactSkip : std::uint8_t {
+  kDiskBudget,  // the bytes collected would exceed the sandbox's disk limit
+  kEntries,     // more than 10,000 entries
+  kDepth,       // a directory more than 32 levels below /output
+  kName,        // a name with a control character or not valid UTF-8
+};
+/// "disk_budget", "entries", "depth", "name".
+std::string_view artifactSkipName(ArtifactSkip s);
+
+/// Set when not everything under /output was collected. Symlinks and special files are never
+/// collected and do not set it.
+struct ArtifactsTruncated {
+  ArtifactSkip reason = ArtifactSkip::kDiskBudget;  // the first reason met, in walk order
+  std::uint64_t skipped = 0;  // entries left behind, all reasons (an unentered directory is 1)
+};
+
 struct Isolation {
   std::vector<std::string> namespaces;  // "mount", "pid", "net", "ipc", "uts", "cgroup"
   bool seccomp = false;
@@ -107,6 +124,7 @@ struct RunResult {
   StreamCapture out;
   StreamCapture err;
   std::vector<Artifact> artifacts;
+  std::optional<ArtifactsTruncated> artifacts_truncated;  // none: all of /output collected
   Isolation isolation;
   std::chrono::system_clock::time_point started_at;
   std::chrono::system_clock::time_point ended_at;
