@@ -1,15 +1,15 @@
--- sluice audit store, schema version 1 (PRAGMA user_version = 1).
+-- sluice audit store, schema version 2 (PRAGMA user_version = 2).
 -- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
 -- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
 --
--- Every row of executions, connections and requests carries `seq`, a sequence number global to
--- the database (one chain across the three tables, in insertion order), `prev_hash` (the hash
+-- Every row of executions, connections, requests and forwards carries `seq`, a sequence number
+-- global to the database (one chain across the four tables, in insertion order), `prev_hash` (the hash
 -- of the row with seq - 1, or 64 zeros for seq 1) and `hash` = SHA-256 over the canonical
 -- encoding of the row (docs/audit.md, "Hash chain"). chain_head holds the last seq and hash
 -- so that rows deleted from the end of the chain are detected too.
 
 PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;
 
 -- Every policy text that decided anything, stored once by the SHA-256 of its bytes.
 CREATE TABLE policies (
@@ -91,6 +91,30 @@ CREATE TABLE requests (
 ) STRICT;
 CREATE INDEX requests_connection ON requests (connection_id);
 CREATE INDEX requests_execution ON requests (execution_id);
+
+-- Version 2. One row per request sent upstream, queued before its first byte leaves the proxy
+-- (write-ahead): a request that reached an upstream is on record even when its exchange never
+-- ends (the proxy is killed mid-response). The exchange's requests row, written when it ends,
+-- completes it: same connection_id (of the last attempt), execution_id, ts, method, host and
+-- path. attempt is 1, or 2 when a kept-alive upstream connection turned out closed and the
+-- request was sent again on a fresh one. A forwards row without a requests row is a request
+-- whose outcome was never seen.
+CREATE TABLE forwards (
+  seq               INTEGER PRIMARY KEY,
+  connection_id     TEXT,                 -- -> connections.id (the upstream connection used)
+  execution_id      TEXT,
+  workflow          TEXT NOT NULL,
+  ts                INTEGER NOT NULL,     -- = the requests row's ts (when it was decided)
+  method            TEXT,
+  host              TEXT,
+  path              TEXT,
+  rule_id           TEXT,
+  attempt           INTEGER NOT NULL,
+  injected_secrets  TEXT NOT NULL,        -- JSON array of secret NAMES (never values)
+  prev_hash         TEXT NOT NULL,
+  hash              TEXT NOT NULL
+) STRICT;
+CREATE INDEX forwards_execution ON forwards (execution_id);
 
 -- The last link of the chain (exactly one row).
 CREATE TABLE chain_head (

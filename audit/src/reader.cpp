@@ -283,6 +283,20 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
         " t.path, t.status, t.decision, t.rule_id, t.reason, t.injected_secrets"
         " FROM requests t";
     sql += eventWhere();
+  } else if (kind == "forwards") {
+    if (f.decision) {
+      return std::unexpected(Error{"--decision does not apply to forwards (every forward was "
+                                   "allowed; its outcome is the matching request)"});
+    }
+    // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
+    sql =
+        "SELECT t.id, t.connection_id, t.execution_id, t.workflow, t.ts, t.method, t.host,"
+        " t.path, t.rule_id, t.attempt, t.injected_secrets,"
+        " EXISTS (SELECT 1 FROM requests r WHERE r.execution_id IS t.execution_id"
+        "   AND r.workflow = t.workflow AND r.ts = t.ts AND r.method IS t.method"
+        "   AND r.host IS t.host AND r.path IS t.path AND r.seq > t.seq) AS completed"
+        " FROM (SELECT seq AS id, * FROM forwards) t";
+    sql += eventWhere();
   } else if (kind == "events") {
     std::string conn_where = eventWhere();
     std::string req_where = eventWhere();
@@ -297,7 +311,8 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
         req_where + ")";
   } else {
     return std::unexpected(
-        Error{"unknown query kind '" + kind + "' (executions, connections, requests or events)"});
+        Error{"unknown query kind '" + kind +
+              "' (executions, connections, requests, forwards or events)"});
   }
   if (kind == "executions") {
     sql += " ORDER BY e.seq";

@@ -38,6 +38,9 @@ inline constexpr auto kConnectionColumns = std::to_array<std::string_view>(
 inline constexpr auto kRequestColumns = std::to_array<std::string_view>(
     {"connection_id", "execution_id", "workflow", "ts", "method", "host", "path", "status",
      "decision", "rule_id", "reason", "injected_secrets"});
+inline constexpr auto kForwardColumns = std::to_array<std::string_view>(
+    {"connection_id", "execution_id", "workflow", "ts", "method", "host", "path", "rule_id",
+     "attempt", "injected_secrets"});
 
 /// The chain's first prev_hash.
 inline constexpr std::string_view kGenesisHash =

@@ -14,9 +14,30 @@ namespace sluice::audit::detail {
 namespace {
 
 // kMigrations[v - 1] upgrades a version-v database to v + 1; it runs inside the open
-// transaction and must end by setting PRAGMA user_version. Version 1 is the first released
-// schema, so there is nothing to migrate from yet; version 0 (empty file) gets kSchemaSql.
-constexpr std::array<std::string_view, kSchemaVersion - 1> kMigrations = {};
+// transaction and must end by setting PRAGMA user_version; version 0 (empty file) gets
+// kSchemaSql. Keep each in step with schemas/audit.sql.
+constexpr std::array<std::string_view, kSchemaVersion - 1> kMigrations = {
+    // 1 -> 2: the forwards table (write-ahead rows of requests sent upstream).
+    R"sql(
+CREATE TABLE forwards (
+  seq               INTEGER PRIMARY KEY,
+  connection_id     TEXT,
+  execution_id      TEXT,
+  workflow          TEXT NOT NULL,
+  ts                INTEGER NOT NULL,
+  method            TEXT,
+  host              TEXT,
+  path              TEXT,
+  rule_id           TEXT,
+  attempt           INTEGER NOT NULL,
+  injected_secrets  TEXT NOT NULL,
+  prev_hash         TEXT NOT NULL,
+  hash              TEXT NOT NULL
+) STRICT;
+CREATE INDEX forwards_execution ON forwards (execution_id);
+PRAGMA user_version = 2;
+)sql",
+};
 
 struct Header {
   std::int64_t application_id = 0;

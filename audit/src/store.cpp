@@ -107,7 +107,8 @@ struct ExecutionItem {
 struct FlushItem {
   Waiter* waiter;
 };
-using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ExecutionItem, FlushItem>;
+using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ForwardEvent, ExecutionItem,
+                          FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
 
@@ -215,7 +216,7 @@ class Store::Impl {
   Db db_;
   bool writable_ = false;  // set before the writer thread starts, never changed after
   bool synchronous_full_ = false;
-  Stmt insert_execution_, insert_connection_, insert_request_, insert_policy_;
+  Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_policy_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
   detail::RowHasher hasher_;  // writer thread only
 
@@ -316,6 +317,7 @@ std::expected<void, Error> Store::Impl::openWriter() {
        {prep(insert_execution_, insertSql("executions", detail::kExecutionColumns)),
         prep(insert_connection_, insertSql("connections", detail::kConnectionColumns)),
         prep(insert_request_, insertSql("requests", detail::kRequestColumns)),
+        prep(insert_forward_, insertSql("forwards", detail::kForwardColumns)),
         prep(insert_policy_,
              "INSERT OR IGNORE INTO policies (sha256, workflow, yaml, loaded_at) "
              "VALUES (?1, ?2, ?3, ?4)"),
@@ -505,6 +507,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
   std::array<Value, detail::kExecutionColumns.size()> ev;
   std::array<Value, detail::kConnectionColumns.size()> cv;
   std::array<Value, detail::kRequestColumns.size()> rv;
+  std::array<Value, detail::kForwardColumns.size()> fv;
 
   // Inserts one chained row; on a constraint violation (duplicate execution id) the row is
   // skipped and reported to its producer; any other error fails the batch.
@@ -584,6 +587,15 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
             Value{std::string_view(q->decision)}, detail::textOrNull(q->rule_id),
             detail::textOrNull(q->reason),        Value{std::string_view(json_buf)}};
       r = insertChained(insert_request_, "requests", rv, i);
+    } else if (auto* f = std::get_if<ForwardEvent>(&batch[i])) {
+      json_buf = nlohmann::json(f->injected_secrets)
+                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      fv = {detail::textOrNull(f->connection_id), detail::textOrNull(f->execution_id),
+            Value{std::string_view(f->workflow)}, Value{f->ts_ms},
+            detail::textOrNull(f->method),        detail::textOrNull(f->host),
+            detail::textOrNull(f->path),          detail::textOrNull(f->rule_id),
+            Value{static_cast<std::int64_t>(f->attempt)}, Value{std::string_view(json_buf)}};
+      r = insertChained(insert_forward_, "forwards", fv, i);
     } else if (auto* x = std::get_if<ExecutionItem>(&batch[i])) {
       const ExecutionRecord& e = *x->record;
       ev = {Value{std::string_view(e.id)},
@@ -702,6 +714,7 @@ void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
 void Store::recordConnection(ConnectionEvent event) { impl_->push(std::move(event)); }
 
 void Store::recordRequest(RequestEvent event) { impl_->push(std::move(event)); }
+void Store::recordForward(ForwardEvent event) { impl_->push(std::move(event)); }
 
 bool Store::healthy() const { return impl_->healthy(); }
 

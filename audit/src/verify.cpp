@@ -1,4 +1,4 @@
-// `verify`: walks the one hash chain across executions, connections and requests in seq
+// `verify`: walks the one hash chain across executions, connections, requests and forwards in seq
 // order, recomputing every hash; also checks the chain head and the policy texts' hashes.
 #include <fmt/format.h>
 
@@ -59,7 +59,7 @@ struct Cursor {
 
   /// "connections seq 57 (id c-1)": how a broken row is named.
   std::string name() const {
-    std::string id = table == "requests" ? std::to_string(seq) : std::string(stmt.columnText(3));
+    std::string id = table == "requests" || table == "forwards" ? std::to_string(seq) : std::string(stmt.columnText(3));
     return fmt::format("{} seq {} (id {})", table, seq, id);
   }
 };
@@ -88,17 +88,20 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
   // One read transaction: a consistent snapshot even while a writer keeps appending.
   if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
 
-  std::array<Cursor, 3> cursors;
+  std::array<Cursor, 4> cursors;
   cursors[0].table = "executions";
   cursors[0].columns = detail::kExecutionColumns.size();
   cursors[1].table = "connections";
   cursors[1].columns = detail::kConnectionColumns.size();
   cursors[2].table = "requests";
   cursors[2].columns = detail::kRequestColumns.size();
-  const std::array<std::string, 3> sql = {selectSql("executions", detail::kExecutionColumns),
+  cursors[3].table = "forwards";
+  cursors[3].columns = detail::kForwardColumns.size();
+  const std::array<std::string, 4> sql = {selectSql("executions", detail::kExecutionColumns),
                                           selectSql("connections", detail::kConnectionColumns),
-                                          selectSql("requests", detail::kRequestColumns)};
-  for (std::size_t i = 0; i < 3; ++i) {
+                                          selectSql("requests", detail::kRequestColumns),
+                                          selectSql("forwards", detail::kForwardColumns)};
+  for (std::size_t i = 0; i < cursors.size(); ++i) {
     auto s = detail::prepare(db, raw, sql[i]);
     if (!s) return std::unexpected(s.error());
     cursors[i].stmt = std::move(*s);

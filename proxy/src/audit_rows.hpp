@@ -44,6 +44,9 @@ class RequestRecord {
   void outcome(int status, policy::Reason reason);
   void outcome(int status) { ev_.status = status; }
   void setConnection(std::string id) { ev_.connection_id = std::move(id); }
+  /// Records (write-ahead) that the request is about to go upstream on the row's connection:
+  /// called before its first byte is written, once per attempt.
+  void forwarding();
   /// Writes the row now.
   void finish();
 
@@ -51,6 +54,7 @@ class RequestRecord {
   const Context& ctx_;
   audit::RequestEvent ev_;
   bool written_ = false;
+  int attempts_ = 0;
 };
 
 }  // namespace sluice::proxy

@@ -126,6 +126,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     };
     Endpoint<Client> from_client{client_, watch_, buf_};
     Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
+    rec.forwarding();  // on record before the first byte leaves
     auto sent = co_await relayMessage<true>(from_client, parser, to_upstream, timeout, count_out,
                                             keep_alive);
     if (sent.fail == RelayFail::kInput) {

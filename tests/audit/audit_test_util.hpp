@@ -128,6 +128,22 @@ inline RequestEvent sampleRequest(int n, const std::string& execution = "exec-1"
   return r;
 }
 
+/// The write-ahead row of sampleRequest(n) (same connection, execution, ts, method, host, path).
+inline ForwardEvent sampleForward(int n, const std::string& execution = "exec-1") {
+  RequestEvent r = sampleRequest(n, execution);
+  ForwardEvent f;
+  f.connection_id = r.connection_id;
+  f.execution_id = r.execution_id;
+  f.workflow = r.workflow;
+  f.ts_ms = r.ts_ms;
+  f.method = r.method;
+  f.host = r.host;
+  f.path = r.path;
+  f.rule_id = r.rule_id;
+  f.injected_secrets = r.injected_secrets;
+  return f;
+}
+
 inline ExecutionRecord sampleExecution(const std::string& id) {
   ExecutionRecord e;
   e.id = id;

@@ -20,7 +20,8 @@ TEST(SchemaTest, NewDatabaseGetsVersionApplicationIdAndWal) {
   EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.integer("PRAGMA application_id"), 0x534C4345);
   EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
-  for (std::string t : {"policies", "executions", "connections", "requests", "chain_head"}) {
+  for (std::string t :
+       {"policies", "executions", "connections", "requests", "forwards", "chain_head"}) {
     EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = '" + t + "'"), 1) << t;
   }
 }
@@ -46,6 +47,30 @@ TEST(SchemaTest, ReopenKeepsRowsAndChain) {
   }
   RawDb raw(db);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 3);
+  testing::expectChainIntact(db);
+}
+
+// A version-1 database (no forwards table) is migrated in place on open, keeping its rows and
+// its chain, and the chain goes on across the migration.
+TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  testing::populate(db);
+  {
+    RawDb raw(db);
+    ASSERT_EQ(raw.exec("DROP TABLE forwards; PRAGMA user_version = 1"), "");
+  }
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordForward(testing::sampleForward(50, "exec-3"));
+    store->recordRequest(testing::sampleRequest(50, "exec-3"));
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-3")).has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 3);
+  EXPECT_EQ(raw.integer("SELECT seq FROM forwards"), 23);
   testing::expectChainIntact(db);
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "audit_test_util.hpp"
+#include "sluice/audit/reader.hpp"
 
 namespace sluice::audit {
 namespace {
@@ -61,6 +62,51 @@ TEST(StoreTest, RoundTripsEveryKindOfRow) {
   ASSERT_TRUE(v.has_value()) << v.error().message;
   EXPECT_TRUE(v->ok) << v->first_broken;
   EXPECT_EQ(v->rows, 4u);
+}
+
+// A request sent upstream is on record (forwards) before its exchange ends; the requests row
+// completes it. A forward with no requests row (the proxy died mid-exchange) shows as not
+// completed.
+TEST(StoreTest, ForwardsAreChainedAndMatchedToTheirRequests) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordForward(testing::sampleForward(1));
+    store->recordRequest(testing::sampleRequest(1));
+    auto resent = testing::sampleForward(2);
+    resent.attempt = 2;
+    store->recordForward(resent);  // never completed
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM forwards"), 2);
+  EXPECT_EQ(raw.integer("SELECT seq FROM forwards WHERE attempt = 1"), 1);
+  EXPECT_EQ(raw.text("SELECT prev_hash FROM requests"),
+            raw.text("SELECT hash FROM forwards WHERE seq = 1"));
+  EXPECT_EQ(raw.text("SELECT injected_secrets FROM forwards WHERE seq = 1"), R"(["stats_token"])");
+  EXPECT_EQ(raw.text("SELECT rule_id FROM forwards WHERE seq = 3"), "stats-api");
+  testing::expectChainIntact(db);
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->rows, 3u);
+
+  auto reader = Reader::open(db);
+  ASSERT_TRUE(reader.has_value()) << reader.error().message;
+  QueryFilter f;
+  f.kind = "forwards";
+  auto t = (*reader)->query(f);
+  ASSERT_TRUE(t.has_value()) << t.error().message;
+  ASSERT_EQ(t->rows.size(), 2u);
+  std::size_t completed = t->columns.size();
+  for (std::size_t i = 0; i < t->columns.size(); ++i)
+    if (t->columns[i] == "completed") completed = i;
+  ASSERT_LT(completed, t->columns.size());
+  EXPECT_EQ(std::get<std::int64_t>(t->rows[0][completed]), 1);
+  EXPECT_EQ(std::get<std::int64_t>(t->rows[1][completed]), 0);
+  f.decision = "allow";
+  EXPECT_FALSE((*reader)->query(f).has_value());
 }
 
 TEST(StoreTest, ReceiptIsCommittedBeforeRecordExecutionReturns) {

@@ -51,6 +51,30 @@ TEST_F(VerifyTest, EditedConnectionIsNamed) {
   expectBroken("connections seq 5 (id c-exec-1-2): hash does not match");
 }
 
+TEST_F(VerifyTest, EditedForwardIsNamed) {
+  {
+    auto store = testing::openStore(db_);
+    ASSERT_TRUE(store);
+    store->recordForward(testing::sampleForward(7, "exec-2"));
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  EXPECT_TRUE(run().ok);
+  RawDb(db_).exec("UPDATE forwards SET path = '/v1/other' WHERE seq = 23");
+  expectBroken("forwards seq 23 (id 23): hash does not match");
+}
+
+TEST_F(VerifyTest, DeletedForwardIsDetected) {
+  {
+    auto store = testing::openStore(db_);
+    ASSERT_TRUE(store);
+    store->recordForward(testing::sampleForward(7, "exec-2"));
+    store->recordRequest(testing::sampleRequest(7, "exec-2"));
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  RawDb(db_).exec("DELETE FROM forwards WHERE seq = 23");
+  expectBroken("requests seq 24");
+}
+
 TEST_F(VerifyTest, EditedDecisionIsNamed) {
   RawDb(db_).exec("UPDATE connections SET decision = 'allow' WHERE decision = 'deny'");
   expectBroken("connections seq 5");

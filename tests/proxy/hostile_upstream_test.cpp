@@ -3,7 +3,9 @@
 // twice; and a client whose chunked body breaks after the header went upstream.
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <thread>
 
 #include "proxy_fixture.hpp"
@@ -190,6 +192,46 @@ TEST_F(HostileUpstreamTest, BrokenChunkedBodyIsAnsweredAndAudited) {
   for (int i = 0; i < 100 && up.heads().empty(); ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(up.heads().size(), 1u);
+}
+
+// Write-ahead: a request is on record (a forwards row, with the injected secret's name) by the
+// time the upstream has its header, while the exchange is still open; the requests row
+// completes it when the exchange ends.
+TEST_F(HostileUpstreamTest, ARequestIsOnRecordBeforeTheUpstreamAnswers) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  std::size_t forwards_seen = 0, requests_seen = 0;
+  ScriptedUpstream up([&](const std::string&) {
+    forwards_seen = sink_->forwards().size();
+    requests_seen = sink_->requests().size();
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, std::chrono::seconds(5), [&] { return release; });
+    return std::string("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+  });
+  Client c(injectingListener());
+  ASSERT_TRUE(c.send(get(up.port(), "/slow")));
+  for (int i = 0; i < 200 && up.heads().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(up.heads().size(), 1u);
+  EXPECT_EQ(forwards_seen, 1u);
+  EXPECT_EQ(requests_seen, 0u);
+  auto f = sink_->forwards();
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].path, "/slow");
+  EXPECT_EQ(f[0].method, "GET");
+  EXPECT_EQ(f[0].attempt, 1);
+  EXPECT_EQ(f[0].injected_secrets, std::vector<std::string>{"tok"});
+  {
+    std::lock_guard lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(c.readResponse().status, 200);
+  auto row = sink_->waitRequest([](const auto& e) { return e.path == "/slow"; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->ts_ms, f[0].ts_ms);
+  EXPECT_EQ(row->connection_id, f[0].connection_id);
 }
 
 // The "after a 1xx" carrier: an upstream that sends an interim response before every answer.

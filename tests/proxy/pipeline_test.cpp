@@ -1,6 +1,7 @@
-// One pipeline, every path: a corpus of method and path spellings sent over every way a
-// request can reach the proxy (fresh connection, reused connection, pipelined in one write,
-// plain HTTP inside a CONNECT tunnel), each checked against `policy explain` (the same
+// One pipeline, every path: for every rule shape (host, cidrs, host+cidrs, methods, paths; allow
+// and deny; with and without allow_private), a corpus of method and path spellings sent over
+// every way a request can reach the proxy (fresh connection, reused connection, pipelined in one
+// write, after an interim 1xx response, plain HTTP inside a CONNECT tunnel), each checked against `policy explain` (the same
 // policy::explain that `sluice policy explain --json` prints) for the canonical request, and
 // against what the upstream actually received. A randomized corpus with a fixed seed runs too
 // (SLUICE_PIPELINE_FUZZ_ITERATIONS sets its size; `make fuzz` runs it longer).
@@ -15,7 +16,7 @@
 namespace sluice::proxy::testing {
 namespace {
 
-enum class Path { kFresh, kReused, kPipelined, kTunnel };
+enum class Path { kFresh, kReused, kPipelined, kAfterInterim, kTunnel };
 
 const char* pathName(Path p) {
   switch (p) {
@@ -25,30 +26,67 @@ const char* pathName(Path p) {
       return "reused";
     case Path::kPipelined:
       return "pipelined";
+    case Path::kAfterInterim:
+      return "after-1xx";
     case Path::kTunnel:
       return "connect-http";
   }
   return "?";
 }
 
+// A rule shape: the rules of one workflow, and whether the warm-up request (GET /v1/warm) is
+// allowed by them (the reused, pipelined, 1xx and tunnel paths need it to be).
+struct Shape {
+  const char* name;
+  const char* rules;
+  bool warm_allowed = true;
+  bool ip_literal = false;  // address the upstream as 127.0.0.1 (cidrs-only rules match only that)
+};
+
+const Shape kShapes[] = {
+    {"host_cidrs_paths_deny_paths_methods",
+     "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       allow_private: true, cidrs: [\"127.0.0.0/8\"], paths: [\"/v1/*\"]}\n"
+     "    - {id: no-admin, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       paths: [\"/v1/admin/*\"]}\n"
+     "    - {id: no-write, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       methods: [DELETE, PUT]}\n"},
+    {"cidrs_only_deny_cidrs_methods",
+     "    - {id: net, action: allow, cidrs: [\"127.0.0.0/8\"], allow_private: true,\n"
+     "       ports: [\"1-65535\"]}\n"
+     "    - {id: no-write, action: deny, cidrs: [\"127.0.0.1/32\"], ports: [\"1-65535\"],\n"
+     "       methods: [DELETE, PUT]}\n"
+     "    - {id: no-admin, action: deny, cidrs: [\"127.0.0.0/8\"], ports: [\"1-65535\"],\n"
+     "       paths: [\"/admin/*\", \"/v1/admin/*\"]}\n",
+     true, true},
+    {"host_methods_deny_cidrs_paths",
+     "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       allow_private: true, cidrs: [\"127.0.0.0/8\"], methods: [GET, POST]}\n"
+     "    - {id: no-admin, action: deny, cidrs: [\"127.0.0.0/8\"], ports: [\"1-65535\"],\n"
+     "       paths: [\"/v1/admin\", \"/v1/admin/*\"]}\n"},
+    {"host_paths_without_allow_private",
+     "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       paths: [\"/v1/*\"]}\n",
+     false},
+};
+
 class PipelineTest : public ProxyFixture {
  protected:
+  virtual const Shape& shape() const { return kShapes[0]; }
   std::string policyYaml() override {
-    return "apiVersion: sluice/v1\nkind: Workflow\nname: pipeline\negress:\n  rules:\n"
-           "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
-           "       allow_private: true, cidrs: [\"127.0.0.0/8\"], paths: [\"/v1/*\"]}\n"
-           "    - {id: no-admin, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
-           "       paths: [\"/v1/admin/*\"]}\n"
-           "    - {id: no-write, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
-           "       methods: [DELETE, PUT]}\n"
-           "  limits: {max_requests: 1000000}\n";
+    return std::string("apiVersion: sluice/v1\nkind: Workflow\nname: pipeline\negress:\n") +
+           "  rules:\n" + shape().rules + "  limits: {max_requests: 1000000}\n";
   }
 
-  std::string authority() const { return upstream(); }
+  std::string authority() const {
+    return shape().ip_literal ? "127.0.0.1:" + std::to_string(up_.httpPort()) : upstream();
+  }
 
-  std::string request(const std::string& method, const std::string& target, bool absolute) {
+  std::string request(const std::string& method, const std::string& target, bool absolute,
+                      const std::string& extra = "") {
     std::string t = absolute ? "http://" + authority() + target : target;
-    return method + " " + t + " HTTP/1.1\r\nHost: " + authority() + "\r\nContent-Length: 0\r\n\r\n";
+    return method + " " + t + " HTTP/1.1\r\nHost: " + authority() + "\r\n" + extra +
+           "Content-Length: 0\r\n\r\n";
   }
 
   // What explain says for (method, path) at the upstream's address.
@@ -93,6 +131,13 @@ class PipelineTest : public ProxyFixture {
         EXPECT_EQ(w.status, 200);
         return c.readResponse();
       }
+      case Path::kAfterInterim: {
+        c.send(request("GET", "/v1/warm", true, "X-Test-Interim: 1\r\n"));
+        EXPECT_EQ(c.readResponse().status, 103);
+        EXPECT_EQ(c.readResponse().status, 200);
+        c.send(request(method, path, true));
+        return c.readResponse();
+      }
       case Path::kTunnel: {
         c.send(connectRequest(authority()));
         auto established = c.readResponse(true);
@@ -115,6 +160,8 @@ class PipelineTest : public ProxyFixture {
     const std::size_t warm = how == Path::kFresh ? 0 : 1;
     if (ex.decision.allowed) {
       EXPECT_EQ(r.status, 200) << r.body;
+      // Every request the upstream saw was on record (forwards) before it was sent.
+      EXPECT_EQ(sink_->forwards().size(), upstreamCount());
       ASSERT_EQ(upstreamCount(), before + warm + 1);
       // The upstream got exactly the canonical request explain judged (the query as sent).
       auto q = path.find('?');
@@ -141,13 +188,25 @@ const std::vector<std::string>& pathCorpus() {
   return corpus;
 }
 
-TEST_F(PipelineTest, EveryPathDecidesAsExplainSays) {
-  for (Path how : {Path::kFresh, Path::kReused, Path::kPipelined, Path::kTunnel}) {
+class PipelineMatrix : public PipelineTest, public ::testing::WithParamInterface<Shape> {
+ protected:
+  const Shape& shape() const override { return GetParam(); }
+};
+
+TEST_P(PipelineMatrix, EveryPathDecidesAsExplainSays) {
+  for (Path how :
+       {Path::kFresh, Path::kReused, Path::kPipelined, Path::kAfterInterim, Path::kTunnel}) {
+    if (!shape().warm_allowed && how != Path::kFresh) continue;
     for (const char* method : {"GET", "POST", "DELETE", "get"}) {
       for (const auto& path : pathCorpus()) check(how, method, path);
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(RuleShapes, PipelineMatrix, ::testing::ValuesIn(kShapes),
+                         [](const ::testing::TestParamInfo<Shape>& info) {
+                           return std::string(info.param.name);
+                         });
 
 // Finding 1 of the issue: on one kept-alive connection, a deny rule applies to the second
 // request as it does to a fresh one.
@@ -181,12 +240,13 @@ TEST_F(PipelineTest, RandomizedSpellingsDecideAsExplainSays) {
   static const char* kSegments[] = {"v1",  "admin", "..",  ".", "%2e", "%2E%2e", "%61dmin",
                                     "a;b", "..;",   "",    "x%2fy", "%7e", "ok", "%41"};
   static const char* kMethods[] = {"GET", "POST", "DELETE", "PUT", "get"};
-  static const Path kPaths[] = {Path::kFresh, Path::kReused, Path::kPipelined, Path::kTunnel};
+  static const Path kPaths[] = {Path::kFresh, Path::kReused, Path::kPipelined,
+                                Path::kAfterInterim, Path::kTunnel};
   for (int i = 0; i < iterations; ++i) {
     std::string path;
     int n = 1 + static_cast<int>(rng() % 5);
     for (int s = 0; s < n; ++s) path += std::string("/") + kSegments[rng() % std::size(kSegments)];
-    check(kPaths[rng() % 4], kMethods[rng() % 5], path);
+    check(kPaths[rng() % std::size(kPaths)], kMethods[rng() % std::size(kMethods)], path);
     if (HasFailure()) break;
   }
 }

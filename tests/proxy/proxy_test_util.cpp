@@ -29,6 +29,14 @@ net::awaitable<void> serveHttp(tcp::socket sock, UpstreamLog* log) {
       log->request_heads.push_back(head.str());
     }
     std::string target(req.target());
+    if (req.find("X-Test-Interim") != req.end()) {
+      // An interim response before the answer (the matrix's "after a 1xx" path).
+      static constexpr std::string_view kInterim =
+          "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+      co_await net::async_write(sock, net::buffer(kInterim.data(), kInterim.size()),
+                                net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;
+    }
     if (target == "/slow") {
       net::steady_timer t(sock.get_executor());
       t.expires_after(std::chrono::seconds(30));

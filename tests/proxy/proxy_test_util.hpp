@@ -54,6 +54,11 @@ class FakeSink : public audit::EventSink {
     requests_.push_back(std::move(e));
     cv_.notify_all();
   }
+  void recordForward(audit::ForwardEvent e) override {
+    std::lock_guard lock(mu_);
+    forwards_.push_back(std::move(e));
+    cv_.notify_all();
+  }
   bool healthy() const override { return healthy_.load(); }
   void setHealthy(bool h) { healthy_ = h; }
 
@@ -64,6 +69,10 @@ class FakeSink : public audit::EventSink {
   std::vector<audit::RequestEvent> requests() {
     std::lock_guard lock(mu_);
     return requests_;
+  }
+  std::vector<audit::ForwardEvent> forwards() {
+    std::lock_guard lock(mu_);
+    return forwards_;
   }
   std::size_t policyCount() {
     std::lock_guard lock(mu_);
@@ -109,6 +118,7 @@ class FakeSink : public audit::EventSink {
   std::vector<std::pair<std::string, std::string>> policies_;
   std::vector<audit::ConnectionEvent> connections_;
   std::vector<audit::RequestEvent> requests_;
+  std::vector<audit::ForwardEvent> forwards_;
   std::atomic<bool> healthy_{true};
 };
 
@@ -122,7 +132,7 @@ struct UpstreamLog {
 /// Loopback servers on one io_context thread:
 ///  - HTTP (Beast): "/" echoes the request head in the body; "/big/N" returns N bytes;
 ///    "/chunked" a chunked body; "/reset" a partial body then RST; "/slow" never answers;
-///    "/close" answers with Connection: close.
+///    "/close" answers with Connection: close. A request with `X-Test-Interim` gets a 103 first.
 ///  - echo: echoes bytes; on EOF writes "BYE" and half-closes.
 ///  - reset: accepts, sends "partial", then resets.
 class Upstreams {

@@ -46,6 +46,22 @@ struct RequestEvent {
   std::vector<std::string> injected_secrets;  // secret NAMES only
 };
 
+/// One request about to be sent upstream (write-ahead): recorded before its first byte leaves,
+/// completed later by the exchange's RequestEvent (same connection_id, execution_id, ts,
+/// method, host, path). Schema table `forwards`.
+struct ForwardEvent {
+  std::string connection_id;  // the upstream connection it is sent on
+  std::string execution_id;
+  std::string workflow;
+  std::int64_t ts_ms = 0;     // the RequestEvent's ts_ms
+  std::string method;
+  std::string host;
+  std::string path;
+  std::string rule_id;
+  int attempt = 1;            // 2 when resent on a fresh connection after a stale keep-alive
+  std::vector<std::string> injected_secrets;  // secret NAMES only
+};
+
 /// Where producers send audit events. Implementations must be thread-safe. A call may block
 /// (backpressure) but never drops an event.
 class EventSink {
@@ -57,6 +73,8 @@ class EventSink {
                             const std::string& yaml_text) = 0;
   virtual void recordConnection(ConnectionEvent event) = 0;
   virtual void recordRequest(RequestEvent event) = 0;
+  /// Called before a request's first byte goes upstream; may block (backpressure).
+  virtual void recordForward(ForwardEvent event) = 0;
 
   /// False once the store has failed (disk full, I/O error): the proxy then refuses new
   /// connections rather than run unaudited (fail closed).
