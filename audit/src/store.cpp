@@ -3,7 +3,9 @@
 #include "sluice/audit/store.hpp"
 
 #include <fmt/format.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -245,12 +247,49 @@ std::expected<void, Error> Store::Impl::openReader() {
   return detail::checkReadable(path_, db_.get());
 }
 
+namespace {
+
+/// Creates the database file with the store's mode (and group) before SQLite opens it: SQLite
+/// would create it 0644 less the umask, readable by every user, and give its -wal and -shm
+/// files the same mode. An existing file is left as it is, with a warning if others can read
+/// it.
+std::expected<void, Error> createPrivately(const std::filesystem::path& path,
+                                           const StoreOptions& o) {
+  const mode_t mode = o.group >= 0 ? 0640 : static_cast<mode_t>(o.file_mode & 0777);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
+  if (fd < 0) {
+    if (errno != EEXIST) return {};  // SQLite's own open reports the real problem
+    struct stat st {};
+    if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 0007) != 0) {
+      logger()->warn(
+          "{}: the audit database is readable by other users (mode {:04o}); it holds argv, "
+          "URLs and hosts: chmod 600 it (and its -wal and -shm files)",
+          path.string(), st.st_mode & 07777);
+    }
+    return {};
+  }
+  // The umask may have taken bits off; set exactly the mode asked for.
+  int rc = ::fchmod(fd, mode);
+  if (rc == 0 && o.group >= 0) rc = ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(o.group));
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) {
+    ::unlink(path.c_str());
+    return std::unexpected(Error{fmt::format("{}: cannot set the audit database's mode or group: {}",
+                                             path.string(), std::strerror(err))});
+  }
+  return {};
+}
+
+}  // namespace
+
 std::expected<void, Error> Store::Impl::openWriter() {
   // SQLite's allocation statistics take a global mutex around every malloc; at 200k rows/s
   // that is measurable and we never read them. Only possible before SQLite initialises; a
   // later call is refused harmlessly (SQLITE_MISUSE).
   static std::once_flag once;
   std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); });
+  if (auto r = createPrivately(path_, options_); !r) return r;
   // NOMUTEX: the connection is used by this thread until start(), then only by the writer.
   auto db = detail::openDb(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            static_cast<int>(options_.busy_timeout.count()));

@@ -1,5 +1,7 @@
 // `sluice audit query|verify|sql|show`: read-only views of the audit store for auditors.
 // Exit status: 0 ok; 1 verify found a broken chain / show found no such execution; 2 error.
+#include <grp.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -7,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "sluice/audit/reader.hpp"
@@ -141,6 +144,15 @@ int runShow(const AuditArgs& a) {
 }
 
 }  // namespace
+
+std::expected<int, std::string> groupId(const std::string& name) {
+  std::vector<char> buf(16384);
+  group g{};
+  group* found = nullptr;
+  if (::getgrnam_r(name.c_str(), &g, buf.data(), buf.size(), &found) != 0 || !found)
+    return std::unexpected("--audit-group " + name + ": no such group");
+  return static_cast<int>(found->gr_gid);
+}
 
 void addAuditCommands(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<AuditArgs>();

@@ -2,16 +2,28 @@
 // process exit status in `exit_code` (0 ok; see DESIGN.md for each command's statuses).
 #pragma once
 
+#include <expected>
+#include <optional>
+#include <string>
+#include <vector>
+
 namespace CLI {
 class App;
 }
 
 namespace sluice::cli {
 
+/// The gid of group `name` (`--audit-group`), or an error naming it.
+std::expected<int, std::string> groupId(const std::string& name);
+
 void addPolicyCommands(CLI::App& app, int& exit_code);
 void addAuditCommands(CLI::App& app, int& exit_code);
 void addProxyCommands(CLI::App& app, int& exit_code);
-void addRunCommands(CLI::App& app, int& exit_code);  // run, gc
+/// run, gc. `trailing` holds every argument after the first `--` of the command line (main()
+/// takes them out before CLI11 parses the rest): they are the command, always, whatever option
+/// came before the `--`.
+void addRunCommands(CLI::App& app, int& exit_code,
+                    std::optional<std::vector<std::string>> trailing = std::nullopt);
 void addCaCommands(CLI::App& app, int& exit_code);   // ca init
 
 }  // namespace sluice::cli

@@ -2,7 +2,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "commands.hpp"
 
@@ -20,12 +23,30 @@ int main(int argc, char** argv) {
     std::initializer_list<std::string_view> names;
     Adder add;
   };
-  const Group groups[] = {{{"policy"}, sluice::cli::addPolicyCommands},
-                          {{"audit"}, sluice::cli::addAuditCommands},
-                          {{"proxy"}, sluice::cli::addProxyCommands},
-                          {{"run", "gc"}, sluice::cli::addRunCommands},
-                          {{"ca"}, sluice::cli::addCaCommands}};
   const std::string_view first = argc > 1 ? argv[1] : "";
+  // `sluice run [OPTIONS] -- CMD [ARGS...]`: everything after the first `--` is the command,
+  // verbatim. CLI11 2.1 lets a repeatable option before `--` (--env A=1 -- sh -c ...) end at
+  // the `--` and then parses the command's own flags (-c) as sluice's, so the command is cut
+  // off here, before CLI11 sees it.
+  std::optional<std::vector<std::string>> trailing;
+  int parsed_argc = argc;
+  if (first == "run") {
+    for (int i = 2; i < argc; ++i) {
+      if (std::string_view(argv[i]) == "--") {
+        trailing.emplace(argv + i + 1, argv + argc);
+        parsed_argc = i;
+        break;
+      }
+    }
+  }
+  static std::optional<std::vector<std::string>> run_trailing;
+  run_trailing = trailing;
+  const Group groups[] = {
+      {{"policy"}, sluice::cli::addPolicyCommands},
+      {{"audit"}, sluice::cli::addAuditCommands},
+      {{"proxy"}, sluice::cli::addProxyCommands},
+      {{"run", "gc"}, [](CLI::App& a, int& rc) { sluice::cli::addRunCommands(a, rc, run_trailing); }},
+      {{"ca"}, sluice::cli::addCaCommands}};
   bool added = false;
   for (const Group& g : groups) {
     if (std::find(g.names.begin(), g.names.end(), first) != g.names.end()) {
@@ -36,7 +57,7 @@ int main(int argc, char** argv) {
   if (!added)
     for (const Group& g : groups) g.add(app, exit_code);
   try {
-    app.parse(argc, argv);
+    app.parse(parsed_argc, argv);
   } catch (const CLI::ParseError& e) {
     // Usage errors exit 2, like grep and the policy tools' "error" status.
     int rc = app.exit(e);

@@ -36,6 +36,7 @@ struct ProxyArgs {
   std::vector<std::string> listens;
   std::vector<std::string> workflows;
   std::string audit_db;
+  std::string audit_group;
   std::string secrets;
   std::string ca_dir;
   std::vector<std::string> upstream_cas;
@@ -184,7 +185,16 @@ int runProxy(const ProxyArgs& args) {
   std::shared_ptr<audit::EventSink> sink;
   std::shared_ptr<audit::Store> store;
   if (!args.audit_db.empty()) {
-    auto s = audit::Store::open(args.audit_db);
+    audit::StoreOptions store_options;
+    if (!args.audit_group.empty()) {
+      auto gid = groupId(args.audit_group);
+      if (!gid) {
+        std::fprintf(stderr, "sluice proxy: %s\n", gid.error().c_str());
+        return 1;
+      }
+      store_options.group = *gid;
+    }
+    auto s = audit::Store::open(args.audit_db, store_options);
     if (!s) {
       std::fprintf(stderr, "sluice proxy: cannot open audit store: %s\n",
                    s.error().message.c_str());
@@ -264,6 +274,8 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
                   "Workflow served by the --listen at the same position (repeatable)")
       ->required();
   cmd->add_option("--audit", args->audit_db, "SQLite audit database");
+  cmd->add_option("--audit-group", args->audit_group,
+                  "Create the audit database 0640 with this group (default: 0600, owner only)");
   cmd->add_option("--secrets", args->secrets,
                   "Secret store file, mode 0600 (credential injection)");
   cmd->add_option("--ca-dir", args->ca_dir,

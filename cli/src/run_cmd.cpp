@@ -46,6 +46,7 @@ constexpr std::chrono::hours kExecutionCaValidity{24};
 struct RunOptions {
   std::string policy_file, workflow, policy_dir;
   std::string audit_db = "./sluice-audit.db";
+  std::string audit_group;
   std::string secrets;
   std::vector<std::string> upstream_cas;
   std::vector<std::string> env, inputs;
@@ -315,6 +316,11 @@ int doRun(const RunOptions& o) {
     // it would cost an fsync on the way out of every run.
     audit::StoreOptions store_options;
     store_options.checkpoint_on_close = false;
+    if (!o.audit_group.empty()) {
+      auto gid = groupId(o.audit_group);
+      if (!gid) return fail("audit store", gid.error());
+      store_options.group = *gid;
+    }
     store = audit::Store::openAsync(o.audit_db, store_options);
     store->recordPolicy(w.sha256, w.name, w.yaml_text);
   }
@@ -518,7 +524,8 @@ int doGc() {
 
 }  // namespace
 
-void addRunCommands(CLI::App& app, int& exit_code) {
+void addRunCommands(CLI::App& app, int& exit_code,
+                    std::optional<std::vector<std::string>> trailing) {
   auto o = std::make_shared<RunOptions>();
   CLI::App* run = app.add_subcommand(
       "run", "Run a command in a sandbox whose only way out is the policy-checked proxy");
@@ -527,6 +534,8 @@ void addRunCommands(CLI::App& app, int& exit_code) {
   run->add_option("--policy-dir", o->policy_dir, "Directory of workflow policies");
   run->add_option("--audit", o->audit_db,
                   "Audit database (default ./sluice-audit.db; \"\" = none)");
+  run->add_option("--audit-group", o->audit_group,
+                  "Create the audit database 0640 with this group (default: 0600, owner only)");
   run->add_option("--secrets", o->secrets, "Secret store file (mode 0600)");
   run->add_option("--upstream-ca", o->upstream_cas,
                   "Extra CA file trusted for inspected upstreams (repeatable)");
@@ -543,8 +552,13 @@ void addRunCommands(CLI::App& app, int& exit_code) {
   run->add_option("--open-files", o->open_files, "Open file limit (may only tighten)");
   run->add_option("--receipt", o->receipt_file, "Also write the receipt JSON here");
   run->add_flag("--json", o->json, "Print only the receipt JSON on stdout");
-  run->add_option("command", o->command, "-- CMD [ARGS...]")->required();
-  run->callback([o, &exit_code] { exit_code = doRun(*o); });
+  auto* command = run->add_option("command", o->command, "-- CMD [ARGS...]");
+  if (!trailing || trailing->empty()) command->required();
+  run->callback([o, &exit_code, trailing] {
+    // Arguments after `--` (main() took them out) follow any given before it.
+    if (trailing) o->command.insert(o->command.end(), trailing->begin(), trailing->end());
+    exit_code = doRun(*o);
+  });
 
   CLI::App* gc = app.add_subcommand("gc", "Remove cgroups left by a sluice that was killed");
   gc->callback([&exit_code] { exit_code = doGc(); });

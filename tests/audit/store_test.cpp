@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <atomic>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -107,6 +110,44 @@ TEST(StoreTest, ForwardsAreChainedAndMatchedToTheirRequests) {
   EXPECT_EQ(std::get<std::int64_t>(t->rows[1][completed]), 0);
   f.decision = "allow";
   EXPECT_FALSE((*reader)->query(f).has_value());
+}
+
+// The database holds argv, URLs and hosts: a new one (and its -wal and -shm) is the owner's
+// only, whatever the umask; with a group, 0640 and that group; an existing file keeps its mode.
+TEST(StoreTest, NewDatabaseIsPrivate) {
+  TempDir dir;
+  const mode_t old_umask = ::umask(022);
+  auto db = dir / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordRequest(testing::sampleRequest(1));
+    ASSERT_TRUE(store->flush().has_value());
+    for (const char* suffix : {"", "-wal", "-shm"}) {
+      struct stat st {};
+      ASSERT_EQ(::stat((db.string() + suffix).c_str(), &st), 0) << suffix;
+      EXPECT_EQ(st.st_mode & 0777, 0600u) << suffix;
+    }
+  }
+  auto shared = dir / "shared.db";
+  {
+    StoreOptions o;
+    o.group = 4;  // adm, present on Debian; any gid works for root
+    auto store = testing::openStore(shared, o);
+    ASSERT_TRUE(store);
+    struct stat st {};
+    ASSERT_EQ(::stat(shared.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0640u);
+    if (::geteuid() == 0) EXPECT_EQ(st.st_gid, 4u);
+  }
+  auto existing = dir / "existing.db";
+  { std::ofstream(existing).flush(); }
+  ::chmod(existing.c_str(), 0644);
+  { ASSERT_TRUE(testing::openStore(existing)); }
+  struct stat st {};
+  ASSERT_EQ(::stat(existing.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);  // not ours to change; logged as a warning
+  ::umask(old_umask);
 }
 
 TEST(StoreTest, ReceiptIsCommittedBeforeRecordExecutionReturns) {

@@ -117,6 +117,37 @@ TEST_F(SluiceRun, ReceiptMatchesSchemaAndIsAudited) {
   EXPECT_EQ(v.status, 0) << v.out << v.err;
 }
 
+// Everything after `--` is the command, whatever option comes right before it: each repeatable
+// option (CLI11 let it swallow the `--` and then parsed the command's -c as sluice's).
+TEST_F(SluiceRun, DashDashEndsOptionsAfterEveryRepeatableOption) {
+  REQUIRE_SANDBOX();
+  fs::create_directories(dir_ / "in");
+  std::ofstream(dir_ / "in" / "f.txt") << "x";
+  const std::string ca = (dir_ / "ca.pem").string();
+  ASSERT_EQ(std::system(("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                         "-nodes -subj /CN=t -days 1 -keyout " +
+                         (dir_ / "ca.key").string() + " -out " + ca + " 2>/dev/null")
+                            .c_str()),
+            0);
+  const std::vector<std::vector<std::string>> lasts = {
+      {"--env", "FOO=1"},
+      {"--input", (dir_ / "in").string()},
+      {"--upstream-ca", ca},
+      {"--env", "FOO=1", "--env", "BAR=2"}};
+  for (const auto& last : lasts) {
+    SCOPED_TRACE(last[0]);
+    auto a = runArgs("proxied", last,
+                     {"/bin/sh", "-c", "echo hi; echo --env -x \"$FOO\"", "--", "-c"});
+    Outcome o = sluice(a);
+    EXPECT_EQ(o.status, 0) << o.err;
+    EXPECT_NE(o.out.find("hi\n--env -x"), std::string::npos) << o.out << o.err;
+  }
+  // Nothing after `--`: the command is missing (usage error, exit 2).
+  Outcome none = sluice({"run", "--workflow", "sandboxed", "--policy-dir",
+                         (dir_ / "policies").string(), "--audit", "", "--env", "A=1", "--"});
+  EXPECT_EQ(none.status, 2) << none.out << none.err;
+}
+
 TEST_F(SluiceRun, DefaultModePassesOutputThroughAndSummarises) {
   REQUIRE_SANDBOX();
   Outcome o = sluice(runArgs("sandboxed", {}, {"/bin/sh", "-c", "echo visible; exit 7"}));

@@ -46,6 +46,13 @@ struct StoreOptions {
   /// How long a write waits for a lock held by another connection (another process's
   /// writer, an auditor's long read is no obstacle in WAL) before the store fails.
   std::chrono::milliseconds busy_timeout{5000};
+  /// Permissions of a database file the store creates (its -wal and -shm files copy them):
+  /// 0600, the owner only, because the rows hold argv, URLs and hosts. An existing file keeps
+  /// its mode; one readable by others is logged as a warning.
+  unsigned file_mode = 0600;
+  /// With a group (a gid >= 0), a new file gets that group and mode 0640, so members of it
+  /// (auditors) can read it (`--audit-group`).
+  int group = -1;
 };
 
 /// One finished execution. `receipt_json` is the full receipt (DESIGN.md "Receipt"); the other
