@@ -14,6 +14,42 @@
 #include <cstring>
 
 namespace sluice::runner::detail {
+namespace {
+
+// Every argument the filter inspects is one the kernel reads as a 32-bit int (socket's family
+// and type, ioctl's request, clone's flags), ignoring the upper half of the 64-bit register. A
+// 64-bit comparison would let `socket(AF_NETLINK | 1L << 32, ...)` through, so each comparison
+// masks the argument to at most its low 32 bits. (libseccomp 2.5's SCMP_A0_32 only truncates
+// the datum; the comparison it builds still reads all 64 bits.) A mask whose upper half is zero
+// compiles to a test of the low word alone.
+scmp_arg_cmp low32(unsigned arg, uint32_t mask, uint32_t value) {
+  return scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, mask, value};
+}
+
+constexpr uint32_t kNamespaceCloneFlags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC |
+                                          CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET |
+                                          CLONE_NEWCGROUP;
+constexpr uint32_t kSocketTypeMask = 0xf;  // SOCK_TYPE_MASK in the kernel
+
+bool allowedFamily(uint32_t family) {
+  for (int f : kAllowedSocketFamilies)
+    if (static_cast<uint32_t>(f) == family) return true;
+  return false;
+}
+
+// "family not on the allow-list" as rules libseccomp can express (each rule tests the argument
+// once; a match refuses): one per bit above the low four, since every allowed family is below
+// 16, and one per value 0..15 not allowed. No rule matches an allowed family.
+std::vector<scmp_arg_cmp> socketFamilyDenyRules() {
+  static_assert(AF_UNIX < 16 && AF_INET < 16 && AF_INET6 < 16);
+  std::vector<scmp_arg_cmp> out;
+  for (uint32_t bit = 1u << 4; bit != 0; bit <<= 1) out.push_back(low32(0, bit, bit));
+  for (uint32_t family = 0; family < 16; ++family)
+    if (!allowedFamily(family)) out.push_back(low32(0, 0xf, family));
+  return out;
+}
+
+}  // namespace
 
 const std::vector<DeniedSyscall>& deniedSyscalls() {
   static const std::vector<DeniedSyscall> kList = {
@@ -101,15 +137,13 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
     if (auto r = rule(eperm, std::string(d.name).c_str(), 0, nullptr); !r)
       return std::unexpected(r.error());
 
-  // clone: threads and fork are fine; new namespaces are not.
-  const uint64_t ns_flags = CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER |
-                            CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP;
+  // clone: threads and fork are fine; new namespaces are not. The kernel reads only the low
+  // 32 bits of the flags (lower_32_bits in kernel/fork.c); every mask here is within them.
   {
-    scmp_arg_cmp a = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_flags, 0);
     // libseccomp expresses "flags & mask != 0" as one rule per bit.
-    for (uint64_t bit = 1; bit != 0; bit <<= 1) {
-      if ((ns_flags & bit) == 0) continue;
-      a = SCMP_A0(SCMP_CMP_MASKED_EQ, bit, bit);
+    for (uint32_t bit = 1; bit != 0; bit <<= 1) {
+      if ((kNamespaceCloneFlags & bit) == 0) continue;
+      const scmp_arg_cmp a = low32(0, bit, bit);
       if (auto r = rule(eperm, "clone", 1, &a); !r) return std::unexpected(r.error());
     }
   }
@@ -117,23 +151,23 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
   if (auto r = rule(SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, nullptr); !r)
     return std::unexpected(r.error());
 
-  // Sockets: the only way out is TCP to the proxy. Packet and netlink (routes, addresses,
-  // firewall) sockets and raw sockets of any family are refused.
-  {
-    scmp_arg_cmp a = SCMP_A0(SCMP_CMP_EQ, AF_PACKET);
+  // Sockets: the only way out is TCP to the proxy. Families are an allow-list (kSocketFamilies);
+  // anything else (netlink, packet, vsock, alg, bluetooth, ...) answers EAFNOSUPPORT, as from a
+  // kernel built without that family. socketpair gets the same list.
+  for (const char* call : {"socket", "socketpair"})
+    for (const scmp_arg_cmp& a : socketFamilyDenyRules())
+      if (auto r = rule(SCMP_ACT_ERRNO(EAFNOSUPPORT), call, 1, &a); !r)
+        return std::unexpected(r.error());
+  // Raw sockets of an allowed family (SOCK_RAW), and SOCK_PACKET, which the kernel turns into
+  // an AF_PACKET socket for AF_INET (net/socket.c), answer EPERM as they would without
+  // CAP_NET_RAW. The type carries SOCK_NONBLOCK/SOCK_CLOEXEC above its low four bits.
+  for (uint32_t type : {uint32_t{SOCK_RAW}, uint32_t{SOCK_PACKET}}) {
+    const scmp_arg_cmp a = low32(1, kSocketTypeMask, type);
     if (auto r = rule(eperm, "socket", 1, &a); !r) return std::unexpected(r.error());
-    a = SCMP_A0(SCMP_CMP_EQ, AF_NETLINK);
-    if (auto r = rule(eperm, "socket", 1, &a); !r) return std::unexpected(r.error());
-    // The type argument carries SOCK_NONBLOCK/SOCK_CLOEXEC in its high bits: mask them off.
-    a = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, SOCK_RAW);
-    if (auto r = rule(eperm, "socket", 1, &a); !r) return std::unexpected(r.error());
-    a = SCMP_A0(SCMP_CMP_EQ, AF_PACKET);
-    if (auto r = rule(eperm, "socketpair", 1, &a); !r) return std::unexpected(r.error());
   }
-  // Terminal input injection into a shared tty.
-  for (unsigned long req :
-       {static_cast<unsigned long>(TIOCSTI), static_cast<unsigned long>(TIOCLINUX)}) {
-    scmp_arg_cmp a = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffu, req);
+  // Terminal input injection into a shared tty (the request is an unsigned int).
+  for (uint32_t req : {uint32_t{TIOCSTI}, uint32_t{TIOCLINUX}}) {
+    const scmp_arg_cmp a = low32(1, 0xffffffffu, req);
     if (auto r = rule(eperm, "ioctl", 1, &a); !r) return std::unexpected(r.error());
   }
 

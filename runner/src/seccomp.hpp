@@ -3,6 +3,7 @@
 #pragma once
 
 #include <linux/filter.h>
+#include <sys/socket.h>
 
 #include <expected>
 #include <string>
@@ -22,10 +23,15 @@ struct DeniedSyscall {
 /// Syscalls refused outright (any arguments).
 const std::vector<DeniedSyscall>& deniedSyscalls();
 
+/// The socket families socket() and socketpair() may create; any other answers EAFNOSUPPORT.
+inline constexpr int kAllowedSocketFamilies[] = {AF_UNIX, AF_INET, AF_INET6};
+
 /// The compiled filter for the native architecture: default allow; EPERM for deniedSyscalls(),
-/// namespace-creating clone flags, raw/packet/netlink sockets and TIOCSTI/TIOCLINUX ioctls;
-/// clone3 answers ENOSYS so libc falls back to clone (whose flags we can inspect); other
-/// architectures (x32, i386 via int 0x80) kill the process.
+/// namespace-creating clone flags, SOCK_RAW/SOCK_PACKET sockets and TIOCSTI/TIOCLINUX ioctls;
+/// EAFNOSUPPORT for socket families not in kAllowedSocketFamilies; clone3 answers ENOSYS so
+/// libc falls back to clone (whose flags we can inspect); other architectures (x32, i386 via
+/// int 0x80) kill the process. Arguments are compared on their low 32 bits, as the kernel
+/// reads them.
 std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram();
 
 /// buildSeccompProgram()'s output for the build's architecture, compiled at build time
