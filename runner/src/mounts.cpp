@@ -7,12 +7,16 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 namespace sluice::runner::detail {
 namespace {
@@ -32,11 +36,11 @@ class PlanBuilder {
     for (size_t i = p.find('/', 1); i != std::string::npos; i = p.find('/', i + 1))
       mkdir(p.substr(0, i));
   }
-  void add(MountOp::Kind k, const std::string& p, std::string source, const char* step,
-           std::string content = {}, unsigned mode = 0644, dev_t dev = 0) {
+  MountOp& add(MountOp::Kind k, const std::string& p, std::string source, const char* step,
+               std::string content = {}, unsigned mode = 0644, dev_t dev = 0) {
     ops_.push_back({k, root_ + p, std::move(source), std::move(content), mode, dev, step});
+    return ops_.back();
   }
-  // A source path that must not be prefixed with the new root (host path).
   std::vector<MountOp> take() { return std::move(ops_); }
   const std::string& root() const { return root_; }
 
@@ -80,6 +84,167 @@ StepResult writeAll(const char* path, const std::string& content, unsigned mode)
   return stepOk();
 }
 
+// A bind inherits the source's flags; read-only etc. need a second, remount call (child side,
+// like the next two).
+StepResult bindAndRemount(const char* source, const char* path, unsigned long flags,
+                          const char* step) {
+  if (::mount(source, path, nullptr, MS_BIND | MS_REC, nullptr) != 0) return stepFail(step);
+  if (::mount(nullptr, path, nullptr, MS_REMOUNT | MS_BIND | flags, nullptr) != 0)
+    return stepFail(step);
+  return stepOk();
+}
+
+// An input through a read-only overlay (see planInputs): from inside the input directory, so
+// the layer is ".". Where the kernel refuses (no overlayfs, a file system beneath that it cannot
+// stack on), the input is bound instead: the same files, only the sandbox's mount table then
+// shows the host path.
+StepResult mountInputOverlay(const MountOp& op) {
+  const unsigned long flags = MS_RDONLY | MS_NOSUID | MS_NODEV | op.keep_flags;
+  if (::chdir(op.source.c_str()) != 0) return stepFail(op.step);
+  if (::mount("overlay", op.path.c_str(), "overlay", flags, op.content.c_str()) == 0)
+    return stepOk();
+  return bindAndRemount(op.source.c_str(), op.path.c_str(), flags, op.step);
+}
+
+// Hides a /proc entry (planProcMasks).
+StepResult maskProcEntry(const MountOp& op) {
+  const int rc =
+      op.source.empty()
+          ? ::mount("tmpfs", op.path.c_str(), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                    "size=4k,nr_inodes=2,mode=0555")
+          : ::mount(op.source.c_str(), op.path.c_str(), nullptr, MS_BIND, nullptr);
+  return rc == 0 ? stepOk() : stepFail(op.step);
+}
+
+// Flags of the mount holding `path` that a bind's remount must keep (in a user namespace they
+// are locked and dropping one is EPERM); an overlay of the path gets them too (noexec).
+unsigned long sourceFlags(const std::string& path) {
+  struct statvfs sv {};
+  if (::statvfs(path.c_str(), &sv) != 0) return 0;
+  unsigned long keep = 0;
+  if (sv.f_flag & ST_NOEXEC) keep |= MS_NOEXEC;
+  if (sv.f_flag & ST_NOATIME) keep |= MS_NOATIME;
+  if (sv.f_flag & ST_NODIRATIME) keep |= MS_NODIRATIME;
+  if (sv.f_flag & ST_RELATIME) keep |= MS_RELATIME;
+  if (sv.f_flag & ST_RDONLY) keep |= MS_RDONLY;
+  return keep;
+}
+
+// The mount points of the caller's mount namespace: /proc/self/mountinfo's fifth field, where
+// the kernel writes space, tab, newline and backslash as "\ooo" (octal).
+std::vector<std::string> mountPoints() {
+  std::vector<std::string> out;
+  std::ifstream in("/proc/self/mountinfo");
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string f, path;
+    for (int i = 0; i < 5; ++i) fields >> f;
+    for (size_t i = 0; i < f.size(); ++i) {
+      const bool esc = f[i] == '\\' && i + 3 < f.size();
+      path.push_back(esc ? static_cast<char>(std::strtol(f.substr(i + 1, 3).c_str(), nullptr, 8))
+                         : f[i]);
+      if (esc) i += 3;
+    }
+    out.push_back(std::move(path));
+  }
+  return out;
+}
+
+bool kernelAtLeast(long major, long minor) {
+  utsname u{};
+  if (::uname(&u) != 0) return false;
+  char* end = nullptr;
+  const long got_major = std::strtol(u.release, &end, 10);
+  const long got_minor = *end == '.' ? std::strtol(end + 1, nullptr, 10) : 0;
+  return got_major > major || (got_major == major && got_minor >= minor);
+}
+
+bool beneath(const std::string& p, const std::string& dir) {
+  return dir == "/" ? p != "/" : p.starts_with(dir + "/");
+}
+
+// The host's kernel command line and the kernel files runc masks (its default masked paths
+// under /proc): a file gets /dev/null bound over it (reads as empty), a directory an empty
+// read-only tmpfs. Only the entries this kernel has cost a mount.
+constexpr const char* kMaskedProcEntries[] = {
+    "/proc/cmdline",    "/proc/kcore",       "/proc/keys",        "/proc/latency_stats",
+    "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/acpi",
+    "/proc/asound",     "/proc/scsi"};
+
+void planProcMasks(PlanBuilder& b) {
+  for (const char* p : kMaskedProcEntries) {
+    struct stat st {};
+    if (::lstat(p, &st) != 0) continue;  // not in this kernel: nothing to hide
+    b.add(MountOp::Kind::kMask, p, S_ISDIR(st.st_mode) ? std::string() : b.root() + "/dev/null",
+          "mask /proc entry");
+  }
+}
+
+// Inputs, read-only under /input. However a host directory is bound, mountinfo's "root" field
+// shows its path within its file system; an overlay is a file system whose root is "/". So a
+// directory is shown through a read-only overlay of it (layer ".", the child's working directory:
+// the options name no host path) and an empty staging directory (no upper layer: two needed). A
+// file is bound out of an overlay of its directory mounted in the staging tmpfs (root
+// "/<name>"). A directory with a mount beneath, or a file that is a mount point, is bound as
+// before: an overlay would show what lies under the mount.
+std::expected<void, SetupError> planInputs(const RunSpec& spec, const std::string& stage,
+                                           bool user_namespace, PlanBuilder& b,
+                                           std::vector<MountOp>& stage_ops) {
+  auto err = [](std::string msg) {
+    return std::unexpected(SetupError{SetupError::Kind::kSetup, "input", std::move(msg)});
+  };
+  using K = MountOp::Kind;
+  b.mkdir("/input");
+  if (spec.inputs.empty()) return {};
+  const std::vector<std::string> mounts = mountPoints();
+  const std::string empty = stage + "/empty";
+  // The empty directory as a data-only layer ("::", Linux >= 6.5) leaves the input the only
+  // layer in the tree: st_dev is uniform and inode numbers are the input's. A user namespace
+  // may not have one (it needs trusted xattrs): there, and on older kernels, a second layer.
+  const std::string overlay =
+      (!user_namespace && kernelAtLeast(6, 5) ? "lowerdir=.::" : "lowerdir=.:") + empty;
+  stage_ops.push_back({K::kMkdir, empty, {}, {}, 0755, 0, "mkdir in staging tmpfs"});
+  std::set<std::string> seen;
+  unsigned files = 0;
+  for (const Input& in : spec.inputs) {
+    if (!safeRelative(in.sandbox))
+      return err("--input " + in.host.string() + ":" + in.sandbox +
+                 ": the sandbox path must be relative to /input, without '..'");
+    const std::string dst = "/input/" + in.sandbox;
+    if (!seen.insert(dst).second) return err(dst + ": given twice");
+    struct stat st {};
+    std::error_code ec;
+    const fs::path host = fs::canonical(in.host, ec);
+    if (ec || ::stat(host.c_str(), &st) != 0)
+      return err(in.host.string() + ": " + std::strerror(ec ? ec.value() : errno));
+    const bool dir = S_ISDIR(st.st_mode);
+    auto mounted = [&](auto pred) { return std::any_of(mounts.begin(), mounts.end(), pred); };
+    b.parents(dst);
+    if (dir) {
+      b.mkdir(dst);
+      if (!mounted([&](const std::string& m) { return beneath(m, host.string()); })) {
+        b.add(K::kOverlayRo, dst, host.string(), "mount input overlay", overlay).keep_flags =
+            sourceFlags(host.string());
+        continue;
+      }
+    } else {
+      b.add(K::kTouch, dst, {}, "create input mount point");
+      if (!mounted([&](const std::string& m) { return m == host.string(); })) {
+        const std::string at = stage + "/in" + std::to_string(files++);
+        const unsigned long keep = sourceFlags(host.parent_path().string());
+        stage_ops.push_back({K::kMkdir, at, {}, {}, 0755, 0, "mkdir in staging tmpfs"});
+        stage_ops.push_back({K::kOverlayRo, at, host.parent_path().string(), overlay, 0, 0,
+                             "mount input overlay", keep});
+        b.add(K::kBindRo, dst, at + "/" + host.filename().string(), "bind input read-only")
+            .keep_flags = keep;
+        continue;
+      }
+    }
+    b.add(K::kBindRo, dst, host.string(), "bind input read-only");
+  }
+  return {};
+}
+
 }  // namespace
 
 std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool user_namespace) {
@@ -90,7 +255,8 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   // The staging directory must not hide anything the plan binds from the host.
   auto hides = [&](const std::string& dir) {
     for (const Input& in : spec.inputs) {
-      const std::string h = fs::absolute(in.host).lexically_normal().string();
+      std::error_code ec;  // where the input really is: its symlinks resolved
+      const std::string h = fs::weakly_canonical(fs::absolute(in.host), ec).string();
       if (h == dir || h.starts_with(dir + "/")) return true;
     }
     return false;
@@ -205,25 +371,26 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   b.add(K::kSymlink, "/dev/stdout", "/proc/self/fd/1", "symlink /dev/stdout");
   b.add(K::kSymlink, "/dev/stderr", "/proc/self/fd/2", "symlink /dev/stderr");
   b.add(K::kMkdir, "/dev/shm", {}, "mkdir /dev/shm", {}, 0755);
+  planProcMasks(b);  // binds the new /dev/null
 
   // One scratch tmpfs, sized by `disk`, behind /work, /tmp, /output and /dev/shm, so the disk
   // limit is one budget for all writable space.
-  // Ops carry absolute host paths here: the scratch mount point is outside the new root.
+  // stage_ops carry absolute paths in the staging tmpfs (outside the new root), and run first.
   const std::string s = plan.scratch;
   const std::uint64_t disk = spec.limits.disk ? spec.limits.disk : (64ull << 20);
-  std::vector<MountOp> scratch_ops;
-  scratch_ops.push_back({K::kTmpfs,
-                         s,
-                         "size=" + std::to_string(disk) + ",nr_inodes=16384,mode=0700",
-                         {},
-                         0,
-                         0,
-                         "mount scratch tmpfs (disk limit)"});
+  std::vector<MountOp> stage_ops;
+  stage_ops.push_back({K::kTmpfs,
+                       s,
+                       "size=" + std::to_string(disk) + ",nr_inodes=16384,mode=0700",
+                       {},
+                       0,
+                       0,
+                       "mount scratch tmpfs (disk limit)"});
   for (const char* d : {"work", "tmp", "output", "shm"}) {
     const bool sticky = std::strcmp(d, "tmp") == 0 || std::strcmp(d, "shm") == 0;
-    scratch_ops.push_back(
+    stage_ops.push_back(
         {K::kMkdir, s + "/" + d, {}, {}, sticky ? 01777u : 0755u, 0, "mkdir scratch dir"});
-    if (!sticky) scratch_ops.push_back({K::kChown, s + "/" + d, {}, {}, 0, 0, "chown scratch dir"});
+    if (!sticky) stage_ops.push_back({K::kChown, s + "/" + d, {}, {}, 0, 0, "chown scratch dir"});
   }
   for (const char* d : {"/work", "/tmp", "/output"}) {
     b.mkdir(d);
@@ -231,39 +398,17 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   }
   b.add(K::kBindRw, "/dev/shm", s + "/shm", "bind /dev/shm");
 
-  // Inputs: read-only under /input.
-  b.mkdir("/input");
-  std::set<std::string> seen;
-  for (const Input& in : spec.inputs) {
-    if (!safeRelative(in.sandbox))
-      return err("input", "--input " + in.host.string() + ":" + in.sandbox +
-                              ": the sandbox path must be relative to /input, without '..'");
-    const std::string dst = "/input/" + in.sandbox;
-    if (!seen.insert(dst).second) return err("input", dst + ": given twice");
-    struct stat st {};
-    if (::stat(in.host.c_str(), &st) != 0)
-      return err("input", in.host.string() + ": " + std::strerror(errno));
-    b.parents(dst);
-    if (S_ISDIR(st.st_mode))
-      b.mkdir(dst);
-    else
-      b.add(K::kTouch, dst, {}, "create input mount point");
-    b.add(K::kBindRo, dst, fs::absolute(in.host).string(), "bind input read-only");
-  }
-  plan.ops = std::move(scratch_ops);
+  if (auto r = planInputs(spec, plan.stage, user_namespace, b, stage_ops); !r)
+    return std::unexpected(r.error());
+  plan.ops = std::move(stage_ops);
   for (MountOp& op : b.take()) plan.ops.push_back(std::move(op));
   // A remount must keep flags the source mount has (in a user namespace they are locked and
-  // dropping one is EPERM): carry them over.
-  for (MountOp& op : plan.ops) {
-    if (op.kind != K::kBindRo && op.kind != K::kBindRw) continue;
-    struct statvfs sv {};
-    if (op.source.starts_with(plan.scratch) || ::statvfs(op.source.c_str(), &sv) != 0) continue;
-    if (sv.f_flag & ST_NOEXEC) op.keep_flags |= MS_NOEXEC;
-    if (sv.f_flag & ST_NOATIME) op.keep_flags |= MS_NOATIME;
-    if (sv.f_flag & ST_NODIRATIME) op.keep_flags |= MS_NODIRATIME;
-    if (sv.f_flag & ST_RELATIME) op.keep_flags |= MS_RELATIME;
-    if (sv.f_flag & ST_RDONLY) op.keep_flags |= MS_RDONLY;
-  }
+  // dropping one is EPERM): carry them over. Sources in the staging tmpfs (scratch, inputs'
+  // overlays) are not the host's.
+  for (MountOp& op : plan.ops)
+    if ((op.kind == K::kBindRo || op.kind == K::kBindRw) &&
+        !op.source.starts_with(plan.stage + "/"))
+      op.keep_flags = sourceFlags(op.source);
   return plan;
 }
 
@@ -273,7 +418,7 @@ StepResult applyMountPlan(const MountPlan& plan, uid_t uid, gid_t gid) {
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return stepFail("make mounts private");
   if (::mount("tmpfs", plan.stage.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
-              "size=64k,nr_inodes=16,mode=0700") != 0)
+              "size=64k,nr_inodes=1024,mode=0700") != 0)
     return stepFail("mount staging tmpfs");
   if (::mkdir(plan.new_root.c_str(), 0755) != 0 || ::mkdir(plan.scratch.c_str(), 0700) != 0)
     return stepFail("mkdir in staging tmpfs");
@@ -305,16 +450,19 @@ StepResult applyMountPlan(const MountPlan& plan, uid_t uid, gid_t gid) {
         break;
       case K::kBindRo:
       case K::kBindRw: {
-        if (::mount(op.source.c_str(), p, nullptr, MS_BIND | MS_REC, nullptr) != 0)
-          return stepFail(op.step);
-        // A bind inherits the source's flags; read-only etc. need a second, remount call.
-        unsigned long flags = MS_REMOUNT | MS_BIND | MS_NOSUID | op.keep_flags;
+        unsigned long flags = MS_NOSUID | op.keep_flags;
         // Device nodes bound from the host's /dev must stay usable.
         if (op.step == nullptr || std::strcmp(op.step, "bind /dev node") != 0) flags |= MS_NODEV;
         if (op.kind == K::kBindRo) flags |= MS_RDONLY;
-        if (::mount(nullptr, p, nullptr, flags, nullptr) != 0) return stepFail(op.step);
+        if (auto r = bindAndRemount(op.source.c_str(), p, flags, op.step); !r) return r;
         break;
       }
+      case K::kOverlayRo:
+        if (auto r = mountInputOverlay(op); !r) return r;
+        break;
+      case K::kMask:
+        if (auto r = maskProcEntry(op); !r) return r;
+        break;
       case K::kTmpfs:
         if (::mount("tmpfs", p, "tmpfs", MS_NOSUID, op.source.c_str()) != 0)
           return stepFail(op.step);

@@ -1,7 +1,8 @@
 // The sandbox's file system: a plan computed in the parent (which may allocate) and applied in
 // the child (which must not): pivot_root into a fresh tmpfs holding read-only binds of the
-// system dirs, a generated /etc, fresh /proc, a minimal /dev and one size-limited scratch tmpfs
-// behind /work, /tmp, /output and /dev/shm.
+// system dirs, a generated /etc, fresh /proc with kernel files masked, a minimal /dev, the
+// inputs (shown through overlays so the mount table names no host path) and one size-limited
+// scratch tmpfs behind /work, /tmp, /output and /dev/shm.
 #pragma once
 
 #include <sys/types.h>
@@ -28,7 +29,11 @@ struct MountOp {
     kProc,       // proc at path
     kDevpts,     // new devpts instance at path
     kMknod,      // character device dev at path, mode 0666
-    kChown,      // path to uid/gid
+    kOverlayRo,  // read-only overlay at path showing the directory source (content: its
+                 // options); if the kernel refuses it, a read-only bind of source
+    kMask,       // hides a /proc entry: binds source (/dev/null) over it, or if source is empty
+                 // mounts an empty read-only tmpfs on it
+    kChown,      // path to uid/gid; stays last (plan_codec.cpp bounds kinds by it)
   };
   Kind kind;
   std::string path;    // absolute, under the new root's mount point

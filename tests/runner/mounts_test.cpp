@@ -1,8 +1,10 @@
-// The sandbox's mount plan (parent side): what gets bound read-only, generated /etc, inputs,
-// the scratch tmpfs sized by `disk`, and the refusals (bad input paths, files outside /etc).
+// The sandbox's mount plan (parent side): what gets bound read-only, generated /etc, inputs
+// (through overlays, so the mount table names no host path), masked /proc entries, the scratch
+// tmpfs sized by `disk`, and the refusals (bad input paths, files outside /etc).
 #include "mounts.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,18 +73,77 @@ TEST(MountPlan, DeviceNodesAreMadeOrBoundInAUserNamespace) {
   EXPECT_NE(find(*userns, MountOp::Kind::kBindRw, "/dev/null"), nullptr);
 }
 
-TEST(MountPlan, InputsAreReadOnlyUnderInput) {
-  const fs::path f = fs::temp_directory_path() / ("sluice-mp-" + std::to_string(::getpid()));
+TEST(MountPlan, InputFilesAreBoundOutOfAnOverlayOfTheirDirectory) {
+  const fs::path dir = fs::canonical(fs::temp_directory_path());
+  const fs::path f = dir / ("sluice-mp-" + std::to_string(::getpid()));
   std::ofstream(f) << "x";
   RunSpec s = spec();
   s.inputs.push_back({f, "data/file.csv"});
   auto p = buildMountPlan(s, false);
+  fs::remove(f);
   ASSERT_TRUE(p) << p.error().message;
+  // The overlay of the file's directory is mounted in the staging tmpfs, never in the sandbox.
+  const MountOp* overlay = find(*p, MountOp::Kind::kOverlayRo, "/in0");
+  ASSERT_NE(overlay, nullptr);
+  EXPECT_EQ(overlay->path, p->stage + "/in0");
+  EXPECT_EQ(overlay->source, dir.string());
   const MountOp* in = find(*p, MountOp::Kind::kBindRo, "/root/input/data/file.csv");
   ASSERT_NE(in, nullptr);
-  EXPECT_EQ(in->source, f.string());
+  EXPECT_EQ(in->source, p->stage + "/in0/" + f.filename().string());
   EXPECT_NE(find(*p, MountOp::Kind::kTouch, "/root/input/data/file.csv"), nullptr);
-  fs::remove(f);
+}
+
+TEST(MountPlan, InputDirectoriesAreOverlaysWhoseOptionsNameNoHostPath) {
+  const fs::path d = fs::canonical(fs::temp_directory_path()) /
+                     ("sluice-mp-host-only-name-" + std::to_string(::getpid()));
+  fs::create_directories(d);
+  RunSpec s = spec();
+  s.inputs.push_back({d, "data"});
+  auto p = buildMountPlan(s, false);
+  fs::remove(d);
+  ASSERT_TRUE(p) << p.error().message;
+  const MountOp* in = find(*p, MountOp::Kind::kOverlayRo, "/root/input/data");
+  ASSERT_NE(in, nullptr);
+  EXPECT_EQ(in->source, d.string());  // the child works from inside it: the layer is "."
+  EXPECT_EQ(in->content.find("host-only-name"), std::string::npos) << in->content;
+  EXPECT_EQ(in->content.rfind("lowerdir=.:", 0), 0u) << in->content;
+  EXPECT_EQ(find(*p, MountOp::Kind::kBindRo, "/root/input/data"), nullptr);
+}
+
+TEST(MountPlan, AnInputWithAMountBeneathIsBound) {
+  // "/" has /proc beneath it, which an overlay would not show: bound as is.
+  RunSpec s = spec();
+  s.inputs.push_back({"/", "host"});
+  auto p = buildMountPlan(s, false);
+  ASSERT_TRUE(p) << p.error().message;
+  const MountOp* in = find(*p, MountOp::Kind::kBindRo, "/root/input/host");
+  ASSERT_NE(in, nullptr);
+  EXPECT_EQ(in->source, "/");
+  EXPECT_EQ(find(*p, MountOp::Kind::kOverlayRo, "/root/input/host"), nullptr);
+}
+
+TEST(MountPlan, KernelCommandLineAndRuncsMaskedProcEntriesAreMasked) {
+  auto p = buildMountPlan(spec(), false);
+  ASSERT_TRUE(p);
+  const MountOp* cmdline = find(*p, MountOp::Kind::kMask, "/root/proc/cmdline");
+  ASSERT_NE(cmdline, nullptr);
+  EXPECT_EQ(cmdline->source, p->new_root + "/dev/null");
+  for (const char* e : {"/proc/kcore", "/proc/keys", "/proc/timer_list", "/proc/sched_debug",
+                        "/proc/latency_stats", "/proc/acpi", "/proc/scsi"}) {
+    struct stat st {};
+    if (::lstat(e, &st) != 0) continue;  // this kernel has none: nothing to mask
+    const MountOp* m = find(*p, MountOp::Kind::kMask, std::string("/root") + e);
+    ASSERT_NE(m, nullptr) << e;
+    EXPECT_EQ(m->source.empty(), S_ISDIR(st.st_mode)) << e;  // directories: an empty tmpfs
+  }
+  // After /proc is mounted and /dev/null made, or there is nothing to mask and nothing to bind.
+  auto at = [&](MountOp::Kind k, const std::string& suffix) {
+    return std::find_if(p->ops.begin(), p->ops.end(), [&](const MountOp& op) {
+      return op.kind == k && op.path.ends_with(suffix);
+    });
+  };
+  EXPECT_LT(at(MountOp::Kind::kProc, "/root/proc"), at(MountOp::Kind::kMask, "/proc/cmdline"));
+  EXPECT_LT(at(MountOp::Kind::kMknod, "/root/dev/null"), at(MountOp::Kind::kMask, "/proc/cmdline"));
 }
 
 TEST(MountPlan, RefusesEscapingInputsAndMissingSources) {
