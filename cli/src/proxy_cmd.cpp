@@ -24,6 +24,7 @@
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
+#include "sluice/policy/units.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
 
@@ -42,6 +43,7 @@ struct ProxyArgs {
   std::vector<std::string> upstream_cas;
   unsigned threads = 0;
   std::string log_format = "text";
+  std::string limit_window = "1h";
 };
 
 // JSON-lines log output (`--log-format json`): one object per line, message escaped.
@@ -204,6 +206,12 @@ int runProxy(const ProxyArgs& args) {
     sink = store;
   }
 
+  auto window = policy::parseDuration(args.limit_window);
+  if (!window || window->count() < 1000) {
+    std::fprintf(stderr, "sluice proxy: --limit-window '%s': %s\n", args.limit_window.c_str(),
+                 window ? "must be at least 1s" : window.error().c_str());
+    return 2;
+  }
   proxy::ProxyOptions options;
   options.threads = args.threads;
   options.ca = ca;
@@ -225,7 +233,10 @@ int runProxy(const ProxyArgs& args) {
     }
     // No placeholders standalone: there is no sandbox to hand a token to; clients that need a
     // credential get it injected by `inject.headers`.
-    auto bound = px.listen(addr, port, {"", matchers->at(args.workflows[i]), secrets, {}});
+    proxy::ListenerIdentity identity{"", matchers->at(args.workflows[i]), secrets, {}};
+    // Shared by many clients: the workflow's limits apply to each client over the window.
+    identity.per_client_window = std::chrono::duration_cast<std::chrono::seconds>(*window);
+    auto bound = px.listen(addr, port, std::move(identity));
     if (!bound) {
       std::fprintf(stderr, "sluice proxy: %s\n", bound.error().message.c_str());
       return 1;
@@ -283,6 +294,8 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--upstream-ca", args->upstream_cas,
                   "Extra CA file trusted for inspected upstreams (repeatable)");
   cmd->add_option("--threads", args->threads, "I/O threads (default: cores)");
+  cmd->add_option("--limit-window", args->limit_window,
+                  "egress.limits apply per client address over this window (default 1h)");
   cmd->add_option("--log-format", args->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args, &exit_code] { exit_code = runProxy(*args); });

@@ -21,6 +21,79 @@ std::int64_t nowMs() {
       .count();
 }
 
+void Account::roll() {
+  if (window_.count() == 0) return;
+  const std::int64_t now = nowNs();
+  std::int64_t start = window_start_.load(std::memory_order_relaxed);
+  const std::int64_t length =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(window_).count();
+  if (now - start < length) return;
+  // One thread wins the roll; the counters start again (connections held stay held).
+  if (!window_start_.compare_exchange_strong(start, now, std::memory_order_relaxed)) return;
+  requests_.store(0, std::memory_order_relaxed);
+  bytes_out_.store(0, std::memory_order_relaxed);
+  bytes_in_.store(0, std::memory_order_relaxed);
+}
+
+std::shared_ptr<Account> ClientBudgets::accountFor(const net::ip::address& peer) {
+  // An IPv4-mapped IPv6 peer is the IPv4 client; an IPv6 client is keyed by its /64.
+  std::string key;
+  if (peer.is_v6() && peer.to_v6().is_v4_mapped()) {
+    key = net::ip::make_address_v4(net::ip::v4_mapped, peer.to_v6()).to_string();
+  } else if (peer.is_v6()) {
+    auto bytes = peer.to_v6().to_bytes();
+    for (std::size_t i = 8; i < bytes.size(); ++i) bytes[i] = 0;
+    key = net::ip::address_v6(bytes).to_string() + "/64";
+  } else {
+    key = peer.to_string();
+  }
+  std::lock_guard lock(mu_);
+  auto it = clients_.find(key);
+  if (it == clients_.end()) {
+    if (clients_.size() >= kMaxClients) {
+      // Evict budgets no connection holds and whose window is over.
+      const std::int64_t cutoff =
+          Account::nowNs() -
+          std::chrono::duration_cast<std::chrono::nanoseconds>(window_).count();
+      std::erase_if(clients_, [cutoff](const auto& kv) {
+        return kv.second.use_count() == 1 && kv.second->lastUsedNs() < cutoff;
+      });
+    }
+    if (clients_.size() >= kMaxClients) {
+      if (!overflow_) overflow_ = std::make_shared<Account>("", window_);
+      overflow_->roll();
+      overflow_->touch();
+      return overflow_;
+    }
+    it = clients_.emplace(key, std::make_shared<Account>("", window_)).first;
+  }
+  it->second->roll();
+  it->second->touch();
+  return it->second;
+}
+
+void ClientBudgets::reset() {
+  std::lock_guard lock(mu_);
+  clients_.clear();
+  overflow_.reset();
+}
+
+void ClientBudgets::forEach(const std::function<void(Account&)>& fn) const {
+  std::vector<std::shared_ptr<Account>> all;
+  {
+    std::lock_guard lock(mu_);
+    all.reserve(clients_.size() + 1);
+    for (const auto& [key, a] : clients_) all.push_back(a);
+    if (overflow_) all.push_back(overflow_);
+  }
+  for (auto& a : all) fn(*a);
+}
+
+std::size_t ClientBudgets::size() const {
+  std::lock_guard lock(mu_);
+  return clients_.size();
+}
+
 bool Account::acquireConnection(const policy::EgressLimits& limits) {
   auto prev = active_connections_.fetch_add(1, std::memory_order_relaxed);
   if (limits.max_connections != 0 && prev >= limits.max_connections) {
@@ -31,6 +104,7 @@ bool Account::acquireConnection(const policy::EgressLimits& limits) {
 }
 
 bool Account::countRequest(const policy::EgressLimits& limits) {
+  roll();
   auto n = requests_.fetch_add(1, std::memory_order_relaxed) + 1;
   return underLimit(n, limits.max_requests);
 }

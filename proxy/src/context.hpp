@@ -28,10 +28,16 @@ class Closable {
   virtual void closeIfIdle() {}
 };
 
-/// Limits and counters of one listener (one execution). Updated from many strands.
+/// Limits and counters of one listener (one execution), or of one client of a standalone
+/// listener (see ClientBudgets). Updated from many strands.
 class Account {
  public:
-  explicit Account(std::string execution_id) : execution_id_(std::move(execution_id)) {}
+  /// `window` > 0: the request and byte counters start again from zero every `window` (a
+  /// standalone proxy's per-client budget); 0: lifetime totals (an execution's).
+  explicit Account(std::string execution_id, std::chrono::seconds window = {})
+      : execution_id_(std::move(execution_id)), window_(window) {
+    window_start_.store(nowNs(), std::memory_order_relaxed);
+  }
 
   const std::string& executionId() const { return execution_id_; }
 
@@ -61,9 +67,26 @@ class Account {
   void abortAll();
   void closeIdle();
   std::size_t liveCount() const;
+  /// Concurrent upstream connections held now.
+  std::uint64_t activeConnections() const {
+    return active_connections_.load(std::memory_order_relaxed);
+  }
+  /// Starts a new budget window if the current one is over (no-op without a window).
+  void roll();
+  /// When this account was last given to a connection (for evicting idle client budgets).
+  std::int64_t lastUsedNs() const { return last_used_ns_.load(std::memory_order_relaxed); }
+  void touch() { last_used_ns_.store(nowNs(), std::memory_order_relaxed); }
+  static std::int64_t nowNs() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
  private:
   std::string execution_id_;
+  std::chrono::seconds window_{};
+  std::atomic<std::int64_t> window_start_{0};
+  std::atomic<std::int64_t> last_used_ns_{0};
   std::atomic<std::uint64_t> active_connections_{0};
   std::atomic<std::uint64_t> requests_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
@@ -92,6 +115,28 @@ class Slot {
   Account* a_;
 };
 
+/// The budgets of a standalone listener's clients: one Account per client address (IPv6: per
+/// /64, which one client may hold whole), each with its own window, so that one client that
+/// spends its budget or holds its connections gets 429 while the others go on. At most
+/// kMaxClients are tracked; idle ones are evicted first, and beyond that every new client
+/// shares one overflow budget (a flood of source addresses cannot grow memory).
+class ClientBudgets {
+ public:
+  static constexpr std::size_t kMaxClients = 4096;
+  explicit ClientBudgets(std::chrono::seconds window) : window_(window) {}
+  std::shared_ptr<Account> accountFor(const net::ip::address& peer);
+  /// Forgets every budget (SIGHUP reload): open connections keep theirs until they end.
+  void reset();
+  void forEach(const std::function<void(Account&)>& fn) const;
+  std::size_t size() const;
+
+ private:
+  std::chrono::seconds window_;
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<Account>> clients_;
+  std::shared_ptr<Account> overflow_;
+};
+
 /// One listening socket and who it serves.
 struct Listener {
   Listener(net::io_context& ioc, std::string exec_id, std::shared_ptr<const policy::Matcher> m)
@@ -99,6 +144,17 @@ struct Listener {
         execution_id(std::move(exec_id)),
         account(std::make_shared<Account>(execution_id)),
         matcher_(std::move(m)) {}
+
+  /// The account a connection from `peer` is charged to: the listener's own, or the client's
+  /// when budgets are per client.
+  std::shared_ptr<Account> accountFor(const tcp::endpoint& peer) {
+    return clients ? clients->accountFor(peer.address()) : account;
+  }
+  /// Every account of this listener (its own and its clients').
+  void forEachAccount(const std::function<void(Account&)>& fn) const {
+    fn(*account);
+    if (clients) clients->forEach(fn);
+  }
 
   std::shared_ptr<const policy::Matcher> matcher() const {
     std::lock_guard lock(mu_);
@@ -113,6 +169,9 @@ struct Listener {
   std::string execution_id;
   tcp::endpoint local;
   std::shared_ptr<Account> account;
+  /// Standalone listeners shared by many clients: budgets per client address (null: the whole
+  /// listener is one execution's, `account`).
+  std::unique_ptr<ClientBudgets> clients;
   // Credential injection for this execution (set once, before accepting).
   std::shared_ptr<const policy::SecretStore> secrets;
   std::vector<Placeholder> placeholders;

@@ -259,11 +259,19 @@ net::awaitable<bool> Exchange<Client, Upstream>::handle() {
   // no request body is left unread.
   const bool keep = req.keep_alive() && !ctx.draining.load() && parser.is_done();
   const auto& limits = conn_.workflow().limits;
-  if (!conn_.account().countRequest(limits)) {
-    Refusal r = limitRefusal("workflow limit max_requests (" + std::to_string(limits.max_requests) +
-                             ") reached");
-    co_await refuse(&target, method, path, r, keep);
-    co_return keep;
+  // An execution's budget counts every request it makes; a shared listener's client spends
+  // its budget only on requests that are allowed (refusals cannot lock it out).
+  const bool per_client = conn_.listener->clients != nullptr;
+  auto overBudget = [&]() -> std::optional<Refusal> {
+    if (conn_.account().countRequest(limits)) return std::nullopt;
+    return limitRefusal("workflow limit max_requests (" + std::to_string(limits.max_requests) +
+                        ") reached" + (per_client ? " for this client" : ""));
+  };
+  if (!per_client) {
+    if (auto r = overBudget()) {
+      co_await refuse(&target, method, path, *r, keep);
+      co_return keep;
+    }
   }
   // One decision with everything known: the vetted address of the connection it would go
   // out on, when one is open (a reused connection is judged like a fresh one).
@@ -275,6 +283,12 @@ net::awaitable<bool> Exchange<Client, Upstream>::handle() {
     Refusal r = denialRefusal(d);
     co_await refuse(&target, method, path, r, keep);
     co_return keep;
+  }
+  if (per_client) {
+    if (auto r = overBudget()) {
+      co_await refuse(&target, method, path, *r, keep);
+      co_return keep;
+    }
   }
   if (!parser.is_done() && bodylessMethod(req.method()) && !(d.rule && d.rule->allow_get_body)) {
     Refusal r = refusal(Reason::kBodyNotAllowed,

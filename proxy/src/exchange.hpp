@@ -32,13 +32,15 @@ struct ConnState {
   std::shared_ptr<Context> ctx;
   std::shared_ptr<Listener> listener;
   std::shared_ptr<const policy::Matcher> matcher;
+  /// What this connection's traffic is charged to (Listener::accountFor).
+  std::shared_ptr<Account> budget;
   std::function<std::shared_ptr<void>()> keep_alive;  // for deadline timers
   std::vector<std::string> injected;  // secret names injected on this connection (redaction)
   bool idle = false;     // waiting for the first byte of a kept-alive connection's next request
   bool aborted = false;  // the proxy is closing this connection
 
   const policy::Workflow& workflow() const { return matcher->workflow(); }
-  Account& account() const { return *listener->account; }
+  Account& account() const { return *budget; }
 };
 
 template <typename Client, typename Upstream>

@@ -32,7 +32,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
         upstream_(std::move(upstream), ctx->tls->upstream),
         client_watch_(client_.get_executor()),
         upstream_watch_(client_.get_executor()),
-        conn_{ctx, listener, std::move(matcher), {}, {}, false, false},
+        conn_{ctx, listener, std::move(matcher), start_.account, {}, {}, false, false},
         link_(upstream_, upstream_watch_, ubuf_, start_.target,
               toIpAddress(start_.upstream_endpoint), event_),
         exchange_(conn_, client_, client_watch_, cbuf_),

@@ -19,6 +19,7 @@ struct InspectStart {
   tcp::endpoint upstream_endpoint;
   audit::ConnectionEvent event;  // kind "connect", host, port, resolved ip filled in
   std::string early;             // bytes the client sent after the CONNECT (its ClientHello)
+  std::shared_ptr<Account> account;  // what the tunnel is charged to (holds its slot)
 };
 
 /// Takes over `client` (the CONNECT was answered 200; an upstream whose TLS fails

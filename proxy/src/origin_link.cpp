@@ -6,9 +6,13 @@
 namespace sluice::proxy {
 
 OriginLink::OriginLink(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-                       const net::any_io_executor& ex,
+                       std::shared_ptr<Account> account, const net::any_io_executor& ex,
                        std::function<std::shared_ptr<void>()> keep)
-    : ctx_(std::move(ctx)), listener_(std::move(listener)), ex_(ex), keep_(std::move(keep)) {}
+    : ctx_(std::move(ctx)),
+      listener_(std::move(listener)),
+      account_(std::move(account)),
+      ex_(ex),
+      keep_(std::move(keep)) {}
 
 OriginLink::~OriginLink() { close(); }
 
@@ -35,7 +39,7 @@ net::awaitable<std::expected<policy::Decision, Refusal>> OriginLink::open(policy
                                                                           std::string rule_id) {
   close();
   const auto& limits = matcher_->workflow().limits;
-  Account& account = *listener_->account;
+  Account& account = *account_;
   if (!account.acquireConnection(limits))
     co_return std::unexpected(limitRefusal("workflow limit max_connections (" +
                                            std::to_string(limits.max_connections) +
@@ -68,7 +72,7 @@ void OriginLink::close() {
   origin_->socket.close(ec);
   origin_->watch.timer.cancel();
   finishConnection(*ctx_, origin_->event, origin_->started);
-  listener_->account->releaseConnection();
+  account_->releaseConnection();
   origin_.reset();
 }
 
@@ -86,7 +90,7 @@ std::string OriginLink::refusedConnection(const policy::Target* target, const Re
     ev.port = target->port;
   }
   auto id = ev.id;
-  recordDeniedConnection(*ctx_, *listener_->account, std::move(ev), r, /*count=*/false);
+  recordDeniedConnection(*ctx_, *account_, std::move(ev), r, /*count=*/false);
   return id;
 }
 

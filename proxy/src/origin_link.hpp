@@ -13,7 +13,7 @@ class OriginLink final : public UpstreamLink<tcp::socket> {
  public:
   /// `keep` returns a reference that keeps the owning connection alive while timers run.
   OriginLink(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-             const net::any_io_executor& ex, std::function<std::shared_ptr<void>()> keep);
+             std::shared_ptr<Account> account, const net::any_io_executor& ex, std::function<std::shared_ptr<void>()> keep);
   ~OriginLink() override;
 
   /// The matcher that vets dials (refreshed per request by the owner, for SIGHUP reloads).
@@ -50,6 +50,7 @@ class OriginLink final : public UpstreamLink<tcp::socket> {
 
   std::shared_ptr<Context> ctx_;
   std::shared_ptr<Listener> listener_;
+  std::shared_ptr<Account> account_;  // what origin connections are charged to
   std::shared_ptr<const policy::Matcher> matcher_;
   net::any_io_executor ex_;
   std::function<std::shared_ptr<void>()> keep_;

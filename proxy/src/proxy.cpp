@@ -5,6 +5,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <deque>
 #include <future>
 #include <random>
 #include <thread>
@@ -84,6 +86,8 @@ class ProxyImpl : public Proxy {
     auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
     l->secrets = identity.secrets;
     l->placeholders = identity.placeholders;
+    if (identity.per_client_window.count() > 0)
+      l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
     tcp::endpoint ep(ip, port);
     l->acceptor.open(ep.protocol(), ec);
     if (!ec) l->acceptor.set_option(net::socket_base::reuse_address(true), ec);
@@ -128,6 +132,8 @@ class ProxyImpl : public Proxy {
     auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
     l->secrets = identity.secrets;
     l->placeholders = identity.placeholders;
+    if (identity.per_client_window.count() > 0)
+      l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
     ErrorCode ec;
     l->acceptor.assign(ss.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
     if (ec) {
@@ -147,16 +153,31 @@ class ProxyImpl : public Proxy {
     }
     for (auto& l : ls) {
       closeAcceptor(l);
-      l->account->abortAll();
+      l->forEachAccount([](Account& a) { a.abortAll(); });
     }
-    if (!started_) return;
-    // Wait (bounded) until those connections have ended, so their audit rows are written and
-    // stats() is final when this returns.
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    for (auto& l : ls) {
-      while (l->account->liveCount() > 0 && std::chrono::steady_clock::now() < deadline)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (started_) {
+      // Wait (bounded) until those connections have ended, so their audit rows are written
+      // and stats() is final when this returns.
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      for (auto& l : ls) {
+        while (l->account->liveCount() > 0 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
     }
+    if (execution_id.empty() || ls.empty()) return;
+    // Free the listener records (a long-running proxy serves executions without end); their
+    // final counters stay readable through stats() for the most recent kKeptStats.
+    Stats final_stats;
+    for (auto& l : ls) l->account->addTo(final_stats);
+    std::lock_guard lock(mu_);
+    std::erase_if(listeners_, [&](const auto& l) { return l->execution_id == execution_id; });
+    {
+      std::lock_guard elock(ctx_->endpoints_mu);
+      for (auto& l : ls)
+        std::erase(ctx_->own_endpoints, l->local);
+    }
+    finished_.emplace_back(execution_id, std::move(final_stats));
+    if (finished_.size() > kKeptStats) finished_.pop_front();
   }
 
   void replaceMatcher(const std::string& workflow,
@@ -166,7 +187,11 @@ class ProxyImpl : public Proxy {
     std::lock_guard lock(mu_);
     for (auto& l : listeners_) {
       auto m = l->matcher();
-      if (m && m->workflow().name == workflow) l->setMatcher(matcher);
+      if (m && m->workflow().name == workflow) {
+        l->setMatcher(matcher);
+        // A reload starts every client's budget again (docs/proxy.md, "Standalone proxy").
+        if (l->clients) l->clients->reset();
+      }
     }
   }
 
@@ -189,13 +214,13 @@ class ProxyImpl : public Proxy {
     ctx_->draining.store(true);
     for (auto& l : ls) closeAcceptor(l);
     // Kept-alive clients waiting for their next request would otherwise hold the drain up.
-    for (auto& l : ls) l->account->closeIdle();
+    for (auto& l : ls) l->forEachAccount([](Account& a) { a.closeIdle(); });
     if (started_) {
       // Let in-flight requests and tunnels finish, then close what is left.
       auto deadline = std::chrono::steady_clock::now() + ctx_->options.drain_timeout;
       while (ctx_->live.load() > 0 && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      for (auto& l : ls) l->account->abortAll();
+      for (auto& l : ls) l->forEachAccount([](Account& a) { a.abortAll(); });
       auto hard = std::chrono::steady_clock::now() + std::chrono::seconds(2);
       while (ctx_->live.load() > 0 && std::chrono::steady_clock::now() < hard)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -211,8 +236,15 @@ class ProxyImpl : public Proxy {
   Stats stats(const std::string& execution_id) const override {
     Stats s;
     std::lock_guard lock(mu_);
+    bool live = false;
     for (const auto& l : listeners_)
-      if (l->execution_id == execution_id) l->account->addTo(s);
+      if (l->execution_id == execution_id) {
+        l->account->addTo(s);
+        live = true;
+      }
+    if (!live)
+      for (const auto& [id, f] : finished_)
+        if (id == execution_id) return f;
     return s;
   }
 
@@ -267,6 +299,9 @@ class ProxyImpl : public Proxy {
   unsigned threads_count_ = 1;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Listener>> listeners_;
+  // Final counters of the most recently closed executions (their listeners are freed).
+  static constexpr std::size_t kKeptStats = 64;
+  std::deque<std::pair<std::string, Stats>> finished_;
   bool started_ = false;
   bool stopped_ = false;
 };

@@ -54,13 +54,22 @@ struct TunnelUpstream {
   Clock::time_point started;
 };
 
+// The account a client connection is charged to (per client on a standalone listener).
+std::shared_ptr<Account> chargedTo(Listener& listener, const tcp::socket& client) {
+  ErrorCode ec;
+  auto peer = client.remote_endpoint(ec);
+  return listener.accountFor(peer);
+}
+
 class Session : public std::enable_shared_from_this<Session>, public Closable {
  public:
   Session(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener, tcp::socket socket)
       : client_(std::move(socket)),
         watch_(client_.get_executor()),
-        conn_{ctx, listener, listener->matcher(), {}, {}, false, false},
-        origin_(ctx, listener, client_.get_executor(), [this] { return shared_from_this(); }),
+        conn_{ctx, listener, listener->matcher(), chargedTo(*listener, client_), {}, {}, false,
+              false},
+        origin_(ctx, listener, conn_.budget, client_.get_executor(),
+                [this] { return shared_from_this(); }),
         exchange_(conn_, client_, watch_, buf_) {
     conn_.keep_alive = [this] { return std::shared_ptr<void>(shared_from_this()); };
     exchange_.carry(Carrier::kPlainHttp, &origin_, nullptr);
@@ -282,7 +291,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     if (opening == Opening::kTls && inspect) {
       slot.release();
       handed_off_ = true;
-      InspectStart start{*target, d, dialled->endpoint, ev, takeBuffered()};
+      InspectStart start{*target, d, dialled->endpoint, ev, takeBuffered(), conn_.budget};
       startInspection(conn_.ctx, conn_.listener, conn_.matcher, std::move(client_),
                       std::move(upstream), std::move(start));
       co_return false;
@@ -343,7 +352,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   void handOffToTunnel(tcp::socket upstream, audit::ConnectionEvent ev) {
     handed_off_ = true;
     ev.tls = "passthrough";
-    startTunnel(conn_.ctx, conn_.listener->account, conn_.workflow().limits, std::move(client_),
+    startTunnel(conn_.ctx, conn_.budget, conn_.workflow().limits, std::move(client_),
                 std::move(upstream), takeBuffered(), std::move(ev));
   }
 

@@ -174,9 +174,19 @@ Upstreams::~Upstreams() {
   for (auto& t : threads_) t.join();
 }
 
-Client::Client(std::uint16_t port, std::chrono::milliseconds timeout) {
+Client::Client(std::uint16_t port, std::chrono::milliseconds timeout, const char* source) {
   fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd_ < 0) return;
+  if (source) {
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &from.sin_addr);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0) {
+      ::close(fd_);
+      fd_ = -1;
+      return;
+    }
+  }
   timeval tv{};
   tv.tv_sec = timeout.count() / 1000;
   tv.tv_usec = (timeout.count() % 1000) * 1000;

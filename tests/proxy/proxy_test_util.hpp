@@ -174,7 +174,9 @@ struct Response {
 /// A blocking client socket with a receive timeout (every read bounded in time).
 class Client {
  public:
-  explicit Client(std::uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(5));
+  /// Connects to 127.0.0.1:port, from `source` (a loopback address such as 127.0.0.2) if given.
+  explicit Client(std::uint16_t port, std::chrono::milliseconds timeout = std::chrono::seconds(5),
+                  const char* source = nullptr);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;

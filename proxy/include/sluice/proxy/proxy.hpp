@@ -75,6 +75,12 @@ struct ListenerIdentity {
   /// that need an injection are refused).
   std::shared_ptr<const policy::SecretStore> secrets;
   std::vector<Placeholder> placeholders;
+  /// > 0 for a listener shared by many clients (standalone `sluice proxy`): the workflow's
+  /// egress.limits apply to each client address (IPv6: each /64) separately, the request and
+  /// byte budgets start again every window, refused requests do not spend max_requests, and a
+  /// policy reload starts every budget again. 0: the limits are the listener's totals (one
+  /// execution's). docs/proxy.md, "Standalone proxy: limits per client".
+  std::chrono::seconds per_client_window{0};
 };
 
 /// Makes the placeholders of every rule of `workflow` that declares `inject.placeholder_env`
@@ -120,7 +126,8 @@ class Proxy {
 
   /// Stops accepting on every listener of `execution_id`, closes its open connections and
   /// waits (up to 2 s) until they have ended, so their audit rows are written and stats()
-  /// is final on return. Stats stay available. Not to be called from a proxy I/O thread.
+  /// is final on return, then frees the listener records: the final stats stay available
+  /// for the 64 most recently closed executions. Not to be called from a proxy I/O thread.
   virtual void closeExecution(const std::string& execution_id) = 0;
 
   /// Swaps the matcher of every listener serving `workflow` (SIGHUP reload). Connections
