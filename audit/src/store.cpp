@@ -144,6 +144,10 @@ void bindValue(Stmt& stmt, int index, const Value& v) {
 
 class Store::Impl {
  public:
+  std::size_t queueDepth() {
+    std::lock_guard lock(mu_);
+    return queue_.size();
+  }
   Impl(std::filesystem::path path, StoreOptions options)
       : path_(std::move(path)), options_(options) {
     options_.queue_capacity = std::max<std::size_t>(options_.queue_capacity, 1);
@@ -756,6 +760,8 @@ void Store::recordRequest(RequestEvent event) { impl_->push(std::move(event)); }
 void Store::recordForward(ForwardEvent event) { impl_->push(std::move(event)); }
 
 bool Store::healthy() const { return impl_->healthy(); }
+
+std::size_t Store::queueDepth() const { return impl_->queueDepth(); }
 
 std::optional<Error> Store::failure() const { return impl_->failure(); }
 

@@ -138,7 +138,9 @@ TEST(StoreTest, NewDatabaseIsPrivate) {
     struct stat st {};
     ASSERT_EQ(::stat(shared.c_str(), &st), 0);
     EXPECT_EQ(st.st_mode & 0777, 0640u);
-    if (::geteuid() == 0) EXPECT_EQ(st.st_gid, 4u);
+    if (::geteuid() == 0) {
+      EXPECT_EQ(st.st_gid, 4u);
+    }
   }
   auto existing = dir / "existing.db";
   { std::ofstream(existing).flush(); }

@@ -151,6 +151,8 @@ class Store final : public EventSink {
   void recordForward(ForwardEvent event) override;
   bool healthy() const override;
 
+  /// Events queued and not yet taken by the writer (a gauge for `sluice serve`'s metrics).
+  std::size_t queueDepth() const;
   /// Why the store failed, if it did.
   std::optional<Error> failure() const;
 
