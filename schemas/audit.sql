@@ -1,4 +1,4 @@
--- sluice audit store, schema version 2 (PRAGMA user_version = 2).
+-- sluice audit store, schema version 3 (PRAGMA user_version = 3).
 -- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
 -- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
 --
@@ -9,7 +9,7 @@
 -- so that rows deleted from the end of the chain are detected too.
 
 PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;
 
 -- Every policy text that decided anything, stored once by the SHA-256 of its bytes.
 CREATE TABLE policies (
@@ -20,6 +20,8 @@ CREATE TABLE policies (
 ) STRICT;
 
 -- One row per finished execution (`sluice run`), committed durably before the run returns.
+-- Version 3 adds caller (`sluice serve`: "uid:N" or a token name) and session_id, generated
+-- from the receipt (so covered by the row's hash; NULL for `sluice run`).
 CREATE TABLE executions (
   seq               INTEGER PRIMARY KEY,   -- global chain position
   id                TEXT NOT NULL UNIQUE,  -- execution id (receipt execution_id)
@@ -39,9 +41,12 @@ CREATE TABLE executions (
   artifacts         TEXT,                  -- JSON array [{path, bytes, sha256}]
   receipt           TEXT,                  -- the full receipt JSON
   prev_hash         TEXT NOT NULL,
-  hash              TEXT NOT NULL
+  hash              TEXT NOT NULL,
+  caller            TEXT GENERATED ALWAYS AS (json_extract(receipt, '$.caller')) VIRTUAL,
+  session_id        TEXT GENERATED ALWAYS AS (json_extract(receipt, '$.session_id')) VIRTUAL
 ) STRICT;
 CREATE INDEX executions_workflow_started ON executions (workflow, started_at);
+CREATE INDEX executions_caller ON executions (caller);
 
 -- One row per connection the proxy was asked for (CONNECT tunnel or plain-HTTP origin
 -- connection), written when it ends or is refused.

@@ -37,6 +37,16 @@ CREATE TABLE forwards (
 CREATE INDEX forwards_execution ON forwards (execution_id);
 PRAGMA user_version = 2;
 )sql",
+    // 2 -> 3: executions.caller and executions.session_id (`sluice serve`), generated from the
+    // receipt, which the row's hash already covers.
+    R"sql(
+ALTER TABLE executions ADD COLUMN caller TEXT
+  GENERATED ALWAYS AS (json_extract(receipt, '$.caller')) VIRTUAL;
+ALTER TABLE executions ADD COLUMN session_id TEXT
+  GENERATED ALWAYS AS (json_extract(receipt, '$.session_id')) VIRTUAL;
+CREATE INDEX executions_caller ON executions (caller);
+PRAGMA user_version = 3;
+)sql",
 };
 
 struct Header {

@@ -44,6 +44,7 @@ class RequestRecord {
   void outcome(int status, policy::Reason reason);
   void outcome(int status) { ev_.status = status; }
   void setConnection(std::string id) { ev_.connection_id = std::move(id); }
+  void setPort(std::uint16_t port) { ev_.port = port; }
   /// Records (write-ahead) that the request is about to go upstream on the row's connection:
   /// called before its first byte is written, once per attempt.
   void forwarding();

@@ -361,6 +361,7 @@ net::awaitable<void> Exchange<Client, Upstream>::refuse(const policy::Target* ta
                       method, host, path);
     rec.decided(false, r.rule, r.reason);
     rec.outcome(static_cast<int>(r.status));
+    if (target) rec.setPort(target->port);
   }
   conn_.account().noteDenied(host, target ? target->port : 0, r.rule, std::string(r.reasonText()));
   log().info("deny {} {}{} rule={} reason={}: {}", method.empty() ? "-" : method,

@@ -102,6 +102,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
                     target.host, canon.path);
   rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
   rec.injected(inj.secrets);
+  rec.setPort(target.port);
   struct Wipe {
     PmrFields& f;
     const std::vector<std::string>& names;

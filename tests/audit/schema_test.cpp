@@ -58,7 +58,10 @@ TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
   testing::populate(db);
   {
     RawDb raw(db);
-    ASSERT_EQ(raw.exec("DROP TABLE forwards; PRAGMA user_version = 1"), "");
+    ASSERT_EQ(raw.exec("DROP TABLE forwards; DROP INDEX executions_caller; ALTER TABLE "
+                       "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
+                       "caller; PRAGMA user_version = 1"),
+              "");
   }
   {
     auto store = testing::openStore(db);
@@ -72,6 +75,38 @@ TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 3);
   EXPECT_EQ(raw.integer("SELECT seq FROM forwards"), 23);
   testing::expectChainIntact(db);
+}
+
+// Version 3 reads caller and session_id out of the receipt: queryable, and covered by the
+// row's hash (an edited receipt breaks the chain). A version-2 database gains them in place.
+TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  testing::populate(db);
+  {
+    RawDb raw(db);
+    ASSERT_EQ(raw.exec("DROP INDEX executions_caller; ALTER TABLE executions DROP COLUMN "
+                       "session_id; ALTER TABLE executions DROP COLUMN caller; "
+                       "PRAGMA user_version = 2"),
+              "");
+  }
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    auto e = testing::sampleExecution("exec-9");
+    e.receipt_json = R"({"execution_id":"exec-9","caller":"uid:1000","session_id":"se-1"})";
+    ASSERT_TRUE(store->recordExecution(e).has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), 3);
+  EXPECT_EQ(raw.text("SELECT caller FROM executions WHERE id = 'exec-9'"), "uid:1000");
+  EXPECT_EQ(raw.text("SELECT session_id FROM executions WHERE id = 'exec-9'"), "se-1");
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions WHERE caller IS NULL"), 2);
+  testing::expectChainIntact(db);
+  raw.exec("UPDATE executions SET receipt = replace(receipt, 'uid:1000', 'uid:0')");
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->ok);
 }
 
 TEST(SchemaTest, NewerVersionIsRefusedAndLeftAlone) {

@@ -39,6 +39,9 @@ struct RequestEvent {
   std::string method;
   std::string host;
   std::string path;
+  /// The target's port, for live consumers (`sluice serve` streams); not a column (the
+  /// request's connections row has it).
+  std::uint16_t port = 0;
   int status = 0;              // status returned to the client (403 for a refusal)
   std::string decision;        // "allow" | "deny"
   std::string rule_id;

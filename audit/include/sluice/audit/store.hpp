@@ -18,7 +18,7 @@ namespace sluice::audit {
 
 /// The schema version this build writes (`PRAGMA user_version`). Older databases are migrated
 /// on open; newer or foreign ones are refused.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 /// A control-plane error of the store. `message` names the database path and the cause
 /// ("/var/lib/sluice/audit.db: database or disk is full"); `sqlite_code` is the SQLite result
