@@ -1,0 +1,59 @@
+// `sluice serve`: one resident process holding the policies, the proxy, the audit store, the
+// secrets, the CA and the runner, answering agents and platforms over HTTP/JSON on a Unix socket
+// (callers identified by SO_PEERCRED) and on TCP listeners that require a bearer token. The
+// contract (paths, fields, status codes) is DESIGN.md "sluice serve" and schemas/api.v1.yaml;
+// the operator's guide is docs/serve.md.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <expected>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sluice::serve {
+
+struct ServeOptions {
+  std::string policy_dir;
+  /// "unix:/path" or "HOST:PORT" (IPv6 as "[::1]:PORT"). Empty: unix:/run/sluice/sluice.sock.
+  std::vector<std::string> listens;
+  std::string audit_db = "/var/lib/sluice/audit.db";
+  std::string secrets;
+  std::string ca_dir;
+  std::vector<std::string> upstream_cas;
+  /// Lines `NAME TOKEN [approver]`; required for any TCP listener.
+  std::string token_file;
+  std::size_t pool = 0;
+  std::size_t max_sessions = 64;
+  /// How long SIGTERM lets running executions finish before they are stopped.
+  std::chrono::milliseconds drain{30000};
+  /// Largest request body accepted (413 above).
+  std::size_t max_body_bytes = 64u << 20;
+  /// Uids (besides root) whose Unix-socket calls may answer approvals.
+  std::vector<unsigned> approver_uids;
+  unsigned io_threads = 2;
+};
+
+/// The daemon. start() binds every listener and returns; the caller waits for signals and
+/// calls reload() (SIGHUP) or drain() (SIGTERM).
+class Server {
+ public:
+  static std::expected<std::unique_ptr<Server>, std::string> create(ServeOptions options);
+  virtual ~Server();
+  /// Binds the listeners and starts serving.
+  virtual std::expected<void, std::string> start() = 0;
+  /// Reloads the policy directory (all or nothing); the message says what was rejected.
+  virtual std::expected<void, std::string> reload() = 0;
+  /// Stops accepting new work (503 draining), lets executions finish up to the drain timeout,
+  /// stops what is left, ends every session with its receipt, closes the listeners, flushes
+  /// the audit store. Blocking; idempotent.
+  virtual void drain() = 0;
+  /// The bound endpoints, as "unix:/path" or "HOST:PORT" (a port 0 given is resolved).
+  virtual std::vector<std::string> endpoints() const = 0;
+
+ protected:
+  Server() = default;
+};
+
+}  // namespace sluice::serve

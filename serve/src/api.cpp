@@ -1,0 +1,361 @@
+// Routes and handlers (api.hpp).
+#include "api.hpp"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <deque>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::serve {
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+constexpr const char* kNdjson = "application/x-ndjson";
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+http::status toStatus(int code) { return static_cast<http::status>(code); }
+
+// "line L, column C" of byte offset `byte` (1-based, as nlohmann reports it) in `text`.
+std::string lineColumn(const std::string& text, std::size_t byte) {
+  std::size_t line = 1, col = 1;
+  for (std::size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
+  }
+  return "line " + std::to_string(line) + ", column " + std::to_string(col);
+}
+
+std::expected<json, ApiError> parseBody(const Request& req) {
+  if (!req.content_type.empty() && req.content_type.find("json") == std::string::npos)
+    return std::unexpected(ApiError{415, "unsupported_media_type",
+                                    "expected Content-Type: application/json, not " +
+                                        req.content_type,
+                                    ""});
+  try {
+    return json::parse(req.body);
+  } catch (const json::parse_error& e) {
+    return std::unexpected(ApiError{400, "invalid_json", "the request body is not valid JSON",
+                                    lineColumn(req.body, e.byte) + ": " + e.what()});
+  }
+}
+
+}  // namespace
+
+std::string errorBody(int status, const std::string& reason, const std::string& message,
+                      const std::string& detail) {
+  (void)status;
+  json j = {{"error", message}, {"reason", reason}};
+  if (!detail.empty()) j["detail"] = detail;
+  return dump(j);
+}
+
+// One execution in flight: its worker thread fills `lines` and `done`, and wakes the handler by
+// cancelling `wake` on the connection's strand. `stop` (an eventfd) stops the run.
+struct Api::RunSlot {
+  explicit RunSlot(net::any_io_executor ex) : wake(ex) {
+    wake.expires_at(net::steady_timer::time_point::max());
+  }
+  ~RunSlot() {
+    if (stop >= 0) ::close(stop);
+  }
+  void push(std::string line) {
+    {
+      std::lock_guard lock(mu);
+      lines.push_back(std::move(line));
+    }
+    poke();
+  }
+  void finish(const json&) {
+    {
+      std::lock_guard lock(mu);
+      done = true;
+    }
+    poke();
+  }
+  void poke() {
+    net::post(wake.get_executor(), [w = std::weak_ptr<RunSlot>(self)] {
+      if (auto s = w.lock()) s->wake.cancel();
+    });
+  }
+  void requestStop() {
+    std::uint64_t one = 1;
+    if (stop >= 0) (void)!::write(stop, &one, sizeof one);
+  }
+
+  std::weak_ptr<RunSlot> self;
+  net::steady_timer wake;
+  int stop = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  std::mutex mu;
+  std::deque<std::string> lines;
+  bool done = false;
+};
+
+net::awaitable<void> Api::error(Reply& reply, const ApiError& e) {
+  co_await reply.send(toStatus(e.status), kJson, errorBody(e.status, e.reason, e.message, e.detail));
+}
+
+net::awaitable<void> Api::handle(Request& req, Reply& reply) {
+  std::string path = req.target.substr(0, req.target.find('?'));
+  const auto m = req.method;
+  if (path == "/v1/healthz" && m == http::verb::get) {
+    if (draining_) {
+      co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+      co_return;
+    }
+    co_await reply.send(http::status::ok, kJson, dump(json{{"status", "ok"}, {"version", "0.1.0"}}));
+    co_return;
+  }
+  if (path == "/v1/workflows" && m == http::verb::get) {
+    json arr = json::array();
+    for (const auto& w : engine_.workflows())
+      arr.push_back({{"name", w.name}, {"description", w.description},
+                     {"policy_sha256", w.policy_sha256}});
+    co_await reply.send(http::status::ok, kJson, dump(arr));
+    co_return;
+  }
+  if (path == "/metrics" && m == http::verb::get) {
+    co_await reply.send(http::status::ok, "text/plain; version=0.0.4",
+                        metrics_.render(engine_.auditQueueDepth()));
+    co_return;
+  }
+  if (path == "/v1/runs" && m == http::verb::post) {
+    co_await postRun(req, reply);
+    co_return;
+  }
+  constexpr std::string_view kSessions = "/v1/sessions";
+  if (path == kSessions || path.starts_with("/v1/sessions/")) {
+    co_await sessionRoute(req, reply, path.substr(kSessions.size()));
+    co_return;
+  }
+  constexpr std::string_view kExecutions = "/v1/executions/";
+  if (path.starts_with(kExecutions) && m == http::verb::get) {
+    co_await getExecution(req, reply, path.substr(kExecutions.size()));
+    co_return;
+  }
+  const bool known = path == "/v1/healthz" || path == "/v1/workflows" || path == "/metrics" ||
+                     path == "/v1/runs" || path.starts_with(kExecutions);
+  if (known) {
+    co_await error(reply, ApiError{405, "bad_request", req.method_text + " is not allowed on " + path, ""});
+    co_return;
+  }
+  co_await error(reply, ApiError{404, "not_found", "no such endpoint: " + req.method_text + " " + path, ""});
+}
+
+net::awaitable<void> Api::getExecution(Request& req, Reply& reply, const std::string& id) {
+  auto receipt = engine_.execution(req.caller, id);
+  if (!receipt) {
+    co_await error(reply, ApiError{404, "not_found", "no execution " + id, ""});
+    co_return;
+  }
+  co_await reply.send(http::status::ok, kJson, dump(*receipt));
+}
+
+net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
+  auto slot = std::make_shared<RunSlot>(reply.executor());
+  slot->self = slot;
+  {
+    std::lock_guard lock(mu_);
+    running_.insert(slot);
+  }
+  // Leaves the set once the answer is written (or the client is gone): drain waits for that.
+  struct Done {
+    Api* api;
+    std::shared_ptr<RunSlot> slot;
+    ~Done() {
+      std::lock_guard lock(api->mu_);
+      api->running_.erase(slot);
+      api->idle_.notify_all();
+    }
+  } done_guard{this, slot};
+  auto answer = std::make_shared<std::expected<Answer, ApiError>>();
+  // Its own thread: the runner blocks, and the sandbox is tied to the thread that made it.
+  std::thread([slot, answer, work = std::move(work), stream] {
+    auto lines = stream ? std::function<void(std::string)>(
+                              [slot](std::string line) { slot->push(std::move(line)); })
+                        : std::function<void(std::string)>();
+    *answer = work(lines, slot->stop);
+    slot->finish(json());
+  }).detach();
+
+  bool streaming = false, client_gone = false;
+  for (;;) {
+    std::deque<std::string> lines;
+    bool done = false;
+    {
+      std::lock_guard lock(slot->mu);
+      lines.swap(slot->lines);
+      done = slot->done;
+    }
+    for (auto& line : lines) {
+      if (client_gone) break;
+      if (!streaming) {
+        streaming = true;
+        if (!co_await reply.beginStream(http::status::ok, kNdjson)) client_gone = true;
+      }
+      if (!client_gone && !co_await reply.chunk(line + "\n")) client_gone = true;
+      // A client that went away ends its execution (the receipt is still stored).
+      if (client_gone) slot->requestStop();
+    }
+    if (done) break;
+    ErrorCode ec;
+    co_await slot->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
+    slot->wake.expires_at(net::steady_timer::time_point::max());
+  }
+  if (client_gone) co_return;
+  if (!*answer) {
+    const ApiError& e = answer->error();
+    if (streaming) {
+      json j = {{"type", "error"}, {"error", e.message}, {"reason", e.reason}};
+      if (co_await reply.chunk(dump(j) + "\n")) co_await reply.endStream();
+    } else {
+      co_await error(reply, e);
+    }
+    co_return;
+  }
+  if (stream) {
+    if (!streaming && !co_await reply.beginStream(http::status::ok, kNdjson)) co_return;
+    json receipt = json::parse((*answer)->body, nullptr, false);
+    json last = {{"type", "receipt"}, {"receipt", receipt}};
+    if (co_await reply.chunk(dump(last) + "\n")) co_await reply.endStream();
+    co_return;
+  }
+  co_await reply.send(toStatus((*answer)->status), (*answer)->content_type,
+                      std::move((*answer)->body));
+}
+
+net::awaitable<void> Api::postRun(Request& req, Reply& reply) {
+  if (draining_) {
+    co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+    co_return;
+  }
+  auto body = parseBody(req);
+  if (!body) {
+    co_await error(reply, body.error());
+    co_return;
+  }
+  auto request = parseRunRequest(*body);
+  if (!request) {
+    co_await error(reply, request.error());
+    co_return;
+  }
+  const bool stream = req.accept.find(kNdjson) != std::string::npos;
+  Work work = [this, caller = req.caller, request = std::move(*request)](
+                  const std::function<void(std::string)>& lines,
+                  int stop_fd) -> std::expected<Answer, ApiError> {
+    auto r = engine_.run(caller, request, lines, stop_fd);
+    if (!r) return std::unexpected(r.error());
+    return Answer{200, kJson, dump(*r)};
+  };
+  co_await offload(reply, std::move(work), stream);
+}
+
+// /v1/sessions and /v1/sessions/{id}[/exec | /files/{path}]; `rest` follows "/v1/sessions".
+net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::string& rest) {
+  const auto m = req.method;
+  auto jsonWork = [](auto fn, int status) -> Work {
+    return [fn = std::move(fn), status](const std::function<void(std::string)>& lines,
+                                        int stop_fd) -> std::expected<Answer, ApiError> {
+      auto r = fn(lines, stop_fd);
+      if (!r) return std::unexpected(r.error());
+      return Answer{status, kJson, dump(*r)};
+    };
+  };
+  if (rest.empty() || rest == "/") {
+    if (m != http::verb::post) {
+      co_await error(reply, ApiError{405, "bad_request", "use POST /v1/sessions", ""});
+      co_return;
+    }
+    if (draining_) {
+      co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+      co_return;
+    }
+    auto body = parseBody(req);
+    if (!body) {
+      co_await error(reply, body.error());
+      co_return;
+    }
+    co_await offload(reply,
+                     jsonWork([this, caller = req.caller, b = std::move(*body)](
+                                  const auto&, int) { return sessions_.create(caller, b); },
+                              201),
+                     false);
+    co_return;
+  }
+  // "/{id}", "/{id}/exec", "/{id}/files/{path}"
+  std::string tail = rest.substr(1);
+  std::string id = tail.substr(0, tail.find('/'));
+  std::string sub = tail.size() > id.size() ? tail.substr(id.size()) : "";
+  if (sub.empty() && m == http::verb::delete_) {
+    co_await offload(reply,
+                     jsonWork([this, caller = req.caller, id](const auto&, int) {
+                       return sessions_.end(caller, id);
+                     },
+                              200),
+                     false);
+    co_return;
+  }
+  if (sub == "/exec" && m == http::verb::post) {
+    if (draining_) {
+      co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+      co_return;
+    }
+    auto body = parseBody(req);
+    if (!body) {
+      co_await error(reply, body.error());
+      co_return;
+    }
+    const bool stream = req.accept.find(kNdjson) != std::string::npos;
+    co_await offload(reply,
+                     jsonWork([this, caller = req.caller, id, b = std::move(*body)](
+                                  const std::function<void(std::string)>& lines, int stop_fd) {
+                       return sessions_.exec(caller, id, b, lines, stop_fd);
+                     },
+                              200),
+                     stream);
+    co_return;
+  }
+  constexpr std::string_view kFiles = "/files/";
+  if (sub.starts_with(kFiles) && (m == http::verb::put || m == http::verb::get)) {
+    std::string path = sub.substr(kFiles.size());
+    if (m == http::verb::put) {
+      co_await offload(reply,
+                       jsonWork([this, caller = req.caller, id, path, data = std::move(req.body)](
+                                    const auto&, int) {
+                         return sessions_.putFile(caller, id, path, data);
+                       },
+                                201),
+                       false);
+      co_return;
+    }
+    Work get = [this, caller = req.caller, id, path](const auto&, int)
+        -> std::expected<Answer, ApiError> {
+      auto f = sessions_.getFile(caller, id, path);
+      if (!f) return std::unexpected(f.error());
+      return Answer{200, f->content_type, std::move(f->body)};
+    };
+    co_await offload(reply, std::move(get), false);
+    co_return;
+  }
+  co_await error(reply, ApiError{404, "not_found", "no such endpoint: " + req.method_text + " " +
+                                                       req.target, ""});
+}
+
+void Api::waitForExecutions(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  if (!idle_.wait_for(lock, timeout, [this] { return running_.empty(); })) {
+    for (const auto& s : running_) s->requestStop();
+    idle_.wait_for(lock, std::chrono::seconds(30), [this] { return running_.empty(); });
+  }
+}
+
+}  // namespace sluice::serve

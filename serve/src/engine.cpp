@@ -1,0 +1,400 @@
+// The daemon's executions (engine.hpp).
+#include "engine.hpp"
+
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "sluice/audit/reader.hpp"
+#include "sluice/policy/loader.hpp"
+#include "sluice/policy/matcher.hpp"
+#include "sluice/policy/secrets.hpp"
+#include "sluice/policy/units.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/runner/environment.hpp"
+#include "sluice/runner/receipt.hpp"
+
+namespace sluice::serve {
+namespace rn = sluice::runner;
+namespace pol = sluice::policy;
+using nlohmann::json;
+
+namespace {
+
+constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
+
+std::string randomId(const char* prefix) {
+  unsigned char b[8] = {};
+  RAND_bytes(b, sizeof b);
+  static const char* k = "0123456789abcdef";
+  std::string s = prefix;
+  for (unsigned char c : b) {
+    s += k[c >> 4];
+    s += k[c & 15];
+  }
+  return s;
+}
+
+std::string dumpJson(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+ApiError badField(const std::string& field, const std::string& why) {
+  return ApiError{400, "bad_request", field + ": " + why, ""};
+}
+
+std::expected<std::string, std::string> base64Decode(const std::string& in) {
+  std::string clean;
+  for (char c : in)
+    if (c != '\n' && c != '\r') clean += c;
+  if (clean.size() % 4 != 0) return std::unexpected(std::string("not base64 (length)"));
+  std::string out(clean.size() / 4 * 3, '\0');
+  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                          reinterpret_cast<const unsigned char*>(clean.data()),
+                          static_cast<int>(clean.size()));
+  if (n < 0) return std::unexpected(std::string("not base64"));
+  std::size_t pad = 0;
+  if (!clean.empty() && clean.back() == '=') ++pad;
+  if (clean.size() > 1 && clean[clean.size() - 2] == '=') ++pad;
+  out.resize(static_cast<std::size_t>(n) - pad);
+  return out;
+}
+
+// One limit override: a duration or size string, or a count.
+std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides& ov) {
+  if (!limits.is_object()) return std::unexpected(badField("limits", "must be an object"));
+  for (const auto& [key, v] : limits.items()) {
+    const std::string field = "limits." + key;
+    auto text = [&]() -> std::expected<std::string, ApiError> {
+      if (v.is_string()) return v.get<std::string>();
+      if (v.is_number_unsigned()) return std::to_string(v.get<std::uint64_t>());
+      return std::unexpected(badField(field, "must be a string or a whole number"));
+    }();
+    if (!text) return std::unexpected(text.error());
+    if (key == "timeout" || key == "cpu_time") {
+      auto d = pol::parseDuration(*text);
+      if (!d) return std::unexpected(badField(field, d.error()));
+      (key == "timeout" ? ov.timeout : ov.cpu_time) = *d;
+    } else if (key == "memory" || key == "output" || key == "disk" || key == "file_size") {
+      auto s = pol::parseSize(*text);
+      if (!s) return std::unexpected(badField(field, s.error()));
+      (key == "memory" ? ov.memory : key == "output" ? ov.output : key == "disk" ? ov.disk
+                                                                                   : ov.file_size) =
+          *s;
+    } else if (key == "pids" || key == "open_files") {
+      if (!v.is_number_unsigned()) return std::unexpected(badField(field, "must be a whole number"));
+      (key == "pids" ? ov.pids : ov.open_files) = v.get<std::uint64_t>();
+    } else {
+      return std::unexpected(badField(field, "unknown limit (timeout, cpu_time, memory, pids, "
+                                             "output, disk, file_size, open_files)"));
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
+  if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
+  RunRequest r;
+  for (const auto& [key, v] : body.items()) {
+    if (key == "workflow") {
+      if (!v.is_string()) return std::unexpected(badField("workflow", "must be a string"));
+      r.workflow = v.get<std::string>();
+    } else if (key == "argv") {
+      if (!v.is_array() || v.empty())
+        return std::unexpected(badField("argv", "must be a non-empty array of strings"));
+      for (const auto& a : v) {
+        if (!a.is_string()) return std::unexpected(badField("argv", "must hold strings only"));
+        r.argv.push_back(a.get<std::string>());
+      }
+    } else if (key == "stdin") {
+      if (!v.is_string()) return std::unexpected(badField("stdin", "must be a string"));
+      r.stdin_data = v.get<std::string>();
+    } else if (key == "env") {
+      if (!v.is_object()) return std::unexpected(badField("env", "must be an object"));
+      for (const auto& [name, value] : v.items()) {
+        if (!value.is_string())
+          return std::unexpected(badField("env." + name, "must be a string"));
+        r.env.push_back(name + "=" + value.get<std::string>());
+      }
+    } else if (key == "files") {
+      if (!v.is_object()) return std::unexpected(badField("files", "must be an object"));
+      for (const auto& [path, content] : v.items()) {
+        if (!content.is_string())
+          return std::unexpected(badField("files." + path, "must be a base64 string"));
+        auto bytes = base64Decode(content.get<std::string>());
+        if (!bytes) return std::unexpected(badField("files." + path, bytes.error()));
+        r.files.push_back(rn::SandboxFile{path, std::move(*bytes), 0644});
+      }
+    } else if (key == "limits") {
+      if (auto ok = parseLimits(v, r.limits); !ok) return std::unexpected(ok.error());
+    } else {
+      return std::unexpected(badField(key, "unknown field"));
+    }
+  }
+  if (r.workflow.empty()) return std::unexpected(badField("workflow", "is required"));
+  if (r.argv.empty()) return std::unexpected(badField("argv", "is required"));
+  return r;
+}
+
+Engine::Engine(const ServeOptions& options, Metrics& metrics)
+    : options_(options), metrics_(metrics) {}
+
+Engine::~Engine() {
+  if (proxy_) proxy_->stop();
+}
+
+std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOptions& options,
+                                                                   Metrics& metrics) {
+  std::unique_ptr<Engine> e(new Engine(options, metrics));
+  if (auto r = e->reload(); !r) return std::unexpected(r.error());
+  if (!options.secrets.empty()) {
+    auto loaded = pol::loadSecretsFile(options.secrets);
+    if (!loaded) return std::unexpected("--secrets: " + loaded.error());
+    e->secrets_ = std::move(*loaded);
+  }
+  for (const auto& [name, w] : e->workflows_)
+    if (auto missing = pol::missingSecrets(*w, e->secrets_.get()); !missing.empty())
+      return std::unexpected("workflow '" + name + "' references secret '" + missing.front() +
+                             "', which " +
+                             (options.secrets.empty() ? std::string("no --secrets FILE gives")
+                                                      : options.secrets + " lacks"));
+  if (!options.ca_dir.empty()) {
+    auto loaded = proxy::CertificateAuthority::loadDirectory(options.ca_dir);
+    if (!loaded) return std::unexpected("--ca-dir " + options.ca_dir + ": " + loaded.error());
+    e->ca_ = std::move(*loaded);
+  } else {
+    // Inspected TLS without --ca-dir: a CA for this daemon's lifetime, its key only in memory.
+    auto made = proxy::CertificateAuthority::createEphemeral("sluice serve CA",
+                                                             std::chrono::hours(24 * 30));
+    if (!made) return std::unexpected("certificate authority: " + made.error());
+    e->ca_ = std::move(*made);
+  }
+  auto store = audit::Store::open(options.audit_db);
+  if (!store) return std::unexpected("audit store: " + store.error().message);
+  e->store_ = std::shared_ptr<audit::Store>(std::move(*store));
+  e->tee_ = std::make_shared<EventTee>(e->store_, metrics);
+  proxy::ProxyOptions popts;
+  popts.threads = 2;
+  popts.ca = e->ca_;
+  popts.upstream_ca_files = options.upstream_cas;
+  auto px = proxy::Proxy::create(popts, e->tee_, proxy::systemResolver());
+  if (!px) return std::unexpected("proxy: " + px.error().message);
+  e->proxy_ = std::move(*px);
+  e->proxy_->start();
+  return e;
+}
+
+std::expected<void, std::string> Engine::reload() {
+  auto set = pol::loadPolicyDir(options_.policy_dir);
+  if (!set) return std::unexpected(set.error().str());
+  // All or nothing: a workflow that needs a secret the store lacks refuses the reload.
+  for (const auto& [name, w] : set->workflows)
+    if (auto missing = pol::missingSecrets(*w, secrets_.get()); !missing.empty() && store_)
+      return std::unexpected("workflow '" + name + "' references secret '" + missing.front() +
+                             "', which the secret store lacks");
+  std::lock_guard lock(mu_);
+  workflows_ = set->workflows;
+  return {};
+}
+
+std::vector<WorkflowInfo> Engine::workflows() const {
+  std::lock_guard lock(mu_);
+  std::vector<WorkflowInfo> out;
+  for (const auto& [name, w] : workflows_) out.push_back({name, w->description, w->sha256});
+  return out;
+}
+
+std::shared_ptr<const pol::Workflow> Engine::workflow(const std::string& name) const {
+  std::lock_guard lock(mu_);
+  auto it = workflows_.find(name);
+  return it == workflows_.end() ? nullptr : it->second;
+}
+
+std::uint64_t Engine::auditQueueDepth() const { return store_ ? store_->queueDepth() : 0; }
+
+void Engine::flush() {
+  if (store_) (void)store_->flush();
+}
+
+std::expected<rn::Limits, ApiError> Engine::limitsFor(const pol::Workflow& w,
+                                                     const rn::LimitOverrides& overrides) {
+  rn::Limits base;
+  base.timeout = w.sandbox.timeout;
+  base.cpu_time = w.sandbox.cpu_time;
+  base.memory = w.sandbox.memory;
+  base.pids = w.sandbox.pids;
+  base.output = w.sandbox.output;
+  base.disk = w.sandbox.disk;
+  base.file_size = w.sandbox.file_size;
+  base.open_files = w.sandbox.open_files;
+  auto limits = rn::applyOverrides(base, overrides);
+  if (!limits) return std::unexpected(badField("limits", limits.error()));
+  return *limits;
+}
+
+std::vector<std::pair<std::string, std::string>> Engine::extraFilesFor(const pol::Workflow& w) {
+  const bool inspects = std::any_of(w.rules.begin(), w.rules.end(), [](const pol::Rule& r) {
+    return r.tls == pol::TlsMode::kInspect;
+  });
+  if (w.sandbox.network != pol::NetworkMode::kProxy || !inspects) return {};
+  return {{kSandboxCaBundle, proxy::CertificateAuthority::mergedBundle(ca_->certificatePem())}};
+}
+
+void Engine::addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
+  ctx.network.allowed = st.allowed;
+  ctx.network.denied = st.denied;
+  ctx.network.bytes_out = st.bytes_out;
+  ctx.network.bytes_in = st.bytes_in;
+  for (const auto& d : st.denials) ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+}
+
+std::string Engine::newId(const char* prefix) { return randomId(prefix); }
+
+rn::RunResult Engine::failedResult(const rn::SetupError& e) {
+  rn::RunResult failed;
+  failed.exit_code = e.exitStatus();
+  failed.started_at = failed.ended_at = std::chrono::system_clock::now();
+  failed.err.text = "sluice: " + (e.kind == rn::SetupError::Kind::kSetup
+                                      ? "setup failed at step '" + e.step + "': " + e.message
+                                      : e.message) +
+                    "\n";
+  failed.err.bytes = failed.err.text.size();
+  return failed;
+}
+
+std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::RunResult& r,
+                                             const rn::ReceiptContext& ctx, const Caller& caller,
+                                             const std::string& session_id) {
+  json receipt = rn::buildReceipt(spec, r, ctx);
+  receipt["caller"] = caller.name;
+  if (!session_id.empty()) receipt["session_id"] = session_id;
+  audit::ExecutionRecord rec;
+  rec.id = spec.execution_id;
+  rec.workflow = ctx.workflow;
+  rec.policy_sha256 = ctx.policy_sha256;
+  rec.argv_json = receipt["argv"].dump();
+  rec.started_at_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(r.started_at.time_since_epoch())
+          .count();
+  rec.ended_at_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(r.ended_at.time_since_epoch()).count();
+  rec.exit_code = r.exit_code;
+  rec.signal = r.signal;
+  rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));
+  rec.usage_json = receipt["usage"].dump();
+  rec.stdout_bytes = r.out.bytes;
+  rec.stderr_bytes = r.err.bytes;
+  rec.stdout_truncated = r.out.truncated;
+  rec.stderr_truncated = r.err.truncated;
+  rec.artifacts_json = receipt["artifacts"].dump();
+  rec.receipt_json = dumpJson(receipt);
+  auto hash = store_->recordExecution(rec);
+  metrics_.runFinished();
+  if (!hash)
+    return std::unexpected(ApiError{500, "internal", "audit store: " + hash.error().message, ""});
+  receipt["hash"] = *hash;
+  return receipt;
+}
+
+std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest& request,
+                                          const std::function<void(std::string)>& lines,
+                                          int stop_fd) {
+  const auto asked = std::chrono::steady_clock::now();
+  auto w = workflow(request.workflow);
+  if (!w)
+    return std::unexpected(ApiError{404, "not_found",
+                                    "workflow '" + request.workflow + "' is not served", ""});
+  auto limits = limitsFor(*w, request.limits);
+  if (!limits) return std::unexpected(limits.error());
+  const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
+
+  rn::RunSpec spec;
+  spec.argv = request.argv;
+  spec.limits = *limits;
+  spec.network_proxy = network_proxy;
+  spec.stdin_data = request.stdin_data;
+  spec.files = request.files;
+  spec.execution_id = randomId("ex-");
+  spec.extra_files = extraFilesFor(*w);
+  std::vector<proxy::Placeholder> placeholders;
+  if (network_proxy) placeholders = proxy::makePlaceholders(*w);
+  spec.env = request.env;
+  for (const auto& ph : placeholders) {
+    for (const std::string& kv : request.env)
+      if (kv.substr(0, kv.find('=')) == ph.env)
+        return std::unexpected(badField("env." + ph.env, "is set by rule '" + ph.rule_id +
+                                                             "' (inject.placeholder_env)"));
+    spec.env.push_back(ph.env + "=" + ph.token);
+  }
+  if (auto env = rn::buildEnvironment(spec.env, network_proxy); !env)
+    return std::unexpected(badField("env", env.error()));
+
+  rn::RunHooks hooks;
+  hooks.stop_fd = stop_fd;
+  auto matcher = pol::Matcher::compile(w);
+  if (network_proxy) {
+    hooks.on_listener = [&](int fd) -> std::expected<void, std::string> {
+      auto r = proxy_->adoptListener(
+          fd, proxy::ListenerIdentity{spec.execution_id, matcher, secrets_, placeholders});
+      if (!r) return std::unexpected(r.error().message);
+      return {};
+    };
+  }
+  if (lines) {
+    tee_->subscribe(spec.execution_id, lines);
+    hooks.live = [&](int stream, std::string_view data) {
+      json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
+      lines(dumpJson(j));
+    };
+  }
+  hooks.before_start = [&]() -> std::expected<void, rn::SetupError> {
+    metrics_.runStart(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+    if (!store_->healthy())
+      return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "audit store",
+                                            "the audit store has failed; refusing to run "
+                                            "unaudited"});
+    return {};
+  };
+  rn::ReceiptContext ctx;
+  ctx.workflow = w->name;
+  ctx.policy_sha256 = w->sha256;
+  ctx.network_mode = network_proxy ? "proxy" : "none";
+  store_->recordPolicy(w->sha256, w->name, w->yaml_text);
+
+  auto result = rn::runSandboxed(spec, hooks);
+  if (!result) result = failedResult(result.error());
+  if (network_proxy) {
+    proxy_->closeExecution(spec.execution_id);
+    addNetwork(ctx, proxy_->stats(spec.execution_id));
+  }
+  tee_->unsubscribe(spec.execution_id);
+  return commit(spec, *result, ctx, caller, "");
+}
+
+std::optional<json> Engine::execution(const Caller& caller, const std::string& id) {
+  auto reader = audit::Reader::open(options_.audit_db);
+  if (!reader) return std::nullopt;
+  auto detail = (*reader)->show(id);
+  if (!detail || !*detail) return std::nullopt;
+  json receipt = json::parse((*detail)->receipt_json, nullptr, false);
+  // Another caller's, a `sluice run`'s, or a session's summary (not an execution): not found.
+  if (receipt.is_discarded() || !receipt.contains("caller") || receipt["caller"] != caller.name ||
+      !receipt.contains("execution_id"))
+    return std::nullopt;
+  if (auto h = (*detail)->execution.rows; !h.empty()) {
+    // The stored receipt predates its own hash: add it back, as `sluice run --json` shows it.
+    const auto& cols = (*detail)->execution.columns;
+    for (std::size_t i = 0; i < cols.size(); ++i)
+      if (cols[i] == "hash")
+        if (auto* s = std::get_if<std::string>(&h[0][i])) receipt["hash"] = *s;
+  }
+  return receipt;
+}
+
+}  // namespace sluice::serve

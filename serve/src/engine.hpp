@@ -1,0 +1,123 @@
+// What the daemon runs executions with: the policies, one proxy shared by every sandbox (a
+// listener per execution), the audit store (behind the EventTee), the secrets and the CA. An
+// execution is one runner::runSandboxed on the calling thread, wired policy -> runner ->
+// proxy -> receipt -> audit, with the caller recorded in the receipt.
+#pragma once
+
+#include <atomic>
+#include <expected>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "auth.hpp"
+#include "event_tee.hpp"
+#include "metrics.hpp"
+#include "sluice/audit/store.hpp"
+#include "sluice/policy/workflow.hpp"
+#include "sluice/proxy/proxy.hpp"
+#include "sluice/runner/limits.hpp"
+#include "sluice/runner/receipt.hpp"
+#include "sluice/runner/sandbox.hpp"
+#include "sluice/serve/server.hpp"
+
+namespace sluice::serve {
+
+/// An API error: HTTP status, machine reason (schemas/api.v1.yaml `Error.reason`), message.
+struct ApiError {
+  int status = 400;
+  std::string reason = "bad_request";
+  std::string message;
+  std::string detail;
+};
+
+/// A run as the API asks for it (POST /v1/runs, or one exec of a session).
+struct RunRequest {
+  std::string workflow;
+  std::vector<std::string> argv;
+  std::string stdin_data;
+  std::vector<std::string> env;  // K=V
+  std::vector<runner::SandboxFile> files;
+  runner::LimitOverrides limits;
+};
+
+/// Parses a RunRequest from the body of POST /v1/runs (field errors name the field).
+std::expected<RunRequest, ApiError> parseRunRequest(const nlohmann::json& body);
+
+struct WorkflowInfo {
+  std::string name;
+  std::string description;
+  std::string policy_sha256;
+};
+
+class Engine {
+ public:
+  static std::expected<std::unique_ptr<Engine>, std::string> create(const ServeOptions& options,
+                                                                    Metrics& metrics);
+  ~Engine();
+
+  std::expected<void, std::string> reload();
+  std::vector<WorkflowInfo> workflows() const;
+
+  /// Runs `request` to completion on the calling thread (which must outlive the run). `lines`
+  /// gets NDJSON events as they happen (output, network decisions); `stop_fd`, when readable,
+  /// stops the run. Returns the receipt, committed to the audit store.
+  std::expected<nlohmann::json, ApiError> run(const Caller& caller, const RunRequest& request,
+                                              const std::function<void(std::string)>& lines,
+                                              int stop_fd);
+
+  /// The stored receipt of execution `id`, if `caller` owns it.
+  std::optional<nlohmann::json> execution(const Caller& caller, const std::string& id);
+
+  std::uint64_t auditQueueDepth() const;
+  /// Flushes the audit store (drain).
+  void flush();
+
+  // For sessions (sessions.hpp): the pieces an execution is wired with.
+  std::shared_ptr<const policy::Workflow> workflow(const std::string& name) const;
+  proxy::Proxy& proxy() { return *proxy_; }
+  EventTee& tee() { return *tee_; }
+  audit::Store& store() { return *store_; }
+  Metrics& metrics() { return metrics_; }
+  const std::shared_ptr<const policy::SecretStore>& secrets() const { return secrets_; }
+  /// The workflow's limits with `overrides` applied (400 naming what loosens).
+  std::expected<runner::Limits, ApiError> limitsFor(const policy::Workflow& w,
+                                                    const runner::LimitOverrides& overrides);
+  /// Extra files a sandbox of `w` needs (the CA bundle when it inspects TLS).
+  std::vector<std::pair<std::string, std::string>> extraFilesFor(const policy::Workflow& w);
+  /// Fills the receipt's network part from the proxy's counters of `listener_id`.
+  static void addNetwork(runner::ReceiptContext& ctx, const proxy::Stats& st);
+  /// Builds the receipt of a finished execution, stores it durably (with `caller` and, for a
+  /// session exec, `session_id`) and returns it with its hash.
+  std::expected<nlohmann::json, ApiError> commit(const runner::RunSpec& spec,
+                                                 const runner::RunResult& result,
+                                                 const runner::ReceiptContext& ctx,
+                                                 const Caller& caller,
+                                                 const std::string& session_id);
+  /// A result for an execution that never ran (setup failed), so it still gets a receipt.
+  static runner::RunResult failedResult(const runner::SetupError& e);
+  static std::string newId(const char* prefix);
+  /// Largest file a session download returns.
+  std::uint64_t maxFileBytes() const { return options_.max_body_bytes; }
+
+ private:
+  explicit Engine(const ServeOptions& options, Metrics& metrics);
+
+  ServeOptions options_;
+  Metrics& metrics_;
+  std::shared_ptr<audit::Store> store_;
+  std::shared_ptr<EventTee> tee_;
+  std::shared_ptr<const policy::SecretStore> secrets_;
+  std::shared_ptr<proxy::CertificateAuthority> ca_;
+  std::unique_ptr<proxy::Proxy> proxy_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<const policy::Workflow>> workflows_;
+};
+
+}  // namespace sluice::serve

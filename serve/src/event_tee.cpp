@@ -1,0 +1,62 @@
+// EventTee (event_tee.hpp).
+#include "event_tee.hpp"
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::serve {
+
+void EventTee::subscribe(const std::string& execution_id, std::function<void(std::string)> fn) {
+  std::lock_guard lock(mu_);
+  subscribers_[execution_id] = std::move(fn);
+}
+
+void EventTee::unsubscribe(const std::string& execution_id) {
+  std::lock_guard lock(mu_);
+  subscribers_.erase(execution_id);
+}
+
+void EventTee::publish(const std::string& execution_id, const std::string& line) {
+  std::function<void(std::string)> fn;
+  {
+    std::lock_guard lock(mu_);
+    auto it = subscribers_.find(execution_id);
+    if (it == subscribers_.end()) return;
+    fn = it->second;
+  }
+  fn(line);
+}
+
+void EventTee::recordPolicy(const std::string& sha256, const std::string& workflow,
+                            const std::string& yaml_text) {
+  store_->recordPolicy(sha256, workflow, yaml_text);
+}
+
+void EventTee::recordConnection(audit::ConnectionEvent e) {
+  metrics_.decision(e.decision, e.reason);
+  metrics_.proxyBytes(e.bytes_up, e.bytes_down);
+  if (!e.execution_id.empty()) {
+    nlohmann::json j = {{"type", "network"}, {"decision", e.decision}, {"host", e.host},
+                        {"port", e.port},    {"rule", nullptr},        {"reason", e.reason}};
+    if (!e.rule_id.empty()) j["rule"] = e.rule_id;
+    publish(e.execution_id,
+            j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  store_->recordConnection(std::move(e));
+}
+
+void EventTee::recordRequest(audit::RequestEvent e) {
+  metrics_.decision(e.decision, e.reason);
+  if (!e.execution_id.empty()) {
+    nlohmann::json j = {{"type", "network"}, {"decision", e.decision}, {"host", e.host},
+                        {"port", e.port},     {"method", e.method},    {"path", e.path},
+                        {"status", e.status}, {"rule", nullptr},       {"reason", e.reason}};
+    if (!e.rule_id.empty()) j["rule"] = e.rule_id;
+    publish(e.execution_id,
+            j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  store_->recordRequest(std::move(e));
+}
+
+void EventTee::recordForward(audit::ForwardEvent e) { store_->recordForward(std::move(e)); }
+
+}  // namespace sluice::serve

@@ -1,0 +1,42 @@
+// The proxy's audit events, on their way to the store, also feed the metrics and the live
+// NDJSON streams of the executions they belong to (`{"type":"network",...}` lines), so the
+// proxy needs no second reporting path.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "metrics.hpp"
+#include "sluice/audit/event_sink.hpp"
+
+namespace sluice::serve {
+
+class EventTee final : public audit::EventSink {
+ public:
+  EventTee(std::shared_ptr<audit::EventSink> store, Metrics& metrics)
+      : store_(std::move(store)), metrics_(metrics) {}
+
+  /// Network decisions of `execution_id` go to `fn` (a JSON line) until unsubscribe().
+  void subscribe(const std::string& execution_id, std::function<void(std::string)> fn);
+  void unsubscribe(const std::string& execution_id);
+
+  void recordPolicy(const std::string& sha256, const std::string& workflow,
+                    const std::string& yaml_text) override;
+  void recordConnection(audit::ConnectionEvent event) override;
+  void recordRequest(audit::RequestEvent event) override;
+  void recordForward(audit::ForwardEvent event) override;
+  bool healthy() const override { return store_->healthy(); }
+
+ private:
+  void publish(const std::string& execution_id, const std::string& line);
+
+  std::shared_ptr<audit::EventSink> store_;
+  Metrics& metrics_;
+  std::mutex mu_;
+  std::unordered_map<std::string, std::function<void(std::string)>> subscribers_;
+};
+
+}  // namespace sluice::serve

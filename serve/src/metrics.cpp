@@ -1,0 +1,85 @@
+// Prometheus text exposition format 0.0.4 (metrics.hpp).
+#include "metrics.hpp"
+
+#include <cstdio>
+
+namespace sluice::serve {
+namespace {
+
+// Label values escape backslash, double quote and newline.
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+std::string number(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+}  // namespace
+
+void Metrics::decision(const std::string& decision, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  ++decisions_[{decision, reason}];
+}
+
+void Metrics::poolReady(const std::string& workflow, std::int64_t ready) {
+  std::lock_guard lock(mu_);
+  pool_ready_[workflow] = ready;
+}
+
+void Metrics::runStart(double seconds) {
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < kBuckets.size(); ++i)
+    if (seconds <= kBuckets[i]) ++start_buckets_[i];
+  ++start_count_;
+  start_sum_ += seconds;
+}
+
+std::string Metrics::render(std::uint64_t audit_queue_depth) const {
+  std::string o;
+  o += "# HELP sluice_runs_total Executions finished (one-shot runs and session execs).\n";
+  o += "# TYPE sluice_runs_total counter\n";
+  o += "sluice_runs_total " + std::to_string(runs_total_.load()) + "\n";
+  o += "# HELP sluice_sessions_active Sessions open now.\n";
+  o += "# TYPE sluice_sessions_active gauge\n";
+  o += "sluice_sessions_active " + std::to_string(sessions_active_.load()) + "\n";
+  o += "# HELP sluice_proxy_bytes_total Bytes relayed by the proxy for finished connections.\n";
+  o += "# TYPE sluice_proxy_bytes_total counter\n";
+  o += "sluice_proxy_bytes_total{direction=\"out\"} " + std::to_string(bytes_up_.load()) + "\n";
+  o += "sluice_proxy_bytes_total{direction=\"in\"} " + std::to_string(bytes_down_.load()) + "\n";
+  o += "# HELP sluice_audit_queue_depth Audit events queued, not yet committed.\n";
+  o += "# TYPE sluice_audit_queue_depth gauge\n";
+  o += "sluice_audit_queue_depth " + std::to_string(audit_queue_depth) + "\n";
+  std::lock_guard lock(mu_);
+  o += "# HELP sluice_decisions_total Proxy decisions on connections and requests.\n";
+  o += "# TYPE sluice_decisions_total counter\n";
+  for (const auto& [k, n] : decisions_)
+    o += "sluice_decisions_total{decision=\"" + label(k.first) + "\",reason=\"" +
+         label(k.second) + "\"} " + std::to_string(n) + "\n";
+  o += "# HELP sluice_pool_ready Prepared sandboxes waiting, per workflow.\n";
+  o += "# TYPE sluice_pool_ready gauge\n";
+  for (const auto& [w, n] : pool_ready_)
+    o += "sluice_pool_ready{workflow=\"" + label(w) + "\"} " + std::to_string(n) + "\n";
+  o += "# HELP sluice_run_start_seconds From a run's request to its program's start.\n";
+  o += "# TYPE sluice_run_start_seconds histogram\n";
+  for (std::size_t i = 0; i < kBuckets.size(); ++i)
+    o += "sluice_run_start_seconds_bucket{le=\"" + number(kBuckets[i]) + "\"} " +
+         std::to_string(start_buckets_[i]) + "\n";
+  o += "sluice_run_start_seconds_bucket{le=\"+Inf\"} " + std::to_string(start_count_) + "\n";
+  o += "sluice_run_start_seconds_sum " + number(start_sum_) + "\n";
+  o += "sluice_run_start_seconds_count " + std::to_string(start_count_) + "\n";
+  return o;
+}
+
+}  // namespace sluice::serve

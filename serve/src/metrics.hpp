@@ -1,0 +1,44 @@
+// The daemon's Prometheus metrics (GET /metrics): names from DESIGN.md "sluice serve".
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace sluice::serve {
+
+class Metrics {
+ public:
+  void runFinished() { runs_total_.fetch_add(1, std::memory_order_relaxed); }
+  void sessionOpened() { sessions_active_.fetch_add(1, std::memory_order_relaxed); }
+  void sessionClosed() { sessions_active_.fetch_sub(1, std::memory_order_relaxed); }
+  void decision(const std::string& decision, const std::string& reason);
+  void proxyBytes(std::uint64_t up, std::uint64_t down) {
+    bytes_up_.fetch_add(up, std::memory_order_relaxed);
+    bytes_down_.fetch_add(down, std::memory_order_relaxed);
+  }
+  void poolReady(const std::string& workflow, std::int64_t ready);
+  /// Seconds from a run's request to its program's start.
+  void runStart(double seconds);
+  /// The text exposition; `audit_queue_depth` is read by the caller at scrape time.
+  std::string render(std::uint64_t audit_queue_depth) const;
+
+ private:
+  static constexpr std::array<double, 12> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                       0.1,   0.25,   0.5,   1,    2.5,   5};
+  std::atomic<std::uint64_t> runs_total_{0};
+  std::atomic<std::int64_t> sessions_active_{0};
+  std::atomic<std::uint64_t> bytes_up_{0}, bytes_down_{0};
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> decisions_;
+  std::map<std::string, std::int64_t> pool_ready_;
+  std::array<std::uint64_t, kBuckets.size()> start_buckets_{};
+  std::uint64_t start_count_ = 0;
+  double start_sum_ = 0;
+};
+
+}  // namespace sluice::serve

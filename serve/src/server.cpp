@@ -1,0 +1,126 @@
+// The daemon: io threads, the HTTP server, the API and the engine (server.hpp).
+#include "sluice/serve/server.hpp"
+
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "api.hpp"
+#include "auth.hpp"
+#include "engine.hpp"
+#include "http_server.hpp"
+#include "metrics.hpp"
+#include "sessions.hpp"
+
+namespace sluice::serve {
+namespace {
+
+class ServerImpl final : public Server {
+ public:
+  explicit ServerImpl(ServeOptions o) : options_(std::move(o)) {}
+  ~ServerImpl() override { drain(); }
+
+  std::expected<void, std::string> init() {
+    HttpServerOptions hopts;
+    hopts.max_body_bytes = options_.max_body_bytes;
+    hopts.approver_uids = options_.approver_uids;
+    if (!options_.token_file.empty()) {
+      auto tokens = loadTokenFile(options_.token_file);
+      if (!tokens) return std::unexpected("--token-file " + tokens.error());
+      hopts.tokens = std::move(*tokens);
+    }
+    auto engine = Engine::create(options_, metrics_);
+    if (!engine) return std::unexpected(engine.error());
+    engine_ = std::move(*engine);
+    sessions_ = std::make_unique<SessionManager>(*engine_, options_.max_sessions);
+    api_ = std::make_unique<Api>(*engine_, metrics_, *sessions_);
+    http_ = std::make_unique<HttpServer>(
+        ioc_, std::move(hopts),
+        [api = api_.get()](Request& r, Reply& reply) { return api->handle(r, reply); },
+        [](int status, const std::string& reason, const std::string& message) {
+          return errorBody(status, reason, message);
+        });
+    return {};
+  }
+
+  std::expected<void, std::string> start() override {
+    std::vector<std::string> specs = options_.listens;
+    if (specs.empty()) specs.push_back("unix:/run/sluice/sluice.sock");
+    for (const auto& spec : specs) {
+      auto bound = http_->listen(spec);
+      if (!bound) return std::unexpected(bound.error());
+      endpoints_.push_back(*bound);
+    }
+    work_.emplace(net::make_work_guard(ioc_));
+    for (unsigned i = 0; i < std::max(1u, options_.io_threads); ++i)
+      threads_.emplace_back([this] { ioc_.run(); });
+    // Idle timeouts and TTLs, checked twice a second.
+    reaper_ = std::thread([this] {
+      std::unique_lock lock(reaper_mu_);
+      while (!reaper_stop_) {
+        reaper_cv_.wait_for(lock, std::chrono::milliseconds(500));
+        if (reaper_stop_) break;
+        lock.unlock();
+        sessions_->reap();
+        lock.lock();
+      }
+    });
+    return {};
+  }
+
+  std::expected<void, std::string> reload() override { return engine_->reload(); }
+
+  void drain() override {
+    if (drained_.exchange(true)) return;
+    if (api_) {
+      api_->startDraining();
+      api_->waitForExecutions(options_.drain);
+    }
+    {
+      std::lock_guard lock(reaper_mu_);
+      reaper_stop_ = true;
+    }
+    reaper_cv_.notify_all();
+    if (reaper_.joinable()) reaper_.join();
+    // Every session left ends with its summary receipt.
+    if (sessions_) sessions_->endAll("shutdown");
+    if (http_) http_->close();
+    work_.reset();
+    ioc_.stop();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+    if (engine_) engine_->flush();
+  }
+
+  std::vector<std::string> endpoints() const override { return endpoints_; }
+
+ private:
+  ServeOptions options_;
+  Metrics metrics_;
+  net::io_context ioc_;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work_;
+  std::vector<std::thread> threads_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<Api> api_;
+  std::thread reaper_;
+  std::mutex reaper_mu_;
+  std::condition_variable reaper_cv_;
+  bool reaper_stop_ = false;
+  std::unique_ptr<HttpServer> http_;
+  std::vector<std::string> endpoints_;
+  std::atomic<bool> drained_{false};
+};
+
+}  // namespace
+
+Server::~Server() = default;
+
+std::expected<std::unique_ptr<Server>, std::string> Server::create(ServeOptions options) {
+  auto s = std::make_unique<ServerImpl>(std::move(options));
+  if (auto r = s->init(); !r) return std::unexpected(r.error());
+  return s;
+}
+
+}  // namespace sluice::serve

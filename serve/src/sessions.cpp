@@ -1,0 +1,423 @@
+// Sessions (sessions.hpp).
+#include "sessions.hpp"
+
+#include <openssl/sha.h>
+
+#include "sluice/policy/matcher.hpp"
+#include "sluice/policy/units.hpp"
+#include "sluice/runner/environment.hpp"
+#include "sluice/runner/session.hpp"
+
+namespace sluice::serve {
+namespace rn = sluice::runner;
+namespace pol = sluice::policy;
+using nlohmann::json;
+
+namespace {
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+ApiError bad(const std::string& what) { return ApiError{400, "bad_request", what, ""}; }
+
+std::expected<std::chrono::milliseconds, ApiError> duration(const json& body, const char* key,
+                                                            std::chrono::milliseconds dflt) {
+  if (!body.contains(key)) return dflt;
+  if (!body[key].is_string()) return std::unexpected(bad(std::string(key) + ": must be a string"));
+  auto d = pol::parseDuration(body[key].get<std::string>());
+  if (!d) return std::unexpected(bad(std::string(key) + ": " + d.error()));
+  if (d->count() <= 0) return std::unexpected(bad(std::string(key) + ": must be positive"));
+  return *d;
+}
+
+// A file path of the API ("work/data.csv") as a sandbox path ("/work/data.csv"), %XX decoded.
+std::expected<std::string, ApiError> sandboxPath(const std::string& url_path) {
+  std::string out = "/";
+  for (std::size_t i = 0; i < url_path.size(); ++i) {
+    char c = url_path[i];
+    if (c == '%' && i + 2 < url_path.size() && std::isxdigit(static_cast<unsigned char>(url_path[i + 1])) &&
+        std::isxdigit(static_cast<unsigned char>(url_path[i + 2]))) {
+      out += static_cast<char>(std::stoi(url_path.substr(i + 1, 2), nullptr, 16));
+      i += 2;
+    } else {
+      out += c;
+    }
+  }
+  if (out.find('\0') != std::string::npos) return std::unexpected(bad("path: contains NUL"));
+  return out;
+}
+
+std::string sha256Hex(std::string_view data) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
+  static const char* k = "0123456789abcdef";
+  std::string s;
+  for (unsigned char c : md) {
+    s += k[c >> 4];
+    s += k[c & 15];
+  }
+  return s;
+}
+
+// Maps a runner file error to the API's: a missing file is 404, one over the sandbox's disk or
+// file-size limit 413, anything refused 400.
+ApiError fileError(const std::string& message) {
+  if (message.find("No such file") != std::string::npos ||
+      message.find("not found") != std::string::npos)
+    return ApiError{404, "not_found", message, ""};
+  if (message.find("No space") != std::string::npos ||
+      message.find("too large") != std::string::npos ||
+      message.find("File too large") != std::string::npos)
+    return ApiError{413, "payload_too_large", message, ""};
+  return ApiError{400, "bad_request", message, ""};
+}
+
+}  // namespace
+
+struct SessionManager::Session {
+  std::string id;
+  std::string caller;
+  std::shared_ptr<const pol::Workflow> workflow;
+  std::shared_ptr<const pol::Matcher> matcher;
+  std::vector<proxy::Placeholder> placeholders;
+  rn::Limits limits;
+  bool network_proxy = false;
+  std::chrono::system_clock::time_point created_at, expires_at;
+  std::chrono::milliseconds idle_timeout{};
+  std::chrono::steady_clock::time_point last_used;
+  std::chrono::steady_clock::time_point deadline;  // TTL
+  std::unique_ptr<rn::SandboxSession> box;
+  std::vector<std::string> execs;
+  std::mutex op;       // one exec or file operation at a time
+  bool ended = false;  // guarded by op
+  int busy = 0;        // guarded by the manager's mu_: operations in flight (not idle)
+};
+
+SessionManager::~SessionManager() { endAll("shutdown"); }
+
+std::size_t SessionManager::active() const {
+  std::lock_guard lock(mu_);
+  return sessions_.size();
+}
+
+std::expected<json, ApiError> SessionManager::create(const Caller& caller, const json& body) {
+  if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
+  for (const auto& [key, v] : body.items())
+    if (key != "workflow" && key != "idle_timeout" && key != "ttl")
+      return std::unexpected(bad(key + ": unknown field"));
+  if (!body.contains("workflow") || !body["workflow"].is_string())
+    return std::unexpected(bad("workflow: is required (a string)"));
+  const std::string name = body["workflow"];
+  auto w = engine_.workflow(name);
+  if (!w) return std::unexpected(ApiError{404, "not_found", "workflow '" + name + "' is not served", ""});
+  auto idle = duration(body, "idle_timeout", std::chrono::minutes(5));
+  if (!idle) return std::unexpected(idle.error());
+  auto ttl = duration(body, "ttl", std::chrono::hours(1));
+  if (!ttl) return std::unexpected(ttl.error());
+  {
+    std::lock_guard lock(mu_);
+    if (sessions_.size() >= max_sessions_)
+      return std::unexpected(ApiError{429, "too_many_sessions",
+                                      "at most " + std::to_string(max_sessions_) +
+                                          " sessions may be open (--max-sessions)",
+                                      ""});
+  }
+  auto s = std::make_shared<Session>();
+  s->id = Engine::newId("se-");
+  s->caller = caller.name;
+  s->workflow = w;
+  s->matcher = pol::Matcher::compile(w);
+  auto limits = engine_.limitsFor(*w, {});
+  if (!limits) return std::unexpected(limits.error());
+  s->limits = *limits;
+  s->network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
+  if (s->network_proxy) s->placeholders = proxy::makePlaceholders(*w);
+  s->idle_timeout = *idle;
+  s->created_at = std::chrono::system_clock::now();
+  s->expires_at = s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(*ttl);
+  s->last_used = std::chrono::steady_clock::now();
+  s->deadline = s->last_used + *ttl;
+
+  rn::SessionSpec spec;
+  spec.session_id = s->id;
+  spec.limits = s->limits;
+  spec.network_proxy = s->network_proxy;
+  spec.extra_files = engine_.extraFilesFor(*w);
+  for (const auto& ph : s->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
+  engine_.store().recordPolicy(w->sha256, w->name, w->yaml_text);
+  rn::ListenerCallback on_listener;
+  if (s->network_proxy)
+    on_listener = [&](int fd) -> std::expected<void, std::string> {
+      // The session's listener: its connections are recorded with the session id.
+      auto r = engine_.proxy().adoptListener(
+          fd, proxy::ListenerIdentity{s->id, s->matcher, engine_.secrets(), s->placeholders});
+      if (!r) return std::unexpected(r.error().message);
+      return {};
+    };
+  auto box = rn::SandboxSession::start(spec, on_listener);
+  if (!box) {
+    if (s->network_proxy) engine_.proxy().closeExecution(s->id);
+    const auto& e = box.error();
+    return std::unexpected(
+        ApiError{500, "internal", "session setup failed at step '" + e.step + "': " + e.message, ""});
+  }
+  s->box = std::move(*box);
+  {
+    std::lock_guard lock(mu_);
+    sessions_[s->id] = s;
+  }
+  engine_.metrics().sessionOpened();
+  return json{{"id", s->id},
+              {"workflow", w->name},
+              {"created_at", rn::formatTimestamp(s->created_at)},
+              {"expires_at", rn::formatTimestamp(s->expires_at)}};
+}
+
+std::expected<std::shared_ptr<SessionManager::Session>, ApiError> SessionManager::find(
+    const Caller& caller, const std::string& id) {
+  std::lock_guard lock(mu_);
+  auto it = sessions_.find(id);
+  // Another caller's session does not exist, for this caller.
+  if (it == sessions_.end() || it->second->caller != caller.name)
+    return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  return it->second;
+}
+
+std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const std::string& id,
+                                                   const json& body,
+                                                   const std::function<void(std::string)>& lines,
+                                                   int stop_fd) {
+  auto found = find(caller, id);
+  if (!found) return std::unexpected(found.error());
+  Session& s = **found;
+  if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
+  rn::ExecSpec spec;
+  for (const auto& [key, v] : body.items()) {
+    if (key == "argv") {
+      if (!v.is_array() || v.empty())
+        return std::unexpected(bad("argv: must be a non-empty array of strings"));
+      for (const auto& a : v) {
+        if (!a.is_string()) return std::unexpected(bad("argv: must hold strings only"));
+        spec.argv.push_back(a.get<std::string>());
+      }
+    } else if (key == "stdin") {
+      if (!v.is_string()) return std::unexpected(bad("stdin: must be a string"));
+      spec.stdin_data = v.get<std::string>();
+    } else if (key == "env") {
+      if (!v.is_object()) return std::unexpected(bad("env: must be an object"));
+      for (const auto& [k, val] : v.items()) {
+        if (!val.is_string()) return std::unexpected(bad("env." + k + ": must be a string"));
+        spec.env.push_back(k + "=" + val.get<std::string>());
+      }
+    } else if (key == "cwd") {
+      if (!v.is_string()) return std::unexpected(bad("cwd: must be a string"));
+      spec.cwd = v.get<std::string>();
+    } else if (key == "timeout") {
+      auto d = duration(body, "timeout", {});
+      if (!d) return std::unexpected(d.error());
+      if (s.limits.timeout.count() > 0 && *d > s.limits.timeout)
+        return std::unexpected(bad("timeout: looser than the workflow's (may only tighten)"));
+      spec.timeout = *d;
+    } else {
+      return std::unexpected(bad(key + ": unknown field"));
+    }
+  }
+  if (spec.argv.empty()) return std::unexpected(bad("argv: is required"));
+  if (auto env = rn::buildEnvironment(spec.env, s.network_proxy); !env)
+    return std::unexpected(bad("env: " + env.error()));
+  spec.execution_id = Engine::newId("ex-");
+
+  std::lock_guard op(s.op);
+  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  {
+    std::lock_guard lock(mu_);
+    ++s.busy;
+  }
+  proxy::Stats before;
+  if (s.network_proxy) before = engine_.proxy().stats(s.id);
+  rn::ExecHooks hooks;
+  hooks.stop_fd = stop_fd;
+  if (lines) {
+    engine_.tee().subscribe(s.id, lines);
+    hooks.live = [&](int stream, std::string_view data) {
+      lines(dump(json{{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}}));
+    };
+  }
+  auto result = s.box->exec(spec, hooks);
+  if (lines) engine_.tee().unsubscribe(s.id);
+  if (!result) result = Engine::failedResult(result.error());
+  rn::ReceiptContext ctx;
+  ctx.workflow = s.workflow->name;
+  ctx.policy_sha256 = s.workflow->sha256;
+  ctx.network_mode = s.network_proxy ? "proxy" : "none";
+  if (s.network_proxy) {
+    // This exec's share of the session's traffic.
+    proxy::Stats after = engine_.proxy().stats(s.id), delta;
+    delta.allowed = after.allowed - before.allowed;
+    delta.denied = after.denied - before.denied;
+    delta.bytes_out = after.bytes_out - before.bytes_out;
+    delta.bytes_in = after.bytes_in - before.bytes_in;
+    delta.denials.assign(after.denials.begin() +
+                             static_cast<std::ptrdiff_t>(std::min(before.denials.size(),
+                                                                  after.denials.size())),
+                         after.denials.end());
+    Engine::addNetwork(ctx, delta);
+  }
+  rn::RunSpec mirror;  // what the receipt describes
+  mirror.argv = spec.argv;
+  mirror.limits = s.limits;
+  if (spec.timeout) mirror.limits.timeout = *spec.timeout;
+  mirror.network_proxy = s.network_proxy;
+  mirror.execution_id = spec.execution_id;
+  auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
+  s.execs.push_back(spec.execution_id);
+  std::lock_guard lock(mu_);
+  --s.busy;
+  s.last_used = std::chrono::steady_clock::now();
+  return receipt;
+}
+
+std::expected<json, ApiError> SessionManager::putFile(const Caller& caller, const std::string& id,
+                                                      const std::string& path,
+                                                      const std::string& data) {
+  auto found = find(caller, id);
+  if (!found) return std::unexpected(found.error());
+  auto p = sandboxPath(path);
+  if (!p) return std::unexpected(p.error());
+  Session& s = **found;
+  std::lock_guard op(s.op);
+  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  auto info = s.box->writeFile(*p, data);
+  {
+    std::lock_guard lock(mu_);
+    s.last_used = std::chrono::steady_clock::now();
+  }
+  if (!info) return std::unexpected(fileError(info.error()));
+  return json{{"path", info->path}, {"bytes", info->bytes}, {"sha256", info->sha256}};
+}
+
+std::expected<SessionManager::FileBody, ApiError> SessionManager::getFile(const Caller& caller,
+                                                                         const std::string& id,
+                                                                         const std::string& path) {
+  auto found = find(caller, id);
+  if (!found) return std::unexpected(found.error());
+  auto p = sandboxPath(path);
+  if (!p) return std::unexpected(p.error());
+  Session& s = **found;
+  std::lock_guard op(s.op);
+  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  {
+    std::lock_guard lock(mu_);
+    s.last_used = std::chrono::steady_clock::now();
+  }
+  if (auto listing = s.box->listDir(*p)) {
+    json arr = json::array();
+    for (const auto& f : *listing) {
+      std::string name = f.path.substr(f.path.find_last_of('/') + 1);
+      arr.push_back({{"name", name}, {"type", f.directory ? "directory" : "file"},
+                     {"bytes", f.bytes}});
+    }
+    return FileBody{"application/json", dump(arr)};
+  }
+  auto bytes = s.box->readFile(*p, engine_.maxFileBytes());
+  if (!bytes) return std::unexpected(fileError(bytes.error()));
+  return FileBody{"application/octet-stream", std::move(*bytes)};
+}
+
+json SessionManager::finish(Session& s, const std::string& ended_by) {
+  // Caller holds s.op.
+  json artifacts = json::array();
+  for (const auto& a : s.box->artifacts())
+    artifacts.push_back({{"path", a.path}, {"bytes", a.bytes}, {"sha256", a.sha256}});
+  s.box->end();
+  proxy::Stats net;
+  if (s.network_proxy) {
+    engine_.proxy().closeExecution(s.id);
+    net = engine_.proxy().stats(s.id);
+  }
+  json denials = json::array();
+  for (const auto& d : net.denials)
+    denials.push_back({{"host", d.host}, {"port", d.port}, {"rule", d.rule}, {"reason", d.reason}});
+  json summary = {{"session_id", s.id},
+                  {"workflow", s.workflow->name},
+                  {"caller", s.caller},
+                  {"execs", s.execs},
+                  {"artifacts", artifacts},
+                  {"network", {{"allowed", net.allowed}, {"denied", net.denied},
+                               {"bytes_out", net.bytes_out}, {"bytes_in", net.bytes_in},
+                               {"denials", denials}}},
+                  {"ended_by", ended_by},
+                  {"created_at", rn::formatTimestamp(s.created_at)},
+                  {"ended_at", rn::formatTimestamp(std::chrono::system_clock::now())}};
+  // The session's own row in the chain: its summary is the receipt.
+  audit::ExecutionRecord rec;
+  rec.id = s.id;
+  rec.workflow = s.workflow->name;
+  rec.policy_sha256 = s.workflow->sha256;
+  rec.argv_json = "[]";
+  rec.started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          s.created_at.time_since_epoch())
+                          .count();
+  rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  rec.artifacts_json = dump(artifacts);
+  rec.receipt_json = dump(summary);
+  if (auto hash = engine_.store().recordExecution(rec)) summary["hash"] = *hash;
+  s.ended = true;
+  engine_.metrics().sessionClosed();
+  return summary;
+}
+
+std::expected<json, ApiError> SessionManager::end(const Caller& caller, const std::string& id) {
+  auto found = find(caller, id);
+  if (!found) return std::unexpected(found.error());
+  Session& s = **found;
+  std::lock_guard op(s.op);
+  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  {
+    std::lock_guard lock(mu_);
+    sessions_.erase(id);
+  }
+  return finish(s, "client");
+}
+
+void SessionManager::reap() {
+  std::vector<std::pair<std::shared_ptr<Session>, std::string>> due;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      Session& s = *it->second;
+      std::string why;
+      if (now >= s.deadline)
+        why = "ttl";
+      else if (s.busy == 0 && now - s.last_used >= s.idle_timeout)
+        why = "idle";
+      if (why.empty()) {
+        ++it;
+        continue;
+      }
+      due.emplace_back(it->second, why);
+      it = sessions_.erase(it);
+    }
+  }
+  for (auto& [s, why] : due) {
+    // A TTL that expires mid-exec ends the session once that exec is over.
+    std::lock_guard op(s->op);
+    if (!s->ended) finish(*s, why);
+  }
+}
+
+void SessionManager::endAll(const std::string& why) {
+  std::map<std::string, std::shared_ptr<Session>> all;
+  {
+    std::lock_guard lock(mu_);
+    all.swap(sessions_);
+  }
+  for (auto& [id, s] : all) {
+    std::lock_guard op(s->op);
+    if (!s->ended) finish(*s, why);
+  }
+}
+
+}  // namespace sluice::serve

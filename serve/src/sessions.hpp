@@ -1,0 +1,67 @@
+// Sessions (`/v1/sessions`): one sandbox per session whose /work, /tmp and /output persist
+// between execs, bounded as a whole by the workflow's memory/pids/disk and network limits; each
+// exec gets its own receipt (with `session_id`); idle timeout and TTL end a session, and every
+// session ends with a summary receipt in the audit store. Sessions belong to their caller:
+// anyone else gets 404.
+#pragma once
+
+#include <chrono>
+#include <expected>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine.hpp"
+
+namespace sluice::serve {
+
+class SessionManager {
+ public:
+  SessionManager(Engine& engine, std::size_t max_sessions)
+      : engine_(engine), max_sessions_(max_sessions) {}
+  ~SessionManager();
+
+  /// POST /v1/sessions -> 201 {"id","workflow","created_at","expires_at"}.
+  std::expected<nlohmann::json, ApiError> create(const Caller& caller, const nlohmann::json& body);
+  /// POST /v1/sessions/{id}/exec -> the exec's receipt (blocking; run on a thread of its own).
+  std::expected<nlohmann::json, ApiError> exec(const Caller& caller, const std::string& id,
+                                               const nlohmann::json& body,
+                                               const std::function<void(std::string)>& lines,
+                                               int stop_fd);
+  /// PUT /v1/sessions/{id}/files/{path} -> {"path","bytes","sha256"}.
+  std::expected<nlohmann::json, ApiError> putFile(const Caller& caller, const std::string& id,
+                                                  const std::string& path,
+                                                  const std::string& data);
+  struct FileBody {
+    std::string content_type;
+    std::string body;
+  };
+  /// GET /v1/sessions/{id}/files/{path}: the bytes, or a JSON listing for a directory.
+  std::expected<FileBody, ApiError> getFile(const Caller& caller, const std::string& id,
+                                            const std::string& path);
+  /// DELETE /v1/sessions/{id} -> the session's summary receipt.
+  std::expected<nlohmann::json, ApiError> end(const Caller& caller, const std::string& id);
+
+  /// Ends sessions past their idle timeout or TTL (ended_by idle | ttl).
+  void reap();
+  /// Ends every session (ended_by `why`), e.g. "shutdown".
+  void endAll(const std::string& why);
+  std::size_t active() const;
+
+ private:
+  struct Session;
+  std::expected<std::shared_ptr<Session>, ApiError> find(const Caller& caller,
+                                                         const std::string& id);
+  nlohmann::json finish(Session& s, const std::string& ended_by);
+
+  Engine& engine_;
+  std::size_t max_sessions_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> sessions_;
+};
+
+}  // namespace sluice::serve

@@ -1,0 +1,556 @@
+// `sluice serve` in-process (serve::Server) against a plain HTTP client over its Unix socket and
+// a token-authenticated TCP listener: callers and tokens, every endpoint of this stage, errors
+// as {"error","reason","detail"}, NDJSON streaming, a client that goes away mid-stream, drain,
+// and responses validated against schemas/api.v1.yaml (tests/schemas/check_api.py).
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "isolation.hpp"
+#include "sluice/serve/server.hpp"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+struct Response {
+  int status = 0;
+  std::string head;
+  std::string body;
+  std::string header(const std::string& name) const {
+    std::string lower_head;
+    for (char c : head) lower_head += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    std::string key = "\r\n";
+    for (char c : name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    key += ": ";
+    auto at = lower_head.find(key);
+    if (at == std::string::npos) return "";
+    auto start = at + key.size();
+    return head.substr(start, head.find("\r\n", start) - start);
+  }
+  json js() const { return json::parse(body, nullptr, false); }
+};
+
+// A blocking HTTP/1.1 client: one request per connection (Connection: close), de-chunked body.
+class Http {
+ public:
+  static Http unix(const std::string& path) {
+    Http h;
+    h.fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    if (::connect(h.fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(h.fd_);
+      h.fd_ = -1;
+    }
+    return h;
+  }
+  static Http tcp(std::uint16_t port) {
+    Http h;
+    h.fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(h.fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+      ::close(h.fd_);
+      h.fd_ = -1;
+    }
+    return h;
+  }
+  Http(Http&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  ~Http() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool ok() const { return fd_ >= 0; }
+  bool send(const std::string& method, const std::string& target, const std::string& body = "",
+            const std::string& extra = "") {
+    std::string req = method + " " + target + " HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n" +
+                      extra;
+    if (!body.empty() || method == "POST" || method == "PUT")
+      req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+             "\r\n";
+    req += "\r\n" + body;
+    return ::send(fd_, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
+  }
+  // Reads the status line and headers only.
+  Response readHead() {
+    Response r;
+    while (buf_.find("\r\n\r\n") == std::string::npos)
+      if (!fill()) return r;
+    auto end = buf_.find("\r\n\r\n");
+    r.head = buf_.substr(0, end + 2);
+    buf_.erase(0, end + 4);
+    if (r.head.size() > 12) r.status = std::atoi(r.head.c_str() + 9);
+    return r;
+  }
+  // The next line of a chunked NDJSON body ("" at the end).
+  std::string nextLine() {
+    for (;;) {
+      auto nl = decoded_.find('\n');
+      if (nl != std::string::npos) {
+        std::string line = decoded_.substr(0, nl);
+        decoded_.erase(0, nl + 1);
+        return line;
+      }
+      if (!readChunk()) return "";
+    }
+  }
+  Response read() {
+    Response r = readHead();
+    if (r.status == 0) return r;
+    if (r.header("transfer-encoding") == "chunked") {
+      while (readChunk()) {
+      }
+      r.body = decoded_;
+    } else {
+      while (fill()) {
+      }
+      r.body = buf_;
+    }
+    return r;
+  }
+  void close() {
+    ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  Http() = default;
+  bool fill() {
+    char tmp[65536];
+    ssize_t n = ::recv(fd_, tmp, sizeof tmp, 0);
+    if (n <= 0) return false;
+    buf_.append(tmp, static_cast<std::size_t>(n));
+    return true;
+  }
+  bool readChunk() {
+    while (buf_.find("\r\n") == std::string::npos)
+      if (!fill()) return false;
+    std::size_t size = std::stoul(buf_.substr(0, buf_.find("\r\n")), nullptr, 16);
+    buf_.erase(0, buf_.find("\r\n") + 2);
+    while (buf_.size() < size + 2)
+      if (!fill()) return false;
+    decoded_ += buf_.substr(0, size);
+    buf_.erase(0, size + 2);
+    return size != 0;
+  }
+  int fd_ = -1;
+  std::string buf_, decoded_;
+};
+
+// Validates `instance` against component `name` of schemas/api.v1.yaml.
+void expectSchema(const std::string& name, const json& instance) {
+  static const std::string checker = SLUICE_SOURCE_DIR "/tests/schemas/check_api.py";
+  if (!fs::exists(checker)) {
+    ADD_FAILURE() << checker << " missing";
+    return;
+  }
+  char tmpl[] = "/tmp/sluice-serve-json-XXXXXX";
+  int fd = ::mkstemp(tmpl);
+  std::string text = instance.dump();
+  (void)!::write(fd, text.data(), text.size());
+  ::close(fd);
+  // The Debian interpreter: python3-jsonschema and python3-yaml are installed into it.
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  std::string cmd = python + " " + checker + " " + name + " " + tmpl + " 2>&1";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char b[4096];
+    while (std::fgets(b, sizeof b, p)) out += b;
+    int rc = ::pclose(p);
+    EXPECT_EQ(rc, 0) << name << " does not validate: " << out << "\n" << text.substr(0, 2000);
+  }
+  ::unlink(tmpl);
+}
+
+class ServeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("sluice-serve-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "policies");
+    std::ofstream(dir_ / "policies" / "shell.yaml")
+        << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: plain shell\n"
+           "sandbox:\n  timeout: 20s\n  memory: 256MiB\n  network: none\n";
+    std::ofstream(dir_ / "policies" / "web.yaml")
+        << "apiVersion: sluice/v1\nkind: Workflow\nname: web\ndescription: one host\n"
+           "sandbox:\n  timeout: 20s\n  network: proxy\negress:\n  rules:\n"
+           "    - {id: only-example, action: allow, hosts: [allowed.example], ports: [443]}\n";
+    std::ofstream(dir_ / "tokens") << "agent-a aaaaaaaaaaaaaaaaaaaaaaaa\n"
+                                   << "agent-b bbbbbbbbbbbbbbbbbbbbbbbb approver\n";
+    ::chmod((dir_ / "tokens").c_str(), 0600);
+  }
+  void TearDown() override {
+    if (server_) server_->drain();
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+
+  serve::ServeOptions options() {
+    serve::ServeOptions o;
+    o.policy_dir = (dir_ / "policies").string();
+    o.listens = {"unix:" + socket(), "127.0.0.1:0"};
+    o.audit_db = (dir_ / "audit.db").string();
+    o.token_file = (dir_ / "tokens").string();
+    o.drain = std::chrono::milliseconds(1500);
+    return o;
+  }
+  void start(serve::ServeOptions o) {
+    auto s = serve::Server::create(std::move(o));
+    ASSERT_TRUE(s.has_value()) << s.error();
+    server_ = std::move(*s);
+    auto r = server_->start();
+    ASSERT_TRUE(r.has_value()) << r.error();
+    for (const auto& e : server_->endpoints())
+      if (!e.starts_with("unix:")) port_ = static_cast<std::uint16_t>(std::stoi(e.substr(e.rfind(':') + 1)));
+  }
+  void start() { start(options()); }
+  std::string socket() const { return (dir_ / "sluice.sock").string(); }
+  Response call(const std::string& method, const std::string& target, const std::string& body = "",
+                const std::string& extra = "") {
+    auto h = Http::unix(socket());
+    EXPECT_TRUE(h.ok());
+    h.send(method, target, body, extra);
+    return h.read();
+  }
+  Response callTcp(const std::string& token, const std::string& method, const std::string& target,
+                   const std::string& body = "") {
+    auto h = Http::tcp(port_);
+    EXPECT_TRUE(h.ok());
+    h.send(method, target, body, token.empty() ? "" : "Authorization: Bearer " + token + "\r\n");
+    return h.read();
+  }
+  void expectError(const Response& r, int status, const std::string& reason) {
+    EXPECT_EQ(r.status, status) << r.body;
+    auto j = r.js();
+    ASSERT_TRUE(j.is_object()) << r.body;
+    EXPECT_EQ(j["reason"], reason) << r.body;
+    EXPECT_TRUE(j["error"].is_string());
+    expectSchema("Error", j);
+  }
+
+  fs::path dir_;
+  std::unique_ptr<serve::Server> server_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(ServeTest, HealthAndWorkflowsOverTheUnixSocket) {
+  start();
+  auto h = call("GET", "/v1/healthz");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.js()["status"], "ok");
+  expectSchema("Health", h.js());
+  auto w = call("GET", "/v1/workflows");
+  ASSERT_EQ(w.status, 200);
+  ASSERT_TRUE(w.js().is_array());
+  EXPECT_EQ(w.js().size(), 2u);
+  for (const auto& item : w.js()) expectSchema("Workflow", item);
+  // The socket is owner and group only.
+  struct stat st {};
+  ASSERT_EQ(::stat(socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0660u);
+}
+
+TEST_F(ServeTest, TcpNeedsAValidBearerToken) {
+  start();
+  expectError(callTcp("", "GET", "/v1/healthz"), 401, "unauthorized");
+  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaab", "GET", "/v1/healthz"), 401, "unauthorized");
+  expectError(callTcp("aaaaaaaaaaaa", "GET", "/v1/healthz"), 401, "unauthorized");
+  EXPECT_EQ(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "GET", "/v1/healthz").status, 200);
+}
+
+TEST_F(ServeTest, NoTcpListenerWithoutATokenFileAndNoLooseTokenFile) {
+  auto o = options();
+  o.token_file.clear();
+  auto s = serve::Server::create(o);
+  ASSERT_TRUE(s.has_value()) << s.error();
+  auto r = (*s)->start();
+  ASSERT_FALSE(r.has_value());
+  EXPECT_NE(r.error().find("--token-file"), std::string::npos) << r.error();
+  (*s)->drain();
+  ::chmod((dir_ / "tokens").c_str(), 0644);
+  auto loose = serve::Server::create(options());
+  ASSERT_FALSE(loose.has_value());
+  EXPECT_NE(loose.error().find("chmod 600"), std::string::npos) << loose.error();
+}
+
+TEST_F(ServeTest, BadRequestsGetErrorsThatSayWhatAndWhere) {
+  start();
+  auto bad = call("POST", "/v1/runs", "{\"workflow\": \"shell\",\n \"argv\": [\"true\",]}");
+  expectError(bad, 400, "invalid_json");
+  EXPECT_NE(bad.js()["detail"].get<std::string>().find("line 2, column"), std::string::npos)
+      << bad.body;
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"argz":1})"), 400,
+              "bad_request");
+  expectError(call("POST", "/v1/runs", R"({"workflow":"nope","argv":["true"]})"), 404,
+              "not_found");
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":[]})"), 400, "bad_request");
+  expectError(call("GET", "/v1/nothing"), 404, "not_found");
+  expectError(call("GET", "/v1/executions/ex-0000"), 404, "not_found");
+}
+
+TEST_F(ServeTest, OversizedBodyIs413) {
+  auto o = options();
+  o.max_body_bytes = 1024;
+  start(o);
+  std::string big = R"({"workflow":"shell","argv":["true"],"stdin":")" + std::string(4096, 'x') + "\"}";
+  expectError(call("POST", "/v1/runs", big), 413, "payload_too_large");
+}
+
+TEST_F(ServeTest, RunReturnsAReceiptOwnedByItsCaller) {
+  REQUIRE_SANDBOX();
+  start();
+  auto r = call("POST", "/v1/runs",
+                R"({"workflow":"shell","argv":["/bin/sh","-c","cat; echo; cat /work/a.txt"],)"
+                R"("stdin":"from stdin","files":{"/work/a.txt":"ZnJvbSBhIGZpbGU="},)"
+                R"("limits":{"timeout":"10s"}})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto receipt = r.js();
+  EXPECT_EQ(receipt["stdout"]["text"], "from stdin\nfrom a file") << r.body;
+  EXPECT_EQ(receipt["caller"], "uid:" + std::to_string(::getuid()));
+  EXPECT_EQ(receipt["exit"]["code"], 0);
+  EXPECT_TRUE(receipt["hash"].is_string());
+  expectSchema("Receipt", receipt);
+  const std::string id = receipt["execution_id"];
+  // The owner reads it back; another caller (a TCP token) gets 404.
+  auto mine = call("GET", "/v1/executions/" + id);
+  ASSERT_EQ(mine.status, 200) << mine.body;
+  EXPECT_EQ(mine.js()["execution_id"], id);
+  EXPECT_EQ(mine.js()["hash"], receipt["hash"]);
+  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "GET", "/v1/executions/" + id), 404,
+              "not_found");
+  // A TCP caller's run is recorded under its token's name.
+  auto theirs = callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "POST", "/v1/runs",
+                        R"({"workflow":"shell","argv":["true"]})");
+  ASSERT_EQ(theirs.status, 200) << theirs.body;
+  EXPECT_EQ(theirs.js()["caller"], "agent-a");
+  // Limits may only tighten.
+  expectError(call("POST", "/v1/runs",
+                   R"({"workflow":"shell","argv":["true"],"limits":{"memory":"4GiB"}})"),
+              400, "bad_request");
+}
+
+TEST_F(ServeTest, NdjsonStreamsOutputAndNetworkThenTheReceipt) {
+  REQUIRE_SANDBOX();
+  start();
+  auto h = Http::unix(socket());
+  h.send("POST", "/v1/runs",
+         R"({"workflow":"web","argv":["/bin/sh","-c","echo one; curl -s -o /dev/null https://denied.example/ ; echo two >&2"]})",
+         "Accept: application/x-ndjson\r\n");
+  auto head = h.readHead();
+  ASSERT_EQ(head.status, 200);
+  EXPECT_EQ(head.header("content-type"), "application/x-ndjson");
+  std::vector<json> events;
+  for (std::string line = h.nextLine(); !line.empty(); line = h.nextLine()) {
+    events.push_back(json::parse(line));
+    expectSchema("StreamEvent", events.back());
+  }
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["type"], "receipt");
+  bool out = false, err = false, denied = false;
+  for (const auto& e : events) {
+    if (e["type"] == "stdout" && e["data"].get<std::string>().find("one") != std::string::npos)
+      out = true;
+    if (e["type"] == "stderr" && e["data"].get<std::string>().find("two") != std::string::npos)
+      err = true;
+    if (e["type"] == "network" && e["decision"] == "deny" && e["host"] == "denied.example")
+      denied = true;
+  }
+  EXPECT_TRUE(out);
+  EXPECT_TRUE(err);
+  EXPECT_TRUE(denied);
+  EXPECT_EQ(events.back()["receipt"]["network"]["denied"], 1);
+}
+
+TEST_F(ServeTest, AClientThatGoesAwayEndsItsRunAndTheReceiptIsStored) {
+  REQUIRE_SANDBOX();
+  start();
+  {
+    auto h = Http::unix(socket());
+    h.send("POST", "/v1/runs",
+           R"({"workflow":"shell","argv":["/bin/sh","-c","echo started; sleep 60"]})",
+           "Accept: application/x-ndjson\r\n");
+    ASSERT_EQ(h.readHead().status, 200);
+    EXPECT_NE(h.nextLine().find("started"), std::string::npos);
+    h.close();
+  }
+  // The run ends (stopped), its receipt is stored, and /metrics counted it.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+  std::string metrics;
+  while (std::chrono::steady_clock::now() < deadline) {
+    metrics = call("GET", "/metrics").body;
+    if (metrics.find("sluice_runs_total 1") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_NE(metrics.find("sluice_runs_total 1"), std::string::npos) << metrics;
+}
+
+TEST_F(ServeTest, MetricsMoveWithRuns) {
+  REQUIRE_SANDBOX();
+  start();
+  auto before = call("GET", "/metrics");
+  ASSERT_EQ(before.status, 200);
+  EXPECT_NE(before.body.find("sluice_runs_total 0"), std::string::npos);
+  EXPECT_NE(before.body.find("# TYPE sluice_run_start_seconds histogram"), std::string::npos);
+  ASSERT_EQ(call("POST", "/v1/runs",
+                 R"({"workflow":"web","argv":["curl","-s","https://denied.example/"]})")
+                .status,
+            200);
+  auto after = call("GET", "/metrics").body;
+  EXPECT_NE(after.find("sluice_runs_total 1"), std::string::npos) << after;
+  EXPECT_NE(after.find("sluice_run_start_seconds_count 1"), std::string::npos) << after;
+  EXPECT_NE(after.find("sluice_decisions_total{decision=\"deny\",reason=\"no_matching_rule\"} 1"),
+            std::string::npos)
+      << after;
+  for (const char* name : {"sluice_sessions_active", "sluice_proxy_bytes_total",
+                           "sluice_audit_queue_depth", "sluice_pool_ready"})
+    EXPECT_NE(after.find(name), std::string::npos) << name;
+}
+
+TEST_F(ServeTest, DrainRefusesNewWorkAndStopsWhatOutlivesIt) {
+  REQUIRE_SANDBOX();
+  start();
+  std::thread slow([&] {
+    auto r = call("POST", "/v1/runs", R"({"workflow":"shell","argv":["sleep","60"]})");
+    // Stopped at the end of the drain, and answered with its receipt.
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(r.js().contains("execution_id")) << r.body;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::thread drainer([&] { server_->drain(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"]})"), 503,
+              "draining");
+  drainer.join();
+  slow.join();
+  EXPECT_FALSE(fs::exists(socket()));
+}
+
+}  // namespace
+
+namespace {
+
+std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, ""};
+  char b[4096];
+  while (std::fgets(b, sizeof b, p)) out += b;
+  int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
+TEST_F(ServeTest, SessionsKeepFilesBetweenExecsAndEndWithASummary) {
+  REQUIRE_SANDBOX();
+  start();
+  auto created = call("POST", "/v1/sessions", R"({"workflow":"shell","idle_timeout":"1m"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  expectSchema("Session", created.js());
+  const std::string id = created.js()["id"];
+  auto put = call("PUT", "/v1/sessions/" + id + "/files/work/data.txt", "hello session");
+  ASSERT_EQ(put.status, 201) << put.body;
+  expectSchema("FileWritten", put.js());
+  EXPECT_EQ(put.js()["bytes"], 13);
+  auto e1 = call("POST", "/v1/sessions/" + id + "/exec",
+                 R"({"argv":["/bin/sh","-c","cat /work/data.txt; echo more >> /work/data.txt; echo out > /output/o.txt; sleep 100 &"]})");
+  ASSERT_EQ(e1.status, 200) << e1.body;
+  EXPECT_EQ(e1.js()["stdout"]["text"], "hello session");
+  EXPECT_EQ(e1.js()["session_id"], id);
+  expectSchema("Receipt", e1.js());
+  auto e2 = call("POST", "/v1/sessions/" + id + "/exec",
+                 R"({"argv":["/bin/sh","-c","cat /work/data.txt; pgrep sleep || echo no-sleep"]})");
+  ASSERT_EQ(e2.status, 200) << e2.body;
+  EXPECT_EQ(e2.js()["stdout"]["text"], "hello sessionmore\nno-sleep\n") << e2.body;
+  auto got = call("GET", "/v1/sessions/" + id + "/files/work/data.txt");
+  EXPECT_EQ(got.status, 200);
+  EXPECT_EQ(got.body, "hello sessionmore\n");
+  auto listing = call("GET", "/v1/sessions/" + id + "/files/output");
+  ASSERT_EQ(listing.status, 200) << listing.body;
+  expectSchema("DirectoryListing", listing.js());
+  // Nothing outside the sandbox: traversal and links planted by the program.
+  ASSERT_EQ(call("POST", "/v1/sessions/" + id + "/exec",
+                 R"({"argv":["/bin/sh","-c","ln -s /etc/shadow /work/s; ln -s / /work/root"]})")
+                .status,
+            200);
+  EXPECT_GE(call("GET", "/v1/sessions/" + id + "/files/work/s").status, 400);
+  EXPECT_EQ(call("GET", "/v1/sessions/" + id + "/files/work/s").body.find("root:"),
+            std::string::npos);
+  EXPECT_GE(call("GET", "/v1/sessions/" + id + "/files/work/root/etc/hostname").status, 400);
+  EXPECT_GE(call("GET", "/v1/sessions/" + id + "/files/work/../../etc/passwd").status, 400);
+  EXPECT_GE(call("PUT", "/v1/sessions/" + id + "/files/etc/evil", "x").status, 400);
+  // Another caller sees no such session.
+  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "POST", "/v1/sessions/" + id + "/exec",
+                      R"({"argv":["true"]})"),
+              404, "not_found");
+  auto ended = call("DELETE", "/v1/sessions/" + id);
+  ASSERT_EQ(ended.status, 200) << ended.body;
+  expectSchema("SessionSummary", ended.js());
+  EXPECT_EQ(ended.js()["ended_by"], "client");
+  EXPECT_EQ(ended.js()["execs"].size(), 3u);
+  EXPECT_EQ(ended.js()["artifacts"].size(), 1u);
+  expectError(call("POST", "/v1/sessions/" + id + "/exec", R"({"argv":["true"]})"), 404,
+              "not_found");
+  // Each exec's receipt is the caller's; the session summary is not an execution.
+  EXPECT_EQ(call("GET", "/v1/executions/" + e1.js()["execution_id"].get<std::string>()).status,
+            200);
+  expectError(call("GET", "/v1/executions/" + id), 404, "not_found");
+}
+
+TEST_F(ServeTest, IdleSessionsEndByThemselves) {
+  REQUIRE_SANDBOX();
+  start();
+  auto created = call("POST", "/v1/sessions", R"({"workflow":"shell","idle_timeout":"1s"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string id = created.js()["id"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  expectError(call("DELETE", "/v1/sessions/" + id), 404, "not_found");
+  EXPECT_NE(call("GET", "/metrics").body.find("sluice_sessions_active 0"), std::string::npos);
+}
+
+TEST_F(ServeTest, MaxSessionsIs429) {
+  REQUIRE_SANDBOX();
+  auto o = options();
+  o.max_sessions = 1;
+  start(o);
+  ASSERT_EQ(call("POST", "/v1/sessions", R"({"workflow":"shell"})").status, 201);
+  expectError(call("POST", "/v1/sessions", R"({"workflow":"shell"})"), 429, "too_many_sessions");
+}
+
+// Real clients: curl over the Unix socket, and the standard-library Python client's demo
+// (session, upload, exec, download /output, delete) over the socket and over TCP with a token.
+TEST_F(ServeTest, CurlAndThePythonClientWork) {
+  REQUIRE_SANDBOX();
+  start();
+  auto [rc, out] = shell("curl -s --unix-socket " + socket() + " http://sluice/v1/healthz");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"ok\""), std::string::npos) << out;
+  const std::string python = fs::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string client = SLUICE_SOURCE_DIR "/examples/clients/sluice_client.py";
+  auto demo = shell(python + " " + client + " --connect unix:" + socket() +
+                    " --workflow shell --out " + (dir_ / "out").string());
+  EXPECT_EQ(demo.first, 0) << demo.second;
+  EXPECT_TRUE(fs::exists(dir_ / "out" / "result.json")) << demo.second;
+  std::ofstream(dir_ / "token") << "bbbbbbbbbbbbbbbbbbbbbbbb\n";
+  auto tcp = shell(python + " " + client + " --connect http://127.0.0.1:" +
+                   std::to_string(port_) + " --token-file " + (dir_ / "token").string() +
+                   " --workflow shell --stream --out " + (dir_ / "out2").string());
+  EXPECT_EQ(tcp.first, 0) << tcp.second;
+  EXPECT_TRUE(fs::exists(dir_ / "out2" / "details" / "values.txt")) << tcp.second;
+}
+
+}  // namespace
