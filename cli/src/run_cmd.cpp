@@ -445,8 +445,12 @@ int doRun(const RunOptions& o) {
     }
     receipt_us = elapsedUs(t);
   };
-  auto result = rn::runSandboxed(spec, spec.network_proxy ? on_listener : rn::ListenerCallback{},
-                                 live, before_start, startReceipt, std::move(*prepared));
+  rn::RunHooks hooks;
+  hooks.on_listener = spec.network_proxy ? on_listener : rn::ListenerCallback{};
+  hooks.live = live;
+  hooks.before_start = before_start;
+  hooks.on_result = startReceipt;
+  auto result = rn::runSandboxed(spec, hooks, std::move(*prepared));
   timer.add("cli: (during clone) proxy start + matcher compile", proxy_start_us);
   timer.add("cli: (during clone) gc of leftovers", gc_us);
   timer.add("cli: (during clone) waiting for the audit store to open", audit_wait_us);

@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -34,21 +35,13 @@ void writeFully(int fd, const void* data, size_t size) {
   }
 }
 
-void report(int fd, ChildMessage::Kind kind, const char* step, int err) {
-  ChildMessage m;
-  m.kind = kind;
-  m.err = err;
-  std::strncpy(m.step, step, sizeof m.step - 1);
-  writeFully(fd, &m, sizeof m);
-}
-
 [[noreturn]] void fail(const ChildPlan& plan, StepResult r) {
-  report(plan.fds.error_write, ChildMessage::kSetupFailed, r.step, r.err);
+  reportStep(plan.fds.error_write, ChildMessage::kSetupFailed, r.step, r.err);
   ::_exit(kInitSetupFailed);
 }
 
-// Whether init exempted itself from the OOM killer (initMain); the program, which starts with
-// init's value, must then go back to the default. Set by init before the program exists.
+// Whether init exempted itself from the OOM killer (initSetUp); the program, which starts with
+// init's value, must then go back to the default. Set by init before any program exists.
 bool g_init_oom_exempt = false;
 
 // Writes /proc/self/oom_score_adj (the sandbox's own /proc, mounted by then).
@@ -70,8 +63,92 @@ bool readByte(int fd, char expected) {
   return n == 1 && c == expected;
 }
 
-// Closes every fd except those in `keep` (sorted in place; at most 16). The parent is
-// multi-threaded and holds sockets and databases; none of them may leak into the sandbox.
+// SIGUSR1/SIGTERM from sluice (timeout, CPU limit, stop request): init kills everything else
+// in the namespace; the normal reaping path then reports the program's death.
+void onStop(int) { ::kill(-1, SIGKILL); }
+
+// The program's standard fds, then nothing else but the error pipe: init holds sluice's pipes
+// (and, in a session, its control socket), none of which the program may keep.
+StepResult setUpStdio(const ProgramLaunch& l) {
+  int in = l.stdin_fd;
+  if (in < 0) {
+    in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (in < 0) return stepFail("open /dev/null for stdin");
+  }
+  if (::dup2(in, 0) < 0 || ::dup2(l.stdout_fd, 1) < 0 || ::dup2(l.stderr_fd, 2) < 0)
+    return stepFail("set up stdio");
+  int keep[] = {l.error_fd};
+  closeAllExcept(keep, 1);
+  return stepOk();
+}
+
+// Searches PATH by hand with a stack buffer (execvpe may allocate); returns the errno to report.
+int execProgram(const ProgramLaunch& l) {
+  const char* cmd = l.argv[0];
+  if (std::strchr(cmd, '/') != nullptr) {
+    ::execve(cmd, l.argv, l.envp);
+    return errno;
+  }
+  int err = ENOENT;
+  char buf[4096];
+  bool eacces = false;
+  for (const std::string& dir : *l.path_dirs) {
+    size_t dl = dir.size(), cl = std::strlen(cmd);
+    if (dl + 1 + cl + 1 > sizeof buf) continue;
+    std::memcpy(buf, dir.data(), dl);
+    buf[dl] = '/';
+    std::memcpy(buf + dl + 1, cmd, cl + 1);
+    ::execve(buf, l.argv, l.envp);
+    if (errno == EACCES)
+      eacces = true;
+    else if (errno != ENOENT && errno != ENOTDIR)
+      return errno;
+  }
+  return err == ENOENT && eacces ? EACCES : err;
+}
+
+[[noreturn]] void programMain(const ProgramLaunch& l) {
+  auto failExec = [&](StepResult r) {
+    reportStep(l.error_fd, ChildMessage::kSetupFailed, r.step, r.err);
+    ::_exit(kInitSetupFailed);
+  };
+  // Default signal dispositions and mask for the program (init changed some).
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int s : {SIGTERM, SIGUSR1, SIGINT, SIGPIPE, SIGHUP}) ::sigaction(s, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  if (auto r = setUpStdio(l); !r) failExec(r);
+  // A session of its own: no controlling terminal shared with sluice's caller.
+  ::setsid();
+  // Back to the default if init exempted itself (see initSetUp): the program and everything
+  // it starts are what the OOM killer and memory.oom.group must be able to kill.
+  if (g_init_oom_exempt)
+    if (auto r = setOomScoreAdj("0", "reset oom_score_adj"); !r) failExec(r);
+  if (auto r = applyRlimits(*l.privileges); !r) failExec(r);
+  if (auto r = dropPrivileges(*l.privileges); !r) failExec(r);
+  // As the sandbox user: a working directory it could not enter itself is refused.
+  if (::chdir(l.cwd) != 0) failExec(stepFail("chdir to the working directory"));
+  if (auto r = applyLandlock(*l.privileges); !r) failExec(r);
+  if (auto r = loadSeccompProgram(*l.seccomp); !r) failExec(r);
+  const int err = execProgram(l);
+  reportStep(l.error_fd, ChildMessage::kExecFailed, "execve", err);
+  ::_exit(err == ENOENT ? 127 : 126);
+}
+
+int programEntry(void* launch) { programMain(*static_cast<const ProgramLaunch*>(launch)); }
+
+}  // namespace
+
+void reportStep(int fd, ChildMessage::Kind kind, const char* step, int err) {
+  ChildMessage m;
+  m.kind = kind;
+  m.err = err;
+  std::strncpy(m.step, step, sizeof m.step - 1);
+  writeFully(fd, &m, sizeof m);
+}
+
 void closeAllExcept(int* keep, int count) {
   std::sort(keep, keep + count);
   unsigned lo = 3;
@@ -83,101 +160,36 @@ void closeAllExcept(int* keep, int count) {
   ::syscall(SYS_close_range, lo, ~0U, 0);
 }
 
-// SIGUSR1/SIGTERM from sluice (timeout, CPU limit, stop request): init kills everything else
-// in the namespace; the normal reaping path then reports the program's death.
-void onStop(int) { ::kill(-1, SIGKILL); }
-
-[[noreturn]] void programMain(const ChildPlan& plan) {
-  const ChildFds& f = plan.fds;
-  auto failExec = [&](StepResult r) {
-    report(f.error_write, ChildMessage::kSetupFailed, r.step, r.err);
-    ::_exit(kInitSetupFailed);
-  };
-  // Default signal dispositions and mask for the program (init changed some).
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int s : {SIGTERM, SIGUSR1, SIGINT, SIGPIPE, SIGHUP}) ::sigaction(s, &dfl, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-
-  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (devnull < 0) failExec(stepFail("open /dev/null for stdin"));
-  if (::dup2(devnull, 0) < 0 || ::dup2(f.stdout_write, 1) < 0 || ::dup2(f.stderr_write, 2) < 0)
-    failExec(stepFail("set up stdio"));
-  ::close(f.report_write);
-  ::close(f.control_read);
-  ::close(f.go_read);
-  // A session of its own: no controlling terminal shared with sluice's caller.
-  ::setsid();
-  if (::chdir("/work") != 0) failExec(stepFail("chdir /work"));
-  // Back to the default if init exempted itself (see initMain): the program and everything it
-  // starts are what the OOM killer and memory.oom.group must be able to kill.
-  if (g_init_oom_exempt)
-    if (auto r = setOomScoreAdj("0", "reset oom_score_adj"); !r) failExec(r);
-  if (auto r = applyRlimits(plan.privileges); !r) failExec(r);
-  if (auto r = dropPrivileges(plan.privileges); !r) failExec(r);
-  if (auto r = applyLandlock(plan.privileges); !r) failExec(r);
-  if (auto r = loadSeccompProgram(plan.seccomp); !r) failExec(r);
-
-  // execvpe may allocate; search PATH by hand with a stack buffer.
-  const char* cmd = plan.argv[0];
-  int err = ENOENT;
-  if (std::strchr(cmd, '/') != nullptr) {
-    ::execve(cmd, plan.argv.data(), plan.envp.data());
-    err = errno;
-  } else {
-    char buf[4096];
-    bool eacces = false;
-    for (const std::string& dir : plan.path_dirs) {
-      size_t dl = dir.size(), cl = std::strlen(cmd);
-      if (dl + 1 + cl + 1 > sizeof buf) continue;
-      std::memcpy(buf, dir.data(), dl);
-      buf[dl] = '/';
-      std::memcpy(buf + dl + 1, cmd, cl + 1);
-      ::execve(buf, plan.argv.data(), plan.envp.data());
-      if (errno == EACCES)
-        eacces = true;
-      else if (errno != ENOENT && errno != ENOTDIR) {
-        err = errno;
-        break;
-      }
-    }
-    if (err == ENOENT && eacces) err = EACCES;
-  }
-  report(f.error_write, ChildMessage::kExecFailed, "execve", err);
-  ::_exit(err == ENOENT ? 127 : 126);
-}
-
-int programEntry(void* plan) { programMain(*static_cast<const ChildPlan*>(plan)); }
-
 // The program's process, started like posix_spawn: CLONE_VM shares init's memory instead of
 // copying its page tables (init is a copy of sluice, so a fork cost ~0.15 ms of every run), and
 // CLONE_VFORK suspends init until the program has exec'd or exited, so the two never use that
 // memory at once. Everything programMain does before execve is a raw system call on its own
 // stack (no allocation, no locks, nothing glibc tracks per thread); the credentials, seccomp
 // filter and Landlock domain it sets belong to its task alone.
-pid_t spawnProgram(const ChildPlan& plan) {
+pid_t spawnProgram(const ProgramLaunch& launch) {
   // Its own stack until it execs: mapped, not allocated (only the pages it touches are ever
-  // faulted in), and never unmapped (init keeps nothing else of value and exits soon).
+  // faulted in), once per process (a session's init spawns one program per exec; CLONE_VFORK
+  // means the previous one no longer runs on it).
   constexpr std::size_t kStack = 256 * 1024;
-  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-  if (stack == MAP_FAILED) return -1;
+  static void* stack = nullptr;
+  if (stack == nullptr) {
+    void* s = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+    if (s == MAP_FAILED) return -1;
+    stack = s;
+  }
   auto top = (reinterpret_cast<std::uintptr_t>(stack) + kStack) & ~std::uintptr_t{15};
   return ::clone(programEntry, reinterpret_cast<void*>(top), CLONE_VM | CLONE_VFORK | SIGCHLD,
-                 const_cast<ChildPlan*>(&plan));
+                 const_cast<ProgramLaunch*>(&launch));
 }
 
-}  // namespace
-
-void initMain(const ChildPlan& plan) {
+void initSetUp(const ChildPlan& plan) {
   const ChildFds& f = plan.fds;
   // If sluice dies (even SIGKILL), init dies, and with pid 1 gone the kernel kills every
   // process of the namespace.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
   int keep[] = {f.go_read,          f.error_write,  f.report_write, f.control_read,
-                f.listener_channel, f.stdout_write, f.stderr_write};
+                f.listener_channel, f.stdout_write, f.stderr_write, f.stdin_read};
   closeAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
   if (plan.arg_start != nullptr && plan.arg_len > 0) {
     static const char kName[] = "sluice-init";
@@ -218,7 +230,9 @@ void initMain(const ChildPlan& plan) {
   // Wait until sluice is ready for the program (its proxy owns the listener, its audit store is
   // open). EOF means sluice gave up: it kills us.
   if (!readByte(f.go_read, 'A')) fail(plan, stepFail("sluice did not start the program", EPIPE));
+}
 
+void installInitSignalHandlers() {
   struct sigaction sa {};
   sa.sa_handler = onStop;
   sigemptyset(&sa.sa_mask);
@@ -228,27 +242,24 @@ void initMain(const ChildPlan& plan) {
   ign.sa_handler = SIG_IGN;
   ::sigaction(SIGINT, &ign, nullptr);
   ::sigaction(SIGPIPE, &ign, nullptr);
+}
 
-  pid_t program = spawnProgram(plan);
-  if (program < 0) fail(plan, stepFail("start program"));
-
-  // Init keeps no copy of the program's pipes or of the error pipe, so sluice sees EOF on them
-  // as soon as the program and its descendants are gone (or the program execs, for errors).
-  ::close(f.stdout_write);
-  ::close(f.stderr_write);
-  ::close(f.error_write);
-  ::close(f.go_read);
-
+InitReport reapUntilEmpty(pid_t program) {
   InitReport rep;
   rep.program_started = 1;
   bool program_done = false;
   for (;;) {
     int status = 0;
-    pid_t p = ::waitpid(-1, &status, __WALL);
+    rusage ru{};
+    pid_t p = ::wait4(-1, &status, __WALL, &ru);
     if (p < 0) {
       if (errno == EINTR) continue;
       break;  // ECHILD: nothing left
     }
+    // What RUSAGE_CHILDREN would say, for this program alone (a session's init reaps many).
+    timeradd(&rep.children.ru_utime, &ru.ru_utime, &rep.children.ru_utime);
+    timeradd(&rep.children.ru_stime, &ru.ru_stime, &rep.children.ru_stime);
+    rep.children.ru_maxrss = std::max(rep.children.ru_maxrss, ru.ru_maxrss);
     if (p == program && !program_done) {
       program_done = true;
       rep.wait_status = status;
@@ -256,7 +267,32 @@ void initMain(const ChildPlan& plan) {
       ::kill(-1, SIGKILL);
     }
   }
-  ::getrusage(RUSAGE_CHILDREN, &rep.children);
+  return rep;
+}
+
+void initMain(const ChildPlan& plan) {
+  const ChildFds& f = plan.fds;
+  initSetUp(plan);
+  installInitSignalHandlers();
+  ProgramLaunch launch;
+  launch.argv = plan.argv.data();
+  launch.envp = plan.envp.data();
+  launch.path_dirs = &plan.path_dirs;
+  launch.privileges = &plan.privileges;
+  launch.seccomp = &plan.seccomp;
+  launch.stdin_fd = plan.stdin_pipe ? f.stdin_read : -1;
+  launch.stdout_fd = f.stdout_write;
+  launch.stderr_fd = f.stderr_write;
+  launch.error_fd = f.error_write;
+  pid_t program = spawnProgram(launch);
+  if (program < 0) fail(plan, stepFail("start program"));
+
+  // Init keeps no copy of the program's pipes or of the error pipe, so sluice sees EOF on them
+  // as soon as the program and its descendants are gone (or the program execs, for errors).
+  for (int fd : {f.stdout_write, f.stderr_write, f.error_write, f.go_read, f.stdin_read})
+    ::close(fd);
+
+  const InitReport rep = reapUntilEmpty(program);
   writeFully(f.report_write, &rep, sizeof rep);
   // Stay alive (keeping the mount namespace, and so /output, reachable via /proc/<pid>/root)
   // until sluice has copied the artifacts and closes the control pipe.
@@ -270,12 +306,12 @@ void initMain(const ChildPlan& plan) {
 
 void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_namespace) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
-  int keep[] = {plan_read,      pid_write,          f.go_read,      f.error_write, f.report_write,
-                f.control_read, f.listener_channel, f.stdout_write, f.stderr_write};
+  int keep[] = {plan_read,      pid_write,      f.go_read,      f.error_write,      f.report_write,
+                f.control_read, f.stdout_write, f.stderr_write, f.listener_channel, f.stdin_read};
   closeAllExcept(keep, static_cast<int>(sizeof keep / sizeof keep[0]));
   ::prctl(PR_SET_NAME, "sluice-prepare", 0, 0, 0);
   auto failed = [&](StepResult r) {
-    report(f.error_write, ChildMessage::kSetupFailed, r.step, r.err);
+    reportStep(f.error_write, ChildMessage::kSetupFailed, r.step, r.err);
     ::_exit(kInitSetupFailed);
   };
   // Unprivileged, the user namespace comes first (in the same call), and the others belong

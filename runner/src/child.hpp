@@ -42,6 +42,22 @@ struct ChildFds {
   int listener_channel = -1;  // unix socket: the proxy listener travels over it
   int stdout_write = -1;
   int stderr_write = -1;
+  int stdin_read = -1;  // the program's stdin when ChildPlan::stdin_pipe (else /dev/null)
+};
+
+/// What the program's process needs, for `sluice run` and for a session's execs alike: all of
+/// it built beforehand, so the process between clone and execve only makes system calls.
+struct ProgramLaunch {
+  char* const* argv = nullptr;  // NULL-terminated
+  char* const* envp = nullptr;  // NULL-terminated
+  const char* cwd = "/work";
+  const std::vector<std::string>* path_dirs = nullptr;  // PATH search for argv[0] without '/'
+  const PrivilegePlan* privileges = nullptr;
+  const std::vector<sock_filter>* seccomp = nullptr;
+  int stdin_fd = -1;  // -1: /dev/null
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int error_fd = -1;  // ChildMessage on failure; O_CLOEXEC, so EOF once the program execs
 };
 
 struct ChildPlan {
@@ -52,6 +68,9 @@ struct ChildPlan {
   std::vector<char*> argv, envp;       // NULL-terminated, pointing into the storage above
   std::vector<std::string> path_dirs;  // PATH search order for argv[0] without '/'
   bool network_proxy = false;
+  bool stdin_pipe = false;  // the program reads fds.stdin_read (RunSpec::stdin_data)
+  // A session's init (session_init.cpp): after set-up it serves execs over listener_channel.
+  bool session = false;
   // Prepared sandbox (prepareMain): the namespaces exist, the host is named and lo is up.
   bool namespaces_ready = false;
   // User-namespace mode: wait for the uid/gid maps (written by sluice) before any setup.
@@ -68,6 +87,31 @@ inline constexpr int kInitSetupFailed = 125;
 
 /// Runs as init in the new namespaces; never returns.
 [[noreturn]] void initMain(const ChildPlan& plan);
+
+/// Init's set-up, shared by `sluice run` and sessions: closes every fd the plan does not name,
+/// builds the network and file system, waits for 'G' (in its cgroup), unshares the cgroup
+/// namespace and waits for 'A' (the caller is ready). A failure is reported on
+/// plan.fds.error_write and init exits.
+void initSetUp(const ChildPlan& plan);
+
+/// Init's handlers while a program runs: SIGUSR1/SIGTERM kill every other process of the pid
+/// namespace (the reaping loop then reports); SIGINT and SIGPIPE are ignored.
+void installInitSignalHandlers();
+
+/// Starts the program like posix_spawn (clone with CLONE_VM | CLONE_VFORK, on a stack mapped
+/// once per process): returns once it has exec'd or failed; -1 with errno if clone failed.
+pid_t spawnProgram(const ProgramLaunch& launch);
+
+/// Reaps every process of the pid namespace (init is its pid 1). When `program` exits, every
+/// other process is SIGKILLed (daemons, setsid double-forks). Returns the program's wait
+/// status and the summed usage of everything reaped (maximum for ru_maxrss).
+InitReport reapUntilEmpty(pid_t program);
+
+/// The step reporting of the child side: a ChildMessage on `fd`.
+void reportStep(int fd, ChildMessage::Kind kind, const char* step, int err);
+
+/// Closes every fd except those in `keep` (sorted in place; -1 entries are ignored).
+void closeAllExcept(int* keep, int count);
 
 /// The helper of a prepared sandbox (prepareSandbox in sandbox.cpp): a fork of the parent
 /// made while it was still single-threaded, so unlike init it may allocate. Unshares the

@@ -66,7 +66,7 @@ bool safeRelative(const std::string& p) {
 
 StepResult writeAll(const char* path, const std::string& content, unsigned mode) {
   int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0) return stepFail("write file in new root");
+  if (fd < 0 || ::fchmod(fd, mode) != 0) return stepFail("write file in new root");  // no umask
   const char* p = content.data();
   size_t left = content.size();
   while (left > 0) {

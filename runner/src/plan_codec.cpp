@@ -89,6 +89,8 @@ std::string encodePlan(const ChildPlan& plan) {
   w.strings(plan.env_storage);
   w.strings(plan.path_dirs);
   w.u64(plan.network_proxy ? 1 : 0);
+  w.u64(plan.stdin_pipe ? 1 : 0);
+  w.u64(plan.session ? 1 : 0);
   w.u64(plan.user_namespace ? 1 : 0);
   w.u64(reinterpret_cast<std::uintptr_t>(plan.arg_start));  // sluice's argv: same in the fork
   w.u64(plan.arg_len);
@@ -125,12 +127,14 @@ std::expected<void, std::string> decodePlan(std::string_view bytes, ChildPlan& p
     return bad("privileges");
   plan.seccomp.resize(n);
   if (!r.bytes(plan.seccomp.data(), n * sizeof(sock_filter))) return bad("seccomp");
-  std::uint64_t proxy = 0, userns = 0, arg_start = 0, arg_len = 0;
+  std::uint64_t proxy = 0, stdin_pipe = 0, session = 0, userns = 0, arg_start = 0, arg_len = 0;
   if (!r.strings(plan.argv_storage) || !r.strings(plan.env_storage) || !r.strings(plan.path_dirs) ||
-      !r.u64(proxy) || !r.u64(userns) || !r.u64(arg_start) || !r.u64(arg_len) ||
-      !r.bytes(&plan.fds, sizeof plan.fds) || !r.done())
+      !r.u64(proxy) || !r.u64(stdin_pipe) || !r.u64(session) || !r.u64(userns) ||
+      !r.u64(arg_start) || !r.u64(arg_len) || !r.bytes(&plan.fds, sizeof plan.fds) || !r.done())
     return bad("program");
   plan.network_proxy = proxy != 0;
+  plan.stdin_pipe = stdin_pipe != 0;
+  plan.session = session != 0;
   plan.user_namespace = userns != 0;
   plan.arg_start = reinterpret_cast<char*>(static_cast<std::uintptr_t>(arg_start));
   plan.arg_len = static_cast<std::size_t>(arg_len);

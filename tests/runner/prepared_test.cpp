@@ -110,7 +110,7 @@ TEST(PreparedSandbox, RunsLikeAnyOtherAndLeavesNothing) {
       runSandboxed(shell("hostname; tr '\\0' ' ' </proc/1/comm; echo $$; id -u; "
                          "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; touch /output/made",
                          "runs"),
-                   {}, {}, {}, {}, std::move(*prepared));
+                   RunHooks{}, std::move(*prepared));
   ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
   EXPECT_EQ(r->exit_code, 0) << r->err.text;
   EXPECT_EQ(r->out.text, "sandbox\nsluice-init\n2\n65534\nlo\n") << r->err.text;
@@ -164,14 +164,15 @@ TEST(PreparedSandbox, InitHoldsNothingLoadedAfterPreparing) {
     }
     return {};
   };
-  auto r = runSandboxed(shell("true", "holds"), {}, {}, gate, {}, std::move(*prepared));
+  auto r =
+      runSandboxed(shell("true", "holds"), RunHooks{.before_start = gate}, std::move(*prepared));
   ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
   ASSERT_TRUE(init_seen);
   EXPECT_GT(init_scanned, 0u);
   EXPECT_FALSE(init_holds) << "the sandbox's init has a copy of memory the caller filled later";
   // The control: a sandbox cloned late (no preparation) does hold it — the scan works.
   init_seen = false;
-  auto late = runSandboxed(shell("true", "holds-late"), {}, {}, gate);
+  auto late = runSandboxed(shell("true", "holds-late"), RunHooks{.before_start = gate});
   ASSERT_TRUE(late) << late.error().step << ": " << late.error().message;
   ASSERT_TRUE(init_seen);
   EXPECT_TRUE(init_holds);

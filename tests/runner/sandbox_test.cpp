@@ -43,7 +43,7 @@ RunSpec bash(const std::string& script) {
 }
 
 RunResult mustRun(const RunSpec& spec, const ListenerCallback& cb = {}) {
-  auto r = runSandboxed(spec, cb);
+  auto r = runSandboxed(spec, RunHooks{.on_listener = cb});
   EXPECT_TRUE(r) << (r ? "" : r.error().step + ": " + r.error().message);
   return r ? *r : RunResult{};
 }
@@ -73,9 +73,11 @@ TEST(Sandbox, CapturesOutputAndExitStatus) {
 TEST(Sandbox, LiveSinkSeesOutput) {
   REQUIRE_SANDBOX();
   std::string seen;
-  auto r = runSandboxed(bash("echo live"), {}, [&](int stream, std::string_view d) {
+  RunHooks hooks;
+  hooks.live = [&](int stream, std::string_view d) {
     if (stream == 1) seen.append(d);
-  });
+  };
+  auto r = runSandboxed(bash("echo live"), hooks);
   ASSERT_TRUE(r);
   EXPECT_EQ(seen, "live\n");
 }
@@ -215,7 +217,8 @@ TEST(Sandbox, ProxyListenerIsHandedToTheCaller) {
   s.network_proxy = true;
   std::thread server;
   int calls = 0;
-  auto r = runSandboxed(s, [&](int fd) -> std::expected<void, std::string> {
+  RunHooks hooks;
+  hooks.on_listener = [&](int fd) -> std::expected<void, std::string> {
     ++calls;
     server = std::thread([fd] {
       pollfd p{fd, POLLIN, 0};
@@ -228,7 +231,8 @@ TEST(Sandbox, ProxyListenerIsHandedToTheCaller) {
       ::close(fd);
     });
     return {};
-  });
+  };
+  auto r = runSandboxed(s, hooks);
   if (server.joinable()) server.join();
   ASSERT_TRUE(r) << r.error().message;
   EXPECT_EQ(calls, 1);
@@ -239,10 +243,12 @@ TEST(Sandbox, ListenerCallbackErrorAbortsWith125) {
   REQUIRE_SANDBOX();
   RunSpec s = bash("echo should-not-run");
   s.network_proxy = true;
-  auto r = runSandboxed(s, [](int fd) -> std::expected<void, std::string> {
+  RunHooks hooks;
+  hooks.on_listener = [](int fd) -> std::expected<void, std::string> {
     ::close(fd);
     return std::unexpected("proxy refused");
-  });
+  };
+  auto r = runSandboxed(s, hooks);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().exitStatus(), 125);
   EXPECT_EQ(r.error().step, "proxy listener");

@@ -40,6 +40,13 @@ struct Input {
   std::string sandbox;  // path relative to /input (no "..", no leading "/")
 };
 
+/// A file placed in the sandbox's scratch space before the program starts.
+struct SandboxFile {
+  std::string path;  // absolute sandbox path under /work, /tmp or /output; no "." or ".." parts
+  std::string content;
+  unsigned mode = 0644;  // permission bits (at most 07777); owned by the sandbox uid/gid
+};
+
 /// Everything the runner needs for one execution.
 struct RunSpec {
   std::vector<std::string> argv;
@@ -54,6 +61,11 @@ struct RunSpec {
   std::vector<std::pair<std::string, std::string>> extra_files;
   uid_t uid = 65534;
   gid_t gid = 65534;
+  /// Fed to the program's stdin through a pipe, then EOF. Empty: stdin is /dev/null.
+  std::string stdin_data;
+  /// Written into the scratch tmpfs (counted against `disk`) after mounting, before the program
+  /// starts; missing parent directories are created, owned by the sandbox uid/gid.
+  std::vector<SandboxFile> files;
 };
 
 /// Which limit stopped (or, for output/disk/pids, constrained) the program.
@@ -130,8 +142,8 @@ struct RunResult {
   std::chrono::system_clock::time_point ended_at;
   /// Where the time went (phase name, microseconds), for `SLUICE_TIMING=1` and benchmarks.
   std::vector<std::pair<std::string, std::int64_t>> phases;
-  bool stopped_by_request = false;  // SIGINT/SIGTERM reached sluice (see requestStop)
-  int stop_signal = 0;
+  bool stopped_by_request = false;  // requestStop() or RunHooks::stop_fd stopped the run
+  int stop_signal = 0;              // the signal requestStop() named; SIGTERM for stop_fd
 
   /// The exit status `sluice run` returns for this result (DESIGN.md): 124 when a limit made
   /// the program fail, 128+N for a signal, else the program's own status.
@@ -186,24 +198,40 @@ using PreparedSandboxPtr = std::unique_ptr<PreparedSandbox, PreparedSandboxDelet
 /// uid/gid maps before sending the plan). runSandboxed() without one builds everything itself.
 std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
 
+/// What a caller hooks into one run. Every member is optional.
+struct RunHooks {
+  ListenerCallback on_listener{};  // called only when RunSpec::network_proxy
+  OutputSink live{};
+  StartGate before_start{};
+  ResultCallback on_result{};
+  /// When this fd becomes readable (an eventfd or a pipe's read end; never read or closed by
+  /// the runner), this run stops as on requestStop(SIGTERM): the sandbox is torn down and the
+  /// result has stopped_by_request and stop_signal = SIGTERM. Readable before the program
+  /// started: SetupError with step "stopped" (nothing of the program ran). Affects this run only.
+  int stop_fd = -1;
+};
+
 /// Runs `spec` to completion. Every process of the sandbox is gone, its cgroups removed and
 /// nothing left mounted when this returns. As root: full isolation with cgroups. Otherwise a
 /// user namespace is used (where the kernel allows it): same namespaces, seccomp, Landlock and
 /// rlimits, but no cgroups (isolation.cgroup = "none"; memory not enforced, pids through
-/// RLIMIT_NPROC). Call from the thread that will outlive the run (PR_SET_PDEATHSIG follows the
-/// creating thread).
-std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec,
-                                                  const ListenerCallback& on_listener = {},
-                                                  const OutputSink& live = {},
-                                                  const StartGate& before_start = {},
-                                                  const ResultCallback& on_result = {},
+/// RLIMIT_NPROC).
+///
+/// Thread-safe: several threads of one process may run sandboxes at once (each needs its own
+/// execution_id, which names its cgroup). The calling thread must outlive the run (init's
+/// PR_SET_PDEATHSIG follows the creating thread; it does, since this call blocks until the
+/// end). The caller's process must not reap children it did not start (no waitpid(-1), no
+/// SIGCHLD set to SIG_IGN). Hooks are called on the calling thread.
+std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec, const RunHooks& hooks = {},
                                                   PreparedSandboxPtr prepared = nullptr);
 
-/// Makes SIGINT and SIGTERM stop a running sandbox (teardown, then RunResult with
-/// stopped_by_request) instead of killing sluice outright. Call once from main.
+/// Makes SIGINT and SIGTERM stop every running sandbox of this process (teardown, then
+/// RunResult with stopped_by_request) instead of killing sluice outright. Call once from main.
 void installStopHandlers();
 
-/// Asks a running runSandboxed() to stop (async-signal-safe).
+/// Asks every running runSandboxed() of this process to stop (async-signal-safe). A request
+/// made before a run starts stops the next run that starts (`sluice run`'s Ctrl-C during its
+/// start-up); to stop one run among several, use RunHooks::stop_fd.
 void requestStop(int signal);
 
 /// True when this process can create the fully isolated sandbox (root, namespaces, cgroups).

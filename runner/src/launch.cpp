@@ -1,0 +1,455 @@
+// Launching a sandbox (see launch.hpp): plan, cgroup, pipes, init, hand-over.
+#include "launch.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "namespaces.hpp"
+#include "plan_codec.hpp"
+#include "sandbox_paths.hpp"
+#include "seccomp.hpp"
+#include "sluice/runner/environment.hpp"
+
+namespace sluice::runner {
+
+// The opaque type of the public header is the launch state of a prepared sandbox.
+struct PreparedSandbox : detail::PreparedSandboxState {
+  ~PreparedSandbox() { reapHelper(true); }
+};
+
+void PreparedSandboxDeleter::operator()(PreparedSandbox* p) const { delete p; }
+
+namespace detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+int capLastCap() {
+  static int v = [] {
+    std::ifstream in("/proc/sys/kernel/cap_last_cap");
+    int n = 40;
+    in >> n;
+    return n;
+  }();
+  return v;
+}
+
+int cachedLandlockAbi() {
+  static const int abi = landlockAbi();
+  return abi;
+}
+
+bool validExecutionId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+          c == '_' || c == '.'))
+      return false;
+  return true;
+}
+
+// Threads of this process (/proc/self/stat field 20), or 0 if unknown.
+long threadCount() {
+  Fd fd(::open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
+  if (!fd) return 0;
+  char buf[1024];
+  const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  if (!p) return 0;
+  long threads = 0;
+  // After ')': state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
+  // stime cutime cstime priority nice num_threads (fields 3..20).
+  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %ld",
+                  &threads) != 1)
+    return 0;
+  return threads;
+}
+
+std::string childMessageText(const ChildMessage& m) {
+  std::string step(m.step, strnlen(m.step, sizeof m.step));
+  return step + ": " + std::strerror(m.err);
+}
+
+// The per-process limits: CPU seconds, file size, open files, core dumps; processes too when
+// there is no cgroup.
+void planRlimits(const Limits& l, bool user_namespace, PrivilegePlan& p) {
+  auto add = [&](int res, rlim_t soft, rlim_t hard) {
+    p.rlimits[p.rlimit_count++] = {res, rlimit{soft, hard}};
+  };
+  if (l.cpu_time.count() > 0) {
+    // Per process, in whole seconds: SIGXCPU at the soft limit, SIGKILL one second later. The
+    // cgroup's total is checked by the parent as well (processes could share the work).
+    auto secs = static_cast<rlim_t>((l.cpu_time.count() + 999) / 1000);
+    add(RLIMIT_CPU, secs, secs + 1);
+  }
+  const std::uint64_t fsize = l.file_size ? l.file_size : l.disk;
+  if (fsize) add(RLIMIT_FSIZE, fsize, fsize);
+  if (l.open_files) add(RLIMIT_NOFILE, l.open_files, l.open_files);
+  // Without cgroups, RLIMIT_NPROC stands in for pids.max. It counts processes per uid per
+  // user namespace, i.e. exactly the sandbox's.
+  if (user_namespace && l.pids) add(RLIMIT_NPROC, l.pids, l.pids);
+  add(RLIMIT_CORE, 0, 0);  // no core dumps of sandboxed code anywhere
+}
+
+// Fields 48 and 49 of /proc/self/stat: where our argv strings live (the child's copy of this
+// memory is what its /proc/PID/cmdline shows, and init overwrites it).
+void findOwnArgv(ChildPlan& plan) {
+  std::ifstream in("/proc/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const auto close = stat.rfind(')');
+  if (close == std::string::npos) return;
+  std::istringstream rest(stat.substr(close + 1));
+  std::string field;
+  unsigned long long start = 0, end = 0;
+  for (int i = 3; i <= 49 && rest >> field; ++i) {
+    if (i == 48) start = std::stoull(field);
+    if (i == 49) end = std::stoull(field);
+  }
+  if (start != 0 && end > start) {
+    plan.arg_start = reinterpret_cast<char*>(static_cast<std::uintptr_t>(start));
+    plan.arg_len = static_cast<std::size_t>(end - start);
+  }
+}
+
+// User-namespace mode: the sandbox uid/gid map to the caller's own (the only mapping an
+// unprivileged process may write); setgroups must be denied first.
+std::expected<void, SetupError> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
+  const std::string base = "/proc/" + std::to_string(pid) + "/";
+  auto put = [&](const std::string& file,
+                 const std::string& text) -> std::expected<void, SetupError> {
+    Fd fd(::open((base + file).c_str(), O_WRONLY | O_CLOEXEC));
+    if (!fd) return std::unexpected(setupError("user namespace " + file, std::strerror(errno)));
+    if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
+      return std::unexpected(setupError("user namespace " + file, std::strerror(errno)));
+    return {};
+  };
+  if (auto r = put("setgroups", "deny"); !r) return r;
+  if (auto r = put("uid_map", std::to_string(uid) + " " + std::to_string(::geteuid()) + " 1"); !r)
+    return r;
+  return put("gid_map", std::to_string(gid) + " " + std::to_string(::getegid()) + " 1");
+}
+
+// The prepared path: the helper has built the namespaces meanwhile. Unprivileged, it says when
+// its user namespace exists (pid 0), and its uid/gid maps, which init will share, go in first.
+// Then the plan goes to it and init's pid comes back.
+std::expected<void, SetupError> startFromHelper(const RunSpec& spec, const ChildPlan& plan,
+                                                PreparedSandboxState& prep, Launched& l,
+                                                bool& id_maps_written) {
+  l.pipes.closeChildEnds();  // the helper has its copies; EOF on the error pipe if it dies
+  ssize_t got = sizeof l.init;
+  if (l.user_namespace) {
+    pid_t ready = -1;
+    got = ::read(prep.pid_r.get(), &ready, sizeof ready);
+    if (got == static_cast<ssize_t>(sizeof ready) && ready == 0) {
+      if (auto maps = writeIdMaps(prep.helper, spec.uid, spec.gid); !maps) {
+        prep.reapHelper(true);
+        return std::unexpected(maps.error());
+      }
+      id_maps_written = true;
+    } else {
+      got = -1;
+    }
+  }
+  const bool sent =
+      got == static_cast<ssize_t>(sizeof l.init) && writeAll(prep.plan_w.get(), encodePlan(plan));
+  prep.plan_w.reset();
+  pid_t init = -1;
+  got = sent ? ::read(prep.pid_r.get(), &init, sizeof init) : -1;
+  prep.reapHelper(got != static_cast<ssize_t>(sizeof init));
+  if (got != static_cast<ssize_t>(sizeof init) || init <= 0) {
+    SetupError e = l.childFailure("prepare namespaces");
+    if (l.user_namespace && e.step == "unshare namespaces")
+      e.message += " (not root, and unprivileged user namespaces are unavailable)";
+    return std::unexpected(std::move(e));
+  }
+  l.init = init;
+  return {};
+}
+
+// Without a prepared sandbox: a raw clone (fork-like, no new stack) whose child, the first
+// process of the new pid namespace, is init. The cgroup namespace is unshared by init itself
+// once it sits in its cgroup.
+std::expected<void, SetupError> cloneInit(const ChildPlan& plan, Launched& l) {
+  const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                              CLONE_NEWUTS | SIGCHLD | (l.user_namespace ? CLONE_NEWUSER : 0);
+  const pid_t init = static_cast<pid_t>(::syscall(SYS_clone, flags, 0, 0, 0, 0));
+  if (init < 0)
+    return std::unexpected(setupError(
+        "clone namespaces",
+        std::string(std::strerror(errno)) +
+            (l.user_namespace ? " (not root, and unprivileged user namespaces are unavailable)"
+                              : "")));
+  if (init == 0) initMain(plan);  // never returns
+  l.init = init;
+  return {};
+}
+
+bool readable(int fd) {
+  if (fd < 0) return false;
+  pollfd p{fd, POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+}
+
+// Init is running: into the cgroup (or its uid/gid maps), 'G', the proxy listener to the
+// caller, the start gate, then 'A'. Any failure leaves `l` to kill init.
+std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& hooks, Launched& l,
+                                         bool id_maps_written) {
+  if (l.cgroup) {
+    if (auto r = l.cgroup->addProcess(l.init); !r) return std::unexpected(r.error());
+  } else if (!id_maps_written) {
+    if (auto r = writeIdMaps(l.init, spec.uid, spec.gid); !r) return r;
+  }
+  if (::write(l.pipes.go_w.get(), "G", 1) != 1)
+    return std::unexpected(setupError("start sandbox", std::strerror(errno)));
+  if (spec.network_proxy) {
+    const int fd = receiveFd(l.pipes.chan_parent.get());
+    if (fd < 0) return std::unexpected(l.childFailure("proxy listener"));
+    if (hooks.on_listener) {
+      if (auto r = hooks.on_listener(fd); !r)
+        return std::unexpected(setupError("proxy listener", r.error()));
+    } else {
+      ::close(fd);  // no proxy attached: connections are refused once the backlog closes
+    }
+  }
+  if (hooks.before_start)
+    if (auto r = hooks.before_start(); !r) return std::unexpected(r.error());
+  if (readable(hooks.stop_fd))
+    return std::unexpected(setupError("stopped", "the run was stopped before its program started"));
+  // 'A': everything outside the sandbox is ready (proxy listener adopted, gate passed).
+  if (::write(l.pipes.go_w.get(), "A", 1) != 1)
+    return std::unexpected(setupError("start sandbox", std::strerror(errno)));
+  return {};
+}
+
+// Before planning: root needs a cgroup hierarchy and the staging directory.
+std::expected<void, SetupError> prepareHost(Launched& l) {
+  // Not root: a user namespace gives us the capabilities to build the sandbox, but no cgroups
+  // (memory and pids are then not enforced by the kernel's cgroup limits; see docs/sandbox.md).
+  l.user_namespace = ::geteuid() != 0;
+  if (l.user_namespace) return {};
+  auto layout = detectCgroupLayout();
+  if (!layout) return std::unexpected(setupError("cgroup detection", layout.error()));
+  l.layout = *layout;
+  std::error_code ec;
+  fs::create_directories(kStageDir, ec);
+  if (ec)
+    return std::unexpected(
+        setupError("staging directory", std::string(kStageDir) + ": " + ec.message()));
+  return {};
+}
+
+}  // namespace
+
+std::shared_ptr<spdlog::logger> runnerLogger() {
+  static std::shared_ptr<spdlog::logger> log = [] {
+    auto l = spdlog::get("runner");
+    if (l) return l;
+    return spdlog::default_logger()->clone("runner");
+  }();
+  return log;
+}
+
+SetupError setupError(std::string step, std::string message) {
+  return SetupError{SetupError::Kind::kSetup, std::move(step), std::move(message)};
+}
+
+void PhaseClock::markAt(const char* phase, Clock::time_point t) {
+  out_->emplace_back(phase,
+                     std::chrono::duration_cast<std::chrono::microseconds>(t - last_).count());
+  last_ = t;
+}
+
+std::expected<void, SetupError> Pipes::make() {
+  if (!makePipe(go_r, go_w) || !makePipe(err_r, err_w) || !makePipe(rep_r, rep_w) ||
+      !makePipe(ctl_r, ctl_w) || !makePipe(out_r, out_w) || !makePipe(errs_r, errs_w) ||
+      !makePipe(in_r, in_w))
+    return std::unexpected(setupError("pipes", std::strerror(errno)));
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+    return std::unexpected(setupError("socketpair", std::strerror(errno)));
+  chan_parent.reset(sv[0]);
+  chan_child.reset(sv[1]);
+  return {};
+}
+
+ChildFds Pipes::childFds() const {
+  return {go_r.get(),       err_w.get(), rep_w.get(),  ctl_r.get(),
+          chan_child.get(), out_w.get(), errs_w.get(), in_r.get()};
+}
+
+void Pipes::closeChildEnds() {
+  for (Fd* fd : {&go_r, &err_w, &rep_w, &ctl_r, &chan_child, &out_w, &errs_w, &in_r}) fd->reset();
+}
+
+void PreparedSandboxState::reapHelper(bool kill) {
+  if (helper <= 0) return;
+  if (kill) ::kill(helper, SIGKILL);
+  int st;
+  while (::waitpid(helper, &st, 0) < 0 && errno == EINTR) {
+  }
+  helper = -1;
+}
+
+void Launched::kill() {
+  if (init > 0) {
+    ::kill(init, SIGKILL);
+    int st;
+    while (::waitpid(init, &st, 0) < 0 && errno == EINTR) {
+    }
+    init = -1;
+  }
+  if (cgroup) {
+    cgroup->killAll();
+    (void)cgroup->remove();
+    cgroup.reset();
+  }
+}
+
+void Launched::teardown() {
+  pipes.ctl_w.reset();  // init exits, and with it the namespaces and every mount
+  pipes.chan_parent.reset();
+  int st = 0;
+  while (init > 0 && ::waitpid(init, &st, 0) < 0 && errno == EINTR) {
+  }
+  init = -1;
+  if (cgroup) {
+    cgroup->killAll();
+    if (auto r = cgroup->remove(); !r) runnerLogger()->warn("cgroup cleanup: {}", r.error());
+    cgroup.reset();
+  }
+}
+
+SetupError Launched::childFailure(const char* fallback_step) const {
+  ChildMessage m;
+  if (::read(pipes.err_r.get(), &m, sizeof m) == static_cast<ssize_t>(sizeof m))
+    return setupError(std::string(m.step, strnlen(m.step, sizeof m.step)), childMessageText(m));
+  return setupError(fallback_step, "the sandbox's init exited during setup");
+}
+
+std::expected<void, SetupError> validateRunSpec(const RunSpec& spec) {
+  if (spec.argv.empty()) return std::unexpected(setupError("command", "no command given"));
+  if (!validExecutionId(spec.execution_id))
+    return std::unexpected(
+        setupError("execution id", "'" + spec.execution_id + "' must be 1-128 of [A-Za-z0-9._-]"));
+  return {};
+}
+
+std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_namespace,
+                                               ChildPlan& plan) {
+  auto mounts = buildMountPlan(spec, user_namespace);
+  if (!mounts) return std::unexpected(mounts.error());
+  plan.mounts = std::move(*mounts);
+  if (auto r = planSandboxFiles(spec.files, plan.mounts); !r) return r;
+  plan.seccomp = precompiledSeccompProgram();
+  auto env = buildEnvironment(spec.env, spec.network_proxy);
+  if (!env) return std::unexpected(setupError("environment", env.error()));
+  plan.env_storage = std::move(*env);
+  plan.argv_storage = spec.argv;
+  for (std::string& s : plan.argv_storage) plan.argv.push_back(s.data());
+  plan.argv.push_back(nullptr);
+  for (std::string& s : plan.env_storage) plan.envp.push_back(s.data());
+  plan.envp.push_back(nullptr);
+  const std::string path = kSandboxPath;
+  for (size_t start = 0; start <= path.size();) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    plan.path_dirs.push_back(path.substr(start, end - start));
+    start = end + 1;
+  }
+  PrivilegePlan& p = plan.privileges;
+  p.uid = spec.uid;
+  p.gid = spec.gid;
+  p.cap_last = capLastCap();
+  p.landlock_abi = cachedLandlockAbi();
+  p.user_namespace = user_namespace;
+  planRlimits(spec.limits, user_namespace, p);
+  plan.network_proxy = spec.network_proxy;
+  plan.stdin_pipe = !spec.stdin_data.empty();
+  plan.user_namespace = user_namespace;
+  findOwnArgv(plan);
+  return {};
+}
+
+std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec& spec,
+                                                                   const RunHooks& hooks,
+                                                                   PreparedSandboxPtr prepared,
+                                                                   PhaseClock& clock,
+                                                                   bool session) {
+  if (auto r = validateRunSpec(spec); !r) return std::unexpected(r.error());
+  auto l = std::make_unique<Launched>();
+  if (auto r = prepareHost(*l); !r) return std::unexpected(r.error());
+  ChildPlan plan;
+  if (auto r = buildChildPlan(spec, l->user_namespace, plan); !r) return std::unexpected(r.error());
+  plan.session = session;
+  l->landlock_abi = plan.privileges.landlock_abi;
+  clock.mark("runner: plan (mount plan, seccomp, env)");
+  // The name carries our pid and start time so `sluice gc` can tell live runs from leftovers.
+  if (l->layout) {
+    auto c = Cgroup::create(*l->layout, cgroupName(spec.execution_id), spec.limits);
+    if (!c) return std::unexpected(c.error());
+    l->cgroup.emplace(std::move(*c));
+  }
+  if (prepared && prepared->user_namespace != l->user_namespace) prepared.reset();  // mismatched
+  if (prepared)
+    l->pipes = std::move(prepared->pipes);
+  else if (auto r = l->pipes.make(); !r)
+    return std::unexpected(r.error());
+  plan.fds = l->pipes.childFds();
+  clock.mark("runner: cgroup create + pipes");
+
+  l->cloned_at = Clock::now();
+  bool id_maps_written = false;
+  auto started =
+      prepared ? startFromHelper(spec, plan, *prepared, *l, id_maps_written) : cloneInit(plan, *l);
+  l->pipes.closeChildEnds();
+  if (!started) return std::unexpected(started.error());
+  // Without stdin data the program reads /dev/null; else sluice feeds the pipe without
+  // blocking (supervise.cpp).
+  if (spec.stdin_data.empty())
+    l->pipes.in_w.reset();
+  else
+    ::fcntl(l->pipes.in_w.get(), F_SETFL, O_NONBLOCK);
+  if (auto r = handOver(spec, hooks, *l, id_maps_written); !r) return std::unexpected(r.error());
+  if (!session) l->pipes.chan_parent.reset();
+  clock.mark("runner: clone + cgroup attach + listener hand-off");
+  return l;
+}
+
+}  // namespace detail
+
+std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
+  // The helper may allocate only because nothing else runs in this process when it is forked;
+  // called later, say so by preparing nothing (runSandboxed then clones init itself).
+  if (detail::threadCount() != 1) return PreparedSandboxPtr{};
+  PreparedSandboxPtr p(new PreparedSandbox);
+  p->user_namespace = ::geteuid() != 0;
+  if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());
+  detail::Fd plan_r, pid_w;
+  if (!detail::makePipe(plan_r, p->plan_w) || !detail::makePipe(p->pid_r, pid_w))
+    return std::unexpected(detail::setupError("pipes", std::strerror(errno)));
+  // The caller is single-threaded (the contract): a plain fork, and the helper may allocate.
+  const pid_t pid = ::fork();
+  if (pid < 0)
+    return std::unexpected(detail::setupError("fork namespace helper", std::strerror(errno)));
+  if (pid == 0)
+    detail::prepareMain(plan_r.get(), pid_w.get(), p->pipes.childFds(), p->user_namespace);
+  p->helper = pid;
+  return p;
+}
+
+}  // namespace sluice::runner

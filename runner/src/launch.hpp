@@ -1,0 +1,114 @@
+// Launching a sandbox, the parent's side: the plan the child side needs (built here, so the
+// child never allocates), the pipes between them, the cgroup, init itself (forked from a helper
+// that prepareSandbox() started, or cloned here), and the hand-over that lets the program start
+// (cgroup attach, proxy listener, start gate). runSandboxed() and sessions both use it.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <expected>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "child.hpp"
+#include "fd.hpp"
+#include "sluice/runner/cgroup.hpp"
+#include "sluice/runner/sandbox.hpp"
+
+namespace spdlog {
+class logger;
+}
+
+namespace sluice::runner::detail {
+
+using Clock = std::chrono::steady_clock;
+
+SetupError setupError(std::string step, std::string message);
+
+/// The component's logger ("runner").
+std::shared_ptr<spdlog::logger> runnerLogger();
+
+/// Records how long each phase took (RunResult::phases, SLUICE_TIMING=1).
+class PhaseClock {
+ public:
+  explicit PhaseClock(std::vector<std::pair<std::string, std::int64_t>>& out)
+      : out_(&out), last_(Clock::now()) {}
+  void mark(const char* phase) { markAt(phase, Clock::now()); }
+  void markAt(const char* phase, Clock::time_point t);
+
+ private:
+  std::vector<std::pair<std::string, std::int64_t>>* out_;
+  Clock::time_point last_;
+};
+
+/// Everything between sluice and the sandbox's init and program (see ChildFds).
+struct Pipes {
+  Fd go_r, go_w, err_r, err_w, rep_r, rep_w, ctl_r, ctl_w, out_r, out_w, errs_r, errs_w;
+  Fd in_r, in_w;  // the program's stdin (RunSpec::stdin_data)
+  Fd chan_parent, chan_child;
+
+  std::expected<void, SetupError> make();
+  ChildFds childFds() const;
+  void closeChildEnds();
+};
+
+/// A sandbox whose namespaces a helper builds ahead of time (prepareSandbox).
+struct PreparedSandboxState {
+  pid_t helper = -1;            // -1 once reaped
+  bool user_namespace = false;  // not root: the helper also unshares a user namespace
+  Fd plan_w;                    // -> helper: the encoded plan, then EOF
+  Fd pid_r;                     // <- helper: init's pid
+  Pipes pipes;
+
+  void reapHelper(bool kill);
+};
+
+/// What the parent keeps of a sandbox whose init runs. Destroying it while init lives kills
+/// init (and with it the namespaces) and removes the cgroup: every early return is safe.
+struct Launched {
+  bool user_namespace = false;
+  std::optional<CgroupLayout> layout;
+  std::optional<Cgroup> cgroup;
+  Pipes pipes;      // the parent's ends
+  pid_t init = -1;  // -1 once reaped
+  int landlock_abi = 0;
+  Clock::time_point cloned_at;  // timeouts count from here
+
+  Launched() = default;
+  Launched(const Launched&) = delete;
+  Launched& operator=(const Launched&) = delete;
+  ~Launched() { kill(); }
+
+  /// SIGKILLs init, reaps it, kills what is left in the cgroup and removes it.
+  void kill();
+  /// The normal end: closes the control pipe (init exits, and with it every mount), reaps
+  /// init, removes the cgroup.
+  void teardown();
+  /// Reads init's (or the program's) ChildMessage after a failure; `fallback_step` if none.
+  SetupError childFailure(const char* fallback_step) const;
+};
+
+/// The checks every execution's spec passes first: a command, a valid execution id.
+std::expected<void, SetupError> validateRunSpec(const RunSpec& spec);
+
+/// Builds the child plan for `spec`: mounts (with RunSpec::files), seccomp, environment, argv,
+/// rlimits and privileges. Pointers point into the plan's own storage: it must not move after.
+std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_namespace,
+                                               ChildPlan& plan);
+
+/// Validates, plans, creates the cgroup and starts init, then hands over: init joins the
+/// cgroup, the proxy listener goes to hooks.on_listener, hooks.before_start passes, and init
+/// is told to go on ('A'): to start the program, or with `session` to serve a session's execs
+/// (it then keeps the listener channel as its control socket; see session_init.cpp).
+std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec& spec,
+                                                                   const RunHooks& hooks,
+                                                                   PreparedSandboxPtr prepared,
+                                                                   PhaseClock& clock,
+                                                                   bool session = false);
+
+}  // namespace sluice::runner::detail
