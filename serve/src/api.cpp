@@ -51,6 +51,14 @@ std::expected<json, ApiError> parseBody(const Request& req) {
 
 }  // namespace
 
+std::string healthBody() { return dump(json{{"status", "ok"}, {"version", "0.1.0"}}); }
+
+// Built outside co_await expressions: g++ 12 miscompiles braced aggregates with string literals
+// inside them ("array used as initializer").
+ApiError apiError(int status, const char* reason, std::string message) {
+  return ApiError{status, reason, std::move(message), ""};
+}
+
 std::string errorBody(int status, const std::string& reason, const std::string& message,
                       const std::string& detail) {
   (void)status;
@@ -109,10 +117,11 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
   const auto m = req.method;
   if (path == "/v1/healthz" && m == http::verb::get) {
     if (draining_) {
-      co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+      co_await error(reply, apiError(503, "draining", "the daemon is shutting down"));
       co_return;
     }
-    co_await reply.send(http::status::ok, kJson, dump(json{{"status", "ok"}, {"version", "0.1.0"}}));
+    const std::string health = healthBody();
+    co_await reply.send(http::status::ok, kJson, health);
     co_return;
   }
   if (path == "/v1/workflows" && m == http::verb::get) {
@@ -145,16 +154,16 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
   const bool known = path == "/v1/healthz" || path == "/v1/workflows" || path == "/metrics" ||
                      path == "/v1/runs" || path.starts_with(kExecutions);
   if (known) {
-    co_await error(reply, ApiError{405, "bad_request", req.method_text + " is not allowed on " + path, ""});
+    co_await error(reply, apiError(405, "bad_request", req.method_text + " is not allowed on " + path));
     co_return;
   }
-  co_await error(reply, ApiError{404, "not_found", "no such endpoint: " + req.method_text + " " + path, ""});
+  co_await error(reply, apiError(404, "not_found", "no such endpoint: " + req.method_text + " " + path));
 }
 
 net::awaitable<void> Api::getExecution(Request& req, Reply& reply, const std::string& id) {
   auto receipt = engine_.execution(req.caller, id);
   if (!receipt) {
-    co_await error(reply, ApiError{404, "not_found", "no execution " + id, ""});
+    co_await error(reply, apiError(404, "not_found", "no execution " + id));
     co_return;
   }
   co_await reply.send(http::status::ok, kJson, dump(*receipt));
@@ -188,6 +197,15 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
   }).detach();
 
   bool streaming = false, client_gone = false;
+  // A client that goes away while nothing is written (a quiet program) ends its run too.
+  reply.watchClose([slot] {
+    slot->requestStop();
+    slot->poke();
+  });
+  struct Unwatch {
+    Reply& r;
+    ~Unwatch() { r.stopWatching(); }
+  } unwatch{reply};
   for (;;) {
     std::deque<std::string> lines;
     bool done = false;
@@ -235,7 +253,7 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
 
 net::awaitable<void> Api::postRun(Request& req, Reply& reply) {
   if (draining_) {
-    co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+    co_await error(reply, apiError(503, "draining", "the daemon is shutting down"));
     co_return;
   }
   auto body = parseBody(req);
@@ -272,11 +290,11 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
   };
   if (rest.empty() || rest == "/") {
     if (m != http::verb::post) {
-      co_await error(reply, ApiError{405, "bad_request", "use POST /v1/sessions", ""});
+      co_await error(reply, apiError(405, "bad_request", "use POST /v1/sessions"));
       co_return;
     }
     if (draining_) {
-      co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+      co_await error(reply, apiError(503, "draining", "the daemon is shutting down"));
       co_return;
     }
     auto body = parseBody(req);
@@ -306,7 +324,7 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
   }
   if (sub == "/exec" && m == http::verb::post) {
     if (draining_) {
-      co_await error(reply, ApiError{503, "draining", "the daemon is shutting down", ""});
+      co_await error(reply, apiError(503, "draining", "the daemon is shutting down"));
       co_return;
     }
     auto body = parseBody(req);
@@ -346,8 +364,8 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
     co_await offload(reply, std::move(get), false);
     co_return;
   }
-  co_await error(reply, ApiError{404, "not_found", "no such endpoint: " + req.method_text + " " +
-                                                       req.target, ""});
+  co_await error(reply, apiError(404, "not_found", "no such endpoint: " + req.method_text + " " +
+                                                       req.target));
 }
 
 void Api::waitForExecutions(std::chrono::milliseconds timeout) {

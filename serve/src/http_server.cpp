@@ -2,6 +2,8 @@
 #include "http_server.hpp"
 
 #include <sys/socket.h>
+
+#include <cerrno>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +18,18 @@ namespace {
 
 constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
 constexpr auto kHeaderTimeout = std::chrono::seconds(30);
+
+// Waits until the client's socket is readable; EOF or an error there (not a pipelined request)
+// means the client went away.
+template <typename Stream>
+net::awaitable<void> watchPeer(Stream* s, std::shared_ptr<std::function<void()>> on_close) {
+  ErrorCode ec;
+  co_await s->async_wait(Stream::wait_read, net::redirect_error(net::use_awaitable, ec));
+  if (ec == net::error::operation_aborted) co_return;
+  char c;
+  ssize_t n = ::recv(s->native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (ec || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) (*on_close)();
+}
 
 // The Reply of one connection; `Stream` is a tcp or Unix stream socket.
 template <typename Stream>
@@ -65,7 +79,23 @@ class StreamReply final : public Reply {
 
   net::any_io_executor executor() override { return s_.get_executor(); }
 
+  void watchClose(std::function<void()> on_close) override {
+    watching_ = true;
+    net::co_spawn(s_.get_executor(),
+                  watchPeer<Stream>(&s_, std::make_shared<std::function<void()>>(
+                                             std::move(on_close))),
+                  net::detached);
+  }
+  void stopWatching() override {
+    if (!watching_) return;
+    watching_ = false;
+    // Only the watcher's wait is pending now (the handler is not reading or writing).
+    ErrorCode ec;
+    s_.cancel(ec);
+  }
+
  private:
+  bool watching_ = false;
   Stream& s_;
   unsigned version_;
   bool keep_alive_;

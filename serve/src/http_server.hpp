@@ -36,6 +36,10 @@ class Reply {
   virtual net::awaitable<bool> endStream() = 0;
   /// The connection's strand: post here to wake the handler.
   virtual net::any_io_executor executor() = 0;
+  /// Calls `on_close` (on the strand) if the client closes its end while the handler works
+  /// (a client that went away mid-run). Until stopWatching().
+  virtual void watchClose(std::function<void()> on_close) = 0;
+  virtual void stopWatching() = 0;
 };
 
 /// Handles one request (the handler must answer through `reply` exactly once).

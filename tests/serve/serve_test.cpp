@@ -20,6 +20,7 @@
 #include "sluice/serve/server.hpp"
 
 namespace fs = std::filesystem;
+namespace serve = sluice::serve;
 using nlohmann::json;
 
 namespace {
