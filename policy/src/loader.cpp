@@ -213,7 +213,7 @@ class Parser {
   void parseSandbox(const YAML::Node& n, SandboxLimits& s) {
     if (!checkMap(n, "sandbox",
                   {"timeout", "cpu_time", "memory", "pids", "output", "disk", "file_size",
-                   "open_files", "network"})) {
+                   "open_files", "network", "pool"})) {
       return;
     }
     if (auto v = n["timeout"]) {
@@ -239,6 +239,9 @@ class Parser {
     }
     if (auto v = n["open_files"]) {
       if (auto x = count(v, "sandbox.open_files", false)) s.open_files = *x;
+    }
+    if (auto v = n["pool"]) {
+      if (auto x = count(v, "sandbox.pool", true)) s.pool = *x;
     }
     if (auto v = n["network"]) {
       auto x = str(v, "sandbox.network");

@@ -270,3 +270,26 @@ TEST_F(PolicyDir, EmptyOrMissingDirectory) {
 
 }  // namespace
 }  // namespace sluice::policy
+
+namespace sluice::policy {
+namespace {
+
+// sandbox.pool (sluice serve's warm pool): a count, 0 allowed; absent means serve's --pool.
+TEST(Loader, SandboxPool) {
+  auto w = parseWorkflow(std::string(kHead) + "sandbox:\n  pool: 3\n", "p.yaml");
+  ASSERT_TRUE(w.has_value()) << w.error().str();
+  EXPECT_EQ(w->sandbox.pool, 3u);
+  auto none = parseWorkflow(std::string(kHead) + "sandbox:\n  pool: 0\n", "p.yaml");
+  ASSERT_TRUE(none.has_value()) << none.error().str();
+  EXPECT_EQ(none->sandbox.pool, 0u);
+  auto unset = parseWorkflow(std::string(kHead), "p.yaml");
+  ASSERT_TRUE(unset.has_value());
+  EXPECT_FALSE(unset->sandbox.pool.has_value());
+  auto bad = parseWorkflow(std::string(kHead) + "sandbox:\n  pool: -1\n", "p.yaml");
+  ASSERT_FALSE(bad.has_value());
+  EXPECT_NE(bad.error().str().find("p.yaml:5:9: sandbox.pool"), std::string::npos)
+      << bad.error().str();
+}
+
+}  // namespace
+}  // namespace sluice::policy

@@ -88,6 +88,8 @@ struct SandboxLimits {
   std::uint64_t file_size = 0;  // 0 = same as disk
   std::uint64_t open_files = 256;
   NetworkMode network = NetworkMode::kProxy;
+  /// Prepared sandboxes `sluice serve` keeps for this workflow; unset: serve's --pool.
+  std::optional<std::uint64_t> pool;
 };
 
 /// Per-execution egress limits (DESIGN.md `egress.limits`). Always > 0 (the loader refuses 0).
