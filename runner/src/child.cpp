@@ -63,9 +63,21 @@ bool readByte(int fd, char expected) {
   return n == 1 && c == expected;
 }
 
-// SIGUSR1/SIGTERM from sluice (timeout, CPU limit, stop request): init kills everything else
-// in the namespace; the normal reaping path then reports the program's death.
-void onStop(int) { ::kill(-1, SIGKILL); }
+// The program init runs now (a run's: 0; a session's exec: its sequence number; idle: -1) and
+// the highest one a stop was asked for. A stop can arrive before the program exists (before a
+// session's init has even read the exec): it is remembered, and the program killed once started.
+volatile sig_atomic_t g_exec_seq = 0;
+volatile sig_atomic_t g_stop_seq = -1;
+
+// SIGUSR1/SIGTERM from sluice (timeout, CPU limit, stop request), carrying the exec's sequence
+// number (sigqueue; a plain kill means the current one): init kills everything else in the
+// namespace; the normal reaping path then reports the program's death. A late stop meant for
+// an earlier exec of a session is ignored.
+void onStop(int, siginfo_t* si, void*) {
+  const int seq = si != nullptr && si->si_code == SI_QUEUE ? si->si_value.sival_int : g_exec_seq;
+  if (seq > g_stop_seq) g_stop_seq = seq;
+  if (seq == g_exec_seq) ::kill(-1, SIGKILL);
+}
 
 // The program's standard fds, then nothing else but the error pipe: init holds sluice's pipes
 // (and, in a session, its control socket), none of which the program may keep.
@@ -77,8 +89,8 @@ StepResult setUpStdio(const ProgramLaunch& l) {
   }
   if (::dup2(in, 0) < 0 || ::dup2(l.stdout_fd, 1) < 0 || ::dup2(l.stderr_fd, 2) < 0)
     return stepFail("set up stdio");
-  int keep[] = {l.error_fd};
-  closeAllExcept(keep, 1);
+  int keep[] = {l.error_fd, l.landlock_ruleset};
+  closeAllExcept(keep, 2);
   return stepOk();
 }
 
@@ -124,14 +136,19 @@ int execProgram(const ProgramLaunch& l) {
   ::setsid();
   // Back to the default if init exempted itself (see initSetUp): the program and everything
   // it starts are what the OOM killer and memory.oom.group must be able to kill.
-  if (g_init_oom_exempt)
-    if (auto r = setOomScoreAdj("0", "reset oom_score_adj"); !r) failExec(r);
+  if (g_init_oom_exempt || l.session)
+    if (auto r = setOomScoreAdj(g_init_oom_exempt ? "0" : "1000", "set oom_score_adj"); !r)
+      failExec(r);
   if (auto r = applyRlimits(*l.privileges); !r) failExec(r);
   if (auto r = dropPrivileges(*l.privileges); !r) failExec(r);
   // As the sandbox user: a working directory it could not enter itself is refused.
   if (::chdir(l.cwd) != 0) failExec(stepFail("chdir to the working directory"));
-  if (auto r = applyLandlock(*l.privileges); !r) failExec(r);
-  if (auto r = loadSeccompProgram(*l.seccomp); !r) failExec(r);
+  if (auto r = l.landlock_ruleset >= 0 ? restrictToLandlockRuleset(l.landlock_ruleset)
+                                       : applyLandlock(*l.privileges);
+      !r)
+    failExec(r);
+  if (l.seccomp != nullptr)
+    if (auto r = loadSeccompProgram(*l.seccomp); !r) failExec(r);
   const int err = execProgram(l);
   reportStep(l.error_fd, ChildMessage::kExecFailed, "execve", err);
   ::_exit(err == ENOENT ? 127 : 126);
@@ -212,7 +229,7 @@ void initSetUp(const ChildPlan& plan) {
   }
   if (plan.network_proxy)
     if (auto r = sendProxyListener(f.listener_channel); !r) fail(plan, r);
-  ::close(f.listener_channel);
+  if (!plan.session) ::close(f.listener_channel);  // a session's init keeps it: its control
   if (auto r = applyMountPlan(plan.mounts, plan.privileges.uid, plan.privileges.gid); !r)
     fail(plan, r);
   // Init should outlive a memory limit hit to report it: OOM_SCORE_ADJ_MIN keeps the OOM killer
@@ -232,9 +249,18 @@ void initSetUp(const ChildPlan& plan) {
   if (!readByte(f.go_read, 'A')) fail(plan, stepFail("sluice did not start the program", EPIPE));
 }
 
+void beginExec(int seq) { g_exec_seq = seq; }
+
+void endExec() { g_exec_seq = -1; }
+
+void killIfStopped() {
+  if (g_exec_seq >= 0 && g_stop_seq >= g_exec_seq) ::kill(-1, SIGKILL);
+}
+
 void installInitSignalHandlers() {
   struct sigaction sa {};
-  sa.sa_handler = onStop;
+  sa.sa_sigaction = onStop;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGUSR1, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
@@ -271,6 +297,7 @@ InitReport reapUntilEmpty(pid_t program) {
 }
 
 void initMain(const ChildPlan& plan) {
+  if (plan.session) sessionInitMain(plan);
   const ChildFds& f = plan.fds;
   initSetUp(plan);
   installInitSignalHandlers();
@@ -286,6 +313,7 @@ void initMain(const ChildPlan& plan) {
   launch.error_fd = f.error_write;
   pid_t program = spawnProgram(launch);
   if (program < 0) fail(plan, stepFail("start program"));
+  killIfStopped();  // a stop that came while it was being started
 
   // Init keeps no copy of the program's pipes or of the error pipe, so sluice sees EOF on them
   // as soon as the program and its descendants are gone (or the program execs, for errors).

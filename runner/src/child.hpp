@@ -53,11 +53,18 @@ struct ProgramLaunch {
   const char* cwd = "/work";
   const std::vector<std::string>* path_dirs = nullptr;  // PATH search for argv[0] without '/'
   const PrivilegePlan* privileges = nullptr;
+  /// Loaded just before execve; null: already in force (a session's init loaded it for itself
+  /// and every exec, since loading costs ~0.1 ms: the kernel compiles the filter).
   const std::vector<sock_filter>* seccomp = nullptr;
-  int stdin_fd = -1;  // -1: /dev/null
+  int landlock_ruleset = -1;  // >= 0: a ruleset built once (a session's); else built here
+  int stdin_fd = -1;          // -1: /dev/null
   int stdout_fd = -1;
   int stderr_fd = -1;
   int error_fd = -1;  // ChildMessage on failure; O_CLOEXEC, so EOF once the program execs
+  // A session's exec. Where init could not exempt itself from the OOM killer, the program
+  // gets oom_score_adj 1000 (a run's gets 0): the OOM killer then takes it rather than init,
+  // whose death would end the whole session.
+  bool session = false;
 };
 
 struct ChildPlan {
@@ -85,8 +92,11 @@ struct ChildPlan {
 /// Exit status of init when setup failed (the parent reads the reason from the error pipe).
 inline constexpr int kInitSetupFailed = 125;
 
-/// Runs as init in the new namespaces; never returns.
+/// Runs as init in the new namespaces (a session's with plan.session); never returns.
 [[noreturn]] void initMain(const ChildPlan& plan);
+
+/// A session's init (session_init.cpp): initSetUp(), then serves execs; never returns.
+[[noreturn]] void sessionInitMain(const ChildPlan& plan);
 
 /// Init's set-up, shared by `sluice run` and sessions: closes every fd the plan does not name,
 /// builds the network and file system, waits for 'G' (in its cgroup), unshares the cgroup
@@ -95,8 +105,16 @@ inline constexpr int kInitSetupFailed = 125;
 void initSetUp(const ChildPlan& plan);
 
 /// Init's handlers while a program runs: SIGUSR1/SIGTERM kill every other process of the pid
-/// namespace (the reaping loop then reports); SIGINT and SIGPIPE are ignored.
+/// namespace (the reaping loop then reports); SIGINT and SIGPIPE are ignored. A stop may carry
+/// the sequence number of the exec it is meant for (sigqueue); one for an exec that is not
+/// running yet is remembered, one for an earlier exec ignored.
 void installInitSignalHandlers();
+
+/// A session's init: exec `seq` (>= 1) starts / no exec runs. A run's program is number 0.
+void beginExec(int seq);
+void endExec();
+/// After spawnProgram(): kills the program (and all) if a stop for it came meanwhile.
+void killIfStopped();
 
 /// Starts the program like posix_spawn (clone with CLONE_VM | CLONE_VFORK, on a stack mapped
 /// once per process): returns once it has exec'd or failed; -1 with errno if clone failed.

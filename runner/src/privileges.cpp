@@ -55,12 +55,12 @@ StepResult dropPrivileges(const PrivilegePlan& plan) {
   return stepOk();
 }
 
-StepResult applyLandlock(const PrivilegePlan& plan) {
-  if (plan.landlock_abi < 1) return stepOk();
+LandlockRuleset buildLandlockRuleset(const PrivilegePlan& plan) {
+  if (plan.landlock_abi < 1) return {};
   landlock_ruleset_attr attr{};
   attr.handled_access_fs = kLandlockWrite;
   int ruleset = static_cast<int>(::syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0));
-  if (ruleset < 0) return stepFail("landlock create ruleset");
+  if (ruleset < 0) return {-1, stepFail("landlock create ruleset")};
   struct Allowed {
     const char* path;
     unsigned long long access;
@@ -89,14 +89,25 @@ StepResult applyLandlock(const PrivilegePlan& plan) {
     ::close(fd);
     if (rc != 0) {
       ::close(ruleset);
-      return stepFail("landlock add rule", e);
+      return {-1, stepFail("landlock add rule", e)};
     }
   }
-  long rc = ::syscall(SYS_landlock_restrict_self, ruleset, 0);
-  int e = errno;
-  ::close(ruleset);
-  if (rc != 0) return stepFail("landlock restrict self", e);
+  return {ruleset, stepOk()};
+}
+
+StepResult restrictToLandlockRuleset(int ruleset) {
+  if (ruleset < 0) return stepOk();
+  if (::syscall(SYS_landlock_restrict_self, ruleset, 0) != 0)
+    return stepFail("landlock restrict self");
   return stepOk();
+}
+
+StepResult applyLandlock(const PrivilegePlan& plan) {
+  const LandlockRuleset rs = buildLandlockRuleset(plan);
+  if (!rs.result) return rs.result;
+  const StepResult r = restrictToLandlockRuleset(rs.fd);
+  if (rs.fd >= 0) ::close(rs.fd);
+  return r;
 }
 
 }  // namespace sluice::runner::detail

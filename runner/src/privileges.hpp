@@ -35,6 +35,17 @@ StepResult applyRlimits(const PrivilegePlan& plan);
 /// the parent), then empties every capability set and sets no_new_privs.
 StepResult dropPrivileges(const PrivilegePlan& plan);
 /// Restricts writes to /work, /tmp, /output, /dev/shm and the /dev nodes. Needs no_new_privs.
+/// The same as restrictToLandlockRuleset(buildLandlockRuleset(plan).fd).
 StepResult applyLandlock(const PrivilegePlan& plan);
+
+/// The Landlock ruleset applyLandlock() applies, as an fd (-1 when the kernel has no Landlock).
+/// A session's init builds it once, in the sandbox's root, for every exec's program.
+struct LandlockRuleset {
+  int fd = -1;
+  StepResult result;
+};
+LandlockRuleset buildLandlockRuleset(const PrivilegePlan& plan);
+/// Confines the calling process by `ruleset` (nothing when -1). Needs no_new_privs.
+StepResult restrictToLandlockRuleset(int ruleset);
 
 }  // namespace sluice::runner::detail

@@ -208,7 +208,7 @@ class Supervisor {
     r_.stop = why;
     // init's handler SIGKILLs every other process of the namespace; the normal path then
     // reports. If init itself is wedged, SIGKILL it after a grace period.
-    ::kill(s_.init, SIGUSR1);
+    ::sigqueue(s_.init, SIGUSR1, sigval{.sival_int = s_.stop_seq});
     kill_deadline_ = Clock::now() + 2s;
   }
 

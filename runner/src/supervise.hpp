@@ -27,10 +27,11 @@ struct SuperviseSpec {
   int rep_r = -1;               // init's InitReport
   Fd* stdin_w = nullptr;        // fed `stdin_data`, then closed (null: nothing to feed)
   std::string_view stdin_data;
-  pid_t init = -1;                 // SIGUSR1: init kills the program and everything it started
-  const Cgroup* cgroup = nullptr;  // sampled every 100 ms (CPU total, pids)
-  std::uint64_t cpu_base_us = 0;   // the cgroup's CPU use before this program started
-  Clock::time_point started;       // the timeout counts from here
+  pid_t init = -1;   // SIGUSR1: init kills the program and everything it started
+  int stop_seq = 0;  // carried by that SIGUSR1: which program it is for (a session's exec)
+  const Cgroup* cgroup = nullptr;         // sampled every 100 ms (CPU total, pids)
+  std::uint64_t cpu_base_us = 0;          // the cgroup's CPU use before this program started
+  Clock::time_point started;              // the timeout counts from here
   std::chrono::milliseconds timeout{0};   // 0: none
   std::chrono::milliseconds cpu_time{0};  // 0: none
   std::uint64_t output_limit = 0;         // captured per stream; 0: all

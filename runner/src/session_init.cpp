@@ -1,0 +1,165 @@
+// The init of a session sandbox (child side): after the same set-up as a run's init it stays,
+// idle, as pid 1 of the session's pid namespace, and serves one exec at a time received over
+// its control socket: it starts the program exactly as a run's init does (spawnProgram, the
+// same privilege drop, Landlock and seccomp), reaps everything, SIGKILLs what the program left
+// when it exits, and reports. EOF on the control socket ends the session (init exits and the
+// kernel kills whatever is left in its pid namespace). Like every init it may be a copy of a
+// multi-threaded process: system calls only, no allocation.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "child.hpp"
+#include "exec_request.hpp"
+#include "seccomp.hpp"
+
+namespace sluice::runner::detail {
+namespace {
+
+struct ReceivedExec {
+  int fds[kExecFdCount] = {-1, -1, -1, -1, -1, -1};
+  int count = 0;
+  int seq = 0;
+
+  void closeAll() {
+    for (int& fd : fds)
+      if (fd >= 0) ::close(std::exchange(fd, -1));
+  }
+};
+
+// One request from the control socket: 1 with its fds, 0 on EOF (the session ends), -1 for
+// anything else (its fds closed; an interrupted call is retried).
+int receiveExec(int control, ReceivedExec& out) {
+  ExecRequest req;
+  iovec iov{&req, sizeof req};
+  alignas(cmsghdr) char control_buf[CMSG_SPACE(sizeof(int) * kExecFdCount)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control_buf;
+  msg.msg_controllen = sizeof control_buf;
+  ssize_t n;
+  do n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0) return 0;  // EOF, or the socket is unusable: the session is over either way
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const int got = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int i = 0; i < got; ++i) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+      if (out.count < kExecFdCount)
+        out.fds[out.count++] = fd;
+      else
+        ::close(fd);
+    }
+  }
+  const bool ok = n == static_cast<ssize_t>(sizeof req) && !(msg.msg_flags & MSG_CTRUNC) &&
+                  req.magic == kExecRequestMagic && out.count == static_cast<int>(req.fd_count) &&
+                  out.count >= kExecStdin && req.seq > 0;
+  if (!ok) out.closeAll();
+  out.seq = req.seq;
+  return ok ? 1 : -1;
+}
+
+[[noreturn]] void failSetUp(int error_fd, StepResult r) {
+  reportStep(error_fd, ChildMessage::kSetupFailed, r.step, r.err);
+  ::_exit(kInitSetupFailed);
+}
+
+void writeFully(int fd, const void* data, std::size_t size) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    const ssize_t n = ::write(fd, p, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    size -= static_cast<std::size_t>(n);
+  }
+}
+
+// Built once by the session's init, in the sandbox's root, for every exec (buildLandlockRuleset).
+int g_landlock_ruleset = -1;
+
+// One exec: map its arguments, start the program, reap everything, report.
+void serveExec(const ChildPlan& plan, ReceivedExec& req) {
+  const int error_fd = req.fds[kExecError];
+  struct stat st {};
+  void* mem = MAP_FAILED;
+  if (::fstat(req.fds[kExecBlob], &st) == 0 && st.st_size > 0)
+    mem = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                 req.fds[kExecBlob], 0);
+  ExecArgs args;
+  if (mem == MAP_FAILED ||
+      !decodeExecBlob(static_cast<char*>(mem), static_cast<std::size_t>(st.st_size), args)) {
+    reportStep(error_fd, ChildMessage::kSetupFailed, "read exec request", EINVAL);
+    if (mem != MAP_FAILED) ::munmap(mem, static_cast<std::size_t>(st.st_size));
+    return;
+  }
+  ProgramLaunch launch;
+  launch.argv = args.argv;
+  launch.envp = args.envp;
+  launch.cwd = args.cwd;
+  launch.path_dirs = &plan.path_dirs;
+  launch.privileges = &plan.privileges;
+  launch.seccomp = nullptr;  // in force since sessionInitMain loaded it
+  launch.landlock_ruleset = g_landlock_ruleset;
+  launch.stdin_fd = req.count > kExecStdin ? req.fds[kExecStdin] : -1;
+  launch.stdout_fd = req.fds[kExecStdout];
+  launch.stderr_fd = req.fds[kExecStderr];
+  launch.error_fd = error_fd;
+  launch.session = true;
+  const pid_t program = spawnProgram(launch);
+  if (program < 0) reportStep(error_fd, ChildMessage::kSetupFailed, "start program", errno);
+  killIfStopped();  // a stop that came before the program existed
+  // Init keeps no copy of the exec's pipes: sluice sees EOF once the program's processes are
+  // gone (or the program exec'd, for the error pipe).
+  for (int i : {kExecStdout, kExecStderr, kExecError, kExecStdin})
+    if (req.fds[i] >= 0) ::close(std::exchange(req.fds[i], -1));
+  if (program >= 0) {
+    const InitReport rep = reapUntilEmpty(program);
+    writeFully(req.fds[kExecReport], &rep, sizeof rep);
+  }
+  ::munmap(mem, static_cast<std::size_t>(st.st_size));
+}
+
+}  // namespace
+
+void sessionInitMain(const ChildPlan& plan) {
+  const ChildFds& f = plan.fds;
+  initSetUp(plan);
+  endExec();  // idle: no stop applies until the first exec
+  installInitSignalHandlers();
+  // What every exec's program would otherwise build for itself: the Landlock ruleset, and the
+  // seccomp filter, loaded here into init (it needs none of what the filter refuses any more;
+  // as root it needs no no_new_privs for it) and so inherited by every program.
+  const LandlockRuleset ruleset = buildLandlockRuleset(plan.privileges);
+  if (!ruleset.result) failSetUp(f.error_write, ruleset.result);
+  g_landlock_ruleset = ruleset.fd;
+  if (auto r = loadSeccompProgram(plan.seccomp); !r) failSetUp(f.error_write, r);
+  // Ready: sluice reads 'R', then EOF on the error pipe. The run-only fds go.
+  writeFully(f.report_write, "R", 1);
+  for (int fd : {f.report_write, f.error_write, f.go_read, f.control_read, f.stdout_write,
+                 f.stderr_write, f.stdin_read})
+    ::close(fd);
+  for (;;) {
+    ReceivedExec req;
+    const int got = receiveExec(f.listener_channel, req);
+    if (got == 0) break;
+    if (got < 0) continue;
+    beginExec(req.seq);
+    serveExec(plan, req);
+    endExec();
+    req.closeAll();
+  }
+  ::_exit(0);
+}
+
+}  // namespace sluice::runner::detail
