@@ -24,6 +24,7 @@ void addProxyCommands(CLI::App& app, int& exit_code);
 /// came before the `--`.
 void addRunCommands(CLI::App& app, int& exit_code,
                     std::optional<std::vector<std::string>> trailing = std::nullopt);
+void addServeCommands(CLI::App& app, int& exit_code);  // serve
 void addCaCommands(CLI::App& app, int& exit_code);   // ca init
 
 }  // namespace sluice::cli

@@ -46,7 +46,8 @@ int main(int argc, char** argv) {
       {{"audit"}, sluice::cli::addAuditCommands},
       {{"proxy"}, sluice::cli::addProxyCommands},
       {{"run", "gc"}, [](CLI::App& a, int& rc) { sluice::cli::addRunCommands(a, rc, run_trailing); }},
-      {{"ca"}, sluice::cli::addCaCommands}};
+      {{"ca"}, sluice::cli::addCaCommands},
+      {{"serve"}, sluice::cli::addServeCommands}};
   bool added = false;
   for (const Group& g : groups) {
     if (std::find(g.names.begin(), g.names.end(), first) != g.names.end()) {

@@ -29,6 +29,7 @@
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
+#include "sluice/serve/execution.hpp"
 #include "sluice/runner/sandbox.hpp"
 
 namespace sluice::cli {
@@ -38,9 +39,6 @@ namespace pol = sluice::policy;
 namespace rn = sluice::runner;
 
 constexpr int kSluiceFailed = 125;
-// Where the sandbox's TLS clients look for trust anchors (the runner points SSL_CERT_FILE and
-// friends there, see docs/sandbox.md).
-constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
 constexpr std::chrono::hours kExecutionCaValidity{24};
 
 struct RunOptions {
@@ -102,15 +100,6 @@ std::expected<std::shared_ptr<const pol::Workflow>, std::string> loadWorkflow(co
 
 std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w,
                                                        const RunOptions& o) {
-  rn::Limits base;
-  base.timeout = w.sandbox.timeout;
-  base.cpu_time = w.sandbox.cpu_time;
-  base.memory = w.sandbox.memory;
-  base.pids = w.sandbox.pids;
-  base.output = w.sandbox.output;
-  base.disk = w.sandbox.disk;
-  base.file_size = w.sandbox.file_size;
-  base.open_files = w.sandbox.open_files;
   rn::LimitOverrides ov;
   // One parser per kind of value; the shared wrapper skips unset options and names the
   // option in errors.
@@ -146,7 +135,7 @@ std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w,
                  size("file-size", o.file_size, ov.file_size),
                  count("open-files", o.open_files, ov.open_files)})
     if (!r) return std::unexpected(r.error());
-  return rn::applyOverrides(base, ov);
+  return serve::workflowLimits(w, ov);
 }
 
 std::expected<std::vector<rn::Input>, std::string> parseInputs(const std::vector<std::string>& in) {
@@ -261,16 +250,8 @@ int doRun(const RunOptions& o) {
   // the proxy swaps the token for the secret only on that rule's requests.
   std::vector<proxy::Placeholder> placeholders;
   if (network_proxy) placeholders = proxy::makePlaceholders(w);
-  std::vector<std::string> sandbox_env = o.env;
-  for (const proxy::Placeholder& ph : placeholders) {
-    for (const std::string& kv : o.env)
-      if (kv.substr(0, kv.find('=')) == ph.env)
-        return fail("environment", "--env " + ph.env + ": set by rule '" + ph.rule_id +
-                                       "' (inject.placeholder_env), cannot be given");
-    sandbox_env.push_back(ph.env + "=" + ph.token);
-  }
-  if (auto env = rn::buildEnvironment(sandbox_env, network_proxy); !env)
-    return fail("environment", env.error());
+  auto sandbox_env = serve::sandboxEnvironment(o.env, placeholders, network_proxy);
+  if (!sandbox_env) return fail("environment", "--env " + sandbox_env.error());
   std::string why;
   const bool full_isolation = rn::sandboxSupported(&why);
   if (!full_isolation) {
@@ -285,7 +266,7 @@ int doRun(const RunOptions& o) {
 
   rn::RunSpec spec;
   spec.argv = o.command;
-  spec.env = std::move(sandbox_env);
+  spec.env = std::move(*sandbox_env);
   spec.limits = *limits;
   spec.network_proxy = network_proxy;
   spec.inputs = std::move(*inputs);
@@ -296,15 +277,12 @@ int doRun(const RunOptions& o) {
   // sandbox's processes descend from the helper forked above, before the key existed); the
   // sandbox trusts it through the bundle the runner's SSL_CERT_FILE & co. point at.
   std::shared_ptr<proxy::CertificateAuthority> ca;
-  if (network_proxy && std::any_of(w.rules.begin(), w.rules.end(), [](const pol::Rule& r) {
-        return r.tls == pol::TlsMode::kInspect;
-      })) {
+  if (network_proxy && serve::inspectsTls(w)) {
     auto made = proxy::CertificateAuthority::createEphemeral(
         "sluice execution CA " + spec.execution_id, kExecutionCaValidity);
     if (!made) return fail("certificate authority", made.error());
     ca = std::move(*made);
-    spec.extra_files.emplace_back(kSandboxCaBundle,
-                                  proxy::CertificateAuthority::mergedBundle(ca->certificatePem()));
+    spec.extra_files = serve::caBundleFiles(w, *ca);
   }
   timer.mark("cli: execution CA");
 
@@ -410,37 +388,12 @@ int doRun(const RunOptions& o) {
       // The sandbox is gone: close what is left of its connections, then stop the proxy so
       // that every connection row is queued before the execution row.
       px->closeExecution(spec.execution_id);
-      proxy::Stats st = px->stats(spec.execution_id);
-      ctx.network.allowed = st.allowed;
-      ctx.network.denied = st.denied;
-      ctx.network.bytes_out = st.bytes_out;
-      ctx.network.bytes_in = st.bytes_in;
-      for (const auto& d : st.denials)
-        ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+      serve::addNetwork(ctx, px->stats(spec.execution_id));
       px->stop();
     }
     receipt = rn::buildReceipt(spec, r, ctx);
     if (store) {
-      rec.id = spec.execution_id;
-      rec.workflow = w.name;
-      rec.policy_sha256 = w.sha256;
-      rec.argv_json = receipt["argv"].dump();
-      rec.started_at_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(r.started_at.time_since_epoch())
-              .count();
-      rec.ended_at_ms =
-          std::chrono::duration_cast<std::chrono::milliseconds>(r.ended_at.time_since_epoch())
-              .count();
-      rec.exit_code = r.exit_code;
-      rec.signal = r.signal;
-      rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));
-      rec.usage_json = receipt["usage"].dump();
-      rec.stdout_bytes = r.out.bytes;
-      rec.stderr_bytes = r.err.bytes;
-      rec.stdout_truncated = r.out.truncated;
-      rec.stderr_truncated = r.err.truncated;
-      rec.artifacts_json = receipt["artifacts"].dump();
-      rec.receipt_json = dumpJson(receipt);
+      rec = serve::executionRecord(receipt, r, ctx);
       commit.emplace(store->beginRecordExecution(rec));
     }
     receipt_us = elapsedUs(t);
@@ -474,18 +427,7 @@ int doRun(const RunOptions& o) {
       store.reset();
       commit.reset();
     }
-    rn::RunResult failed;
-    failed.exit_code = e.exitStatus();
-    failed.started_at = failed.ended_at = std::chrono::system_clock::now();
-    failed.err.text = "sluice: " + message + "\n";
-    failed.err.bytes = failed.err.text.size();
-    failed.isolation.namespaces = {"mount", "pid", "net", "ipc", "uts", "cgroup"};
-    failed.isolation.seccomp = failed.isolation.no_new_privs = true;
-    failed.isolation.uid = spec.uid;
-    failed.isolation.gid = spec.gid;
-    failed.isolation.cgroup = full_isolation ? "v1" : "none";
-    if (auto layout = rn::detectCgroupLayout(); full_isolation && layout)
-      failed.isolation.cgroup = layout->version == rn::CgroupVersion::kV2 ? "v2" : "v1";
+    rn::RunResult failed = serve::failedResult(e, spec, full_isolation);
     result = failed;
     startReceipt(*result);
   }

@@ -279,93 +279,91 @@ net::awaitable<void> Api::postRun(Request& req, Reply& reply) {
 
 // /v1/sessions and /v1/sessions/{id}[/exec | /files/{path}]; `rest` follows "/v1/sessions".
 net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::string& rest) {
+  // Every Work is a named local before co_await: g++ 12 destroys lambda temporaries inside a
+  // co_await expression twice.
   const auto m = req.method;
-  auto jsonWork = [](auto fn, int status) -> Work {
-    return [fn = std::move(fn), status](const std::function<void(std::string)>& lines,
-                                        int stop_fd) -> std::expected<Answer, ApiError> {
-      auto r = fn(lines, stop_fd);
-      if (!r) return std::unexpected(r.error());
-      return Answer{status, kJson, dump(*r)};
-    };
-  };
-  if (rest.empty() || rest == "/") {
-    if (m != http::verb::post) {
-      co_await error(reply, apiError(405, "bad_request", "use POST /v1/sessions"));
-      co_return;
-    }
-    if (draining_) {
-      co_await error(reply, apiError(503, "draining", "the daemon is shutting down"));
-      co_return;
-    }
-    auto body = parseBody(req);
-    if (!body) {
-      co_await error(reply, body.error());
-      co_return;
-    }
-    co_await offload(reply,
-                     jsonWork([this, caller = req.caller, b = std::move(*body)](
-                                  const auto&, int) { return sessions_.create(caller, b); },
-                              201),
-                     false);
-    co_return;
-  }
-  // "/{id}", "/{id}/exec", "/{id}/files/{path}"
-  std::string tail = rest.substr(1);
+  Work work;
+  bool stream = false;
+  std::optional<ApiError> refused;
+  std::string tail = rest.empty() ? std::string() : rest.substr(1);
   std::string id = tail.substr(0, tail.find('/'));
   std::string sub = tail.size() > id.size() ? tail.substr(id.size()) : "";
-  if (sub.empty() && m == http::verb::delete_) {
-    co_await offload(reply,
-                     jsonWork([this, caller = req.caller, id](const auto&, int) {
-                       return sessions_.end(caller, id);
-                     },
-                              200),
-                     false);
-    co_return;
-  }
-  if (sub == "/exec" && m == http::verb::post) {
-    if (draining_) {
-      co_await error(reply, apiError(503, "draining", "the daemon is shutting down"));
-      co_return;
-    }
+  constexpr std::string_view kFiles = "/files/";
+  const bool creates = tail.empty() && m == http::verb::post;
+  const bool execs = !id.empty() && sub == "/exec" && m == http::verb::post;
+  if ((creates || execs) && draining_) {
+    refused = apiError(503, "draining", "the daemon is shutting down");
+  } else if (creates || execs) {
     auto body = parseBody(req);
     if (!body) {
-      co_await error(reply, body.error());
-      co_return;
+      refused = body.error();
+    } else if (creates) {
+      work = makeSessionCreate(req.caller, std::move(*body));
+    } else {
+      stream = req.accept.find(kNdjson) != std::string::npos;
+      work = makeSessionExec(req.caller, id, std::move(*body));
     }
-    const bool stream = req.accept.find(kNdjson) != std::string::npos;
-    co_await offload(reply,
-                     jsonWork([this, caller = req.caller, id, b = std::move(*body)](
-                                  const std::function<void(std::string)>& lines, int stop_fd) {
-                       return sessions_.exec(caller, id, b, lines, stop_fd);
-                     },
-                              200),
-                     stream);
+  } else if (!id.empty() && sub.empty() && m == http::verb::delete_) {
+    work = makeSessionEnd(req.caller, id);
+  } else if (!id.empty() && sub.starts_with(kFiles) && m == http::verb::put) {
+    work = makeFilePut(req.caller, id, sub.substr(kFiles.size()), std::move(req.body));
+  } else if (!id.empty() && sub.starts_with(kFiles) && m == http::verb::get) {
+    work = makeFileGet(req.caller, id, sub.substr(kFiles.size()));
+  } else {
+    refused = apiError(404, "not_found", "no such endpoint: " + req.method_text + " " + req.target);
+  }
+  if (refused) {
+    co_await error(reply, *refused);
     co_return;
   }
-  constexpr std::string_view kFiles = "/files/";
-  if (sub.starts_with(kFiles) && (m == http::verb::put || m == http::verb::get)) {
-    std::string path = sub.substr(kFiles.size());
-    if (m == http::verb::put) {
-      co_await offload(reply,
-                       jsonWork([this, caller = req.caller, id, path, data = std::move(req.body)](
-                                    const auto&, int) {
-                         return sessions_.putFile(caller, id, path, data);
-                       },
-                                201),
-                       false);
-      co_return;
-    }
-    Work get = [this, caller = req.caller, id, path](const auto&, int)
-        -> std::expected<Answer, ApiError> {
-      auto f = sessions_.getFile(caller, id, path);
-      if (!f) return std::unexpected(f.error());
-      return Answer{200, f->content_type, std::move(f->body)};
-    };
-    co_await offload(reply, std::move(get), false);
-    co_return;
-  }
-  co_await error(reply, apiError(404, "not_found", "no such endpoint: " + req.method_text + " " +
-                                                       req.target));
+  co_await offload(reply, std::move(work), stream);
+}
+
+Api::Work Api::makeSessionCreate(Caller caller, json body) {
+  return [this, caller = std::move(caller), body = std::move(body)](
+             const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
+    auto r = sessions_.create(caller, body);
+    if (!r) return std::unexpected(r.error());
+    return Answer{201, kJson, dump(*r)};
+  };
+}
+
+Api::Work Api::makeSessionExec(Caller caller, std::string id, json body) {
+  return [this, caller = std::move(caller), id = std::move(id), body = std::move(body)](
+             const std::function<void(std::string)>& lines,
+             int stop_fd) -> std::expected<Answer, ApiError> {
+    auto r = sessions_.exec(caller, id, body, lines, stop_fd);
+    if (!r) return std::unexpected(r.error());
+    return Answer{200, kJson, dump(*r)};
+  };
+}
+
+Api::Work Api::makeSessionEnd(Caller caller, std::string id) {
+  return [this, caller = std::move(caller), id = std::move(id)](
+             const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
+    auto r = sessions_.end(caller, id);
+    if (!r) return std::unexpected(r.error());
+    return Answer{200, kJson, dump(*r)};
+  };
+}
+
+Api::Work Api::makeFilePut(Caller caller, std::string id, std::string path, std::string data) {
+  return [this, caller = std::move(caller), id = std::move(id), path = std::move(path),
+          data = std::move(data)](const std::function<void(std::string)>&,
+                                  int) -> std::expected<Answer, ApiError> {
+    auto r = sessions_.putFile(caller, id, path, data);
+    if (!r) return std::unexpected(r.error());
+    return Answer{201, kJson, dump(*r)};
+  };
+}
+
+Api::Work Api::makeFileGet(Caller caller, std::string id, std::string path) {
+  return [this, caller = std::move(caller), id = std::move(id), path = std::move(path)](
+             const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
+    auto f = sessions_.getFile(caller, id, path);
+    if (!f) return std::unexpected(f.error());
+    return Answer{200, f->content_type, std::move(f->body)};
+  };
 }
 
 void Api::waitForExecutions(std::chrono::milliseconds timeout) {

@@ -8,7 +8,10 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <optional>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "engine.hpp"
 #include "http_server.hpp"
@@ -49,6 +52,11 @@ class Api {
   net::awaitable<void> offload(Reply& reply, Work work, bool stream);
   net::awaitable<void> sessionRoute(Request& req, Reply& reply, const std::string& rest);
   net::awaitable<void> postRun(Request& req, Reply& reply);
+  Work makeSessionCreate(Caller caller, nlohmann::json body);
+  Work makeSessionExec(Caller caller, std::string id, nlohmann::json body);
+  Work makeSessionEnd(Caller caller, std::string id);
+  Work makeFilePut(Caller caller, std::string id, std::string path, std::string data);
+  Work makeFileGet(Caller caller, std::string id, std::string path);
   net::awaitable<void> getExecution(Request& req, Reply& reply, const std::string& id);
   net::awaitable<void> error(Reply& reply, const ApiError& e);
 

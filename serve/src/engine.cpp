@@ -16,6 +16,8 @@
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/receipt.hpp"
+#include "sluice/serve/execution.hpp"
+#include "pool.hpp"
 
 namespace sluice::serve {
 namespace rn = sluice::runner;
@@ -23,8 +25,6 @@ namespace pol = sluice::policy;
 using nlohmann::json;
 
 namespace {
-
-constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
 
 std::string randomId(const char* prefix) {
   unsigned char b[8] = {};
@@ -36,10 +36,6 @@ std::string randomId(const char* prefix) {
     s += k[c & 15];
   }
   return s;
-}
-
-std::string dumpJson(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 ApiError badField(const std::string& field, const std::string& why) {
@@ -223,49 +219,16 @@ void Engine::flush() {
 
 std::expected<rn::Limits, ApiError> Engine::limitsFor(const pol::Workflow& w,
                                                      const rn::LimitOverrides& overrides) {
-  rn::Limits base;
-  base.timeout = w.sandbox.timeout;
-  base.cpu_time = w.sandbox.cpu_time;
-  base.memory = w.sandbox.memory;
-  base.pids = w.sandbox.pids;
-  base.output = w.sandbox.output;
-  base.disk = w.sandbox.disk;
-  base.file_size = w.sandbox.file_size;
-  base.open_files = w.sandbox.open_files;
-  auto limits = rn::applyOverrides(base, overrides);
+  auto limits = workflowLimits(w, overrides);
   if (!limits) return std::unexpected(badField("limits", limits.error()));
   return *limits;
 }
 
 std::vector<std::pair<std::string, std::string>> Engine::extraFilesFor(const pol::Workflow& w) {
-  const bool inspects = std::any_of(w.rules.begin(), w.rules.end(), [](const pol::Rule& r) {
-    return r.tls == pol::TlsMode::kInspect;
-  });
-  if (w.sandbox.network != pol::NetworkMode::kProxy || !inspects) return {};
-  return {{kSandboxCaBundle, proxy::CertificateAuthority::mergedBundle(ca_->certificatePem())}};
-}
-
-void Engine::addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
-  ctx.network.allowed = st.allowed;
-  ctx.network.denied = st.denied;
-  ctx.network.bytes_out = st.bytes_out;
-  ctx.network.bytes_in = st.bytes_in;
-  for (const auto& d : st.denials) ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+  return caBundleFiles(w, *ca_);
 }
 
 std::string Engine::newId(const char* prefix) { return randomId(prefix); }
-
-rn::RunResult Engine::failedResult(const rn::SetupError& e) {
-  rn::RunResult failed;
-  failed.exit_code = e.exitStatus();
-  failed.started_at = failed.ended_at = std::chrono::system_clock::now();
-  failed.err.text = "sluice: " + (e.kind == rn::SetupError::Kind::kSetup
-                                      ? "setup failed at step '" + e.step + "': " + e.message
-                                      : e.message) +
-                    "\n";
-  failed.err.bytes = failed.err.text.size();
-  return failed;
-}
 
 std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::RunResult& r,
                                              const rn::ReceiptContext& ctx, const Caller& caller,
@@ -273,26 +236,7 @@ std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::
   json receipt = rn::buildReceipt(spec, r, ctx);
   receipt["caller"] = caller.name;
   if (!session_id.empty()) receipt["session_id"] = session_id;
-  audit::ExecutionRecord rec;
-  rec.id = spec.execution_id;
-  rec.workflow = ctx.workflow;
-  rec.policy_sha256 = ctx.policy_sha256;
-  rec.argv_json = receipt["argv"].dump();
-  rec.started_at_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(r.started_at.time_since_epoch())
-          .count();
-  rec.ended_at_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(r.ended_at.time_since_epoch()).count();
-  rec.exit_code = r.exit_code;
-  rec.signal = r.signal;
-  rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));
-  rec.usage_json = receipt["usage"].dump();
-  rec.stdout_bytes = r.out.bytes;
-  rec.stderr_bytes = r.err.bytes;
-  rec.stdout_truncated = r.out.truncated;
-  rec.stderr_truncated = r.err.truncated;
-  rec.artifacts_json = receipt["artifacts"].dump();
-  rec.receipt_json = dumpJson(receipt);
+  audit::ExecutionRecord rec = executionRecord(receipt, r, ctx);
   auto hash = store_->recordExecution(rec);
   metrics_.runFinished();
   if (!hash)
@@ -312,6 +256,13 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   auto limits = limitsFor(*w, request.limits);
   if (!limits) return std::unexpected(limits.error());
   const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
+  // A prepared sandbox has the workflow's session-wide limits: only a run that tightens nothing
+  // but its timeout can take one.
+  const auto& o = request.limits;
+  const bool poolable = !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk &&
+                        !o.file_size && !o.open_files;
+  if (pool_ && poolable)
+    if (auto p = pool_->take(*w)) return runPrepared(caller, request, std::move(p), lines, stop_fd, asked);
 
   rn::RunSpec spec;
   spec.argv = request.argv;
@@ -323,16 +274,9 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   spec.extra_files = extraFilesFor(*w);
   std::vector<proxy::Placeholder> placeholders;
   if (network_proxy) placeholders = proxy::makePlaceholders(*w);
-  spec.env = request.env;
-  for (const auto& ph : placeholders) {
-    for (const std::string& kv : request.env)
-      if (kv.substr(0, kv.find('=')) == ph.env)
-        return std::unexpected(badField("env." + ph.env, "is set by rule '" + ph.rule_id +
-                                                             "' (inject.placeholder_env)"));
-    spec.env.push_back(ph.env + "=" + ph.token);
-  }
-  if (auto env = rn::buildEnvironment(spec.env, network_proxy); !env)
-    return std::unexpected(badField("env", env.error()));
+  auto env = sandboxEnvironment(request.env, placeholders, network_proxy);
+  if (!env) return std::unexpected(badField("env", env.error()));
+  spec.env = std::move(*env);
 
   rn::RunHooks hooks;
   hooks.stop_fd = stop_fd;
@@ -368,13 +312,78 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   store_->recordPolicy(w->sha256, w->name, w->yaml_text);
 
   auto result = rn::runSandboxed(spec, hooks);
-  if (!result) result = failedResult(result.error());
+  if (!result) result = failedResult(result.error(), spec, rn::sandboxSupported());
   if (network_proxy) {
     proxy_->closeExecution(spec.execution_id);
     addNetwork(ctx, proxy_->stats(spec.execution_id));
   }
   tee_->unsubscribe(spec.execution_id);
   return commit(spec, *result, ctx, caller, "");
+}
+
+// A run in a prepared sandbox: its files written, one exec, then the sandbox ends.
+std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const RunRequest& request,
+                                                  std::unique_ptr<Prepared> p,
+                                                  const std::function<void(std::string)>& lines,
+                                                  int stop_fd,
+                                                  std::chrono::steady_clock::time_point asked) {
+  const pol::Workflow& w = *p->workflow;
+  const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
+  struct End {  // the sandbox is used once, whatever happens
+    Engine* e;
+    Prepared* p;
+    bool proxy;
+    ~End() {
+      p->box->end();
+      if (proxy) e->proxy_->closeExecution(p->id);
+    }
+  } end{this, p.get(), network_proxy};
+  auto env = sandboxEnvironment(request.env, {}, network_proxy);
+  if (!env) return std::unexpected(badField("env", env.error()));
+  for (const auto& ph : p->placeholders)
+    for (const std::string& kv : request.env)
+      if (kv.substr(0, kv.find('=')) == ph.env)
+        return std::unexpected(badField("env." + ph.env, "is set by rule '" + ph.rule_id +
+                                                             "' (inject.placeholder_env)"));
+  for (const auto& f : request.files)
+    if (auto w_ = p->box->writeFile(f.path, f.content); !w_)
+      return std::unexpected(badField("files." + f.path, w_.error()));
+  rn::ExecSpec spec;
+  spec.argv = request.argv;
+  spec.env = request.env;
+  spec.stdin_data = request.stdin_data;
+  spec.timeout = request.limits.timeout;
+  spec.execution_id = p->id;
+  rn::ExecHooks hooks;
+  hooks.stop_fd = stop_fd;
+  if (lines) {
+    tee_->subscribe(p->id, lines);
+    hooks.live = [&](int stream, std::string_view data) {
+      json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
+      lines(dumpJson(j));
+    };
+  }
+  store_->recordPolicy(w.sha256, w.name, w.yaml_text);
+  metrics_.runStart(std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+  rn::RunSpec mirror;  // what the receipt describes
+  mirror.argv = request.argv;
+  mirror.limits = p->limits;
+  if (request.limits.timeout) mirror.limits.timeout = *request.limits.timeout;
+  mirror.network_proxy = network_proxy;
+  mirror.execution_id = p->id;
+  auto result = p->box->exec(spec, hooks);
+  if (!result) result = failedResult(result.error(), mirror, rn::sandboxSupported());
+  if (result->artifacts.empty()) result->artifacts = p->box->artifacts();
+  rn::ReceiptContext ctx;
+  ctx.workflow = w.name;
+  ctx.policy_sha256 = w.sha256;
+  ctx.network_mode = network_proxy ? "proxy" : "none";
+  if (network_proxy) {
+    proxy_->closeExecution(p->id);
+    addNetwork(ctx, proxy_->stats(p->id));
+  }
+  if (lines) tee_->unsubscribe(p->id);
+  return commit(mirror, *result, ctx, caller, "");
 }
 
 std::optional<json> Engine::execution(const Caller& caller, const std::string& id) {

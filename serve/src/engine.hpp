@@ -56,6 +56,9 @@ struct WorkflowInfo {
   std::string policy_sha256;
 };
 
+class Pool;
+struct Prepared;
+
 class Engine {
  public:
   static std::expected<std::unique_ptr<Engine>, std::string> create(const ServeOptions& options,
@@ -75,6 +78,9 @@ class Engine {
   /// The stored receipt of execution `id`, if `caller` owns it.
   std::optional<nlohmann::json> execution(const Caller& caller, const std::string& id);
 
+  /// Runs of workflows with prepared sandboxes take one (pool.hpp); null: always cold.
+  void setPool(Pool* pool) { pool_ = pool; }
+
   std::uint64_t auditQueueDepth() const;
   /// Flushes the audit store (drain).
   void flush();
@@ -91,8 +97,6 @@ class Engine {
                                                     const runner::LimitOverrides& overrides);
   /// Extra files a sandbox of `w` needs (the CA bundle when it inspects TLS).
   std::vector<std::pair<std::string, std::string>> extraFilesFor(const policy::Workflow& w);
-  /// Fills the receipt's network part from the proxy's counters of `listener_id`.
-  static void addNetwork(runner::ReceiptContext& ctx, const proxy::Stats& st);
   /// Builds the receipt of a finished execution, stores it durably (with `caller` and, for a
   /// session exec, `session_id`) and returns it with its hash.
   std::expected<nlohmann::json, ApiError> commit(const runner::RunSpec& spec,
@@ -100,8 +104,6 @@ class Engine {
                                                  const runner::ReceiptContext& ctx,
                                                  const Caller& caller,
                                                  const std::string& session_id);
-  /// A result for an execution that never ran (setup failed), so it still gets a receipt.
-  static runner::RunResult failedResult(const runner::SetupError& e);
   static std::string newId(const char* prefix);
   /// Largest file a session download returns.
   std::uint64_t maxFileBytes() const { return options_.max_body_bytes; }
@@ -109,8 +111,14 @@ class Engine {
  private:
   explicit Engine(const ServeOptions& options, Metrics& metrics);
 
+  std::expected<nlohmann::json, ApiError> runPrepared(
+      const Caller& caller, const RunRequest& request, std::unique_ptr<Prepared> p,
+      const std::function<void(std::string)>& lines, int stop_fd,
+      std::chrono::steady_clock::time_point asked);
+
   ServeOptions options_;
   Metrics& metrics_;
+  Pool* pool_ = nullptr;
   std::shared_ptr<audit::Store> store_;
   std::shared_ptr<EventTee> tee_;
   std::shared_ptr<const policy::SecretStore> secrets_;

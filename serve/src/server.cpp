@@ -10,6 +10,7 @@
 #include "engine.hpp"
 #include "http_server.hpp"
 #include "metrics.hpp"
+#include "pool.hpp"
 #include "sessions.hpp"
 
 namespace sluice::serve {
@@ -33,6 +34,8 @@ class ServerImpl final : public Server {
     if (!engine) return std::unexpected(engine.error());
     engine_ = std::move(*engine);
     sessions_ = std::make_unique<SessionManager>(*engine_, options_.max_sessions);
+    pool_ = std::make_unique<Pool>(*engine_, options_.pool);
+    engine_->setPool(pool_.get());
     api_ = std::make_unique<Api>(*engine_, metrics_, *sessions_);
     http_ = std::make_unique<HttpServer>(
         ioc_, std::move(hopts),
@@ -68,7 +71,12 @@ class ServerImpl final : public Server {
     return {};
   }
 
-  std::expected<void, std::string> reload() override { return engine_->reload(); }
+  std::expected<void, std::string> reload() override {
+    auto r = engine_->reload();
+    // Sandboxes prepared on the old policy are dropped; the pool refills on the new one.
+    if (r && pool_) pool_->reload();
+    return r;
+  }
 
   void drain() override {
     if (drained_.exchange(true)) return;
@@ -82,8 +90,9 @@ class ServerImpl final : public Server {
     }
     reaper_cv_.notify_all();
     if (reaper_.joinable()) reaper_.join();
-    // Every session left ends with its summary receipt.
+    // Every session left ends with its summary receipt; prepared sandboxes are dropped.
     if (sessions_) sessions_->endAll("shutdown");
+    if (pool_) pool_->stop();
     if (http_) http_->close();
     work_.reset();
     ioc_.stop();
@@ -103,6 +112,7 @@ class ServerImpl final : public Server {
   std::vector<std::thread> threads_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<Pool> pool_;
   std::unique_ptr<Api> api_;
   std::thread reaper_;
   std::mutex reaper_mu_;

@@ -1,12 +1,11 @@
 // Sessions (sessions.hpp).
 #include "sessions.hpp"
 
-#include <openssl/sha.h>
-
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/session.hpp"
+#include "sluice/serve/execution.hpp"
 
 namespace sluice::serve {
 namespace rn = sluice::runner;
@@ -44,18 +43,6 @@ std::expected<std::string, ApiError> sandboxPath(const std::string& url_path) {
   }
   if (out.find('\0') != std::string::npos) return std::unexpected(bad("path: contains NUL"));
   return out;
-}
-
-std::string sha256Hex(std::string_view data) {
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), md);
-  static const char* k = "0123456789abcdef";
-  std::string s;
-  for (unsigned char c : md) {
-    s += k[c >> 4];
-    s += k[c & 15];
-  }
-  return s;
 }
 
 // Maps a runner file error to the API's: a missing file is 404, one over the sandbox's disk or
@@ -222,6 +209,11 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
     }
   }
   if (spec.argv.empty()) return std::unexpected(bad("argv: is required"));
+  for (const auto& ph : s.placeholders)
+    for (const std::string& kv : spec.env)
+      if (kv.substr(0, kv.find('=')) == ph.env)
+        return std::unexpected(bad("env." + ph.env + ": is set by rule '" + ph.rule_id +
+                                   "' (inject.placeholder_env)"));
   if (auto env = rn::buildEnvironment(spec.env, s.network_proxy); !env)
     return std::unexpected(bad("env: " + env.error()));
   spec.execution_id = Engine::newId("ex-");
@@ -244,7 +236,13 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   }
   auto result = s.box->exec(spec, hooks);
   if (lines) engine_.tee().unsubscribe(s.id);
-  if (!result) result = Engine::failedResult(result.error());
+  rn::RunSpec mirror;  // what the receipt describes
+  mirror.argv = spec.argv;
+  mirror.limits = s.limits;
+  if (spec.timeout) mirror.limits.timeout = *spec.timeout;
+  mirror.network_proxy = s.network_proxy;
+  mirror.execution_id = spec.execution_id;
+  if (!result) result = failedResult(result.error(), mirror, rn::sandboxSupported());
   rn::ReceiptContext ctx;
   ctx.workflow = s.workflow->name;
   ctx.policy_sha256 = s.workflow->sha256;
@@ -260,14 +258,8 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
                              static_cast<std::ptrdiff_t>(std::min(before.denials.size(),
                                                                   after.denials.size())),
                          after.denials.end());
-    Engine::addNetwork(ctx, delta);
+    addNetwork(ctx, delta);
   }
-  rn::RunSpec mirror;  // what the receipt describes
-  mirror.argv = spec.argv;
-  mirror.limits = s.limits;
-  if (spec.timeout) mirror.limits.timeout = *spec.timeout;
-  mirror.network_proxy = s.network_proxy;
-  mirror.execution_id = spec.execution_id;
   auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
   s.execs.push_back(spec.execution_id);
   std::lock_guard lock(mu_);

@@ -187,7 +187,7 @@ class ServeTest : public ::testing::Test {
     fs::create_directories(dir_ / "policies");
     std::ofstream(dir_ / "policies" / "shell.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: plain shell\n"
-           "sandbox:\n  timeout: 20s\n  memory: 256MiB\n  network: none\n";
+           "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  network: none\n";
     std::ofstream(dir_ / "policies" / "web.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: web\ndescription: one host\n"
            "sandbox:\n  timeout: 20s\n  network: proxy\negress:\n  rules:\n"

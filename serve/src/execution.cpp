@@ -1,0 +1,118 @@
+// One execution's wiring (execution.hpp).
+#include "sluice/serve/execution.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "sluice/runner/cgroup.hpp"
+#include "sluice/runner/environment.hpp"
+
+namespace sluice::serve {
+namespace rn = sluice::runner;
+namespace pol = sluice::policy;
+
+namespace {
+// Where the sandbox's TLS clients look for trust anchors (the runner points SSL_CERT_FILE and
+// friends there, see docs/sandbox.md).
+constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
+
+std::int64_t epochMs(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+}  // namespace
+
+std::expected<rn::Limits, std::string> workflowLimits(const pol::Workflow& w,
+                                                      const rn::LimitOverrides& overrides) {
+  rn::Limits base;
+  base.timeout = w.sandbox.timeout;
+  base.cpu_time = w.sandbox.cpu_time;
+  base.memory = w.sandbox.memory;
+  base.pids = w.sandbox.pids;
+  base.output = w.sandbox.output;
+  base.disk = w.sandbox.disk;
+  base.file_size = w.sandbox.file_size;
+  base.open_files = w.sandbox.open_files;
+  return rn::applyOverrides(base, overrides);
+}
+
+std::expected<std::vector<std::string>, std::string> sandboxEnvironment(
+    const std::vector<std::string>& env, const std::vector<proxy::Placeholder>& placeholders,
+    bool network_proxy) {
+  std::vector<std::string> out = env;
+  for (const proxy::Placeholder& ph : placeholders) {
+    for (const std::string& kv : env)
+      if (kv.substr(0, kv.find('=')) == ph.env)
+        return std::unexpected(ph.env + ": set by rule '" + ph.rule_id +
+                               "' (inject.placeholder_env), cannot be given");
+    out.push_back(ph.env + "=" + ph.token);
+  }
+  if (auto checked = rn::buildEnvironment(out, network_proxy); !checked)
+    return std::unexpected(checked.error());
+  return out;
+}
+
+bool inspectsTls(const pol::Workflow& w) {
+  return std::any_of(w.rules.begin(), w.rules.end(),
+                     [](const pol::Rule& r) { return r.tls == pol::TlsMode::kInspect; });
+}
+
+std::vector<std::pair<std::string, std::string>> caBundleFiles(
+    const pol::Workflow& w, const proxy::CertificateAuthority& ca) {
+  if (w.sandbox.network != pol::NetworkMode::kProxy || !inspectsTls(w)) return {};
+  return {{kSandboxCaBundle, proxy::CertificateAuthority::mergedBundle(ca.certificatePem())}};
+}
+
+void addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
+  ctx.network.allowed = st.allowed;
+  ctx.network.denied = st.denied;
+  ctx.network.bytes_out = st.bytes_out;
+  ctx.network.bytes_in = st.bytes_in;
+  for (const auto& d : st.denials) ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+}
+
+rn::RunResult failedResult(const rn::SetupError& e, const rn::RunSpec& spec, bool full_isolation) {
+  const bool setup = e.kind == rn::SetupError::Kind::kSetup;
+  rn::RunResult failed;
+  failed.exit_code = e.exitStatus();
+  failed.started_at = failed.ended_at = std::chrono::system_clock::now();
+  failed.err.text =
+      "sluice: " + (setup ? "setup failed at step '" + e.step + "': " + e.message : e.message) +
+      "\n";
+  failed.err.bytes = failed.err.text.size();
+  failed.isolation.namespaces = {"mount", "pid", "net", "ipc", "uts", "cgroup"};
+  failed.isolation.seccomp = failed.isolation.no_new_privs = true;
+  failed.isolation.uid = spec.uid;
+  failed.isolation.gid = spec.gid;
+  failed.isolation.cgroup = full_isolation ? "v1" : "none";
+  if (auto layout = rn::detectCgroupLayout(); full_isolation && layout)
+    failed.isolation.cgroup = layout->version == rn::CgroupVersion::kV2 ? "v2" : "v1";
+  return failed;
+}
+
+audit::ExecutionRecord executionRecord(const nlohmann::json& receipt, const rn::RunResult& r,
+                                       const rn::ReceiptContext& ctx) {
+  audit::ExecutionRecord rec;
+  rec.id = receipt["execution_id"].get<std::string>();
+  rec.workflow = ctx.workflow;
+  rec.policy_sha256 = ctx.policy_sha256;
+  rec.argv_json = receipt["argv"].dump();
+  rec.started_at_ms = epochMs(r.started_at);
+  rec.ended_at_ms = epochMs(r.ended_at);
+  rec.exit_code = r.exit_code;
+  rec.signal = r.signal;
+  rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));
+  rec.usage_json = receipt["usage"].dump();
+  rec.stdout_bytes = r.out.bytes;
+  rec.stderr_bytes = r.err.bytes;
+  rec.stdout_truncated = r.out.truncated;
+  rec.stderr_truncated = r.err.truncated;
+  rec.artifacts_json = receipt["artifacts"].dump();
+  rec.receipt_json = dumpJson(receipt);
+  return rec;
+}
+
+std::string dumpJson(const nlohmann::json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace sluice::serve

@@ -1,0 +1,145 @@
+// The warm pool (pool.hpp).
+#include "pool.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include "sluice/policy/matcher.hpp"
+#include "sluice/serve/execution.hpp"
+
+namespace sluice::serve {
+namespace rn = sluice::runner;
+namespace pol = sluice::policy;
+
+std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
+    Engine& engine, const std::string& id, std::shared_ptr<const pol::Workflow> w) {
+  auto p = std::make_unique<Prepared>();
+  p->id = id;
+  p->workflow = w;
+  auto limits = workflowLimits(*w, {});
+  if (!limits) return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "limits", limits.error()});
+  p->limits = *limits;
+  const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
+  if (network_proxy) p->placeholders = proxy::makePlaceholders(*w);
+  rn::SessionSpec spec;
+  spec.session_id = id;
+  spec.limits = p->limits;
+  spec.network_proxy = network_proxy;
+  spec.extra_files = engine.extraFilesFor(*w);
+  for (const auto& ph : p->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
+  auto matcher = pol::Matcher::compile(w);
+  rn::ListenerCallback on_listener;
+  if (network_proxy)
+    on_listener = [&](int fd) -> std::expected<void, std::string> {
+      auto r = engine.proxy().adoptListener(
+          fd, proxy::ListenerIdentity{id, matcher, engine.secrets(), p->placeholders});
+      if (!r) return std::unexpected(r.error().message);
+      return {};
+    };
+  auto box = rn::SandboxSession::start(spec, on_listener);
+  if (!box) {
+    if (network_proxy) engine.proxy().closeExecution(id);
+    return std::unexpected(box.error());
+  }
+  p->box = std::move(*box);
+  return p;
+}
+
+Pool::Pool(Engine& engine, std::size_t per_workflow)
+    : engine_(engine), per_workflow_(per_workflow) {
+  filler_ = std::thread([this] { refill(); });
+}
+
+Pool::~Pool() { stop(); }
+
+void Pool::stop() {
+  std::map<std::string, std::deque<std::unique_ptr<Prepared>>> left;
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !filler_.joinable()) return;
+    stopping_ = true;
+    left.swap(ready_);
+  }
+  cv_.notify_all();
+  if (filler_.joinable()) filler_.join();
+  for (auto& [name, q] : left)
+    for (auto& p : q) drop(std::move(p));
+}
+
+void Pool::drop(std::unique_ptr<Prepared> p) {
+  if (!p) return;
+  p->box->end();
+  if (p->workflow->sandbox.network == pol::NetworkMode::kProxy)
+    engine_.proxy().closeExecution(p->id);
+}
+
+std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
+  std::unique_ptr<Prepared> p;
+  {
+    std::lock_guard lock(mu_);
+    auto it = ready_.find(w.name);
+    // Only a sandbox built on this very policy (a reload may have raced).
+    while (it != ready_.end() && !it->second.empty()) {
+      auto candidate = std::move(it->second.front());
+      it->second.pop_front();
+      if (candidate->workflow->sha256 == w.sha256) {
+        p = std::move(candidate);
+        break;
+      }
+    }
+    if (it != ready_.end()) engine_.metrics().poolReady(w.name, static_cast<std::int64_t>(it->second.size()));
+  }
+  cv_.notify_all();  // the filler builds the replacement
+  return p;
+}
+
+void Pool::reload() {
+  std::map<std::string, std::deque<std::unique_ptr<Prepared>>> old;
+  {
+    std::lock_guard lock(mu_);
+    old.swap(ready_);
+  }
+  cv_.notify_all();
+  for (auto& [name, q] : old)
+    for (auto& p : q) drop(std::move(p));
+}
+
+void Pool::refill() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    // The first workflow short of its share, if any.
+    std::shared_ptr<const pol::Workflow> want;
+    for (const auto& info : engine_.workflows()) {
+      auto w = engine_.workflow(info.name);
+      // sandbox.pool in the workflow, else --pool.
+      const std::size_t share = w && w->sandbox.pool ? *w->sandbox.pool : per_workflow_;
+      if (w && ready_[info.name].size() < share) {
+        want = w;
+        break;
+      }
+    }
+    if (!want) {
+      cv_.wait(lock);
+      continue;
+    }
+    lock.unlock();
+    auto made = prepare(engine_, Engine::newId("ex-"), want);
+    lock.lock();
+    if (!made) {
+      spdlog::warn("pool: cannot prepare a sandbox for workflow '{}': {}: {}", want->name,
+                   made.error().step, made.error().message);
+      cv_.wait_for(lock, std::chrono::seconds(1));
+      continue;
+    }
+    if (stopping_) {
+      lock.unlock();
+      drop(std::move(*made));
+      lock.lock();
+      continue;
+    }
+    auto& q = ready_[want->name];
+    q.push_back(std::move(*made));
+    engine_.metrics().poolReady(want->name, static_cast<std::int64_t>(q.size()));
+  }
+}
+
+}  // namespace sluice::serve
