@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,9 +15,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "isolation.hpp"
+#include "proc_scan.hpp"
 #include "sluice/serve/server.hpp"
 
 namespace fs = std::filesystem;
@@ -552,6 +555,178 @@ TEST_F(ServeTest, CurlAndThePythonClientWork) {
                    " --workflow shell --stream --out " + (dir_ / "out2").string());
   EXPECT_EQ(tcp.first, 0) << tcp.second;
   EXPECT_TRUE(fs::exists(dir_ / "out2" / "details" / "values.txt")) << tcp.second;
+}
+
+}  // namespace
+
+namespace {
+
+std::string metricValue(const std::string& metrics, const std::string& series) {
+  auto at = metrics.find(series + " ");
+  if (at == std::string::npos) return "";
+  auto start = at + series.size() + 1;
+  return metrics.substr(start, metrics.find('\n', start) - start);
+}
+
+// The warm pool: runs take prepared sandboxes (each used once), the pool refills, and a reload
+// drops the sandboxes built on the old policy.
+TEST_F(ServeTest, WarmPoolServesRunsOnceEachAndFollowsReloads) {
+  REQUIRE_SANDBOX();
+  auto o = options();
+  o.pool = 2;
+  start(o);
+  const std::string ready = "sluice_pool_ready{workflow=\"shell\"}";
+  auto waitReady = [&](const std::string& want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::string got;
+    while (std::chrono::steady_clock::now() < deadline) {
+      got = metricValue(call("GET", "/metrics").body, ready);
+      if (got == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << ready << " stayed " << got << ", wanted " << want;
+    return false;
+  };
+  ASSERT_TRUE(waitReady("2"));
+  std::set<std::string> ids;
+  for (int i = 0; i < 4; ++i) {
+    auto r = call("POST", "/v1/runs",
+                  R"({"workflow":"shell","argv":["/bin/sh","-c","cat; ls /work | wc -l"],"stdin":"x"})");
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.js()["stdout"]["text"], "x0\n") << "a prepared sandbox was used twice";
+    expectSchema("Receipt", r.js());
+    EXPECT_TRUE(ids.insert(r.js()["execution_id"].get<std::string>()).second);
+    // Files of one run are never seen by the next.
+    ASSERT_EQ(call("POST", "/v1/runs",
+                   R"({"workflow":"shell","argv":["true"],"files":{"/work/left.txt":"eA=="}})")
+                  .status,
+              200);
+  }
+  ASSERT_TRUE(waitReady("2"));
+  // A new policy text: every sandbox prepared on the old one is dropped.
+  std::ofstream(dir_ / "policies" / "shell.yaml")
+      << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: reloaded\n"
+         "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  network: none\n";
+  ASSERT_TRUE(server_->reload().has_value());
+  auto w = call("GET", "/v1/workflows").js();
+  std::string sha;
+  for (const auto& item : w)
+    if (item["name"] == "shell") sha = item["policy_sha256"];
+  auto r = call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.js()["policy_sha256"], sha);
+}
+
+}  // namespace
+
+namespace {
+
+// The real daemon process: SIGTERM drains (running execs stopped after --drain, every session
+// ends with its summary receipt) and leaves no process or cgroup; SIGKILL takes every sandbox
+// with it and `sluice gc` removes the cgroups; the audit store verifies either way.
+class ServeProcessTest : public ServeTest {
+ protected:
+  pid_t spawnDaemon() {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      int devnull = ::open("/dev/null", O_WRONLY);
+      ::dup2(devnull, 1);
+      ::dup2(devnull, 2);
+      std::vector<std::string> args = {SLUICE_BINARY,   "serve",
+                                       "--policy-dir",  (dir_ / "policies").string(),
+                                       "--listen",      "unix:" + socket(),
+                                       "--audit",       (dir_ / "audit.db").string(),
+                                       "--drain",       "1s"};
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(SLUICE_BINARY, argv.data());
+      ::_exit(99);
+    }
+    for (int i = 0; i < 200 && !fs::exists(socket()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return pid;
+  }
+  int running(const std::string& marker) {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::ifstream f(e.path() / "cmdline");
+      std::string cmd((std::istreambuf_iterator<char>(f)), {});
+      if (cmd.starts_with(std::string("sleep\0", 6) + marker)) ++n;
+    }
+    return n;
+  }
+  // A session whose exec runs `sleep MARKER` (held open by a client thread).
+  std::thread longExec(const std::string& marker, std::string& session) {
+    auto created = call("POST", "/v1/sessions", R"({"workflow":"shell"})");
+    EXPECT_EQ(created.status, 201) << created.body;
+    session = created.js().value("id", "");
+    std::thread t([this, session, marker] {
+      call("POST", "/v1/sessions/" + session + "/exec",
+           R"({"argv":["sleep",")" + marker + R"("]})");
+    });
+    for (int i = 0; i < 200 && running(marker) == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(running(marker), 1);
+    return t;
+  }
+  std::string sql(const std::string& statement) {
+    auto [rc, out] = shell(std::string(SLUICE_BINARY) + " audit sql --db " +
+                           (dir_ / "audit.db").string() + " --format csv \"" + statement + "\"");
+    EXPECT_EQ(rc, 0) << out;
+    return out;
+  }
+};
+
+TEST_F(ServeProcessTest, SigtermDrainsEndsSessionsWithReceiptsAndLeavesNothing) {
+  REQUIRE_SANDBOX();
+  const std::string marker = "4343" + std::to_string(::getpid());
+  pid_t daemon = spawnDaemon();
+  ASSERT_GT(daemon, 0);
+  std::string session;
+  std::thread t = longExec(marker, session);
+  ::kill(daemon, SIGTERM);
+  int status = 0;
+  ::waitpid(daemon, &status, 0);
+  t.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(running(marker), 0);
+  for (const std::string& name : sluice::testing::sluiceCgroupNames())
+    EXPECT_FALSE(name.starts_with(std::to_string(daemon) + ".")) << name;
+  EXPECT_FALSE(fs::exists(socket()));
+  EXPECT_NE(sql("SELECT json_extract(receipt, '$.ended_by') FROM executions WHERE id = '" +
+                session + "'")
+                .find("shutdown"),
+            std::string::npos);
+  // The session's summary and the exec that was stopped by the drain, each with its receipt.
+  EXPECT_NE(sql("SELECT count(*) AS n FROM executions WHERE session_id = '" + session + "'")
+                .find("\n2"),
+            std::string::npos);
+  auto [rc, out] = shell(std::string(SLUICE_BINARY) + " audit verify --db " +
+                         (dir_ / "audit.db").string());
+  EXPECT_EQ(rc, 0) << out;
+}
+
+TEST_F(ServeProcessTest, SigkillTakesEverySandboxWithItAndGcCleansUp) {
+  REQUIRE_SANDBOX();
+  const std::string marker = "4444" + std::to_string(::getpid());
+  pid_t daemon = spawnDaemon();
+  ASSERT_GT(daemon, 0);
+  std::string session;
+  std::thread t = longExec(marker, session);
+  ::kill(daemon, SIGKILL);
+  ::waitpid(daemon, nullptr, 0);
+  t.join();
+  for (int i = 0; i < 100 && running(marker) > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(running(marker), 0);
+  auto gc = shell(std::string(SLUICE_BINARY) + " gc");
+  EXPECT_EQ(gc.first, 0) << gc.second;
+  for (const std::string& name : sluice::testing::sluiceCgroupNames())
+    EXPECT_FALSE(name.starts_with(std::to_string(daemon) + ".")) << name;
+  auto [rc, out] = shell(std::string(SLUICE_BINARY) + " audit verify --db " +
+                         (dir_ / "audit.db").string());
+  EXPECT_EQ(rc, 0) << out;
 }
 
 }  // namespace
