@@ -345,7 +345,9 @@ std::expected<void, Error> Store::Impl::openWriter() {
   // A bigger page cache keeps the index pages of recent rows in memory (inserts otherwise
   // re-read them), and a larger autocheckpoint interval means fewer checkpoint fsyncs at
   // 200k rows/s. Readers are unaffected: WAL lets them read while the WAL grows.
-  if (auto r = detail::exec(path_, raw, "PRAGMA cache_size=-32768; PRAGMA wal_autocheckpoint=4096");
+  if (auto r = detail::exec(path_, raw,
+                            fmt::format("PRAGMA cache_size=-{}; PRAGMA wal_autocheckpoint=4096",
+                                        std::max(64u, options_.cache_kib)));
       !r) {
     return r;
   }

@@ -170,7 +170,11 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
     if (!made) return std::unexpected("certificate authority: " + made.error());
     e->ca_ = std::move(*made);
   }
-  auto store = audit::Store::open(options.audit_db);
+  audit::StoreOptions store_options;
+  // A resident daemon writes a few rows per execution: a small page cache keeps its RSS from
+  // growing with the database (the default suits bulk writers).
+  store_options.cache_kib = 256;
+  auto store = audit::Store::open(options.audit_db, store_options);
   if (!store) return std::unexpected("audit store: " + store.error().message);
   e->store_ = std::shared_ptr<audit::Store>(std::move(*store));
   e->tee_ = std::make_shared<EventTee>(e->store_, metrics);
