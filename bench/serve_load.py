@@ -2,7 +2,8 @@
 """Client side of bench/serve_latency.sh: latency of `sluice serve` calls measured at the
 client over its Unix socket, one kept-alive connection per client thread.
 
-  serve_load.py SOCKET runs N            POST /v1/runs of /bin/true, sequential
+  serve_load.py SOCKET runs N            POST /v1/runs of /bin/true, sequential (PACE_MS=M:
+                                         M ms between requests, so a warm pool can refill)
   serve_load.py SOCKET exec N            one session, N execs of /bin/true, sequential
   serve_load.py SOCKET concurrent N C    N runs spread over C concurrent clients
 
@@ -10,6 +11,7 @@ Prints one JSON object: {"n", "p50_ms", "p99_ms", "mean_ms", "per_s", "errors"}.
 """
 import http.client
 import json
+import os
 import socket
 import statistics
 import sys
@@ -61,9 +63,12 @@ def main():
         conn = UnixConnection(sock)
         for _ in range(5):
             call(conn, "POST", "/v1/runs", run)  # warm-up
+        pace = float(os.environ.get("PACE_MS", "0")) / 1000
         t0 = time.perf_counter()
         for _ in range(n):
             timed(conn, "POST", "/v1/runs", run, times, errors)
+            if pace:
+                time.sleep(pace)  # lets a warm pool refill between requests
         wall = time.perf_counter() - t0
     elif mode == "exec":
         conn = UnixConnection(sock)

@@ -333,15 +333,12 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
                                                   std::chrono::steady_clock::time_point asked) {
   const pol::Workflow& w = *p->workflow;
   const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
-  struct End {  // the sandbox is used once, whatever happens
-    Engine* e;
-    Prepared* p;
-    bool proxy;
-    ~End() {
-      p->box->end();
-      if (proxy) e->proxy_->closeExecution(p->id);
-    }
-  } end{this, p.get(), network_proxy};
+  // The sandbox is used once, whatever happens; it is torn down off the request's path.
+  struct Retire {
+    Pool* pool;
+    std::unique_ptr<Prepared>& p;
+    ~Retire() { pool->retire(std::move(p)); }
+  } retire{pool_, p};
   auto env = sandboxEnvironment(request.env, {}, network_proxy);
   if (!env) return std::unexpected(badField("env", env.error()));
   for (const auto& ph : p->placeholders)

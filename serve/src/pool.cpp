@@ -63,6 +63,12 @@ void Pool::stop() {
   if (filler_.joinable()) filler_.join();
   for (auto& [name, q] : left)
     for (auto& p : q) drop(std::move(p));
+  std::vector<std::unique_ptr<Prepared>> retired;
+  {
+    std::lock_guard lock(mu_);
+    retired.swap(retired_);
+  }
+  for (auto& p : retired) drop(std::move(p));
 }
 
 void Pool::drop(std::unique_ptr<Prepared> p) {
@@ -88,8 +94,23 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
     }
     if (it != ready_.end()) engine_.metrics().poolReady(w.name, static_cast<std::int64_t>(it->second.size()));
   }
-  cv_.notify_all();  // the filler builds the replacement
+  // The filler builds the replacement once this one is retired (after the run answered), so
+  // that building it does not compete with the run for the CPU.
+  if (!p) cv_.notify_all();
   return p;
+}
+
+void Pool::retire(std::unique_ptr<Prepared> p) {
+  if (!p) return;
+  {
+    std::lock_guard lock(mu_);
+    if (!stopping_) {
+      retired_.push_back(std::move(p));
+      cv_.notify_all();
+      return;
+    }
+  }
+  drop(std::move(p));
 }
 
 void Pool::reload() {
@@ -106,6 +127,15 @@ void Pool::reload() {
 void Pool::refill() {
   std::unique_lock lock(mu_);
   while (!stopping_) {
+    // Used sandboxes are ended first: their teardown is what a run did not wait for.
+    if (!retired_.empty()) {
+      auto done = std::move(retired_);
+      retired_.clear();
+      lock.unlock();
+      for (auto& p : done) drop(std::move(p));
+      lock.lock();
+      continue;
+    }
     // The first workflow short of its share, if any.
     std::shared_ptr<const pol::Workflow> want;
     for (const auto& info : engine_.workflows()) {

@@ -38,6 +38,8 @@ class Pool {
   ~Pool();
   /// A prepared sandbox of workflow `w` (built on this very policy), or null when none is ready.
   std::unique_ptr<Prepared> take(const policy::Workflow& w);
+  /// Ends a used (or unusable) prepared sandbox on the pool's thread, off the caller's path.
+  void retire(std::unique_ptr<Prepared> p);
   /// Drops every prepared sandbox (a reload: they hold the old policy) and refills.
   void reload();
   void stop();
@@ -52,6 +54,7 @@ class Pool {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::map<std::string, std::deque<std::unique_ptr<Prepared>>> ready_;  // by workflow name
+  std::vector<std::unique_ptr<Prepared>> retired_;                       // to end
   std::thread filler_;
 };
 
