@@ -35,3 +35,15 @@ wait_port() {  # wait_port PORT: up to 10 s
 }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+# bwrap running /bin/true cold: --unshare-all with read-only system binds (the baseline the
+# start-up targets are measured against). Prints the command line.
+bwrap_true() {
+  local cmd=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr)
+  for d in bin sbin lib lib32 lib64 libx32; do
+    if [ -L "/$d" ]; then cmd+=(--symlink "$(readlink "/$d")" "/$d");
+    elif [ -d "/$d" ]; then cmd+=(--ro-bind "/$d" "/$d"); fi
+  done
+  cmd+=(--proc /proc --dev /dev --tmpfs /tmp /bin/true)
+  echo "${cmd[*]}"
+}

@@ -9,6 +9,7 @@
 # (SLUICE_TIMING=1 phases, medians over the runs). Needs root, hyperfine and bwrap.
 # Usage: bench/run_startup.sh [BUILD_DIR]     (env: RUNS=200 ROUNDS=5 WARMUP=20 SLUICE=path)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
 BUILD_DIR="${1:-build}"
 SLUICE="${SLUICE:-$BUILD_DIR/cli/sluice}"
 SLUICE="$(realpath "$SLUICE")"
@@ -36,12 +37,7 @@ egress:
       hosts: ["example.invalid"]
 YAML
 
-BWRAP=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr)
-for d in bin sbin lib lib32 lib64 libx32; do
-  if [ -L "/$d" ]; then BWRAP+=(--symlink "$(readlink "/$d")" "/$d");
-  elif [ -d "/$d" ]; then BWRAP+=(--ro-bind "/$d" "/$d"); fi
-done
-BWRAP+=(--proc /proc --dev /dev --tmpfs /tmp /bin/true)
+BWRAP=($(bwrap_true))
 
 # Rounds: the machine's speed drifts (2 shared cores), so the commands take turns — ROUNDS
 # hyperfine runs of RUNS/ROUNDS each — and each command's median is over all its runs.

@@ -40,12 +40,7 @@ PIDS+=($!)
 for _ in $(seq 100); do [ -S "$TMP/sluice.sock" ] && [ -S "$TMP/pool.sock" ] && break; sleep 0.05; done
 sleep 1  # the pool fills
 
-BWRAP=(bwrap --unshare-all --die-with-parent --ro-bind /usr /usr)
-for d in bin sbin lib lib32 lib64 libx32; do
-  if [ -L "/$d" ]; then BWRAP+=(--symlink "$(readlink "/$d")" "/$d");
-  elif [ -d "/$d" ]; then BWRAP+=(--ro-bind "/$d" "/$d"); fi
-done
-BWRAP+=(--proc /proc --dev /dev --tmpfs /tmp /bin/true)
+BWRAP=($(bwrap_true))
 hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$TMP/bwrap.json" -n bwrap "${BWRAP[*]}" \
   >/dev/null 2>&1
 BWRAP_MS=$(python3 -c "import json,statistics; r=json.load(open('$TMP/bwrap.json'))['results'][0]['times']; print(round(statistics.median(r)*1000,3))")

@@ -2,6 +2,8 @@
 // process exit status in `exit_code` (0 ok; see DESIGN.md for each command's statuses).
 #pragma once
 
+#include <signal.h>
+
 #include <expected>
 #include <optional>
 #include <string>
@@ -12,6 +14,11 @@ class App;
 }
 
 namespace sluice::cli {
+
+/// For the long-running commands (proxy, serve): blocks SIGHUP, SIGTERM and SIGINT before any
+/// thread starts, so every thread inherits the mask and only the caller's sigwait() sees them,
+/// and ignores SIGPIPE (a peer that went away is an EPIPE, not a death). Returns the set.
+sigset_t blockDaemonSignals();
 
 /// The gid of group `name` (`--audit-group`), or an error naming it.
 std::expected<int, std::string> groupId(const std::string& name);

@@ -99,6 +99,21 @@ bool splitListen(const std::string& text, std::string& addr, std::uint16_t& port
 // Loads the policy directory and compiles every served workflow; all or nothing. A served
 // workflow that inspects TLS without a CA, or references a secret the store lacks, is refused
 // (by name; never a value).
+}  // namespace
+
+sigset_t blockDaemonSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGHUP);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return set;
+}
+
+namespace {
+
 std::expected<std::map<std::string, std::shared_ptr<const policy::Matcher>>, std::string>
 loadMatchers(const ProxyArgs& args, bool have_ca, const policy::SecretStore* secrets) {
   auto set = policy::loadPolicyDir(args.policy_dir);
@@ -128,16 +143,8 @@ loadMatchers(const ProxyArgs& args, bool have_ca, const policy::SecretStore* sec
 }
 
 int runProxy(const ProxyArgs& args) {
-  // Block the signals before any thread starts (audit writer, resolver pool, I/O threads) so
-  // every thread inherits the mask and only sigwait() below sees them.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  // Writes to a peer that went away must fail with EPIPE, not kill the process.
-  signal(SIGPIPE, SIG_IGN);
+  // Before any thread starts (audit writer, resolver pool, I/O threads).
+  sigset_t set = blockDaemonSignals();
 
   if (args.log_format == "json") spdlog::set_formatter(std::make_unique<JsonFormatter>());
   auto logger = cliLogger();

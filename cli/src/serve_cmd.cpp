@@ -23,13 +23,7 @@ struct ServeArgs {
 };
 
 int runServe(ServeArgs& args) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGHUP);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  sigset_t set = blockDaemonSignals();
   auto drain = policy::parseDuration(args.drain);
   if (!drain) {
     std::fprintf(stderr, "sluice serve: --drain %s: %s\n", args.drain.c_str(),

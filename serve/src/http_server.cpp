@@ -198,35 +198,35 @@ net::awaitable<void> serveConnection(StatePtr st, Stream s, std::optional<Caller
   }
 }
 
-net::awaitable<void> acceptTcp(StatePtr st, std::shared_ptr<tcp::acceptor> acc) {
-  for (;;) {
-    ErrorCode ec;
-    tcp::socket s(net::make_strand(st->ioc));
-    co_await acc->async_accept(s, net::redirect_error(net::use_awaitable, ec));
-    if (ec) {
-      if (!acc->is_open()) co_return;
-      continue;
-    }
-    s.set_option(tcp::no_delay(true), ec);
-    auto ex = s.get_executor();
-    net::co_spawn(ex, serveConnection<tcp::socket>(st, std::move(s), std::nullopt),
-                  net::detached);
-  }
+// Caller of a new connection: a Unix peer's uid now; a TCP client's token per request (nullopt).
+std::optional<std::optional<Caller>> peerCaller(tcp::socket& s, const HttpServerOptions&) {
+  ErrorCode ec;
+  s.set_option(tcp::no_delay(true), ec);
+  return std::optional<Caller>();
+}
+std::optional<std::optional<Caller>> peerCaller(unix_stream::socket& s,
+                                                const HttpServerOptions& o) {
+  auto caller = unixCaller(s, o);
+  if (!caller) return std::nullopt;  // no credentials: drop the connection
+  return caller;
 }
 
-net::awaitable<void> acceptUnix(StatePtr st, std::shared_ptr<unix_stream::acceptor> acc) {
+template <typename Protocol>
+net::awaitable<void> acceptLoop(StatePtr st,
+                                std::shared_ptr<typename Protocol::acceptor> acc) {
+  using Socket = typename Protocol::socket;
   for (;;) {
     ErrorCode ec;
-    unix_stream::socket s(net::make_strand(st->ioc));
+    Socket s(net::make_strand(st->ioc));
     co_await acc->async_accept(s, net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (!acc->is_open()) co_return;
       continue;
     }
-    auto caller = unixCaller(s, st->options);
-    if (!caller) continue;  // no credentials: drop it
+    auto caller = peerCaller(s, st->options);
+    if (!caller) continue;
     auto ex = s.get_executor();
-    net::co_spawn(ex, serveConnection<unix_stream::socket>(st, std::move(s), std::move(caller)),
+    net::co_spawn(ex, serveConnection<Socket>(st, std::move(s), std::move(*caller)),
                   net::detached);
   }
 }
@@ -270,7 +270,7 @@ std::expected<std::string, std::string> HttpServer::listen(const std::string& sp
       state_->unix_acceptors.push_back(acc);
       state_->unix_paths.push_back(path);
     }
-    net::co_spawn(acc->get_executor(), acceptUnix(state_, acc), net::detached);
+    net::co_spawn(acc->get_executor(), acceptLoop<unix_stream>(state_, acc), net::detached);
     return "unix:" + path;
   }
   auto colon = spec.rfind(':');
@@ -303,7 +303,7 @@ std::expected<std::string, std::string> HttpServer::listen(const std::string& sp
     std::lock_guard lock(state_->mu);
     state_->tcp_acceptors.push_back(acc);
   }
-  net::co_spawn(acc->get_executor(), acceptTcp(state_, acc), net::detached);
+  net::co_spawn(acc->get_executor(), acceptLoop<tcp>(state_, acc), net::detached);
   std::string h = bound.address().to_string();
   if (bound.address().is_v6()) h = "[" + h + "]";
   return h + ":" + std::to_string(bound.port());

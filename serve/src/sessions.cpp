@@ -268,9 +268,11 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   return receipt;
 }
 
-std::expected<json, ApiError> SessionManager::putFile(const Caller& caller, const std::string& id,
-                                                      const std::string& path,
-                                                      const std::string& data) {
+// A file operation on a live session of `caller`, at sandbox path `path` (URL form), one at a
+// time with its execs; it counts as activity (idle timeout).
+template <typename T, typename Fn>
+std::expected<T, ApiError> SessionManager::onFile(const Caller& caller, const std::string& id,
+                                                  const std::string& path, Fn fn) {
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   auto p = sandboxPath(path);
@@ -278,30 +280,36 @@ std::expected<json, ApiError> SessionManager::putFile(const Caller& caller, cons
   Session& s = **found;
   std::lock_guard op(s.op);
   if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
-  auto info = s.box->writeFile(*p, data);
   {
     std::lock_guard lock(mu_);
     s.last_used = std::chrono::steady_clock::now();
   }
-  if (!info) return std::unexpected(fileError(info.error()));
-  return json{{"path", info->path}, {"bytes", info->bytes}, {"sha256", info->sha256}};
+  return fn(s, *p);
+}
+
+std::expected<json, ApiError> SessionManager::putFile(const Caller& caller, const std::string& id,
+                                                      const std::string& path,
+                                                      const std::string& data) {
+  return onFile<json>(caller, id, path,
+                      [&](Session& s, const std::string& p) -> std::expected<json, ApiError> {
+                        auto info = s.box->writeFile(p, data);
+                        if (!info) return std::unexpected(fileError(info.error()));
+                        return json{{"path", info->path},
+                                    {"bytes", info->bytes},
+                                    {"sha256", info->sha256}};
+                      });
 }
 
 std::expected<SessionManager::FileBody, ApiError> SessionManager::getFile(const Caller& caller,
                                                                          const std::string& id,
                                                                          const std::string& path) {
-  auto found = find(caller, id);
-  if (!found) return std::unexpected(found.error());
-  auto p = sandboxPath(path);
-  if (!p) return std::unexpected(p.error());
-  Session& s = **found;
-  std::lock_guard op(s.op);
-  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
-  {
-    std::lock_guard lock(mu_);
-    s.last_used = std::chrono::steady_clock::now();
-  }
-  if (auto listing = s.box->listDir(*p)) {
+  return onFile<FileBody>(caller, id, path,
+                          [&](Session& s, const std::string& p) { return readOrList(s, p); });
+}
+
+std::expected<SessionManager::FileBody, ApiError> SessionManager::readOrList(
+    Session& s, const std::string& path) {
+  if (auto listing = s.box->listDir(path)) {
     json arr = json::array();
     for (const auto& f : *listing) {
       std::string name = f.path.substr(f.path.find_last_of('/') + 1);
@@ -310,7 +318,7 @@ std::expected<SessionManager::FileBody, ApiError> SessionManager::getFile(const 
     }
     return FileBody{"application/json", dump(arr)};
   }
-  auto bytes = s.box->readFile(*p, engine_.maxFileBytes());
+  auto bytes = s.box->readFile(path, engine_.maxFileBytes());
   if (!bytes) return std::unexpected(fileError(bytes.error()));
   return FileBody{"application/octet-stream", std::move(*bytes)};
 }

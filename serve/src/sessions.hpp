@@ -57,6 +57,10 @@ class SessionManager {
   std::expected<std::shared_ptr<Session>, ApiError> find(const Caller& caller,
                                                          const std::string& id);
   nlohmann::json finish(Session& s, const std::string& ended_by);
+  template <typename T, typename Fn>
+  std::expected<T, ApiError> onFile(const Caller& caller, const std::string& id,
+                                    const std::string& path, Fn fn);
+  std::expected<FileBody, ApiError> readOrList(Session& s, const std::string& path);
 
   Engine& engine_;
   std::size_t max_sessions_;

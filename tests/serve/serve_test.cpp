@@ -787,10 +787,10 @@ TEST_F(ServeTest, FiftyConcurrentSessionsLeaveNothingBehind) {
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(warm_errors.load(), 0);
   // Session threads and sockets wind down asynchronously: give them a moment.
-  for (int i = 0; i < 100 && openFds() > fds; ++i)
+  for (int i = 0; i < 250 && openFds() > fds; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ::malloc_trim(0);
-  EXPECT_EQ(openFds(), fds);
+  EXPECT_LE(openFds(), fds);
   EXPECT_LT(rssBytes(), rss + (1u << 20)) << "RSS grew from " << rss << " to " << rssBytes();
   EXPECT_NE(call("GET", "/metrics").body.find("sluice_sessions_active 0"), std::string::npos);
 }
@@ -809,8 +809,10 @@ TEST_F(ServeTest, ThousandsOfRunsDoNotGrowTheDaemon) {
   ::malloc_trim(0);
   const std::size_t rss = rssBytes(), fds = openFds();
   EXPECT_EQ(runs(2000), 0);
+  for (int i = 0; i < 250 && openFds() > fds; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ::malloc_trim(0);
-  EXPECT_EQ(openFds(), fds);
+  EXPECT_LE(openFds(), fds);
   EXPECT_LT(rssBytes(), rss + (1u << 20)) << "RSS grew from " << rss << " to " << rssBytes();
 }
 
