@@ -141,6 +141,10 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
     co_await postRun(req, reply);
     co_return;
   }
+  if (path == "/v1/approvals" || path.starts_with("/v1/approvals/")) {
+    co_await approvals(req, reply, path);
+    co_return;
+  }
   constexpr std::string_view kSessions = "/v1/sessions";
   if (path == kSessions || path.starts_with("/v1/sessions/")) {
     co_await sessionRoute(req, reply, path.substr(kSessions.size()));
@@ -364,6 +368,38 @@ Api::Work Api::makeFileGet(Caller caller, std::string id, std::string path) {
     if (!f) return std::unexpected(f.error());
     return Answer{200, f->content_type, std::move(f->body)};
   };
+}
+
+// Approvals are asked for by `action: ask` rules, which no policy can hold yet: the list is
+// empty and no id names a pending approval. Who may see and answer them is enforced already.
+net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::string& path) {
+  std::optional<ApiError> refused;
+  std::string answer;
+  if (!req.caller.approver) {
+    refused = apiError(403, "forbidden", req.caller.name + " may not see or answer approvals");
+  } else if (path == "/v1/approvals" && req.method == http::verb::get) {
+    answer = "[]";
+  } else if (path.size() > 14 && req.method == http::verb::post) {
+    auto body = parseBody(req);
+    if (!body) {
+      refused = body.error();
+    } else if (!body->is_object() || !body->contains("decision") ||
+               ((*body)["decision"] != "allow" && (*body)["decision"] != "deny")) {
+      refused = apiError(400, "bad_request", "decision: must be \"allow\" or \"deny\"");
+    } else if (body->contains("scope") && (*body)["scope"] != "once" &&
+               (*body)["scope"] != "execution") {
+      refused = apiError(400, "bad_request", "scope: must be \"once\" or \"execution\"");
+    } else {
+      refused = apiError(404, "not_found", "no pending approval " + path.substr(14));
+    }
+  } else {
+    refused = apiError(404, "not_found", "no such endpoint: " + req.method_text + " " + path);
+  }
+  if (refused) {
+    co_await error(reply, *refused);
+    co_return;
+  }
+  co_await reply.send(http::status::ok, kJson, std::move(answer));
 }
 
 void Api::waitForExecutions(std::chrono::milliseconds timeout) {

@@ -52,6 +52,7 @@ class Api {
   net::awaitable<void> offload(Reply& reply, Work work, bool stream);
   net::awaitable<void> sessionRoute(Request& req, Reply& reply, const std::string& rest);
   net::awaitable<void> postRun(Request& req, Reply& reply);
+  net::awaitable<void> approvals(Request& req, Reply& reply, const std::string& path);
   Work makeSessionCreate(Caller caller, nlohmann::json body);
   Work makeSessionExec(Caller caller, std::string id, nlohmann::json body);
   Work makeSessionEnd(Caller caller, std::string id);

@@ -310,6 +310,26 @@ TEST_F(ServeTest, BadRequestsGetErrorsThatSayWhatAndWhere) {
   expectError(call("GET", "/v1/executions/ex-0000"), 404, "not_found");
 }
 
+// Approvals (answered once `action: ask` exists): only approvers see the list or may answer.
+TEST_F(ServeTest, OnlyApproversSeeApprovals) {
+  start();
+  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "GET", "/v1/approvals"), 403, "forbidden");
+  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "POST", "/v1/approvals/ap-1",
+                      R"({"decision":"allow"})"),
+              403, "forbidden");
+  auto list = callTcp("bbbbbbbbbbbbbbbbbbbbbbbb", "GET", "/v1/approvals");
+  EXPECT_EQ(list.status, 200) << list.body;
+  EXPECT_EQ(list.js(), json::array());
+  expectError(callTcp("bbbbbbbbbbbbbbbbbbbbbbbb", "POST", "/v1/approvals/ap-1",
+                      R"({"decision":"maybe"})"),
+              400, "bad_request");
+  expectError(callTcp("bbbbbbbbbbbbbbbbbbbbbbbb", "POST", "/v1/approvals/ap-1",
+                      R"({"decision":"allow","scope":"once"})"),
+              404, "not_found");
+  // Root over the Unix socket is an approver.
+  EXPECT_EQ(call("GET", "/v1/approvals").status, ::getuid() == 0 ? 200 : 403);
+}
+
 TEST_F(ServeTest, OversizedBodyIs413) {
   auto o = options();
   o.max_body_bytes = 1024;
