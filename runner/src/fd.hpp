@@ -2,6 +2,7 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,10 +45,33 @@ inline bool makePipe(Fd& r, Fd& w) {
   return true;
 }
 
-/// Writes all of `data` (retrying EINTR and short writes); false on error.
+/// write(2) to a pipe whose reader may be gone, without SIGPIPE killing this process (a library
+/// must not rely on its caller ignoring it): the signal is blocked on this thread for the call
+/// and a SIGPIPE the write raised is consumed; the caller sees EPIPE.
+inline ssize_t writeWithoutSigpipe(int fd, const char* data, std::size_t size) {
+  sigset_t pipe_only, old, pending;
+  sigemptyset(&pipe_only);
+  sigaddset(&pipe_only, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
+  sigpending(&pending);
+  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
+  const ssize_t n = ::write(fd, data, size);
+  const int err = errno;
+  if (n < 0 && err == EPIPE && !was_pending) {
+    timespec zero{};
+    while (::sigtimedwait(&pipe_only, nullptr, &zero) < 0 && errno == EINTR) {
+    }
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  errno = err;
+  return n;
+}
+
+/// Writes all of `data` (retrying EINTR and short writes); false on error (EPIPE included,
+/// never a SIGPIPE).
 inline bool writeAll(int fd, std::string_view data) {
   while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
+    ssize_t n = writeWithoutSigpipe(fd, data.data(), data.size());
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return false;
     data.remove_prefix(static_cast<std::size_t>(n));

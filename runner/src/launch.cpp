@@ -214,8 +214,9 @@ std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& ho
   } else if (!id_maps_written) {
     if (auto r = writeIdMaps(l.init, spec.uid, spec.gid); !r) return r;
   }
-  if (::write(l.pipes.go_w.get(), "G", 1) != 1)
-    return std::unexpected(setupError("start sandbox", std::strerror(errno)));
+  // Init gone before it read 'G' (EPIPE): it failed a setup step and said which.
+  if (writeWithoutSigpipe(l.pipes.go_w.get(), "G", 1) != 1)
+    return std::unexpected(l.childFailure("start sandbox"));
   if (spec.network_proxy) {
     const int fd = receiveFd(l.pipes.chan_parent.get());
     if (fd < 0) return std::unexpected(l.childFailure("proxy listener"));
@@ -231,8 +232,8 @@ std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& ho
   if (readable(hooks.stop_fd))
     return std::unexpected(setupError("stopped", "the run was stopped before its program started"));
   // 'A': everything outside the sandbox is ready (proxy listener adopted, gate passed).
-  if (::write(l.pipes.go_w.get(), "A", 1) != 1)
-    return std::unexpected(setupError("start sandbox", std::strerror(errno)));
+  if (writeWithoutSigpipe(l.pipes.go_w.get(), "A", 1) != 1)
+    return std::unexpected(l.childFailure("start sandbox"));
   return {};
 }
 

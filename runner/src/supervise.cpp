@@ -54,27 +54,6 @@ using namespace std::chrono_literals;
 
 constexpr auto kNever = Clock::time_point::max();
 
-// Writes to a pipe whose reader may be gone without raising SIGPIPE in this process: the
-// signal is blocked on this thread for the call and a SIGPIPE it raised is consumed.
-ssize_t writeWithoutSigpipe(int fd, const char* data, std::size_t size) {
-  sigset_t pipe_only, old, pending;
-  sigemptyset(&pipe_only);
-  sigaddset(&pipe_only, SIGPIPE);
-  ::pthread_sigmask(SIG_BLOCK, &pipe_only, &old);
-  sigpending(&pending);
-  const bool was_pending = sigismember(&pending, SIGPIPE) == 1;
-  const ssize_t n = ::write(fd, data, size);
-  const int err = errno;
-  if (n < 0 && err == EPIPE && !was_pending) {
-    timespec zero{};
-    while (::sigtimedwait(&pipe_only, nullptr, &zero) < 0 && errno == EINTR) {
-    }
-  }
-  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  errno = err;
-  return n;
-}
-
 class Supervisor {
  public:
   explicit Supervisor(const SuperviseSpec& s)
