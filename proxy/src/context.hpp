@@ -175,6 +175,8 @@ struct Listener {
   // Credential injection for this execution (set once, before accepting).
   std::shared_ptr<const policy::SecretStore> secrets;
   std::vector<Placeholder> placeholders;
+  // The execution's synthetic DNS names, for redirected connections (transparent.hpp).
+  std::shared_ptr<SyntheticNames> names;
 
  private:
   mutable std::mutex mu_;

@@ -86,6 +86,7 @@ class ProxyImpl : public Proxy {
     auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
     l->secrets = identity.secrets;
     l->placeholders = identity.placeholders;
+    l->names = identity.names;
     if (identity.per_client_window.count() > 0)
       l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
     tcp::endpoint ep(ip, port);
@@ -132,6 +133,7 @@ class ProxyImpl : public Proxy {
     auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
     l->secrets = identity.secrets;
     l->placeholders = identity.placeholders;
+    l->names = identity.names;
     if (identity.per_client_window.count() > 0)
       l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
     ErrorCode ec;

@@ -1,6 +1,7 @@
 // Client sessions: the request loop of one accepted connection (each request goes through the
 // one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry.
 #include "session.hpp"
+#include "transparent.hpp"
 
 #include "audit_rows.hpp"
 #include "exchange.hpp"
@@ -18,6 +19,10 @@ using policy::Reason;
 
 // What the first bytes a client sends into a tunnel are.
 enum class Opening { kTls, kHttp, kOther, kMore };
+
+// How long a redirected connection's client gets to speak first (TLS, HTTP) before it is taken
+// for a server-first protocol (ssh) and decided by its address alone.
+constexpr auto kTransparentPeek = std::chrono::milliseconds(300);
 
 Opening classify(std::string_view b) {
   if (b.empty()) return Opening::kMore;
@@ -129,6 +134,11 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
   net::awaitable<void> loop() {
     bool first = true;
+    // A connection the sandbox's nftables rule redirected here: decided as CONNECT to its
+    // original destination (transparent.hpp), then relayed or served like a tunnel.
+    if (auto dst = originalDestination(client_)) {
+      if (!co_await handleTransparent(*dst)) co_return;
+    }
     for (;;) {
       // A plain-HTTP client follows policy reloads request by request; a tunnel keeps the
       // policy its CONNECT was decided by.
@@ -177,6 +187,11 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
   net::awaitable<void> refuseConnect(const audit::ConnectionEvent& ev, const Refusal& r) {
     recordDeniedConnection(*conn_.ctx, conn_.account(), ev, r);
+    if (ev.kind == "transparent") {
+      // The program spoke no HTTP to us: it gets a reset (docs/proxy.md), the row says why.
+      conn_.aborted = true;
+      co_return;
+    }
     std::string text = renderRefusal(r, conn_.workflow().name, false);
     co_await writeClient(text);
   }
@@ -185,12 +200,15 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   // decision (no address yet), inspection, limits. On success a connection slot is taken.
   // (Kept out of the coroutine so no temporaries sit in co_await expressions: g++ 12 can
   // destroy those twice.)
-  std::expected<policy::Decision, Refusal> connectPrecheck(const policy::Target& target) {
+  std::expected<policy::Decision, Refusal> connectPrecheck(const policy::Target& target,
+                                                           bool transparent) {
     const auto& parser = exchange_.parser();
-    if (auto problem = checkHostAgrees(parser.get(), target, target.port))
-      return std::unexpected(refusal(Reason::kHostMismatch, *problem));
-    if (!parser.is_done())
-      return std::unexpected(refusal(Reason::kInvalidRequest, "CONNECT request with a body"));
+    if (!transparent) {
+      if (auto problem = checkHostAgrees(parser.get(), target, target.port))
+        return std::unexpected(refusal(Reason::kHostMismatch, *problem));
+      if (!parser.is_done())
+        return std::unexpected(refusal(Reason::kInvalidRequest, "CONNECT request with a body"));
+    }
     if (!conn_.ctx->auditHealthy())
       return std::unexpected(refusal(Reason::kAuditUnavailable,
                                      "the audit store has failed; refusing to run unaudited"));
@@ -224,6 +242,52 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     return d;
   }
 
+  // A redirected connection: the name from the DNS map, else the first bytes (SNI, Host; a
+  // client that speaks first), else the address itself; then as a CONNECT that needs no answer.
+  net::awaitable<bool> handleTransparent(tcp::endpoint dst) {
+    auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(), "transparent");
+    const SyntheticNames* names = conn_.listener->names.get();
+    NameInOpening seen;
+    if (!names || !names->nameOf(toIpAddress(dst))) {
+      // Server-first protocols (ssh, smtp) send nothing until the server does: wait briefly.
+      const auto opening = co_await peek(Clock::now() + kTransparentPeek);
+      if (opening == Opening::kTls) seen = co_await completeOpening(sniOf);
+      if (opening == Opening::kHttp) seen = co_await completeOpening(httpHostOf);
+    }
+    auto target = policy::makeTarget(transparentHost(dst, names, seen), dst.port());
+    if (!target) {
+      ev.host = dst.address().to_string();
+      ev.port = dst.port();
+      Refusal r = refusal(Reason::kInvalidTarget, "redirected connection to " + ev.host +
+                                                      ": the name it names does not parse: " +
+                                                      target.error());
+      recordDeniedConnection(*conn_.ctx, conn_.account(), std::move(ev), r);
+      conn_.aborted = true;  // a raw client gets a reset, no HTTP refusal
+      co_return false;
+    }
+    co_return co_await openTunnel(*target, std::move(ev), true);
+  }
+
+  // Reads until `parse` finds the name or gives up (bounded by the header deadline).
+  template <typename Parse>
+  net::awaitable<NameInOpening> completeOpening(Parse parse) {
+    const auto deadline = Clock::now() + conn_.ctx->options.header_timeout;
+    for (;;) {
+      const std::string_view b(static_cast<const char*>(buf_.data().data()), buf_.size());
+      auto found = parse(b);
+      if (found.status != Peeked::kMore || buf_.size() > 65536) co_return found;
+      ErrorCode ec;
+      std::size_t n = 0;
+      {
+        Deadline d(watch_, client_, deadline, conn_.keep_alive);
+        n = co_await client_.async_read_some(buf_.prepare(4096),
+                                             net::redirect_error(net::use_awaitable, ec));
+      }
+      buf_.commit(n);
+      if (ec) co_return NameInOpening{Peeked::kAbsent, ""};
+    }
+  }
+
   // Decides, vets and dials a CONNECT, answers it, then finds out what the tunnel carries.
   // Returns true when the session goes on serving plain HTTP inside the tunnel.
   net::awaitable<bool> handleConnect() {
@@ -237,9 +301,17 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_await refuseConnect(ev, r);
       co_return false;
     }
+    co_return co_await openTunnel(*target, std::move(ev), false);
+  }
+
+  // The tunnel to `target` (a CONNECT, or a redirected connection when `transparent`: no
+  // "200 Connection established", refusals are a reset).
+  net::awaitable<bool> openTunnel(policy::Target target_value, audit::ConnectionEvent ev,
+                                  bool transparent) {
+    const policy::Target* target = &target_value;
     ev.host = target->host;
     ev.port = target->port;
-    auto pre = connectPrecheck(*target);
+    auto pre = connectPrecheck(*target, transparent);
     if (!pre) {
       co_await refuseConnect(ev, pre.error());
       co_return false;
@@ -268,7 +340,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     ev.rule_id = d.rule_id;
     ev.reason = std::string(policy::reasonName(Reason::kAllowed));
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
-    if (!co_await writeClient(kEstablished)) co_return false;  // slot released
+    if (!transparent && !co_await writeClient(kEstablished)) co_return false;  // slot released
     conn_.account().noteAllowed();
     conn_.account().noteUpstreamConnection();
     log().debug("allow connect {} -> {} rule={}", target->authority(), ev.resolved_ip, d.rule_id);
@@ -325,8 +397,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
   // Reads the tunnel's first bytes (the client's ClientHello or request line) into buf_.
-  net::awaitable<Opening> peek() {
-    const auto deadline = Clock::now() + conn_.ctx->options.header_timeout;
+  net::awaitable<Opening> peek() { co_return co_await peek(Clock::now() + conn_.ctx->options.header_timeout); }
+  net::awaitable<Opening> peek(Clock::time_point deadline) {
     for (;;) {
       auto data = buf_.data();
       auto kind = classify(std::string_view(static_cast<const char*>(data.data()), data.size()));

@@ -17,6 +17,7 @@
 #include "sluice/policy/secrets.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/resolver.hpp"
+#include "sluice/proxy/synthetic_names.hpp"
 
 namespace sluice::proxy {
 
@@ -75,6 +76,9 @@ struct ListenerIdentity {
   /// that need an injection are refused).
   std::shared_ptr<const policy::SecretStore> secrets;
   std::vector<Placeholder> placeholders;
+  /// The execution's synthetic DNS names (transparent capture): a redirected connection to one
+  /// of its addresses is decided by the name. Null: none handed out.
+  std::shared_ptr<SyntheticNames> names;
   /// > 0 for a listener shared by many clients (standalone `sluice proxy`): the workflow's
   /// egress.limits apply to each client address (IPv6: each /64) separately, the request and
   /// byte budgets start again every window, refused requests do not spend max_requests, and a

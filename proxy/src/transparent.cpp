@@ -1,0 +1,144 @@
+// Transparent capture helpers (transparent.hpp).
+#include "transparent.hpp"
+
+#include <linux/netfilter_ipv4.h>
+#include <linux/netfilter_ipv6/ip6_tables.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace sluice::proxy {
+namespace {
+
+std::string lower(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  while (!out.empty() && out.back() == '.') out.pop_back();
+  return out;
+}
+
+// A reader over bytes that fails (instead of reading past the end) on malformed input.
+struct Reader {
+  std::string_view b;
+  std::size_t at = 0;
+  bool ok = true;
+  std::size_t u8() {
+    if (at + 1 > b.size()) return ok = false, 0;
+    return static_cast<unsigned char>(b[at++]);
+  }
+  std::size_t u16() { return (u8() << 8) | u8(); }
+  std::size_t u24() { return (u8() << 16) | u16(); }
+  void skip(std::size_t n) {
+    if (at + n > b.size()) ok = false;
+    at = std::min(b.size(), at + n);
+  }
+};
+
+}  // namespace
+
+std::optional<tcp::endpoint> originalDestination(tcp::socket& s) {
+  ErrorCode ec;
+  auto local = s.local_endpoint(ec);
+  if (ec) return std::nullopt;
+  const int fd = s.native_handle();
+  tcp::endpoint dst;
+  if (local.address().is_v4()) {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    if (::getsockopt(fd, SOL_IP, SO_ORIGINAL_DST, &a, &len) != 0) return std::nullopt;
+    dst = tcp::endpoint(net::ip::address_v4(ntohl(a.sin_addr.s_addr)), ntohs(a.sin_port));
+  } else {
+    sockaddr_in6 a{};
+    socklen_t len = sizeof a;
+    if (::getsockopt(fd, SOL_IPV6, IP6T_SO_ORIGINAL_DST, &a, &len) != 0) return std::nullopt;
+    net::ip::address_v6::bytes_type bytes;
+    std::copy(std::begin(a.sin6_addr.s6_addr), std::end(a.sin6_addr.s6_addr), bytes.begin());
+    dst = tcp::endpoint(net::ip::address_v6(bytes), ntohs(a.sin6_port));
+  }
+  if (dst == local) return std::nullopt;  // not redirected: an explicit proxy client
+  return dst;
+}
+
+NameInOpening sniOf(std::string_view bytes) {
+  // TLS record: type 22 (handshake), version, length; then the ClientHello handshake message.
+  if (bytes.size() < 5) return {Peeked::kMore, ""};
+  Reader rec{bytes};
+  if (rec.u8() != 22) return {Peeked::kAbsent, ""};
+  rec.skip(2);
+  const std::size_t record_len = rec.u16();
+  if (bytes.size() < 5 + record_len) return {record_len > 16384 ? Peeked::kAbsent : Peeked::kMore, ""};
+  Reader r{bytes.substr(5, record_len)};
+  if (r.u8() != 1) return {Peeked::kAbsent, ""};  // ClientHello
+  const std::size_t hello_len = r.u24();
+  if (hello_len + 4 > record_len) return {Peeked::kAbsent, ""};  // split across records: give up
+  r.skip(2 + 32);                                                  // version, random
+  r.skip(r.u8());                                                  // session id
+  r.skip(r.u16());                                                 // cipher suites
+  r.skip(r.u8());                                                  // compression methods
+  if (!r.ok || r.at + 2 > r.b.size()) return {Peeked::kAbsent, ""};
+  const std::size_t ext_end = std::min(r.b.size(), r.at + 2 + r.u16());
+  while (r.ok && r.at + 4 <= ext_end) {
+    const std::size_t type = r.u16(), len = r.u16();
+    if (type != 0) {  // server_name
+      r.skip(len);
+      continue;
+    }
+    Reader e{r.b.substr(r.at, std::min(len, r.b.size() - r.at))};
+    const std::size_t list_end = 2 + e.u16();
+    while (e.ok && e.at + 3 <= std::min(list_end, e.b.size())) {
+      const std::size_t name_type = e.u8(), name_len = e.u16();
+      if (!e.ok || e.at + name_len > e.b.size()) break;
+      if (name_type == 0 && name_len > 0 && name_len <= 253)
+        return {Peeked::kFound, lower(e.b.substr(e.at, name_len))};
+      e.skip(name_len);
+    }
+    return {Peeked::kAbsent, ""};
+  }
+  return {Peeked::kAbsent, ""};
+}
+
+NameInOpening httpHostOf(std::string_view bytes) {
+  const auto end = bytes.find("\r\n\r\n");
+  if (end == std::string_view::npos) return {bytes.size() > 65536 ? Peeked::kAbsent : Peeked::kMore, ""};
+  std::string_view head = bytes.substr(0, end + 2);
+  std::size_t at = head.find("\r\n");
+  while (at != std::string_view::npos && at + 2 < head.size()) {
+    const std::size_t start = at + 2;
+    const std::size_t stop = head.find("\r\n", start);
+    std::string_view line = head.substr(start, stop - start);
+    at = stop;
+    if (line.size() < 5 || lower(line.substr(0, 5)) != "host:") continue;
+    std::string_view v = line.substr(5);
+    while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+    if (!v.empty() && v.front() == '[') {  // [v6]:port
+      const auto close = v.find(']');
+      if (close == std::string_view::npos) return {Peeked::kAbsent, ""};
+      return {Peeked::kFound, std::string(v.substr(1, close - 1))};
+    }
+    if (const auto colon = v.rfind(':'); colon != std::string_view::npos) v = v.substr(0, colon);
+    if (v.empty()) return {Peeked::kAbsent, ""};
+    return {Peeked::kFound, lower(v)};
+  }
+  return {Peeked::kAbsent, ""};
+}
+
+std::string transparentHost(const tcp::endpoint& dst, const SyntheticNames* names,
+                            const NameInOpening& from_opening) {
+  const auto addr = dst.address();
+  if (names) {
+    policy::IpAddress ip;
+    if (addr.is_v4()) {
+      ip = policy::IpAddress::v4(addr.to_v4().to_uint());
+    } else {
+      ip = policy::IpAddress::v6(addr.to_v6().to_bytes());
+    }
+    if (auto name = names->nameOf(ip)) return *name;
+  }
+  if (from_opening.status == Peeked::kFound) return from_opening.name;
+  return addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
+}
+
+}  // namespace sluice::proxy

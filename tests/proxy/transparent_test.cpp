@@ -1,0 +1,229 @@
+// Transparent capture, proxy side: the SNI and Host parsers on real and hostile bytes, and
+// redirected connections end to end — a network namespace made by the test (only lo, a default
+// route via lo, an nftables REDIRECT of TCP to the proxy listener inside it) whose client
+// connects to a synthetic DNS address, to an address with an allowed Host, and to a denied one.
+#include <gtest/gtest.h>
+#include <openssl/ssl.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <random>
+
+#include "proxy_fixture.hpp"
+#include "transparent.hpp"
+
+namespace sluice::proxy::testing {
+namespace {
+
+// The first flight of a real TLS client (OpenSSL) with SNI `name` ("" = none).
+std::string clientHello(const std::string& name) {
+  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(ctx);
+  BIO* rbio = BIO_new(BIO_s_mem());
+  BIO* wbio = BIO_new(BIO_s_mem());
+  SSL_set_bio(ssl, rbio, wbio);
+  if (!name.empty()) SSL_set_tlsext_host_name(ssl, name.c_str());
+  SSL_connect(ssl);  // wants to read: the ClientHello is in wbio
+  char* data = nullptr;
+  long n = BIO_get_mem_data(wbio, &data);
+  std::string out(data, static_cast<std::size_t>(n));
+  SSL_free(ssl);
+  SSL_CTX_free(ctx);
+  return out;
+}
+
+TEST(Transparent, SniOfARealClientHello) {
+  auto hello = clientHello("Upstream.Test");
+  auto found = sniOf(hello);
+  EXPECT_EQ(found.status, Peeked::kFound);
+  EXPECT_EQ(found.name, "upstream.test");
+  // Every prefix is "more", never a wrong answer.
+  for (std::size_t n = 0; n < hello.size(); ++n)
+    EXPECT_EQ(sniOf(hello.substr(0, n)).status, Peeked::kMore) << n;
+  EXPECT_EQ(sniOf(clientHello("")).status, Peeked::kAbsent);
+}
+
+TEST(Transparent, SniParserSurvivesHostileBytes) {
+  const auto hello = clientHello("a.example");
+  std::mt19937 rng(20261123);
+  for (int i = 0; i < 20000; ++i) {
+    std::string b = hello;
+    for (int k = 0; k < 4; ++k) b[rng() % b.size()] = static_cast<char>(rng());
+    auto r = sniOf(b);  // must not crash or read out of bounds (ASan builds check)
+    if (r.status == Peeked::kFound) {
+      EXPECT_LE(r.name.size(), 253u);
+    }
+  }
+  EXPECT_EQ(sniOf(std::string("\x16\x03\x01\xff\xff", 5)).status, Peeked::kAbsent);
+  EXPECT_EQ(sniOf("GET / HTTP/1.1\r\n").status, Peeked::kAbsent);
+}
+
+TEST(Transparent, HostOfAnHttpHead) {
+  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nHost: Upstream.Test:8080\r\n\r\n").name, "upstream.test");
+  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nhost:[::1]:80\r\n\r\n").name, "::1");
+  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nHost: a\r\n").status, Peeked::kMore);
+  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nX: y\r\n\r\n").status, Peeked::kAbsent);
+}
+
+TEST(Transparent, TheNameComesFromTheMapThenTheOpeningThenTheAddress) {
+  SyntheticNames names;
+  auto a = names.v4For("upstream.test");
+  ASSERT_TRUE(a);
+  tcp::endpoint synthetic(net::ip::make_address(a->str()), 443);
+  EXPECT_EQ(transparentHost(synthetic, &names, {Peeked::kFound, "evil.test"}), "upstream.test");
+  tcp::endpoint other(net::ip::make_address("203.0.113.7"), 80);
+  EXPECT_EQ(transparentHost(other, &names, {Peeked::kFound, "upstream.test"}), "upstream.test");
+  EXPECT_EQ(transparentHost(other, &names, {Peeked::kAbsent, ""}), "203.0.113.7");
+  tcp::endpoint v6(net::ip::make_address("2001:db8::1"), 443);
+  EXPECT_EQ(transparentHost(v6, nullptr, {Peeked::kAbsent, ""}), "[2001:db8::1]");
+  auto six = names.v6For("upstream.test");
+  ASSERT_TRUE(six);
+  EXPECT_EQ(names.nameOf(*six), "upstream.test");
+  EXPECT_TRUE(SyntheticNames::isSynthetic(*a));
+  EXPECT_FALSE(SyntheticNames::isSynthetic(*policy::parseIpLiteral("198.20.0.1")));
+}
+
+// Sends `fd` over the Unix socket `sock`.
+void sendFd(int sock, int fd) {
+  char c = 'f';
+  iovec iov{&c, 1};
+  char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctrl;
+  m.msg_controllen = sizeof ctrl;
+  cmsghdr* cm = CMSG_FIRSTHDR(&m);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  (void)::sendmsg(sock, &m, 0);
+}
+
+int recvFd(int sock) {
+  char c;
+  iovec iov{&c, 1};
+  char ctrl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctrl;
+  m.msg_controllen = sizeof ctrl;
+  if (::recvmsg(sock, &m, 0) != 1) return -1;
+  cmsghdr* cm = CMSG_FIRSTHDR(&m);
+  if (!cm) return -1;
+  int fd = -1;
+  std::memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+  return fd;
+}
+
+// One HTTP GET from inside the namespace to `ip`:`port` (plain TCP, no proxy configured);
+// the status code, or a negative number for a connection error / reset.
+int getFrom(const std::string& ip, std::uint16_t port, const std::string& host) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  timeval tv{3, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, ip.c_str(), &a.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  std::string req = "GET /v1/ok HTTP/1.1\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+  (void)::send(fd, req.data(), req.size(), MSG_NOSIGNAL);
+  char buf[64] = {};
+  ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
+  if (n < 0) return -(100 + errno);
+  if (n < 12) return -(200 + static_cast<int>(n));
+  return std::atoi(buf + 9);
+}
+
+class TransparentNetnsTest : public ProxyFixture {
+ protected:
+  std::string policyYaml() override {
+    return "apiVersion: sluice/v1\nkind: Workflow\nname: transparent\negress:\n  rules:\n"
+           "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n";
+  }
+};
+
+// The test's own namespace, like the runner will make it: lo, a default route via lo, and
+// TCP to anything but loopback redirected to the listener at 127.0.0.1:3128.
+TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
+  if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
+    if (std::getenv("CI")) FAIL() << "needs root and nft";
+    GTEST_SKIP() << "needs root and nft";
+  }
+  auto names = std::make_shared<SyntheticNames>();
+  const auto synthetic = names->v4For("upstream.test");
+  ASSERT_TRUE(synthetic);
+  const std::uint16_t up = up_.httpPort();
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  int results[2];
+  ASSERT_EQ(::pipe2(results, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(sv[0]);
+    ::close(results[0]);
+    if (::unshare(CLONE_NEWNET) != 0) ::_exit(10);
+    // `src 127.0.0.1`: without it a connection to a routed address gets source 0.0.0.0, and
+    // the redirected replies go nowhere.
+    if (std::system("ip link set lo up && ip route add default dev lo src 127.0.0.1 && "
+                    "printf 'table inet t {\\n chain out { type nat hook output priority -100;\\n"
+                    "  ip daddr != 127.0.0.0/8 tcp dport != 3128 redirect to :3128\\n }\\n}\\n' "
+                    "| nft -f -") != 0)
+      ::_exit(11);
+    int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(3128);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 16) != 0)
+      ::_exit(12);
+    sendFd(sv[1], l);
+    char go;
+    if (::read(sv[1], &go, 1) != 1) ::_exit(13);  // the proxy has it
+    int r[3] = {getFrom(synthetic->str(), up, "anything.test"),      // by the DNS map
+                getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up)),  // by Host
+                getFrom("203.0.113.8", up, "denied.test")};           // refused: reset
+    (void)::write(results[1], r, sizeof r);
+    ::_exit(0);
+  }
+  ::close(sv[1]);
+  ::close(results[1]);
+  int fd = recvFd(sv[0]);
+  ASSERT_GE(fd, 0);
+  ListenerIdentity id{"exec-transparent", matcher_};
+  id.names = names;
+  ASSERT_TRUE(proxy_->adoptListener(fd, id).has_value());
+  (void)::write(sv[0], "g", 1);
+  int r[3] = {0, 0, 0};
+  EXPECT_EQ(::read(results[0], r, sizeof r), static_cast<ssize_t>(sizeof r));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(r[0], 200) << "by the synthetic address's name";
+  EXPECT_EQ(r[1], 200) << "by the Host header";
+  EXPECT_LT(r[2], 0) << "a denied host gets a reset, not an HTTP answer";
+  auto row = sink_->waitConnection([](const auto& e) { return e.host == "denied.test"; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->kind, "transparent");
+  EXPECT_EQ(row->decision, "deny");
+  auto ok = sink_->waitConnection(
+      [](const auto& e) { return e.host == "upstream.test" && e.decision == "allow"; });
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->kind, "transparent");
+  ::close(sv[0]);
+  ::close(results[0]);
+}
+
+}  // namespace
+}  // namespace sluice::proxy::testing
