@@ -32,8 +32,8 @@ bench: deps
 	@$(MAKE) build
 	@./bench/run_all.sh $(BUILD_DIR)
 
-# libFuzzer on the policy loader and target parsers and on the proxy's session code
-# (clang-16; see docs/policy.md#fuzzing).
+# libFuzzer on the policy loader and target parsers, on the proxy's session code and on
+# sluice's DNS (clang-16; see docs/policy.md#fuzzing).
 FUZZ_SECONDS ?= 600
 fuzz:
 	@SLUICE_FUZZ_DEPS=1 ./scripts/install-deps.sh
@@ -43,6 +43,7 @@ fuzz:
 	@cmake --build build-fuzz --target fuzz_policy_loader
 	@cmake --build build-fuzz --target fuzz_policy_target
 	@cmake --build build-fuzz --target fuzz_proxy_session
+	@cmake --build build-fuzz --target fuzz_dns
 	@$(MAKE) build
 	@SLUICE_PIPELINE_FUZZ_ITERATIONS=20000 $(BUILD_DIR)/tests/proxy/proxy_test \
 	  --gtest_filter='PipelineTest.Randomized*' 

@@ -2,14 +2,14 @@
 -- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
 -- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
 --
--- Every row of executions, connections, requests and forwards carries `seq`, a sequence number
--- global to the database (one chain across the four tables, in insertion order), `prev_hash` (the hash
+-- Every row of executions, connections, requests, forwards and dns_queries carries `seq`, a
+-- sequence number global to the database (one chain across the five tables, in insertion order), `prev_hash` (the hash
 -- of the row with seq - 1, or 64 zeros for seq 1) and `hash` = SHA-256 over the canonical
 -- encoding of the row (docs/audit.md, "Hash chain"). chain_head holds the last seq and hash
 -- so that rows deleted from the end of the chain are detected too.
 
 PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
-PRAGMA user_version = 3;
+PRAGMA user_version = 4;
 
 -- Every policy text that decided anything, stored once by the SHA-256 of its bytes.
 CREATE TABLE policies (
@@ -120,6 +120,26 @@ CREATE TABLE forwards (
   hash              TEXT NOT NULL
 ) STRICT;
 CREATE INDEX forwards_execution ON forwards (execution_id);
+
+-- One row per DNS query sluice's DNS answered for a sandbox (version 4). name is the question's
+-- name (lower-case; bytes outside [a-z0-9._-] as \DDD), qtype "A", "AAAA", "TXT", ... or
+-- "TYPE<n>", answer the synthetic address or the response code (NXDOMAIN, NODATA, REFUSED,
+-- FORMERR, NOTIMP, SERVFAIL). Nothing is ever forwarded to a real resolver.
+CREATE TABLE dns_queries (
+  seq           INTEGER PRIMARY KEY,
+  execution_id  TEXT,
+  workflow      TEXT NOT NULL,
+  ts            INTEGER NOT NULL,
+  name          TEXT,
+  qtype         TEXT,
+  answer        TEXT,
+  decision      TEXT NOT NULL,  -- allow | deny
+  rule_id       TEXT,
+  reason        TEXT,
+  prev_hash     TEXT NOT NULL,
+  hash          TEXT NOT NULL
+) STRICT;
+CREATE INDEX dns_queries_execution ON dns_queries (execution_id);
 
 -- The last link of the chain (exactly one row).
 CREATE TABLE chain_head (

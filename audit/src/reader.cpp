@@ -297,6 +297,12 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
         "   AND r.host IS t.host AND r.path IS t.path AND r.seq > t.seq) AS completed"
         " FROM (SELECT seq AS id, * FROM forwards) t";
     sql += eventWhere();
+  } else if (kind == "dns") {
+    // sluice's DNS: one row per query; --host matches the queried name.
+    sql =
+        "SELECT t.id, t.execution_id, t.workflow, t.ts, t.name, t.qtype, t.answer, t.decision,"
+        " t.rule_id, t.reason FROM (SELECT seq AS id, name AS host, * FROM dns_queries) t";
+    sql += eventWhere();
   } else if (kind == "events") {
     std::string conn_where = eventWhere();
     std::string req_where = eventWhere();
@@ -312,7 +318,7 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
   } else {
     return std::unexpected(
         Error{"unknown query kind '" + kind +
-              "' (executions, connections, requests, forwards or events)"});
+              "' (executions, connections, requests, forwards, dns or events)"});
   }
   if (kind == "executions") {
     sql += " ORDER BY e.seq";

@@ -41,6 +41,8 @@ inline constexpr auto kRequestColumns = std::to_array<std::string_view>(
 inline constexpr auto kForwardColumns = std::to_array<std::string_view>(
     {"connection_id", "execution_id", "workflow", "ts", "method", "host", "path", "rule_id",
      "attempt", "injected_secrets"});
+inline constexpr auto kDnsColumns = std::to_array<std::string_view>(
+    {"execution_id", "workflow", "ts", "name", "qtype", "answer", "decision", "rule_id", "reason"});
 
 /// The chain's first prev_hash.
 inline constexpr std::string_view kGenesisHash =

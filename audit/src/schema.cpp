@@ -47,6 +47,29 @@ ALTER TABLE executions ADD COLUMN session_id TEXT
 CREATE INDEX executions_caller ON executions (caller);
 PRAGMA user_version = 3;
 )sql",
+    // 3 -> 4: dns_queries (sluice's DNS for the sandbox), in the same hash chain.
+    R"sql(
+-- One row per DNS query sluice's DNS answered for a sandbox (version 4). name is the question's
+-- name (lower-case; bytes outside [a-z0-9._-] as \DDD), qtype "A", "AAAA", "TXT", ... or
+-- "TYPE<n>", answer the synthetic address or the response code (NXDOMAIN, NODATA, REFUSED,
+-- FORMERR, NOTIMP, SERVFAIL). Nothing is ever forwarded to a real resolver.
+CREATE TABLE dns_queries (
+  seq           INTEGER PRIMARY KEY,
+  execution_id  TEXT,
+  workflow      TEXT NOT NULL,
+  ts            INTEGER NOT NULL,
+  name          TEXT,
+  qtype         TEXT,
+  answer        TEXT,
+  decision      TEXT NOT NULL,  -- allow | deny
+  rule_id       TEXT,
+  reason        TEXT,
+  prev_hash     TEXT NOT NULL,
+  hash          TEXT NOT NULL
+) STRICT;
+CREATE INDEX dns_queries_execution ON dns_queries (execution_id);
+PRAGMA user_version = 4;
+)sql",
 };
 
 struct Header {

@@ -109,8 +109,8 @@ struct ExecutionItem {
 struct FlushItem {
   Waiter* waiter;
 };
-using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ForwardEvent, ExecutionItem,
-                          FlushItem>;
+using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ForwardEvent, DnsEvent,
+                          ExecutionItem, FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
 
@@ -222,7 +222,8 @@ class Store::Impl {
   Db db_;
   bool writable_ = false;  // set before the writer thread starts, never changed after
   bool synchronous_full_ = false;
-  Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_policy_;
+  Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_dns_,
+      insert_policy_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
   detail::RowHasher hasher_;  // writer thread only
 
@@ -363,6 +364,7 @@ std::expected<void, Error> Store::Impl::openWriter() {
         prep(insert_connection_, insertSql("connections", detail::kConnectionColumns)),
         prep(insert_request_, insertSql("requests", detail::kRequestColumns)),
         prep(insert_forward_, insertSql("forwards", detail::kForwardColumns)),
+        prep(insert_dns_, insertSql("dns_queries", detail::kDnsColumns)),
         prep(insert_policy_,
              "INSERT OR IGNORE INTO policies (sha256, workflow, yaml, loaded_at) "
              "VALUES (?1, ?2, ?3, ?4)"),
@@ -553,6 +555,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
   std::array<Value, detail::kConnectionColumns.size()> cv;
   std::array<Value, detail::kRequestColumns.size()> rv;
   std::array<Value, detail::kForwardColumns.size()> fv;
+  std::array<Value, detail::kDnsColumns.size()> dv;
 
   // Inserts one chained row; on a constraint violation (duplicate execution id) the row is
   // skipped and reported to its producer; any other error fails the batch.
@@ -641,6 +644,13 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
             detail::textOrNull(f->path),          detail::textOrNull(f->rule_id),
             Value{static_cast<std::int64_t>(f->attempt)}, Value{std::string_view(json_buf)}};
       r = insertChained(insert_forward_, "forwards", fv, i);
+    } else if (auto* d = std::get_if<DnsEvent>(&batch[i])) {
+      dv = {detail::textOrNull(d->execution_id), Value{std::string_view(d->workflow)},
+            Value{d->ts_ms},                     detail::textOrNull(d->name),
+            detail::textOrNull(d->qtype),        detail::textOrNull(d->answer),
+            Value{std::string_view(d->decision)}, detail::textOrNull(d->rule_id),
+            detail::textOrNull(d->reason)};
+      r = insertChained(insert_dns_, "dns_queries", dv, i);
     } else if (auto* x = std::get_if<ExecutionItem>(&batch[i])) {
       const ExecutionRecord& e = *x->record;
       ev = {Value{std::string_view(e.id)},
@@ -760,6 +770,7 @@ void Store::recordConnection(ConnectionEvent event) { impl_->push(std::move(even
 
 void Store::recordRequest(RequestEvent event) { impl_->push(std::move(event)); }
 void Store::recordForward(ForwardEvent event) { impl_->push(std::move(event)); }
+void Store::recordDns(DnsEvent event) { impl_->push(std::move(event)); }
 
 bool Store::healthy() const { return impl_->healthy(); }
 

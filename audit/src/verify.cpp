@@ -1,5 +1,5 @@
-// `verify`: walks the one hash chain across executions, connections, requests and forwards in seq
-// order, recomputing every hash; also checks the chain head and the policy texts' hashes.
+// `verify`: walks the one hash chain across executions, connections, requests, forwards and
+// dns_queries in seq order, recomputing every hash; also checks the chain head and the policy texts' hashes.
 #include <fmt/format.h>
 
 #include <string>
@@ -59,7 +59,8 @@ struct Cursor {
 
   /// "connections seq 57 (id c-1)": how a broken row is named.
   std::string name() const {
-    std::string id = table == "requests" || table == "forwards" ? std::to_string(seq) : std::string(stmt.columnText(3));
+    std::string id = table == "requests" || table == "forwards" || table == "dns_queries"
+                         ? std::to_string(seq) : std::string(stmt.columnText(3));
     return fmt::format("{} seq {} (id {})", table, seq, id);
   }
 };
@@ -88,7 +89,7 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
   // One read transaction: a consistent snapshot even while a writer keeps appending.
   if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
 
-  std::array<Cursor, 4> cursors;
+  std::array<Cursor, 5> cursors;
   cursors[0].table = "executions";
   cursors[0].columns = detail::kExecutionColumns.size();
   cursors[1].table = "connections";
@@ -97,10 +98,13 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
   cursors[2].columns = detail::kRequestColumns.size();
   cursors[3].table = "forwards";
   cursors[3].columns = detail::kForwardColumns.size();
-  const std::array<std::string, 4> sql = {selectSql("executions", detail::kExecutionColumns),
+  cursors[4].table = "dns_queries";
+  cursors[4].columns = detail::kDnsColumns.size();
+  const std::array<std::string, 5> sql = {selectSql("executions", detail::kExecutionColumns),
                                           selectSql("connections", detail::kConnectionColumns),
                                           selectSql("requests", detail::kRequestColumns),
-                                          selectSql("forwards", detail::kForwardColumns)};
+                                          selectSql("forwards", detail::kForwardColumns),
+                                          selectSql("dns_queries", detail::kDnsColumns)};
   for (std::size_t i = 0; i < cursors.size(); ++i) {
     auto s = detail::prepare(db, raw, sql[i]);
     if (!s) return std::unexpected(s.error());

@@ -257,7 +257,8 @@ class Parser {
 
   void parseLimits(const YAML::Node& n, EgressLimits& l) {
     if (!checkMap(n, "egress.limits",
-                  {"max_connections", "max_bytes_out", "max_bytes_in", "max_requests"})) {
+                  {"max_connections", "max_bytes_out", "max_bytes_in", "max_requests",
+                   "max_dns_queries"})) {
       return;
     }
     if (auto v = n["max_connections"]) {
@@ -265,6 +266,9 @@ class Parser {
     }
     if (auto v = n["max_requests"]) {
       if (auto x = count(v, "egress.limits.max_requests", false)) l.max_requests = *x;
+    }
+    if (auto v = n["max_dns_queries"]) {
+      if (auto x = count(v, "egress.limits.max_dns_queries", false)) l.max_dns_queries = *x;
     }
     if (auto v = n["max_bytes_out"]) {
       if (auto x = size(v, "egress.limits.max_bytes_out")) l.max_bytes_out = *x;

@@ -448,6 +448,47 @@ Decision Matcher::decide(const Query& q) const {
   return d;
 }
 
+namespace {
+
+// True when every port of `want` lies in one of `cover` (sorted by lo).
+bool portsCovered(PortRange want, const std::vector<PortRange>& cover) {
+  std::uint32_t next = want.lo;  // first port not yet known to be covered
+  for (const auto& c : cover) {
+    if (c.lo > next) break;
+    if (std::uint32_t{c.hi} + 1 > next) next = std::uint32_t{c.hi} + 1;
+    if (next > want.hi) return true;
+  }
+  return next > want.hi;
+}
+
+}  // namespace
+
+bool Matcher::nameMayBeAllowed(std::string_view raw) const {
+  auto host = normalizeHostName(raw);
+  if (!host) return false;
+  // An IP literal in any spelling matches cidrs only, never a host pattern.
+  if (parseIpLiteral(*host)) return false;
+  std::vector<std::uint32_t> cands;
+  index_->hostCandidates(*host, cands);
+  std::vector<PortRange> denied;  // ports every connection to `host` is refused on
+  std::vector<const Rule*> allows;
+  for (std::uint32_t idx : cands) {
+    const Rule& r = *index_->rules[idx].rule;
+    if (r.action == Action::kAllow) {
+      allows.push_back(&r);
+    } else if (!r.hasRequestConditions() && r.cidrs.empty()) {
+      denied.insert(denied.end(), r.ports.begin(), r.ports.end());
+    }
+  }
+  std::sort(denied.begin(), denied.end(),
+            [](const PortRange& a, const PortRange& b) { return a.lo < b.lo; });
+  for (const Rule* r : allows) {
+    for (const auto& p : r->ports)  // the loader fills in the default [80, 443]
+      if (!portsCovered(p, denied)) return true;
+  }
+  return false;
+}
+
 Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,
                                 const Query& q) const {
   const Index& ix = *index_;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "context.hpp"
+#include "dns_server.hpp"
 #include "tls_context.hpp"
 #include "log.hpp"
 #include "net.hpp"
@@ -146,7 +147,36 @@ class ProxyImpl : public Proxy {
     return {};
   }
 
+  std::expected<void, Error> adoptDns(int udp_fd, int tcp_fd,
+                                      ListenerIdentity identity) override {
+    auto closeBoth = [&](std::string why) -> std::expected<void, Error> {
+      if (udp_fd >= 0) ::close(udp_fd);
+      if (tcp_fd >= 0) ::close(tcp_fd);
+      return std::unexpected(Error{"adoptDns: " + std::move(why)});
+    };
+    if (!identity.matcher) return closeBoth("no policy matcher given");
+    if (!identity.names) return closeBoth("no synthetic-name map given");
+    auto answerer = std::make_shared<dns::Answerer>(identity.matcher, identity.names);
+    auto e = std::make_shared<dns::Endpoint>(ioc_, identity.execution_id, std::move(answerer),
+                                             ctx_->sink);
+    if (auto r = e->adopt(udp_fd, tcp_fd); !r) return r;
+    recordPolicy(*identity.matcher);
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) {
+        e->close(false);
+        return std::unexpected(Error{"adoptDns: the proxy is stopped"});
+      }
+      dns_.push_back(e);
+    }
+    e->start();
+    log().info("serving DNS for workflow {}{}", identity.matcher->workflow().name,
+               identity.execution_id.empty() ? "" : " (execution " + identity.execution_id + ")");
+    return {};
+  }
+
   void closeExecution(const std::string& execution_id) override {
+    closeDns([&](const dns::Endpoint& e) { return e.executionId() == execution_id; });
     std::vector<std::shared_ptr<Listener>> ls;
     {
       std::lock_guard lock(mu_);
@@ -195,6 +225,8 @@ class ProxyImpl : public Proxy {
         if (l->clients) l->clients->reset();
       }
     }
+    for (auto& e : dns_)
+      if (e->answerer().matcher()->workflow().name == workflow) e->answerer().setMatcher(matcher);
   }
 
   void start() override {
@@ -215,6 +247,7 @@ class ProxyImpl : public Proxy {
     }
     ctx_->draining.store(true);
     for (auto& l : ls) closeAcceptor(l);
+    closeDns([](const dns::Endpoint&) { return true; });
     // Kept-alive clients waiting for their next request would otherwise hold the drain up.
     for (auto& l : ls) l->forEachAccount([](Account& a) { a.closeIdle(); });
     if (started_) {
@@ -275,6 +308,20 @@ class ProxyImpl : public Proxy {
     net::co_spawn(l->acceptor.get_executor(), acceptLoop(ctx_, l), net::detached);
   }
 
+  // Closes (on their strands) and forgets the DNS endpoints `which` selects.
+  template <typename Pred>
+  void closeDns(Pred which) {
+    std::vector<std::shared_ptr<dns::Endpoint>> es;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& e : dns_)
+        if (which(*e)) es.push_back(e);
+      std::erase_if(dns_, [&](const auto& e) { return which(*e); });
+    }
+    const bool running = started_ && !ioc_.stopped();
+    for (auto& e : es) e->close(running);
+  }
+
   void closeAcceptor(const std::shared_ptr<Listener>& l) {
     if (!started_ || ioc_.stopped()) {
       // Not running: nothing else touches the acceptor.
@@ -301,6 +348,7 @@ class ProxyImpl : public Proxy {
   unsigned threads_count_ = 1;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Listener>> listeners_;
+  std::vector<std::shared_ptr<dns::Endpoint>> dns_;  // sluice's DNS, one per execution
   // Final counters of the most recently closed executions (their listeners are freed).
   static constexpr std::size_t kKeptStats = 64;
   std::deque<std::pair<std::string, Stats>> finished_;

@@ -59,4 +59,9 @@ void EventTee::recordRequest(audit::RequestEvent e) {
 
 void EventTee::recordForward(audit::ForwardEvent e) { store_->recordForward(std::move(e)); }
 
+void EventTee::recordDns(audit::DnsEvent e) {
+  metrics_.decision(e.decision, e.reason);
+  store_->recordDns(std::move(e));
+}
+
 }  // namespace sluice::serve

@@ -28,6 +28,7 @@ class EventTee final : public audit::EventSink {
   void recordConnection(audit::ConnectionEvent event) override;
   void recordRequest(audit::RequestEvent event) override;
   void recordForward(audit::ForwardEvent event) override;
+  void recordDns(audit::DnsEvent event) override;
   bool healthy() const override { return store_->healthy(); }
 
  private:

@@ -144,6 +144,21 @@ inline ForwardEvent sampleForward(int n, const std::string& execution = "exec-1"
   return f;
 }
 
+/// One query of sluice's DNS: allowed (a synthetic address) or denied (NXDOMAIN).
+inline DnsEvent sampleDns(int n, const std::string& execution = "exec-1",
+                          const std::string& decision = "allow") {
+  DnsEvent d;
+  d.execution_id = execution;
+  d.workflow = "wf";
+  d.ts_ms = 1700000000000 + n;
+  d.name = "q" + std::to_string(n) + ".example";
+  d.qtype = "A";
+  d.decision = decision;
+  d.answer = decision == "allow" ? "198.18.0." + std::to_string(n) : "NXDOMAIN";
+  d.reason = decision == "allow" ? "allowed" : "no_matching_rule";
+  return d;
+}
+
 inline ExecutionRecord sampleExecution(const std::string& id) {
   ExecutionRecord e;
   e.id = id;

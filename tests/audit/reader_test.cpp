@@ -161,6 +161,43 @@ TEST_F(ReaderTest, QueryFiltersCombine) {
   EXPECT_EQ(reader_->query(f)->rows.size(), 0u);
 }
 
+// `audit query --kind dns`: one row per query of sluice's DNS; --host is the queried name.
+TEST(ReaderDnsTest, QueryKindDns) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordDns(testing::sampleDns(1, "exec-1"));
+    store->recordDns(testing::sampleDns(2, "exec-1", "deny"));
+    store->recordDns(testing::sampleDns(3, "exec-2", "deny"));
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-1")).has_value());
+  }
+  auto reader = Reader::open(db);
+  ASSERT_TRUE(reader.has_value()) << reader.error().message;
+  QueryFilter f;
+  f.kind = "dns";
+  auto all = (*reader)->query(f);
+  ASSERT_TRUE(all.has_value()) << all.error().message;
+  ASSERT_EQ(all->rows.size(), 3u);
+  EXPECT_EQ(all->columns, (std::vector<std::string>{"id", "execution_id", "workflow", "ts", "name",
+                                                    "qtype", "answer", "decision", "rule_id",
+                                                    "reason"}));
+  f.decision = "deny";
+  f.execution = "exec-1";
+  auto denied = (*reader)->query(f);
+  ASSERT_TRUE(denied.has_value()) << denied.error().message;
+  ASSERT_EQ(denied->rows.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(denied->rows[0][4]), "q2.example");
+  EXPECT_EQ(std::get<std::string>(denied->rows[0][6]), "NXDOMAIN");
+  f = {};
+  f.kind = "dns";
+  f.host = "q3.example";
+  auto by_name = (*reader)->query(f);
+  ASSERT_TRUE(by_name.has_value());
+  EXPECT_EQ(by_name->rows.size(), 1u);
+}
+
 TEST_F(ReaderTest, ShowReturnsReceiptConnectionsAndRequests) {
   auto d = reader_->show("exec-1");
   ASSERT_TRUE(d.has_value()) << d.error().message;

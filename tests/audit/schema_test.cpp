@@ -21,7 +21,8 @@ TEST(SchemaTest, NewDatabaseGetsVersionApplicationIdAndWal) {
   EXPECT_EQ(raw.integer("PRAGMA application_id"), 0x534C4345);
   EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
   for (std::string t :
-       {"policies", "executions", "connections", "requests", "forwards", "chain_head"}) {
+       {"policies", "executions", "connections", "requests", "forwards", "dns_queries",
+        "chain_head"}) {
     EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = '" + t + "'"), 1) << t;
   }
 }
@@ -58,7 +59,8 @@ TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
   testing::populate(db);
   {
     RawDb raw(db);
-    ASSERT_EQ(raw.exec("DROP TABLE forwards; DROP INDEX executions_caller; ALTER TABLE "
+    ASSERT_EQ(raw.exec("DROP TABLE dns_queries; DROP TABLE forwards; DROP INDEX "
+                       "executions_caller; ALTER TABLE "
                        "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
                        "caller; PRAGMA user_version = 1"),
               "");
@@ -85,9 +87,9 @@ TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
   testing::populate(db);
   {
     RawDb raw(db);
-    ASSERT_EQ(raw.exec("DROP INDEX executions_caller; ALTER TABLE executions DROP COLUMN "
-                       "session_id; ALTER TABLE executions DROP COLUMN caller; "
-                       "PRAGMA user_version = 2"),
+    ASSERT_EQ(raw.exec("DROP TABLE dns_queries; DROP INDEX executions_caller; ALTER TABLE "
+                       "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
+                       "caller; PRAGMA user_version = 2"),
               "");
   }
   {
@@ -98,7 +100,7 @@ TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
     ASSERT_TRUE(store->recordExecution(e).has_value());
   }
   RawDb raw(db);
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), 3);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.text("SELECT caller FROM executions WHERE id = 'exec-9'"), "uid:1000");
   EXPECT_EQ(raw.text("SELECT session_id FROM executions WHERE id = 'exec-9'"), "se-1");
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions WHERE caller IS NULL"), 2);
@@ -107,6 +109,38 @@ TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
   auto v = verify(db);
   ASSERT_TRUE(v.has_value());
   EXPECT_FALSE(v->ok);
+}
+
+// Version 4 adds dns_queries (sluice's DNS) to the one chain; a version-3 database gains it in
+// place and the chain goes on through DNS rows; an edited DNS row breaks it.
+TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  testing::populate(db);
+  {
+    RawDb raw(db);
+    ASSERT_EQ(raw.exec("DROP TABLE dns_queries; PRAGMA user_version = 3"), "");
+  }
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordDns(testing::sampleDns(1, "exec-3"));
+    store->recordDns(testing::sampleDns(2, "exec-3", "deny"));
+    store->recordConnection(testing::sampleConnection(60, "exec-3"));
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-3")).has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), 4);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM dns_queries"), 2);
+  EXPECT_EQ(raw.text("SELECT answer FROM dns_queries WHERE decision = 'deny'"), "NXDOMAIN");
+  EXPECT_EQ(raw.text("SELECT name FROM dns_queries WHERE seq = (SELECT min(seq) FROM dns_queries)"),
+            "q1.example");
+  testing::expectChainIntact(db);
+  raw.exec("UPDATE dns_queries SET answer = 'NXDOMAIN' WHERE decision = 'allow'");
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->ok);
+  EXPECT_NE(v->first_broken.find("dns_queries"), std::string::npos) << v->first_broken;
 }
 
 TEST(SchemaTest, NewerVersionIsRefusedAndLeftAlone) {

@@ -52,6 +52,7 @@ TEST(Loader, LoadsTheDesignExample) {
   EXPECT_EQ(r.inject.placeholder_env, "STATS_TOKEN");
   EXPECT_EQ(w->limits.max_bytes_out, 10ull << 20);
   EXPECT_EQ(w->limits.max_requests, 1000u);  // default kept
+  EXPECT_EQ(w->limits.max_dns_queries, 1000u);  // default kept
   EXPECT_EQ(w->sha256.size(), 64u);
   EXPECT_EQ(w->secretNames(), std::vector<std::string>{"stats_token"});
 }
@@ -289,6 +290,15 @@ TEST(Loader, SandboxPool) {
   ASSERT_FALSE(bad.has_value());
   EXPECT_NE(bad.error().str().find("p.yaml:5:9: sandbox.pool"), std::string::npos)
       << bad.error().str();
+}
+
+TEST(Loader, MaxDnsQueries) {
+  const std::string head = "apiVersion: sluice/v1\nkind: Workflow\nname: wf\negress:\n  limits:\n";
+  auto w = parseWorkflow(head + "    max_dns_queries: 7\n", "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  EXPECT_EQ(w->limits.max_dns_queries, 7u);
+  EXPECT_FALSE(parseWorkflow(head + "    max_dns_queries: 0\n", "p.yaml"));
+  EXPECT_FALSE(parseWorkflow(head + "    max_dns_query: 5\n", "p.yaml"));
 }
 
 }  // namespace

@@ -59,6 +59,11 @@ class FakeSink : public audit::EventSink {
     forwards_.push_back(std::move(e));
     cv_.notify_all();
   }
+  void recordDns(audit::DnsEvent e) override {
+    std::lock_guard lock(mu_);
+    dns_.push_back(std::move(e));
+    cv_.notify_all();
+  }
   bool healthy() const override { return healthy_.load(); }
   void setHealthy(bool h) { healthy_ = h; }
 
@@ -73,6 +78,17 @@ class FakeSink : public audit::EventSink {
   std::vector<audit::ForwardEvent> forwards() {
     std::lock_guard lock(mu_);
     return forwards_;
+  }
+  std::vector<audit::DnsEvent> dns() {
+    std::lock_guard lock(mu_);
+    return dns_;
+  }
+  /// Waits (bounded) until at least `n` DNS rows have arrived; returns how many there are.
+  std::size_t waitDnsCount(std::size_t n,
+                           std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return dns_.size() >= n; });
+    return dns_.size();
   }
   std::size_t policyCount() {
     std::lock_guard lock(mu_);
@@ -119,6 +135,7 @@ class FakeSink : public audit::EventSink {
   std::vector<audit::ConnectionEvent> connections_;
   std::vector<audit::RequestEvent> requests_;
   std::vector<audit::ForwardEvent> forwards_;
+  std::vector<audit::DnsEvent> dns_;
   std::atomic<bool> healthy_{true};
 };
 

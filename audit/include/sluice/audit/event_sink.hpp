@@ -65,6 +65,20 @@ struct ForwardEvent {
   std::vector<std::string> injected_secrets;  // secret NAMES only
 };
 
+/// One query sluice's DNS answered for a sandbox (DESIGN.md "Transparent capture and DNS").
+/// Schema table `dns_queries`.
+struct DnsEvent {
+  std::string execution_id;
+  std::string workflow;
+  std::int64_t ts_ms = 0;
+  std::string name;      // the question's name, lower-case, non-printable bytes as \DDD; may be empty
+  std::string qtype;     // "A", "AAAA", "TXT", ... or "TYPE<n>"; empty when the query had none
+  std::string answer;    // the synthetic address, or NXDOMAIN | NODATA | REFUSED | FORMERR | ...
+  std::string decision;  // "allow" | "deny"
+  std::string rule_id;   // empty: the DNS answer is not decided by one rule
+  std::string reason;    // policy::reasonName vocabulary, or malformed_query | not_implemented
+};
+
 /// Where producers send audit events. Implementations must be thread-safe. A call may block
 /// (backpressure) but never drops an event.
 class EventSink {
@@ -78,6 +92,8 @@ class EventSink {
   virtual void recordRequest(RequestEvent event) = 0;
   /// Called before a request's first byte goes upstream; may block (backpressure).
   virtual void recordForward(ForwardEvent event) = 0;
+  /// One DNS query of a sandbox and its answer.
+  virtual void recordDns(DnsEvent event) = 0;
 
   /// False once the store has failed (disk full, I/O error): the proxy then refuses new
   /// connections rather than run unaudited (fail closed).

@@ -41,7 +41,8 @@ std::string formatResult(const ResultTable& table, OutputFormat format);
 /// Filters of `sluice audit query`. Unset fields do not filter.
 struct QueryFilter {
   /// "executions" (each with its connection summary), "connections", "requests", "forwards"
-  /// (write-ahead rows of requests sent upstream, with `completed`) or "events"
+  /// (write-ahead rows of requests sent upstream, with `completed`), "dns" (queries of
+  /// sluice's DNS; `host` filters the name) or "events"
   /// (connections and requests interleaved). Empty: "events" when decision or host is set,
   /// else "executions".
   std::string kind;

@@ -18,7 +18,7 @@ namespace sluice::audit {
 
 /// The schema version this build writes (`PRAGMA user_version`). Older databases are migrated
 /// on open; newer or foreign ones are refused.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 /// A control-plane error of the store. `message` names the database path and the cause
 /// ("/var/lib/sluice/audit.db: database or disk is full"); `sqlite_code` is the SQLite result
@@ -83,7 +83,7 @@ struct ExecutionRecord {
 /// The outcome of walking the hash chain.
 struct VerifyResult {
   bool ok = false;
-  std::uint64_t rows = 0;    // rows checked (executions + connections + requests + forwards)
+  std::uint64_t rows = 0;    // rows checked (every chained table)
   std::string first_broken;  // "" when ok; else "<table> id <N>: <why>"
 };
 
@@ -153,6 +153,7 @@ class Store final : public EventSink {
   void recordConnection(ConnectionEvent event) override;
   void recordRequest(RequestEvent event) override;
   void recordForward(ForwardEvent event) override;
+  void recordDns(DnsEvent event) override;
   bool healthy() const override;
 
   /// Events queued and not yet taken by the writer (a gauge for `sluice serve`'s metrics).

@@ -75,6 +75,14 @@ class Matcher {
   /// all decide through it.
   Decision decide(const Query& q) const;
 
+  /// The DNS question (sluice's DNS, DESIGN.md "Transparent capture and DNS"): could an allow
+  /// rule match a connection to host name `host` on any port? False when no allow rule's host
+  /// patterns match it, when deny rules without request conditions or cidrs cover every port
+  /// the matching allow rules allow, and for IP literals (they match cidrs only). `host` is
+  /// normalised first (lower-case, trailing dot removed); a malformed name is false. Rules with
+  /// cidrs, methods or paths still count: the connection that follows is decided in full.
+  bool nameMayBeAllowed(std::string_view host) const;
+
   ~Matcher();
   Matcher(const Matcher&) = delete;
   Matcher& operator=(const Matcher&) = delete;

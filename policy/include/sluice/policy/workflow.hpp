@@ -98,6 +98,8 @@ struct EgressLimits {
   std::uint64_t max_bytes_out = 10ull << 20;
   std::uint64_t max_bytes_in = 200ull << 20;
   std::uint64_t max_requests = 1000;
+  /// Queries sluice's DNS answers for one execution; later ones get REFUSED.
+  std::uint64_t max_dns_queries = 1000;
 };
 
 struct Workflow {

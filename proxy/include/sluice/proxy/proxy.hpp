@@ -128,6 +128,16 @@ class Proxy {
   /// network namespace). The proxy takes ownership of `fd` (closes it on error too).
   virtual std::expected<void, Error> adoptListener(int fd, ListenerIdentity identity) = 0;
 
+  /// Serves sluice's DNS for one execution (DESIGN.md "Transparent capture and DNS") on an
+  /// already bound UDP socket and an already listening TCP socket (made inside the sandbox's
+  /// network namespace, 127.0.0.53:53); either may be -1, not both. Names an allow rule of
+  /// `identity.matcher` could match get synthetic addresses from `identity.names` (required);
+  /// every other name gets NXDOMAIN; nothing is forwarded; each query is an audit row and
+  /// `egress.limits.max_dns_queries` bounds them. Takes ownership of both fds (closes them on
+  /// error too). closeExecution() and stop() close them.
+  virtual std::expected<void, Error> adoptDns(int udp_fd, int tcp_fd,
+                                              ListenerIdentity identity) = 0;
+
   /// Stops accepting on every listener of `execution_id`, closes its open connections and
   /// waits (up to 2 s) until they have ended, so their audit rows are written and stats()
   /// is final on return, then frees the listener records: the final stats stay available
