@@ -77,6 +77,7 @@ nlohmann::json explanationJson(const pol::Explanation& ex, const std::string& wo
 struct ExplainOptions {
   std::string policy;
   pol::ExplainQuery query;
+  std::string transparent;  // HOST:PORT of a redirected connection (transparent capture)
   bool json = false;
 };
 
@@ -86,14 +87,20 @@ int runExplain(const ExplainOptions& o) {
     std::cerr << matcher.error();
     return 2;
   }
-  auto ex = pol::explain(**matcher, o.query);
+  pol::ExplainQuery q = o.query;
+  // A redirected connection is decided as CONNECT to its host and original port (docs/proxy.md,
+  // "Transparent capture"); HOST is the name the DNS map, SNI or Host gives, else the address.
+  if (!o.transparent.empty()) q.connect = o.transparent;
+  auto ex = pol::explain(**matcher, q);
   if (!ex) {
     std::cerr << "sluice policy explain: " << ex.error() << "\n";
     return 2;
   }
   const auto& d = ex->decision;
   if (o.json) {
-    std::cout << explanationJson(*ex, (*matcher)->workflow().name).dump() << "\n";
+    auto j = explanationJson(*ex, (*matcher)->workflow().name);
+    if (!o.transparent.empty()) j["path"] = "transparent";
+    std::cout << j.dump() << "\n";
   } else {
     std::cout << "decision:     " << (d.allowed ? "allow" : "deny") << "\n"
               << "workflow:     " << (*matcher)->workflow().name << "\n"
@@ -114,6 +121,9 @@ int runExplain(const ExplainOptions& o) {
       std::cout << ")\n";
     }
     if (!ex->note.empty()) std::cout << "note:         " << ex->note << "\n";
+    if (!o.transparent.empty())
+      std::cout << "path:         transparent capture (decided as CONNECT " << o.transparent
+                << "; refused connections are reset)\n";
   }
   return d.allowed ? 0 : 1;
 }
@@ -183,14 +193,20 @@ void addPolicyCommands(CLI::App& app, int& exit_code) {
   explain->add_option("--policy", ex->policy, "Workflow policy file")->required();
   auto* url = explain->add_option("--url", ex->query.url, "Request URL (http:// or https://)");
   auto* connect = explain->add_option("--connect", ex->query.connect, "CONNECT target HOST:PORT");
+  auto* transparent = explain->add_option(
+      "--transparent", ex->transparent,
+      "A connection the sandbox made to HOST:PORT without the proxy (transparent capture)");
   url->excludes(connect);
+  url->excludes(transparent);
+  connect->excludes(transparent);
   explain->add_option("--method", ex->query.method, "HTTP method (default GET)");
   explain->add_option("--ip", ex->query.ip,
                       "Address the host resolves to: applies the SSRF guard as the proxy would");
   explain->add_flag("--json", ex->json, "Print one JSON object");
   explain->callback([&exit_code, ex] {
-    if (ex->query.url.empty() && ex->query.connect.empty()) {
-      std::cerr << "sluice policy explain: give --url URL or --connect HOST:PORT\n";
+    if (ex->query.url.empty() && ex->query.connect.empty() && ex->transparent.empty()) {
+      std::cerr << "sluice policy explain: give --url URL, --connect HOST:PORT or --transparent "
+                   "HOST:PORT\n";
       exit_code = 2;
       return;
     }

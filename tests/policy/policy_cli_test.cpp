@@ -101,6 +101,28 @@ TEST_F(PolicyCli, ExplainDenyWithNearestMiss) {
             "rule stats-api matched host stats.internal.example but port 8443 is not in [443]");
 }
 
+// A connection the sandbox made without the proxy (transparent capture) is decided as CONNECT
+// to its host and original port; an IP literal only by cidrs rules.
+TEST_F(PolicyCli, ExplainTransparent) {
+  auto by_name = sluice("policy explain --policy " + path("stats.yaml") +
+                        " --transparent stats.internal.example:443 --json");
+  auto as_connect = sluice("policy explain --policy " + path("stats.yaml") +
+                           " --connect stats.internal.example:443 --json");
+  ASSERT_EQ(by_name.status, as_connect.status) << by_name.out;
+  auto j = nlohmann::json::parse(by_name.out);
+  auto c = nlohmann::json::parse(as_connect.out);
+  EXPECT_EQ(j["path"], "transparent");
+  EXPECT_EQ(j["decision"], c["decision"]);
+  EXPECT_EQ(j["reason"], c["reason"]);
+  auto literal = sluice("policy explain --policy " + path("stats.yaml") +
+                        " --transparent 203.0.113.9:443 --json");
+  EXPECT_EQ(literal.status, 1);
+  EXPECT_EQ(nlohmann::json::parse(literal.out)["reason"], "ip_literal_needs_cidrs");
+  auto both = sluice("policy explain --policy " + path("stats.yaml") +
+                     " --transparent a:1 --connect a:1");
+  EXPECT_EQ(both.status, 2);
+}
+
 TEST_F(PolicyCli, ExplainIpAppliesTheSsrfGuard) {
   auto r = sluice("policy explain --policy " + path("stats.yaml") +
                   " --url https://stats.internal.example/v1/q --ip 169.254.169.254 --json");
