@@ -55,7 +55,7 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
   // grow the audit store without end).
   const std::uint64_t n = queries_.fetch_add(1, std::memory_order_relaxed) + 1;
   const std::uint64_t max = m->workflow().limits.max_dns_queries;
-  if (n > max) out.record = n <= 2 * max;
+  if (n > max) out.record = n - max <= max;  // (not 2 * max: that can overflow)
   if (p.drop) {
     out.respond = false;
     out.event.answer = "dropped";

@@ -135,13 +135,23 @@ Outcome Endpoint::handle(std::span<const std::uint8_t> message, Transport transp
 net::awaitable<void> Endpoint::udpLoop(std::shared_ptr<Endpoint> self) {
   // Any UDP datagram fits (a query over 512 bytes without EDNS is answered FORMERR).
   std::vector<std::uint8_t> buf(65536);
+  int errors = 0;  // in a row: a socket that only fails ends the loop instead of spinning
   for (;;) {
     ErrorCode ec;
     net::ip::udp::endpoint from;
     std::size_t n = co_await self->udp_.async_receive_from(
         net::buffer(buf), from, net::redirect_error(net::use_awaitable, ec));
     if (self->closed_ || !self->udp_.is_open() || ec == net::error::operation_aborted) co_return;
-    if (ec) continue;  // e.g. ECONNREFUSED left by an earlier reply: not this datagram's fault
+    if (ec) {
+      // e.g. ECONNREFUSED left by an earlier reply to a closed port: not this datagram's fault.
+      if (++errors > 1000) {
+        log().warn("DNS (UDP) for execution {}: giving up after repeated errors: {}",
+                   self->execution_id_, ec.message());
+        co_return;
+      }
+      continue;
+    }
+    errors = 0;
     Outcome o = self->handle({buf.data(), n}, Transport::kUdp);
     if (!o.respond) continue;
     co_await self->udp_.async_send_to(net::buffer(o.response), from,
