@@ -46,9 +46,12 @@ bool plainByte(std::uint8_t c) {
   return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
 }
 
-// Reads a (possibly compressed) name at the reader's position; leaves the reader after it.
-// A pointer must point before the previous one's target (strictly backwards), so following
-// them always ends: no pointer loop can be built.
+// Reads a name at the reader's position; leaves the reader after it. The question's name
+// (`out` given) may not be compressed: it is the message's first name, so a pointer could only
+// point into the header or make the name re-read its own bytes (a short query expanding to a
+// 255-byte name), and no stub resolver sends one. Elsewhere a pointer must point past the
+// header and before the previous one's target (strictly backwards), so following them always
+// ends: no pointer loop can be built.
 bool readName(Reader& r, Question* out, std::string& problem) {
   std::size_t p = r.pos();
   std::size_t end = 0;   // where the name ends in the message (after the first pointer)
@@ -61,13 +64,17 @@ bool readName(Reader& r, Question* out, std::string& problem) {
     }
     const std::uint8_t len = r.at(p);
     if ((len & 0xC0) == 0xC0) {
+      if (out) {
+        problem = "compression pointer in the question";
+        return false;
+      }
       if (p + 1 >= r.size()) {
         problem = "truncated compression pointer";
         return false;
       }
       const std::size_t target = (std::size_t{len & 0x3Fu} << 8) | r.at(p + 1);
-      if (target >= limit) {
-        problem = "compression pointer does not point backwards (loop)";
+      if (target >= limit || target < kHeaderSize) {
+        problem = "compression pointer does not point backwards (loop) or into the header";
         return false;
       }
       if (end == 0) end = p + 2;

@@ -79,7 +79,8 @@ struct Parsed {
 };
 
 /// Parses one DNS message (without the TCP length prefix). Never throws, never reads outside
-/// `msg`; compression pointers must point strictly backwards, so they cannot loop.
+/// `msg`. The question's name may not be compressed (a pointer there could only make a short
+/// query expand); elsewhere pointers must point strictly backwards, so they cannot loop.
 Parsed parseQuery(std::span<const std::uint8_t> msg);
 
 /// Builds the response to `q` with `rcode` and, if given, one answer record (A for an IPv4

@@ -444,6 +444,21 @@ TEST_F(DnsTest, EdnsQueriesGetAnOptRecord) {
   ASSERT_TRUE(r3.got);
   EXPECT_EQ(r3.rcode(), 1);
 
+  // A compression pointer in an additional record's name may point back at the question; one
+  // that points at itself is a loop.
+  Bytes cookie = header(0x0706, 0x0100, 1, 1);
+  putName(cookie, "pypi.org");
+  cookie.insert(cookie.end(), {0, 1, 0, 1, 0xC0, 0x0C, 0, 16, 0, 1, 0, 0, 0, 0, 0, 1, 'x'});
+  Reply r5 = c.ask(cookie);
+  ASSERT_TRUE(r5.got);
+  EXPECT_EQ(r5.rcode(), 0);
+  Bytes self_loop = header(0x0707, 0x0100, 1, 1);
+  putName(self_loop, "pypi.org");
+  self_loop.insert(self_loop.end(), {0, 1, 0, 1, 0xC0, 26, 0, 16, 0, 1, 0, 0, 0, 0, 0, 0});
+  Reply r6 = c.ask(self_loop);
+  ASSERT_TRUE(r6.got);
+  EXPECT_EQ(r6.rcode(), 1);
+
   // A large EDNS query (with padding) is fine: the limit is EDNS's.
   Bytes padded = header(0x0705, 0x0100, 1, 1);
   putName(padded, "pypi.org");
