@@ -129,6 +129,27 @@ TEST_F(AuditCmdTest, QueryJsonIsOneDocument) {
   EXPECT_EQ(j[0]["port"], 8443);
 }
 
+// `--kind dns`: the queries of sluice's DNS, filtered like the other kinds (--host = name).
+TEST_F(AuditCmdTest, QueryKindDns) {
+  {
+    auto store = testing::openStore(db_);
+    ASSERT_TRUE(store);
+    store->recordDns(testing::sampleDns(1, "exec-2"));
+    store->recordDns(testing::sampleDns(2, "exec-2", "deny"));
+  }
+  auto r = runCli(dir_, {"audit", "query", "--db", db(), "--kind", "dns", "--decision", "deny",
+                         "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.is_array());
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["name"], "q2.example");
+  EXPECT_EQ(j[0]["answer"], "NXDOMAIN");
+  EXPECT_EQ(j[0]["execution_id"], "exec-2");
+  auto v = runCli(dir_, {"audit", "verify", "--db", db()});
+  EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
+}
+
 TEST_F(AuditCmdTest, QueryTableListsExecutions) {
   auto r = runCli(dir_, {"audit", "query", "--db", db(), "--workflow", "data-analysis", "--since",
                          "2025-11-01T00:00:00Z", "--limit", "10"});
