@@ -326,21 +326,23 @@ int doRun(const RunOptions& o) {
       return {};
     }
     const auto t = std::chrono::steady_clock::now();
-    proxy::ProxyOptions popts;
-    popts.threads = 1;
-    popts.ca = ca;
-    popts.upstream_ca_files = o.upstream_cas;
-    auto p = proxy::Proxy::create(popts, store, proxy::systemResolver());
-    if (!p) {
-      ::close(fd);
-      return std::unexpected(p.error().message);
+    if (!px) {  // called twice (127.0.0.1:3128, then [::1]:3128): one proxy adopts both
+      proxy::ProxyOptions popts;
+      popts.threads = 1;
+      popts.ca = ca;
+      popts.upstream_ca_files = o.upstream_cas;
+      auto p = proxy::Proxy::create(popts, store, proxy::systemResolver());
+      if (!p) {
+        ::close(fd);
+        return std::unexpected(p.error().message);
+      }
+      px = std::move(*p);
+      px->start();
     }
-    px = std::move(*p);
-    px->start();
     auto r = px->adoptListener(
         fd, proxy::ListenerIdentity{spec.execution_id, pol::Matcher::compile(*workflow), secrets,
                                     placeholders});
-    proxy_start_us = elapsedUs(t);
+    proxy_start_us += elapsedUs(t);
     if (!r) return std::unexpected(r.error().message);
     return {};
   };

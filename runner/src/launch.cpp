@@ -15,6 +15,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "namespaces.hpp"
@@ -22,6 +25,7 @@
 #include "sandbox_paths.hpp"
 #include "seccomp.hpp"
 #include "sluice/runner/environment.hpp"
+#include "transparent.hpp"
 
 namespace sluice::runner {
 
@@ -199,16 +203,43 @@ std::expected<void, SetupError> cloneInit(const ChildPlan& plan, Launched& l) {
   return {};
 }
 
+void warnNoTransparentCapture() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    runnerLogger()->warn(
+        "not root: no transparent capture in the sandbox (only programs that use the proxy "
+        "variables reach the network), no DNS sockets");
+  });
+}
+
 bool readable(int fd) {
   if (fd < 0) return false;
   pollfd p{fd, POLLIN, 0};
   return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLIN | POLLHUP | POLLERR)) != 0;
 }
 
-// Init is running: into the cgroup (or its uid/gid maps), 'G', the proxy listener to the
-// caller, the start gate, then 'A'. Any failure leaves `l` to kill init.
+// The sockets of the sandbox's network to the caller: init's IPv4 proxy listener, the IPv6
+// one and the DNS sockets of transparent capture (`capture`: null without it). A socket no hook
+// takes is closed: connections to it are refused.
+std::expected<void, SetupError> handSockets(const RunHooks& hooks, Fd listener4,
+                                            CaptureSockets* capture) {
+  Fd listeners[] = {std::move(listener4), capture ? std::move(capture->listener6) : Fd()};
+  for (Fd& fd : listeners)
+    if (fd && hooks.on_listener)
+      if (auto r = hooks.on_listener(fd.release()); !r)
+        return std::unexpected(setupError("proxy listener", r.error()));
+  if (capture && capture->dns_udp && capture->dns_tcp && hooks.on_dns)
+    if (auto r = hooks.on_dns(capture->dns_udp.release(), capture->dns_tcp.release()); !r)
+      return std::unexpected(setupError("dns sockets", r.error()));
+  return {};
+}
+
+// Init is running: into the cgroup (or its uid/gid maps), 'G', the proxy listeners and DNS
+// sockets to the caller once transparent capture is set up, the start gate, then 'A'. Any
+// failure leaves `l` to kill init.
 std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& hooks, Launched& l,
-                                         bool id_maps_written) {
+                                         bool id_maps_written, std::future<CaptureResult>& capture,
+                                         PhaseClock& clock) {
   if (l.cgroup) {
     if (auto r = l.cgroup->addProcess(l.init); !r) return std::unexpected(r.error());
   } else if (!id_maps_written) {
@@ -218,14 +249,23 @@ std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& ho
   if (writeWithoutSigpipe(l.pipes.go_w.get(), "G", 1) != 1)
     return std::unexpected(l.childFailure("start sandbox"));
   if (spec.network_proxy) {
-    const int fd = receiveFd(l.pipes.chan_parent.get());
-    if (fd < 0) return std::unexpected(l.childFailure("proxy listener"));
-    if (hooks.on_listener) {
-      if (auto r = hooks.on_listener(fd); !r)
-        return std::unexpected(setupError("proxy listener", r.error()));
-    } else {
-      ::close(fd);  // no proxy attached: connections are refused once the backlog closes
+    Fd listener4(receiveFd(l.pipes.chan_parent.get()));
+    if (!listener4) return std::unexpected(l.childFailure("proxy listener"));
+    std::optional<CaptureResult> captured;
+    if (capture.valid()) {
+      const auto waited = Clock::now();
+      captured.emplace(capture.get());
+      if (!*captured && captured->error().step == kHelperGone)  // too late there: init's
+        captured.emplace(startCapture(l.init, static_cast<bool>(hooks.on_dns)).get());
+      if (!*captured) return std::unexpected(captured->error());
+      clock.add("runner: (during clone) transparent capture: routes, nft rules, sockets",
+                (*captured)->took_us);
+      clock.add(
+          "runner: (in hand-off) waiting for transparent capture",
+          std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - waited).count());
     }
+    if (auto r = handSockets(hooks, std::move(listener4), captured ? &**captured : nullptr); !r)
+      return r;
   }
   if (hooks.before_start)
     if (auto r = hooks.before_start(); !r) return std::unexpected(r.error());
@@ -394,6 +434,14 @@ std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec
   if (auto r = validateRunSpec(spec); !r) return std::unexpected(r.error());
   auto l = std::make_unique<Launched>();
   if (auto r = prepareHost(*l); !r) return std::unexpected(r.error());
+  // Transparent capture is set up on a thread of its own (transparent.hpp): in a prepared
+  // sandbox's namespace while the plan is built, else in init's once it exists. Unprivileged,
+  // sluice cannot join the namespace (setns needs CAP_SYS_ADMIN in its own user namespace).
+  const bool transparent = spec.network_proxy && !l->user_namespace;
+  if (spec.network_proxy && l->user_namespace) warnNoTransparentCapture();
+  std::future<CaptureResult> capture;
+  if (transparent && prepared && prepared->user_namespace == l->user_namespace)
+    capture = startCaptureInHelper(prepared->helper, static_cast<bool>(hooks.on_dns));
   ChildPlan plan;
   if (auto r = buildChildPlan(spec, l->user_namespace, plan); !r) return std::unexpected(r.error());
   plan.session = session;
@@ -419,13 +467,16 @@ std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec
       prepared ? startFromHelper(spec, plan, *prepared, *l, id_maps_written) : cloneInit(plan, *l);
   l->pipes.closeChildEnds();
   if (!started) return std::unexpected(started.error());
+  if (transparent && !capture.valid())
+    capture = startCapture(l->init, static_cast<bool>(hooks.on_dns));
   // Without stdin data the program reads /dev/null; else sluice feeds the pipe without
   // blocking (supervise.cpp).
   if (spec.stdin_data.empty())
     l->pipes.in_w.reset();
   else
     ::fcntl(l->pipes.in_w.get(), F_SETFL, O_NONBLOCK);
-  if (auto r = handOver(spec, hooks, *l, id_maps_written); !r) return std::unexpected(r.error());
+  if (auto r = handOver(spec, hooks, *l, id_maps_written, capture, clock); !r)
+    return std::unexpected(r.error());
   if (!session) l->pipes.chan_parent.reset();
   clock.mark("runner: clone + cgroup attach + listener hand-off");
   return l;

@@ -308,10 +308,12 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   b.add(K::kWriteFile, "/etc/nsswitch.conf", {}, "write /etc/nsswitch.conf",
         "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\n"
         "protocols: files\nservices: files\n");
-  // Nothing answers on 127.0.0.1:53 in the sandbox: lookups fail at once (ECONNREFUSED) and
-  // programs fall back to sending the hostname to the proxy.
+  // With the proxy, sluice's own DNS server answers on 127.0.0.53 inside the sandbox (if the
+  // caller serves it; else nothing does and a lookup fails at once). Without network, nothing
+  // answers on 127.0.0.1:53: lookups fail at once (ECONNREFUSED).
   b.add(K::kWriteFile, "/etc/resolv.conf", {}, "write /etc/resolv.conf",
-        "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n");
+        spec.network_proxy ? "nameserver 127.0.0.53\noptions edns0 timeout:1 attempts:1\n"
+                           : "nameserver 127.0.0.1\noptions timeout:1 attempts:1\n");
   // The loader's cache, bound read-only rather than copied (43 KB here, read and written on
   // every run): it names the libraries under /usr/lib, which the sandbox sees anyway.
   if (fs::is_regular_file("/etc/ld.so.cache")) {

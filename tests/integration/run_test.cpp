@@ -228,7 +228,13 @@ def attempt(name, f):
     except Exception as e:
         print("blocked", name, type(e).__name__)
 def tcp(host, port, fam=socket.AF_INET):
-    s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2); s.connect((host, port)); return True
+    s = socket.socket(fam, socket.SOCK_STREAM); s.settimeout(2); s.connect((host, port))
+    if host in ("127.0.0.1", "::1"): return True
+    # With network: proxy, TCP to any other address is captured by sluice's proxy (transparent
+    # capture): reaching it is no escape; an answer that is not sluice's refusal would be.
+    s.sendall(b"GET / HTTP/1.1\r\nHost: " + host.encode() + b"\r\n\r\n")
+    data = s.recv(4096)
+    return (bool(data) and b"X-Sluice-Reason" not in data) or False
 def udp(host, port):
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.settimeout(1)
     s.sendto(b"x", (host, port)); s.recv(10); return True

@@ -52,7 +52,9 @@ struct RunSpec {
   std::vector<std::string> argv;
   std::vector<std::string> env;  // K=V added to the fixed environment (see buildEnvironment)
   Limits limits;
-  bool network_proxy = false;  // true: a proxy listener at 127.0.0.1:3128 in the sandbox
+  /// true: proxy listeners at 127.0.0.1:3128 and [::1]:3128 in the sandbox, and every other
+  /// TCP connection redirected to them (docs/sandbox.md "How traffic leaves").
+  bool network_proxy = false;
   std::vector<Input> inputs;
   std::filesystem::path output_dir;  // empty: /output is discarded after the run
   std::string execution_id;          // [A-Za-z0-9._-]+; names the cgroup
@@ -163,10 +165,23 @@ struct SetupError {
   int exitStatus() const;
 };
 
-/// Called once, before the program starts, with a TCP socket listening on 127.0.0.1:3128 inside
-/// the sandbox's network namespace. Ownership of the fd passes to the callee (the proxy
-/// accepts on it from the host namespace). An error aborts the run with a SetupError.
+/// Called before the program starts with a TCP socket listening inside the sandbox's network
+/// namespace: twice, first with 127.0.0.1:3128, then with [::1]:3128 (IPv6 only). Both receive
+/// the sandbox's proxy connections, explicit ones and the transparently captured ones (every
+/// TCP connection to a non-loopback address is redirected there; SO_ORIGINAL_DST, for IPv6
+/// IP6T_SO_ORIGINAL_DST, gives the address the program asked for). Ownership of the fd passes
+/// to the callee (the proxy accepts on it from the host namespace). An error aborts the run
+/// with a SetupError (step "proxy listener"). In unprivileged (user-namespace) mode there is no
+/// transparent capture and only the IPv4 listener (see docs/sandbox.md "How traffic leaves").
 using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>;
+
+/// Called once, before the program starts and after the ListenerCallback calls, with the
+/// sockets of the sandbox's DNS server inside its network namespace (the sandbox's
+/// /etc/resolv.conf names it): a UDP socket bound to 127.0.0.53:53 and a TCP socket listening
+/// there. Ownership of both passes to the callee. Without this hook neither socket exists (and
+/// a lookup fails at once: nothing answers on 127.0.0.53). An error aborts the run with a
+/// SetupError (step "dns sockets").
+using DnsCallback = std::function<std::expected<void, std::string>(int udp_fd, int tcp_fd)>;
 
 /// Called once, after the sandbox is built and just before its program may start; an error
 /// aborts the run (nothing of the program runs) with that SetupError. `sluice run` waits here
@@ -200,7 +215,8 @@ std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
 
 /// What a caller hooks into one run. Every member is optional.
 struct RunHooks {
-  ListenerCallback on_listener{};  // called only when RunSpec::network_proxy
+  ListenerCallback on_listener{};  // called only when RunSpec::network_proxy (twice: v4, v6)
+  DnsCallback on_dns{};            // called only when RunSpec::network_proxy
   OutputSink live{};
   StartGate before_start{};
   ResultCallback on_result{};

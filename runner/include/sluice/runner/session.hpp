@@ -62,11 +62,13 @@ struct FileInfo {
 /// file operations, artifacts() and usage() may run concurrently with an exec and each other.
 class SandboxSession {
  public:
-  /// Builds the sandbox (namespaces, mounts, cgroup, the proxy listener through `on_listener`,
-  /// called on a thread of the session's own) and leaves it idle. The session's init is
-  /// started from a thread the session owns until end(), so the calling thread may exit.
+  /// Builds the sandbox (namespaces, mounts, cgroup, transparent capture, the proxy listeners
+  /// through `on_listener` and the DNS sockets through `on_dns`, both called on a thread of
+  /// the session's own, as RunHooks' are) and leaves it idle. The session's init is started
+  /// from a thread the session owns until end(), so the calling thread may exit.
   static std::expected<std::unique_ptr<SandboxSession>, SetupError> start(
-      const SessionSpec& spec, const ListenerCallback& on_listener = {});
+      const SessionSpec& spec, const ListenerCallback& on_listener = {},
+      const DnsCallback& on_dns = {});
   ~SandboxSession();  // end()
   SandboxSession(const SandboxSession&) = delete;
   SandboxSession& operator=(const SandboxSession&) = delete;
