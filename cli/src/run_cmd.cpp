@@ -320,6 +320,9 @@ int doRun(const RunOptions& o) {
                                                                  since)
         .count();
   };
+  // The execution's synthetic DNS names: written by its DNS server, read by its listeners.
+  auto names = std::make_shared<proxy::SyntheticNames>();
+  std::shared_ptr<const pol::Matcher> matcher;
   rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
     if (!loadSecrets()) {  // reported by before_start, as step 'secrets'
       ::close(fd);
@@ -339,9 +342,10 @@ int doRun(const RunOptions& o) {
       px = std::move(*p);
       px->start();
     }
-    auto r = px->adoptListener(
-        fd, proxy::ListenerIdentity{spec.execution_id, pol::Matcher::compile(*workflow), secrets,
-                                    placeholders});
+    if (!matcher) matcher = pol::Matcher::compile(*workflow);
+    proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets, placeholders};
+    identity.names = names;  // redirected connections are decided by the names DNS gave out
+    auto r = px->adoptListener(fd, identity);
     proxy_start_us += elapsedUs(t);
     if (!r) return std::unexpected(r.error().message);
     return {};
@@ -402,6 +406,19 @@ int doRun(const RunOptions& o) {
   };
   rn::RunHooks hooks;
   hooks.on_listener = spec.network_proxy ? on_listener : rn::ListenerCallback{};
+  if (spec.network_proxy)
+    hooks.on_dns = [&](int udp, int tcp) -> std::expected<void, std::string> {
+      if (!px) {  // the listener callback failed (secrets): reported by before_start
+        ::close(udp);
+        ::close(tcp);
+        return {};
+      }
+      proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets, placeholders};
+      identity.names = names;
+      auto r = px->adoptDns(udp, tcp, identity);
+      if (!r) return std::unexpected(r.error().message);
+      return {};
+    };
   hooks.live = live;
   hooks.before_start = before_start;
   hooks.on_result = startReceipt;

@@ -121,8 +121,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     co_await self->loop();
     if (!self->handed_off_) {
       ErrorCode ec;
-      // Graceful close: send FIN so the client reads the last response before EOF.
-      self->client_.shutdown(tcp::socket::shutdown_send, ec);
+      // Graceful close: send FIN so the client reads the last response before EOF (not for an
+      // aborted connection: a refused redirected one must see its reset, not a FIN).
+      if (!self->conn_.aborted) self->client_.shutdown(tcp::socket::shutdown_send, ec);
       if (!ec && !self->conn_.aborted) co_await self->linger();
       self->client_.close(ec);
     }
@@ -188,7 +189,10 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   net::awaitable<void> refuseConnect(const audit::ConnectionEvent& ev, const Refusal& r) {
     recordDeniedConnection(*conn_.ctx, conn_.account(), ev, r);
     if (ev.kind == "transparent") {
-      // The program spoke no HTTP to us: it gets a reset (docs/proxy.md), the row says why.
+      // The program spoke no HTTP to us: it gets a reset (SO_LINGER 0 makes the close send
+      // RST), the row says why (docs/proxy.md).
+      ErrorCode ec;
+      client_.set_option(net::socket_base::linger(true, 0), ec);
       conn_.aborted = true;
       co_return;
     }
@@ -261,8 +265,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       Refusal r = refusal(Reason::kInvalidTarget, "redirected connection to " + ev.host +
                                                       ": the name it names does not parse: " +
                                                       target.error());
-      recordDeniedConnection(*conn_.ctx, conn_.account(), std::move(ev), r);
-      conn_.aborted = true;  // a raw client gets a reset, no HTTP refusal
+      co_await refuseConnect(ev, r);  // a raw client gets a reset, no HTTP refusal
       co_return false;
     }
     co_return co_await openTunnel(*target, std::move(ev), true);

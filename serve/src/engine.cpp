@@ -286,9 +286,16 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   hooks.stop_fd = stop_fd;
   auto matcher = pol::Matcher::compile(w);
   if (network_proxy) {
-    hooks.on_listener = [&](int fd) -> std::expected<void, std::string> {
-      auto r = proxy_->adoptListener(
-          fd, proxy::ListenerIdentity{spec.execution_id, matcher, secrets_, placeholders});
+    // One map of synthetic DNS names per execution, shared by its DNS and its listeners.
+    proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets_, placeholders};
+    identity.names = std::make_shared<proxy::SyntheticNames>();
+    hooks.on_listener = [this, identity](int fd) -> std::expected<void, std::string> {
+      auto r = proxy_->adoptListener(fd, identity);  // twice: 127.0.0.1 and [::1]
+      if (!r) return std::unexpected(r.error().message);
+      return {};
+    };
+    hooks.on_dns = [this, identity](int udp, int tcp) -> std::expected<void, std::string> {
+      auto r = proxy_->adoptDns(udp, tcp, identity);
       if (!r) return std::unexpected(r.error().message);
       return {};
     };
