@@ -78,8 +78,30 @@ struct ExplainOptions {
   std::string policy;
   pol::ExplainQuery query;
   std::string transparent;  // HOST:PORT of a redirected connection (transparent capture)
+  std::string dns;          // a name the sandbox looks up through sluice's DNS
   bool json = false;
 };
+
+// `--dns NAME`: what sluice's DNS answers the sandbox (docs/proxy.md, "sluice's DNS").
+int explainDns(const pol::Matcher& m, const std::string& name, bool json) {
+  const bool allowed = m.nameMayBeAllowed(name);
+  const char* answer = allowed ? "a synthetic address (198.18.0.0/15, 64:ff9b:1::/48)" : "NXDOMAIN";
+  if (json) {
+    nlohmann::json j = {{"decision", allowed ? "allow" : "deny"},
+                        {"workflow", m.workflow().name},
+                        {"name", name},
+                        {"answer", allowed ? "synthetic" : "nxdomain"},
+                        {"path", "dns"}};
+    std::cout << j.dump() << "\n";
+  } else {
+    std::cout << "decision:     " << (allowed ? "allow" : "deny") << "\n"
+              << "workflow:     " << m.workflow().name << "\n"
+              << "name:         " << name << "\n"
+              << "answer:       " << answer << "\n"
+              << "note:         " << (allowed ? "an allow rule could match this name; the connection that follows is decided in full (port, cidrs, methods, paths)" : "no allow rule could match this name (on any port); nothing is forwarded to a real resolver") << "\n";
+  }
+  return allowed ? 0 : 1;
+}
 
 int runExplain(const ExplainOptions& o) {
   auto matcher = loadMatcher(o.policy);
@@ -87,6 +109,7 @@ int runExplain(const ExplainOptions& o) {
     std::cerr << matcher.error();
     return 2;
   }
+  if (!o.dns.empty()) return explainDns(**matcher, o.dns, o.json);
   pol::ExplainQuery q = o.query;
   // A redirected connection is decided as CONNECT to its host and original port (docs/proxy.md,
   // "Transparent capture"); HOST is the name the DNS map, SNI or Host gives, else the address.
@@ -196,17 +219,20 @@ void addPolicyCommands(CLI::App& app, int& exit_code) {
   auto* transparent = explain->add_option(
       "--transparent", ex->transparent,
       "A connection the sandbox made to HOST:PORT without the proxy (transparent capture)");
+  auto* dns = explain->add_option("--dns", ex->dns, "A name the sandbox looks up (sluice's DNS)");
   url->excludes(connect);
   url->excludes(transparent);
   connect->excludes(transparent);
+  for (auto* other : {url, connect, transparent}) dns->excludes(other);
   explain->add_option("--method", ex->query.method, "HTTP method (default GET)");
   explain->add_option("--ip", ex->query.ip,
                       "Address the host resolves to: applies the SSRF guard as the proxy would");
   explain->add_flag("--json", ex->json, "Print one JSON object");
   explain->callback([&exit_code, ex] {
-    if (ex->query.url.empty() && ex->query.connect.empty() && ex->transparent.empty()) {
-      std::cerr << "sluice policy explain: give --url URL, --connect HOST:PORT or --transparent "
-                   "HOST:PORT\n";
+    if (ex->query.url.empty() && ex->query.connect.empty() && ex->transparent.empty() &&
+        ex->dns.empty()) {
+      std::cerr << "sluice policy explain: give --url URL, --connect HOST:PORT, --transparent "
+                   "HOST:PORT or --dns NAME\n";
       exit_code = 2;
       return;
     }

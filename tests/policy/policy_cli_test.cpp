@@ -123,6 +123,21 @@ TEST_F(PolicyCli, ExplainTransparent) {
   EXPECT_EQ(both.status, 2);
 }
 
+// What sluice's DNS answers: a synthetic address for a name an allow rule could match, else
+// NXDOMAIN (exit 0 / 1 like the other queries).
+TEST_F(PolicyCli, ExplainDns) {
+  auto allowed = sluice("policy explain --policy " + path("stats.yaml") +
+                        " --dns stats.internal.example --json");
+  ASSERT_EQ(allowed.status, 0) << allowed.out;
+  auto j = nlohmann::json::parse(allowed.out);
+  EXPECT_EQ(j["answer"], "synthetic");
+  EXPECT_EQ(j["path"], "dns");
+  auto denied = sluice("policy explain --policy " + path("stats.yaml") +
+                       " --dns exfil-0001.attacker.example");
+  EXPECT_EQ(denied.status, 1) << denied.out;
+  EXPECT_NE(denied.out.find("NXDOMAIN"), std::string::npos) << denied.out;
+}
+
 TEST_F(PolicyCli, ExplainIpAppliesTheSsrfGuard) {
   auto r = sluice("policy explain --policy " + path("stats.yaml") +
                   " --url https://stats.internal.example/v1/q --ip 169.254.169.254 --json");
