@@ -279,16 +279,22 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       const std::string_view b(static_cast<const char*>(buf_.data().data()), buf_.size());
       auto found = parse(b);
       if (found.status != Peeked::kMore || buf_.size() > 65536) co_return found;
-      ErrorCode ec;
-      std::size_t n = 0;
-      {
-        Deadline d(watch_, client_, deadline, conn_.keep_alive);
-        n = co_await client_.async_read_some(buf_.prepare(4096),
-                                             net::redirect_error(net::use_awaitable, ec));
-      }
-      buf_.commit(n);
-      if (ec) co_return NameInOpening{Peeked::kAbsent, ""};
+      if (!co_await readMore(deadline, 4096)) co_return NameInOpening{Peeked::kAbsent, ""};
     }
+  }
+
+  // Appends what the client sends next (up to `max` bytes) to buf_; false on EOF, error or
+  // the deadline.
+  net::awaitable<bool> readMore(Clock::time_point deadline, std::size_t max) {
+    ErrorCode ec;
+    std::size_t n = 0;
+    {
+      Deadline d(watch_, client_, deadline, conn_.keep_alive);
+      n = co_await client_.async_read_some(buf_.prepare(max),
+                                           net::redirect_error(net::use_awaitable, ec));
+    }
+    buf_.commit(n);
+    co_return !ec;
   }
 
   // Decides, vets and dials a CONNECT, answers it, then finds out what the tunnel carries.
@@ -400,21 +406,15 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
   // Reads the tunnel's first bytes (the client's ClientHello or request line) into buf_.
-  net::awaitable<Opening> peek() { co_return co_await peek(Clock::now() + conn_.ctx->options.header_timeout); }
+  net::awaitable<Opening> peek() {
+    co_return co_await peek(Clock::now() + conn_.ctx->options.header_timeout);
+  }
   net::awaitable<Opening> peek(Clock::time_point deadline) {
     for (;;) {
       auto data = buf_.data();
       auto kind = classify(std::string_view(static_cast<const char*>(data.data()), data.size()));
       if (kind != Opening::kMore) co_return kind;
-      ErrorCode ec;
-      std::size_t n = 0;
-      {
-        Deadline d(watch_, client_, deadline, conn_.keep_alive);
-        n = co_await client_.async_read_some(buf_.prepare(1024),
-                                             net::redirect_error(net::use_awaitable, ec));
-      }
-      buf_.commit(n);
-      if (ec) co_return buf_.size() ? Opening::kOther : Opening::kMore;
+      if (!co_await readMore(deadline, 1024)) co_return buf_.size() ? Opening::kOther : Opening::kMore;
     }
   }
 

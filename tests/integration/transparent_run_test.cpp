@@ -19,15 +19,8 @@ using nlohmann::json;
 
 namespace {
 
-std::pair<int, std::string> sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  char b[4096];
-  while (std::fgets(b, sizeof b, p)) out += b;
-  int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
-}
+using sluice::testing::shellOutput;
+auto sh(const std::string& cmd) { return shellOutput(cmd); }
 
 // An upstream at 10.231.0.2:8080 in namespace "sluice-tp-<pid>", veth to the host (10.231.0.1).
 class TransparentRun : public ::testing::Test {

@@ -62,6 +62,17 @@ inline Outcome runBinary(const char* binary, const std::filesystem::path& dir,
   return r;
 }
 
+/// Runs `cmd` with /bin/sh, stderr folded into stdout: its exit status and output.
+inline std::pair<int, std::string> shellOutput(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return {-1, ""};
+  char b[4096];
+  while (std::fgets(b, sizeof b, p)) out += b;
+  const int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
 /// A file's whole content ("" when it cannot be read).
 inline std::string slurp(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -471,15 +471,8 @@ TEST_F(ServeTest, DrainRefusesNewWorkAndStopsWhatOutlivesIt) {
 
 namespace {
 
-std::pair<int, std::string> shell(const std::string& cmd) {
-  std::string out;
-  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return {-1, ""};
-  char b[4096];
-  while (std::fgets(b, sizeof b, p)) out += b;
-  int rc = ::pclose(p);
-  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
-}
+using sluice::testing::shellOutput;
+auto shell(const std::string& cmd) { return shellOutput(cmd); }
 
 TEST_F(ServeTest, SessionsKeepFilesBetweenExecsAndEndWithASummary) {
   REQUIRE_SANDBOX();
