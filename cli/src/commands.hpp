@@ -32,6 +32,6 @@ void addProxyCommands(CLI::App& app, int& exit_code);
 void addRunCommands(CLI::App& app, int& exit_code,
                     std::optional<std::vector<std::string>> trailing = std::nullopt);
 void addServeCommands(CLI::App& app, int& exit_code);  // serve
-void addCaCommands(CLI::App& app, int& exit_code);   // ca init
+void addCaCommands(CLI::App& app, int& exit_code);     // ca init
 
 }  // namespace sluice::cli

@@ -45,7 +45,8 @@ int main(int argc, char** argv) {
       {{"policy"}, sluice::cli::addPolicyCommands},
       {{"audit"}, sluice::cli::addAuditCommands},
       {{"proxy"}, sluice::cli::addProxyCommands},
-      {{"run", "gc"}, [](CLI::App& a, int& rc) { sluice::cli::addRunCommands(a, rc, run_trailing); }},
+      {{"run", "gc"},
+       [](CLI::App& a, int& rc) { sluice::cli::addRunCommands(a, rc, run_trailing); }},
       {{"ca"}, sluice::cli::addCaCommands},
       {{"serve"}, sluice::cli::addServeCommands}};
   bool added = false;

@@ -1,9 +1,8 @@
 // `sluice policy check | explain | test`: the tools a security team uses to write, review and
 // keep honest its workflow policies.
 #include <CLI/CLI.hpp>
-#include <nlohmann/json.hpp>
-
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "commands.hpp"
 #include "sluice/policy/explain.hpp"
@@ -36,8 +35,7 @@ int runCheck(const std::vector<std::string>& paths) {
     }
   }
   if (problems > 0) {
-    std::cerr << "policy check: " << problems << (problems == 1 ? " problem" : " problems")
-              << "\n";
+    std::cerr << "policy check: " << problems << (problems == 1 ? " problem" : " problems") << "\n";
     return 1;
   }
   return 0;
@@ -98,7 +96,12 @@ int explainDns(const pol::Matcher& m, const std::string& name, bool json) {
               << "workflow:     " << m.workflow().name << "\n"
               << "name:         " << name << "\n"
               << "answer:       " << answer << "\n"
-              << "note:         " << (allowed ? "an allow rule could match this name; the connection that follows is decided in full (port, cidrs, methods, paths)" : "no allow rule could match this name (on any port); nothing is forwarded to a real resolver") << "\n";
+              << "note:         "
+              << (allowed ? "an allow rule could match this name; the connection that follows is "
+                            "decided in full (port, cidrs, methods, paths)"
+                          : "no allow rule could match this name (on any port); nothing is "
+                            "forwarded to a real resolver")
+              << "\n";
   }
   return allowed ? 0 : 1;
 }
@@ -168,8 +171,8 @@ int runTest(const std::vector<std::string>& files) {
     }
     for (const auto& tc : suite->cases) {
       auto ex = pol::explain(**matcher, tc.query);
-      std::string where = file + ":" + std::to_string(tc.pos.line) + ":" +
-                          std::to_string(tc.pos.column);
+      std::string where =
+          file + ":" + std::to_string(tc.pos.line) + ":" + std::to_string(tc.pos.column);
       if (!ex) {
         std::cout << "FAIL " << tc.name << " (" << where << "): " << ex.error() << "\n";
         ++failed;
@@ -240,8 +243,8 @@ void addPolicyCommands(CLI::App& app, int& exit_code) {
   });
 
   auto test_files = std::make_shared<std::vector<std::string>>();
-  auto* test = policy->add_subcommand(
-      "test", "Run YAML cases of expected decisions; exit 1 if any fails");
+  auto* test =
+      policy->add_subcommand("test", "Run YAML cases of expected decisions; exit 1 if any fails");
   test->add_option("files", *test_files, "Policy test files")->required();
   test->callback([&exit_code, test_files] { exit_code = runTest(*test_files); });
 }

@@ -29,8 +29,8 @@
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
-#include "sluice/serve/execution.hpp"
 #include "sluice/runner/sandbox.hpp"
+#include "sluice/serve/execution.hpp"
 
 namespace sluice::cli {
 namespace {

@@ -1,7 +1,6 @@
 // Client sessions: the request loop of one accepted connection (each request goes through the
 // one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry.
 #include "session.hpp"
-#include "transparent.hpp"
 
 #include "audit_rows.hpp"
 #include "exchange.hpp"
@@ -9,6 +8,7 @@
 #include "inspect.hpp"
 #include "log.hpp"
 #include "origin_link.hpp"
+#include "transparent.hpp"
 #include "tunnel.hpp"
 
 namespace sluice::proxy {
@@ -71,8 +71,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   Session(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener, tcp::socket socket)
       : client_(std::move(socket)),
         watch_(client_.get_executor()),
-        conn_{ctx, listener, listener->matcher(), chargedTo(*listener, client_), {}, {}, false,
-              false},
+        conn_{ctx,   listener, listener->matcher(), chargedTo(*listener, client_), {}, {},
+              false, false},
         origin_(ctx, listener, conn_.budget, client_.get_executor(),
                 [this] { return shared_from_this(); }),
         exchange_(conn_, client_, watch_, buf_) {
@@ -179,8 +179,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
   net::awaitable<bool> writeClient(std::string_view bytes) {
     ErrorCode ec;
-    Deadline d(watch_, client_, Clock::now() + conn_.ctx->options.header_timeout,
-               conn_.keep_alive);
+    Deadline d(watch_, client_, Clock::now() + conn_.ctx->options.header_timeout, conn_.keep_alive);
     co_await net::async_write(client_, net::buffer(bytes.data(), bytes.size()),
                               net::redirect_error(net::use_awaitable, ec));
     co_return !ec;
@@ -230,15 +229,17 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     if (!d.allowed) return std::unexpected(denialRefusal(d));
     if (d.tls == policy::TlsMode::kInspect && !conn_.ctx->tls) {
       // Tunnelling blindly would skip the rule's method/path/injection conditions.
-      return std::unexpected(refusal(Reason::kInspectionRequired,
-                                     "rule " + d.rule_id +
-                                         " asks for tls: inspect, but this proxy has no CA (sluice "
-                                         "proxy --ca-dir DIR); refusing rather than tunnelling unseen",
-                                     d.rule_id));
+      return std::unexpected(
+          refusal(Reason::kInspectionRequired,
+                  "rule " + d.rule_id +
+                      " asks for tls: inspect, but this proxy has no CA (sluice "
+                      "proxy --ca-dir DIR); refusing rather than tunnelling unseen",
+                  d.rule_id));
     }
     const auto& limits = conn_.workflow().limits;
     if (conn_.account().bytesExhausted(limits))
-      return std::unexpected(limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent"));
+      return std::unexpected(
+          limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent"));
     if (!conn_.account().acquireConnection(limits))
       return std::unexpected(limitRefusal("workflow limit max_connections (" +
                                           std::to_string(limits.max_connections) +
@@ -262,9 +263,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     if (!target) {
       ev.host = dst.address().to_string();
       ev.port = dst.port();
-      Refusal r = refusal(Reason::kInvalidTarget, "redirected connection to " + ev.host +
-                                                      ": the name it names does not parse: " +
-                                                      target.error());
+      Refusal r = refusal(Reason::kInvalidTarget,
+                          "redirected connection to " + ev.host +
+                              ": the name it names does not parse: " + target.error());
       co_await refuseConnect(ev, r);  // a raw client gets a reset, no HTTP refusal
       co_return false;
     }
@@ -326,8 +327,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_return false;
     }
     Slot slot(&conn_.account());
-    policy::Query q{*target, http_only_refusal_ ? policy::Visibility::kPlainHttp
-                                                : policy::Visibility::kTunnel};
+    policy::Query q{
+        *target, http_only_refusal_ ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel};
     auto vetted = co_await vetAddresses(conn_.ctx, conn_.matcher, q, pre->rule_id);
     if (!vetted) {
       co_await refuseConnect(ev, vetted.error());
@@ -385,8 +386,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     if (opening == Opening::kHttp) {
       slot.release();  // held by tunnel_up_ until the session ends
       ev.tls = "none";
-      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target,
-                                                    dialled->address, std::move(ev));
+      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target, dialled->address,
+                                                    std::move(ev));
       exchange_.carry(Carrier::kHttpInTunnel, &tunnel_up_->link, &tunnel_up_->target);
       co_return true;
     }
@@ -414,7 +415,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       auto data = buf_.data();
       auto kind = classify(std::string_view(static_cast<const char*>(data.data()), data.size()));
       if (kind != Opening::kMore) co_return kind;
-      if (!co_await readMore(deadline, 1024)) co_return buf_.size() ? Opening::kOther : Opening::kMore;
+      if (!co_await readMore(deadline, 1024))
+        co_return buf_.size() ? Opening::kOther : Opening::kMore;
     }
   }
 

@@ -68,15 +68,16 @@ NameInOpening sniOf(std::string_view bytes) {
   if (rec.u8() != 22) return {Peeked::kAbsent, ""};
   rec.skip(2);
   const std::size_t record_len = rec.u16();
-  if (bytes.size() < 5 + record_len) return {record_len > 16384 ? Peeked::kAbsent : Peeked::kMore, ""};
+  if (bytes.size() < 5 + record_len)
+    return {record_len > 16384 ? Peeked::kAbsent : Peeked::kMore, ""};
   Reader r{bytes.substr(5, record_len)};
   if (r.u8() != 1) return {Peeked::kAbsent, ""};  // ClientHello
   const std::size_t hello_len = r.u24();
   if (hello_len + 4 > record_len) return {Peeked::kAbsent, ""};  // split across records: give up
-  r.skip(2 + 32);                                                  // version, random
-  r.skip(r.u8());                                                  // session id
-  r.skip(r.u16());                                                 // cipher suites
-  r.skip(r.u8());                                                  // compression methods
+  r.skip(2 + 32);                                                // version, random
+  r.skip(r.u8());                                                // session id
+  r.skip(r.u16());                                               // cipher suites
+  r.skip(r.u8());                                                // compression methods
   if (!r.ok || r.at + 2 > r.b.size()) return {Peeked::kAbsent, ""};
   const std::size_t ext_end = std::min(r.b.size(), r.at + 2 + r.u16());
   while (r.ok && r.at + 4 <= ext_end) {
@@ -101,7 +102,8 @@ NameInOpening sniOf(std::string_view bytes) {
 
 NameInOpening httpHostOf(std::string_view bytes) {
   const auto end = bytes.find("\r\n\r\n");
-  if (end == std::string_view::npos) return {bytes.size() > 65536 ? Peeked::kAbsent : Peeked::kMore, ""};
+  if (end == std::string_view::npos)
+    return {bytes.size() > 65536 ? Peeked::kAbsent : Peeked::kMore, ""};
   std::string_view head = bytes.substr(0, end + 2);
   std::size_t at = head.find("\r\n");
   while (at != std::string_view::npos && at + 2 < head.size()) {

@@ -5,9 +5,8 @@
 #include <unistd.h>
 
 #include <deque>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -37,10 +36,9 @@ std::string lineColumn(const std::string& text, std::size_t byte) {
 
 std::expected<json, ApiError> parseBody(const Request& req) {
   if (!req.content_type.empty() && req.content_type.find("json") == std::string::npos)
-    return std::unexpected(ApiError{415, "unsupported_media_type",
-                                    "expected Content-Type: application/json, not " +
-                                        req.content_type,
-                                    ""});
+    return std::unexpected(
+        ApiError{415, "unsupported_media_type",
+                 "expected Content-Type: application/json, not " + req.content_type, ""});
   try {
     return json::parse(req.body);
   } catch (const json::parse_error& e) {
@@ -109,7 +107,8 @@ struct Api::RunSlot {
 };
 
 net::awaitable<void> Api::error(Reply& reply, const ApiError& e) {
-  co_await reply.send(toStatus(e.status), kJson, errorBody(e.status, e.reason, e.message, e.detail));
+  co_await reply.send(toStatus(e.status), kJson,
+                      errorBody(e.status, e.reason, e.message, e.detail));
 }
 
 net::awaitable<void> Api::handle(Request& req, Reply& reply) {
@@ -127,8 +126,8 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
   if (path == "/v1/workflows" && m == http::verb::get) {
     json arr = json::array();
     for (const auto& w : engine_.workflows())
-      arr.push_back({{"name", w.name}, {"description", w.description},
-                     {"policy_sha256", w.policy_sha256}});
+      arr.push_back(
+          {{"name", w.name}, {"description", w.description}, {"policy_sha256", w.policy_sha256}});
     co_await reply.send(http::status::ok, kJson, dump(arr));
     co_return;
   }
@@ -158,10 +157,12 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
   const bool known = path == "/v1/healthz" || path == "/v1/workflows" || path == "/metrics" ||
                      path == "/v1/runs" || path.starts_with(kExecutions);
   if (known) {
-    co_await error(reply, apiError(405, "bad_request", req.method_text + " is not allowed on " + path));
+    co_await error(reply,
+                   apiError(405, "bad_request", req.method_text + " is not allowed on " + path));
     co_return;
   }
-  co_await error(reply, apiError(404, "not_found", "no such endpoint: " + req.method_text + " " + path));
+  co_await error(reply,
+                 apiError(404, "not_found", "no such endpoint: " + req.method_text + " " + path));
 }
 
 net::awaitable<void> Api::getExecution(Request& req, Reply& reply, const std::string& id) {

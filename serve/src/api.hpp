@@ -7,11 +7,10 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
-#include <set>
-#include <optional>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <string>
 
 #include "engine.hpp"
 #include "http_server.hpp"

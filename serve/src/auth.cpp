@@ -53,8 +53,7 @@ std::expected<std::vector<Token>, std::string> loadTokenFile(const std::string& 
 std::expected<Caller, std::string> callerForBearer(const std::vector<Token>& tokens,
                                                    std::string_view authorization) {
   constexpr std::string_view kScheme = "Bearer ";
-  if (authorization.size() <= kScheme.size() ||
-      authorization.substr(0, kScheme.size()) != kScheme)
+  if (authorization.size() <= kScheme.size() || authorization.substr(0, kScheme.size()) != kScheme)
     return std::unexpected("missing 'Authorization: Bearer TOKEN'");
   std::string_view presented = authorization.substr(kScheme.size());
   const Token* match = nullptr;

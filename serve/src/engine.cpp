@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "pool.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
@@ -17,7 +18,6 @@
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/receipt.hpp"
 #include "sluice/serve/execution.hpp"
-#include "pool.hpp"
 
 namespace sluice::serve {
 namespace rn = sluice::runner;
@@ -77,15 +77,18 @@ std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides
     } else if (key == "memory" || key == "output" || key == "disk" || key == "file_size") {
       auto s = pol::parseSize(*text);
       if (!s) return std::unexpected(badField(field, s.error()));
-      (key == "memory" ? ov.memory : key == "output" ? ov.output : key == "disk" ? ov.disk
-                                                                                   : ov.file_size) =
-          *s;
+      (key == "memory"   ? ov.memory
+       : key == "output" ? ov.output
+       : key == "disk"   ? ov.disk
+                         : ov.file_size) = *s;
     } else if (key == "pids" || key == "open_files") {
-      if (!v.is_number_unsigned()) return std::unexpected(badField(field, "must be a whole number"));
+      if (!v.is_number_unsigned())
+        return std::unexpected(badField(field, "must be a whole number"));
       (key == "pids" ? ov.pids : ov.open_files) = v.get<std::uint64_t>();
     } else {
-      return std::unexpected(badField(field, "unknown limit (timeout, cpu_time, memory, pids, "
-                                             "output, disk, file_size, open_files)"));
+      return std::unexpected(badField(field,
+                                      "unknown limit (timeout, cpu_time, memory, pids, "
+                                      "output, disk, file_size, open_files)"));
     }
   }
   return {};
@@ -113,8 +116,7 @@ std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
     } else if (key == "env") {
       if (!v.is_object()) return std::unexpected(badField("env", "must be an object"));
       for (const auto& [name, value] : v.items()) {
-        if (!value.is_string())
-          return std::unexpected(badField("env." + name, "must be a string"));
+        if (!value.is_string()) return std::unexpected(badField("env." + name, "must be a string"));
         r.env.push_back(name + "=" + value.get<std::string>());
       }
     } else if (key == "files") {
@@ -222,7 +224,7 @@ void Engine::flush() {
 }
 
 std::expected<rn::Limits, ApiError> Engine::limitsFor(const pol::Workflow& w,
-                                                     const rn::LimitOverrides& overrides) {
+                                                      const rn::LimitOverrides& overrides) {
   auto limits = workflowLimits(w, overrides);
   if (!limits) return std::unexpected(badField("limits", limits.error()));
   return *limits;
@@ -255,18 +257,19 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   const auto asked = std::chrono::steady_clock::now();
   auto w = workflow(request.workflow);
   if (!w)
-    return std::unexpected(ApiError{404, "not_found",
-                                    "workflow '" + request.workflow + "' is not served", ""});
+    return std::unexpected(
+        ApiError{404, "not_found", "workflow '" + request.workflow + "' is not served", ""});
   auto limits = limitsFor(*w, request.limits);
   if (!limits) return std::unexpected(limits.error());
   const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
   // A prepared sandbox has the workflow's session-wide limits: only a run that tightens nothing
   // but its timeout can take one.
   const auto& o = request.limits;
-  const bool poolable = !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk &&
-                        !o.file_size && !o.open_files;
+  const bool poolable =
+      !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk && !o.file_size && !o.open_files;
   if (pool_ && poolable)
-    if (auto p = pool_->take(*w)) return runPrepared(caller, request, std::move(p), lines, stop_fd, asked);
+    if (auto p = pool_->take(*w))
+      return runPrepared(caller, request, std::move(p), lines, stop_fd, asked);
 
   rn::RunSpec spec;
   spec.argv = request.argv;
@@ -351,8 +354,8 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
   for (const auto& ph : p->placeholders)
     for (const std::string& kv : request.env)
       if (kv.substr(0, kv.find('=')) == ph.env)
-        return std::unexpected(badField("env." + ph.env, "is set by rule '" + ph.rule_id +
-                                                             "' (inject.placeholder_env)"));
+        return std::unexpected(badField(
+            "env." + ph.env, "is set by rule '" + ph.rule_id + "' (inject.placeholder_env)"));
   for (const auto& f : request.files)
     if (auto w_ = p->box->writeFile(f.path, f.content); !w_)
       return std::unexpected(badField("files." + f.path, w_.error()));
@@ -372,7 +375,8 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
     };
   }
   store_->recordPolicy(w.sha256, w.name, w.yaml_text);
-  metrics_.runStart(std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
+  metrics_.runStart(
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
   rn::RunSpec mirror;  // what the receipt describes
   mirror.argv = request.argv;
   mirror.limits = p->limits;

@@ -10,11 +10,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "auth.hpp"
 #include "event_tee.hpp"
@@ -111,10 +110,12 @@ class Engine {
  private:
   explicit Engine(const ServeOptions& options, Metrics& metrics);
 
-  std::expected<nlohmann::json, ApiError> runPrepared(
-      const Caller& caller, const RunRequest& request, std::unique_ptr<Prepared> p,
-      const std::function<void(std::string)>& lines, int stop_fd,
-      std::chrono::steady_clock::time_point asked);
+  std::expected<nlohmann::json, ApiError> runPrepared(const Caller& caller,
+                                                      const RunRequest& request,
+                                                      std::unique_ptr<Prepared> p,
+                                                      const std::function<void(std::string)>& lines,
+                                                      int stop_fd,
+                                                      std::chrono::steady_clock::time_point asked);
 
   ServeOptions options_;
   Metrics& metrics_;

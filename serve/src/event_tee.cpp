@@ -38,8 +38,7 @@ void EventTee::recordConnection(audit::ConnectionEvent e) {
     nlohmann::json j = {{"type", "network"}, {"decision", e.decision}, {"host", e.host},
                         {"port", e.port},    {"rule", nullptr},        {"reason", e.reason}};
     if (!e.rule_id.empty()) j["rule"] = e.rule_id;
-    publish(e.execution_id,
-            j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    publish(e.execution_id, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   store_->recordConnection(std::move(e));
 }
@@ -47,12 +46,11 @@ void EventTee::recordConnection(audit::ConnectionEvent e) {
 void EventTee::recordRequest(audit::RequestEvent e) {
   metrics_.decision(e.decision, e.reason);
   if (!e.execution_id.empty()) {
-    nlohmann::json j = {{"type", "network"}, {"decision", e.decision}, {"host", e.host},
-                        {"port", e.port},     {"method", e.method},    {"path", e.path},
-                        {"status", e.status}, {"rule", nullptr},       {"reason", e.reason}};
+    nlohmann::json j = {{"type", "network"},  {"decision", e.decision}, {"host", e.host},
+                        {"port", e.port},     {"method", e.method},     {"path", e.path},
+                        {"status", e.status}, {"rule", nullptr},        {"reason", e.reason}};
     if (!e.rule_id.empty()) j["rule"] = e.rule_id;
-    publish(e.execution_id,
-            j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    publish(e.execution_id, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   }
   store_->recordRequest(std::move(e));
 }

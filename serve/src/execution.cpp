@@ -67,7 +67,8 @@ void addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
   ctx.network.denied = st.denied;
   ctx.network.bytes_out = st.bytes_out;
   ctx.network.bytes_in = st.bytes_in;
-  for (const auto& d : st.denials) ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+  for (const auto& d : st.denials)
+    ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
 }
 
 rn::RunResult failedResult(const rn::SetupError& e, const rn::RunSpec& spec, bool full_isolation) {

@@ -2,16 +2,14 @@
 #include "http_server.hpp"
 
 #include <sys/socket.h>
-
-#include <cerrno>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <mutex>
 #include <optional>
-
 
 namespace sluice::serve {
 namespace {
@@ -81,10 +79,10 @@ class StreamReply final : public Reply {
 
   void watchClose(std::function<void()> on_close) override {
     watching_ = true;
-    net::co_spawn(s_.get_executor(),
-                  watchPeer<Stream>(&s_, std::make_shared<std::function<void()>>(
-                                             std::move(on_close))),
-                  net::detached);
+    net::co_spawn(
+        s_.get_executor(),
+        watchPeer<Stream>(&s_, std::make_shared<std::function<void()>>(std::move(on_close))),
+        net::detached);
   }
   void stopWatching() override {
     if (!watching_) return;
@@ -178,8 +176,7 @@ net::awaitable<void> serveConnection(StatePtr st, Stream s, std::optional<Caller
       req.caller = *peer;
     } else {
       const auto auth = raw[http::field::authorization];
-      auto caller =
-          callerForBearer(st->options.tokens, std::string_view(auth.data(), auth.size()));
+      auto caller = callerForBearer(st->options.tokens, std::string_view(auth.data(), auth.size()));
       if (!caller) {
         std::string body = st->errors(401, "unauthorized", caller.error());
         co_await reply.send(http::status::unauthorized, "application/json", std::move(body));
@@ -212,8 +209,7 @@ std::optional<std::optional<Caller>> peerCaller(unix_stream::socket& s,
 }
 
 template <typename Protocol>
-net::awaitable<void> acceptLoop(StatePtr st,
-                                std::shared_ptr<typename Protocol::acceptor> acc) {
+net::awaitable<void> acceptLoop(StatePtr st, std::shared_ptr<typename Protocol::acceptor> acc) {
   using Socket = typename Protocol::socket;
   for (;;) {
     ErrorCode ec;
@@ -226,8 +222,7 @@ net::awaitable<void> acceptLoop(StatePtr st,
     auto caller = peerCaller(s, st->options);
     if (!caller) continue;
     auto ex = s.get_executor();
-    net::co_spawn(ex, serveConnection<Socket>(st, std::move(s), std::move(*caller)),
-                  net::detached);
+    net::co_spawn(ex, serveConnection<Socket>(st, std::move(s), std::move(*caller)), net::detached);
   }
 }
 
@@ -274,7 +269,8 @@ std::expected<std::string, std::string> HttpServer::listen(const std::string& sp
     return "unix:" + path;
   }
   auto colon = spec.rfind(':');
-  if (colon == std::string::npos) return std::unexpected("--listen " + spec + ": expected unix:PATH or HOST:PORT");
+  if (colon == std::string::npos)
+    return std::unexpected("--listen " + spec + ": expected unix:PATH or HOST:PORT");
   std::string host = spec.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
     host = host.substr(1, host.size() - 2);

@@ -46,8 +46,8 @@ class Reply {
 using Handler = std::function<net::awaitable<void>(Request&, Reply&)>;
 
 /// Answers a request the server refuses before any handler runs (401, 413, 400, ...).
-using ErrorWriter = std::function<std::string(int status, const std::string& reason,
-                                              const std::string& message)>;
+using ErrorWriter =
+    std::function<std::string(int status, const std::string& reason, const std::string& message)>;
 
 struct HttpServerOptions {
   std::size_t max_body_bytes = 64u << 20;
@@ -57,8 +57,7 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  HttpServer(net::io_context& ioc, HttpServerOptions options, Handler handler,
-             ErrorWriter errors);
+  HttpServer(net::io_context& ioc, HttpServerOptions options, Handler handler, ErrorWriter errors);
   ~HttpServer();
   /// "unix:/path" (created 0660, a stale socket replaced, the directory made) or HOST:PORT.
   /// Returns the bound endpoint text.

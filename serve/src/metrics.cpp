@@ -65,8 +65,8 @@ std::string Metrics::render(std::uint64_t audit_queue_depth) const {
   o += "# HELP sluice_decisions_total Proxy decisions on connections and requests.\n";
   o += "# TYPE sluice_decisions_total counter\n";
   for (const auto& [k, n] : decisions_)
-    o += "sluice_decisions_total{decision=\"" + label(k.first) + "\",reason=\"" +
-         label(k.second) + "\"} " + std::to_string(n) + "\n";
+    o += "sluice_decisions_total{decision=\"" + label(k.first) + "\",reason=\"" + label(k.second) +
+         "\"} " + std::to_string(n) + "\n";
   o += "# HELP sluice_pool_ready Prepared sandboxes waiting, per workflow.\n";
   o += "# TYPE sluice_pool_ready gauge\n";
   for (const auto& [w, n] : pool_ready_)

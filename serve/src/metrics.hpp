@@ -29,7 +29,7 @@ class Metrics {
 
  private:
   static constexpr std::array<double, 12> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                       0.1,   0.25,   0.5,   1,    2.5,   5};
+                                                      0.1,   0.25,   0.5,   1,    2.5,   5};
   std::atomic<std::uint64_t> runs_total_{0};
   std::atomic<std::int64_t> sessions_active_{0};
   std::atomic<std::uint64_t> bytes_up_{0}, bytes_down_{0};

@@ -16,7 +16,8 @@ std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
   p->id = id;
   p->workflow = w;
   auto limits = workflowLimits(*w, {});
-  if (!limits) return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "limits", limits.error()});
+  if (!limits)
+    return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "limits", limits.error()});
   p->limits = *limits;
   const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
   if (network_proxy) p->placeholders = proxy::makePlaceholders(*w);
@@ -26,8 +27,7 @@ std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
   spec.network_proxy = network_proxy;
   spec.extra_files = engine.extraFilesFor(*w);
   for (const auto& ph : p->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
-  proxy::ListenerIdentity identity{id, pol::Matcher::compile(w), engine.secrets(),
-                                   p->placeholders};
+  proxy::ListenerIdentity identity{id, pol::Matcher::compile(w), engine.secrets(), p->placeholders};
   identity.names = std::make_shared<proxy::SyntheticNames>();
   rn::ListenerCallback on_listener;
   rn::DnsCallback on_dns;
@@ -100,7 +100,8 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
         break;
       }
     }
-    if (it != ready_.end()) engine_.metrics().poolReady(w.name, static_cast<std::int64_t>(it->second.size()));
+    if (it != ready_.end())
+      engine_.metrics().poolReady(w.name, static_cast<std::int64_t>(it->second.size()));
   }
   // The filler builds the replacement once this one is retired (after the run answered), so
   // that building it does not compete with the run for the CPU.

@@ -28,9 +28,8 @@ struct Prepared {
 };
 
 /// Builds a prepared sandbox of `w` whose listener (if any) is `id` (engine's proxy).
-std::expected<std::unique_ptr<Prepared>, runner::SetupError> prepare(Engine& engine,
-                                                                     const std::string& id,
-                                                                     std::shared_ptr<const policy::Workflow> w);
+std::expected<std::unique_ptr<Prepared>, runner::SetupError> prepare(
+    Engine& engine, const std::string& id, std::shared_ptr<const policy::Workflow> w);
 
 class Pool {
  public:
@@ -54,7 +53,7 @@ class Pool {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::map<std::string, std::deque<std::unique_ptr<Prepared>>> ready_;  // by workflow name
-  std::vector<std::unique_ptr<Prepared>> retired_;                       // to end
+  std::vector<std::unique_ptr<Prepared>> retired_;                      // to end
   std::thread filler_;
 };
 

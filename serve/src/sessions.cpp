@@ -33,7 +33,8 @@ std::expected<std::string, ApiError> sandboxPath(const std::string& url_path) {
   std::string out = "/";
   for (std::size_t i = 0; i < url_path.size(); ++i) {
     char c = url_path[i];
-    if (c == '%' && i + 2 < url_path.size() && std::isxdigit(static_cast<unsigned char>(url_path[i + 1])) &&
+    if (c == '%' && i + 2 < url_path.size() &&
+        std::isxdigit(static_cast<unsigned char>(url_path[i + 1])) &&
         std::isxdigit(static_cast<unsigned char>(url_path[i + 2]))) {
       out += static_cast<char>(std::stoi(url_path.substr(i + 1, 2), nullptr, 16));
       i += 2;
@@ -95,7 +96,8 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
     return std::unexpected(bad("workflow: is required (a string)"));
   const std::string name = body["workflow"];
   auto w = engine_.workflow(name);
-  if (!w) return std::unexpected(ApiError{404, "not_found", "workflow '" + name + "' is not served", ""});
+  if (!w)
+    return std::unexpected(ApiError{404, "not_found", "workflow '" + name + "' is not served", ""});
   auto idle = duration(body, "idle_timeout", std::chrono::minutes(5));
   if (!idle) return std::unexpected(idle.error());
   auto ttl = duration(body, "ttl", std::chrono::hours(1));
@@ -103,10 +105,10 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   {
     std::lock_guard lock(mu_);
     if (sessions_.size() >= max_sessions_)
-      return std::unexpected(ApiError{429, "too_many_sessions",
-                                      "at most " + std::to_string(max_sessions_) +
-                                          " sessions may be open (--max-sessions)",
-                                      ""});
+      return std::unexpected(ApiError{
+          429, "too_many_sessions",
+          "at most " + std::to_string(max_sessions_) + " sessions may be open (--max-sessions)",
+          ""});
   }
   auto s = std::make_shared<Session>();
   s->id = Engine::newId("se-");
@@ -120,7 +122,8 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   if (s->network_proxy) s->placeholders = proxy::makePlaceholders(*w);
   s->idle_timeout = *idle;
   s->created_at = std::chrono::system_clock::now();
-  s->expires_at = s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(*ttl);
+  s->expires_at =
+      s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(*ttl);
   s->last_used = std::chrono::steady_clock::now();
   s->deadline = s->last_used + *ttl;
 
@@ -152,8 +155,8 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   if (!box) {
     if (s->network_proxy) engine_.proxy().closeExecution(s->id);
     const auto& e = box.error();
-    return std::unexpected(
-        ApiError{500, "internal", "session setup failed at step '" + e.step + "': " + e.message, ""});
+    return std::unexpected(ApiError{
+        500, "internal", "session setup failed at step '" + e.step + "': " + e.message, ""});
   }
   s->box = std::move(*box);
   {
@@ -262,9 +265,8 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
     delta.denied = after.denied - before.denied;
     delta.bytes_out = after.bytes_out - before.bytes_out;
     delta.bytes_in = after.bytes_in - before.bytes_in;
-    delta.denials.assign(after.denials.begin() +
-                             static_cast<std::ptrdiff_t>(std::min(before.denials.size(),
-                                                                  after.denials.size())),
+    delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(std::min(
+                                                     before.denials.size(), after.denials.size())),
                          after.denials.end());
     addNetwork(ctx, delta);
   }
@@ -298,19 +300,17 @@ std::expected<T, ApiError> SessionManager::onFile(const Caller& caller, const st
 std::expected<json, ApiError> SessionManager::putFile(const Caller& caller, const std::string& id,
                                                       const std::string& path,
                                                       const std::string& data) {
-  return onFile<json>(caller, id, path,
-                      [&](Session& s, const std::string& p) -> std::expected<json, ApiError> {
-                        auto info = s.box->writeFile(p, data);
-                        if (!info) return std::unexpected(fileError(info.error()));
-                        return json{{"path", info->path},
-                                    {"bytes", info->bytes},
-                                    {"sha256", info->sha256}};
-                      });
+  return onFile<json>(
+      caller, id, path, [&](Session& s, const std::string& p) -> std::expected<json, ApiError> {
+        auto info = s.box->writeFile(p, data);
+        if (!info) return std::unexpected(fileError(info.error()));
+        return json{{"path", info->path}, {"bytes", info->bytes}, {"sha256", info->sha256}};
+      });
 }
 
 std::expected<SessionManager::FileBody, ApiError> SessionManager::getFile(const Caller& caller,
-                                                                         const std::string& id,
-                                                                         const std::string& path) {
+                                                                          const std::string& id,
+                                                                          const std::string& path) {
   return onFile<FileBody>(caller, id, path,
                           [&](Session& s, const std::string& p) { return readOrList(s, p); });
 }
@@ -321,8 +321,8 @@ std::expected<SessionManager::FileBody, ApiError> SessionManager::readOrList(
     json arr = json::array();
     for (const auto& f : *listing) {
       std::string name = f.path.substr(f.path.find_last_of('/') + 1);
-      arr.push_back({{"name", name}, {"type", f.directory ? "directory" : "file"},
-                     {"bytes", f.bytes}});
+      arr.push_back(
+          {{"name", name}, {"type", f.directory ? "directory" : "file"}, {"bytes", f.bytes}});
     }
     return FileBody{"application/json", dump(arr)};
   }
@@ -350,9 +350,12 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
                   {"caller", s.caller},
                   {"execs", s.execs},
                   {"artifacts", artifacts},
-                  {"network", {{"allowed", net.allowed}, {"denied", net.denied},
-                               {"bytes_out", net.bytes_out}, {"bytes_in", net.bytes_in},
-                               {"denials", denials}}},
+                  {"network",
+                   {{"allowed", net.allowed},
+                    {"denied", net.denied},
+                    {"bytes_out", net.bytes_out},
+                    {"bytes_in", net.bytes_in},
+                    {"denials", denials}}},
                   {"ended_by", ended_by},
                   {"created_at", rn::formatTimestamp(s.created_at)},
                   {"ended_at", rn::formatTimestamp(std::chrono::system_clock::now())}};
@@ -362,9 +365,9 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   rec.workflow = s.workflow->name;
   rec.policy_sha256 = s.workflow->sha256;
   rec.argv_json = "[]";
-  rec.started_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          s.created_at.time_since_epoch())
-                          .count();
+  rec.started_at_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(s.created_at.time_since_epoch())
+          .count();
   rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();

@@ -11,9 +11,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "engine.hpp"
 
@@ -34,8 +33,7 @@ class SessionManager {
                                                int stop_fd);
   /// PUT /v1/sessions/{id}/files/{path} -> {"path","bytes","sha256"}.
   std::expected<nlohmann::json, ApiError> putFile(const Caller& caller, const std::string& id,
-                                                  const std::string& path,
-                                                  const std::string& data);
+                                                  const std::string& path, const std::string& data);
   struct FileBody {
     std::string content_type;
     std::string body;

@@ -33,12 +33,12 @@ class TransparentRun : public ::testing::Test {
     std::ofstream(dir_ / "index.html") << "hello from upstream\n";
     const std::string host_if = "tph" + std::to_string(::getpid() % 100000);
     const std::string ns_if = "tpn" + std::to_string(::getpid() % 100000);
-    auto [rc, out] = sh("set -e; ip netns add " + ns_ + "; ip link add " + host_if +
-                        " type veth peer name " + ns_if + "; ip link set " + ns_if +
-                        " netns " + ns_ + "; ip addr add 10.231.0.1/24 dev " + host_if +
-                        "; ip link set " + host_if + " up; ip netns exec " + ns_ +
-                        " ip addr add 10.231.0.2/24 dev " + ns_if + "; ip netns exec " + ns_ +
-                        " ip link set " + ns_if + " up; ip netns exec " + ns_ + " ip link set lo up");
+    auto [rc, out] =
+        sh("set -e; ip netns add " + ns_ + "; ip link add " + host_if + " type veth peer name " +
+           ns_if + "; ip link set " + ns_if + " netns " + ns_ + "; ip addr add 10.231.0.1/24 dev " +
+           host_if + "; ip link set " + host_if + " up; ip netns exec " + ns_ +
+           " ip addr add 10.231.0.2/24 dev " + ns_if + "; ip netns exec " + ns_ + " ip link set " +
+           ns_if + " up; ip netns exec " + ns_ + " ip link set lo up");
     ASSERT_EQ(rc, 0) << out;
     host_if_ = host_if;
     server_ = ::fork();
@@ -71,9 +71,9 @@ class TransparentRun : public ::testing::Test {
   }
   // `sluice run --json` of `sh -c SCRIPT`: the receipt.
   json run(const std::string& script) {
-    auto [rc, out] = sh(std::string(SLUICE_BINARY) + " run --policy " +
-                        (dir_ / "policy.yaml").string() + " --audit " + db() +
-                        " --json -- /bin/sh -c '" + script + "'");
+    auto [rc, out] =
+        sh(std::string(SLUICE_BINARY) + " run --policy " + (dir_ / "policy.yaml").string() +
+           " --audit " + db() + " --json -- /bin/sh -c '" + script + "'");
     json j = json::parse(out.substr(out.find('{')), nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << out;
     return j;
@@ -116,13 +116,14 @@ TEST_F(TransparentRun, ClientsThatIgnoreProxyVariablesStillGoThroughThePolicy) {
 
 TEST_F(TransparentRun, DnsAnswersOnlyWhatARuleCouldAllowAndNothingLeaves) {
   REQUIRE_SANDBOX();
-  auto r = run(
-      "getent hosts api.allowed.test | cut -d\" \" -f1 | sed s/^/allowed:/; "
-      "getent hosts exfil-1234abcd.denied.test || echo denied-nxdomain; "
-      "for i in $(seq 1 200); do getent hosts \"$i-data.leak.test\" >/dev/null && echo LEAKED; done; "
-      "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
-      "s.connect((\\\"192.0.2.53\\\",53)); s.send(b\\\"q\\\"); s.settimeout(2); "
-      "print(\\\"udp-answer\\\", s.recv(10))\" 2>&1 | tail -1 | sed s/^/udp:/");
+  auto r =
+      run("getent hosts api.allowed.test | cut -d\" \" -f1 | sed s/^/allowed:/; "
+          "getent hosts exfil-1234abcd.denied.test || echo denied-nxdomain; "
+          "for i in $(seq 1 200); do getent hosts \"$i-data.leak.test\" >/dev/null && echo LEAKED; "
+          "done; "
+          "python3 -c \"import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); "
+          "s.connect((\\\"192.0.2.53\\\",53)); s.send(b\\\"q\\\"); s.settimeout(2); "
+          "print(\\\"udp-answer\\\", s.recv(10))\" 2>&1 | tail -1 | sed s/^/udp:/");
   const std::string out = r["stdout"]["text"];
   // getent may print the AAAA (64:ff9b:1::/48) or the A (198.18.0.0/15) answer.
   EXPECT_TRUE(out.find("allowed:198.18.") != std::string::npos ||

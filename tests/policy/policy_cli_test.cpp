@@ -118,8 +118,8 @@ TEST_F(PolicyCli, ExplainTransparent) {
                         " --transparent 203.0.113.9:443 --json");
   EXPECT_EQ(literal.status, 1);
   EXPECT_EQ(nlohmann::json::parse(literal.out)["reason"], "ip_literal_needs_cidrs");
-  auto both = sluice("policy explain --policy " + path("stats.yaml") +
-                     " --transparent a:1 --connect a:1");
+  auto both =
+      sluice("policy explain --policy " + path("stats.yaml") + " --transparent a:1 --connect a:1");
   EXPECT_EQ(both.status, 2);
 }
 

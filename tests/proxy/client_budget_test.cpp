@@ -4,7 +4,6 @@
 // reload. And a long-running proxy frees what finished executions left (listener records).
 #include <gtest/gtest.h>
 #include <malloc.h>
-
 #include <spdlog/spdlog.h>
 
 #include <fstream>

@@ -2,6 +2,8 @@
 // redirected connections end to end — a network namespace made by the test (only lo, a default
 // route via lo, an nftables REDIRECT of TCP to the proxy listener inside it) whose client
 // connects to a synthetic DNS address, to an address with an allowed Host, and to a denied one.
+#include "transparent.hpp"
+
 #include <gtest/gtest.h>
 #include <openssl/ssl.h>
 #include <sched.h>
@@ -11,7 +13,6 @@
 #include <random>
 
 #include "proxy_fixture.hpp"
-#include "transparent.hpp"
 
 namespace sluice::proxy::testing {
 namespace {
@@ -190,10 +191,10 @@ TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
       ::_exit(12);
     sendFd(sv[1], l);
     char go;
-    if (::read(sv[1], &go, 1) != 1) ::_exit(13);  // the proxy has it
-    int r[3] = {getFrom(synthetic->str(), up, "anything.test"),      // by the DNS map
+    if (::read(sv[1], &go, 1) != 1) ::_exit(13);                 // the proxy has it
+    int r[3] = {getFrom(synthetic->str(), up, "anything.test"),  // by the DNS map
                 getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up)),  // by Host
-                getFrom("203.0.113.8", up, "denied.test")};           // refused: reset
+                getFrom("203.0.113.8", up, "denied.test")};  // refused: reset
     (void)::write(results[1], r, sizeof r);
     ::_exit(0);
   }

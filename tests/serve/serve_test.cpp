@@ -2,13 +2,13 @@
 // a token-authenticated TCP listener: callers and tokens, every endpoint of this stage, errors
 // as {"error","reason","detail"}, NDJSON streaming, a client that goes away mid-stream, drain,
 // and responses validated against schemas/api.v1.yaml (tests/schemas/check_api.py).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -36,7 +36,8 @@ struct Response {
   std::string body;
   std::string header(const std::string& name) const {
     std::string lower_head;
-    for (char c : head) lower_head += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (char c : head)
+      lower_head += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     std::string key = "\r\n";
     for (char c : name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     key += ": ";
@@ -83,8 +84,8 @@ class Http {
   bool ok() const { return fd_ >= 0; }
   bool send(const std::string& method, const std::string& target, const std::string& body = "",
             const std::string& extra = "") {
-    std::string req = method + " " + target + " HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n" +
-                      extra;
+    std::string req =
+        method + " " + target + " HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n" + extra;
     if (!body.empty() || method == "POST" || method == "PUT")
       req += "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
              "\r\n";
@@ -223,7 +224,8 @@ class ServeTest : public ::testing::Test {
     auto r = server_->start();
     ASSERT_TRUE(r.has_value()) << r.error();
     for (const auto& e : server_->endpoints())
-      if (!e.starts_with("unix:")) port_ = static_cast<std::uint16_t>(std::stoi(e.substr(e.rfind(':') + 1)));
+      if (!e.starts_with("unix:"))
+        port_ = static_cast<std::uint16_t>(std::stoi(e.substr(e.rfind(':') + 1)));
   }
   void start() { start(options()); }
   std::string socket() const { return (dir_ / "sluice.sock").string(); }
@@ -303,8 +305,7 @@ TEST_F(ServeTest, BadRequestsGetErrorsThatSayWhatAndWhere) {
       << bad.body;
   expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"argz":1})"), 400,
               "bad_request");
-  expectError(call("POST", "/v1/runs", R"({"workflow":"nope","argv":["true"]})"), 404,
-              "not_found");
+  expectError(call("POST", "/v1/runs", R"({"workflow":"nope","argv":["true"]})"), 404, "not_found");
   expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":[]})"), 400, "bad_request");
   expectError(call("GET", "/v1/nothing"), 404, "not_found");
   expectError(call("GET", "/v1/executions/ex-0000"), 404, "not_found");
@@ -314,15 +315,15 @@ TEST_F(ServeTest, BadRequestsGetErrorsThatSayWhatAndWhere) {
 TEST_F(ServeTest, OnlyApproversSeeApprovals) {
   start();
   expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "GET", "/v1/approvals"), 403, "forbidden");
-  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "POST", "/v1/approvals/ap-1",
-                      R"({"decision":"allow"})"),
-              403, "forbidden");
+  expectError(
+      callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "POST", "/v1/approvals/ap-1", R"({"decision":"allow"})"),
+      403, "forbidden");
   auto list = callTcp("bbbbbbbbbbbbbbbbbbbbbbbb", "GET", "/v1/approvals");
   EXPECT_EQ(list.status, 200) << list.body;
   EXPECT_EQ(list.js(), json::array());
-  expectError(callTcp("bbbbbbbbbbbbbbbbbbbbbbbb", "POST", "/v1/approvals/ap-1",
-                      R"({"decision":"maybe"})"),
-              400, "bad_request");
+  expectError(
+      callTcp("bbbbbbbbbbbbbbbbbbbbbbbb", "POST", "/v1/approvals/ap-1", R"({"decision":"maybe"})"),
+      400, "bad_request");
   expectError(callTcp("bbbbbbbbbbbbbbbbbbbbbbbb", "POST", "/v1/approvals/ap-1",
                       R"({"decision":"allow","scope":"once"})"),
               404, "not_found");
@@ -334,7 +335,8 @@ TEST_F(ServeTest, OversizedBodyIs413) {
   auto o = options();
   o.max_body_bytes = 1024;
   start(o);
-  std::string big = R"({"workflow":"shell","argv":["true"],"stdin":")" + std::string(4096, 'x') + "\"}";
+  std::string big =
+      R"({"workflow":"shell","argv":["true"],"stdin":")" + std::string(4096, 'x') + "\"}";
   expectError(call("POST", "/v1/runs", big), 413, "payload_too_large");
 }
 
@@ -358,8 +360,7 @@ TEST_F(ServeTest, RunReturnsAReceiptOwnedByItsCaller) {
   ASSERT_EQ(mine.status, 200) << mine.body;
   EXPECT_EQ(mine.js()["execution_id"], id);
   EXPECT_EQ(mine.js()["hash"], receipt["hash"]);
-  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "GET", "/v1/executions/" + id), 404,
-              "not_found");
+  expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "GET", "/v1/executions/" + id), 404, "not_found");
   // A TCP caller's run is recorded under its token's name.
   auto theirs = callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "POST", "/v1/runs",
                         R"({"workflow":"shell","argv":["true"]})");
@@ -375,9 +376,10 @@ TEST_F(ServeTest, NdjsonStreamsOutputAndNetworkThenTheReceipt) {
   REQUIRE_SANDBOX();
   start();
   auto h = Http::unix(socket());
-  h.send("POST", "/v1/runs",
-         R"({"workflow":"web","argv":["/bin/sh","-c","echo one; curl -s -o /dev/null https://denied.example/ ; echo two >&2"]})",
-         "Accept: application/x-ndjson\r\n");
+  h.send(
+      "POST", "/v1/runs",
+      R"({"workflow":"web","argv":["/bin/sh","-c","echo one; curl -s -o /dev/null https://denied.example/ ; echo two >&2"]})",
+      "Accept: application/x-ndjson\r\n");
   auto head = h.readHead();
   ASSERT_EQ(head.status, 200);
   EXPECT_EQ(head.header("content-type"), "application/x-ndjson");
@@ -460,8 +462,7 @@ TEST_F(ServeTest, DrainRefusesNewWorkAndStopsWhatOutlivesIt) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   std::thread drainer([&] { server_->drain(); });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"]})"), 503,
-              "draining");
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"]})"), 503, "draining");
   drainer.join();
   slow.join();
   EXPECT_FALSE(fs::exists(socket()));
@@ -485,8 +486,9 @@ TEST_F(ServeTest, SessionsKeepFilesBetweenExecsAndEndWithASummary) {
   ASSERT_EQ(put.status, 201) << put.body;
   expectSchema("FileWritten", put.js());
   EXPECT_EQ(put.js()["bytes"], 13);
-  auto e1 = call("POST", "/v1/sessions/" + id + "/exec",
-                 R"({"argv":["/bin/sh","-c","cat /work/data.txt; echo more >> /work/data.txt; echo out > /output/o.txt; sleep 100 &"]})");
+  auto e1 = call(
+      "POST", "/v1/sessions/" + id + "/exec",
+      R"({"argv":["/bin/sh","-c","cat /work/data.txt; echo more >> /work/data.txt; echo out > /output/o.txt; sleep 100 &"]})");
   ASSERT_EQ(e1.status, 200) << e1.body;
   EXPECT_EQ(e1.js()["stdout"]["text"], "hello session");
   EXPECT_EQ(e1.js()["session_id"], id);
@@ -565,8 +567,8 @@ TEST_F(ServeTest, CurlAndThePythonClientWork) {
   EXPECT_EQ(demo.first, 0) << demo.second;
   EXPECT_TRUE(fs::exists(dir_ / "out" / "result.json")) << demo.second;
   std::ofstream(dir_ / "token") << "bbbbbbbbbbbbbbbbbbbbbbbb\n";
-  auto tcp = shell(python + " " + client + " --connect http://127.0.0.1:" +
-                   std::to_string(port_) + " --token-file " + (dir_ / "token").string() +
+  auto tcp = shell(python + " " + client + " --connect http://127.0.0.1:" + std::to_string(port_) +
+                   " --token-file " + (dir_ / "token").string() +
                    " --workflow shell --stream --out " + (dir_ / "out2").string());
   EXPECT_EQ(tcp.first, 0) << tcp.second;
   EXPECT_TRUE(fs::exists(dir_ / "out2" / "details" / "values.txt")) << tcp.second;
@@ -605,8 +607,9 @@ TEST_F(ServeTest, WarmPoolServesRunsOnceEachAndFollowsReloads) {
   ASSERT_TRUE(waitReady("2"));
   std::set<std::string> ids;
   for (int i = 0; i < 4; ++i) {
-    auto r = call("POST", "/v1/runs",
-                  R"({"workflow":"shell","argv":["/bin/sh","-c","cat; ls /work | wc -l"],"stdin":"x"})");
+    auto r =
+        call("POST", "/v1/runs",
+             R"({"workflow":"shell","argv":["/bin/sh","-c","cat; ls /work | wc -l"],"stdin":"x"})");
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(r.js()["stdout"]["text"], "x0\n") << "a prepared sandbox was used twice";
     expectSchema("Receipt", r.js());
@@ -647,11 +650,11 @@ class ServeProcessTest : public ServeTest {
       int devnull = ::open("/dev/null", O_WRONLY);
       ::dup2(devnull, 1);
       ::dup2(devnull, 2);
-      std::vector<std::string> args = {SLUICE_BINARY,   "serve",
-                                       "--policy-dir",  (dir_ / "policies").string(),
-                                       "--listen",      "unix:" + socket(),
-                                       "--audit",       (dir_ / "audit.db").string(),
-                                       "--drain",       "1s"};
+      std::vector<std::string> args = {SLUICE_BINARY,  "serve",
+                                       "--policy-dir", (dir_ / "policies").string(),
+                                       "--listen",     "unix:" + socket(),
+                                       "--audit",      (dir_ / "audit.db").string(),
+                                       "--drain",      "1s"};
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -709,16 +712,16 @@ TEST_F(ServeProcessTest, SigtermDrainsEndsSessionsWithReceiptsAndLeavesNothing) 
   for (const std::string& name : sluice::testing::sluiceCgroupNames())
     EXPECT_FALSE(name.starts_with(std::to_string(daemon) + ".")) << name;
   EXPECT_FALSE(fs::exists(socket()));
-  EXPECT_NE(sql("SELECT json_extract(receipt, '$.ended_by') FROM executions WHERE id = '" +
-                session + "'")
-                .find("shutdown"),
-            std::string::npos);
+  EXPECT_NE(
+      sql("SELECT json_extract(receipt, '$.ended_by') FROM executions WHERE id = '" + session + "'")
+          .find("shutdown"),
+      std::string::npos);
   // The session's summary and the exec that was stopped by the drain, each with its receipt.
-  EXPECT_NE(sql("SELECT count(*) AS n FROM executions WHERE session_id = '" + session + "'")
-                .find("\n2"),
-            std::string::npos);
-  auto [rc, out] = shell(std::string(SLUICE_BINARY) + " audit verify --db " +
-                         (dir_ / "audit.db").string());
+  EXPECT_NE(
+      sql("SELECT count(*) AS n FROM executions WHERE session_id = '" + session + "'").find("\n2"),
+      std::string::npos);
+  auto [rc, out] =
+      shell(std::string(SLUICE_BINARY) + " audit verify --db " + (dir_ / "audit.db").string());
   EXPECT_EQ(rc, 0) << out;
 }
 
@@ -739,8 +742,8 @@ TEST_F(ServeProcessTest, SigkillTakesEverySandboxWithItAndGcCleansUp) {
   EXPECT_EQ(gc.first, 0) << gc.second;
   for (const std::string& name : sluice::testing::sluiceCgroupNames())
     EXPECT_FALSE(name.starts_with(std::to_string(daemon) + ".")) << name;
-  auto [rc, out] = shell(std::string(SLUICE_BINARY) + " audit verify --db " +
-                         (dir_ / "audit.db").string());
+  auto [rc, out] =
+      shell(std::string(SLUICE_BINARY) + " audit verify --db " + (dir_ / "audit.db").string());
   EXPECT_EQ(rc, 0) << out;
 }
 

@@ -5,11 +5,10 @@
 #pragma once
 
 #include <expected>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sluice/audit/store.hpp"
 #include "sluice/policy/workflow.hpp"
@@ -33,8 +32,8 @@ std::expected<std::vector<std::string>, std::string> sandboxEnvironment(
 
 /// The CA bundle file a sandbox of `w` needs (its system CAs plus `ca`) when `w` inspects TLS
 /// through the proxy; none otherwise.
-std::vector<std::pair<std::string, std::string>> caBundleFiles(const policy::Workflow& w,
-                                                               const proxy::CertificateAuthority& ca);
+std::vector<std::pair<std::string, std::string>> caBundleFiles(
+    const policy::Workflow& w, const proxy::CertificateAuthority& ca);
 
 /// True when some rule of `w` inspects TLS (it then needs a CA).
 bool inspectsTls(const policy::Workflow& w);
