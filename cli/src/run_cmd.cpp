@@ -64,22 +64,6 @@ int fail(const std::string& step, const std::string& message) {
   return kSluiceFailed;
 }
 
-std::string randomId() {
-  unsigned char b[8] = {};
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    (void)!::read(fd, b, sizeof b);
-    ::close(fd);
-  }
-  static const char* k = "0123456789abcdef";
-  std::string s = "ex-";
-  for (unsigned char c : b) {
-    s += k[c >> 4];
-    s += k[c & 15];
-  }
-  return s;
-}
-
 std::expected<std::shared_ptr<const pol::Workflow>, std::string> loadWorkflow(const RunOptions& o) {
   if (!o.policy_file.empty()) {
     if (!o.workflow.empty() || !o.policy_dir.empty())
@@ -271,7 +255,7 @@ int doRun(const RunOptions& o) {
   spec.network_proxy = network_proxy;
   spec.inputs = std::move(*inputs);
   spec.output_dir = o.output_dir;
-  spec.execution_id = randomId();
+  spec.execution_id = serve::newExecutionId();
 
   // TLS inspection: a CA for this execution alone, its key only in this process's memory (the
   // sandbox's processes descend from the helper forked above, before the key existed); the

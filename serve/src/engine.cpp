@@ -2,7 +2,6 @@
 #include "engine.hpp"
 
 #include <openssl/evp.h>
-#include <openssl/rand.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,18 +24,6 @@ namespace pol = sluice::policy;
 using nlohmann::json;
 
 namespace {
-
-std::string randomId(const char* prefix) {
-  unsigned char b[8] = {};
-  RAND_bytes(b, sizeof b);
-  static const char* k = "0123456789abcdef";
-  std::string s = prefix;
-  for (unsigned char c : b) {
-    s += k[c >> 4];
-    s += k[c & 15];
-  }
-  return s;
-}
 
 ApiError badField(const std::string& field, const std::string& why) {
   return ApiError{400, "bad_request", field + ": " + why, ""};
@@ -149,18 +136,12 @@ Engine::~Engine() {
 std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOptions& options,
                                                                    Metrics& metrics) {
   std::unique_ptr<Engine> e(new Engine(options, metrics));
-  if (auto r = e->reload(); !r) return std::unexpected(r.error());
   if (!options.secrets.empty()) {
     auto loaded = pol::loadSecretsFile(options.secrets);
     if (!loaded) return std::unexpected("--secrets: " + loaded.error());
     e->secrets_ = std::move(*loaded);
   }
-  for (const auto& [name, w] : e->workflows_)
-    if (auto missing = pol::missingSecrets(*w, e->secrets_.get()); !missing.empty())
-      return std::unexpected("workflow '" + name + "' references secret '" + missing.front() +
-                             "', which " +
-                             (options.secrets.empty() ? std::string("no --secrets FILE gives")
-                                                      : options.secrets + " lacks"));
+  if (auto r = e->reload(); !r) return std::unexpected(r.error());
   if (!options.ca_dir.empty()) {
     auto loaded = proxy::CertificateAuthority::loadDirectory(options.ca_dir);
     if (!loaded) return std::unexpected("--ca-dir " + options.ca_dir + ": " + loaded.error());
@@ -194,11 +175,14 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
 std::expected<void, std::string> Engine::reload() {
   auto set = pol::loadPolicyDir(options_.policy_dir);
   if (!set) return std::unexpected(set.error().str());
-  // All or nothing: a workflow that needs a secret the store lacks refuses the reload.
+  // All or nothing (at start and on SIGHUP): a workflow that needs a secret the store lacks
+  // refuses the load. Names only, never values.
   for (const auto& [name, w] : set->workflows)
-    if (auto missing = pol::missingSecrets(*w, secrets_.get()); !missing.empty() && store_)
+    if (auto missing = pol::missingSecrets(*w, secrets_.get()); !missing.empty())
       return std::unexpected("workflow '" + name + "' references secret '" + missing.front() +
-                             "', which the secret store lacks");
+                             "', which " +
+                             (options_.secrets.empty() ? std::string("no --secrets FILE gives")
+                                                       : options_.secrets + " lacks"));
   std::lock_guard lock(mu_);
   workflows_ = set->workflows;
   return {};
@@ -234,7 +218,7 @@ std::vector<std::pair<std::string, std::string>> Engine::extraFilesFor(const pol
   return caBundleFiles(w, *ca_);
 }
 
-std::string Engine::newId(const char* prefix) { return randomId(prefix); }
+std::string Engine::newId(const char* prefix) { return newExecutionId(prefix); }
 
 std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::RunResult& r,
                                              const rn::ReceiptContext& ctx, const Caller& caller,
@@ -277,7 +261,7 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   spec.network_proxy = network_proxy;
   spec.stdin_data = request.stdin_data;
   spec.files = request.files;
-  spec.execution_id = randomId("ex-");
+  spec.execution_id = newExecutionId();
   spec.extra_files = extraFilesFor(*w);
   std::vector<proxy::Placeholder> placeholders;
   if (network_proxy) placeholders = proxy::makePlaceholders(*w);
@@ -289,19 +273,9 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   hooks.stop_fd = stop_fd;
   auto matcher = pol::Matcher::compile(w);
   if (network_proxy) {
-    // One map of synthetic DNS names per execution, shared by its DNS and its listeners.
-    proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets_, placeholders};
-    identity.names = std::make_shared<proxy::SyntheticNames>();
-    hooks.on_listener = [this, identity](int fd) -> std::expected<void, std::string> {
-      auto r = proxy_->adoptListener(fd, identity);  // twice: 127.0.0.1 and [::1]
-      if (!r) return std::unexpected(r.error().message);
-      return {};
-    };
-    hooks.on_dns = [this, identity](int udp, int tcp) -> std::expected<void, std::string> {
-      auto r = proxy_->adoptDns(udp, tcp, identity);
-      if (!r) return std::unexpected(r.error().message);
-      return {};
-    };
+    auto net = networkHooks({spec.execution_id, matcher, secrets_, placeholders});
+    hooks.on_listener = std::move(net.on_listener);
+    hooks.on_dns = std::move(net.on_dns);
   }
   if (lines) {
     tee_->subscribe(spec.execution_id, lines);
@@ -333,6 +307,23 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   }
   tee_->unsubscribe(spec.execution_id);
   return commit(spec, *result, ctx, caller, "");
+}
+
+Engine::NetworkHooks Engine::networkHooks(proxy::ListenerIdentity identity) {
+  // One map of synthetic DNS names per execution, shared by its DNS and its listeners.
+  if (!identity.names) identity.names = std::make_shared<proxy::SyntheticNames>();
+  NetworkHooks h;
+  h.on_listener = [this, identity](int fd) -> std::expected<void, std::string> {
+    auto r = proxy_->adoptListener(fd, identity);  // twice: 127.0.0.1 and [::1]
+    if (!r) return std::unexpected(r.error().message);
+    return {};
+  };
+  h.on_dns = [this, identity](int udp, int tcp) -> std::expected<void, std::string> {
+    auto r = proxy_->adoptDns(udp, tcp, identity);
+    if (!r) return std::unexpected(r.error().message);
+    return {};
+  };
+  return h;
 }
 
 // A run in a prepared sandbox: its files written, one exec, then the sandbox ends.

@@ -104,6 +104,13 @@ class Engine {
                                                  const Caller& caller,
                                                  const std::string& session_id);
   static std::string newId(const char* prefix);
+  /// The runner hooks that hand a sandbox's proxy listeners and DNS sockets to the shared proxy
+  /// under `identity` (given a fresh synthetic-name map when it has none).
+  struct NetworkHooks {
+    runner::ListenerCallback on_listener;
+    runner::DnsCallback on_dns;
+  };
+  NetworkHooks networkHooks(proxy::ListenerIdentity identity);
   /// Largest file a session download returns.
   std::uint64_t maxFileBytes() const { return options_.max_body_bytes; }
 

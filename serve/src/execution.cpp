@@ -1,7 +1,10 @@
 // One execution's wiring (execution.hpp).
 #include "sluice/serve/execution.hpp"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 
 #include "sluice/runner/cgroup.hpp"
@@ -110,6 +113,21 @@ audit::ExecutionRecord executionRecord(const nlohmann::json& receipt, const rn::
   rec.artifacts_json = receipt["artifacts"].dump();
   rec.receipt_json = dumpJson(receipt);
   return rec;
+}
+
+std::string newExecutionId(std::string_view prefix) {
+  // getrandom(2), not OpenSSL's RNG: initialising that reads openssl.cnf, a cost `sluice run`
+  // would pay on every start.
+  unsigned char b[8] = {};
+  while (::getrandom(b, sizeof b, 0) < 0 && errno == EINTR) {
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s(prefix);
+  for (unsigned char c : b) {
+    s += kHex[c >> 4];
+    s += kHex[c & 15];
+  }
+  return s;
 }
 
 std::string dumpJson(const nlohmann::json& j, int indent) {

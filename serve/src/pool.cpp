@@ -27,23 +27,10 @@ std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
   spec.network_proxy = network_proxy;
   spec.extra_files = engine.extraFilesFor(*w);
   for (const auto& ph : p->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
-  proxy::ListenerIdentity identity{id, pol::Matcher::compile(w), engine.secrets(), p->placeholders};
-  identity.names = std::make_shared<proxy::SyntheticNames>();
-  rn::ListenerCallback on_listener;
-  rn::DnsCallback on_dns;
-  if (network_proxy) {
-    on_listener = [&](int fd) -> std::expected<void, std::string> {
-      auto r = engine.proxy().adoptListener(fd, identity);
-      if (!r) return std::unexpected(r.error().message);
-      return {};
-    };
-    on_dns = [&](int udp, int tcp) -> std::expected<void, std::string> {
-      auto r = engine.proxy().adoptDns(udp, tcp, identity);
-      if (!r) return std::unexpected(r.error().message);
-      return {};
-    };
-  }
-  auto box = rn::SandboxSession::start(spec, on_listener, on_dns);
+  Engine::NetworkHooks net;
+  if (network_proxy)
+    net = engine.networkHooks({id, pol::Matcher::compile(w), engine.secrets(), p->placeholders});
+  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns);
   if (!box) {
     if (network_proxy) engine.proxy().closeExecution(id);
     return std::unexpected(box.error());

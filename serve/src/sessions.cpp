@@ -135,23 +135,10 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   for (const auto& ph : s->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
   engine_.store().recordPolicy(w->sha256, w->name, w->yaml_text);
   // The session's listeners and DNS: its connections are recorded with the session id.
-  proxy::ListenerIdentity identity{s->id, s->matcher, engine_.secrets(), s->placeholders};
-  identity.names = std::make_shared<proxy::SyntheticNames>();
-  rn::ListenerCallback on_listener;
-  rn::DnsCallback on_dns;
-  if (s->network_proxy) {
-    on_listener = [&](int fd) -> std::expected<void, std::string> {
-      auto r = engine_.proxy().adoptListener(fd, identity);
-      if (!r) return std::unexpected(r.error().message);
-      return {};
-    };
-    on_dns = [&](int udp, int tcp) -> std::expected<void, std::string> {
-      auto r = engine_.proxy().adoptDns(udp, tcp, identity);
-      if (!r) return std::unexpected(r.error().message);
-      return {};
-    };
-  }
-  auto box = rn::SandboxSession::start(spec, on_listener, on_dns);
+  Engine::NetworkHooks net;
+  if (s->network_proxy)
+    net = engine_.networkHooks({s->id, s->matcher, engine_.secrets(), s->placeholders});
+  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns);
   if (!box) {
     if (s->network_proxy) engine_.proxy().closeExecution(s->id);
     const auto& e = box.error();

@@ -297,6 +297,27 @@ TEST_F(ServeTest, NoTcpListenerWithoutATokenFileAndNoLooseTokenFile) {
   EXPECT_NE(loose.error().find("chmod 600"), std::string::npos) << loose.error();
 }
 
+// A workflow that needs a secret the store lacks is refused, at start and on reload (by the
+// secret's name; there is no value to show).
+TEST_F(ServeTest, AWorkflowWhoseSecretIsMissingIsRefused) {
+  start();
+  const std::string needs =
+      "apiVersion: sluice/v1\nkind: Workflow\nname: api\negress:\n  rules:\n"
+      "    - id: a\n      action: allow\n      hosts: [api.example]\n"
+      "      allow_plaintext_credentials: true\n"
+      "      inject:\n        headers:\n          Authorization: \"Bearer ${secret:api_token}\"\n";
+  std::ofstream(dir_ / "policies" / "api.yaml") << needs;
+  auto reloaded = server_->reload();
+  ASSERT_FALSE(reloaded.has_value());
+  EXPECT_NE(reloaded.error().find("api_token"), std::string::npos) << reloaded.error();
+  EXPECT_EQ(call("GET", "/v1/workflows").js().size(), 2u);  // the policy in force stays
+  server_->drain();
+  server_.reset();
+  auto fresh = serve::Server::create(options());
+  ASSERT_FALSE(fresh.has_value());
+  EXPECT_NE(fresh.error().find("api_token"), std::string::npos) << fresh.error();
+}
+
 TEST_F(ServeTest, BadRequestsGetErrorsThatSayWhatAndWhere) {
   start();
   auto bad = call("POST", "/v1/runs", "{\"workflow\": \"shell\",\n \"argv\": [\"true\",]}");

@@ -52,6 +52,10 @@ runner::RunResult failedResult(const runner::SetupError& e, const runner::RunSpe
 audit::ExecutionRecord executionRecord(const nlohmann::json& receipt, const runner::RunResult& r,
                                        const runner::ReceiptContext& ctx);
 
+/// A fresh random id, `prefix` + 16 hex digits ("ex-3f2a..."): executions, sessions, prepared
+/// sandboxes (it names their cgroup, so it must be unique per host and unguessable).
+std::string newExecutionId(std::string_view prefix = "ex-");
+
 /// JSON text of `j` with invalid UTF-8 replaced (captured output may hold any bytes).
 std::string dumpJson(const nlohmann::json& j, int indent = -1);
 
