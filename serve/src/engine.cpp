@@ -83,29 +83,41 @@ std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides
 
 }  // namespace
 
+std::expected<bool, ApiError> parseCommandField(const std::string& key, const json& v,
+                                                CommandFields& out) {
+  if (key == "argv") {
+    if (!v.is_array() || v.empty())
+      return std::unexpected(badField("argv", "must be a non-empty array of strings"));
+    for (const auto& a : v) {
+      if (!a.is_string()) return std::unexpected(badField("argv", "must hold strings only"));
+      out.argv.push_back(a.get<std::string>());
+    }
+  } else if (key == "stdin") {
+    if (!v.is_string()) return std::unexpected(badField("stdin", "must be a string"));
+    out.stdin_data = v.get<std::string>();
+  } else if (key == "env") {
+    if (!v.is_object()) return std::unexpected(badField("env", "must be an object"));
+    for (const auto& [name, value] : v.items()) {
+      if (!value.is_string()) return std::unexpected(badField("env." + name, "must be a string"));
+      out.env.push_back(name + "=" + value.get<std::string>());
+    }
+  } else {
+    return false;
+  }
+  return true;
+}
+
 std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
   RunRequest r;
+  CommandFields cmd;
   for (const auto& [key, v] : body.items()) {
+    auto common = parseCommandField(key, v, cmd);
+    if (!common) return std::unexpected(common.error());
+    if (*common) continue;
     if (key == "workflow") {
       if (!v.is_string()) return std::unexpected(badField("workflow", "must be a string"));
       r.workflow = v.get<std::string>();
-    } else if (key == "argv") {
-      if (!v.is_array() || v.empty())
-        return std::unexpected(badField("argv", "must be a non-empty array of strings"));
-      for (const auto& a : v) {
-        if (!a.is_string()) return std::unexpected(badField("argv", "must hold strings only"));
-        r.argv.push_back(a.get<std::string>());
-      }
-    } else if (key == "stdin") {
-      if (!v.is_string()) return std::unexpected(badField("stdin", "must be a string"));
-      r.stdin_data = v.get<std::string>();
-    } else if (key == "env") {
-      if (!v.is_object()) return std::unexpected(badField("env", "must be an object"));
-      for (const auto& [name, value] : v.items()) {
-        if (!value.is_string()) return std::unexpected(badField("env." + name, "must be a string"));
-        r.env.push_back(name + "=" + value.get<std::string>());
-      }
     } else if (key == "files") {
       if (!v.is_object()) return std::unexpected(badField("files", "must be an object"));
       for (const auto& [path, content] : v.items()) {
@@ -121,6 +133,9 @@ std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
       return std::unexpected(badField(key, "unknown field"));
     }
   }
+  r.argv = std::move(cmd.argv);
+  r.stdin_data = std::move(cmd.stdin_data);
+  r.env = std::move(cmd.env);
   if (r.workflow.empty()) return std::unexpected(badField("workflow", "is required"));
   if (r.argv.empty()) return std::unexpected(badField("argv", "is required"));
   return r;

@@ -46,6 +46,16 @@ struct RunRequest {
   runner::LimitOverrides limits;
 };
 
+/// The fields a run and a session exec share: argv, stdin, env.
+struct CommandFields {
+  std::vector<std::string> argv;
+  std::string stdin_data;
+  std::vector<std::string> env;  // K=V
+};
+/// Parses `key` into `out` if it is one of CommandFields' (true), false for another key.
+std::expected<bool, ApiError> parseCommandField(const std::string& key, const nlohmann::json& v,
+                                                CommandFields& out);
+
 /// Parses a RunRequest from the body of POST /v1/runs (field errors name the field).
 std::expected<RunRequest, ApiError> parseRunRequest(const nlohmann::json& body);
 

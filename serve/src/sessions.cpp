@@ -176,24 +176,12 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   Session& s = **found;
   if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
   rn::ExecSpec spec;
+  CommandFields cmd;
   for (const auto& [key, v] : body.items()) {
-    if (key == "argv") {
-      if (!v.is_array() || v.empty())
-        return std::unexpected(bad("argv: must be a non-empty array of strings"));
-      for (const auto& a : v) {
-        if (!a.is_string()) return std::unexpected(bad("argv: must hold strings only"));
-        spec.argv.push_back(a.get<std::string>());
-      }
-    } else if (key == "stdin") {
-      if (!v.is_string()) return std::unexpected(bad("stdin: must be a string"));
-      spec.stdin_data = v.get<std::string>();
-    } else if (key == "env") {
-      if (!v.is_object()) return std::unexpected(bad("env: must be an object"));
-      for (const auto& [k, val] : v.items()) {
-        if (!val.is_string()) return std::unexpected(bad("env." + k + ": must be a string"));
-        spec.env.push_back(k + "=" + val.get<std::string>());
-      }
-    } else if (key == "cwd") {
+    auto common = parseCommandField(key, v, cmd);
+    if (!common) return std::unexpected(common.error());
+    if (*common) continue;
+    if (key == "cwd") {
       if (!v.is_string()) return std::unexpected(bad("cwd: must be a string"));
       spec.cwd = v.get<std::string>();
     } else if (key == "timeout") {
@@ -206,6 +194,9 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
       return std::unexpected(bad(key + ": unknown field"));
     }
   }
+  spec.argv = std::move(cmd.argv);
+  spec.stdin_data = std::move(cmd.stdin_data);
+  spec.env = std::move(cmd.env);
   if (spec.argv.empty()) return std::unexpected(bad("argv: is required"));
   for (const auto& ph : s.placeholders)
     for (const std::string& kv : spec.env)

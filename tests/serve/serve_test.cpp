@@ -503,6 +503,12 @@ TEST_F(ServeTest, SessionsKeepFilesBetweenExecsAndEndWithASummary) {
   ASSERT_EQ(created.status, 201) << created.body;
   expectSchema("Session", created.js());
   const std::string id = created.js()["id"];
+  // The exec body is checked like a run's (argv, stdin, env), plus cwd and timeout.
+  expectError(call("POST", "/v1/sessions/" + id + "/exec", R"({"argv":[]})"), 400, "bad_request");
+  expectError(call("POST", "/v1/sessions/" + id + "/exec", R"({"argv":["true"],"env":{"A":1}})"),
+              400, "bad_request");
+  expectError(call("POST", "/v1/sessions/" + id + "/exec", R"({"argv":["true"],"shell":1})"), 400,
+              "bad_request");
   auto put = call("PUT", "/v1/sessions/" + id + "/files/work/data.txt", "hello session");
   ASSERT_EQ(put.status, 201) << put.body;
   expectSchema("FileWritten", put.js());
