@@ -187,7 +187,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
   net::awaitable<void> refuseConnect(const audit::ConnectionEvent& ev, const Refusal& r) {
     recordDeniedConnection(*conn_.ctx, conn_.account(), ev, r);
-    if (ev.kind == "transparent") {
+    if (transparent_) {
       // The program spoke no HTTP to us: it gets a reset (SO_LINGER 0 makes the close send
       // RST), the row says why (docs/proxy.md).
       ErrorCode ec;
@@ -250,6 +250,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   // A redirected connection: the name from the DNS map, else the first bytes (SNI, Host; a
   // client that speaks first), else the address itself; then as a CONNECT that needs no answer.
   net::awaitable<bool> handleTransparent(tcp::endpoint dst) {
+    transparent_ = true;
     auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(), "transparent");
     const SyntheticNames* names = conn_.listener->names.get();
     NameInOpening seen;
@@ -451,6 +452,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   Exchange<tcp::socket, tcp::socket> exchange_;
   std::uint64_t live_id_ = 0;
   bool handed_off_ = false;
+  bool transparent_ = false;  // a redirected connection (handleTransparent): refusals reset
   // Set when the CONNECT was allowed only for plain HTTP: the refusal TLS in it gets.
   std::optional<Refusal> http_only_refusal_;
 };

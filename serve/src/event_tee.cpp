@@ -15,6 +15,12 @@ void EventTee::unsubscribe(const std::string& execution_id) {
   subscribers_.erase(execution_id);
 }
 
+bool EventTee::watched(const std::string& execution_id) {
+  if (execution_id.empty()) return false;
+  std::lock_guard lock(mu_);
+  return subscribers_.count(execution_id) != 0;
+}
+
 void EventTee::publish(const std::string& execution_id, const std::string& line) {
   std::function<void(std::string)> fn;
   {
@@ -34,7 +40,7 @@ void EventTee::recordPolicy(const std::string& sha256, const std::string& workfl
 void EventTee::recordConnection(audit::ConnectionEvent e) {
   metrics_.decision(e.decision, e.reason);
   metrics_.proxyBytes(e.bytes_up, e.bytes_down);
-  if (!e.execution_id.empty()) {
+  if (watched(e.execution_id)) {  // the JSON only for a live stream
     nlohmann::json j = {{"type", "network"}, {"decision", e.decision}, {"host", e.host},
                         {"port", e.port},    {"rule", nullptr},        {"reason", e.reason}};
     if (!e.rule_id.empty()) j["rule"] = e.rule_id;
@@ -45,7 +51,7 @@ void EventTee::recordConnection(audit::ConnectionEvent e) {
 
 void EventTee::recordRequest(audit::RequestEvent e) {
   metrics_.decision(e.decision, e.reason);
-  if (!e.execution_id.empty()) {
+  if (watched(e.execution_id)) {
     nlohmann::json j = {{"type", "network"},  {"decision", e.decision}, {"host", e.host},
                         {"port", e.port},     {"method", e.method},     {"path", e.path},
                         {"status", e.status}, {"rule", nullptr},        {"reason", e.reason}};

@@ -32,6 +32,8 @@ class EventTee final : public audit::EventSink {
   bool healthy() const override { return store_->healthy(); }
 
  private:
+  /// True when a stream subscribed to `execution_id` (only then is an event rendered).
+  bool watched(const std::string& execution_id);
   void publish(const std::string& execution_id, const std::string& line);
 
   std::shared_ptr<audit::EventSink> store_;
