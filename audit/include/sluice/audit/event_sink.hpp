@@ -79,6 +79,27 @@ struct DnsEvent {
   std::string reason;    // policy::reasonName vocabulary, or malformed_query | not_implemented
 };
 
+/// One approval of an `ask` rule, recorded once when it is decided (answered, timed out, or
+/// refused because its execution ended). Schema table `approvals`.
+struct ApprovalEvent {
+  std::string id;            // "ap-..." (the approval's id, as approvers saw it)
+  std::string execution_id;  // empty for a standalone proxy
+  std::string session_id;    // empty when not a session's
+  std::string workflow;
+  std::string caller;  // who the execution belongs to ("uid:N", a token name); may be empty
+  std::string rule_id;
+  std::string host;
+  std::uint16_t port = 0;
+  std::string method;  // empty (stored as NULL) for a tunnel
+  std::string path;    // empty (stored as NULL) for a tunnel
+  std::string decision;    // "allow" | "deny"
+  std::string reason;      // "" when allowed; approval_denied | approval_timeout | execution_ended | ...
+  std::string scope;       // "once" | "execution"
+  std::string decided_by;  // "uid:N", a token name, "approve-with", "mcp", "timeout", ...
+  std::int64_t asked_at_ms = 0;
+  std::int64_t decided_at_ms = 0;
+};
+
 /// Where producers send audit events. Implementations must be thread-safe. A call may block
 /// (backpressure) but never drops an event.
 class EventSink {
@@ -94,6 +115,9 @@ class EventSink {
   virtual void recordForward(ForwardEvent event) = 0;
   /// One DNS query of a sandbox and its answer.
   virtual void recordDns(DnsEvent event) = 0;
+  /// One decided approval (approvals table). The store implements it; test sinks that do not
+  /// care may leave this default, which drops it.
+  virtual void recordApproval(ApprovalEvent event) { (void)event; }
 
   /// False once the store has failed (disk full, I/O error): the proxy then refuses new
   /// connections rather than run unaudited (fail closed).

@@ -1,0 +1,102 @@
+// Approvals (`action: ask`, DESIGN.md "Policy"): a connection or request that an ask rule
+// matched waits, without blocking anything else, until an approver answers or its timeout
+// passes. The desk holds the pending approvals of one process (sluice run, proxy, serve, mcp),
+// remembers `scope: execution` answers, writes one `approvals` audit row per approval when it
+// is decided, and tells watchers (the exec's NDJSON stream, `--approve-with`, MCP elicitation)
+// about each new one. Reference: docs/approvals.md.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "sluice/audit/event_sink.hpp"
+
+namespace sluice::proxy {
+
+/// One approval as approvers see it (DESIGN.md: `id, execution_id, session_id, workflow, caller,
+/// rule, host, port, method, path, asked_at, expires_at`; method/path null for a tunnel).
+struct Approval {
+  std::string id;            ///< "ap-" + 16 hex digits
+  std::string execution_id;  ///< the listener's execution ("" for a standalone proxy)
+  std::string session_id;    ///< "" when not a session's
+  std::string workflow;
+  std::string caller;  ///< "" when not known (sluice run: the local user)
+  std::string rule;
+  std::string host;
+  std::uint16_t port = 0;
+  std::optional<std::string> method;  ///< null for a tunnel (CONNECT, transparent)
+  std::optional<std::string> path;
+  std::int64_t asked_at_ms = 0;  ///< Unix epoch milliseconds
+  std::int64_t expires_at_ms = 0;
+};
+
+/// The approval as JSON text (the fields above; times as RFC 3339 UTC strings).
+std::string approvalJson(const Approval& a);
+
+/// How an approval ended, for the waiting connection.
+struct ApprovalOutcome {
+  bool allowed = false;
+  /// "" when allowed; else approval_denied | approval_timeout | approval_unavailable (no one can
+  /// answer) | execution_ended.
+  std::string reason;
+  std::string decided_by;  ///< "uid:N", a token name, "approve-with", "mcp", "timeout", ...
+};
+
+enum class Scope : std::uint8_t {
+  kOnce,       ///< this connection or request only
+  kExecution,  ///< also every later match of the same rule, host and port in the execution
+};
+
+/// What answering an approval came to (for the API's status codes).
+enum class AnswerStatus : std::uint8_t {
+  kAnswered,  ///< 200
+  kNotFound,  ///< 404: no such approval (or not the caller's to see)
+  kGone,      ///< 409: already decided, timed out, or its execution ended
+};
+
+class ApprovalDesk {
+ public:
+  /// `sink` gets one ApprovalEvent per approval when it is decided (may be null: none).
+  explicit ApprovalDesk(std::shared_ptr<audit::EventSink> sink);
+  ~ApprovalDesk();
+  ApprovalDesk(const ApprovalDesk&) = delete;
+  ApprovalDesk& operator=(const ApprovalDesk&) = delete;
+
+  /// Raises `a` (its id, asked_at and expires_at are filled in here; expires after `timeout`)
+  /// and calls `done` exactly once, on any thread, never inside ask(): at once (posted to a
+  /// desk thread) when a `scope: execution` answer covers it, else when it is answered, times
+  /// out or its execution ends. Returns the approval as raised.
+  Approval ask(Approval a, std::chrono::milliseconds timeout,
+               std::function<void(ApprovalOutcome)> done);
+
+  /// Answers a pending approval. `decided_by` names the approver for the audit row.
+  AnswerStatus answer(const std::string& id, bool allow, Scope scope,
+                      const std::string& decided_by);
+
+  /// Pending approvals, oldest first.
+  std::vector<Approval> pending() const;
+  std::optional<Approval> find(const std::string& id) const;
+
+  /// Called with each new approval (not for those a remembered answer covered). `execution_id`
+  /// "" = every execution. Returns a handle for unwatch(). Called on the asking thread: do not
+  /// block in it (spawn, post, or answer later).
+  using Watcher = std::function<void(const Approval&)>;
+  std::uint64_t watch(const std::string& execution_id, Watcher fn);
+  void unwatch(std::uint64_t handle);
+
+  /// Ends `execution_id` (or a session's id): its pending approvals are refused with
+  /// execution_ended, its remembered answers forgotten; later answers for it get kGone.
+  void endExecution(const std::string& execution_id);
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::proxy
