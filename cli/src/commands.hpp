@@ -33,5 +33,6 @@ void addRunCommands(CLI::App& app, int& exit_code,
                     std::optional<std::vector<std::string>> trailing = std::nullopt);
 void addServeCommands(CLI::App& app, int& exit_code);  // serve
 void addCaCommands(CLI::App& app, int& exit_code);     // ca init
+void addMcpCommands(CLI::App& app, int& exit_code);    // mcp
 
 }  // namespace sluice::cli

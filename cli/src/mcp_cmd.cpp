@@ -1,0 +1,91 @@
+// `sluice mcp`: a Model Context Protocol tool server on stdin/stdout (serve/; docs/mcp.md).
+// stdout carries the protocol only: the process's own fd 1 is pointed at stderr before any
+// thread starts, so a stray write (a log line, a library's printf) cannot corrupt a message.
+// SIGTERM/SIGINT stop the running tool call and end the session with its receipt; closing
+// stdin ends it after the calls already sent.
+#include <fcntl.h>
+#include <signal.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "commands.hpp"
+#include "sluice/serve/mcp.hpp"
+
+namespace sluice::cli {
+namespace {
+
+// The protocol's own descriptors, and 0/1 pointed elsewhere: stdin at /dev/null (a sandbox or
+// helper never reads the client's messages), stdout at stderr.
+struct ProtocolFds {
+  int in = -1, out = -1;
+};
+
+std::expected<ProtocolFds, std::string> takeStdio() {
+  ProtocolFds fds;
+  fds.in = ::fcntl(0, F_DUPFD_CLOEXEC, 3);
+  fds.out = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+  int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (fds.in < 0 || fds.out < 0 || devnull < 0 || ::dup2(devnull, 0) < 0 || ::dup2(2, 1) < 0)
+    return std::unexpected(std::string("cannot set up stdin/stdout"));
+  ::close(devnull);
+  return fds;
+}
+
+int runMcp(serve::McpOptions& options) {
+  sigset_t set = blockDaemonSignals();
+  spdlog::set_default_logger(spdlog::stderr_color_mt("mcp"));
+  auto fds = takeStdio();
+  if (!fds) {
+    std::fprintf(stderr, "sluice mcp: %s\n", fds.error().c_str());
+    return 1;
+  }
+  auto server = serve::McpServer::create(options);
+  if (!server) {
+    std::fprintf(stderr, "sluice mcp: %s\n", server.error().c_str());
+    return 1;
+  }
+  serve::McpServer* s = server->get();
+  // SIGTERM/SIGINT stop the server; SIGHUP is ignored (the session keeps its policy). The
+  // thread is left blocked in sigwait when serving ends: the process exits around it.
+  std::thread([set, s] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0 || sig == SIGHUP) continue;
+      spdlog::info("signal {}: stopping", sig);
+      s->stop();
+      return;
+    }
+  }).detach();
+  s->serve(fds->in, fds->out);
+  return 0;
+}
+
+}  // namespace
+
+void addMcpCommands(CLI::App& app, int& exit_code) {
+  auto o = std::make_shared<serve::McpOptions>();
+  auto* cmd = app.add_subcommand(
+      "mcp", "Serve MCP tools on stdio: one sandbox session per connection (docs/mcp.md)");
+  cmd->add_option("--policy-dir", o->serve.policy_dir, "Directory of workflow policy files")
+      ->required();
+  cmd->add_option("--workflow", o->workflow, "The workflow the tools run under")->required();
+  cmd->add_option("--audit", o->serve.audit_db,
+                  "Audit database (default /var/lib/sluice/audit.db)");
+  cmd->add_option("--secrets", o->serve.secrets, "Secret store file (mode 0600)");
+  cmd->add_option("--ca-dir", o->serve.ca_dir,
+                  "CA directory for tls: inspect rules (sluice ca init)");
+  cmd->add_option("--upstream-ca", o->serve.upstream_cas, "Extra CA file for inspected upstreams");
+  cmd->add_option("--approve-with", o->approve_with,
+                  "Command that answers approvals (gets the approval JSON on stdin, prints allow "
+                  "or deny)");
+  cmd->callback([o, &exit_code] { exit_code = runMcp(*o); });
+}
+
+}  // namespace sluice::cli
