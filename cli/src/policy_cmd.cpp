@@ -26,8 +26,11 @@ int runCheck(const std::vector<std::string>& paths) {
     for (const auto& [name, w] : set->workflows) {
       for (const auto& d : w->warnings) std::cout << d.str() << "\n";
       std::size_t allow = 0, deny = 0;
-      for (const auto& r : w->rules) (r.action == pol::Action::kAllow ? allow : deny)++;
-      std::cout << "ok " << name << " (" << w->source_path << "): " << allow << " allow, " << deny
+      std::size_t ask = 0;
+      for (const auto& r : w->rules)
+        (r.action == pol::Action::kAllow ? allow : r.action == pol::Action::kAsk ? ask : deny)++;
+      std::cout << "ok " << name << " (" << w->source_path << "): " << allow << " allow, "
+                << (ask ? std::to_string(ask) + " ask, " : std::string()) << deny
                 << " deny rules; network " << pol::networkModeName(w->sandbox.network)
                 << "; timeout " << pol::formatDuration(w->sandbox.timeout) << ", memory "
                 << pol::formatSize(w->sandbox.memory) << "; sha256 " << w->sha256.substr(0, 12)
@@ -55,7 +58,7 @@ std::expected<std::shared_ptr<const pol::Matcher>, std::string> loadMatcher(
 nlohmann::json explanationJson(const pol::Explanation& ex, const std::string& workflow) {
   const auto& d = ex.decision;
   nlohmann::json j;
-  j["decision"] = d.allowed ? "allow" : "deny";
+  j["decision"] = std::string(pol::decisionName(d));
   j["workflow"] = workflow;
   j["rule"] = d.rule_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.rule_id);
   j["reason"] = std::string(pol::reasonName(d.reason));
@@ -67,7 +70,7 @@ nlohmann::json explanationJson(const pol::Explanation& ex, const std::string& wo
   j["phase"] = ex.phase;
   j["method"] = ex.method.empty() ? nlohmann::json(nullptr) : nlohmann::json(ex.method);
   j["path"] = ex.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(ex.path);
-  j["tls"] = d.allowed ? std::string(pol::tlsModeName(d.tls)) : std::string();
+  j["tls"] = d.allowed || d.ask ? std::string(pol::tlsModeName(d.tls)) : std::string();
   if (!ex.note.empty()) j["note"] = ex.note;
   return j;
 }
@@ -128,7 +131,7 @@ int runExplain(const ExplainOptions& o) {
     if (!o.transparent.empty()) j["path"] = "transparent";
     std::cout << j.dump() << "\n";
   } else {
-    std::cout << "decision:     " << (d.allowed ? "allow" : "deny") << "\n"
+    std::cout << "decision:     " << pol::decisionName(d) << "\n"
               << "workflow:     " << (*matcher)->workflow().name << "\n"
               << "rule:         " << (d.rule_id.empty() ? "-" : d.rule_id) << "\n"
               << "reason:       " << pol::reasonName(d.reason) << "\n"
@@ -136,7 +139,7 @@ int runExplain(const ExplainOptions& o) {
     if (!ex->path.empty())
       std::cout << "request:      " << ex->method << " " << ex->path << " (canonical form)\n";
     if (!d.nearest_miss.empty()) std::cout << "nearest miss: " << d.nearest_miss << "\n";
-    if (d.allowed) std::cout << "tls:          " << pol::tlsModeName(d.tls) << "\n";
+    if (d.allowed || d.ask) std::cout << "tls:          " << pol::tlsModeName(d.tls) << "\n";
     if (!ex->inject_headers.empty()) {
       std::cout << "inject:       ";
       for (std::size_t i = 0; i < ex->inject_headers.size(); ++i) {
@@ -151,7 +154,7 @@ int runExplain(const ExplainOptions& o) {
       std::cout << "path:         transparent capture (decided as CONNECT " << o.transparent
                 << "; refused connections are reset)\n";
   }
-  return d.allowed ? 0 : 1;
+  return d.allowed ? 0 : d.ask ? 3 : 1;
 }
 
 int runTest(const std::vector<std::string>& files) {
@@ -179,7 +182,7 @@ int runTest(const std::vector<std::string>& files) {
         continue;
       }
       const auto& d = ex->decision;
-      bool ok = d.allowed == tc.expect_allow &&
+      bool ok = pol::decisionName(d) == tc.expect &&
                 (tc.expect_rule.empty() || tc.expect_rule == d.rule_id) &&
                 (tc.expect_reason.empty() || tc.expect_reason == pol::reasonName(d.reason));
       if (ok) {
@@ -188,10 +191,10 @@ int runTest(const std::vector<std::string>& files) {
       }
       ++failed;
       std::cout << "FAIL " << tc.name << " (" << where << ")\n"
-                << "  expected: " << (tc.expect_allow ? "allow" : "deny");
+                << "  expected: " << tc.expect;
       if (!tc.expect_rule.empty()) std::cout << " rule " << tc.expect_rule;
       if (!tc.expect_reason.empty()) std::cout << " reason " << tc.expect_reason;
-      std::cout << "\n  actual:   " << (d.allowed ? "allow" : "deny") << " rule "
+      std::cout << "\n  actual:   " << pol::decisionName(d) << " rule "
                 << (d.rule_id.empty() ? "-" : d.rule_id) << " reason " << pol::reasonName(d.reason)
                 << "\n  detail:   " << d.detail << "\n";
     }
@@ -215,7 +218,7 @@ void addPolicyCommands(CLI::App& app, int& exit_code) {
 
   auto ex = std::make_shared<ExplainOptions>();
   auto* explain = policy->add_subcommand(
-      "explain", "Decide one request as the proxy would; exit 0 allow, 1 deny, 2 error");
+      "explain", "Decide one request as the proxy would; exit 0 allow, 1 deny, 2 error, 3 ask");
   explain->add_option("--policy", ex->policy, "Workflow policy file")->required();
   auto* url = explain->add_option("--url", ex->query.url, "Request URL (http:// or https://)");
   auto* connect = explain->add_option("--connect", ex->query.connect, "CONNECT target HOST:PORT");

@@ -399,7 +399,7 @@ class Parser {
   void parseRule(const YAML::Node& n, Workflow& w, std::set<std::string>& ids) {
     if (!checkMap(n, "rule",
                   {"id", "action", "hosts", "ports", "cidrs", "allow_private", "tls", "methods",
-                   "paths", "inject", "allow_plaintext_credentials", "allow_get_body"})) {
+                   "paths", "inject", "allow_plaintext_credentials", "allow_get_body", "ask"})) {
       return;
     }
     Rule r;
@@ -423,11 +423,26 @@ class Parser {
         r.action = Action::kAllow;
       } else if (s == "deny") {
         r.action = Action::kDeny;
+      } else if (s == "ask") {
+        r.action = Action::kAsk;
       } else if (s) {
-        error(v, "action must be 'allow' or 'deny' (got '" + *s + "')");
+        error(v, "action must be 'allow', 'deny' or 'ask' (got '" + *s + "')");
       }
     } else {
-      error(n, "rule '" + r.id + "' has no 'action' (allow or deny)");
+      error(n, "rule '" + r.id + "' has no 'action' (allow, deny or ask)");
+    }
+    if (auto v = n["ask"]) {
+      if (checkMap(v, "ask", {"timeout"})) {
+        if (auto t = v["timeout"]) {
+          if (auto d = duration(t, "ask.timeout")) {
+            if (d->count() <= 0 || *d > std::chrono::hours(24)) {
+              error(t, "ask.timeout must be more than 0 and at most 24h");
+            } else {
+              r.ask_timeout = *d;
+            }
+          }
+        }
+      }
     }
     if (auto v = n["hosts"]) {
       list(v, "hosts", [&](const YAML::Node& h) {
@@ -550,6 +565,10 @@ class Parser {
       }
       if (r.action == Action::kDeny && n["allow_private"]) {
         error(n["allow_private"], "'allow_private' on deny rule '" + r.id + "' has no effect");
+      }
+      if (r.action != Action::kAsk && n["ask"]) {
+        error(n["ask"], "'ask' on " + std::string(actionName(r.action)) + " rule '" + r.id +
+                            "' has no effect (only action: ask waits for an approver)");
       }
       if (r.action == Action::kDeny && n["allow_get_body"]) {
         error(n["allow_get_body"], "'allow_get_body' on deny rule '" + r.id + "' has no effect");

@@ -301,6 +301,14 @@ Reason missReason(Miss m) {
 
 }  // namespace
 
+// An ask rule asks where the proxy holds the traffic: at a request (plain HTTP, inspected TLS),
+// or at the connection of a tunnel it will not see into (passthrough). At the connection of a
+// tunnel it inspects, or of plain HTTP, it acts as an allow: each request asks.
+static bool asksNow(const Rule& r, Visibility vis, bool request) {
+  if (r.action != Action::kAsk) return false;
+  return request || (vis == Visibility::kTunnel && r.tls != TlsMode::kInspect);
+}
+
 // Shared by the connect and request phases. `request` is null at connect time.
 struct RequestInfo {
   std::string_view method;
@@ -313,7 +321,8 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
   Decision d;
   std::vector<std::uint32_t> cands = ix.candidates(t);
   Evaluation ev;
-  const Rule* first_allow = nullptr;
+  const Rule* first_allow = nullptr;  // the first allow or ask rule that matched
+  const Rule* first_ask = nullptr;    // the first ask rule that asks at this phase
   bool inspect = false;
   std::string where = t.authority();
   for (std::uint32_t idx : cands) {
@@ -370,8 +379,21 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
       }
     }
     if (!first_allow) first_allow = &r;
+    if (!first_ask && asksNow(r, vis, req != nullptr)) first_ask = &r;
     if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
     allowing.push_back(idx);
+  }
+  if (first_ask) {
+    // An ask beats an allow (a deny has returned already).
+    d.allowed = false;
+    d.ask = true;
+    d.reason = Reason::kApprovalRequired;
+    d.rule = first_ask;
+    d.rule_id = first_ask->id;
+    d.tls = inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
+    d.detail = "rule " + first_ask->id + " asks an approver before allowing " +
+               (req ? std::string(req->method) + " " + where + std::string(req->path) : where);
+    return d;
   }
   if (first_allow) {
     d.allowed = true;
@@ -421,11 +443,12 @@ namespace {
 // Plain http:// requests never carry injected credentials unless the deciding rule says
 // `allow_plaintext_credentials: true`.
 void refusePlaintextInjection(Decision& d) {
-  if (!d.allowed || !d.rule || d.rule->inject.headers.empty() ||
+  if ((!d.allowed && !d.ask) || !d.rule || d.rule->inject.headers.empty() ||
       d.rule->allow_plaintext_credentials) {
     return;
   }
   d.allowed = false;
+  d.ask = false;
   d.reason = Reason::kPlaintextCredentials;
   d.detail = "rule " + d.rule->id +
              " injects credentials, which the proxy refuses to send "
@@ -443,8 +466,14 @@ Decision Matcher::decide(const Query& q) const {
   } else {
     d = evaluate(*index_, *workflow_, q.target, q.visibility, nullptr, allowing);
   }
-  if (d.allowed && q.address) d = decideAddress(std::move(d), allowing, q);
+  if ((d.allowed || d.ask) && q.address) d = decideAddress(std::move(d), allowing, q);
   if (q.plaintext && q.request) refusePlaintextInjection(d);
+  if (d.ask && !q.approved_rule.empty() && d.rule_id == q.approved_rule) {
+    d.ask = false;
+    d.allowed = true;
+    d.reason = Reason::kAllowed;
+    d.detail = "rule " + d.rule_id + " allows " + q.target.authority() + " (approved)";
+  }
   return d;
 }
 
@@ -474,7 +503,7 @@ bool Matcher::nameMayBeAllowed(std::string_view raw) const {
   std::vector<const Rule*> allows;
   for (std::uint32_t idx : cands) {
     const Rule& r = *index_->rules[idx].rule;
-    if (r.action == Action::kAllow) {
+    if (r.action == Action::kAllow || r.action == Action::kAsk) {
       allows.push_back(&r);
     } else if (!r.hasRequestConditions() && r.cidrs.empty()) {
       denied.insert(denied.end(), r.ports.begin(), r.ports.end());
@@ -501,8 +530,8 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
     const Rule& r = *cr.rule;
     if (!r.allowsPort(target.port) || !cr.cidrContains(addr)) continue;
     if (!r.hosts.empty() && (target.ip || !cr.matchesHostSlow(target.host))) continue;
-    if (r.hasRequestConditions() && !(q.request && cr.methodMatches(q.request->method) &&
-                                      cr.pathMatches(q.request->path))) {
+    if (r.hasRequestConditions() &&
+        !(q.request && cr.methodMatches(q.request->method) && cr.pathMatches(q.request->path))) {
       continue;  // judged per request: only a request it names is refused
     }
     Decision d;
@@ -518,6 +547,10 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
   bool global = cls == AddressClass::kGlobal;
   const Rule* wanted_private = nullptr;
   const Rule* wanted_cidr = nullptr;
+  const Rule* allow = nullptr;  // the first rule that allows at this address
+  const Rule* ask = nullptr;    // the first ask rule that asks at this address
+  const bool request = q.request != nullptr;
+  const Visibility vis = request ? Visibility::kPlainHttp : q.visibility;
   for (std::uint32_t idx : allowing) {
     const CompiledRule& cr = ix.rules[idx];
     const Rule& r = *cr.rule;
@@ -529,12 +562,22 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
       if (!wanted_private) wanted_private = &r;
       continue;
     }
+    if (asksNow(r, vis, request)) {
+      ask = &r;
+      break;  // an ask beats an allow
+    }
+    if (!allow) allow = &r;
+  }
+  if (const Rule* r = ask ? ask : allow) {
     Decision d = std::move(connect);
-    d.rule = &r;
-    d.rule_id = r.id;
-    d.reason = Reason::kAllowed;
+    d.rule = r;
+    d.rule_id = r->id;
+    d.allowed = ask == nullptr;
+    d.ask = ask != nullptr;
+    d.reason = ask ? Reason::kApprovalRequired : Reason::kAllowed;
     d.detail =
-        "rule " + r.id + " allows " + target.host + " at " + addr.str() +
+        "rule " + r->id + (ask ? " asks an approver before allowing " : " allows ") + target.host +
+        " at " + addr.str() +
         (global ? "" : std::string(" (") + std::string(addressClassName(cls)) + ", allow_private)");
     return d;
   }

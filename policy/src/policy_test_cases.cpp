@@ -14,7 +14,8 @@ namespace {
 
 bool addressLevel(const Decision& d) {
   return d.reason == Reason::kPrivateAddress || d.reason == Reason::kAddressNotInCidrs ||
-         (d.reason == Reason::kDeniedByRule && d.detail.find(" denies address ") != std::string::npos);
+         (d.reason == Reason::kDeniedByRule &&
+          d.detail.find(" denies address ") != std::string::npos);
 }
 
 }  // namespace
@@ -61,6 +62,7 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
     ex.phase = "connect";
     ex.decision = matcher.decide({target, Visibility::kTunnel, nullptr, addr});
     if (request && ex.decision.allowed && ex.decision.tls == TlsMode::kInspect) {
+      // An ask rule under tls: inspect allows the tunnel and asks for each request.
       ex.phase = "request";
       ex.decision = matcher.decide({target, Visibility::kTunnel, &*request, addr});
       ex.decision.tls = TlsMode::kInspect;
@@ -70,13 +72,22 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
     }
   }
   if (addressLevel(ex.decision)) ex.phase = "address";
-  if (ex.decision.allowed && !addr) {
+  const bool may_pass = ex.decision.allowed || ex.decision.ask;
+  if (ex.decision.ask) {
+    ex.note = "the proxy holds this " +
+              std::string(ex.decision.rule && request && ex.phase != "connect" ? "request"
+                                                                               : "connection") +
+              " until an approver allows it (ask.timeout " +
+              std::to_string(ex.decision.rule ? ex.decision.rule->ask_timeout.count() / 1000 : 60) +
+              "s, then approval_timeout)" + (ex.note.empty() ? "" : "; " + ex.note);
+  }
+  if (may_pass && !addr) {
     ex.note += (ex.note.empty() ? "" : "; ") +
                std::string(
                    "address not checked: pass --ip ADDR to apply the SSRF guard to the "
                    "address the host resolves to");
   }
-  if (ex.decision.allowed && ex.decision.rule) {
+  if (may_pass && ex.decision.rule) {
     for (const auto& [name, value] : ex.decision.rule->inject.headers) {
       ex.inject_headers.push_back(name);
     }
@@ -144,11 +155,11 @@ std::expected<PolicyTestSuite, LoadError> loadPolicyTestSuite(const std::filesys
         if (tc.query.url.empty() == tc.query.connect.empty()) {
           fail(c.Mark(), "case '" + tc.name + "' needs exactly one of 'url' or 'connect'");
         }
-        if (expect == "allow") {
-          tc.expect_allow = true;
-        } else if (expect != "deny") {
+        if (expect == "allow" || expect == "deny" || expect == "ask") {
+          tc.expect = expect;
+        } else {
           fail(c["expect"] ? c["expect"].Mark() : c.Mark(),
-               "case '" + tc.name + "': 'expect' must be allow or deny");
+               "case '" + tc.name + "': 'expect' must be allow, deny or ask");
         }
         suite.cases.push_back(std::move(tc));
       }

@@ -5,7 +5,17 @@
 
 namespace sluice::policy {
 
-std::string_view actionName(Action a) { return a == Action::kAllow ? "allow" : "deny"; }
+std::string_view actionName(Action a) {
+  switch (a) {
+    case Action::kAllow:
+      return "allow";
+    case Action::kAsk:
+      return "ask";
+    case Action::kDeny:
+      break;
+  }
+  return "deny";
+}
 std::string_view tlsModeName(TlsMode t) {
   return t == TlsMode::kInspect ? "inspect" : "passthrough";
 }

@@ -177,6 +177,10 @@ struct Listener {
   std::vector<Placeholder> placeholders;
   // The execution's synthetic DNS names, for redirected connections (transparent.hpp).
   std::shared_ptr<SyntheticNames> names;
+  // Approvals of ask-rule matches (approval_wait.hpp), and who approvers are told asked.
+  std::shared_ptr<ApprovalDesk> approvals;
+  std::string session_id;
+  std::string caller;
 
  private:
   mutable std::mutex mu_;

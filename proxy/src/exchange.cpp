@@ -5,6 +5,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/ssl.hpp>
 
+#include "approval_wait.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
 #include "injection.hpp"
@@ -34,7 +35,6 @@ bool bodylessMethod(http::verb v) {
 }
 
 }  // namespace
-
 
 template <typename Client, typename Upstream>
 struct Exchange<Client, Upstream>::Located {
@@ -154,15 +154,15 @@ Exchange<Client, Upstream>::readHeader(bool first, std::size_t& header_len, Refu
     conn_.idle = false;
     if (ec == net::error::timed_out) {
       if (buf_.size() == 0) co_return ReadStatus::kClosed;  // idle keep-alive: just close
-      refused = refusal(Reason::kHeaderTimeout,
-                        "request header not complete within " +
-                            std::to_string(opt.header_timeout.count()) + " ms");
+      refused =
+          refusal(Reason::kHeaderTimeout, "request header not complete within " +
+                                              std::to_string(opt.header_timeout.count()) + " ms");
       co_return ReadStatus::kRefused;
     }
     if (ec && !peerGone(ec) && buf_.size() == 0) co_return ReadStatus::kClosed;
     if (ec && buf_.size() > 0) {
-      refused = refusal(Reason::kInvalidRequest,
-                        "connection closed in the middle of a request header");
+      refused =
+          refusal(Reason::kInvalidRequest, "connection closed in the middle of a request header");
       co_return ReadStatus::kRefused;
     }
     if (ec) co_return ReadStatus::kClosed;
@@ -204,8 +204,9 @@ auto Exchange<Client, Upstream>::locate() -> std::expected<Located, Refusal> {
   const bool origin_form = !raw.empty() && raw.front() == '/';
   if (carrier_ == Carrier::kPlainHttp) {
     if (origin_form)
-      return bad_target("request target is origin-form; a proxy needs absolute-form "
-                        "(http://host/path)");
+      return bad_target(
+          "request target is origin-form; a proxy needs absolute-form "
+          "(http://host/path)");
     auto url = policy::parseUrl(raw);
     if (!url) return bad_target("request target does not parse: " + url.error());
     if (url->scheme != "http") return bad_target("https:// URLs must be tunnelled with CONNECT");
@@ -216,15 +217,16 @@ auto Exchange<Client, Upstream>::locate() -> std::expected<Located, Refusal> {
   const bool tls = carrier_ == Carrier::kInspected;
   if (origin_form) {
     if (auto problem = checkHostAgrees(req, t, tls ? 443 : 80))
-      return std::unexpected(refusal(Reason::kHostMismatch, *problem + " (domain fronting refused)"));
+      return std::unexpected(
+          refusal(Reason::kHostMismatch, *problem + " (domain fronting refused)"));
     return Located{t, raw};
   }
   auto url = policy::parseUrl(raw);
   if (!url || url->scheme != (tls ? "https" : "http") || url->target.host != t.host ||
       url->target.port != t.port)
-    return std::unexpected(refusal(Reason::kHostMismatch, "request target '" + clip(raw) +
-                                                              "' does not name the CONNECT target " +
-                                                              t.authority()));
+    return std::unexpected(refusal(
+        Reason::kHostMismatch,
+        "request target '" + clip(raw) + "' does not name the CONNECT target " + t.authority()));
   return Located{t, url->query.empty() ? url->path : url->path + "?" + url->query};
 }
 
@@ -250,8 +252,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::handle() {
   const std::string& method = canon->method;
   const std::string& path = canon->path;
   if (!ctx.auditHealthy()) {
-    Refusal r = refusal(Reason::kAuditUnavailable,
-                        "the audit store has failed; refusing to run unaudited");
+    Refusal r =
+        refusal(Reason::kAuditUnavailable, "the audit store has failed; refusing to run unaudited");
     co_await refuse(&target, method, path, r, false);
     co_return false;
   }
@@ -279,6 +281,17 @@ net::awaitable<bool> Exchange<Client, Upstream>::handle() {
   policy::Query q{target, policy::Visibility::kPlainHttp, &*canon, addr,
                   carrier_ != Carrier::kInspected};
   policy::Decision d = conn_.matcher->decide(q);
+  std::string approved;  // the ask rule an approver allowed this request by
+  if (d.ask) {
+    auto answer = co_await awaitApproval(conn_, d, target, &method, &path);
+    if (!answer) {
+      co_await refuse(&target, method, path, answer.error(), keep);
+      co_return keep;
+    }
+    approved = d.rule_id;
+    q.approved_rule = approved;
+    d = std::move(*answer);
+  }
   if (!d.allowed) {
     Refusal r = denialRefusal(d);
     co_await refuse(&target, method, path, r, keep);
@@ -292,8 +305,9 @@ net::awaitable<bool> Exchange<Client, Upstream>::handle() {
   }
   if (!parser.is_done() && bodylessMethod(req.method()) && !(d.rule && d.rule->allow_get_body)) {
     Refusal r = refusal(Reason::kBodyNotAllowed,
-                        method + " request with a body (an upstream that ignores it would read "
-                                 "it as the next request); a rule may set allow_get_body: true");
+                        method +
+                            " request with a body (an upstream that ignores it would read "
+                            "it as the next request); a rule may set allow_get_body: true");
     co_await refuse(&target, method, path, r, false);
     co_return false;
   }
@@ -353,8 +367,8 @@ std::string Exchange<Client, Upstream>::refusalConnection(const policy::Target* 
 template <typename Client, typename Upstream>
 net::awaitable<void> Exchange<Client, Upstream>::refuse(const policy::Target* target,
                                                         const std::string& method,
-                                                        const std::string& path,
-                                                        const Refusal& r, bool keep_alive) {
+                                                        const std::string& path, const Refusal& r,
+                                                        bool keep_alive) {
   const std::string host = target ? target->host : std::string();
   {
     RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.workflow(), refusalConnection(target, r),

@@ -38,6 +38,7 @@ struct ConnState {
   std::vector<std::string> injected;  // secret names injected on this connection (redaction)
   bool idle = false;     // waiting for the first byte of a kept-alive connection's next request
   bool aborted = false;  // the proxy is closing this connection
+  std::string pending_approval = {};  // the approval this connection waits for (approval_wait.hpp)
 
   const policy::Workflow& workflow() const { return matcher->workflow(); }
   Account& account() const { return *budget; }

@@ -8,6 +8,7 @@
 
 #include <boost/beast/ssl.hpp>
 
+#include "approval_wait.hpp"
 #include "exchange.hpp"
 #include "log.hpp"
 #include "tls_context.hpp"
@@ -60,6 +61,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     auto self = shared_from_this();
     net::post(client_.get_executor(), [self] {
       self->conn_.aborted = true;
+      withdrawApproval(self->conn_);
       self->closeBoth();
     });
   }

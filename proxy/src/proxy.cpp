@@ -13,10 +13,10 @@
 
 #include "context.hpp"
 #include "dns_server.hpp"
-#include "tls_context.hpp"
 #include "log.hpp"
 #include "net.hpp"
 #include "session.hpp"
+#include "tls_context.hpp"
 
 namespace sluice::proxy {
 
@@ -78,18 +78,27 @@ class ProxyImpl : public Proxy {
 
   void setTls(std::shared_ptr<TlsContexts> tls) { ctx_->tls = std::move(tls); }
 
+  // A listener record serving `identity` (not yet bound or accepting).
+  std::shared_ptr<Listener> makeListener(ListenerIdentity identity) {
+    auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
+    l->secrets = std::move(identity.secrets);
+    l->placeholders = std::move(identity.placeholders);
+    l->names = std::move(identity.names);
+    l->approvals = std::move(identity.approvals);
+    l->session_id = std::move(identity.session_id);
+    l->caller = std::move(identity.caller);
+    if (identity.per_client_window.count() > 0)
+      l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
+    return l;
+  }
+
   std::expected<std::uint16_t, Error> listen(const std::string& addr, std::uint16_t port,
                                              ListenerIdentity identity) override {
     if (!identity.matcher) return std::unexpected(Error{"listen: no policy matcher given"});
     ErrorCode ec;
     auto ip = net::ip::make_address(addr, ec);
     if (ec) return std::unexpected(Error{"listen: '" + addr + "' is not an IP address"});
-    auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
-    l->secrets = identity.secrets;
-    l->placeholders = identity.placeholders;
-    l->names = identity.names;
-    if (identity.per_client_window.count() > 0)
-      l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
+    auto l = makeListener(std::move(identity));
     tcp::endpoint ep(ip, port);
     l->acceptor.open(ep.protocol(), ec);
     if (!ec) l->acceptor.set_option(net::socket_base::reuse_address(true), ec);
@@ -131,12 +140,7 @@ class ProxyImpl : public Proxy {
       return std::unexpected(
           Error{"adoptListener: fd " + std::to_string(fd) + " is not an IPv4/IPv6 socket"});
     }
-    auto l = std::make_shared<Listener>(ioc_, identity.execution_id, identity.matcher);
-    l->secrets = identity.secrets;
-    l->placeholders = identity.placeholders;
-    l->names = identity.names;
-    if (identity.per_client_window.count() > 0)
-      l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
+    auto l = makeListener(std::move(identity));
     ErrorCode ec;
     l->acceptor.assign(ss.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
     if (ec) {
@@ -147,8 +151,7 @@ class ProxyImpl : public Proxy {
     return {};
   }
 
-  std::expected<void, Error> adoptDns(int udp_fd, int tcp_fd,
-                                      ListenerIdentity identity) override {
+  std::expected<void, Error> adoptDns(int udp_fd, int tcp_fd, ListenerIdentity identity) override {
     auto closeBoth = [&](std::string why) -> std::expected<void, Error> {
       if (udp_fd >= 0) ::close(udp_fd);
       if (tcp_fd >= 0) ::close(tcp_fd);
@@ -205,8 +208,7 @@ class ProxyImpl : public Proxy {
     std::erase_if(listeners_, [&](const auto& l) { return l->execution_id == execution_id; });
     {
       std::lock_guard elock(ctx_->endpoints_mu);
-      for (auto& l : ls)
-        std::erase(ctx_->own_endpoints, l->local);
+      for (auto& l : ls) std::erase(ctx_->own_endpoints, l->local);
     }
     finished_.emplace_back(execution_id, std::move(final_stats));
     if (finished_.size() > kKeptStats) finished_.pop_front();

@@ -2,6 +2,7 @@
 // one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry.
 #include "session.hpp"
 
+#include "approval_wait.hpp"
 #include "audit_rows.hpp"
 #include "exchange.hpp"
 #include "http_rules.hpp"
@@ -110,6 +111,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     net::post(client_.get_executor(), [self] {
       ErrorCode ec;
       self->conn_.aborted = true;
+      withdrawApproval(self->conn_);
       self->client_.close(ec);
       self->origin_.abort();
       if (self->tunnel_up_) self->tunnel_up_->socket.close(ec);
@@ -226,7 +228,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
         d = std::move(plain);
       }
     }
-    if (!d.allowed) return std::unexpected(denialRefusal(d));
+    if (!d.allowed && !d.ask) return std::unexpected(denialRefusal(d));
     if (d.tls == policy::TlsMode::kInspect && !conn_.ctx->tls) {
       // Tunnelling blindly would skip the rule's method/path/injection conditions.
       return std::unexpected(
@@ -328,8 +330,20 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_return false;
     }
     Slot slot(&conn_.account());
+    std::string approved;  // the ask rule an approver allowed this tunnel by
+    if (pre->ask) {
+      // A passthrough tunnel the proxy will not see into: held here until an approver answers.
+      auto answer = co_await awaitApproval(conn_, *pre, *target, nullptr, nullptr);
+      if (!answer) {
+        co_await refuseConnect(ev, answer.error());
+        co_return false;
+      }
+      approved = pre->rule_id;
+      *pre = std::move(*answer);
+    }
     policy::Query q{
         *target, http_only_refusal_ ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel};
+    q.approved_rule = approved;
     auto vetted = co_await vetAddresses(conn_.ctx, conn_.matcher, q, pre->rule_id);
     if (!vetted) {
       co_await refuseConnect(ev, vetted.error());

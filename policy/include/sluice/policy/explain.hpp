@@ -29,7 +29,7 @@ struct Explanation {
   std::string phase;                        // "connect" | "request" | "address"
   std::string method;                       // the canonical request judged (URL queries)
   std::string path;
-  std::string note;                         // e.g. "address not checked: pass --ip"
+  std::string note;  // e.g. "address not checked: pass --ip"
 };
 
 /// Decides the query as the proxy would, through the same Matcher::decide call and on the same
@@ -41,7 +41,7 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
 struct PolicyTestCase {
   std::string name;
   ExplainQuery query;
-  bool expect_allow = false;
+  std::string expect;         // allow | deny | ask
   std::string expect_rule;    // empty: not checked
   std::string expect_reason;  // empty: not checked
   SourcePos pos;

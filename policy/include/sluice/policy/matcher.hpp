@@ -37,7 +37,16 @@ struct Decision {
   /// Connection: a rule with methods/paths (allow or deny) covers this host and port, so the
   /// requests in a tunnel to it must be seen (plain HTTP or inspected TLS) to be judged.
   bool request_rules = false;
+  /// An ask rule (`rule`) matched: `allowed` is false (reason approval_required) until an
+  /// approver allows it; the proxy then decides again with Query::approved_rule set. Fails
+  /// closed for any caller that does not handle approvals.
+  bool ask = false;
 };
+
+/// "allow", "deny" or "ask": the word `policy explain`, `policy test` and audit rows use.
+inline std::string_view decisionName(const Decision& d) {
+  return d.allowed ? "allow" : d.ask ? "ask" : "deny";
+}
 
 /// How the proxy will see the traffic on a connection; decides whether request-level
 /// conditions (methods, paths) can be enforced.
@@ -57,6 +66,9 @@ struct Query {
   /// The request travels as plain HTTP (not inside TLS): a rule that injects credentials
   /// allows it only with allow_plaintext_credentials.
   bool plaintext = false;
+  /// The id of an ask rule an approver has allowed for this connection or request: a decision
+  /// that would ask by that rule allows instead (the approval was for exactly it).
+  std::string_view approved_rule = {};
 };
 
 class Matcher {

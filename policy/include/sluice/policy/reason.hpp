@@ -16,20 +16,26 @@ enum class Reason : std::uint8_t {
   kPortNotAllowed,
   kMethodNotAllowed,
   kPathNotAllowed,
-  kPrivateAddress,       // resolved/literal address is non-global and no rule permits it
-  kAddressNotInCidrs,    // rule has cidrs and the address is outside them
-  kIpLiteralNeedsCidrs,  // IP-literal destination and only host-pattern rules
-  kInspectionRequired,   // rule restricts methods/paths but the traffic is not inspected
+  kPrivateAddress,        // resolved/literal address is non-global and no rule permits it
+  kAddressNotInCidrs,     // rule has cidrs and the address is outside them
+  kIpLiteralNeedsCidrs,   // IP-literal destination and only host-pattern rules
+  kInspectionRequired,    // rule restricts methods/paths but the traffic is not inspected
   kPlaintextCredentials,  // the rule injects credentials and the request is plain http://
+  kApprovalRequired,      // an ask rule matched: allowed only once an approver says so
+  // Approvals (set by the proxy when an ask match is refused).
+  kApprovalDenied,       // an approver said no
+  kApprovalTimeout,      // no answer within the rule's ask.timeout
+  kApprovalUnavailable,  // no one can answer approvals for this proxy (no approval desk)
+  kExecutionEnded,       // the execution or session ended while its approval was pending
   // The canonical request (request.hpp): what the policy refuses to judge.
-  kInvalidTarget,     // the request target does not parse
-  kInvalidMethod,     // not an upper-case token
-  kAmbiguousTarget,   // a path whose meaning depends on who decodes it
-  kBodyNotAllowed,    // a body on GET/HEAD/OPTIONS/TRACE without a rule's allow_get_body
+  kInvalidTarget,    // the request target does not parse
+  kInvalidMethod,    // not an upper-case token
+  kAmbiguousTarget,  // a path whose meaning depends on who decodes it
+  kBodyNotAllowed,   // a body on GET/HEAD/OPTIONS/TRACE without a rule's allow_get_body
   // Set by the proxy.
-  kInvalidRequest,    // malformed HTTP (framing, header syntax, broken chunked body)
+  kInvalidRequest,  // malformed HTTP (framing, header syntax, broken chunked body)
   kUnsupportedTransferCoding,
-  kHostMismatch,      // Host / SNI / request target does not name the CONNECT target
+  kHostMismatch,  // Host / SNI / request target does not name the CONNECT target
   kHeaderTooLarge,
   kBodyTooLarge,
   kHeaderTimeout,
@@ -37,15 +43,15 @@ enum class Reason : std::uint8_t {
   kProxyLoop,
   kAuditUnavailable,
   kSecretUnavailable,
-  kPlaceholderLeak,   // allowed, but a placeholder of another rule was left unswapped
-  kNotHttp,           // bytes in a tunnel that request rules cover are neither HTTP nor TLS
+  kPlaceholderLeak,  // allowed, but a placeholder of another rule was left unswapped
+  kNotHttp,          // bytes in a tunnel that request rules cover are neither HTTP nor TLS
   kUpstreamError,
   kUpstreamTimeout,
-  kUpstreamTls,       // the upstream's certificate or TLS handshake failed
-  kTlsError,          // the proxy could not set up its side of inspection
+  kUpstreamTls,         // the upstream's certificate or TLS handshake failed
+  kTlsError,            // the proxy could not set up its side of inspection
   kTlsHandshakeFailed,  // the client's TLS handshake with the proxy failed
   kIdleTimeout,
-  kClosed,            // ended by the proxy (execution over, shutdown)
+  kClosed,  // ended by the proxy (execution over, shutdown)
 };
 
 /// The stable text of a reason.

@@ -14,7 +14,8 @@
 
 namespace sluice::policy {
 
-enum class Action : std::uint8_t { kAllow, kDeny };
+/// deny beats ask beats allow; an ask rule matches like an allow rule, then waits for an approver.
+enum class Action : std::uint8_t { kAllow, kDeny, kAsk };
 enum class TlsMode : std::uint8_t { kPassthrough, kInspect };
 enum class NetworkMode : std::uint8_t { kNone, kProxy };
 
@@ -69,6 +70,9 @@ struct Rule {
   /// A GET, HEAD, OPTIONS or TRACE request may carry a body (refused otherwise: an upstream
   /// that ignores such a body reads it as the next request).
   bool allow_get_body = false;
+  /// action: ask: how long a match waits for an approver (`ask: {timeout: 60s}`), then it is
+  /// refused with approval_timeout.
+  std::chrono::milliseconds ask_timeout{std::chrono::seconds(60)};
   SourcePos pos;
 
   /// True when the rule constrains what only request-level inspection can see.
@@ -110,9 +114,9 @@ struct Workflow {
   EgressLimits limits;
 
   std::vector<Diagnostic> warnings;  // load-time notes `policy check` prints (not errors)
-  std::string source_path;  // file it was loaded from
-  std::string yaml_text;    // exact text, for the audit store
-  std::string sha256;       // hex SHA-256 of yaml_text
+  std::string source_path;           // file it was loaded from
+  std::string yaml_text;             // exact text, for the audit store
+  std::string sha256;                // hex SHA-256 of yaml_text
 
   const Rule* findRule(std::string_view id) const;
   /// Every secret name any rule references, sorted and unique.

@@ -78,6 +78,10 @@ class ApprovalDesk {
   AnswerStatus answer(const std::string& id, bool allow, Scope scope,
                       const std::string& decided_by);
 
+  /// Withdraws a pending approval because its connection went away (closed, proxy stopping):
+  /// its waiter is told (reason closed) and its row says so. No-op when already decided.
+  void cancel(const std::string& id);
+
   /// Pending approvals, oldest first.
   std::vector<Approval> pending() const;
   std::optional<Approval> find(const std::string& id) const;

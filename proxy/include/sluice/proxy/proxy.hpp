@@ -15,6 +15,7 @@
 #include "sluice/audit/event_sink.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
+#include "sluice/proxy/approvals.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/resolver.hpp"
 #include "sluice/proxy/synthetic_names.hpp"
@@ -85,6 +86,12 @@ struct ListenerIdentity {
   /// policy reload starts every budget again. 0: the limits are the listener's totals (one
   /// execution's). docs/proxy.md, "Standalone proxy: limits per client".
   std::chrono::seconds per_client_window{0};
+  /// Where matches of `action: ask` rules wait for an approver (docs/approvals.md). Null: no
+  /// one can answer, so they are refused at once with approval_unavailable.
+  std::shared_ptr<ApprovalDesk> approvals;
+  /// What approvers are shown about who asked: the session (sluice serve) and the caller.
+  std::string session_id;
+  std::string caller;
 };
 
 /// Makes the placeholders of every rule of `workflow` that declares `inject.placeholder_env`

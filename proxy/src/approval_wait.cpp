@@ -1,0 +1,100 @@
+// awaitApproval (approval_wait.hpp).
+#include "approval_wait.hpp"
+
+#include <memory>
+#include <utility>
+
+#include "log.hpp"
+
+namespace sluice::proxy {
+
+using policy::Reason;
+
+namespace {
+
+Reason outcomeReason(const std::string& r) {
+  if (r == "approval_timeout") return Reason::kApprovalTimeout;
+  if (r == "approval_unavailable") return Reason::kApprovalUnavailable;
+  if (r == "execution_ended") return Reason::kExecutionEnded;
+  if (r == "closed") return Reason::kClosed;
+  return Reason::kApprovalDenied;
+}
+
+std::string outcomeText(const std::string& r, const std::string& rule, const std::string& what,
+                        const std::string& by) {
+  if (r == "approval_timeout")
+    return "no approver answered for " + what + " (rule " + rule + ") in time";
+  if (r == "approval_unavailable")
+    return "rule " + rule + " asks an approver for " + what + ", and none can answer now";
+  if (r == "execution_ended") return "the execution ended while " + what + " waited for approval";
+  if (r == "closed") return "the connection was closed while " + what + " waited for approval";
+  return "an approver (" + by + ") refused " + what + " (rule " + rule + ")";
+}
+
+}  // namespace
+
+net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(ConnState& conn,
+                                                                       const policy::Decision& d,
+                                                                       const policy::Target& target,
+                                                                       const std::string* method,
+                                                                       const std::string* path) {
+  const Listener& l = *conn.listener;
+  const std::string what = (method ? *method + " " : std::string()) + target.authority() +
+                           (path ? *path : std::string());
+  if (!l.approvals) {
+    co_return std::unexpected(refusal(
+        Reason::kApprovalUnavailable,
+        "rule " + d.rule_id + " asks an approver for " + what +
+            ", and no one can answer approvals here (use sluice serve, sluice run --approve-with "
+            "or sluice mcp)",
+        d.rule_id));
+  }
+  Approval a;
+  a.execution_id = l.execution_id;
+  a.session_id = l.session_id;
+  a.workflow = conn.workflow().name;
+  a.caller = l.caller;
+  a.rule = d.rule_id;
+  a.host = target.host;
+  a.port = target.port;
+  if (method) a.method = *method;
+  if (path) a.path = *path;
+  const auto timeout = d.rule ? d.rule->ask_timeout : std::chrono::milliseconds(60000);
+  auto desk = l.approvals;
+  auto ex = co_await net::this_coro::executor;
+  ApprovalOutcome outcome =
+      co_await net::async_initiate<decltype(net::use_awaitable), void(ApprovalOutcome)>(
+          [&](auto handler) {
+            using Handler = std::decay_t<decltype(handler)>;
+            auto h = std::make_shared<Handler>(std::move(handler));
+            // The desk answers on its own thread (or an approver's): resume on ours.
+            auto raised = desk->ask(a, timeout, [h, ex](ApprovalOutcome o) {
+              net::post(ex, [h, o = std::move(o)]() mutable { (*h)(std::move(o)); });
+            });
+            conn.pending_approval = raised.id;
+            log().info("approval {} pending: {} (rule {}, workflow {})", raised.id, what, d.rule_id,
+                       a.workflow);
+          },
+          net::use_awaitable);
+  const std::string id = std::exchange(conn.pending_approval, std::string());
+  if (!outcome.allowed) {
+    log().info("approval {} refused: {} ({})", id, what, outcome.reason);
+    co_return std::unexpected(
+        refusal(outcomeReason(outcome.reason),
+                outcomeText(outcome.reason, d.rule_id, what, outcome.decided_by), d.rule_id));
+  }
+  policy::Decision allowed = d;
+  allowed.ask = false;
+  allowed.allowed = true;
+  allowed.reason = Reason::kAllowed;
+  allowed.detail = "rule " + d.rule_id + " allows " + what + " (approved by " + outcome.decided_by +
+                   ", " + id + ")";
+  co_return allowed;
+}
+
+void withdrawApproval(ConnState& conn) {
+  if (conn.pending_approval.empty() || !conn.listener || !conn.listener->approvals) return;
+  conn.listener->approvals->cancel(conn.pending_approval);
+}
+
+}  // namespace sluice::proxy

@@ -1,0 +1,380 @@
+// ApprovalDesk (sluice/proxy/approvals.hpp): the pending approvals of one process, their
+// timeouts (one desk thread), remembered `scope: execution` answers and their audit rows.
+#include "sluice/proxy/approvals.hpp"
+
+#include <sys/random.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <condition_variable>
+#include <cstdio>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace sluice::proxy {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::int64_t wallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string newApprovalId() {
+  unsigned char b[8];
+  std::size_t got = 0;
+  while (got < sizeof b) {
+    ssize_t n = ::getrandom(b + got, sizeof b - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) std::abort();  // getrandom cannot fail for 8 bytes once the pool is ready
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = "ap-";
+  for (unsigned char c : b) {
+    id += kHex[c >> 4];
+    id += kHex[c & 15];
+  }
+  return id;
+}
+
+std::string rfc3339(std::int64_t ms) {
+  std::time_t secs = static_cast<std::time_t>(ms / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms % 1000));
+  return buf;
+}
+
+// What a `scope: execution` answer covers: the same rule, host and port.
+std::string rememberKey(const Approval& a) {
+  return a.rule + '\n' + a.host + '\n' + std::to_string(a.port);
+}
+
+// A bounded set that forgets its oldest members.
+class RecentSet {
+ public:
+  explicit RecentSet(std::size_t cap) : cap_(cap) {}
+  void add(const std::string& s) {
+    if (!set_.insert(s).second) return;
+    order_.push_back(s);
+    if (order_.size() > cap_) {
+      set_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  bool contains(const std::string& s) const { return set_.count(s) != 0; }
+
+ private:
+  std::size_t cap_;
+  std::deque<std::string> order_;
+  std::unordered_set<std::string> set_;
+};
+
+}  // namespace
+
+std::string approvalJson(const Approval& a) {
+  nlohmann::json j = {
+      {"id", a.id},
+      {"execution_id",
+       a.execution_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.execution_id)},
+      {"session_id", a.session_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.session_id)},
+      {"workflow", a.workflow},
+      {"caller", a.caller.empty() ? nlohmann::json(nullptr) : nlohmann::json(a.caller)},
+      {"rule", a.rule},
+      {"host", a.host},
+      {"port", a.port},
+      {"method", a.method ? nlohmann::json(*a.method) : nlohmann::json(nullptr)},
+      {"path", a.path ? nlohmann::json(*a.path) : nlohmann::json(nullptr)},
+      {"asked_at", rfc3339(a.asked_at_ms)},
+      {"expires_at", rfc3339(a.expires_at_ms)},
+  };
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+class ApprovalDesk::Impl {
+ public:
+  explicit Impl(std::shared_ptr<audit::EventSink> sink) : sink_(std::move(sink)) {
+    worker_ = std::thread([this] { loop(); });
+  }
+
+  ~Impl() {
+    std::vector<Resolved> left;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      for (auto& [id, p] : pending_)
+        left.push_back(
+            take(p, ApprovalOutcome{false, "approval_unavailable", "shutdown"}, Scope::kOnce));
+      pending_.clear();
+    }
+    cv_.notify_all();
+    worker_.join();
+    for (auto& r : left) finish(r);
+  }
+
+  Approval ask(Approval a, std::chrono::milliseconds timeout,
+               std::function<void(ApprovalOutcome)> done) {
+    a.id = newApprovalId();
+    a.asked_at_ms = wallMs();
+    a.expires_at_ms = a.asked_at_ms + timeout.count();
+    std::vector<std::pair<std::uint64_t, Watcher>> to_tell;
+    {
+      std::unique_lock lock(mu_);
+      const std::string key = rememberKey(a);
+      if (auto ex = remembered_.find(a.execution_id); ex != remembered_.end()) {
+        if (auto r = ex->second.find(key); r != ex->second.end()) {
+          // Covered by an earlier `scope: execution` answer: decided now, on the desk thread.
+          ApprovalOutcome o{r->second.allow, r->second.allow ? "" : "approval_denied",
+                            r->second.decided_by};
+          Resolved res = take(Pending{a, {}, std::move(done)}, std::move(o), Scope::kExecution);
+          res.event.decided_by =
+              "scope:execution of " + r->second.approval_id + " (" + r->second.decided_by + ")";
+          jobs_.push_back(std::move(res));
+          lock.unlock();
+          cv_.notify_all();
+          return a;
+        }
+      }
+      if (stopping_ || ended_.contains(a.execution_id)) {
+        Resolved res =
+            take(Pending{a, {}, std::move(done)},
+                 ApprovalOutcome{false, stopping_ ? "approval_unavailable" : "execution_ended",
+                                 "sluice"},
+                 Scope::kOnce);
+        jobs_.push_back(std::move(res));
+        lock.unlock();
+        cv_.notify_all();
+        return a;
+      }
+      pending_.emplace(a.id, Pending{a, Clock::now() + timeout, std::move(done)});
+      for (const auto& [h, w] : watchers_)
+        if (w.first.empty() || w.first == a.execution_id) to_tell.emplace_back(h, w.second);
+    }
+    cv_.notify_all();  // a new, possibly earliest, deadline
+    for (auto& [h, w] : to_tell) w(a);
+    return a;
+  }
+
+  AnswerStatus answer(const std::string& id, bool allow, Scope scope,
+                      const std::string& decided_by) {
+    Resolved r;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pending_.find(id);
+      if (it == pending_.end())
+        return gone_.contains(id) ? AnswerStatus::kGone : AnswerStatus::kNotFound;
+      if (scope == Scope::kExecution && !ended_.contains(it->second.a.execution_id)) {
+        remembered_[it->second.a.execution_id][rememberKey(it->second.a)] =
+            Remembered{allow, id, decided_by};
+      }
+      r = take(std::move(it->second),
+               ApprovalOutcome{allow, allow ? "" : "approval_denied", decided_by}, scope);
+      pending_.erase(it);
+    }
+    finish(r);
+    return AnswerStatus::kAnswered;
+  }
+
+  void cancel(const std::string& id) {
+    Resolved r;
+    {
+      std::lock_guard lock(mu_);
+      auto it = pending_.find(id);
+      if (it == pending_.end()) return;
+      r = take(std::move(it->second), ApprovalOutcome{false, "closed", "sluice"}, Scope::kOnce);
+      pending_.erase(it);
+    }
+    finish(r);
+  }
+
+  std::vector<Approval> pending() const {
+    std::lock_guard lock(mu_);
+    std::vector<Approval> out;
+    out.reserve(pending_.size());
+    for (const auto& [id, p] : pending_) out.push_back(p.a);
+    std::sort(out.begin(), out.end(), [](const Approval& x, const Approval& y) {
+      return x.asked_at_ms != y.asked_at_ms ? x.asked_at_ms < y.asked_at_ms : x.id < y.id;
+    });
+    return out;
+  }
+
+  std::optional<Approval> find(const std::string& id) const {
+    std::lock_guard lock(mu_);
+    auto it = pending_.find(id);
+    if (it == pending_.end()) return std::nullopt;
+    return it->second.a;
+  }
+
+  std::uint64_t watch(const std::string& execution_id, Watcher fn) {
+    std::lock_guard lock(mu_);
+    watchers_[++next_watch_] = {execution_id, std::move(fn)};
+    return next_watch_;
+  }
+
+  void unwatch(std::uint64_t h) {
+    std::lock_guard lock(mu_);
+    watchers_.erase(h);
+  }
+
+  void endExecution(const std::string& execution_id) {
+    std::vector<Resolved> left;
+    {
+      std::lock_guard lock(mu_);
+      ended_.add(execution_id);
+      remembered_.erase(execution_id);
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.a.execution_id != execution_id) {
+          ++it;
+          continue;
+        }
+        left.push_back(take(std::move(it->second),
+                            ApprovalOutcome{false, "execution_ended", "sluice"}, Scope::kOnce));
+        it = pending_.erase(it);
+      }
+    }
+    for (auto& r : left) finish(r);
+  }
+
+ private:
+  struct Pending {
+    Approval a;
+    Clock::time_point deadline;
+    std::function<void(ApprovalOutcome)> done;
+  };
+  struct Remembered {
+    bool allow = false;
+    std::string approval_id;
+    std::string decided_by;
+  };
+  // A decided approval: its audit row, then its waiter's callback.
+  struct Resolved {
+    audit::ApprovalEvent event;
+    ApprovalOutcome outcome;
+    std::function<void(ApprovalOutcome)> done;
+  };
+
+  // Under mu_: marks `p` decided and makes its row.
+  Resolved take(Pending p, ApprovalOutcome o, Scope scope) {
+    gone_.add(p.a.id);
+    audit::ApprovalEvent ev;
+    ev.id = p.a.id;
+    ev.execution_id = p.a.execution_id;
+    ev.session_id = p.a.session_id;
+    ev.workflow = p.a.workflow;
+    ev.caller = p.a.caller;
+    ev.rule_id = p.a.rule;
+    ev.host = p.a.host;
+    ev.port = p.a.port;
+    ev.method = p.a.method.value_or("");
+    ev.path = p.a.path.value_or("");
+    ev.decision = o.allowed ? "allow" : "deny";
+    ev.reason = o.reason;
+    ev.scope = scope == Scope::kExecution ? "execution" : "once";
+    ev.decided_by = o.decided_by;
+    ev.asked_at_ms = p.a.asked_at_ms;
+    ev.decided_at_ms = wallMs();
+    return Resolved{std::move(ev), std::move(o), std::move(p.done)};
+  }
+
+  // Outside mu_: the row first (so it is queued before the connection's own row), then the
+  // waiter.
+  void finish(Resolved& r) {
+    if (sink_) sink_->recordApproval(r.event);
+    if (r.done) {
+      auto done = std::move(r.done);
+      done(std::move(r.outcome));
+    }
+  }
+
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      if (!jobs_.empty()) {
+        std::deque<Resolved> jobs;
+        jobs.swap(jobs_);
+        lock.unlock();
+        for (auto& r : jobs) finish(r);
+        lock.lock();
+        continue;
+      }
+      if (stopping_) return;
+      // Expire what is due; wait for the earliest deadline otherwise.
+      auto now = Clock::now();
+      Clock::time_point next = Clock::time_point::max();
+      std::vector<Resolved> expired;
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        if (it->second.deadline <= now) {
+          expired.push_back(take(std::move(it->second),
+                                 ApprovalOutcome{false, "approval_timeout", "timeout"},
+                                 Scope::kOnce));
+          it = pending_.erase(it);
+        } else {
+          next = std::min(next, it->second.deadline);
+          ++it;
+        }
+      }
+      if (!expired.empty()) {
+        lock.unlock();
+        for (auto& r : expired) finish(r);
+        lock.lock();
+        continue;
+      }
+      if (next == Clock::time_point::max()) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, next);
+      }
+    }
+  }
+
+  std::shared_ptr<audit::EventSink> sink_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::map<std::string, Pending> pending_;
+  std::deque<Resolved> jobs_;
+  std::unordered_map<std::string, std::unordered_map<std::string, Remembered>> remembered_;
+  RecentSet gone_{65536};   // decided approvals: answering one again is 409
+  RecentSet ended_{16384};  // ended executions: their approvals are refused at once
+  std::map<std::uint64_t, std::pair<std::string, Watcher>> watchers_;
+  std::uint64_t next_watch_ = 0;
+  std::thread worker_;
+};
+
+ApprovalDesk::ApprovalDesk(std::shared_ptr<audit::EventSink> sink)
+    : impl_(std::make_unique<Impl>(std::move(sink))) {}
+ApprovalDesk::~ApprovalDesk() = default;
+
+Approval ApprovalDesk::ask(Approval a, std::chrono::milliseconds timeout,
+                           std::function<void(ApprovalOutcome)> done) {
+  return impl_->ask(std::move(a), timeout, std::move(done));
+}
+AnswerStatus ApprovalDesk::answer(const std::string& id, bool allow, Scope scope,
+                                  const std::string& decided_by) {
+  return impl_->answer(id, allow, scope, decided_by);
+}
+std::vector<Approval> ApprovalDesk::pending() const { return impl_->pending(); }
+std::optional<Approval> ApprovalDesk::find(const std::string& id) const { return impl_->find(id); }
+std::uint64_t ApprovalDesk::watch(const std::string& execution_id, Watcher fn) {
+  return impl_->watch(execution_id, std::move(fn));
+}
+void ApprovalDesk::unwatch(std::uint64_t handle) { impl_->unwatch(handle); }
+void ApprovalDesk::cancel(const std::string& id) { impl_->cancel(id); }
+void ApprovalDesk::endExecution(const std::string& execution_id) {
+  impl_->endExecution(execution_id);
+}
+
+}  // namespace sluice::proxy
