@@ -1,15 +1,15 @@
--- sluice audit store, schema version 3 (PRAGMA user_version = 3).
+-- sluice audit store, schema version 5 (PRAGMA user_version = 5).
 -- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
 -- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
 --
--- Every row of executions, connections, requests, forwards and dns_queries carries `seq`, a
--- sequence number global to the database (one chain across the five tables, in insertion order), `prev_hash` (the hash
+-- Every row of executions, connections, requests, forwards, dns_queries and approvals carries `seq`, a
+-- sequence number global to the database (one chain across the six tables, in insertion order), `prev_hash` (the hash
 -- of the row with seq - 1, or 64 zeros for seq 1) and `hash` = SHA-256 over the canonical
 -- encoding of the row (docs/audit.md, "Hash chain"). chain_head holds the last seq and hash
 -- so that rows deleted from the end of the chain are detected too.
 
 PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;
 
 -- Every policy text that decided anything, stored once by the SHA-256 of its bytes.
 CREATE TABLE policies (
@@ -140,6 +140,49 @@ CREATE TABLE dns_queries (
   hash          TEXT NOT NULL
 ) STRICT;
 CREATE INDEX dns_queries_execution ON dns_queries (execution_id);
+
+-- One row per decided approval of an `ask` rule (version 5), in the same hash chain: answered
+-- by an approver, timed out, or refused because its execution ended. method and path are NULL
+-- for a tunnel (CONNECT); reason is NULL when allowed.
+CREATE TABLE approvals (
+  seq           INTEGER PRIMARY KEY,
+  id            TEXT NOT NULL,     -- "ap-...", as approvers saw it
+  execution_id  TEXT,              -- NULL for a standalone proxy
+  session_id    TEXT,
+  workflow      TEXT NOT NULL,
+  caller        TEXT,              -- who the execution belongs to ("uid:N", a token name)
+  rule_id       TEXT,              -- the ask rule
+  host          TEXT NOT NULL,
+  port          INTEGER NOT NULL,
+  method        TEXT,
+  path          TEXT,
+  decision      TEXT NOT NULL,     -- allow | deny
+  reason        TEXT,              -- approval_denied | approval_timeout | execution_ended | ...
+  scope         TEXT,              -- once | execution
+  decided_by    TEXT,              -- "uid:N", a token name, approve-with, mcp, timeout, ...
+  asked_at      INTEGER NOT NULL,
+  decided_at    INTEGER NOT NULL,
+  prev_hash     TEXT NOT NULL,
+  hash          TEXT NOT NULL
+) STRICT;
+CREATE INDEX approvals_execution ON approvals (execution_id);
+
+-- Signed checkpoints (version 5; docs/audit.md "Signed checkpoints"). Not in the hash chain:
+-- each row is authenticated by its Ed25519 signature over the text
+-- "sluice-checkpoint v1\n<position>\n<root>\n<ts>\n". root is the RFC 9162 Merkle tree hash
+-- over the chain hashes of seq 1..position (leaf = SHA-256(0x00 || 32-byte row hash)).
+-- frontier is the writer's cache of the tree's right edge (hex subtree roots, largest first),
+-- so a new writer resumes the tree without re-reading every row; nothing trusts it unverified.
+CREATE TABLE checkpoints (
+  seq        INTEGER PRIMARY KEY,  -- checkpoint number (its own sequence, not the chain's)
+  position   INTEGER NOT NULL,     -- last chained seq covered (= the tree's size)
+  root       TEXT NOT NULL,        -- lowercase hex Merkle root
+  signature  TEXT NOT NULL,        -- base64 Ed25519 signature of the signed text
+  key_id     TEXT NOT NULL,        -- lowercase hex SHA-256 of the raw 32-byte public key
+  ts         INTEGER NOT NULL,     -- when it was signed (epoch ms; signed)
+  frontier   TEXT NOT NULL
+) STRICT;
+CREATE INDEX checkpoints_position ON checkpoints (position);
 
 -- The last link of the chain (exactly one row).
 CREATE TABLE chain_head (

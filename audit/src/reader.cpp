@@ -44,7 +44,8 @@ bool isJsonColumn(std::string_view name) {
 
 /// Columns holding epoch milliseconds, shown as RFC 3339 by query and show.
 bool isTimeColumn(std::string_view name) {
-  return name == "started_at" || name == "ended_at" || name == "ts" || name == "loaded_at";
+  return name == "started_at" || name == "ended_at" || name == "ts" || name == "loaded_at" ||
+         name == "asked_at" || name == "decided_at";
 }
 
 /// A bound parameter. (Not a std::variant: g++ 12 warns falsely about its string member.)
@@ -285,8 +286,9 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
     sql += eventWhere();
   } else if (kind == "forwards") {
     if (f.decision) {
-      return std::unexpected(Error{"--decision does not apply to forwards (every forward was "
-                                   "allowed; its outcome is the matching request)"});
+      return std::unexpected(
+          Error{"--decision does not apply to forwards (every forward was "
+                "allowed; its outcome is the matching request)"});
     }
     // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
     sql =
@@ -303,6 +305,13 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
         "SELECT t.id, t.execution_id, t.workflow, t.ts, t.name, t.qtype, t.answer, t.decision,"
         " t.rule_id, t.reason FROM (SELECT seq AS id, name AS host, * FROM dns_queries) t";
     sql += eventWhere();
+  } else if (kind == "approvals") {
+    // Decided approvals of `ask` rules; --since/--until apply to when it was asked.
+    sql =
+        "SELECT t.seq, t.id, t.execution_id, t.session_id, t.workflow, t.caller, t.rule_id,"
+        " t.host, t.port, t.method, t.path, t.decision, t.reason, t.scope, t.decided_by,"
+        " t.asked_at, t.decided_at FROM (SELECT asked_at AS ts, * FROM approvals) t";
+    sql += eventWhere();
   } else if (kind == "events") {
     std::string conn_where = eventWhere();
     std::string req_where = eventWhere();
@@ -318,7 +327,7 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
   } else {
     return std::unexpected(
         Error{"unknown query kind '" + kind +
-              "' (executions, connections, requests, forwards, dns or events)"});
+              "' (executions, connections, requests, forwards, dns, approvals or events)"});
   }
   if (kind == "executions") {
     sql += " ORDER BY e.seq";

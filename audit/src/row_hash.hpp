@@ -38,11 +38,14 @@ inline constexpr auto kConnectionColumns = std::to_array<std::string_view>(
 inline constexpr auto kRequestColumns = std::to_array<std::string_view>(
     {"connection_id", "execution_id", "workflow", "ts", "method", "host", "path", "status",
      "decision", "rule_id", "reason", "injected_secrets"});
-inline constexpr auto kForwardColumns = std::to_array<std::string_view>(
-    {"connection_id", "execution_id", "workflow", "ts", "method", "host", "path", "rule_id",
-     "attempt", "injected_secrets"});
+inline constexpr auto kForwardColumns =
+    std::to_array<std::string_view>({"connection_id", "execution_id", "workflow", "ts", "method",
+                                     "host", "path", "rule_id", "attempt", "injected_secrets"});
 inline constexpr auto kDnsColumns = std::to_array<std::string_view>(
     {"execution_id", "workflow", "ts", "name", "qtype", "answer", "decision", "rule_id", "reason"});
+inline constexpr auto kApprovalColumns = std::to_array<std::string_view>(
+    {"id", "execution_id", "session_id", "workflow", "caller", "rule_id", "host", "port", "method",
+     "path", "decision", "reason", "scope", "decided_by", "asked_at", "decided_at"});
 
 /// The chain's first prev_hash.
 inline constexpr std::string_view kGenesisHash =

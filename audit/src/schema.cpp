@@ -70,6 +70,52 @@ CREATE TABLE dns_queries (
 CREATE INDEX dns_queries_execution ON dns_queries (execution_id);
 PRAGMA user_version = 4;
 )sql",
+    // 4 -> 5: approvals (issue 14) in the same hash chain, and signed checkpoints (issue 15).
+    R"sql(
+-- One row per decided approval of an `ask` rule (version 5), in the same hash chain: answered
+-- by an approver, timed out, or refused because its execution ended. method and path are NULL
+-- for a tunnel (CONNECT); reason is NULL when allowed.
+CREATE TABLE approvals (
+  seq           INTEGER PRIMARY KEY,
+  id            TEXT NOT NULL,     -- "ap-...", as approvers saw it
+  execution_id  TEXT,              -- NULL for a standalone proxy
+  session_id    TEXT,
+  workflow      TEXT NOT NULL,
+  caller        TEXT,              -- who the execution belongs to ("uid:N", a token name)
+  rule_id       TEXT,              -- the ask rule
+  host          TEXT NOT NULL,
+  port          INTEGER NOT NULL,
+  method        TEXT,
+  path          TEXT,
+  decision      TEXT NOT NULL,     -- allow | deny
+  reason        TEXT,              -- approval_denied | approval_timeout | execution_ended | ...
+  scope         TEXT,              -- once | execution
+  decided_by    TEXT,              -- "uid:N", a token name, approve-with, mcp, timeout, ...
+  asked_at      INTEGER NOT NULL,
+  decided_at    INTEGER NOT NULL,
+  prev_hash     TEXT NOT NULL,
+  hash          TEXT NOT NULL
+) STRICT;
+CREATE INDEX approvals_execution ON approvals (execution_id);
+
+-- Signed checkpoints (version 5; docs/audit.md "Signed checkpoints"). Not in the hash chain:
+-- each row is authenticated by its Ed25519 signature over the text
+-- "sluice-checkpoint v1\n<position>\n<root>\n<ts>\n". root is the RFC 9162 Merkle tree hash
+-- over the chain hashes of seq 1..position (leaf = SHA-256(0x00 || 32-byte row hash)).
+-- frontier is the writer's cache of the tree's right edge (hex subtree roots, largest first),
+-- so a new writer resumes the tree without re-reading every row; nothing trusts it unverified.
+CREATE TABLE checkpoints (
+  seq        INTEGER PRIMARY KEY,  -- checkpoint number (its own sequence, not the chain's)
+  position   INTEGER NOT NULL,     -- last chained seq covered (= the tree's size)
+  root       TEXT NOT NULL,        -- lowercase hex Merkle root
+  signature  TEXT NOT NULL,        -- base64 Ed25519 signature of the signed text
+  key_id     TEXT NOT NULL,        -- lowercase hex SHA-256 of the raw 32-byte public key
+  ts         INTEGER NOT NULL,     -- when it was signed (epoch ms; signed)
+  frontier   TEXT NOT NULL
+) STRICT;
+CREATE INDEX checkpoints_position ON checkpoints (position);
+PRAGMA user_version = 5;
+)sql",
 };
 
 struct Header {

@@ -2,12 +2,12 @@
 // only write connection and commits them in batches, extending the hash chain as it goes.
 #include "sluice/audit/store.hpp"
 
-#include <fmt/format.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <pthread.h>
-#include <sys/stat.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -110,7 +110,7 @@ struct FlushItem {
   Waiter* waiter;
 };
 using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ForwardEvent, DnsEvent,
-                          ExecutionItem, FlushItem>;
+                          ApprovalEvent, ExecutionItem, FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
 
@@ -223,7 +223,7 @@ class Store::Impl {
   bool writable_ = false;  // set before the writer thread starts, never changed after
   bool synchronous_full_ = false;
   Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_dns_,
-      insert_policy_;
+      insert_approval_, insert_policy_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
   detail::RowHasher hasher_;  // writer thread only
 
@@ -275,13 +275,15 @@ std::expected<void, Error> createPrivately(const std::filesystem::path& path,
   }
   // The umask may have taken bits off; set exactly the mode asked for.
   int rc = ::fchmod(fd, mode);
-  if (rc == 0 && o.group >= 0) rc = ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(o.group));
+  if (rc == 0 && o.group >= 0)
+    rc = ::fchown(fd, static_cast<uid_t>(-1), static_cast<gid_t>(o.group));
   int err = errno;
   ::close(fd);
   if (rc != 0) {
     ::unlink(path.c_str());
-    return std::unexpected(Error{fmt::format("{}: cannot set the audit database's mode or group: {}",
-                                             path.string(), std::strerror(err))});
+    return std::unexpected(
+        Error{fmt::format("{}: cannot set the audit database's mode or group: {}", path.string(),
+                          std::strerror(err))});
   }
   return {};
 }
@@ -365,6 +367,7 @@ std::expected<void, Error> Store::Impl::openWriter() {
         prep(insert_request_, insertSql("requests", detail::kRequestColumns)),
         prep(insert_forward_, insertSql("forwards", detail::kForwardColumns)),
         prep(insert_dns_, insertSql("dns_queries", detail::kDnsColumns)),
+        prep(insert_approval_, insertSql("approvals", detail::kApprovalColumns)),
         prep(insert_policy_,
              "INSERT OR IGNORE INTO policies (sha256, workflow, yaml, loaded_at) "
              "VALUES (?1, ?2, ?3, ?4)"),
@@ -556,6 +559,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
   std::array<Value, detail::kRequestColumns.size()> rv;
   std::array<Value, detail::kForwardColumns.size()> fv;
   std::array<Value, detail::kDnsColumns.size()> dv;
+  std::array<Value, detail::kApprovalColumns.size()> av;
 
   // Inserts one chained row; on a constraint violation (duplicate execution id) the row is
   // skipped and reported to its producer; any other error fails the batch.
@@ -638,19 +642,46 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     } else if (auto* f = std::get_if<ForwardEvent>(&batch[i])) {
       json_buf = nlohmann::json(f->injected_secrets)
                      .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-      fv = {detail::textOrNull(f->connection_id), detail::textOrNull(f->execution_id),
-            Value{std::string_view(f->workflow)}, Value{f->ts_ms},
-            detail::textOrNull(f->method),        detail::textOrNull(f->host),
-            detail::textOrNull(f->path),          detail::textOrNull(f->rule_id),
-            Value{static_cast<std::int64_t>(f->attempt)}, Value{std::string_view(json_buf)}};
+      fv = {detail::textOrNull(f->connection_id),
+            detail::textOrNull(f->execution_id),
+            Value{std::string_view(f->workflow)},
+            Value{f->ts_ms},
+            detail::textOrNull(f->method),
+            detail::textOrNull(f->host),
+            detail::textOrNull(f->path),
+            detail::textOrNull(f->rule_id),
+            Value{static_cast<std::int64_t>(f->attempt)},
+            Value{std::string_view(json_buf)}};
       r = insertChained(insert_forward_, "forwards", fv, i);
     } else if (auto* d = std::get_if<DnsEvent>(&batch[i])) {
-      dv = {detail::textOrNull(d->execution_id), Value{std::string_view(d->workflow)},
-            Value{d->ts_ms},                     detail::textOrNull(d->name),
-            detail::textOrNull(d->qtype),        detail::textOrNull(d->answer),
-            Value{std::string_view(d->decision)}, detail::textOrNull(d->rule_id),
+      dv = {detail::textOrNull(d->execution_id),
+            Value{std::string_view(d->workflow)},
+            Value{d->ts_ms},
+            detail::textOrNull(d->name),
+            detail::textOrNull(d->qtype),
+            detail::textOrNull(d->answer),
+            Value{std::string_view(d->decision)},
+            detail::textOrNull(d->rule_id),
             detail::textOrNull(d->reason)};
       r = insertChained(insert_dns_, "dns_queries", dv, i);
+    } else if (auto* a = std::get_if<ApprovalEvent>(&batch[i])) {
+      av = {Value{std::string_view(a->id)},
+            detail::textOrNull(a->execution_id),
+            detail::textOrNull(a->session_id),
+            Value{std::string_view(a->workflow)},
+            detail::textOrNull(a->caller),
+            detail::textOrNull(a->rule_id),
+            Value{std::string_view(a->host)},
+            Value{static_cast<std::int64_t>(a->port)},
+            detail::textOrNull(a->method),
+            detail::textOrNull(a->path),
+            Value{std::string_view(a->decision)},
+            detail::textOrNull(a->reason),
+            detail::textOrNull(a->scope),
+            detail::textOrNull(a->decided_by),
+            Value{a->asked_at_ms},
+            Value{a->decided_at_ms}};
+      r = insertChained(insert_approval_, "approvals", av, i);
     } else if (auto* x = std::get_if<ExecutionItem>(&batch[i])) {
       const ExecutionRecord& e = *x->record;
       ev = {Value{std::string_view(e.id)},
@@ -771,6 +802,7 @@ void Store::recordConnection(ConnectionEvent event) { impl_->push(std::move(even
 void Store::recordRequest(RequestEvent event) { impl_->push(std::move(event)); }
 void Store::recordForward(ForwardEvent event) { impl_->push(std::move(event)); }
 void Store::recordDns(DnsEvent event) { impl_->push(std::move(event)); }
+void Store::recordApproval(ApprovalEvent event) { impl_->push(std::move(event)); }
 
 bool Store::healthy() const { return impl_->healthy(); }
 

@@ -1,5 +1,6 @@
 // `verify`: walks the one hash chain across executions, connections, requests, forwards and
-// dns_queries in seq order, recomputing every hash; also checks the chain head and the policy texts' hashes.
+// dns_queries in seq order, recomputing every hash; also checks the chain head and the policy
+// texts' hashes.
 #include <fmt/format.h>
 
 #include <string>
@@ -60,7 +61,8 @@ struct Cursor {
   /// "connections seq 57 (id c-1)": how a broken row is named.
   std::string name() const {
     std::string id = table == "requests" || table == "forwards" || table == "dns_queries"
-                         ? std::to_string(seq) : std::string(stmt.columnText(3));
+                         ? std::to_string(seq)
+                         : std::string(stmt.columnText(3));
     return fmt::format("{} seq {} (id {})", table, seq, id);
   }
 };
@@ -89,7 +91,7 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
   // One read transaction: a consistent snapshot even while a writer keeps appending.
   if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
 
-  std::array<Cursor, 5> cursors;
+  std::array<Cursor, 6> cursors;
   cursors[0].table = "executions";
   cursors[0].columns = detail::kExecutionColumns.size();
   cursors[1].table = "connections";
@@ -100,11 +102,14 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
   cursors[3].columns = detail::kForwardColumns.size();
   cursors[4].table = "dns_queries";
   cursors[4].columns = detail::kDnsColumns.size();
-  const std::array<std::string, 5> sql = {selectSql("executions", detail::kExecutionColumns),
+  cursors[5].table = "approvals";
+  cursors[5].columns = detail::kApprovalColumns.size();
+  const std::array<std::string, 6> sql = {selectSql("executions", detail::kExecutionColumns),
                                           selectSql("connections", detail::kConnectionColumns),
                                           selectSql("requests", detail::kRequestColumns),
                                           selectSql("forwards", detail::kForwardColumns),
-                                          selectSql("dns_queries", detail::kDnsColumns)};
+                                          selectSql("dns_queries", detail::kDnsColumns),
+                                          selectSql("approvals", detail::kApprovalColumns)};
   for (std::size_t i = 0; i < cursors.size(); ++i) {
     auto s = detail::prepare(db, raw, sql[i]);
     if (!s) return std::unexpected(s.error());

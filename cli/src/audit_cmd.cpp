@@ -173,9 +173,10 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
   query->add_option("--limit", args->limit, "At most N rows")->check(CLI::NonNegativeNumber);
   query
       ->add_option("--kind", args->kind,
-                   "executions | connections | requests | forwards | dns | events (default: events when "
-                   "--decision or --host is given, else executions)")
-      ->check(CLI::IsMember({"executions", "connections", "requests", "forwards", "dns", "events"}));
+                   "executions | connections | requests | forwards | dns | approvals | events "
+                   "(default: events when --decision or --host is given, else executions)")
+      ->check(CLI::IsMember(
+          {"executions", "connections", "requests", "forwards", "dns", "approvals", "events"}));
   query->add_option("--format", args->format, "table | json | csv")->check(formats);
   query->callback([args, &exit_code] { exit_code = runQuery(*args); });
 

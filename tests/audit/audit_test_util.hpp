@@ -159,6 +159,29 @@ inline DnsEvent sampleDns(int n, const std::string& execution = "exec-1",
   return d;
 }
 
+/// One decided approval of an `ask` rule: a request (allowed once by uid 1000) or, for an odd n,
+/// a tunnel (no method/path) denied by timeout.
+inline ApprovalEvent sampleApproval(int n, const std::string& execution = "exec-1") {
+  ApprovalEvent a;
+  a.id = "ap-" + execution + "-" + std::to_string(n);
+  a.execution_id = execution;
+  a.session_id = n % 2 ? "" : "se-1";
+  a.workflow = "data-analysis";
+  a.caller = "uid:1000";
+  a.rule_id = "ask-uploads";
+  a.host = "uploads.example";
+  a.port = 443;
+  a.method = n % 2 ? "" : "POST";
+  a.path = n % 2 ? "" : "/v1/upload";
+  a.decision = n % 2 ? "deny" : "allow";
+  a.reason = n % 2 ? "approval_timeout" : "";
+  a.scope = "once";
+  a.decided_by = n % 2 ? "timeout" : "uid:1000";
+  a.asked_at_ms = 1'763'700'000'000 + n;
+  a.decided_at_ms = 1'763'700'002'000 + n;
+  return a;
+}
+
 inline ExecutionRecord sampleExecution(const std::string& id) {
   ExecutionRecord e;
   e.id = id;

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "audit_test_util.hpp"
 
 namespace sluice::audit {
@@ -180,9 +182,9 @@ TEST(ReaderDnsTest, QueryKindDns) {
   auto all = (*reader)->query(f);
   ASSERT_TRUE(all.has_value()) << all.error().message;
   ASSERT_EQ(all->rows.size(), 3u);
-  EXPECT_EQ(all->columns, (std::vector<std::string>{"id", "execution_id", "workflow", "ts", "name",
-                                                    "qtype", "answer", "decision", "rule_id",
-                                                    "reason"}));
+  EXPECT_EQ(all->columns,
+            (std::vector<std::string>{"id", "execution_id", "workflow", "ts", "name", "qtype",
+                                      "answer", "decision", "rule_id", "reason"}));
   f.decision = "deny";
   f.execution = "exec-1";
   auto denied = (*reader)->query(f);
@@ -196,6 +198,52 @@ TEST(ReaderDnsTest, QueryKindDns) {
   auto by_name = (*reader)->query(f);
   ASSERT_TRUE(by_name.has_value());
   EXPECT_EQ(by_name->rows.size(), 1u);
+}
+
+// `audit query --kind approvals`: decided approvals, NULL method/path for a tunnel, times as
+// RFC 3339, filters by execution and decision; JSON and CSV carry the same columns.
+TEST(ReaderApprovalsTest, QueryKindApprovals) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordApproval(testing::sampleApproval(0, "exec-1"));
+    store->recordApproval(testing::sampleApproval(1, "exec-1"));
+    store->recordApproval(testing::sampleApproval(2, "exec-2"));
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  auto reader = Reader::open(db);
+  ASSERT_TRUE(reader.has_value()) << reader.error().message;
+  QueryFilter f;
+  f.kind = "approvals";
+  auto all = (*reader)->query(f);
+  ASSERT_TRUE(all.has_value()) << all.error().message;
+  ASSERT_EQ(all->rows.size(), 3u);
+  EXPECT_EQ(all->columns, (std::vector<std::string>{"seq", "id", "execution_id", "session_id",
+                                                    "workflow", "caller", "rule_id", "host", "port",
+                                                    "method", "path", "decision", "reason", "scope",
+                                                    "decided_by", "asked_at", "decided_at"}));
+  EXPECT_EQ(std::get<std::string>(all->rows[0][1]), "ap-exec-1-0");
+  EXPECT_EQ(std::get<std::string>(all->rows[0][15]), formatTime(1'763'700'000'000));
+  EXPECT_TRUE(std::holds_alternative<std::monostate>(all->rows[1][9]));  // tunnel: no method
+  f.decision = "deny";
+  auto denied = (*reader)->query(f);
+  ASSERT_TRUE(denied.has_value()) << denied.error().message;
+  ASSERT_EQ(denied->rows.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(denied->rows[0][12]), "approval_timeout");
+  f = {};
+  f.kind = "approvals";
+  f.execution = "exec-2";
+  auto by_exec = (*reader)->query(f);
+  ASSERT_TRUE(by_exec.has_value());
+  ASSERT_EQ(by_exec->rows.size(), 1u);
+  auto json = nlohmann::json::parse(formatResult(*by_exec, OutputFormat::kJson));
+  EXPECT_EQ(json[0]["decided_by"], "uid:1000");
+  EXPECT_EQ(json[0]["port"], 443);
+  auto csv = formatResult(*by_exec, OutputFormat::kCsv);
+  EXPECT_EQ(csv.rfind("seq,id,execution_id,session_id,", 0), 0u) << csv;
+  EXPECT_NE(csv.find("ap-exec-2-2"), std::string::npos);
 }
 
 TEST_F(ReaderTest, ShowReturnsReceiptConnectionsAndRequests) {

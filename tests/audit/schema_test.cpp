@@ -20,9 +20,8 @@ TEST(SchemaTest, NewDatabaseGetsVersionApplicationIdAndWal) {
   EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.integer("PRAGMA application_id"), 0x534C4345);
   EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
-  for (std::string t :
-       {"policies", "executions", "connections", "requests", "forwards", "dns_queries",
-        "chain_head"}) {
+  for (std::string t : {"policies", "executions", "connections", "requests", "forwards",
+                        "dns_queries", "approvals", "checkpoints", "chain_head"}) {
     EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = '" + t + "'"), 1) << t;
   }
 }
@@ -59,7 +58,8 @@ TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
   testing::populate(db);
   {
     RawDb raw(db);
-    ASSERT_EQ(raw.exec("DROP TABLE dns_queries; DROP TABLE forwards; DROP INDEX "
+    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
+                       "DROP TABLE forwards; DROP INDEX "
                        "executions_caller; ALTER TABLE "
                        "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
                        "caller; PRAGMA user_version = 1"),
@@ -87,7 +87,8 @@ TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
   testing::populate(db);
   {
     RawDb raw(db);
-    ASSERT_EQ(raw.exec("DROP TABLE dns_queries; DROP INDEX executions_caller; ALTER TABLE "
+    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
+                       "DROP INDEX executions_caller; ALTER TABLE "
                        "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
                        "caller; PRAGMA user_version = 2"),
               "");
@@ -119,7 +120,9 @@ TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
   testing::populate(db);
   {
     RawDb raw(db);
-    ASSERT_EQ(raw.exec("DROP TABLE dns_queries; PRAGMA user_version = 3"), "");
+    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
+                       "PRAGMA user_version = 3"),
+              "");
   }
   {
     auto store = testing::openStore(db);
@@ -130,7 +133,7 @@ TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
     ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-3")).has_value());
   }
   RawDb raw(db);
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), 4);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM dns_queries"), 2);
   EXPECT_EQ(raw.text("SELECT answer FROM dns_queries WHERE decision = 'deny'"), "NXDOMAIN");
   EXPECT_EQ(raw.text("SELECT name FROM dns_queries WHERE seq = (SELECT min(seq) FROM dns_queries)"),
@@ -141,6 +144,67 @@ TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
   ASSERT_TRUE(v.has_value());
   EXPECT_FALSE(v->ok);
   EXPECT_NE(v->first_broken.find("dns_queries"), std::string::npos) << v->first_broken;
+}
+
+// Version 5 adds approvals (issue 14) to the one chain and the checkpoints table (issue 15); a
+// version-4 database gains both in place, its chain goes on through approvals rows, and an
+// edited or deleted approvals row is named by verify.
+TEST(SchemaTest, VersionFourGainsApprovalsInTheChain) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  testing::populate(db);
+  {
+    RawDb raw(db);
+    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4"),
+              "");
+  }
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordApproval(testing::sampleApproval(0, "exec-3"));
+    store->recordConnection(testing::sampleConnection(70, "exec-3"));
+    store->recordApproval(testing::sampleApproval(1, "exec-3"));
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-3")).has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM approvals"), 2);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM checkpoints"), 0);
+  // A tunnel's approval stores NULL method/path, an allowed one a NULL reason.
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM approvals WHERE method IS NULL AND path IS NULL "
+                        "AND decision = 'deny' AND reason = 'approval_timeout'"),
+            1);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM approvals WHERE reason IS NULL AND method = 'POST'"),
+            1);
+  // The chain runs through them: 22 rows from populate(), then approval, connection, approval.
+  EXPECT_EQ(raw.integer("SELECT seq FROM approvals WHERE decision = 'allow'"), 23);
+  EXPECT_EQ(raw.integer("SELECT seq FROM approvals WHERE decision = 'deny'"), 25);
+  testing::expectChainIntact(db);
+
+  raw.exec("UPDATE approvals SET decided_by = 'uid:0' WHERE decision = 'allow'");
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->ok);
+  EXPECT_NE(v->first_broken.find("approvals seq 23"), std::string::npos) << v->first_broken;
+}
+
+TEST(SchemaTest, DeletedApprovalIsNamed) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordConnection(testing::sampleConnection(1));
+    store->recordApproval(testing::sampleApproval(0));
+    store->recordConnection(testing::sampleConnection(2));
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  testing::expectChainIntact(db);
+  RawDb(db).exec("DELETE FROM approvals");
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->ok);
+  EXPECT_NE(v->first_broken.find("rows 2..2 are missing"), std::string::npos) << v->first_broken;
 }
 
 TEST(SchemaTest, NewerVersionIsRefusedAndLeftAlone) {

@@ -42,7 +42,8 @@ std::string formatResult(const ResultTable& table, OutputFormat format);
 struct QueryFilter {
   /// "executions" (each with its connection summary), "connections", "requests", "forwards"
   /// (write-ahead rows of requests sent upstream, with `completed`), "dns" (queries of
-  /// sluice's DNS; `host` filters the name) or "events"
+  /// sluice's DNS; `host` filters the name), "approvals" (decided approvals of `ask` rules;
+  /// since/until apply to asked_at) or "events"
   /// (connections and requests interleaved). Empty: "events" when decision or host is set,
   /// else "executions".
   std::string kind;

@@ -18,7 +18,7 @@ namespace sluice::audit {
 
 /// The schema version this build writes (`PRAGMA user_version`). Older databases are migrated
 /// on open; newer or foreign ones are refused.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 /// A control-plane error of the store. `message` names the database path and the cause
 /// ("/var/lib/sluice/audit.db: database or disk is full"); `sqlite_code` is the SQLite result
@@ -154,6 +154,7 @@ class Store final : public EventSink {
   void recordRequest(RequestEvent event) override;
   void recordForward(ForwardEvent event) override;
   void recordDns(DnsEvent event) override;
+  void recordApproval(ApprovalEvent event) override;
   bool healthy() const override;
 
   /// Events queued and not yet taken by the writer (a gauge for `sluice serve`'s metrics).
