@@ -3,11 +3,13 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_nat.h>
+#include <linux/netfilter/nf_tables.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
 #include <netinet/in.h>
-#include <nftables/libnftables.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
@@ -18,41 +20,15 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "launch.hpp"
 #include "namespaces.hpp"
+#include "nft_batch.hpp"
 
 namespace sluice::runner::detail {
 namespace {
-
-// Output: the nat chain runs first (priority -100), so the filter chain sees a redirected
-// connection with its new, loopback destination. Loopback traffic stays as it is (the
-// sandbox's own processes may talk among themselves, over UDP too: nothing on lo leaves the
-// namespace). What still goes to a non-loopback address (UDP, QUIC, ICMP, any other protocol)
-// is rejected: dropped in the output path, so the sending call fails at once (EPERM) instead of
-// waiting for a timeout, and a QUIC client falls back to TCP, which is redirected. Protocols
-// are numbers (6 tcp, 17 udp, 1 icmp, 58 ipv6-icmp): names cost libnftables a getprotobyname()
-// through NSS, and an anonymous set one more kernel object (about 0.1 ms together).
-constexpr char kRules[] = R"(table inet sluice {
-  chain nat_output {
-    type nat hook output priority -100; policy accept;
-    meta l4proto 6 ip daddr != 127.0.0.0/8 redirect to :3128
-    meta l4proto 6 ip6 daddr != ::1 redirect to :3128
-  }
-  chain filter_output {
-    type filter hook output priority 0; policy accept;
-    ip daddr 127.0.0.0/8 accept
-    ip6 daddr ::1 accept
-    meta l4proto 17 reject
-    meta l4proto 1 reject
-    meta l4proto 58 reject
-    reject
-  }
-}
-)";
 
 SetupError stepError(const char* step, int err) { return setupError(step, std::strerror(err)); }
 
@@ -67,81 +43,101 @@ bool sameNamespace(int ns, const struct stat& other) {
   return ::fstat(ns, &st) == 0 && st.st_ino == other.st_ino && st.st_dev == other.st_dev;
 }
 
-void addAttr(nlmsghdr* nh, unsigned short type, const void* data, unsigned short len) {
-  auto* a = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(nh) + NLMSG_ALIGN(nh->nlmsg_len));
-  a->rta_type = type;
-  a->rta_len = static_cast<unsigned short>(RTA_LENGTH(len));
-  std::memcpy(RTA_DATA(a), data, len);
-  nh->nlmsg_len = NLMSG_ALIGN(nh->nlmsg_len) + RTA_ALIGN(a->rta_len);
-}
-
-// RTM_NEWROUTE "default dev lo" (IPv4 with source 127.0.0.1, so a socket's local address is a
-// real one): without a route, connect() to a non-loopback address fails with ENETUNREACH
-// before the nat rule could see a packet.
-std::expected<void, int> addDefaultRoute(int nl, unsigned char family, int lo, unsigned seq) {
-  alignas(nlmsghdr) char buf[256] = {};
-  auto* nh = reinterpret_cast<nlmsghdr*>(buf);
-  nh->nlmsg_len = NLMSG_LENGTH(sizeof(rtmsg));
-  nh->nlmsg_type = RTM_NEWROUTE;
-  nh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL;
-  nh->nlmsg_seq = seq;
-  auto* rt = static_cast<rtmsg*>(NLMSG_DATA(nh));
-  rt->rtm_family = family;
-  rt->rtm_table = RT_TABLE_MAIN;
-  rt->rtm_protocol = RTPROT_BOOT;
-  rt->rtm_scope = family == AF_INET ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
-  rt->rtm_type = RTN_UNICAST;
-  addAttr(nh, RTA_OIF, &lo, sizeof lo);
-  if (family == AF_INET) {
-    const in_addr src{htonl(INADDR_LOOPBACK)};
-    addAttr(nh, RTA_PREFSRC, &src, sizeof src);
+// One rtnetlink request: lo up (init brings it up too; whichever comes first) and the default
+// routes "default dev lo" for IPv4 (with source 127.0.0.1, so a socket's local address is a
+// real one) and IPv6: without a route, connect() to a non-loopback address fails with
+// ENETUNREACH before the nat rule could see a packet. The three messages go in one datagram
+// (the kernel handles them in order) and each is acknowledged.
+class RouteRequest {
+ public:
+  void linkUp(int ifindex) {
+    nlmsghdr* nh = add(RTM_NEWLINK, NLM_F_REQUEST | NLM_F_ACK, sizeof(ifinfomsg), "bring lo up");
+    auto* ifi = static_cast<ifinfomsg*>(NLMSG_DATA(nh));
+    ifi->ifi_family = AF_UNSPEC;
+    ifi->ifi_index = ifindex;
+    ifi->ifi_flags = IFF_UP;
+    ifi->ifi_change = IFF_UP;
   }
-  if (::send(nl, buf, nh->nlmsg_len, 0) != static_cast<ssize_t>(nh->nlmsg_len))
-    return std::unexpected(errno);
-  alignas(nlmsghdr) char reply[512];
-  for (;;) {
-    const ssize_t n = ::recv(nl, reply, sizeof reply, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < static_cast<ssize_t>(NLMSG_LENGTH(sizeof(nlmsgerr)))) return std::unexpected(EPROTO);
-    const auto* r = reinterpret_cast<const nlmsghdr*>(reply);
-    if (r->nlmsg_seq != seq) continue;
-    if (r->nlmsg_type != NLMSG_ERROR) return std::unexpected(EPROTO);
-    const int err = static_cast<const nlmsgerr*>(NLMSG_DATA(r))->error;
-    if (err != 0) return std::unexpected(-err);
+  void defaultRoute(unsigned char family, int oif) {
+    nlmsghdr* nh =
+        add(RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, sizeof(rtmsg),
+            family == AF_INET ? "IPv4 default route via lo" : "IPv6 default route via lo");
+    auto* rt = static_cast<rtmsg*>(NLMSG_DATA(nh));
+    rt->rtm_family = family;
+    rt->rtm_table = RT_TABLE_MAIN;
+    rt->rtm_protocol = RTPROT_BOOT;
+    rt->rtm_scope = family == AF_INET ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE;
+    rt->rtm_type = RTN_UNICAST;
+    addAttr(nh, RTA_OIF, &oif, sizeof oif);
+    if (family == AF_INET) {
+      const in_addr src{htonl(INADDR_LOOPBACK)};
+      addAttr(nh, RTA_PREFSRC, &src, sizeof src);
+    }
+  }
+  // Sends every message, then reads one ack each; the first refusal is the error.
+  std::expected<void, SetupError> send(int nl) {
+    const std::size_t len = used();
+    if (::send(nl, buf_, len, 0) != static_cast<ssize_t>(len))
+      return std::unexpected(stepError("send the routes", errno));
+    unsigned acked = 0;
+    alignas(nlmsghdr) char reply[1024];
+    while (acked < count_) {
+      const ssize_t n = ::recv(nl, reply, sizeof reply, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return std::unexpected(stepError("read the routes' acks", errno));
+      int left = static_cast<int>(n);
+      for (auto* r = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(r, left);
+           r = NLMSG_NEXT(r, left)) {
+        if (r->nlmsg_type != NLMSG_ERROR || r->nlmsg_seq == 0 || r->nlmsg_seq > count_) continue;
+        if (r->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr)))
+          return std::unexpected(stepError("read the routes' acks", EPROTO));
+        const int err = static_cast<const nlmsgerr*>(NLMSG_DATA(r))->error;
+        if (err != 0) return std::unexpected(stepError(steps_[r->nlmsg_seq - 1], -err));
+        ++acked;
+      }
+    }
     return {};
   }
-}
+
+ private:
+  std::size_t used() const { return last_ ? start_ + NLMSG_ALIGN(last_->nlmsg_len) : 0; }
+  nlmsghdr* add(unsigned short type, unsigned short flags, std::size_t body, const char* step) {
+    start_ = used();
+    last_ = reinterpret_cast<nlmsghdr*>(buf_ + start_);
+    last_->nlmsg_len = NLMSG_LENGTH(body);
+    last_->nlmsg_type = type;
+    last_->nlmsg_flags = flags;
+    last_->nlmsg_seq = ++count_;
+    steps_[count_ - 1] = step;
+    return last_;
+  }
+  static void addAttr(nlmsghdr* nh, unsigned short type, const void* data, unsigned short len) {
+    auto* a = reinterpret_cast<rtattr*>(reinterpret_cast<char*>(nh) + NLMSG_ALIGN(nh->nlmsg_len));
+    a->rta_type = type;
+    a->rta_len = static_cast<unsigned short>(RTA_LENGTH(len));
+    std::memcpy(RTA_DATA(a), data, len);
+    nh->nlmsg_len = NLMSG_ALIGN(nh->nlmsg_len) + RTA_ALIGN(a->rta_len);
+  }
+
+  alignas(nlmsghdr) char buf_[256] = {};  // three messages: 32 + 52 + 44 bytes
+  std::size_t start_ = 0;
+  nlmsghdr* last_ = nullptr;
+  unsigned count_ = 0;
+  const char* steps_[3] = {};
+};
 
 std::expected<void, SetupError> addRoutes() {
   Fd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
   if (!nl) return std::unexpected(stepError("route netlink socket", errno));
   const int lo = static_cast<int>(::if_nametoindex("lo"));
   if (lo == 0) return std::unexpected(stepError("find lo", errno));
-  if (auto r = addDefaultRoute(nl.get(), AF_INET, lo, 1); !r)
-    return std::unexpected(stepError("IPv4 default route via lo", r.error()));
-  if (auto r = addDefaultRoute(nl.get(), AF_INET6, lo, 2); !r)
-    return std::unexpected(stepError("IPv6 default route via lo", r.error()));
-  return {};
-}
-
-// One libnftables run (about 0.6 ms). Serialised: libnftables keeps some state per process
-// (its symbol tables are read on first use), and parallel runs gain nothing.
-std::expected<void, SetupError> addRules() {
-  static std::mutex mu;
-  std::lock_guard lock(mu);
-  nft_ctx* ctx = nft_ctx_new(NFT_CTX_DEFAULT);
-  if (ctx == nullptr) return std::unexpected(setupError("nftables rules", "nft_ctx_new failed"));
-  // Nothing of libnftables goes to sluice's stdout or stderr; errors are reported.
-  nft_ctx_buffer_output(ctx);
-  nft_ctx_buffer_error(ctx);
-  const int rc = nft_run_cmd_from_buffer(ctx, kRules);
-  std::string err = rc == 0 ? "" : nft_ctx_get_error_buffer(ctx);
-  nft_ctx_free(ctx);
-  if (rc != 0) {
-    while (!err.empty() && (err.back() == '\n' || err.back() == ' ')) err.pop_back();
-    return std::unexpected(setupError("nftables rules", err.empty() ? "failed" : err));
-  }
-  return {};
+  const int one = 1;  // acks without a copy of the request
+  ::setsockopt(nl.get(), SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
+  RouteRequest req;
+  req.linkUp(lo);
+  req.defaultRoute(AF_INET, lo);
+  req.defaultRoute(AF_INET6, lo);
+  return req.send(nl.get());
 }
 
 // A socket of `type` bound to `addr` (listening if a stream socket), as the proxy listener is.
@@ -183,10 +179,8 @@ CaptureResult setUp(int netns, bool dns) {
   const auto began = std::chrono::steady_clock::now();
   if (::setns(netns, CLONE_NEWNET) != 0)
     return std::unexpected(stepError("join the sandbox's network namespace", errno));
-  // Init brings lo up too; whichever comes first, routes via lo need it up.
-  if (auto r = bringUpLoopback(); !r) return std::unexpected(stepError(r.step, r.err));
   if (auto r = addRoutes(); !r) return std::unexpected(r.error());
-  if (auto r = addRules(); !r) return std::unexpected(r.error());
+  if (auto r = installCaptureRules(); !r) return std::unexpected(r.error());
   CaptureSockets out;
   if (auto r = makeSockets(dns, out); !r) return std::unexpected(r.error());
   out.took_us = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -202,6 +196,96 @@ std::future<CaptureResult> failed(SetupError e) {
 }
 
 }  // namespace
+
+// table inet sluice, as `nft list table inet sluice` shows it (docs/sandbox.md):
+//
+//   chain nat_output {
+//     type nat hook output priority -100; policy accept;
+//     meta nfproto ipv4 meta l4proto tcp ip daddr != 127.0.0.0/8 redirect to :3128
+//     meta nfproto ipv6 meta l4proto tcp ip6 daddr != ::1 redirect to :3128
+//   }
+//   chain filter_output {
+//     type filter hook output priority filter; policy accept;
+//     ip daddr 127.0.0.0/8 accept
+//     ip6 daddr ::1 accept
+//     meta l4proto tcp reject with tcp reset
+//     reject with icmpx admin-prohibited
+//   }
+//
+// Output only: the nat chain runs first (priority -100), so the filter chain sees a redirected
+// connection with its new, loopback destination. Loopback traffic stays as it is (the
+// sandbox's own processes may talk among themselves, over UDP too: nothing on lo leaves the
+// namespace). What still goes to a non-loopback address (UDP, QUIC, ICMP, any other protocol,
+// and TCP the nat chain did not redirect) is rejected in the output path: the packet is
+// dropped there, so the sending call fails at once (EPERM) instead of waiting for a timeout,
+// and a QUIC client falls back to TCP, which is redirected.
+std::expected<void, SetupError> installCaptureRules() {
+  constexpr char kTable[] = "sluice";
+  constexpr std::uint32_t kReg = NFT_REG_1;
+  const char port[2] = {static_cast<char>(kProxyPort >> 8), static_cast<char>(kProxyPort & 0xff)};
+  const std::string_view be_port(port, 2);
+  const std::string_view v4("\x02", 1);      // NFPROTO_IPV4
+  const std::string_view v6("\x0a", 1);      // NFPROTO_IPV6
+  const std::string_view tcp("\x06", 1);     // IPPROTO_TCP
+  const std::string_view net127("\x7f", 1);  // 127.0.0.0/8: the address's first byte
+  const std::string_view loopback6("\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16);
+  // Offsets of the destination address in the IPv4 and IPv6 headers.
+  constexpr std::uint32_t kDaddr4 = 16, kDaddr6 = 24;
+
+  NftBatch b;
+  b.addTable(NFPROTO_INET, kTable);
+  b.addBaseChain(NFPROTO_INET, kTable, "nat_output", "nat", NF_INET_LOCAL_OUT, -100, NF_ACCEPT);
+  b.addBaseChain(NFPROTO_INET, kTable, "filter_output", "filter", NF_INET_LOCAL_OUT, 0, NF_ACCEPT);
+  b.addRule(NFPROTO_INET, kTable, "nat_output",
+            NftRule("ipv4 tcp to non-loopback: redirect")
+                .meta(NFT_META_NFPROTO, kReg)
+                .cmp(NFT_CMP_EQ, kReg, v4)
+                .meta(NFT_META_L4PROTO, kReg)
+                .cmp(NFT_CMP_EQ, kReg, tcp)
+                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr4, 1, kReg)
+                .cmp(NFT_CMP_NEQ, kReg, net127)
+                .immediate(kReg, be_port)
+                .redirect(kReg, NF_NAT_RANGE_PROTO_SPECIFIED));
+  b.addRule(NFPROTO_INET, kTable, "nat_output",
+            NftRule("ipv6 tcp to non-loopback: redirect")
+                .meta(NFT_META_NFPROTO, kReg)
+                .cmp(NFT_CMP_EQ, kReg, v6)
+                .meta(NFT_META_L4PROTO, kReg)
+                .cmp(NFT_CMP_EQ, kReg, tcp)
+                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr6, 16, kReg)
+                .cmp(NFT_CMP_NEQ, kReg, loopback6)
+                .immediate(kReg, be_port)
+                .redirect(kReg, NF_NAT_RANGE_PROTO_SPECIFIED));
+  b.addRule(NFPROTO_INET, kTable, "filter_output",
+            NftRule("ipv4 to loopback: accept")
+                .meta(NFT_META_NFPROTO, kReg)
+                .cmp(NFT_CMP_EQ, kReg, v4)
+                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr4, 1, kReg)
+                .cmp(NFT_CMP_EQ, kReg, net127)
+                .verdict(NF_ACCEPT));
+  b.addRule(NFPROTO_INET, kTable, "filter_output",
+            NftRule("ipv6 to loopback: accept")
+                .meta(NFT_META_NFPROTO, kReg)
+                .cmp(NFT_CMP_EQ, kReg, v6)
+                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr6, 16, kReg)
+                .cmp(NFT_CMP_EQ, kReg, loopback6)
+                .verdict(NF_ACCEPT));
+  b.addRule(NFPROTO_INET, kTable, "filter_output",
+            NftRule("other tcp: reject with tcp reset")
+                .meta(NFT_META_L4PROTO, kReg)
+                .cmp(NFT_CMP_EQ, kReg, tcp)
+                .reject(NFT_REJECT_TCP_RST, 0));
+  b.addRule(NFPROTO_INET, kTable, "filter_output",
+            NftRule("everything else: reject with icmpx admin-prohibited")
+                .reject(NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED));
+
+  auto fd = openNftSocket();
+  if (!fd) return std::unexpected(setupError("nftables rules", fd.error().message()));
+  Fd nl(*fd);
+  if (auto r = b.commit(nl.get()); !r)
+    return std::unexpected(setupError("nftables rules", r.error().message()));
+  return {};
+}
 
 std::future<CaptureResult> startCapture(pid_t init, bool dns) {
   const std::string path = "/proc/" + std::to_string(init) + "/ns/net";

@@ -4,10 +4,11 @@
 // and everything else to a non-loopback address rejected), the proxy's second listener on
 // [::1]:3128 and, when the caller serves DNS, a UDP and a TCP socket on 127.0.0.53:53.
 //
-// Done by sluice (the parent), not by init: libnftables allocates, and init may be a copy of a
-// multi-threaded process. setns(CLONE_NEWNET) switches only the calling thread, so the work
-// runs on a thread of its own that ends with it; it overlaps init's set-up and the cgroup
-// attach. Sockets keep the namespace they were made in, so the fds work from anywhere after.
+// Done by sluice (the parent), not by init: building the rules' netlink batch (nft_batch.hpp)
+// allocates, and init may be a copy of a multi-threaded process. setns(CLONE_NEWNET) switches
+// only the calling thread, so the work runs on a thread of its own that ends with it; it
+// overlaps the plan's building (prepared sandboxes), init's set-up and the cgroup attach. Sockets
+// keep the namespace they were made in, so the fds work from anywhere after.
 #pragma once
 
 #include <sys/types.h>
@@ -47,5 +48,10 @@ std::future<CaptureResult> startCapture(pid_t init, bool dns);
 /// the caller starts over with startCapture(init).
 std::future<CaptureResult> startCaptureInHelper(pid_t helper, bool dns);
 inline constexpr char kHelperGone[] = "namespace helper gone";
+
+/// Installs table inet sluice (the capture rules) in the calling thread's network namespace:
+/// one nftables netlink batch, all or nothing. Fails (step "nftables rules", the kernel's
+/// errno and the object it refused) if the table exists already.
+std::expected<void, SetupError> installCaptureRules();
 
 }  // namespace sluice::runner::detail

@@ -4,8 +4,12 @@
 // resolv.conf names it, and nothing of it changes the host's routes or rules. Programs run in
 // the sandbox (python3); the rules are also read from inside the sandbox's namespace, which the
 // test reaches through a handed socket (SIOCGSKNS).
+#include "transparent.hpp"
+
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <linux/netfilter.h>
+#include <linux/netfilter/nf_tables.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -20,11 +24,13 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "isolation.hpp"
+#include "nft_batch.hpp"
 #include "sluice/runner/sandbox.hpp"
 #include "sluice/runner/session.hpp"
 
@@ -341,7 +347,7 @@ TEST(TransparentCapture, UdpIcmpAndQuicToAnythingOutsideFailAtOnce) {
     EXPECT_NE(routes.find("default dev lo metric"), std::string::npos) << routes;
     const std::string rules = runCommand("nft list table inet sluice");
     EXPECT_NE(rules.find("redirect to :3128"), std::string::npos) << rules;
-    EXPECT_NE(rules.find("meta l4proto udp reject"), std::string::npos) << rules;
+    EXPECT_NE(rules.find("reject with icmpx admin-prohibited"), std::string::npos) << rules;
   });
 }
 
@@ -412,6 +418,118 @@ TEST(TransparentCapture, SessionsCaptureToo) {
       << r->out.text << r->err.text;
   (*session)->end();
   EXPECT_EQ(dns.calls, 1);
+}
+
+// The capture rules as the kernel holds them, read back with `nft -j` from a namespace the test
+// makes (the run-time path never starts nft): every rule's matches and action.
+struct TestNamespace {
+  // Runs `fn` on a thread that has a new, empty network namespace of its own.
+  template <typename Fn>
+  static void run(Fn fn) {
+    std::thread t([&] {
+      ASSERT_EQ(::unshare(CLONE_NEWNET), 0) << std::strerror(errno);
+      fn();
+    });
+    t.join();
+  }
+};
+
+std::string compactRule(const nlohmann::json& rule) {
+  std::string out = rule.at("chain").get<std::string>() + ":";
+  for (const auto& e : rule.at("expr")) out += " " + e.dump();
+  return out;
+}
+
+TEST(CaptureRules, InstalledAsOneBatchAndReadBackExactly) {
+  REQUIRE_SANDBOX();
+  TestNamespace::run([] {
+    auto r = detail::installCaptureRules();
+    ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+    const std::string text = runCommand("nft -j list ruleset");
+    const auto j = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << text;
+    std::vector<std::string> tables, chains, rules;
+    for (const auto& o : j.at("nftables")) {
+      if (o.contains("table"))
+        tables.push_back(o["table"]["family"].get<std::string>() + " " +
+                         o["table"]["name"].get<std::string>());
+      if (o.contains("chain")) {
+        const auto& c = o["chain"];
+        chains.push_back(c["table"].get<std::string>() + "/" + c["name"].get<std::string>() + " " +
+                         c["type"].get<std::string>() + " " + c["hook"].get<std::string>() + " " +
+                         std::to_string(c["prio"].get<int>()) + " " +
+                         c["policy"].get<std::string>());
+      }
+      if (o.contains("rule")) rules.push_back(compactRule(o["rule"]));
+    }
+    EXPECT_EQ(tables, (std::vector<std::string>{"inet sluice"}));
+    EXPECT_EQ(chains, (std::vector<std::string>{"sluice/nat_output nat output -100 accept",
+                                                "sluice/filter_output filter output 0 accept"}));
+    const std::string tcp =
+        R"({"match":{"left":{"meta":{"key":"l4proto"}},"op":"==","right":"tcp"}})";
+    const std::string redirect = R"({"redirect":{"port":3128}})";
+    const std::string daddr4 = R"({"payload":{"field":"daddr","protocol":"ip"}})";
+    const std::string daddr6 = R"({"payload":{"field":"daddr","protocol":"ip6"}})";
+    const std::string net8 = R"({"prefix":{"addr":"127.0.0.0","len":8}})";
+    EXPECT_EQ(rules, (std::vector<std::string>{
+                         "nat_output: " + tcp + R"( {"match":{"left":)" + daddr4 +
+                             R"(,"op":"!=","right":)" + net8 + "}} " + redirect,
+                         "nat_output: " + tcp + R"( {"match":{"left":)" + daddr6 +
+                             R"(,"op":"!=","right":"::1"}} )" + redirect,
+                         R"(filter_output: {"match":{"left":)" + daddr4 + R"(,"op":"==","right":)" +
+                             net8 + R"(}} {"accept":null})",
+                         R"(filter_output: {"match":{"left":)" + daddr6 +
+                             R"(,"op":"==","right":"::1"}} {"accept":null})",
+                         "filter_output: " + tcp + R"( {"reject":{"type":"tcp reset"}})",
+                         R"(filter_output: {"reject":{"expr":"admin-prohibited","type":"icmpx"}})",
+                     }))
+        << text;
+    // nft leaves out the family matches a payload implies; the kernel's expressions show them
+    // (an IPv6 packet's byte 16 must not be read as an IPv4 destination).
+    const std::string exprs = runCommand("nft --debug=netlink list table inet sluice");
+    const std::string load = "[ meta load nfproto => reg 1 ]\n  [ cmp eq reg 1 ";
+    std::vector<std::string> nfproto;
+    for (auto at = exprs.find(load); at != std::string::npos; at = exprs.find(load, at + 1))
+      nfproto.push_back(exprs.substr(at + load.size(), 10));
+    EXPECT_EQ(nfproto,
+              (std::vector<std::string>{"0x00000002", "0x0000000a", "0x00000002", "0x0000000a"}))
+        << exprs;
+  });
+}
+
+TEST(CaptureRules, ASecondInstallIsRefusedNamingTheTableAndChangesNothing) {
+  REQUIRE_SANDBOX();
+  TestNamespace::run([] {
+    ASSERT_TRUE(detail::installCaptureRules());
+    const std::string before = runCommand("nft list ruleset");
+    auto again = detail::installCaptureRules();
+    ASSERT_FALSE(again);
+    EXPECT_EQ(again.error().step, "nftables rules");
+    EXPECT_EQ(again.error().message, "table inet sluice: " + std::string(std::strerror(EEXIST)) +
+                                         " (errno " + std::to_string(EEXIST) + ")");
+    EXPECT_EQ(runCommand("nft list ruleset"), before);
+  });
+}
+
+TEST(CaptureRules, AFailedBatchNamesTheRefusedRuleAndLeavesNothingBehind) {
+  REQUIRE_SANDBOX();
+  TestNamespace::run([] {
+    detail::NftBatch b;
+    b.addTable(NFPROTO_INET, "t");
+    b.addBaseChain(NFPROTO_INET, "t", "c", "filter", NF_INET_LOCAL_OUT, 0, NF_ACCEPT);
+    b.addRule(NFPROTO_INET, "t", "c", detail::NftRule("fine").verdict(NF_ACCEPT));
+    // An expression the kernel does not know: the batch fails at the second rule.
+    b.addRule(NFPROTO_INET, "t", "c", detail::NftRule("bogus").raw("no-such-expression", ""));
+    auto fd = detail::openNftSocket();
+    ASSERT_TRUE(fd) << fd.error().message();
+    auto r = b.commit(*fd);
+    ::close(*fd);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().object, "rule 2 in chain c (bogus)");
+    EXPECT_EQ(r.error().err, ENOENT) << r.error().message();
+    // All or nothing: not even the table stayed.
+    EXPECT_EQ(runCommand("nft list ruleset"), "");
+  });
 }
 
 }  // namespace
