@@ -89,6 +89,8 @@ class Engine {
 
   /// Runs of workflows with prepared sandboxes take one (pool.hpp); null: always cold.
   void setPool(Pool* pool) { pool_ = pool; }
+  /// The warm pool (null without one): new sessions take their sandbox from it too.
+  Pool* pool() const { return pool_; }
 
   std::uint64_t auditQueueDepth() const;
   /// Flushes the audit store (drain).

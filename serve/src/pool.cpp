@@ -73,7 +73,7 @@ void Pool::drop(std::unique_ptr<Prepared> p) {
     engine_.proxy().closeExecution(p->id);
 }
 
-std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
+std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w, Refill refill) {
   std::unique_ptr<Prepared> p;
   {
     std::lock_guard lock(mu_);
@@ -90,9 +90,9 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
     if (it != ready_.end())
       engine_.metrics().poolReady(w.name, static_cast<std::int64_t>(it->second.size()));
   }
-  // The filler builds the replacement once this one is retired (after the run answered), so
-  // that building it does not compete with the run for the CPU.
-  if (!p) cv_.notify_all();
+  // A run's replacement is built once the run's sandbox is retired (after the run answered), so
+  // that building it does not compete with the run for the CPU; a session's at once.
+  if (!p || refill == Refill::kNow) cv_.notify_all();
   return p;
 }
 
@@ -114,6 +114,7 @@ void Pool::reload() {
   {
     std::lock_guard lock(mu_);
     old.swap(ready_);
+    for (const auto& [name, q] : old) engine_.metrics().poolReady(name, 0);
   }
   cv_.notify_all();
   for (auto& [name, q] : old)
@@ -148,7 +149,7 @@ void Pool::refill() {
       continue;
     }
     lock.unlock();
-    auto made = prepare(engine_, Engine::newId("ex-"), want);
+    auto made = prepare(engine_, Engine::newId("sb-"), want);
     lock.lock();
     if (!made) {
       spdlog::warn("pool: cannot prepare a sandbox for workflow '{}': {}: {}", want->name,

@@ -1,7 +1,8 @@
 // The warm pool (`--pool N`): per served workflow, N sandboxes built ahead of time (namespaces,
 // mounts, cgroup, the proxy listener attached; nothing run in them yet). A one-shot run takes
-// one, runs in it once and ends it; a background thread builds the replacement. A sandbox is
-// never used twice, and a policy reload drops every sandbox built on the old policy.
+// one, runs in it once and ends it; a new session takes one and keeps it until the session
+// ends; a background thread builds the replacement. A sandbox is never used twice, and a policy
+// reload drops every sandbox built on the old policy.
 #pragma once
 
 #include <condition_variable>
@@ -20,7 +21,9 @@ namespace sluice::serve {
 
 /// One prepared sandbox and what it was built with.
 struct Prepared {
-  std::string id;  // its listener's id: the execution id of the run that takes it
+  // Its listener's id, so the id of whatever takes it: the execution id of a run, or the id of
+  // a session ("sb-" + 16 hex digits: prepared before anyone knew which).
+  std::string id;
   std::shared_ptr<const policy::Workflow> workflow;
   std::vector<proxy::Placeholder> placeholders;
   runner::Limits limits;
@@ -35,8 +38,13 @@ class Pool {
  public:
   Pool(Engine& engine, std::size_t per_workflow);
   ~Pool();
+  /// When the filler builds the replacement of a taken sandbox: after a run, once it is
+  /// retired (building it then does not compete with the run for the CPU); for a session, at
+  /// once (the session keeps its sandbox until it ends).
+  enum class Refill { kAfterRetire, kNow };
   /// A prepared sandbox of workflow `w` (built on this very policy), or null when none is ready.
-  std::unique_ptr<Prepared> take(const policy::Workflow& w);
+  /// The caller owns it from now on: nobody else is ever handed it.
+  std::unique_ptr<Prepared> take(const policy::Workflow& w, Refill refill = Refill::kAfterRetire);
   /// Ends a used (or unusable) prepared sandbox on the pool's thread, off the caller's path.
   void retire(std::unique_ptr<Prepared> p);
   /// Drops every prepared sandbox (a reload: they hold the old policy) and refills.

@@ -1,6 +1,7 @@
 // Sessions (sessions.hpp).
 #include "sessions.hpp"
 
+#include "pool.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/runner/environment.hpp"
@@ -111,41 +112,18 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
           ""});
   }
   auto s = std::make_shared<Session>();
-  s->id = Engine::newId("se-");
   s->caller = caller.name;
   s->workflow = w;
   s->matcher = pol::Matcher::compile(w);
-  auto limits = engine_.limitsFor(*w, {});
-  if (!limits) return std::unexpected(limits.error());
-  s->limits = *limits;
   s->network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
-  if (s->network_proxy) s->placeholders = proxy::makePlaceholders(*w);
   s->idle_timeout = *idle;
   s->created_at = std::chrono::system_clock::now();
   s->expires_at =
       s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(*ttl);
   s->last_used = std::chrono::steady_clock::now();
   s->deadline = s->last_used + *ttl;
-
-  rn::SessionSpec spec;
-  spec.session_id = s->id;
-  spec.limits = s->limits;
-  spec.network_proxy = s->network_proxy;
-  spec.extra_files = engine_.extraFilesFor(*w);
-  for (const auto& ph : s->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
   engine_.store().recordPolicy(w->sha256, w->name, w->yaml_text);
-  // The session's listeners and DNS: its connections are recorded with the session id.
-  Engine::NetworkHooks net;
-  if (s->network_proxy)
-    net = engine_.networkHooks({s->id, s->matcher, engine_.secrets(), s->placeholders});
-  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns);
-  if (!box) {
-    if (s->network_proxy) engine_.proxy().closeExecution(s->id);
-    const auto& e = box.error();
-    return std::unexpected(ApiError{
-        500, "internal", "session setup failed at step '" + e.step + "': " + e.message, ""});
-  }
-  s->box = std::move(*box);
+  if (auto started = startSandbox(*s); !started) return std::unexpected(started.error());
   {
     std::lock_guard lock(mu_);
     sessions_[s->id] = s;
@@ -155,6 +133,44 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
               {"workflow", w->name},
               {"created_at", rn::formatTimestamp(s->created_at)},
               {"expires_at", rn::formatTimestamp(s->expires_at)}};
+}
+
+// The session's sandbox: a prepared one from the warm pool when it has one of this very policy
+// (the session then takes its id, which its listeners were attached with), else one built now.
+std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
+  const pol::Workflow& w = *s.workflow;
+  if (Pool* pool = engine_.pool())
+    if (auto p = pool->take(w, Pool::Refill::kNow)) {
+      s.id = p->id;
+      s.limits = p->limits;
+      s.placeholders = p->placeholders;  // the tokens its environment already holds
+      s.box = std::move(p->box);
+      return {};
+    }
+  s.id = Engine::newId("se-");
+  auto limits = engine_.limitsFor(w, {});
+  if (!limits) return std::unexpected(limits.error());
+  s.limits = *limits;
+  if (s.network_proxy) s.placeholders = proxy::makePlaceholders(w);
+  rn::SessionSpec spec;
+  spec.session_id = s.id;
+  spec.limits = s.limits;
+  spec.network_proxy = s.network_proxy;
+  spec.extra_files = engine_.extraFilesFor(w);
+  for (const auto& ph : s.placeholders) spec.env.push_back(ph.env + "=" + ph.token);
+  // The session's listeners and DNS: its connections are recorded with the session id.
+  Engine::NetworkHooks net;
+  if (s.network_proxy)
+    net = engine_.networkHooks({s.id, s.matcher, engine_.secrets(), s.placeholders});
+  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns);
+  if (!box) {
+    if (s.network_proxy) engine_.proxy().closeExecution(s.id);
+    const auto& e = box.error();
+    return std::unexpected(ApiError{
+        500, "internal", "session setup failed at step '" + e.step + "': " + e.message, ""});
+  }
+  s.box = std::move(*box);
+  return {};
 }
 
 std::expected<std::shared_ptr<SessionManager::Session>, ApiError> SessionManager::find(

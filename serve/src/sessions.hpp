@@ -52,6 +52,7 @@ class SessionManager {
 
  private:
   struct Session;
+  std::expected<void, ApiError> startSandbox(Session& s);
   std::expected<std::shared_ptr<Session>, ApiError> find(const Caller& caller,
                                                          const std::string& id);
   nlohmann::json finish(Session& s, const std::string& ended_by);

@@ -662,6 +662,111 @@ TEST_F(ServeTest, WarmPoolServesRunsOnceEachAndFollowsReloads) {
   EXPECT_EQ(r.js()["policy_sha256"], sha);
 }
 
+// New sessions take prepared sandboxes too: the session has the sandbox's id ("sb-", the id its
+// listeners were attached with; a session built on demand is "se-"), each prepared sandbox goes
+// to one session only (a file one session leaves is never seen by another), the pool refills
+// while the session lives, and after a reload a session gets a sandbox built on the new policy.
+TEST_F(ServeTest, WarmPoolServesNewSessionsOnceEachAndFollowsReloads) {
+  REQUIRE_SANDBOX();
+  std::ofstream(dir_ / "policies" / "nopool.yaml")
+      << "apiVersion: sluice/v1\nkind: Workflow\nname: nopool\ndescription: no pool\n"
+         "sandbox:\n  timeout: 120s\n  network: none\n  pool: 0\n";
+  auto o = options();
+  o.pool = 1;
+  start(o);
+  const std::string ready = "sluice_pool_ready{workflow=\"shell\"}";
+  auto waitReady = [&](const std::string& want) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    std::string got;
+    while (std::chrono::steady_clock::now() < deadline) {
+      got = metricValue(call("GET", "/metrics").body, ready);
+      if (got == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    ADD_FAILURE() << ready << " stayed " << got << ", wanted " << want;
+    return false;
+  };
+  auto exec = [&](const std::string& id, const std::string& script) {
+    auto r = call("POST", "/v1/sessions/" + id + "/exec",
+                  json{{"argv", {"/bin/bash", "-c", script}}}.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.js();
+  };
+  std::set<std::string> ids;
+  std::vector<std::string> open;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(waitReady("1"));
+    auto created = call("POST", "/v1/sessions", R"({"workflow":"shell"})");
+    ASSERT_EQ(created.status, 201) << created.body;
+    expectSchema("Session", created.js());
+    const std::string id = created.js()["id"];
+    EXPECT_TRUE(id.starts_with("sb-")) << id << " was not taken from the pool";
+    EXPECT_TRUE(ids.insert(id).second) << id << " handed out twice";
+    // The session works, keeps its files between execs, and starts with nothing of another's.
+    auto first = exec(id, "ls -A /work /tmp /output | grep -v : | grep . | wc -l; echo " + id +
+                              " > /work/mine; sleep 100 &");
+    EXPECT_EQ(first["stdout"]["text"], "0\n") << "a prepared sandbox was used twice";
+    EXPECT_EQ(first["session_id"], id);
+    expectSchema("Receipt", first);
+    EXPECT_EQ(exec(id, "cat /work/mine; pgrep sleep || echo no-sleep")["stdout"]["text"],
+              id + "\nno-sleep\n");
+    open.push_back(id);  // kept open: its sandbox is not the pool's any more
+  }
+  // The pool refilled while the sessions live; a run takes a sandbox none of them has.
+  ASSERT_TRUE(waitReady("1"));
+  auto run = call("POST", "/v1/runs",
+                  R"({"workflow":"shell","argv":["/bin/sh","-c","ls -A /work | wc -l"]})");
+  ASSERT_EQ(run.status, 200) << run.body;
+  EXPECT_EQ(run.js()["stdout"]["text"], "0\n");
+  EXPECT_TRUE(ids.insert(run.js()["execution_id"].get<std::string>()).second);
+  for (const auto& id : open) {
+    auto ended = call("DELETE", "/v1/sessions/" + id);
+    ASSERT_EQ(ended.status, 200) << ended.body;
+    EXPECT_EQ(ended.js()["execs"].size(), 2u);
+  }
+  // A workflow without a pool (sandbox.pool: 0) builds its session's sandbox on demand.
+  auto cold = call("POST", "/v1/sessions", R"({"workflow":"nopool"})");
+  ASSERT_EQ(cold.status, 201) << cold.body;
+  const std::string cold_id = cold.js()["id"];
+  EXPECT_TRUE(cold_id.starts_with("se-")) << cold_id;
+  EXPECT_EQ(exec(cold_id, "echo ok")["stdout"]["text"], "ok\n");
+  EXPECT_EQ(call("DELETE", "/v1/sessions/" + cold_id).status, 200);
+
+  // A reload that gives `shell` the proxy: a session from the pool must then have the
+  // listener on 127.0.0.1:3128 that only a sandbox built on the new policy has.
+  ASSERT_TRUE(waitReady("1"));
+  const std::string probe =
+      "(echo > /dev/tcp/127.0.0.1/3128) 2>/dev/null && echo listener || echo none";
+  {
+    auto before = call("POST", "/v1/sessions", R"({"workflow":"shell"})");
+    ASSERT_EQ(before.status, 201) << before.body;
+    const std::string id = before.js()["id"];
+    EXPECT_TRUE(id.starts_with("sb-")) << id;
+    EXPECT_EQ(exec(id, probe)["stdout"]["text"], "none\n");
+    EXPECT_EQ(call("DELETE", "/v1/sessions/" + id).status, 200);
+  }
+  ASSERT_TRUE(waitReady("1"));
+  std::ofstream(dir_ / "policies" / "shell.yaml")
+      << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: now with a proxy\n"
+         "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  network: proxy\n"
+         "egress:\n  rules:\n    - {id: one, action: allow, hosts: [allowed.example], ports: "
+         "[443]}\n";
+  ASSERT_TRUE(server_->reload().has_value());
+  std::string sha;
+  for (const auto& item : call("GET", "/v1/workflows").js())
+    if (item["name"] == "shell") sha = item["policy_sha256"];
+  ASSERT_TRUE(waitReady("1"));
+  auto after = call("POST", "/v1/sessions", R"({"workflow":"shell"})");
+  ASSERT_EQ(after.status, 201) << after.body;
+  const std::string id = after.js()["id"];
+  EXPECT_TRUE(id.starts_with("sb-")) << id;
+  EXPECT_TRUE(ids.insert(id).second) << id << " handed out twice";
+  auto receipt = exec(id, probe);
+  EXPECT_EQ(receipt["stdout"]["text"], "listener\n") << "a sandbox of the old policy was used";
+  EXPECT_EQ(receipt["policy_sha256"], sha);
+  EXPECT_EQ(call("DELETE", "/v1/sessions/" + id).status, 200);
+}
+
 }  // namespace
 
 namespace {
