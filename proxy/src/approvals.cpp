@@ -130,38 +130,43 @@ class ApprovalDesk::Impl {
     a.id = newApprovalId();
     a.asked_at_ms = wallMs();
     a.expires_at_ms = a.asked_at_ms + timeout.count();
+    const std::string owner = a.execution_id;
     std::vector<std::pair<std::uint64_t, Watcher>> to_tell;
     {
       std::unique_lock lock(mu_);
-      const std::string key = rememberKey(a);
-      if (auto ex = remembered_.find(a.execution_id); ex != remembered_.end()) {
-        if (auto r = ex->second.find(key); r != ex->second.end()) {
-          // Covered by an earlier `scope: execution` answer: decided now, on the desk thread.
-          ApprovalOutcome o{r->second.allow, r->second.allow ? "" : "approval_denied",
-                            r->second.decided_by};
-          Resolved res = take(Pending{a, {}, std::move(done)}, std::move(o), Scope::kExecution);
-          res.event.decided_by =
-              "scope:execution of " + r->second.approval_id + " (" + r->second.decided_by + ")";
-          jobs_.push_back(std::move(res));
-          lock.unlock();
-          cv_.notify_all();
-          return a;
-        }
+      if (auto at = attributions_.find(owner); at != attributions_.end()) {
+        if (!at->second.execution_id.empty()) a.execution_id = at->second.execution_id;
+        if (!at->second.session_id.empty()) a.session_id = at->second.session_id;
+        if (!at->second.caller.empty()) a.caller = at->second.caller;
       }
-      if (stopping_ || ended_.contains(a.execution_id)) {
-        Resolved res =
-            take(Pending{a, {}, std::move(done)},
-                 ApprovalOutcome{false, stopping_ ? "approval_unavailable" : "execution_ended",
-                                 "sluice"},
-                 Scope::kOnce);
+      // Decided at once, on the desk thread: covered by an earlier `scope: execution` answer,
+      // or nobody can answer any more.
+      auto decideNow = [&](ApprovalOutcome o, Scope scope, std::string by) {
+        Resolved res = take(Pending{a, owner, {}, std::move(done)}, std::move(o), scope);
+        if (!by.empty()) res.event.decided_by = std::move(by);
         jobs_.push_back(std::move(res));
         lock.unlock();
         cv_.notify_all();
         return a;
+      };
+      if (auto ex = remembered_.find(owner); ex != remembered_.end()) {
+        if (auto r = ex->second.find(rememberKey(a)); r != ex->second.end()) {
+          const Remembered& m = r->second;
+          return decideNow(ApprovalOutcome{m.allow, m.allow ? "" : "approval_denied", m.decided_by},
+                           Scope::kExecution,
+                           "scope:execution of " + m.approval_id + " (" + m.decided_by + ")");
+        }
       }
-      pending_.emplace(a.id, Pending{a, Clock::now() + timeout, std::move(done)});
+      if (stopping_ || ended_.contains(owner) || ended_.contains(a.execution_id)) {
+        return decideNow(
+            ApprovalOutcome{false, stopping_ ? "approval_unavailable" : "execution_ended",
+                            "sluice"},
+            Scope::kOnce, "");
+      }
+      pending_.emplace(a.id, Pending{a, owner, Clock::now() + timeout, std::move(done)});
       for (const auto& [h, w] : watchers_)
-        if (w.first.empty() || w.first == a.execution_id) to_tell.emplace_back(h, w.second);
+        if (w.first.empty() || w.first == owner || w.first == a.execution_id)
+          to_tell.emplace_back(h, w.second);
     }
     cv_.notify_all();  // a new, possibly earliest, deadline
     for (auto& [h, w] : to_tell) w(a);
@@ -176,8 +181,8 @@ class ApprovalDesk::Impl {
       auto it = pending_.find(id);
       if (it == pending_.end())
         return gone_.contains(id) ? AnswerStatus::kGone : AnswerStatus::kNotFound;
-      if (scope == Scope::kExecution && !ended_.contains(it->second.a.execution_id)) {
-        remembered_[it->second.a.execution_id][rememberKey(it->second.a)] =
+      if (scope == Scope::kExecution && !ended_.contains(it->second.owner)) {
+        remembered_[it->second.owner][rememberKey(it->second.a)] =
             Remembered{allow, id, decided_by};
       }
       r = take(std::move(it->second),
@@ -224,6 +229,11 @@ class ApprovalDesk::Impl {
     return next_watch_;
   }
 
+  void attribute(const std::string& owner, Attribution a) {
+    std::lock_guard lock(mu_);
+    attributions_[owner] = std::move(a);
+  }
+
   void unwatch(std::uint64_t h) {
     std::lock_guard lock(mu_);
     watchers_.erase(h);
@@ -235,8 +245,9 @@ class ApprovalDesk::Impl {
       std::lock_guard lock(mu_);
       ended_.add(execution_id);
       remembered_.erase(execution_id);
+      attributions_.erase(execution_id);
       for (auto it = pending_.begin(); it != pending_.end();) {
-        if (it->second.a.execution_id != execution_id) {
+        if (it->second.owner != execution_id && it->second.a.execution_id != execution_id) {
           ++it;
           continue;
         }
@@ -251,6 +262,7 @@ class ApprovalDesk::Impl {
  private:
   struct Pending {
     Approval a;
+    std::string owner;  // the listener's execution id (a.execution_id may be attributed)
     Clock::time_point deadline;
     std::function<void(ApprovalOutcome)> done;
   };
@@ -350,6 +362,7 @@ class ApprovalDesk::Impl {
   RecentSet gone_{65536};   // decided approvals: answering one again is 409
   RecentSet ended_{16384};  // ended executions: their approvals are refused at once
   std::map<std::uint64_t, std::pair<std::string, Watcher>> watchers_;
+  std::unordered_map<std::string, Attribution> attributions_;
   std::uint64_t next_watch_ = 0;
   std::thread worker_;
 };
@@ -373,6 +386,9 @@ std::uint64_t ApprovalDesk::watch(const std::string& execution_id, Watcher fn) {
 }
 void ApprovalDesk::unwatch(std::uint64_t handle) { impl_->unwatch(handle); }
 void ApprovalDesk::cancel(const std::string& id) { impl_->cancel(id); }
+void ApprovalDesk::attribute(const std::string& owner, Attribution a) {
+  impl_->attribute(owner, std::move(a));
+}
 void ApprovalDesk::endExecution(const std::string& execution_id) {
   impl_->endExecution(execution_id);
 }

@@ -4,9 +4,12 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <thread>
+
+#include "sluice/runner/receipt.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -371,16 +374,20 @@ Api::Work Api::makeFileGet(Caller caller, std::string id, std::string path) {
   };
 }
 
-// Approvals are asked for by `action: ask` rules, which no policy can hold yet: the list is
-// empty and no id names a pending approval. Who may see and answer them is enforced already.
+// Approvals (docs/approvals.md): approvers see every pending one and answer it; an approval
+// already decided, timed out or whose execution ended is 409.
 net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::string& path) {
   std::optional<ApiError> refused;
   std::string answer;
+  auto& desk = engine_.approvals();
   if (!req.caller.approver) {
     refused = apiError(403, "forbidden", req.caller.name + " may not see or answer approvals");
   } else if (path == "/v1/approvals" && req.method == http::verb::get) {
-    answer = "[]";
+    json list = json::array();
+    for (const auto& a : desk.pending()) list.push_back(json::parse(proxy::approvalJson(a)));
+    answer = list.dump();
   } else if (path.size() > 14 && req.method == http::verb::post) {
+    const std::string id = path.substr(14);
     auto body = parseBody(req);
     if (!body) {
       refused = body.error();
@@ -390,8 +397,32 @@ net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::strin
     } else if (body->contains("scope") && (*body)["scope"] != "once" &&
                (*body)["scope"] != "execution") {
       refused = apiError(400, "bad_request", "scope: must be \"once\" or \"execution\"");
+    } else if (auto unknown = std::find_if(
+                   body->items().begin(), body->items().end(),
+                   [](const auto& kv) { return kv.key() != "decision" && kv.key() != "scope"; });
+               unknown != body->items().end()) {
+      refused = apiError(400, "bad_request", unknown.key() + ": unknown field");
     } else {
-      refused = apiError(404, "not_found", "no pending approval " + path.substr(14));
+      const bool allow = (*body)["decision"] == "allow";
+      const bool whole = body->contains("scope") && (*body)["scope"] == "execution";
+      auto held = desk.find(id);
+      auto status = desk.answer(id, allow, whole ? proxy::Scope::kExecution : proxy::Scope::kOnce,
+                                req.caller.name);
+      if (status == proxy::AnswerStatus::kNotFound) {
+        refused = apiError(404, "not_found", "no pending approval " + id);
+      } else if (status == proxy::AnswerStatus::kGone || !held) {
+        refused =
+            apiError(409, "conflict",
+                     "approval " + id +
+                         " is no longer pending (decided, timed out, or its execution ended)");
+      } else {
+        json j = json::parse(proxy::approvalJson(*held));
+        j["decision"] = allow ? "allow" : "deny";
+        j["scope"] = whole ? "execution" : "once";
+        j["decided_by"] = req.caller.name;
+        j["decided_at"] = runner::formatTimestamp(std::chrono::system_clock::now());
+        answer = j.dump();
+      }
     }
   } else {
     refused = apiError(404, "not_found", "no such endpoint: " + req.method_text + " " + path);

@@ -176,6 +176,11 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   if (!store) return std::unexpected("audit store: " + store.error().message);
   e->store_ = std::shared_ptr<audit::Store>(std::move(*store));
   e->tee_ = std::make_shared<EventTee>(e->store_, metrics);
+  e->approvals_ = std::make_shared<proxy::ApprovalDesk>(e->tee_);
+  // A pending approval shows in the live stream of the run or session it holds up.
+  e->approvals_->watch("", [tee = e->tee_.get()](const proxy::Approval& a) {
+    tee->approvalRaised(a);
+  });
   proxy::ProxyOptions popts;
   popts.threads = 2;
   popts.ca = e->ca_;
@@ -313,9 +318,11 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   ctx.policy_sha256 = w->sha256;
   ctx.network_mode = network_proxy ? "proxy" : "none";
   store_->recordPolicy(w->sha256, w->name, w->yaml_text);
+  approvals_->attribute(spec.execution_id, {"", "", caller.name});
 
   auto result = rn::runSandboxed(spec, hooks);
   if (!result) result = failedResult(result.error(), spec, rn::sandboxSupported());
+  approvals_->endExecution(spec.execution_id);  // pending ones: refused, execution_ended
   if (network_proxy) {
     proxy_->closeExecution(spec.execution_id);
     addNetwork(ctx, proxy_->stats(spec.execution_id));
@@ -327,6 +334,7 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
 Engine::NetworkHooks Engine::networkHooks(proxy::ListenerIdentity identity) {
   // One map of synthetic DNS names per execution, shared by its DNS and its listeners.
   if (!identity.names) identity.names = std::make_shared<proxy::SyntheticNames>();
+  if (!identity.approvals) identity.approvals = approvals_;
   NetworkHooks h;
   h.on_listener = [this, identity](int fd) -> std::expected<void, std::string> {
     auto r = proxy_->adoptListener(fd, identity);  // twice: 127.0.0.1 and [::1]
@@ -389,8 +397,10 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
   if (request.limits.timeout) mirror.limits.timeout = *request.limits.timeout;
   mirror.network_proxy = network_proxy;
   mirror.execution_id = p->id;
+  approvals_->attribute(p->id, {"", "", caller.name});
   auto result = p->box->exec(spec, hooks);
   if (!result) result = failedResult(result.error(), mirror, rn::sandboxSupported());
+  approvals_->endExecution(p->id);
   if (result->artifacts.empty()) result->artifacts = p->box->artifacts();
   rn::ReceiptContext ctx;
   ctx.workflow = w.name;

@@ -100,6 +100,8 @@ class Engine {
   std::shared_ptr<const policy::Workflow> workflow(const std::string& name) const;
   proxy::Proxy& proxy() { return *proxy_; }
   EventTee& tee() { return *tee_; }
+  /// Where ask-rule matches of every sandbox wait for an approver (docs/approvals.md).
+  proxy::ApprovalDesk& approvals() { return *approvals_; }
   audit::Store& store() { return *store_; }
   Metrics& metrics() { return metrics_; }
   const std::shared_ptr<const policy::SecretStore>& secrets() const { return secrets_; }
@@ -144,6 +146,8 @@ class Engine {
   std::shared_ptr<const policy::SecretStore> secrets_;
   std::shared_ptr<proxy::CertificateAuthority> ca_;
   std::unique_ptr<proxy::Proxy> proxy_;
+  // After proxy_: ended first, so no approval outlives the proxy it would resume.
+  std::shared_ptr<proxy::ApprovalDesk> approvals_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const policy::Workflow>> workflows_;
 };

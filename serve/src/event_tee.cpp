@@ -68,4 +68,16 @@ void EventTee::recordDns(audit::DnsEvent e) {
   store_->recordDns(std::move(e));
 }
 
+void EventTee::recordApproval(audit::ApprovalEvent event) {
+  store_->recordApproval(std::move(event));
+}
+
+void EventTee::approvalRaised(const proxy::Approval& a) {
+  const std::string& stream = a.session_id.empty() ? a.execution_id : a.session_id;
+  if (!watched(stream)) return;
+  auto j = nlohmann::json::parse(proxy::approvalJson(a));
+  j["type"] = "approval";
+  publish(stream, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+}
+
 }  // namespace sluice::serve

@@ -11,6 +11,7 @@
 
 #include "metrics.hpp"
 #include "sluice/audit/event_sink.hpp"
+#include "sluice/proxy/approvals.hpp"
 
 namespace sluice::serve {
 
@@ -29,6 +30,10 @@ class EventTee final : public audit::EventSink {
   void recordRequest(audit::RequestEvent event) override;
   void recordForward(audit::ForwardEvent event) override;
   void recordDns(audit::DnsEvent event) override;
+  void recordApproval(audit::ApprovalEvent event) override;
+  /// A new pending approval: `{"type":"approval",...}` to the stream of its session (if any)
+  /// or execution.
+  void approvalRaised(const proxy::Approval& a);
   bool healthy() const override { return store_->healthy(); }
 
  private:

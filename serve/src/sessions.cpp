@@ -1,6 +1,9 @@
 // Sessions (sessions.hpp).
 #include "sessions.hpp"
 
+#include <cstdio>
+#include <ctime>
+
 #include "pool.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
@@ -12,6 +15,15 @@ namespace sluice::serve {
 namespace rn = sluice::runner;
 namespace pol = sluice::policy;
 using nlohmann::json;
+
+// TEMP-TRACE
+inline void tmpTrace(const char* what) {
+  static const bool on = ::getenv("SLUICE_TRACE_EXEC") != nullptr;
+  if (!on) return;
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  std::fprintf(stderr, "TRACE %ld.%06ld %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000, what);
+}
 
 namespace {
 
@@ -124,6 +136,7 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   s->deadline = s->last_used + *ttl;
   engine_.store().recordPolicy(w->sha256, w->name, w->yaml_text);
   if (auto started = startSandbox(*s); !started) return std::unexpected(started.error());
+  engine_.approvals().attribute(s->id, {"", s->id, s->caller});
   {
     std::lock_guard lock(mu_);
     sessions_[s->id] = s;
@@ -187,6 +200,7 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
                                                    const json& body,
                                                    const std::function<void(std::string)>& lines,
                                                    int stop_fd) {
+  tmpTrace("sessions.exec");
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   Session& s = **found;
@@ -239,7 +253,11 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
       lines(dump(json{{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}}));
     };
   }
+  // Approvals raised while this exec runs name it; those still pending when it ends are refused.
+  engine_.approvals().attribute(s.id, {spec.execution_id, s.id, s.caller});
   auto result = s.box->exec(spec, hooks);
+  engine_.approvals().endExecution(spec.execution_id);
+  engine_.approvals().attribute(s.id, {"", s.id, s.caller});
   if (lines) engine_.tee().unsubscribe(s.id);
   rn::RunSpec mirror;  // what the receipt describes
   mirror.argv = spec.argv;
@@ -264,7 +282,9 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
                          after.denials.end());
     addNetwork(ctx, delta);
   }
+  tmpTrace("commit.begin");
   auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
+  tmpTrace("commit.end");
   s.execs.push_back(spec.execution_id);
   std::lock_guard lock(mu_);
   --s.busy;
@@ -331,6 +351,7 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   for (const auto& a : s.box->artifacts())
     artifacts.push_back({{"path", a.path}, {"bytes", a.bytes}, {"sha256", a.sha256}});
   s.box->end();
+  engine_.approvals().endExecution(s.id);
   proxy::Stats net;
   if (s.network_proxy) {
     engine_.proxy().closeExecution(s.id);

@@ -59,6 +59,13 @@ enum class AnswerStatus : std::uint8_t {
   kGone,      ///< 409: already decided, timed out, or its execution ended
 };
 
+/// Who approvers are told an approval belongs to (ApprovalDesk::attribute).
+struct Attribution {
+  std::string execution_id;  ///< the execution running now ("" = the owner id itself)
+  std::string session_id;
+  std::string caller;
+};
+
 class ApprovalDesk {
  public:
   /// `sink` gets one ApprovalEvent per approval when it is decided (may be null: none).
@@ -93,9 +100,16 @@ class ApprovalDesk {
   std::uint64_t watch(const std::string& execution_id, Watcher fn);
   void unwatch(std::uint64_t handle);
 
-  /// Ends `execution_id` (or a session's id): its pending approvals are refused with
-  /// execution_ended, its remembered answers forgotten; later answers for it get kGone.
+  /// Ends `execution_id` (an owner id, or the execution an attribution named): its pending
+  /// approvals are refused with execution_ended; for an owner, its remembered answers and
+  /// attribution are forgotten and later asks refused at once. Answers after that get kGone.
   void endExecution(const std::string& execution_id);
+
+  /// Approvals raised by the listener of `owner` (the proxy's execution id: a run's, or a
+  /// session's) are shown and recorded with `a` (a session's current exec, its caller): the
+  /// listener is made before they are known (warm pool, sessions). Replaces an earlier call.
+  /// Remembered answers and watchers still key on `owner` (and on a.execution_id).
+  void attribute(const std::string& owner, Attribution a);
 
   class Impl;
 
