@@ -25,8 +25,10 @@
 #include <variant>
 #include <vector>
 
+#include "merkle.hpp"
 #include "row_hash.hpp"
 #include "schema.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sqlite_db.hpp"
 
 namespace sluice::audit {
@@ -207,6 +209,14 @@ class Store::Impl {
 
  private:
   void writerLoop();
+  // Signed checkpoints (options_.signing_key): see the definitions.
+  std::expected<void, Error> loadTree();
+  std::expected<void, Error> catchUpTree(std::int64_t head_seq);
+  std::expected<void, Error> maybeCheckpoint(bool force);
+  void checkpointNow();
+  bool hasUnsignedRows() const {
+    return tree_ && static_cast<std::int64_t>(tree_->size()) > last_checkpoint_position_;
+  }
   void processBatch(std::span<Item> batch);
   std::expected<void, Error> writeBatch(std::span<Item> batch, bool durable,
                                         std::vector<std::optional<Error>>& item_errors,
@@ -223,9 +233,14 @@ class Store::Impl {
   bool writable_ = false;  // set before the writer thread starts, never changed after
   bool synchronous_full_ = false;
   Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_dns_,
-      insert_approval_, insert_policy_;
+      insert_approval_, insert_policy_, insert_checkpoint_, read_chain_after_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
   detail::RowHasher hasher_;  // writer thread only
+  // Writer thread only, with a signing key: the Merkle tree over the chain so far, and the
+  // position and time of the last checkpoint this store knows of.
+  std::optional<detail::MerkleFrontier> tree_;
+  std::int64_t last_checkpoint_position_ = 0;
+  std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
 
   mutable std::mutex mu_;
   std::condition_variable not_empty_;
@@ -376,8 +391,171 @@ std::expected<void, Error> Store::Impl::openWriter() {
         prep(begin_, "BEGIN IMMEDIATE"), prep(commit_, "COMMIT"), prep(rollback_, "ROLLBACK")}) {
     if (!r) return r;
   }
+  if (options_.signing_key) {
+    if (auto r = loadTree(); !r) return r;
+  }
   logger()->debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
   return {};
+}
+
+namespace {
+
+/// Every chained row's (seq, hash) in (?1, ?2], in seq order: SQLite merges the tables'
+/// primary-key orders, so this streams.
+std::string chainAfterSql() {
+  std::string sql;
+  for (std::string_view t :
+       {"executions", "connections", "requests", "forwards", "dns_queries", "approvals"}) {
+    if (!sql.empty()) sql += " UNION ALL ";
+    sql += fmt::format("SELECT seq, hash FROM {} WHERE seq > ?1 AND seq <= ?2", t);
+  }
+  return sql + " ORDER BY seq";
+}
+
+}  // namespace
+
+// With a signing key: resumes the Merkle tree from the latest checkpoint's frontier when it
+// folds to that checkpoint's root (else from nothing); catchUpTree() adds the rows after it.
+std::expected<void, Error> Store::Impl::loadTree() {
+  sqlite3* raw = db_.get();
+  auto prep = [&](Stmt& out, std::string_view sql) -> std::expected<void, Error> {
+    auto st = detail::prepare(path_, raw, sql);
+    if (!st) return std::unexpected(st.error());
+    out = std::move(*st);
+    return {};
+  };
+  if (auto r = prep(insert_checkpoint_,
+                    "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+      !r) {
+    return r;
+  }
+  if (auto r = prep(read_chain_after_, chainAfterSql()); !r) return r;
+  auto last = detail::prepare(path_, raw,
+                              "SELECT position, root, frontier FROM checkpoints "
+                              "ORDER BY position DESC, seq DESC LIMIT 1");
+  if (!last) return std::unexpected(last.error());
+  tree_.emplace();
+  if (last->step() == SQLITE_ROW) {
+    std::int64_t position = last->columnInt(0);
+    auto f = position > 0 ? detail::MerkleFrontier::parse(static_cast<std::uint64_t>(position),
+                                                          last->columnText(2))
+                          : std::nullopt;
+    if (f && detail::toHex(f->root()) == last->columnText(1)) {
+      tree_ = std::move(*f);
+      last_checkpoint_position_ = position;
+    } else {
+      logger()->warn(
+          "{}: the latest checkpoint's frontier does not match its root; rebuilding "
+          "the Merkle tree from every row (run sluice audit verify --pubkey)",
+          path_.string());
+    }
+  }
+  return {};
+}
+
+// Extends the tree to the chain head (rows another writer, or an earlier session, added).
+std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
+  auto size = static_cast<std::int64_t>(tree_->size());
+  if (size == head_seq) return {};
+  if (size > head_seq) {
+    return std::unexpected(Error{fmt::format(
+        "{}: the chain ends at seq {} but a checkpoint already covers seq {} (rows deleted); "
+        "refusing to sign: run sluice audit verify --pubkey",
+        path_.string(), head_seq, size)});
+  }
+  read_chain_after_.bindInt(1, size);
+  read_chain_after_.bindInt(2, head_seq);
+  int rc;
+  while ((rc = read_chain_after_.step()) == SQLITE_ROW) {
+    std::int64_t seq = read_chain_after_.columnInt(0);
+    auto digest = detail::fromHex(read_chain_after_.columnText(1));
+    if (seq != static_cast<std::int64_t>(tree_->size()) + 1 || !digest) {
+      read_chain_after_.reset();
+      return std::unexpected(Error{fmt::format(
+          "{}: the chain is broken at seq {} (a gap or a malformed hash); refusing to sign it: "
+          "run sluice audit verify",
+          path_.string(), tree_->size() + 1)});
+    }
+    tree_->append(*digest);
+  }
+  read_chain_after_.reset();
+  if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot read the chain"));
+  if (static_cast<std::int64_t>(tree_->size()) != head_seq) {
+    return std::unexpected(
+        Error{fmt::format("{}: chain_head says seq {} but the rows end at seq {}; refusing to sign",
+                          path_.string(), head_seq, tree_->size())});
+  }
+  return {};
+}
+
+// Inside the writer's open transaction, after its rows: a signed checkpoint over the whole
+// tree when enough rows or time have passed since the last one (or `force`, at close).
+std::expected<void, Error> Store::Impl::maybeCheckpoint(bool force) {
+  if (!hasUnsignedRows()) return {};
+  auto now = std::chrono::steady_clock::now();
+  const auto unsigned_rows = static_cast<std::int64_t>(tree_->size()) - last_checkpoint_position_;
+  if (!force && unsigned_rows < static_cast<std::int64_t>(options_.checkpoint_rows) &&
+      now - last_checkpoint_time_ < options_.checkpoint_interval) {
+    return {};
+  }
+  const auto position = static_cast<std::int64_t>(tree_->size());
+  const std::string root = detail::toHex(tree_->root());
+  const std::int64_t ts = nowMs();
+  const std::string signature =
+      base64Encode(options_.signing_key->sign(checkpointSignedText(position, root, ts)));
+  if (signature.empty())
+    return std::unexpected(Error{path_.string() + ": cannot sign a checkpoint"});
+  const std::string frontier = tree_->serialize();
+  insert_checkpoint_.bindInt(1, position);
+  insert_checkpoint_.bindText(2, root);
+  insert_checkpoint_.bindText(3, signature);
+  insert_checkpoint_.bindText(4, options_.signing_key->keyId());
+  insert_checkpoint_.bindInt(5, ts);
+  insert_checkpoint_.bindText(6, frontier);
+  int rc = insert_checkpoint_.step();
+  insert_checkpoint_.reset();
+  if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot insert a checkpoint"));
+  last_checkpoint_position_ = position;
+  last_checkpoint_time_ = now;
+  return {};
+}
+
+// A checkpoint in a transaction of its own: at close, and when the interval passes with no
+// new rows to carry it.
+void Store::Impl::checkpointNow() {
+  if (!tree_ || failed_.load(std::memory_order_acquire)) return;
+  sqlite3* raw = db_.get();
+  int rc = begin_.step();
+  begin_.reset();
+  if (rc != SQLITE_DONE) {
+    fail(stepError(rc, "cannot begin a transaction"));
+    return;
+  }
+  std::expected<void, Error> r;
+  rc = read_head_.step();
+  if (rc != SQLITE_ROW) {
+    r = std::unexpected(rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
+                                          : stepError(rc, "cannot read the chain head"));
+  } else {
+    std::int64_t head = read_head_.columnInt(0);
+    read_head_.reset();
+    r = catchUpTree(head);
+    if (r) r = maybeCheckpoint(true);
+  }
+  read_head_.reset();
+  if (r) {
+    rc = commit_.step();
+    commit_.reset();
+    if (rc != SQLITE_DONE) r = std::unexpected(stepError(rc, "cannot commit a checkpoint"));
+  }
+  if (!r) {
+    if (!sqlite3_get_autocommit(raw)) {
+      rollback_.step();
+      rollback_.reset();
+    }
+    fail(r.error());
+  }
 }
 
 std::expected<void, Error> Store::Impl::setSynchronous(bool full) {
@@ -465,7 +643,18 @@ void Store::Impl::writerLoop() {
       std::unique_lock lock(mu_);
       writer_waiting_ = true;
       wake_threshold_ = 1;
-      not_empty_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+      if (hasUnsignedRows()) {
+        // Rows without a checkpoint: sign them when the interval passes, even if no more come.
+        auto due = last_checkpoint_time_ + options_.checkpoint_interval;
+        if (!not_empty_.wait_until(lock, due, [this] { return !queue_.empty() || stopping_; })) {
+          writer_waiting_ = false;
+          lock.unlock();
+          checkpointNow();
+          continue;
+        }
+      } else {
+        not_empty_.wait(lock, [this] { return !queue_.empty() || stopping_; });
+      }
       if (queue_.empty() && stopping_) break;
       // Let a batch fill: until batch_rows are queued, or batch_interval has passed, or a
       // producer waits for a commit (execution receipt, flush), whichever comes first.
@@ -488,6 +677,8 @@ void Store::Impl::writerLoop() {
     }
     batch.clear();
   }
+  // At close: the last rows get their checkpoint before the connection goes.
+  if (hasUnsignedRows()) checkpointNow();
 }
 
 void Store::Impl::processBatch(std::span<Item> batch) {
@@ -552,6 +743,12 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     return std::unexpected(Error{path_.string() + ": chain_head holds a malformed hash"});
   }
   read_head_.reset();
+  if (tree_) {
+    if (auto r = catchUpTree(seq); !r) {
+      rollback();
+      return r;
+    }
+  }
 
   std::string json_buf;
   std::array<Value, detail::kExecutionColumns.size()> ev;
@@ -584,6 +781,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     }
     stmt.reset();
     ++seq;
+    if (tree_) tree_->append(*detail::fromHex(hash.view()));
     if (std::holds_alternative<ExecutionItem>(batch[index])) item_hashes[index] = hash.view();
     prev = hash;
     return {};
@@ -708,6 +906,12 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     }
   }
 
+  if (tree_) {
+    if (auto r = maybeCheckpoint(false); !r) {
+      rollback();
+      return r;
+    }
+  }
   write_head_.bindInt(1, seq);
   write_head_.bindText(2, prev.view());
   rc = write_head_.step();

@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "merkle.hpp"
 #include "row_hash.hpp"
 #include "schema.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 #include "sqlite_db.hpp"
 
@@ -79,7 +81,8 @@ std::string selectSql(std::string_view table, const std::array<std::string_view,
 
 }  // namespace
 
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
+std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
+                                          const PublicKey* pubkey) {
   std::error_code ec;
   if (!std::filesystem::exists(db, ec)) {
     return std::unexpected(Error{db.string() + ": no such file"});
@@ -117,6 +120,18 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
     if (auto r = cursors[i].next(db, raw); !r) return std::unexpected(r.error());
   }
 
+  // Checkpoints in position order: each is checked when the walk reaches its position.
+  auto ckpt = detail::prepare(db, raw,
+                              "SELECT seq, position, root, signature, key_id, ts FROM checkpoints "
+                              "ORDER BY position, seq");
+  if (!ckpt) return std::unexpected(ckpt.error());
+  int ckpt_rc = ckpt->step();
+  auto ckptName = [&] {
+    return fmt::format("checkpoint seq {} (position {})", ckpt->columnInt(0), ckpt->columnInt(1));
+  };
+  std::optional<detail::MerkleFrontier> tree;
+  if (ckpt_rc == SQLITE_ROW || pubkey) tree.emplace();
+
   detail::RowHasher hasher;
   VerifyResult result;
   std::string prev(detail::kGenesisHash);
@@ -127,6 +142,34 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
     result.first_broken = std::move(why);
     return result;
   };
+
+  // The checkpoint under the cursor, against the tree of the rows walked so far; "" when good.
+  auto checkCheckpoint = [&]() -> std::string {
+    const std::int64_t position = ckpt->columnInt(1);
+    const std::string root(ckpt->columnText(2));
+    if (root != detail::toHex(tree->root())) {
+      return fmt::format(
+          "{}: its root is not the Merkle root of rows 1..{} (a row it covers was changed, "
+          "deleted or re-hashed, or the checkpoint was edited)",
+          ckptName(), position);
+    }
+    if (pubkey) {
+      if (ckpt->columnText(4) != pubkey->keyId()) {
+        return fmt::format("{}: signed by key {}, not by the given public key {}", ckptName(),
+                           ckpt->columnText(4), pubkey->keyId());
+      }
+      auto sig = base64Decode(ckpt->columnText(3));
+      if (!sig || !pubkey->verify(checkpointSignedText(position, root, ckpt->columnInt(5)), *sig)) {
+        return fmt::format("{}: the signature does not verify (forged or altered checkpoint)",
+                           ckptName());
+      }
+      result.last_signed_position = position;
+    }
+    ++result.checkpoints;
+    return {};
+  };
+  if (ckpt_rc == SQLITE_ROW && ckpt->columnInt(1) < 1)
+    return broken(fmt::format("{}: covers no rows", ckptName()));
 
   for (;;) {
     Cursor* cur = nullptr;
@@ -160,11 +203,27 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db) {
                       cur->name()));
     }
     prev = std::string(stored_hash);
+    if (tree) {
+      tree->append(*detail::fromHex(stored_hash));  // a valid hash: it matched `computed`
+      while (ckpt_rc == SQLITE_ROW && ckpt->columnInt(1) == expected_seq) {
+        if (std::string why = checkCheckpoint(); !why.empty()) return broken(std::move(why));
+        ckpt_rc = ckpt->step();
+      }
+    }
     ++expected_seq;
     ++result.rows;
     if (auto r = cur->next(db, raw); !r) return std::unexpected(r.error());
   }
 
+  if (ckpt_rc == SQLITE_ROW) {
+    return broken(fmt::format(
+        "{}: covers rows up to seq {} but the chain ends at seq {} (rows deleted from the end)",
+        ckptName(), ckpt->columnInt(1), expected_seq - 1));
+  }
+  if (ckpt_rc != SQLITE_DONE && ckpt_rc != SQLITE_ROW)
+    return std::unexpected(detail::sqliteError(db, raw, ckpt_rc, "cannot read checkpoints"));
+  result.signatures_checked = pubkey != nullptr;
+  result.unsigned_tail = result.rows - static_cast<std::uint64_t>(result.last_signed_position);
   {
     auto head = detail::prepare(db, raw, "SELECT seq, hash FROM chain_head WHERE id = 0");
     if (!head) return std::unexpected(head.error());

@@ -13,6 +13,7 @@
 
 #include "commands.hpp"
 #include "sluice/audit/reader.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 
 namespace sluice::cli {
@@ -27,6 +28,7 @@ struct AuditArgs {
   std::int64_t limit = -1;
   std::string sql;
   std::string execution_id;
+  std::string pubkey, out_dir;
 };
 
 int fail(const std::string& message) {
@@ -70,10 +72,25 @@ int runQuery(const AuditArgs& a) {
 }
 
 int runVerify(const AuditArgs& a) {
-  auto result = audit::verify(a.db);
+  std::shared_ptr<const audit::PublicKey> key;
+  if (!a.pubkey.empty()) {
+    auto k = audit::PublicKey::load(a.pubkey);
+    if (!k) return fail(k.error().message);
+    key = *k;
+  }
+  auto result = audit::verify(a.db, key.get());
   if (!result) return fail(result.error().message);
   if (result->ok) {
-    std::cout << a.db << ": ok, " << result->rows << " rows verified\n";
+    std::cout << a.db << ": ok, " << result->rows << " rows verified";
+    if (result->checkpoints > 0 || key) {
+      std::cout << ", " << result->checkpoints << " checkpoints"
+                << (key ? " (signatures valid, key " + key->keyId() + ")" : " (roots only)");
+    }
+    std::cout << "\n";
+    if (key) {
+      std::cout << "last signed position: " << result->last_signed_position
+                << "; unsigned tail: " << result->unsigned_tail << " rows\n";
+    }
     return 0;
   }
   std::cout << a.db << ": BROKEN after " << result->rows << " good rows: " << result->first_broken
@@ -143,6 +160,15 @@ int runShow(const AuditArgs& a) {
   return 0;
 }
 
+int runKeygen(const AuditArgs& a) {
+  auto id = audit::generateKeyFiles(a.out_dir);
+  if (!id) return fail(id.error().message);
+  const std::filesystem::path dir(a.out_dir);
+  std::cout << "wrote " << (dir / "audit.key").string() << " (private, 0600) and "
+            << (dir / "audit.pub").string() << "\nkey id " << *id << "\n";
+  return 0;
+}
+
 }  // namespace
 
 std::expected<int, std::string> groupId(const std::string& name) {
@@ -183,7 +209,14 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
   CLI::App* verify = audit_cmd->add_subcommand(
       "verify", "Walk the hash chain: exit 0 intact, 1 naming the first broken row");
   verify->add_option("--db", args->db, "Audit database")->required();
+  verify->add_option("--pubkey", args->pubkey,
+                     "Also check every checkpoint's signature with this public key (audit.pub)");
   verify->callback([args, &exit_code] { exit_code = runVerify(*args); });
+
+  CLI::App* keygen = audit_cmd->add_subcommand(
+      "keygen", "Make an Ed25519 signing key pair: DIR/audit.key (0600) and DIR/audit.pub");
+  keygen->add_option("--out", args->out_dir, "Directory for the key files")->required();
+  keygen->callback([args, &exit_code] { exit_code = runKeygen(*args); });
 
   CLI::App* sql = audit_cmd->add_subcommand("sql", "Run one read-only SQL statement");
   sql->add_option("--db", args->db, "Audit database")->required();

@@ -20,6 +20,9 @@ namespace sluice::audit {
 /// on open; newer or foreign ones are refused.
 inline constexpr int kSchemaVersion = 5;
 
+class SigningKey;  // sluice/audit/signing.hpp
+class PublicKey;
+
 /// A control-plane error of the store. `message` names the database path and the cause
 /// ("/var/lib/sluice/audit.db: database or disk is full"); `sqlite_code` is the SQLite result
 /// code when SQLite produced the error (0 otherwise).
@@ -57,6 +60,13 @@ struct StoreOptions {
   /// With a group (a gid >= 0), a new file gets that group and mode 0640, so members of it
   /// (auditors) can read it (`--audit-group`).
   int group = -1;
+  /// With a key (`--signing-key`), the writer keeps an RFC 9162 Merkle tree over the chain and
+  /// adds a signed `checkpoints` row every `checkpoint_rows` rows or `checkpoint_interval`,
+  /// whichever comes first, and when it closes (docs/audit.md, "Signed checkpoints"). The key
+  /// stays in this process: it is never written to the database or logged.
+  std::shared_ptr<const SigningKey> signing_key;
+  std::size_t checkpoint_rows = 65536;
+  std::chrono::milliseconds checkpoint_interval{30000};
 };
 
 /// One finished execution. `receipt_json` is the full receipt (DESIGN.md "Receipt"); the other
@@ -83,8 +93,12 @@ struct ExecutionRecord {
 /// The outcome of walking the hash chain.
 struct VerifyResult {
   bool ok = false;
-  std::uint64_t rows = 0;    // rows checked (every chained table)
-  std::string first_broken;  // "" when ok; else "<table> id <N>: <why>"
+  std::uint64_t rows = 0;                 // rows checked (every chained table)
+  std::string first_broken;               // "" when ok; else "<table> id <N>: <why>"
+  std::uint64_t checkpoints = 0;          // checkpoints whose root was recomputed and matched
+  bool signatures_checked = false;        // a public key was given and every signature held
+  std::int64_t last_signed_position = 0;  // the highest position a good checkpoint covers
+  std::uint64_t unsigned_tail = 0;        // rows after it
 };
 
 /// A durable execution commit in flight (Store::beginRecordExecution). Its record must stay
@@ -173,8 +187,12 @@ class Store final : public EventSink {
 };
 
 /// Walks the hash chain of the database at `db` (opened read-only; never created) in global
-/// sequence order. Returns an Error only when the file cannot be read as a sluice audit
-/// database; a broken chain is a VerifyResult with ok = false.
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db);
+/// sequence order, and recomputes every checkpoint's Merkle root where the walk reaches its
+/// position. With `pubkey`, every checkpoint must also carry a valid signature by that key
+/// (a checkpoint by another key is a break). Returns an Error only when the file cannot be
+/// read as a sluice audit database; a broken chain or checkpoint is a VerifyResult with
+/// ok = false naming the first bad row or checkpoint.
+std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
+                                          const PublicKey* pubkey = nullptr);
 
 }  // namespace sluice::audit

@@ -1,0 +1,158 @@
+// RFC 9162 Merkle tree hashing, the frontier and inclusion proofs; see merkle.hpp.
+#define OPENSSL_SUPPRESS_DEPRECATED  // SHA256_*: see row_hash.cpp for why not EVP
+#include "merkle.hpp"
+
+#include <openssl/sha.h>
+
+#include <bit>
+
+namespace sluice::audit::detail {
+namespace {
+
+Digest sha256Of(unsigned char prefix, const unsigned char* a, std::size_t an,
+                const unsigned char* b, std::size_t bn) {
+  Digest out;
+  SHA256_CTX ctx;
+  SHA256_Init(&ctx);
+  SHA256_Update(&ctx, &prefix, 1);
+  SHA256_Update(&ctx, a, an);
+  if (bn) SHA256_Update(&ctx, b, bn);
+  SHA256_Final(out.data(), &ctx);
+  return out;
+}
+
+int hexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/// The largest power of two strictly less than n (n >= 2).
+std::uint64_t splitPoint(std::uint64_t n) { return std::bit_floor(n - 1); }
+
+}  // namespace
+
+std::string toHex(const Digest& d) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string s(64, '0');
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    s[2 * i] = kDigits[d[i] >> 4];
+    s[2 * i + 1] = kDigits[d[i] & 0xf];
+  }
+  return s;
+}
+
+std::optional<Digest> fromHex(std::string_view hex) {
+  if (hex.size() != 64) return std::nullopt;
+  Digest d;
+  for (std::size_t i = 0; i < d.size(); ++i) {
+    int hi = hexValue(hex[2 * i]), lo = hexValue(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    d[i] = static_cast<unsigned char>(hi << 4 | lo);
+  }
+  return d;
+}
+
+Digest leafHash(const Digest& row_hash) {
+  return sha256Of(0x00, row_hash.data(), row_hash.size(), nullptr, 0);
+}
+
+Digest nodeHash(const Digest& left, const Digest& right) {
+  return sha256Of(0x01, left.data(), left.size(), right.data(), right.size());
+}
+
+Digest emptyRoot() {
+  Digest out;
+  SHA256(nullptr, 0, out.data());
+  return out;
+}
+
+void MerkleFrontier::append(const Digest& row_hash) {
+  Digest node = leafHash(row_hash);
+  // Each trailing 1 bit of the old size is a complete subtree of the same height as the one
+  // being carried: merge them, like binary addition.
+  for (std::uint64_t s = size_; s & 1; s >>= 1) {
+    node = nodeHash(nodes_.back(), node);
+    nodes_.pop_back();
+  }
+  nodes_.push_back(node);
+  ++size_;
+}
+
+Digest MerkleFrontier::root() const {
+  if (nodes_.empty()) return emptyRoot();
+  // RFC 9162 splits at the largest power of two below n, so the tree's root folds the
+  // subtrees from the smallest (right) to the largest (left).
+  Digest r = nodes_.back();
+  for (std::size_t i = nodes_.size() - 1; i-- > 0;) r = nodeHash(nodes_[i], r);
+  return r;
+}
+
+std::string MerkleFrontier::serialize() const {
+  std::string out;
+  out.reserve(nodes_.size() * 64);
+  for (const auto& n : nodes_) out += toHex(n);
+  return out;
+}
+
+std::optional<MerkleFrontier> MerkleFrontier::parse(std::uint64_t size, std::string_view text) {
+  if (text.size() != static_cast<std::size_t>(std::popcount(size)) * 64) return std::nullopt;
+  MerkleFrontier f;
+  f.size_ = size;
+  for (std::size_t i = 0; i < text.size(); i += 64) {
+    auto d = fromHex(text.substr(i, 64));
+    if (!d) return std::nullopt;
+    f.nodes_.push_back(*d);
+  }
+  return f;
+}
+
+Digest subtreeRoot(std::span<const Digest> leaves) {
+  if (leaves.empty()) return emptyRoot();
+  if (leaves.size() == 1) return leaves[0];
+  std::uint64_t k = splitPoint(leaves.size());
+  return nodeHash(subtreeRoot(leaves.first(k)), subtreeRoot(leaves.subspan(k)));
+}
+
+std::vector<Digest> inclusionPath(std::span<const Digest> leaves, std::uint64_t index) {
+  std::vector<Digest> path;
+  // PATH(m, D[n]) = PATH(m, D[0:k]) : MTH(D[k:n]) if m < k, else PATH(m - k, D[k:n]) :
+  // MTH(D[0:k]); iteratively, collecting siblings from the root down, then reversed.
+  while (leaves.size() > 1) {
+    std::uint64_t k = splitPoint(leaves.size());
+    if (index < k) {
+      path.push_back(subtreeRoot(leaves.subspan(k)));
+      leaves = leaves.first(k);
+    } else {
+      path.push_back(subtreeRoot(leaves.first(k)));
+      leaves = leaves.subspan(k);
+      index -= k;
+    }
+  }
+  return {path.rbegin(), path.rend()};
+}
+
+std::optional<Digest> rootFromPath(std::uint64_t index, std::uint64_t size, const Digest& leaf,
+                                   std::span<const Digest> path) {
+  if (index >= size) return std::nullopt;
+  std::uint64_t fn = index, sn = size - 1;
+  Digest r = leaf;
+  for (const Digest& p : path) {
+    if (sn == 0) return std::nullopt;
+    if ((fn & 1) || fn == sn) {
+      r = nodeHash(p, r);
+      while (!(fn & 1) && fn != 0) {
+        fn >>= 1;
+        sn >>= 1;
+      }
+    } else {
+      r = nodeHash(r, p);
+    }
+    fn >>= 1;
+    sn >>= 1;
+  }
+  if (sn != 0) return std::nullopt;
+  return r;
+}
+
+}  // namespace sluice::audit::detail
