@@ -111,7 +111,12 @@ class McpServerImpl final : public McpServer {
     work_cv_.notify_all();
     worker_.join();
     unwatchApprovals();
-    tools_->close();
+    bool stopped = false;
+    {
+      std::lock_guard lock(work_mu_);
+      stopped = stopping_;
+    }
+    tools_->close(stopped ? "shutdown" : "client");
     engine_->flush();
     {
       std::lock_guard lock(out_mu_);
@@ -357,13 +362,21 @@ class McpServerImpl final : public McpServer {
   }
 
   // Approvals raised for this session (its proxy listener's execution id is the session id)
-  // are put to the user by elicitation when the client supports it.
-  // TODO(issue 14): wire to the approval desk once Engine::approvals() exists (the lead's
-  // "approvals: proxy holds ask matches" commit): desk.watch(session_id, ...) calling
-  // elicit_->ask(a, answer on the desk with Scope::kOnce, decided_by "mcp"), and
-  // --approve-with through serve/src/approve_with.hpp.
-  void watchApprovals(const std::string& session_id) { (void)session_id; }
-  void unwatchApprovals() {}
+  // are put to the user by elicitation when the client declared it; otherwise they wait for
+  // another approver (sluice approvals, --approve-with) or their timeout. The watcher runs on
+  // a proxy thread: it only queues the request; the answer comes back through the reader.
+  void watchApprovals(const std::string& session_id) {
+    proxy::ApprovalDesk& desk = engine_->approvals();
+    approval_watch_ = desk.watch(session_id, [this, &desk](const proxy::Approval& a) {
+      elicit_->ask(a, [&desk](const std::string& id, bool allow) {
+        desk.answer(id, allow, proxy::Scope::kOnce, "mcp");
+      });
+    });
+  }
+  void unwatchApprovals() {
+    if (approval_watch_) engine_->approvals().unwatch(*approval_watch_);
+    approval_watch_.reset();
+  }
 
   McpOptions options_;
   Metrics metrics_;
@@ -393,6 +406,7 @@ class McpServerImpl final : public McpServer {
   int running_stop_fd_ = -1;
   std::thread worker_;
   bool session_opened_ = false;  // worker thread only
+  std::optional<std::uint64_t> approval_watch_;
 };
 
 }  // namespace

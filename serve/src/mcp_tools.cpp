@@ -123,12 +123,11 @@ std::string receiptText(const json& r) {
   return out;
 }
 
-std::string decisionWord(const pol::Decision& d) { return d.allowed ? "allow" : "deny"; }
-
+// The same object as `sluice policy explain --json` prints (cli/src/policy_cmd.cpp).
 json explanationJson(const pol::Explanation& ex, const std::string& workflow) {
   const auto& d = ex.decision;
   auto orNull = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  json j = {{"decision", decisionWord(d)},
+  json j = {{"decision", std::string(pol::decisionName(d))},
             {"workflow", workflow},
             {"rule", orNull(d.rule_id)},
             {"reason", std::string(pol::reasonName(d.reason))},
@@ -139,7 +138,7 @@ json explanationJson(const pol::Explanation& ex, const std::string& workflow) {
             {"phase", ex.phase},
             {"method", orNull(ex.method)},
             {"path", orNull(ex.path)},
-            {"tls", d.allowed ? std::string(pol::tlsModeName(d.tls)) : std::string()}};
+            {"tls", d.allowed || d.ask ? std::string(pol::tlsModeName(d.tls)) : std::string()}};
   if (!ex.note.empty()) j["note"] = ex.note;
   return j;
 }
@@ -195,13 +194,12 @@ json McpTools::call(const std::string& name, const json& args, int stop_fd) {
   return failure("unknown tool '" + name + "'");
 }
 
-json McpTools::close() {
+void McpTools::close(const std::string& ended_by) {
   std::lock_guard lock(mu_);
-  if (session_id_.empty()) return nullptr;
-  auto summary = sessions_.end(caller_, session_id_);
+  if (session_id_.empty()) return;
+  // The manager holds this connection's session only: ending all of them ends it.
+  sessions_.endAll(ended_by);
   session_id_.clear();
-  if (!summary) return nullptr;
-  return *summary;
 }
 
 json McpTools::runCommand(const json& args, int stop_fd) {

@@ -41,8 +41,9 @@ class McpTools {
   /// Runs a validated call; `stop_fd`, when readable, stops a running command.
   nlohmann::json call(const std::string& name, const nlohmann::json& args, int stop_fd);
 
-  /// Ends the session (DELETE): its summary receipt, or null when none was opened.
-  nlohmann::json close();
+  /// Ends the session with its summary receipt in the audit store; `ended_by` "client" (the
+  /// client closed the connection) or "shutdown" (SIGTERM).
+  void close(const std::string& ended_by);
 
  private:
   nlohmann::json runCommand(const nlohmann::json& args, int stop_fd);
