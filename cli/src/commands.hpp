@@ -34,5 +34,6 @@ void addRunCommands(CLI::App& app, int& exit_code,
 void addServeCommands(CLI::App& app, int& exit_code);  // serve
 void addCaCommands(CLI::App& app, int& exit_code);     // ca init
 void addMcpCommands(CLI::App& app, int& exit_code);    // mcp
+void addApprovalsCommands(CLI::App& app, int& exit_code);  // approvals list|allow|deny
 
 }  // namespace sluice::cli

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
        [](CLI::App& a, int& rc) { sluice::cli::addRunCommands(a, rc, run_trailing); }},
       {{"ca"}, sluice::cli::addCaCommands},
       {{"serve"}, sluice::cli::addServeCommands},
-      {{"mcp"}, sluice::cli::addMcpCommands}};
+      {{"mcp"}, sluice::cli::addMcpCommands},
+      {{"approvals"}, sluice::cli::addApprovalsCommands}};
   bool added = false;
   for (const Group& g : groups) {
     if (std::find(g.names.begin(), g.names.end(), first) != g.names.end()) {

@@ -30,6 +30,7 @@
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
 #include "sluice/runner/sandbox.hpp"
+#include "sluice/serve/approve_with.hpp"
 #include "sluice/serve/execution.hpp"
 
 namespace sluice::cli {
@@ -51,6 +52,7 @@ struct RunOptions {
   std::string output_dir, receipt_file;
   std::string timeout, cpu_time, memory, pids, output, disk, file_size, open_files;
   bool json = false;
+  std::string approve_with;  // CMD answering approvals of ask rules
   std::vector<std::string> command;
 };
 
@@ -306,6 +308,14 @@ int doRun(const RunOptions& o) {
   };
   // The execution's synthetic DNS names: written by its DNS server, read by its listeners.
   auto names = std::make_shared<proxy::SyntheticNames>();
+  // Ask rules wait for --approve-with's answer; without it nobody can answer, and they are
+  // refused at once (approval_unavailable). Declared before the proxy: it outlives it.
+  std::shared_ptr<proxy::ApprovalDesk> approvals;
+  std::unique_ptr<serve::ApproveWith> approver;
+  if (spec.network_proxy && !o.approve_with.empty()) {
+    approvals = std::make_shared<proxy::ApprovalDesk>(store);
+    approver = std::make_unique<serve::ApproveWith>(approvals, o.approve_with, spec.execution_id);
+  }
   std::shared_ptr<const pol::Matcher> matcher;
   rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
     if (!loadSecrets()) {  // reported by before_start, as step 'secrets'
@@ -329,6 +339,7 @@ int doRun(const RunOptions& o) {
     if (!matcher) matcher = pol::Matcher::compile(*workflow);
     proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets, placeholders};
     identity.names = names;  // redirected connections are decided by the names DNS gave out
+    identity.approvals = approvals;
     auto r = px->adoptListener(fd, identity);
     proxy_start_us += elapsedUs(t);
     if (!r) return std::unexpected(r.error().message);
@@ -377,6 +388,7 @@ int doRun(const RunOptions& o) {
     if (px) {
       // The sandbox is gone: close what is left of its connections, then stop the proxy so
       // that every connection row is queued before the execution row.
+      if (approvals) approvals->endExecution(spec.execution_id);
       px->closeExecution(spec.execution_id);
       serve::addNetwork(ctx, px->stats(spec.execution_id));
       px->stop();
@@ -500,6 +512,9 @@ void addRunCommands(CLI::App& app, int& exit_code,
   run->add_option("--file-size", o->file_size, "Largest file (may only tighten)");
   run->add_option("--open-files", o->open_files, "Open file limit (may only tighten)");
   run->add_option("--receipt", o->receipt_file, "Also write the receipt JSON here");
+  run->add_option("--approve-with", o->approve_with,
+                  "Command answering approvals of ask rules: gets the approval JSON on stdin, "
+                  "prints allow or deny [execution]");
   run->add_flag("--json", o->json, "Print only the receipt JSON on stdout");
   auto* command = run->add_option("command", o->command, "-- CMD [ARGS...]");
   if (!trailing || trailing->empty()) command->required();

@@ -1,0 +1,212 @@
+// ApproveWith (sluice/serve/approve_with.hpp).
+#include "sluice/serve/approve_with.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace sluice::serve {
+
+namespace {
+
+std::int64_t wallMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Pipe {
+  int r = -1, w = -1;
+  bool open() {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+    r = fds[0];
+    w = fds[1];
+    return true;
+  }
+  ~Pipe() {
+    if (r >= 0) ::close(r);
+    if (w >= 0) ::close(w);
+  }
+};
+
+}  // namespace
+
+ApproverAnswer parseApproverAnswer(const std::string& out) {
+  std::istringstream in(out);
+  std::string first_line;
+  std::getline(in, first_line);
+  std::istringstream words(first_line);
+  std::string verdict, scope, extra;
+  words >> verdict >> scope >> extra;
+  ApproverAnswer a;
+  if ((verdict != "allow" && verdict != "deny") || !extra.empty()) return a;
+  if (!scope.empty() && scope != "execution" && scope != "once") return a;
+  a.valid = true;
+  a.allow = verdict == "allow";
+  a.whole_execution = scope == "execution";
+  return a;
+}
+
+class ApproveWith::Impl {
+ public:
+  Impl(std::shared_ptr<proxy::ApprovalDesk> desk, std::string command, std::string owner,
+       unsigned parallel)
+      : desk_(std::move(desk)), command_(std::move(command)) {
+    for (unsigned i = 0; i < std::max(1u, parallel); ++i) workers_.emplace_back([this] { work(); });
+    watch_ = desk_->watch(owner, [this](const proxy::Approval& a) {
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) return;
+        queue_.push_back(a);
+      }
+      cv_.notify_one();
+    });
+  }
+
+  ~Impl() {
+    desk_->unwatch(watch_);
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      for (pid_t pid : running_) ::kill(pid, SIGKILL);
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      proxy::Approval a;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (stopping_) return;
+        a = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      decide(a);
+    }
+  }
+
+  // Runs the command for `a` and answers the desk (a deny unless it clearly said allow).
+  void decide(const proxy::Approval& a) {
+    std::string out;
+    std::string why;
+    const bool ran = run(a, out, why);
+    ApproverAnswer ans = ran ? parseApproverAnswer(out) : ApproverAnswer{};
+    if (ran && !ans.valid) why = "answered neither 'allow' nor 'deny'";
+    if (!why.empty())
+      spdlog::warn("--approve-with: approval {} ({}:{}) denied: {}", a.id, a.host, a.port, why);
+    desk_->answer(a.id, ans.valid && ans.allow,
+                  ans.whole_execution ? proxy::Scope::kExecution : proxy::Scope::kOnce,
+                  "approve-with");
+  }
+
+  bool run(const proxy::Approval& a, std::string& out, std::string& why) {
+    Pipe in, outp;
+    if (!in.open() || !outp.open()) {
+      why = "pipe: " + std::string(std::strerror(errno));
+      return false;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in.r, 0);
+    posix_spawn_file_actions_adddup2(&fa, outp.w, 1);
+    const char* argv[] = {"/bin/sh", "-c", command_.c_str(), nullptr};
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, "/bin/sh", &fa, nullptr, const_cast<char* const*>(argv), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+      why = "cannot start /bin/sh: " + std::string(std::strerror(rc));
+      return false;
+    }
+    {
+      std::lock_guard lock(mu_);
+      running_.push_back(pid);
+    }
+    ::close(in.r);
+    in.r = -1;
+    ::close(outp.w);
+    outp.w = -1;
+    const std::string json = proxy::approvalJson(a) + "\n";
+    // The command may not read its stdin at all: never block on it (a full pipe is its loss).
+    ::fcntl(in.w, F_SETFL, O_NONBLOCK);
+    (void)!::write(in.w, json.data(), json.size());
+    ::close(in.w);
+    in.w = -1;
+    bool timed_out = false;
+    char buf[512];
+    while (out.size() < 4096) {
+      const std::int64_t left = a.expires_at_ms - wallMs();
+      if (left <= 0) {
+        timed_out = true;
+        break;
+      }
+      pollfd p{outp.r, POLLIN, 0};
+      int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 1000)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n == 0) continue;
+      ssize_t got = ::read(outp.r, buf, sizeof buf);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) break;
+      out.append(buf, static_cast<std::size_t>(got));
+    }
+    if (timed_out || out.size() >= 4096) ::kill(pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    {
+      std::lock_guard lock(mu_);
+      std::erase(running_, pid);
+    }
+    if (timed_out) {
+      why = "no answer before the approval expired";
+      return false;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      why = "the command failed (" +
+            (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                               : "signal " + std::to_string(WTERMSIG(status))) +
+            ")";
+      return false;
+    }
+    return true;
+  }
+
+  std::shared_ptr<proxy::ApprovalDesk> desk_;
+  std::string command_;
+  std::uint64_t watch_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::deque<proxy::Approval> queue_;
+  std::vector<pid_t> running_;
+  std::vector<std::thread> workers_;
+};
+
+ApproveWith::ApproveWith(std::shared_ptr<proxy::ApprovalDesk> desk, std::string command,
+                         std::string owner, unsigned parallel)
+    : impl_(std::make_unique<Impl>(std::move(desk), std::move(command), std::move(owner),
+                                   parallel)) {}
+ApproveWith::~ApproveWith() = default;
+
+}  // namespace sluice::serve
