@@ -493,29 +493,40 @@ bool portsCovered(PortRange want, const std::vector<PortRange>& cover) {
 }  // namespace
 
 bool Matcher::nameMayBeAllowed(std::string_view raw) const {
+  return nameAnswer(raw).may_be_allowed;
+}
+
+Matcher::NameAnswer Matcher::nameAnswer(std::string_view raw) const {
   auto host = normalizeHostName(raw);
-  if (!host) return false;
+  if (!host) return {};
   // An IP literal in any spelling matches cidrs only, never a host pattern.
-  if (parseIpLiteral(*host)) return false;
+  if (parseIpLiteral(*host)) return {};
   std::vector<std::uint32_t> cands;
   index_->hostCandidates(*host, cands);
-  std::vector<PortRange> denied;  // ports every connection to `host` is refused on
-  std::vector<const Rule*> allows;
+  std::sort(cands.begin(), cands.end());  // policy order: the first rule is the one named
+  std::vector<PortRange> denied;          // ports every connection to `host` is refused on
+  std::vector<const Rule*> allows, denies;
   for (std::uint32_t idx : cands) {
     const Rule& r = *index_->rules[idx].rule;
     if (r.action == Action::kAllow || r.action == Action::kAsk) {
       allows.push_back(&r);
     } else if (!r.hasRequestConditions() && r.cidrs.empty()) {
       denied.insert(denied.end(), r.ports.begin(), r.ports.end());
+      denies.push_back(&r);
     }
   }
   std::sort(denied.begin(), denied.end(),
             [](const PortRange& a, const PortRange& b) { return a.lo < b.lo; });
   for (const Rule* r : allows) {
     for (const auto& p : r->ports)  // the loader fills in the default [80, 443]
-      if (!portsCovered(p, denied)) return true;
+      if (!portsCovered(p, denied)) return {true, r};
   }
-  return false;
+  for (const Rule* d : denies)
+    for (const auto& dp : d->ports)
+      for (const Rule* r : allows)
+        for (const auto& p : r->ports)
+          if (dp.lo <= p.hi && p.lo <= dp.hi) return {false, d};
+  return {};
 }
 
 Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,

@@ -42,8 +42,8 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
       transport == Transport::kTcp
           ? 65535
           : (q.edns ? std::min<std::size_t>(q.udp_payload, kUdpEdnsLimit) : kUdpPlainLimit);
-  auto finish = [&](Rcode rc, std::string reason, const std::optional<policy::IpAddress>& addr =
-                                                      std::nullopt) {
+  auto finish = [&](Rcode rc, std::string reason,
+                    const std::optional<policy::IpAddress>& addr = std::nullopt) {
     out.response = buildResponse(q, rc, addr, limit);
     out.event.reason = std::move(reason);
     if (out.event.answer.empty()) out.event.answer = addr ? addr->str() : rcodeName(rc);
@@ -78,16 +78,20 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
   }
   if (question.klass != kClassIn) return finish(Rcode::kRefused, "not_implemented");
   if (unsupportedType(question.type)) return finish(Rcode::kNotImp, "not_implemented");
-  if (!question.plain || !m->nameMayBeAllowed(question.name))
-    return finish(Rcode::kNxDomain, "no_matching_rule");
+  if (!question.plain) return finish(Rcode::kNxDomain, "no_matching_rule");
+  // The rule behind the answer: the allow (or ask) rule that made the name answerable, or the
+  // deny rule that kept it out.
+  const auto name = m->nameAnswer(question.name);
+  if (name.rule != nullptr) out.event.rule_id = name.rule->id;
+  if (!name.may_be_allowed)
+    return finish(Rcode::kNxDomain, name.rule != nullptr ? "denied_by_rule" : "no_matching_rule");
 
   out.event.decision = "allow";
   if (question.type != kTypeA && question.type != kTypeAAAA) {
     out.event.answer = "NODATA";  // the name exists; it has no record of this type
     return finish(Rcode::kNoError, "allowed");
   }
-  auto addr = question.type == kTypeA ? names_->v4For(question.name)
-                                      : names_->v6For(question.name);
+  auto addr = question.type == kTypeA ? names_->v4For(question.name) : names_->v6For(question.name);
   if (!addr) {
     out.event.decision = "deny";
     out.problem = "the execution's synthetic address range is used up";

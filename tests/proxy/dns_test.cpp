@@ -190,7 +190,8 @@ class DnsTest : public ::testing::Test {
     std::string yaml =
         "apiVersion: sluice/v1\nkind: Workflow\nname: dns\negress:\n  rules:\n"
         "    - {id: pypi, action: allow, hosts: [pypi.org, \"*.allowed.example\"], ports: [443]}\n"
-        "    - {id: git, action: allow, hosts: [\"re:git[0-9]*\\\\.example\\\\.net\"], ports: [22]}\n"
+        "    - {id: git, action: allow, hosts: [\"re:git[0-9]*\\\\.example\\\\.net\"], ports: "
+        "[22]}\n"
         "    - {id: no, action: deny, hosts: [secret.allowed.example]}\n"
         "  limits: {max_dns_queries: " +
         std::to_string(max_queries) + "}\n";
@@ -255,6 +256,10 @@ TEST_F(DnsTest, AllowedNameGetsSyntheticAddressesThatMapBack) {
   EXPECT_EQ(rows[0].decision, "allow");
   EXPECT_EQ(rows[1].qtype, "AAAA");
   EXPECT_EQ(rows[1].answer, v6->str());
+  // The rule whose host pattern made each name answerable.
+  EXPECT_EQ(rows[0].rule_id, "pypi");
+  EXPECT_EQ(rows[1].rule_id, "pypi");
+  EXPECT_EQ(rows[3].rule_id, "git");
 }
 
 TEST_F(DnsTest, OtherNamesGetNxDomain) {
@@ -270,7 +275,11 @@ TEST_F(DnsTest, OtherNamesGetNxDomain) {
   for (const auto& row : sink_->dns()) {
     EXPECT_EQ(row.decision, "deny");
     EXPECT_EQ(row.answer, "NXDOMAIN");
-    EXPECT_EQ(row.reason, "no_matching_rule");
+    // secret.allowed.example: pypi's *.allowed.example matches it on 443, but deny rule `no`
+    // covers 443 (its default ports), so `no` decided it; the others no rule matches at all.
+    const bool by_deny = row.name == "secret.allowed.example";
+    EXPECT_EQ(row.reason, by_deny ? "denied_by_rule" : "no_matching_rule") << row.name;
+    EXPECT_EQ(row.rule_id, by_deny ? "no" : "") << row.name;
   }
   EXPECT_EQ(names_->size(), 0u);
 }

@@ -95,6 +95,16 @@ class Matcher {
   /// cidrs, methods or paths still count: the connection that follows is decided in full.
   bool nameMayBeAllowed(std::string_view host) const;
 
+  /// nameMayBeAllowed with the rule behind the answer (dns_queries.rule_id): when the name may
+  /// be allowed, the first allow or ask rule (policy order) that matches it on a port no deny
+  /// rule covers; when allow rules match but deny rules cover all their ports, the first such
+  /// deny rule that covers one of those ports; else none.
+  struct NameAnswer {
+    bool may_be_allowed = false;
+    const Rule* rule = nullptr;
+  };
+  NameAnswer nameAnswer(std::string_view host) const;
+
   ~Matcher();
   Matcher(const Matcher&) = delete;
   Matcher& operator=(const Matcher&) = delete;
