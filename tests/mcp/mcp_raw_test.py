@@ -50,11 +50,11 @@ def isolation_required():
 class Server:
     """One `sluice mcp` process and a line-oriented view of its stdout."""
 
-    def __init__(self, tmp):
+    def __init__(self, tmp, workflow="shell"):
         self.tmp = tmp
         self.db = os.path.join(tmp, "audit.db")
         self.proc = subprocess.Popen(
-            [SLUICE, "mcp", "--policy-dir", os.path.join(tmp, "policies"), "--workflow", "shell",
+            [SLUICE, "mcp", "--policy-dir", os.path.join(tmp, "policies"), "--workflow", workflow,
              "--audit", self.db],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "stderr"), "wb"))
         self.buf = b""
@@ -435,6 +435,109 @@ def check_gone(s, session, marker, ended_by, rows):
     assert len(execs) == rows - 1 and sorted(receipt["execs"]) == sorted(e["id"] for e in execs), (execs, receipt)
     verify = subprocess.run([SLUICE, "audit", "verify", "--db", s.db], capture_output=True, text=True)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+class Upstream:
+    """An HTTP server on 127.0.0.1 (port 0) answering "upstream PATH"."""
+
+    def __init__(self):
+        import http.server
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = ("upstream " + self.path).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def ask_server(s, ask_timeout):
+    """Restarts `s` on a workflow whose only rule asks before reaching an upstream."""
+    s.kill()
+    up = Upstream()
+    with open(os.path.join(s.tmp, "policies", "ask.yaml"), "w") as f:
+        f.write("apiVersion: sluice/v1\nkind: Workflow\nname: ask\nsandbox:\n  timeout: 60s\n"
+                "  network: proxy\negress:\n  rules:\n    - id: ask-up\n      action: ask\n"
+                "      cidrs: [\"127.0.0.1/32\"]\n      allow_private: true\n      ports: [%d]\n"
+                "      ask: {timeout: %s}\n" % (up.port, ask_timeout))
+    return Server(s.tmp, "ask"), up
+
+
+def fetch(s, up, path):
+    """Sends a run_command that fetches `path` from the upstream; returns its request id."""
+    s.next_id += 1
+    s.send({"jsonrpc": "2.0", "id": s.next_id, "method": "tools/call", "params": {
+        "name": "run_command",
+        "arguments": {"command": "curl -s -w ' %%{http_code}' http://127.0.0.1:%d%s" % (up.port, path)}}})
+    return s.next_id
+
+
+def test_elicitation_only_accept_with_allow_true_allows(s):
+    s, up = ask_server(s, "30s")
+    try:
+        s.initialize("2025-06-18", {"elicitation": {}})
+        answers = [
+            ("decline", {"result": {"action": "decline"}}),
+            ("cancel", {"result": {"action": "cancel"}}),
+            ("error", {"error": {"code": -1, "message": "user closed the dialog"}}),
+            ("no-content", {"result": {"action": "accept"}}),
+            ("string-true", {"result": {"action": "accept", "content": {"allow": "true"}}}),
+            ("allow-false", {"result": {"action": "accept", "content": {"allow": False}}}),
+            ("allow-true", {"result": {"action": "accept", "content": {"allow": True}}}),
+        ]
+        for name, answer in answers:
+            call_id = fetch(s, up, "/" + name)
+            req = s.line()
+            assert req["method"] == "elicitation/create" and "id" in req, req
+            params = req["params"]
+            assert params["requestedSchema"]["required"] == ["allow"], params
+            assert params["requestedSchema"]["properties"]["allow"]["type"] == "boolean", params
+            for part in ("127.0.0.1:%d" % up.port, "GET /" + name, "ask-up"):
+                assert part in params["message"], (part, params["message"])
+            s.send(dict({"jsonrpc": "2.0", "id": req["id"]}, **answer))
+            got = s.line()
+            assert got["id"] == call_id, got
+            out = check_output("run_command", got["result"])
+            if name == "allow-true":
+                assert out["stdout"]["text"] == "upstream /allow-true 200", out
+            else:
+                assert out["stdout"]["text"].endswith(" 403"), (name, out)
+                assert [d["reason"] for d in out["network"]["denials"]] == ["approval_denied"], (name, out)
+        s.close_and_wait()
+        rows = json.loads(subprocess.run([SLUICE, "audit", "query", "--db", s.db, "--kind", "approvals",
+                                          "--format", "json"], capture_output=True, text=True).stdout)
+        assert [(r["path"], r["decision"], r["decided_by"]) for r in rows] == [
+            ("/" + n, "allow" if n == "allow-true" else "deny", "mcp") for n, _ in answers], rows
+    finally:
+        s.kill()
+        up.close()
+
+
+def test_without_elicitation_an_approval_waits_for_its_timeout(s):
+    s, up = ask_server(s, "1s")
+    try:
+        s.initialize("2025-06-18", {})  # no elicitation capability
+        call_id = fetch(s, up, "/x")
+        got = s.line()  # no elicitation/create first: the tool's result
+        assert got["id"] == call_id, got
+        out = check_output("run_command", got["result"])
+        assert out["stdout"]["text"].endswith(" 403"), out
+        assert [d["reason"] for d in out["network"]["denials"]] == ["approval_timeout"], out
+    finally:
+        s.kill()
+        up.close()
 
 
 def test_a_bad_workflow_is_refused_before_any_message(s):
