@@ -21,6 +21,7 @@
 #include "mcp_tools.hpp"
 #include "metrics.hpp"
 #include "sessions.hpp"
+#include "sluice/serve/approve_with.hpp"
 #include "sluice/serve/execution.hpp"
 #include "sluice/serve/mcp.hpp"
 
@@ -361,12 +362,19 @@ class McpServerImpl final : public McpServer {
     if (id) watchApprovals(*id);
   }
 
-  // Approvals raised for this session (its proxy listener's execution id is the session id)
-  // are put to the user by elicitation when the client declared it; otherwise they wait for
-  // another approver (sluice approvals, --approve-with) or their timeout. The watcher runs on
-  // a proxy thread: it only queues the request; the answer comes back through the reader.
+  // Approvals raised for this session (its proxy listener's execution id is the session id):
+  // with --approve-with, the operator's command answers them (the client is not asked);
+  // otherwise they are put to the user by elicitation when the client declared it, or wait for
+  // another approver (sluice approvals) until their timeout. The watcher runs on a proxy
+  // thread: it only queues the request; the answer comes back through the reader.
   void watchApprovals(const std::string& session_id) {
     proxy::ApprovalDesk& desk = engine_->approvals();
+    if (!options_.approve_with.empty()) {
+      // Not owning: the engine owns the desk and outlives approve_with_ (unwatchApprovals).
+      std::shared_ptr<proxy::ApprovalDesk> shared(std::shared_ptr<void>(), &desk);
+      approve_with_ = std::make_unique<ApproveWith>(shared, options_.approve_with, session_id);
+      return;
+    }
     approval_watch_ = desk.watch(session_id, [this, &desk](const proxy::Approval& a) {
       elicit_->ask(a, [&desk](const std::string& id, bool allow) {
         desk.answer(id, allow, proxy::Scope::kOnce, "mcp");
@@ -376,6 +384,7 @@ class McpServerImpl final : public McpServer {
   void unwatchApprovals() {
     if (approval_watch_) engine_->approvals().unwatch(*approval_watch_);
     approval_watch_.reset();
+    approve_with_.reset();
   }
 
   McpOptions options_;
@@ -407,6 +416,7 @@ class McpServerImpl final : public McpServer {
   std::thread worker_;
   bool session_opened_ = false;  // worker thread only
   std::optional<std::uint64_t> approval_watch_;
+  std::unique_ptr<ApproveWith> approve_with_;
 };
 
 }  // namespace

@@ -50,12 +50,12 @@ def isolation_required():
 class Server:
     """One `sluice mcp` process and a line-oriented view of its stdout."""
 
-    def __init__(self, tmp, workflow="shell"):
+    def __init__(self, tmp, workflow="shell", extra=()):
         self.tmp = tmp
         self.db = os.path.join(tmp, "audit.db")
         self.proc = subprocess.Popen(
             [SLUICE, "mcp", "--policy-dir", os.path.join(tmp, "policies"), "--workflow", workflow,
-             "--audit", self.db],
+             "--audit", self.db, *extra],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=open(os.path.join(tmp, "stderr"), "wb"))
         self.buf = b""
         self.next_id = 1000
@@ -463,7 +463,7 @@ class Upstream:
         self.server.server_close()
 
 
-def ask_server(s, ask_timeout):
+def ask_server(s, ask_timeout, extra=()):
     """Restarts `s` on a workflow whose only rule asks before reaching an upstream."""
     s.kill()
     up = Upstream()
@@ -472,7 +472,7 @@ def ask_server(s, ask_timeout):
                 "  network: proxy\negress:\n  rules:\n    - id: ask-up\n      action: ask\n"
                 "      cidrs: [\"127.0.0.1/32\"]\n      allow_private: true\n      ports: [%d]\n"
                 "      ask: {timeout: %s}\n" % (up.port, ask_timeout))
-    return Server(s.tmp, "ask"), up
+    return Server(s.tmp, "ask", extra), up
 
 
 def fetch(s, up, path):
@@ -535,6 +535,36 @@ def test_without_elicitation_an_approval_waits_for_its_timeout(s):
         out = check_output("run_command", got["result"])
         assert out["stdout"]["text"].endswith(" 403"), out
         assert [d["reason"] for d in out["network"]["denials"]] == ["approval_timeout"], out
+    finally:
+        s.kill()
+        up.close()
+
+
+def test_approve_with_answers_instead_of_the_client(s):
+    seen = os.path.join(s.tmp, "seen.json")
+    # The command reads the approval's JSON and allows only /yes.
+    cmd = "tee %s | grep -q '\"path\":\"/yes\"' && echo allow || echo deny" % seen
+    s, up = ask_server(s, "30s", ["--approve-with", cmd])
+    try:
+        s.initialize("2025-06-18", {"elicitation": {}})  # not asked: --approve-with answers
+        for path, expect in (("/yes", "upstream /yes 200"), ("/no", None)):
+            call_id = fetch(s, up, path)
+            got = s.line()
+            assert got["id"] == call_id, got  # no elicitation/create came first
+            out = check_output("run_command", got["result"])
+            if expect:
+                assert out["stdout"]["text"] == expect, out
+            else:
+                assert [d["reason"] for d in out["network"]["denials"]] == ["approval_denied"], out
+        with open(seen) as f:
+            approval = json.load(f)
+        assert approval["host"] == "127.0.0.1" and approval["port"] == up.port, approval
+        assert approval["session_id"].startswith("se-") and approval["rule"] == "ask-up", approval
+        s.close_and_wait()
+        rows = json.loads(subprocess.run([SLUICE, "audit", "query", "--db", s.db, "--kind", "approvals",
+                                          "--format", "json"], capture_output=True, text=True).stdout)
+        assert [(r["path"], r["decision"]) for r in rows] == [("/yes", "allow"), ("/no", "deny")], rows
+        assert all(r["decided_by"] != "mcp" for r in rows), rows
     finally:
         s.kill()
         up.close()
