@@ -1,10 +1,10 @@
 // One pipeline, every path: for every rule shape (host, cidrs, host+cidrs, methods, paths; allow
 // and deny; with and without allow_private), a corpus of method and path spellings sent over
 // every way a request can reach the proxy (fresh connection, reused connection, pipelined in one
-// write, after an interim 1xx response, plain HTTP inside a CONNECT tunnel), each checked against `policy explain` (the same
-// policy::explain that `sluice policy explain --json` prints) for the canonical request, and
-// against what the upstream actually received. A randomized corpus with a fixed seed runs too
-// (SLUICE_PIPELINE_FUZZ_ITERATIONS sets its size; `make fuzz` runs it longer).
+// write, after an interim 1xx response, plain HTTP inside a CONNECT tunnel), each checked against
+// `policy explain` (the same policy::explain that `sluice policy explain --json` prints) for the
+// canonical request, and against what the upstream actually received. A randomized corpus with a
+// fixed seed runs too (SLUICE_PIPELINE_FUZZ_ITERATIONS sets its size; `make fuzz` runs it longer).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -41,6 +41,7 @@ struct Shape {
   const char* rules;
   bool warm_allowed = true;
   bool ip_literal = false;  // address the upstream as 127.0.0.1 (cidrs-only rules match only that)
+  bool asks = false;        // has ask rules: an approver answers (PipelineTest::approverSays)
 };
 
 const Shape kShapes[] = {
@@ -68,11 +69,40 @@ const Shape kShapes[] = {
      "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
      "       paths: [\"/v1/*\"]}\n",
      false},
+    // Approvals: the ask rule holds each request it matches until the approver answers; deny
+    // rules still beat it, the allow rule it overlaps does not.
+    {"ask_paths_deny_paths_methods",
+     "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n"
+     "    - {id: ask-v1, action: ask, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       allow_private: true, cidrs: [\"127.0.0.0/8\"], paths: [\"/v1/*\"]}\n"
+     "    - {id: no-admin, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       paths: [\"/v1/admin/*\"]}\n"
+     "    - {id: no-write, action: deny, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+     "       methods: [DELETE, PUT]}\n",
+     true, false, true},
+    {"ask_cidrs_only_deny_methods",
+     "    - {id: ask-net, action: ask, cidrs: [\"127.0.0.0/8\"], allow_private: true,\n"
+     "       ports: [\"1-65535\"], methods: [GET, POST]}\n"
+     "    - {id: no-admin, action: deny, cidrs: [\"127.0.0.0/8\"], ports: [\"1-65535\"],\n"
+     "       paths: [\"/admin/*\", \"/v1/admin/*\"]}\n",
+     true, true, true},
 };
 
 class PipelineTest : public ProxyFixture {
  protected:
   virtual const Shape& shape() const { return kShapes[0]; }
+
+  // The approver of the ask shapes: allows GET of /v1/ok and /v1/warm (and what lies below
+  // them), refuses everything else, so that both answers cross every path.
+  static bool approverSays(const std::string& method, const std::string& path) {
+    return method == "GET" && (path.rfind("/v1/ok", 0) == 0 || path.rfind("/v1/warm", 0) == 0);
+  }
+  bool wantApprovals() const override { return shape().asks; }
+  void approve(const Approval& a) override {
+    ASSERT_TRUE(a.method && a.path) << "an HTTP request is approved with its method and path";
+    approvals_->answer(a.id, approverSays(*a.method, *a.path), Scope::kOnce, "test");
+  }
   std::string policyYaml() override {
     return std::string("apiVersion: sluice/v1\nkind: Workflow\nname: pipeline\negress:\n") +
            "  rules:\n" + shape().rules + "  limits: {max_requests: 1000000}\n";
@@ -158,7 +188,12 @@ class PipelineTest : public ProxyFixture {
     const std::size_t before = upstreamCount();
     auto r = send(how, method, path);
     const std::size_t warm = how == Path::kFresh ? 0 : 1;
-    if (ex.decision.allowed) {
+    // An ask is what the approver makes of the canonical request.
+    const bool approved = ex.decision.ask && approverSays(method, ex.path);
+    if (ex.decision.ask && !approved) {
+      ex.decision.reason = policy::Reason::kApprovalDenied;
+    }
+    if (ex.decision.allowed || approved) {
       EXPECT_EQ(r.status, 200) << r.body;
       // Every request the upstream saw was on record (forwards) before it was sent.
       EXPECT_EQ(sink_->forwards().size(), upstreamCount());
@@ -172,19 +207,31 @@ class PipelineTest : public ProxyFixture {
       EXPECT_GE(r.status, 400) << r.body;
       EXPECT_LT(r.status, 500) << r.body;
       EXPECT_EQ(r.header("x-sluice-reason"), policy::reasonName(ex.decision.reason)) << r.body;
-      EXPECT_EQ(upstreamCount(), before + warm) << "a refused request reached the upstream: "
-                                                << lastUpstreamHead();
+      EXPECT_EQ(upstreamCount(), before + warm)
+          << "a refused request reached the upstream: " << lastUpstreamHead();
     }
   }
 };
 
 const std::vector<std::string>& pathCorpus() {
-  static const std::vector<std::string> corpus = {
-      "/v1/ok",           "/v1/../admin/x",   "/v1/%2e%2e/admin/x", "/v1/..%2fadmin/x",
-      "/v1/ok.txt;/../../admin/x", "/v1//admin/x", "/v1/./admin/x", "/v1/%61dmin/x",
-      "/v1/..;/admin/x",  "/v1/a%5cb",        "/v1/%00",            "/v1/%7Euser/./a",
-      "/v1/admin",        "/v1/admin/",       "/v2/x",              "/v1/a/b/../c?q=%2f",
-      "/V1/ok",           "/v1/%2E/x"};
+  static const std::vector<std::string> corpus = {"/v1/ok",
+                                                  "/v1/../admin/x",
+                                                  "/v1/%2e%2e/admin/x",
+                                                  "/v1/..%2fadmin/x",
+                                                  "/v1/ok.txt;/../../admin/x",
+                                                  "/v1//admin/x",
+                                                  "/v1/./admin/x",
+                                                  "/v1/%61dmin/x",
+                                                  "/v1/..;/admin/x",
+                                                  "/v1/a%5cb",
+                                                  "/v1/%00",
+                                                  "/v1/%7Euser/./a",
+                                                  "/v1/admin",
+                                                  "/v1/admin/",
+                                                  "/v2/x",
+                                                  "/v1/a/b/../c?q=%2f",
+                                                  "/V1/ok",
+                                                  "/v1/%2E/x"};
   return corpus;
 }
 
@@ -237,11 +284,11 @@ TEST_F(PipelineTest, RandomizedSpellingsDecideAsExplainSays) {
   int iterations = 200;
   if (const char* env = std::getenv("SLUICE_PIPELINE_FUZZ_ITERATIONS")) iterations = std::atoi(env);
   std::mt19937 rng(20261122);
-  static const char* kSegments[] = {"v1",  "admin", "..",  ".", "%2e", "%2E%2e", "%61dmin",
-                                    "a;b", "..;",   "",    "x%2fy", "%7e", "ok", "%41"};
+  static const char* kSegments[] = {"v1",  "admin", "..", ".",     "%2e", "%2E%2e", "%61dmin",
+                                    "a;b", "..;",   "",   "x%2fy", "%7e", "ok",     "%41"};
   static const char* kMethods[] = {"GET", "POST", "DELETE", "PUT", "get"};
-  static const Path kPaths[] = {Path::kFresh, Path::kReused, Path::kPipelined,
-                                Path::kAfterInterim, Path::kTunnel};
+  static const Path kPaths[] = {Path::kFresh, Path::kReused, Path::kPipelined, Path::kAfterInterim,
+                                Path::kTunnel};
   for (int i = 0; i < iterations; ++i) {
     std::string path;
     int n = 1 + static_cast<int>(rng() % 5);

@@ -95,7 +95,13 @@ class ProxyFixture : public ::testing::Test {
     auto p = Proxy::create(options(), sink_, resolver_);
     ASSERT_TRUE(p) << p.error().message;
     proxy_ = std::move(*p);
-    auto port = proxy_->listen("127.0.0.1", 0, {execution_id_, matcher_});
+    ListenerIdentity identity{execution_id_, matcher_};
+    if (wantApprovals()) {
+      approvals_ = std::make_shared<ApprovalDesk>(sink_);
+      approvals_->watch("", [this](const Approval& a) { approve(a); });
+    }
+    identity.approvals = approvals_;
+    auto port = proxy_->listen("127.0.0.1", 0, identity);
     ASSERT_TRUE(port) << port.error().message;
     port_ = *port;
     proxy_->start();
@@ -120,6 +126,12 @@ class ProxyFixture : public ::testing::Test {
   std::unique_ptr<Proxy> proxy_;
   std::uint16_t port_ = 0;
   std::string execution_id_ = "exec-1";
+  /// A listener whose ask rules wait at approvals_ (made by startProxy), where approve() is told
+  /// of each new approval (on the proxy thread that asked: answer, or leave it pending). Without:
+  /// ask rules are refused with approval_unavailable.
+  virtual bool wantApprovals() const { return false; }
+  virtual void approve(const Approval& a) { (void)a; }
+  std::shared_ptr<ApprovalDesk> approvals_;
 };
 
 }  // namespace sluice::proxy::testing

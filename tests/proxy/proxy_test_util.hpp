@@ -64,8 +64,18 @@ class FakeSink : public audit::EventSink {
     dns_.push_back(std::move(e));
     cv_.notify_all();
   }
+  void recordApproval(audit::ApprovalEvent e) override {
+    std::lock_guard lock(mu_);
+    approvals_.push_back(std::move(e));
+    cv_.notify_all();
+  }
   bool healthy() const override { return healthy_.load(); }
   void setHealthy(bool h) { healthy_ = h; }
+
+  std::vector<audit::ApprovalEvent> approvals() {
+    std::lock_guard lock(mu_);
+    return approvals_;
+  }
 
   std::vector<audit::ConnectionEvent> connections() {
     std::lock_guard lock(mu_);
@@ -135,6 +145,7 @@ class FakeSink : public audit::EventSink {
   std::vector<audit::ConnectionEvent> connections_;
   std::vector<audit::RequestEvent> requests_;
   std::vector<audit::ForwardEvent> forwards_;
+  std::vector<audit::ApprovalEvent> approvals_;
   std::vector<audit::DnsEvent> dns_;
   std::atomic<bool> healthy_{true};
 };

@@ -1,0 +1,279 @@
+// Approvals (`action: ask`): a passthrough CONNECT matched by an ask rule is held until the
+// approval desk decides, without blocking other traffic; allow, deny, timeout, no desk, scope
+// execution, an ended execution (409-style kGone), a closed execution, and 200 pending at once
+// answered in random order. The request paths (plain HTTP, pipelined, reused, HTTP in CONNECT)
+// are in pipeline_test.cpp's ask shapes; every approval is an audit row.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <random>
+
+#include "proxy_fixture.hpp"
+
+namespace sluice::proxy::testing {
+namespace {
+
+std::string askPolicy(const std::string& timeout = "5s") {
+  return "apiVersion: sluice/v1\nkind: Workflow\nname: asking\negress:\n  rules:\n"
+         "    - id: ask-tunnel\n"
+         "      action: ask\n"
+         "      ask: {timeout: " +
+         timeout +
+         "}\n"
+         "      hosts: [other.test, \"*.ask.test\"]\n"
+         "      ports: [\"1-65535\"]\n"
+         "      allow_private: true\n"
+         "      cidrs: [\"127.0.0.0/8\"]\n"
+         "    - id: local-upstream\n"
+         "      action: allow\n"
+         "      hosts: [upstream.test, other.test]\n"
+         "      ports: [\"1-65535\"]\n"
+         "      allow_private: true\n"
+         "      cidrs: [\"127.0.0.0/8\"]\n"
+         "  limits: {max_connections: 1000}\n";
+}
+
+class ApprovalTest : public ProxyFixture {
+ protected:
+  std::string policyYaml() override { return askPolicy(timeout_); }
+  bool wantApprovals() const override { return true; }
+  void approve(const Approval& a) override {
+    std::lock_guard lock(mu_);
+    raised_.push_back(a);
+    cv_.notify_all();
+  }
+
+  // Waits for the next approval the desk raised (as approvers were told of it).
+  std::optional<Approval> nextRaised(std::chrono::milliseconds wait = std::chrono::seconds(5)) {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, wait, [&] { return !raised_.empty(); })) return std::nullopt;
+    Approval a = raised_.front();
+    raised_.pop_front();
+    return a;
+  }
+
+  std::vector<audit::ApprovalEvent> approvalRows(std::size_t n) {
+    for (int i = 0; i < 500 && sink_->approvals().size() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return sink_->approvals();
+  }
+
+  std::string timeout_ = "5s";
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Approval> raised_;
+};
+
+TEST_F(ApprovalTest, ConnectWaitsForTheApproverThenTunnels) {
+  Client c(port_, std::chrono::milliseconds(300));
+  ASSERT_TRUE(c.ok());
+  c.send(connectRequest(echo()));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->host, "other.test");
+  EXPECT_EQ(a->port, up_.echoPort());
+  EXPECT_EQ(a->rule, "ask-tunnel");
+  EXPECT_EQ(a->workflow, "asking");
+  EXPECT_EQ(a->execution_id, execution_id_);
+  EXPECT_FALSE(a->method) << "a tunnel's approval has no method";
+  EXPECT_FALSE(a->path);
+  EXPECT_GT(a->expires_at_ms, a->asked_at_ms);
+  // Held: nothing is answered, nothing reaches the upstream.
+  EXPECT_EQ(c.readResponse(true).status, 0);
+  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
+  ASSERT_EQ(approvals_->pending().size(), 1u);
+  EXPECT_EQ(approvals_->answer(a->id, true, Scope::kOnce, "tester"), AnswerStatus::kAnswered);
+  auto est = c.readResponse(true);
+  EXPECT_EQ(est.status, 200);
+  c.send("ping");
+  EXPECT_EQ(c.readN(4), "ping");
+  auto rows = approvalRows(1);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].id, a->id);
+  EXPECT_EQ(rows[0].decision, "allow");
+  EXPECT_EQ(rows[0].decided_by, "tester");
+  EXPECT_EQ(rows[0].scope, "once");
+  EXPECT_EQ(rows[0].rule_id, "ask-tunnel");
+  EXPECT_TRUE(rows[0].method.empty());
+  EXPECT_GE(rows[0].decided_at_ms, rows[0].asked_at_ms);
+  // A second answer to the same approval is refused: it is no longer pending.
+  EXPECT_EQ(approvals_->answer(a->id, false, Scope::kOnce, "late"), AnswerStatus::kGone);
+  EXPECT_EQ(approvals_->answer("ap-0000000000000000", true, Scope::kOnce, "x"),
+            AnswerStatus::kNotFound);
+}
+
+TEST_F(ApprovalTest, DeniedConnectGets403AndNeverReachesTheUpstream) {
+  Client c(port_);
+  c.send(connectRequest(echo()));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  approvals_->answer(a->id, false, Scope::kOnce, "tester");
+  auto r = c.readResponse();
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "approval_denied");
+  EXPECT_NE(r.body.find("tester"), std::string::npos) << r.body;
+  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
+  auto row = sink_->waitConnection([](const audit::ConnectionEvent& e) {
+    return e.decision == "deny" && e.reason == "approval_denied";
+  });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->rule_id, "ask-tunnel");
+  EXPECT_EQ(approvalRows(1).at(0).decision, "deny");
+  EXPECT_EQ(approvalRows(1).at(0).reason, "approval_denied");
+}
+
+TEST_F(ApprovalTest, NoAnswerInTimeIsApprovalTimeout) {
+  timeout_ = "300ms";
+  proxy_->stop();
+  startProxy();
+  Client c(port_);
+  c.send(connectRequest(echo()));
+  ASSERT_TRUE(nextRaised());
+  auto r = c.readResponse();
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "approval_timeout");
+  auto rows = approvalRows(1);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].reason, "approval_timeout");
+  EXPECT_EQ(rows[0].decided_by, "timeout");
+  EXPECT_TRUE(approvals_->pending().empty());
+}
+
+TEST_F(ApprovalTest, OtherTrafficFlowsWhileOneWaits) {
+  Client held(port_);
+  held.send(connectRequest(echo()));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  // An allowed request on another connection is answered while the approval is pending.
+  auto r =
+      roundTrip("GET http://" + upstream() + "/ok HTTP/1.1\r\nHost: " + upstream() + "\r\n\r\n");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(approvals_->pending().size(), 1u);
+  approvals_->answer(a->id, true, Scope::kOnce, "tester");
+  EXPECT_EQ(held.readResponse(true).status, 200);
+}
+
+TEST_F(ApprovalTest, ScopeExecutionCoversTheSameRuleHostAndPort) {
+  Client first(port_);
+  first.send(connectRequest(echo()));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  approvals_->answer(a->id, true, Scope::kExecution, "tester");
+  ASSERT_EQ(first.readResponse(true).status, 200);
+  // Same rule, host and port: allowed at once, no new approval for anyone to answer.
+  Client second(port_);
+  second.send(connectRequest(echo()));
+  EXPECT_EQ(second.readResponse(true).status, 200);
+  EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200)));
+  auto rows = approvalRows(2);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[1].decision, "allow");
+  EXPECT_EQ(rows[1].scope, "execution");
+  EXPECT_EQ(rows[1].decided_by.rfind("scope:execution of " + a->id, 0), 0u) << rows[1].decided_by;
+  // Another port of the same host is another question.
+  Client third(port_);
+  third.send(connectRequest("other.test:" + std::to_string(up_.httpPort())));
+  auto b = nextRaised();
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->port, up_.httpPort());
+  approvals_->answer(b->id, false, Scope::kOnce, "tester");
+  EXPECT_EQ(third.readResponse().status, 403);
+}
+
+TEST_F(ApprovalTest, EndedExecutionRefusesWhatWaitsAndLaterAnswers) {
+  Client c(port_);
+  c.send(connectRequest(echo()));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  approvals_->endExecution(execution_id_);
+  auto r = c.readResponse();
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "execution_ended");
+  EXPECT_EQ(approvals_->answer(a->id, true, Scope::kOnce, "late"), AnswerStatus::kGone);
+  // New asks of an ended execution are refused at once (its program is being torn down).
+  Client again(port_);
+  again.send(connectRequest(echo()));
+  EXPECT_EQ(again.readResponse().header("x-sluice-reason"), "execution_ended");
+  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
+}
+
+TEST_F(ApprovalTest, ClosingTheExecutionWithdrawsItsApprovals) {
+  Client c(port_);
+  c.send(connectRequest(echo()));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  const auto t0 = std::chrono::steady_clock::now();
+  proxy_->closeExecution(execution_id_);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(1500))
+      << "closeExecution waited for the approval instead of withdrawing it";
+  EXPECT_TRUE(approvals_->pending().empty());
+  auto rows = approvalRows(1);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].decision, "deny");
+  EXPECT_EQ(rows[0].reason, "closed");
+  EXPECT_TRUE(c.waitClosed());
+}
+
+TEST_F(ApprovalTest, TwoHundredPendingAnsweredInAnyOrderReleaseExactlyTheirOwn) {
+  constexpr int kN = 200;
+  auto lo = *policy::parseIpLiteral("127.0.0.1");
+  for (int i = 0; i < kN; ++i) resolver_->add("h" + std::to_string(i) + ".ask.test", {lo});
+  std::vector<std::unique_ptr<Client>> clients;
+  for (int i = 0; i < kN; ++i) {
+    clients.push_back(std::make_unique<Client>(port_, std::chrono::seconds(10)));
+    ASSERT_TRUE(clients.back()->ok());
+    clients.back()->send(
+        connectRequest("h" + std::to_string(i) + ".ask.test:" + std::to_string(up_.echoPort())));
+  }
+  std::vector<Approval> raised;
+  while (raised.size() < kN) {
+    auto a = nextRaised();
+    ASSERT_TRUE(a) << "only " << raised.size() << " approvals raised";
+    raised.push_back(*a);
+  }
+  EXPECT_EQ(approvals_->pending().size(), static_cast<std::size_t>(kN));
+  std::mt19937 rng(20261123);
+  std::shuffle(raised.begin(), raised.end(), rng);
+  // Host hN is allowed when N is even.
+  for (const auto& a : raised) {
+    const int n = std::stoi(a.host.substr(1, a.host.find('.') - 1));
+    EXPECT_EQ(approvals_->answer(a.id, n % 2 == 0, Scope::kOnce, "tester"),
+              AnswerStatus::kAnswered);
+  }
+  for (int i = 0; i < kN; ++i) {
+    SCOPED_TRACE("client " + std::to_string(i));
+    auto r = clients[i]->readResponse(true);
+    if (i % 2 == 0) {
+      ASSERT_EQ(r.status, 200);
+      const std::string word = "c" + std::to_string(i);
+      clients[i]->send(word);
+      EXPECT_EQ(clients[i]->readN(word.size()), word);
+    } else {
+      EXPECT_EQ(r.status, 403);
+      EXPECT_EQ(r.header("x-sluice-reason"), "approval_denied");
+    }
+  }
+  EXPECT_EQ(up_.echoLog().accepted.load(), kN / 2);
+  EXPECT_EQ(approvalRows(kN).size(), static_cast<std::size_t>(kN));
+}
+
+// Without anyone to answer (no desk), an ask rule's match is refused at once, with the reason.
+class NoApproverTest : public ProxyFixture {
+ protected:
+  std::string policyYaml() override { return askPolicy(); }
+};
+
+TEST_F(NoApproverTest, AskIsRefusedAtOnceAsApprovalUnavailable) {
+  Client c(port_);
+  c.send(connectRequest(echo()));
+  auto r = c.readResponse();
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "approval_unavailable");
+  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
+}
+
+}  // namespace
+}  // namespace sluice::proxy::testing
