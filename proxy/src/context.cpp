@@ -140,6 +140,8 @@ void Account::addTo(Stats& stats) const {
   stats.bytes_in += bytes_in_.load();
   stats.requests += requests_.load();
   stats.connections += connections_.load();
+  stats.dns_queries += dns_queries_.load();
+  stats.dns_denied += dns_denied_.load();
   std::lock_guard lock(mu_);
   for (const auto& d : denials_) {
     if (stats.denials.size() >= kMaxDenials) break;

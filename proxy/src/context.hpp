@@ -58,6 +58,11 @@ class Account {
   void noteDenied(const std::string& host, std::uint16_t port, const std::string& rule,
                   const std::string& reason);
   void noteUpstreamConnection() { connections_.fetch_add(1, std::memory_order_relaxed); }
+  /// One message to sluice's DNS (dns_server.cpp); `denied`: its row says deny.
+  void noteDnsQuery(bool denied) {
+    dns_queries_.fetch_add(1, std::memory_order_relaxed);
+    if (denied) dns_denied_.fetch_add(1, std::memory_order_relaxed);
+  }
 
   void addTo(Stats& stats) const;
 
@@ -94,6 +99,8 @@ class Account {
   std::atomic<std::uint64_t> allowed_{0};
   std::atomic<std::uint64_t> denied_{0};
   std::atomic<std::uint64_t> connections_{0};
+  std::atomic<std::uint64_t> dns_queries_{0};
+  std::atomic<std::uint64_t> dns_denied_{0};
   mutable std::mutex mu_;
   std::vector<Denial> denials_;
   std::uint64_t next_live_ = 0;

@@ -32,8 +32,7 @@ std::expected<int, Error> socketFamily(int fd, int want_type, bool want_listenin
     int accepting = 0;
     len = sizeof accepting;
     if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting)
-      return std::unexpected(
-          Error{"adoptDns: TCP fd " + std::to_string(fd) + " is not listening"});
+      return std::unexpected(Error{"adoptDns: TCP fd " + std::to_string(fd) + " is not listening"});
   }
   sockaddr_storage ss{};
   len = sizeof ss;
@@ -46,8 +45,7 @@ std::expected<int, Error> socketFamily(int fd, int want_type, bool want_listenin
 
 }  // namespace
 
-Endpoint::TcpClient::TcpClient(tcp::socket s)
-    : socket(std::move(s)), idle(socket.get_executor()) {}
+Endpoint::TcpClient::TcpClient(tcp::socket s) : socket(std::move(s)), idle(socket.get_executor()) {}
 
 Endpoint::Endpoint(net::io_context& ioc, std::string execution_id,
                    std::shared_ptr<Answerer> answerer, std::shared_ptr<audit::EventSink> sink)
@@ -84,8 +82,7 @@ std::expected<void, Error> Endpoint::adopt(int udp_fd, int tcp_fd) {
 
 void Endpoint::start() {
   auto self = shared_from_this();
-  if (udp_.is_open())
-    net::co_spawn(strand_, udpLoop(self), LogEscapedException{"DNS (UDP)"});
+  if (udp_.is_open()) net::co_spawn(strand_, udpLoop(self), LogEscapedException{"DNS (UDP)"});
   if (tcp_.is_open())
     net::co_spawn(strand_, acceptLoop(self), LogEscapedException{"DNS (TCP accept)"});
 }
@@ -121,8 +118,8 @@ void Endpoint::close(bool running) {
 
 Outcome Endpoint::handle(std::span<const std::uint8_t> message, Transport transport) {
   Outcome o = answerer_->answer(message, transport, !sink_ || sink_->healthy());
-  if (!o.problem.empty())
-    log().debug("DNS query from execution {}: {}", execution_id_, o.problem);
+  if (!o.problem.empty()) log().debug("DNS query from execution {}: {}", execution_id_, o.problem);
+  if (account_) account_->noteDnsQuery(o.event.decision != "allow");
   if (o.record && sink_) {
     o.event.execution_id = execution_id_;
     o.event.workflow = answerer_->matcher()->workflow().name;

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "context.hpp"
 #include "dns_answerer.hpp"
 #include "net.hpp"
 #include "sluice/audit/event_sink.hpp"
@@ -29,6 +30,9 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   /// Takes ownership of `udp_fd` and `tcp_fd` (either may be -1, not both) and checks that
   /// they are a bound UDP socket and a listening TCP socket; closes both on error.
   std::expected<void, Error> adopt(int udp_fd, int tcp_fd);
+  /// Counts every query (and its denials) in `account` too (the execution's receipt); call
+  /// before start().
+  void chargeTo(std::shared_ptr<Account> account) { account_ = std::move(account); }
   /// Starts serving (the io_context may start running later).
   void start();
   /// Closes the sockets and every TCP client; `running`: the io_context threads run, so the
@@ -56,6 +60,7 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   std::string execution_id_;
   std::shared_ptr<Answerer> answerer_;
   std::shared_ptr<audit::EventSink> sink_;
+  std::shared_ptr<Account> account_;  // may be null
   net::strand<net::io_context::executor_type> strand_;
   net::ip::udp::socket udp_;
   tcp::acceptor tcp_;

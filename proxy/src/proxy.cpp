@@ -171,6 +171,12 @@ class ProxyImpl : public Proxy {
         return std::unexpected(Error{"adoptDns: the proxy is stopped"});
       }
       dns_.push_back(e);
+      // The receipt's DNS counts: the execution's (first) listener's account.
+      for (auto& l : listeners_)
+        if (!identity.execution_id.empty() && l->execution_id == identity.execution_id) {
+          e->chargeTo(l->account);
+          break;
+        }
     }
     e->start();
     log().info("serving DNS for workflow {}{}", identity.matcher->workflow().name,

@@ -70,6 +70,8 @@ void addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
   ctx.network.denied = st.denied;
   ctx.network.bytes_out = st.bytes_out;
   ctx.network.bytes_in = st.bytes_in;
+  ctx.network.dns_queries = st.dns_queries;
+  ctx.network.dns_denied = st.dns_denied;
   for (const auto& d : st.denials)
     ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
 }

@@ -579,6 +579,37 @@ TEST_F(DnsTest, UdpOnlyAndReloadedPolicy) {
   EXPECT_EQ(c.ask(query(3, "pypi.org", 1)).rcode(), 3);
 }
 
+TEST_F(DnsTest, TheExecutionsStatsCountItsQueriesAndDenials) {
+  // An execution with a proxy listener: its DNS queries are counted in its stats (the
+  // receipt's network.dns), and stay there once the execution is closed.
+  ListenerIdentity id("exec-counted", matcher_);
+  id.names = std::make_shared<SyntheticNames>();
+  ASSERT_TRUE(proxy_->listen("127.0.0.1", 0, id));
+  std::uint16_t udp_port = 0, tcp_port = 0;
+  const int udp = boundSocket(SOCK_DGRAM, udp_port);
+  const int tcp = boundSocket(SOCK_STREAM, tcp_port);
+  ASSERT_TRUE(proxy_->adoptDns(udp, tcp, id));
+  UdpClient c(udp_port);
+  EXPECT_EQ(c.ask(query(1, "pypi.org", 1)).rcode(), 0);                // allowed
+  EXPECT_EQ(c.ask(query(2, "pypi.org", 16)).rcode(), 0);               // NODATA: allowed
+  EXPECT_EQ(c.ask(query(3, "evil.example", 1)).rcode(), 3);            // denied
+  EXPECT_EQ(c.ask(query(4, "secret.allowed.example", 1)).rcode(), 3);  // denied by rule
+  testing::Client t(tcp_port);
+  ASSERT_TRUE(t.send(asString(framed(query(5, "x.evil.example", 16)))));
+  EXPECT_EQ(readFramed(t).rcode(), 3);
+  Stats s = proxy_->stats("exec-counted");
+  EXPECT_EQ(s.dns_queries, 5u);
+  EXPECT_EQ(s.dns_denied, 3u);
+  EXPECT_EQ(s.denied, 0u);  // DNS answers are not connection denials
+  // The DNS of another execution (the fixture's) is not counted here.
+  UdpClient other(udp_port_);
+  EXPECT_EQ(other.ask(query(6, "evil.example", 1)).rcode(), 3);
+  proxy_->closeExecution("exec-counted");
+  s = proxy_->stats("exec-counted");
+  EXPECT_EQ(s.dns_queries, 5u);
+  EXPECT_EQ(s.dns_denied, 3u);
+}
+
 TEST(SyntheticNames, StableAddressesThatMapBack) {
   SyntheticNames n;
   auto a = n.v4For("pypi.org");

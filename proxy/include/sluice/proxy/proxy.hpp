@@ -115,6 +115,8 @@ struct Stats {
   std::uint64_t requests = 0;     ///< HTTP requests seen
   std::uint64_t connections = 0;  ///< upstream connections opened
   std::vector<Denial> denials;    ///< first 1000 refusals, in order
+  std::uint64_t dns_queries = 0;  ///< messages to sluice's DNS (every one, malformed too)
+  std::uint64_t dns_denied = 0;   ///< of those, answered deny (NXDOMAIN, REFUSED, errors)
 };
 
 class Proxy {

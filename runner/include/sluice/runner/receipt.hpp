@@ -25,6 +25,9 @@ struct NetworkSummary {
     std::string reason;
   };
   std::vector<Denial> denials;
+  /// sluice's DNS (transparent capture): every query, and those answered deny.
+  std::uint64_t dns_queries = 0;
+  std::uint64_t dns_denied = 0;
 };
 
 /// What the runner does not know itself.
