@@ -1,4 +1,5 @@
-// `sluice audit query|verify|sql|show`: read-only views of the audit store for auditors.
+// `sluice audit query|verify|sql|show|keygen`: read-only views of the audit store for auditors,
+// and the signing key pair.
 // Exit status: 0 ok; 1 verify found a broken chain / show found no such execution; 2 error.
 #include <grp.h>
 
@@ -171,6 +172,9 @@ int runKeygen(const AuditArgs& a) {
 
 }  // namespace
 
+// prove, check-proof, export, verify-export, attest, verify-attestation (audit_evidence_cmd.cpp).
+void addAuditEvidenceCommands(CLI::App& audit_cmd, int& exit_code);
+
 std::expected<int, std::string> groupId(const std::string& name) {
   std::vector<char> buf(16384);
   group g{};
@@ -217,6 +221,8 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
       "keygen", "Make an Ed25519 signing key pair: DIR/audit.key (0600) and DIR/audit.pub");
   keygen->add_option("--out", args->out_dir, "Directory for the key files")->required();
   keygen->callback([args, &exit_code] { exit_code = runKeygen(*args); });
+
+  addAuditEvidenceCommands(*audit_cmd, exit_code);
 
   CLI::App* sql = audit_cmd->add_subcommand("sql", "Run one read-only SQL statement");
   sql->add_option("--db", args->db, "Audit database")->required();

@@ -2,16 +2,21 @@
 // and tamper with databases behind the store's back), root-gated tmpfs mounts.
 #pragma once
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 #include <sys/mount.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "sluice/audit/store.hpp"
 
@@ -271,6 +276,45 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
     }
     ASSERT_TRUE(store->recordExecution(sampleExecution(exec)).has_value());
   }
+}
+
+/// The real `sluice` binary run as a user would, stdout and stderr captured in `dir`.
+struct CliResult {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::ostringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+inline CliResult runCli(const TempDir& dir, std::vector<std::string> args) {
+  auto out_path = dir / "cli.out";
+  auto err_path = dir / "cli.err";
+  pid_t pid = fork();
+  if (pid == 0) {
+    int out = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    int err = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    dup2(out, 1);
+    dup2(err, 2);
+    std::vector<char*> argv;
+    std::string bin = SLUICE_BINARY;
+    argv.push_back(bin.data());
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  CliResult r;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(out_path);
+  r.err = slurp(err_path);
+  return r;
 }
 
 }  // namespace sluice::audit::testing

@@ -1,0 +1,87 @@
+// The chained tables as data, rows as JSON, and hashing a row from its JSON; see chain_rows.hpp.
+#include "chain_rows.hpp"
+
+#include <fmt/format.h>
+
+namespace sluice::audit::detail {
+
+const std::array<ChainTable, 6>& chainTables() {
+  static const std::array<ChainTable, 6> tables = {{
+      {"executions", kExecutionColumns, "started_at"},
+      {"connections", kConnectionColumns, "ts"},
+      {"requests", kRequestColumns, "ts"},
+      {"forwards", kForwardColumns, "ts"},
+      {"dns_queries", kDnsColumns, "ts"},
+      {"approvals", kApprovalColumns, "asked_at"},
+  }};
+  return tables;
+}
+
+const ChainTable* findChainTable(std::string_view name) {
+  for (const auto& t : chainTables()) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+std::string chainSelectSql(const ChainTable& t) {
+  std::string sql = "SELECT seq, prev_hash, hash";
+  for (auto c : t.columns) {
+    sql += ", ";
+    sql += c;
+  }
+  return fmt::format("{} FROM {} WHERE seq > ?1 ORDER BY seq", sql, t.name);
+}
+
+nlohmann::ordered_json columnJson(sqlite3_stmt* s, int col) {
+  switch (sqlite3_column_type(s, col)) {
+    case SQLITE_INTEGER:
+      return static_cast<std::int64_t>(sqlite3_column_int64(s, col));
+    case SQLITE_NULL:
+      return nullptr;
+    default: {
+      const auto* p = reinterpret_cast<const char*>(sqlite3_column_text(s, col));
+      return std::string(p ? p : "", static_cast<std::size_t>(sqlite3_column_bytes(s, col)));
+    }
+  }
+}
+
+nlohmann::ordered_json rowColumnsJson(sqlite3_stmt* s, const ChainTable& t) {
+  nlohmann::ordered_json cols = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < t.columns.size(); ++i)
+    cols[std::string(t.columns[i])] = columnJson(s, static_cast<int>(i + 3));
+  return cols;
+}
+
+std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const ChainTable& t,
+                                                    std::int64_t seq, std::string_view prev_hash,
+                                                    const nlohmann::ordered_json& columns) {
+  if (!columns.is_object()) return std::unexpected("columns is not an object");
+  if (columns.size() != t.columns.size()) {
+    return std::unexpected(
+        fmt::format("{} has {} columns, not {}", t.name, t.columns.size(), columns.size()));
+  }
+  std::vector<Value> values;
+  values.reserve(t.columns.size());
+  for (auto name : t.columns) {
+    auto it = columns.find(std::string(name));
+    if (it == columns.end()) return std::unexpected(fmt::format("column {} is missing", name));
+    if (it->is_null()) {
+      values.emplace_back();
+    } else if (it->is_number_integer()) {
+      values.emplace_back(it->get<std::int64_t>());
+    } else if (it->is_string()) {
+      values.emplace_back(std::string_view(it->get_ref<const std::string&>()));
+    } else {
+      return std::unexpected(
+          fmt::format("column {} is neither null, an integer nor a string", name));
+    }
+  }
+  return hasher.hash(t.name, seq, prev_hash, values);
+}
+
+std::string dumpJson(const nlohmann::ordered_json& j, int indent) {
+  return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
+}  // namespace sluice::audit::detail

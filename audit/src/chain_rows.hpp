@@ -1,0 +1,48 @@
+// The chained tables as data (name, hashed columns, time column) and a row's columns as JSON,
+// shared by export, inclusion proofs and attestations, so that what they print is exactly
+// what the row hash covers and anyone can recompute it from the JSON alone.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <array>
+#include <expected>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "row_hash.hpp"
+
+namespace sluice::audit::detail {
+
+struct ChainTable {
+  std::string_view name;
+  std::span<const std::string_view> columns;  // hashed columns, in encoding order
+  std::string_view time_column;               // epoch ms of the event
+};
+
+/// Every chained table, in no particular order (rows interleave by seq).
+const std::array<ChainTable, 6>& chainTables();
+const ChainTable* findChainTable(std::string_view name);
+
+/// "SELECT seq, prev_hash, hash, <columns> FROM <table> WHERE seq > ?1 ORDER BY seq".
+std::string chainSelectSql(const ChainTable& t);
+
+/// Column `col` of the current row: null, integer or text (the chained tables are STRICT).
+nlohmann::ordered_json columnJson(sqlite3_stmt* s, int col);
+
+/// The hashed columns of the current row of a chainSelectSql() statement, as an ordered
+/// object (column name -> value).
+nlohmann::ordered_json rowColumnsJson(sqlite3_stmt* s, const ChainTable& t);
+
+/// Recomputes a row's hash from its JSON form: `columns` must hold exactly the table's hashed
+/// columns, each null, an integer or a string. The error says what is wrong.
+std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const ChainTable& t,
+                                                    std::int64_t seq, std::string_view prev_hash,
+                                                    const nlohmann::ordered_json& columns);
+
+/// JSON text of `j` (invalid UTF-8 replaced rather than thrown).
+std::string dumpJson(const nlohmann::ordered_json& j, int indent = -1);
+
+}  // namespace sluice::audit::detail

@@ -1,0 +1,197 @@
+// `sluice audit prove` / `check-proof`: the inclusion proof of one execution's row against the
+// latest signed checkpoint, and its verification without the database; see evidence.hpp and
+// docs/audit.md ("Inclusion proofs").
+#include <fmt/format.h>
+
+#include <vector>
+
+#include "chain_rows.hpp"
+#include "merkle.hpp"
+#include "schema.hpp"
+#include "sluice/audit/evidence.hpp"
+#include "sqlite_db.hpp"
+
+namespace sluice::audit {
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr std::string_view kProofType = "sluice-inclusion-proof/v1";
+
+/// Leaf hashes of rows 1..position, checking they form an unbroken sequence.
+std::expected<std::vector<detail::Digest>, Error> readLeaves(const std::filesystem::path& db,
+                                                             sqlite3* raw, std::int64_t position) {
+  std::string sql;
+  for (const auto& t : detail::chainTables()) {
+    if (!sql.empty()) sql += " UNION ALL ";
+    sql += fmt::format("SELECT seq, hash FROM {} WHERE seq <= ?1", t.name);
+  }
+  auto st = detail::prepare(db, raw, sql + " ORDER BY seq");
+  if (!st) return std::unexpected(st.error());
+  st->bindInt(1, position);
+  std::vector<detail::Digest> leaves;
+  leaves.reserve(static_cast<std::size_t>(position));
+  int rc;
+  while ((rc = st->step()) == SQLITE_ROW) {
+    auto d = detail::fromHex(st->columnText(1));
+    if (st->columnInt(0) != static_cast<std::int64_t>(leaves.size()) + 1 || !d) {
+      return std::unexpected(
+          Error{fmt::format("{}: the chain is broken at seq {}; run sluice audit verify",
+                            db.string(), leaves.size() + 1)});
+    }
+    leaves.push_back(detail::leafHash(*d));
+  }
+  if (rc != SQLITE_DONE)
+    return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read the chain"));
+  if (static_cast<std::int64_t>(leaves.size()) != position) {
+    return std::unexpected(Error{fmt::format(
+        "{}: the chain ends at seq {} but the checkpoint covers {}; run sluice audit verify",
+        db.string(), leaves.size(), position)});
+  }
+  return leaves;
+}
+
+bool isHexDigest(const Json& j) { return j.is_string() && detail::fromHex(j.get<std::string>()); }
+
+}  // namespace
+
+std::expected<std::string, Error> proveExecution(const std::filesystem::path& db,
+                                                 std::string_view execution_id) {
+  std::error_code ec;
+  if (!std::filesystem::exists(db, ec))
+    return std::unexpected(Error{db.string() + ": no such file"});
+  auto conn = detail::openDb(db, SQLITE_OPEN_READONLY, 5000);
+  if (!conn) return std::unexpected(conn.error());
+  sqlite3* raw = conn->get();
+  if (auto r = detail::checkReadable(db, raw); !r) return std::unexpected(r.error());
+  if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
+
+  const detail::ChainTable& table = *detail::findChainTable("executions");
+  std::string sql = detail::chainSelectSql(table);
+  sql = sql.substr(0, sql.find(" WHERE ")) + " WHERE id = ?1";
+  auto row = detail::prepare(db, raw, sql);
+  if (!row) return std::unexpected(row.error());
+  row->bindText(1, execution_id);
+  if (row->step() != SQLITE_ROW) {
+    return std::unexpected(
+        Error{fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
+  }
+  const std::int64_t seq = row->columnInt(0);
+
+  auto ckpt = detail::prepare(db, raw,
+                              "SELECT seq, position, root, signature, key_id, ts FROM checkpoints "
+                              "ORDER BY position DESC, seq DESC LIMIT 1");
+  if (!ckpt) return std::unexpected(ckpt.error());
+  if (ckpt->step() != SQLITE_ROW || ckpt->columnInt(1) < seq) {
+    return std::unexpected(Error{fmt::format(
+        "{}: execution {} (seq {}) is not covered by a signed checkpoint yet{}; one is written "
+        "every N rows or T seconds and when the writer closes (a store opened with "
+        "--signing-key)",
+        db.string(), execution_id, seq,
+        sqlite3_column_type(ckpt->get(), 1) == SQLITE_INTEGER
+            ? fmt::format(" (the latest covers seq 1..{})", ckpt->columnInt(1))
+            : std::string(" (the database has no checkpoints)"))});
+  }
+  const std::int64_t position = ckpt->columnInt(1);
+  auto leaves = readLeaves(db, raw, position);
+  if (!leaves) return std::unexpected(leaves.error());
+  if (detail::toHex(detail::subtreeRoot(*leaves)) != ckpt->columnText(2)) {
+    return std::unexpected(Error{fmt::format(
+        "{}: rows 1..{} do not match checkpoint seq {}'s root; run sluice audit verify --pubkey",
+        db.string(), position, ckpt->columnInt(0))});
+  }
+  Json path = Json::array();
+  for (const auto& d : detail::inclusionPath(*leaves, static_cast<std::uint64_t>(seq - 1)))
+    path.push_back(detail::toHex(d));
+
+  Json proof = Json::object();
+  proof["type"] = kProofType;
+  proof["row"] = {{"table", table.name},
+                  {"seq", seq},
+                  {"prev_hash", std::string(row->columnText(1))},
+                  {"hash", std::string(row->columnText(2))},
+                  {"columns", detail::rowColumnsJson(row->get(), table)}};
+  proof["leaf_index"] = seq - 1;
+  proof["tree_size"] = position;
+  proof["audit_path"] = std::move(path);
+  proof["checkpoint"] = {{"seq", ckpt->columnInt(0)},
+                         {"position", position},
+                         {"root", std::string(ckpt->columnText(2))},
+                         {"ts", ckpt->columnInt(5)},
+                         {"key_id", std::string(ckpt->columnText(4))},
+                         {"signature", std::string(ckpt->columnText(3))}};
+  return detail::dumpJson(proof, 2) + "\n";
+}
+
+ProofCheck checkProof(std::string_view proof_json, const PublicKey& key) {
+  ProofCheck out;
+  auto reject = [&](std::string why) {
+    out.ok = false;
+    out.reason = std::move(why);
+    return out;
+  };
+  Json p = Json::parse(proof_json, nullptr, false);
+  if (p.is_discarded() || !p.is_object()) return reject("not a JSON object");
+  if (p.value("type", "") != kProofType)
+    return reject(fmt::format("type is not \"{}\"", kProofType));
+  const Json& row = p["row"];
+  const Json& cp = p["checkpoint"];
+  if (!row.is_object() || !cp.is_object() || !p["audit_path"].is_array() ||
+      !p["leaf_index"].is_number_integer() || !p["tree_size"].is_number_integer()) {
+    return reject("row, checkpoint, audit_path, leaf_index or tree_size missing");
+  }
+  if (!row["table"].is_string() || !row["seq"].is_number_integer() ||
+      !isHexDigest(row["prev_hash"]) || !isHexDigest(row["hash"])) {
+    return reject("row: table, seq, prev_hash or hash missing or malformed");
+  }
+  if (!cp["position"].is_number_integer() || !isHexDigest(cp["root"]) ||
+      !cp["ts"].is_number_integer() || !cp["key_id"].is_string() || !cp["signature"].is_string()) {
+    return reject("checkpoint: position, root, ts, key_id or signature missing or malformed");
+  }
+  const detail::ChainTable* table = detail::findChainTable(row["table"].get<std::string>());
+  if (!table) return reject("row: unknown table " + row["table"].get<std::string>());
+  out.seq = row["seq"].get<std::int64_t>();
+  out.position = cp["position"].get<std::int64_t>();
+  if (row["columns"].is_object() && row["columns"].contains("id") &&
+      row["columns"]["id"].is_string())
+    out.execution_id = row["columns"]["id"].get<std::string>();
+
+  // 1. The row: its hash from its columns (so the receipt it carries is the one hashed).
+  detail::RowHasher hasher;
+  auto computed = detail::hashJsonRow(hasher, *table, out.seq, row["prev_hash"].get<std::string>(),
+                                      row["columns"]);
+  if (!computed) return reject("row: " + computed.error());
+  if (*computed != row["hash"].get<std::string>())
+    return reject("row: its hash does not match its columns (the receipt or a column was changed)");
+  // 2. The path: from the row's leaf to the checkpoint's root.
+  if (p["leaf_index"].get<std::int64_t>() != out.seq - 1 ||
+      p["tree_size"].get<std::int64_t>() != out.position) {
+    return reject("leaf_index or tree_size do not match the row's seq and the checkpoint");
+  }
+  std::vector<detail::Digest> path;
+  for (const Json& h : p["audit_path"]) {
+    if (!isHexDigest(h)) return reject("audit_path: not a list of SHA-256 hex digests");
+    path.push_back(*detail::fromHex(h.get<std::string>()));
+  }
+  if (out.seq < 1 || out.position < out.seq)
+    return reject("the row is not inside the checkpoint's tree");
+  auto root = detail::rootFromPath(
+      static_cast<std::uint64_t>(out.seq - 1), static_cast<std::uint64_t>(out.position),
+      detail::leafHash(*detail::fromHex(row["hash"].get<std::string>())), path);
+  if (!root || detail::toHex(*root) != cp["root"].get<std::string>())
+    return reject("audit_path: does not lead from the row to the checkpoint's root");
+  // 3. The checkpoint: signed by the auditor's key.
+  if (cp["key_id"].get<std::string>() != key.keyId()) {
+    return reject(fmt::format("checkpoint: signed by key {}, not by the given key {}",
+                              cp["key_id"].get<std::string>(), key.keyId()));
+  }
+  auto sig = base64Decode(cp["signature"].get<std::string>());
+  if (!sig || !key.verify(checkpointSignedText(out.position, cp["root"].get<std::string>(),
+                                               cp["ts"].get<std::int64_t>()),
+                          *sig)) {
+    return reject("checkpoint: the signature does not verify");
+  }
+  out.ok = true;
+  return out;
+}
+
+}  // namespace sluice::audit
