@@ -357,6 +357,7 @@ class McpServerImpl final : public McpServer {
   // The session sandbox (at initialize, so the first call does not wait for it); approvals for
   // it are watched from then on. A failure is reported by each tool call that needs it.
   void openSession() {
+    if (session_opened_) return;  // a call before initialize opened it already
     session_opened_ = true;
     auto id = tools_->open();
     if (id) watchApprovals(*id);
