@@ -6,9 +6,11 @@
 //
 //   serve_client SOCKET runs N            POST /v1/runs of /bin/true, sequential (PACE_MS=M:
 //                                         M ms between requests, so a warm pool can refill)
-//   serve_client SOCKET exec N            one session, N execs of /bin/true, sequential
+//   serve_client SOCKET exec N            one session, N execs of /bin/true, sequential (PACE_MS
+//                                         as for runs)
 //   serve_client SOCKET concurrent N C    N runs spread over C concurrent clients
 //   serve_client SOCKET session N         N times: create a session, exec /bin/true, delete it
+//   serve_client SOCKET health N          GET /v1/healthz (the HTTP round trip alone)
 //
 // Env: WORKFLOW (default "bench"). Prints one JSON object:
 // {"n", "p50_ms", "p99_ms", "mean_ms", "per_s", "errors"}.
@@ -139,7 +141,8 @@ double seconds(Clock::time_point t0) {
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: serve_client SOCKET runs|exec|session|concurrent N [CLIENTS]\n");
+    std::fprintf(stderr,
+                 "usage: serve_client SOCKET runs|exec|session|health|concurrent N [CLIENTS]\n");
     return 2;
   }
   const std::string sock = argv[1], mode = argv[2];
@@ -173,9 +176,12 @@ int main(int argc, char** argv) {
     const std::string target = "/v1/sessions/" + id + "/exec";
     for (int i = 0; i < 5; ++i) c.call("POST", target, exec);
     t0 = Clock::now();
+    const char* pace_env = std::getenv("PACE_MS");
+    const auto pace = std::chrono::milliseconds(pace_env ? std::atoi(pace_env) : 0);
     for (int i = 0; i < n; ++i) {
       const auto t = Clock::now();
       s.add(t, exitedZero(c.call("POST", target, exec)));
+      if (pace.count() > 0) std::this_thread::sleep_for(pace);
     }
     const double wall = seconds(t0);
     c.call("DELETE", "/v1/sessions/" + id, "");
@@ -194,6 +200,13 @@ int main(int argc, char** argv) {
       c.call("DELETE", "/v1/sessions/" + id, "");
       const char* pace_env = std::getenv("PACE_MS");
       if (pace_env) std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(pace_env)));
+    }
+  } else if (mode == "health") {
+    Connection c(sock);
+    t0 = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      const auto t = Clock::now();
+      s.add(t, c.call("GET", "/v1/healthz", "").status == 200);
     }
   } else if (mode == "concurrent") {
     const int clients = argc > 4 ? std::atoi(argv[4]) : 100;

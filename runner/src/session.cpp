@@ -300,9 +300,10 @@ std::expected<RunResult, SetupError> SandboxSession::exec(const ExecSpec& spec,
   const CgroupStats counters = detail::countersSince(s_->counters, before);
   detail::acceptReportLostToOom(sup, counters);
   const pid_t init = s_->sandbox->init;
-  if (initGone(init)) s_->breakWith("the session's sandbox ended (its init died)");
+  const bool init_gone = initGone(init);
+  if (init_gone) s_->breakWith("the session's sandbox ended (its init died)");
   if (sup.child_error || !sup.have_report) return std::unexpected(detail::failureOf(sup));
-  const bool disk_full = !initGone(init) && detail::scratchFull(init);
+  const bool disk_full = !init_gone && detail::scratchFull(init);
   result.ended_at = std::chrono::system_clock::now();
   detail::fillOutcome(sup, counters, s_->spec.limits, disk_full, result);
   result.isolation = detail::isolationOf(*s_->sandbox, s_->spec.uid, s_->spec.gid);

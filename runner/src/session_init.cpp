@@ -119,14 +119,17 @@ void serveExec(const ChildPlan& plan, ReceivedExec& req) {
   const pid_t program = spawnProgram(launch);
   if (program < 0) reportStep(error_fd, ChildMessage::kSetupFailed, "start program", errno);
   killIfStopped();  // a stop that came before the program existed
-  // Init keeps no copy of the exec's pipes: sluice sees EOF once the program's processes are
-  // gone (or the program exec'd, for the error pipe).
-  for (int i : {kExecStdout, kExecStderr, kExecError, kExecStdin})
+  if (req.fds[kExecStdin] >= 0) ::close(std::exchange(req.fds[kExecStdin], -1));
+  // Init keeps its copies of the output and error pipes until every process of the exec is
+  // gone, and closes them just before it reports: sluice then sees their EOF and the report
+  // together and wakes once, not once when the program execs (error pipe), once when it exits
+  // (output) and once more for the report. (A run's init closes its copies at once: the time
+  // of execve is one of the phases SLUICE_TIMING=1 shows.)
+  InitReport rep{};
+  if (program >= 0) rep = reapUntilEmpty(program);
+  for (int i : {kExecStdout, kExecStderr, kExecError})
     if (req.fds[i] >= 0) ::close(std::exchange(req.fds[i], -1));
-  if (program >= 0) {
-    const InitReport rep = reapUntilEmpty(program);
-    writeFully(req.fds[kExecReport], &rep, sizeof rep);
-  }
+  if (program >= 0) writeFully(req.fds[kExecReport], &rep, sizeof rep);
   ::munmap(mem, static_cast<std::size_t>(st.st_size));
 }
 

@@ -1,9 +1,6 @@
 // Sessions (sessions.hpp).
 #include "sessions.hpp"
 
-#include <cstdio>
-#include <ctime>
-
 #include "pool.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
@@ -15,15 +12,6 @@ namespace sluice::serve {
 namespace rn = sluice::runner;
 namespace pol = sluice::policy;
 using nlohmann::json;
-
-// TEMP-TRACE
-inline void tmpTrace(const char* what) {
-  static const bool on = ::getenv("SLUICE_TRACE_EXEC") != nullptr;
-  if (!on) return;
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
-  std::fprintf(stderr, "TRACE %ld.%06ld %s\n", (long)ts.tv_sec, ts.tv_nsec / 1000, what);
-}
 
 namespace {
 
@@ -200,7 +188,6 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
                                                    const json& body,
                                                    const std::function<void(std::string)>& lines,
                                                    int stop_fd) {
-  tmpTrace("sessions.exec");
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   Session& s = **found;
@@ -282,9 +269,7 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
                          after.denials.end());
     addNetwork(ctx, delta);
   }
-  tmpTrace("commit.begin");
   auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
-  tmpTrace("commit.end");
   s.execs.push_back(spec.execution_id);
   std::lock_guard lock(mu_);
   --s.busy;
