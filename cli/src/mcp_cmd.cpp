@@ -76,6 +76,8 @@ void addMcpCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--policy-dir", o->serve.policy_dir, "Directory of workflow policy files")
       ->required();
   cmd->add_option("--workflow", o->workflow, "The workflow the tools run under")->required();
+  cmd->add_option("--signing-key", o->serve.signing_key,
+                  "Sign audit checkpoints with this Ed25519 key (sluice audit keygen; 0600)");
   cmd->add_option("--audit", o->serve.audit_db,
                   "Audit database (default /var/lib/sluice/audit.db)");
   cmd->add_option("--secrets", o->serve.secrets, "Secret store file (mode 0600)");

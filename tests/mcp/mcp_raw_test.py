@@ -570,6 +570,22 @@ def test_approve_with_answers_instead_of_the_client(s):
         up.close()
 
 
+def test_signing_key_signs_the_audit_store(s):
+    s.kill()
+    keys = os.path.join(s.tmp, "keys")
+    subprocess.run([SLUICE, "audit", "keygen", "--out", keys], check=True, capture_output=True)
+    s = Server(s.tmp, "shell", ["--signing-key", os.path.join(keys, "audit.key")])
+    try:
+        s.initialize()
+        check_output("run_command", s.call("run_command", {"command": "true"}))
+        assert s.close_and_wait() == 0, s.stderr()
+        out = subprocess.run([SLUICE, "audit", "verify", "--db", s.db, "--pubkey",
+                              os.path.join(keys, "audit.pub")], capture_output=True, text=True)
+        assert out.returncode == 0 and "signatures valid" in out.stdout, out.stdout + out.stderr
+    finally:
+        s.kill()
+
+
 def test_a_bad_workflow_is_refused_before_any_message(s):
     s.kill()
     out = subprocess.run([SLUICE, "mcp", "--policy-dir", os.path.join(s.tmp, "policies"),
