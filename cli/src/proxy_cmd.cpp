@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
@@ -38,6 +39,7 @@ struct ProxyArgs {
   std::vector<std::string> workflows;
   std::string audit_db;
   std::string audit_group;
+  std::string signing_key;  // audit checkpoints' Ed25519 key (issue 15)
   std::string secrets;
   std::string ca_dir;
   std::vector<std::string> upstream_cas;
@@ -203,6 +205,14 @@ int runProxy(const ProxyArgs& args) {
       }
       store_options.group = *gid;
     }
+    if (!args.signing_key.empty()) {
+      auto key = audit::SigningKey::load(args.signing_key);
+      if (!key) {
+        std::fprintf(stderr, "sluice proxy: --signing-key: %s\n", key.error().message.c_str());
+        return 1;
+      }
+      store_options.signing_key = *key;
+    }
     auto s = audit::Store::open(args.audit_db, store_options);
     if (!s) {
       std::fprintf(stderr, "sluice proxy: cannot open audit store: %s\n",
@@ -292,6 +302,8 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
                   "Workflow served by the --listen at the same position (repeatable)")
       ->required();
   cmd->add_option("--audit", args->audit_db, "SQLite audit database");
+  cmd->add_option("--signing-key", args->signing_key,
+                  "Sign audit checkpoints with this Ed25519 key (sluice audit keygen; 0600)");
   cmd->add_option("--audit-group", args->audit_group,
                   "Create the audit database 0640 with this group (default: 0600, owner only)");
   cmd->add_option("--secrets", args->secrets,

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "commands.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
@@ -46,6 +47,7 @@ struct RunOptions {
   std::string policy_file, workflow, policy_dir;
   std::string audit_db = "./sluice-audit.db";
   std::string audit_group;
+  std::string signing_key;  // audit checkpoints' Ed25519 key (issue 15)
   std::string secrets;
   std::vector<std::string> upstream_cas;
   std::vector<std::string> env, inputs;
@@ -285,6 +287,13 @@ int doRun(const RunOptions& o) {
       if (!gid) return fail("audit store", gid.error());
       store_options.group = *gid;
     }
+    if (!o.signing_key.empty()) {
+      // Read here, in sluice's own process, before the sandbox exists: the sandbox never sees
+      // the file (no host home or /tmp in it) and the key is never in its environment.
+      auto key = audit::SigningKey::load(o.signing_key);
+      if (!key) return fail("signing key", key.error().message);
+      store_options.signing_key = *key;
+    }
     store = audit::Store::openAsync(o.audit_db, store_options);
     store->recordPolicy(w.sha256, w.name, w.yaml_text);
   }
@@ -495,6 +504,8 @@ void addRunCommands(CLI::App& app, int& exit_code,
   run->add_option("--policy-dir", o->policy_dir, "Directory of workflow policies");
   run->add_option("--audit", o->audit_db,
                   "Audit database (default ./sluice-audit.db; \"\" = none)");
+  run->add_option("--signing-key", o->signing_key,
+                  "Sign audit checkpoints with this Ed25519 key (sluice audit keygen; 0600)");
   run->add_option("--audit-group", o->audit_group,
                   "Create the audit database 0640 with this group (default: 0600, owner only)");
   run->add_option("--secrets", o->secrets, "Secret store file (mode 0600)");

@@ -68,6 +68,8 @@ void addServeCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--listen", o.listens,
                   "unix:PATH or HOST:PORT (repeatable; default unix:/run/sluice/sluice.sock)");
   cmd->add_option("--audit", o.audit_db, "Audit database (default /var/lib/sluice/audit.db)");
+  cmd->add_option("--signing-key", o.signing_key,
+                  "Sign audit checkpoints with this Ed25519 key (sluice audit keygen; 0600)");
   cmd->add_option("--secrets", o.secrets, "Secret store file (mode 0600)");
   cmd->add_option("--ca-dir", o.ca_dir, "CA directory for tls: inspect rules (sluice ca init)");
   cmd->add_option("--upstream-ca", o.upstream_cas, "Extra CA file for inspected upstreams");

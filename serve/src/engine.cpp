@@ -9,6 +9,7 @@
 
 #include "pool.hpp"
 #include "sluice/audit/reader.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
@@ -172,6 +173,11 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   // A resident daemon writes a few rows per execution: a small page cache keeps its RSS from
   // growing with the database (the default suits bulk writers).
   store_options.cache_kib = 256;
+  if (!options.signing_key.empty()) {
+    auto key = audit::SigningKey::load(options.signing_key);
+    if (!key) return std::unexpected("--signing-key: " + key.error().message);
+    store_options.signing_key = *key;
+  }
   auto store = audit::Store::open(options.audit_db, store_options);
   if (!store) return std::unexpected("audit store: " + store.error().message);
   e->store_ = std::shared_ptr<audit::Store>(std::move(*store));

@@ -54,7 +54,7 @@ class EvidenceTest : public ::testing::Test {
     store->recordApproval(testing::sampleApproval(0, "exec-1"));
     auto e = testing::sampleExecution("exec-1");
     e.artifacts_json =
-        R"([{"path":"/output/report.csv","bytes":12,"sha256":")" + kArtifactSha + R"("}])";
+        R"([{"path":"report.csv","bytes":12,"sha256":")" + kArtifactSha + R"("}])";
     ASSERT_TRUE(store->recordExecution(e).has_value());
     store->recordConnection(testing::sampleConnection(9, "exec-2"));
     ASSERT_TRUE(store->flush().has_value());
@@ -269,7 +269,7 @@ TEST_F(EvidenceTest, AttestationNamesOutputsPolicyAndFetchedUrls) {
   AttestationCheck c = verifyAttestation(*env, *pub_);
   ASSERT_TRUE(c.ok) << c.reason;
   ASSERT_EQ(c.subjects.size(), 1u);
-  EXPECT_EQ(c.subjects[0].first, "/output/report.csv");
+  EXPECT_EQ(c.subjects[0].first, "report.csv");
   EXPECT_EQ(c.subjects[0].second, kArtifactSha);
   Json envelope = Json::parse(*env);
   EXPECT_EQ(envelope["payloadType"], "application/vnd.in-toto+json");

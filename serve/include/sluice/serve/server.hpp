@@ -19,6 +19,8 @@ struct ServeOptions {
   /// "unix:/path" or "HOST:PORT" (IPv6 as "[::1]:PORT"). Empty: unix:/run/sluice/sluice.sock.
   std::vector<std::string> listens;
   std::string audit_db = "/var/lib/sluice/audit.db";
+  /// Ed25519 private key (`--signing-key`): the audit store signs checkpoints with it.
+  std::string signing_key;
   std::string secrets;
   std::string ca_dir;
   std::vector<std::string> upstream_cas;
