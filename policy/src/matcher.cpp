@@ -521,12 +521,13 @@ Matcher::NameAnswer Matcher::nameAnswer(std::string_view raw) const {
     for (const auto& p : r->ports)  // the loader fills in the default [80, 443]
       if (!portsCovered(p, denied)) return {true, r};
   }
+  // Refused: by the deny rule that covers an allowed port, else by any deny rule naming it.
   for (const Rule* d : denies)
     for (const auto& dp : d->ports)
       for (const Rule* r : allows)
         for (const auto& p : r->ports)
           if (dp.lo <= p.hi && p.lo <= dp.hi) return {false, d};
-  return {};
+  return {false, denies.empty() ? nullptr : denies.front()};
 }
 
 Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,

@@ -97,8 +97,9 @@ class Matcher {
 
   /// nameMayBeAllowed with the rule behind the answer (dns_queries.rule_id): when the name may
   /// be allowed, the first allow or ask rule (policy order) that matches it on a port no deny
-  /// rule covers; when allow rules match but deny rules cover all their ports, the first such
-  /// deny rule that covers one of those ports; else none.
+  /// rule covers; when allow rules match but deny rules cover all their ports, the first deny
+  /// rule that covers one of those ports; else the first deny rule (without request conditions
+  /// or cidrs) whose hosts match the name; else none (no rule names it).
   struct NameAnswer {
     bool may_be_allowed = false;
     const Rule* rule = nullptr;
