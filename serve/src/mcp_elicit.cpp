@@ -1,6 +1,8 @@
 // MCP elicitation for approvals (mcp_elicit.hpp).
 #include "mcp_elicit.hpp"
 
+#include <vector>
+
 #include "sluice/runner/receipt.hpp"
 
 namespace sluice::serve {
@@ -65,6 +67,29 @@ bool Elicitation::ask(const proxy::Approval& a, Answer answer) {
   }
   send_(request(a, id));
   return true;
+}
+
+void Elicitation::withdrawSettled(const std::function<bool(const std::string&)>& pending) {
+  std::vector<std::pair<json, std::string>> settled;  // request id, approval id
+  {
+    std::lock_guard lock(mu_);
+    for (auto it = outstanding_.begin(); it != outstanding_.end();) {
+      if (pending(it->second.first)) {
+        ++it;
+        continue;
+      }
+      settled.emplace_back(json::parse(it->first), it->second.first);
+      it = outstanding_.erase(it);
+    }
+  }
+  for (const auto& [id, approval] : settled)
+    send_(json{{"jsonrpc", "2.0"},
+               {"method", "notifications/cancelled"},
+               {"params",
+                {{"requestId", id},
+                 {"reason", "approval " + approval +
+                                " is no longer pending (timed out, answered elsewhere, or its "
+                                "command ended)"}}}});
 }
 
 void Elicitation::onResponse(const json& msg) {

@@ -37,6 +37,11 @@ class Elicitation {
   /// decides its approval; a response to nothing of ours is ignored.
   void onResponse(const nlohmann::json& msg);
 
+  /// Withdraws the questions whose approval is no longer pending (`pending(id)` false: it timed
+  /// out, its execution ended, another approver answered): each gets notifications/cancelled,
+  /// so the client can close its dialog. Its answer, if one still comes, is ignored.
+  void withdrawSettled(const std::function<bool(const std::string& approval_id)>& pending);
+
   /// The elicitation/create request for `a` with JSON-RPC id `id` (exposed for tests).
   static nlohmann::json request(const proxy::Approval& a, const nlohmann::json& id);
   /// Whether a response allows: only result.action == "accept" with content.allow == true.

@@ -350,6 +350,10 @@ class McpServerImpl final : public McpServer {
       }
       for (int fd : stop_pipe)
         if (fd >= 0) ::close(fd);
+      // Questions about approvals that ended with the call (timed out, refused when its command
+      // ended) are withdrawn before its answer.
+      elicit_->withdrawSettled(
+          [this](const std::string& id) { return engine_->approvals().find(id).has_value(); });
       if (!job.open_session && !cancelled) send(resultMessage(job.id, std::move(result)), true);
     }
   }

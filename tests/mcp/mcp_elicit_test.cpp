@@ -88,5 +88,27 @@ TEST(McpElicit, EachResponseDecidesItsOwnApprovalOnce) {
   EXPECT_EQ(decided[1], (std::pair<std::string, bool>{"ap-a", true}));
 }
 
+TEST(McpElicit, QuestionsWhoseApprovalEndedAreWithdrawn) {
+  std::vector<json> sent;
+  Elicitation e([&](json m) { sent.push_back(std::move(m)); });
+  e.setSupported(true);
+  int answered = 0;
+  auto answer = [&](const std::string&, bool) { ++answered; };
+  e.ask(approval("ap-a", "/a"), answer);
+  e.ask(approval("ap-b", "/b"), answer);
+  e.withdrawSettled([](const std::string& id) { return id == "ap-b"; });  // ap-a has ended
+  ASSERT_EQ(sent.size(), 3u);
+  EXPECT_EQ(sent[2]["method"], "notifications/cancelled");
+  EXPECT_FALSE(sent[2].contains("id"));
+  EXPECT_EQ(sent[2]["params"]["requestId"], sent[0]["id"]);
+  e.withdrawSettled([](const std::string& id) { return id == "ap-b"; });
+  EXPECT_EQ(sent.size(), 3u);  // once
+  // A late answer to the withdrawn question decides nothing; ap-b's still does.
+  e.onResponse({{"jsonrpc", "2.0"}, {"id", sent[0]["id"]}, {"result", {{"action", "accept"}}}});
+  EXPECT_EQ(answered, 0);
+  e.onResponse({{"jsonrpc", "2.0"}, {"id", sent[1]["id"]}, {"result", {{"action", "cancel"}}}});
+  EXPECT_EQ(answered, 1);
+}
+
 }  // namespace
 }  // namespace sluice::serve

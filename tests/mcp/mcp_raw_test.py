@@ -525,6 +525,30 @@ def test_elicitation_only_accept_with_allow_true_allows(s):
         up.close()
 
 
+def test_an_unanswered_elicitation_is_withdrawn_when_its_approval_times_out(s):
+    s, up = ask_server(s, "1s")
+    try:
+        s.initialize("2025-06-18", {"elicitation": {}})
+        call_id = fetch(s, up, "/late")
+        req = s.line()
+        assert req["method"] == "elicitation/create", req
+        # Not answered: the approval times out, the command gets its 403 and ends; the question
+        # is withdrawn before the result comes.
+        cancel = s.line()
+        assert cancel["method"] == "notifications/cancelled" and "id" not in cancel, cancel
+        assert cancel["params"]["requestId"] == req["id"], cancel
+        got = s.line()
+        assert got["id"] == call_id, got
+        out = check_output("run_command", got["result"])
+        assert [d["reason"] for d in out["network"]["denials"]] == ["approval_timeout"], out
+        # A late answer changes nothing and is not an error.
+        s.send({"jsonrpc": "2.0", "id": req["id"], "result": {"action": "accept", "content": {"allow": True}}})
+        assert s.request("ping")["result"] == {}
+    finally:
+        s.kill()
+        up.close()
+
+
 def test_without_elicitation_an_approval_waits_for_its_timeout(s):
     s, up = ask_server(s, "1s")
     try:
