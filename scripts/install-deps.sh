@@ -8,10 +8,11 @@ PACKAGES=(
   libboost-dev libboost-system-dev libboost-context-dev
   libssl-dev openssl ca-certificates
   libre2-dev libyaml-cpp-dev libsqlite3-dev sqlite3 libspdlog-dev libfmt-dev
-  nlohmann-json3-dev libcli11-dev libseccomp-dev libnftables-dev nftables
+  nlohmann-json3-dev libcli11-dev libseccomp-dev nftables
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   iproute2 procps util-linux
   python3-jsonschema python3-yaml
+  nodejs
 )
 if [[ "${SLUICE_BENCH_DEPS:-0}" == 1 ]]; then
   PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap time)
