@@ -4,12 +4,14 @@
 // SIGTERM/SIGINT stop the running tool call and end the session with its receipt; closing
 // stdin ends it after the calls already sent.
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -52,18 +54,24 @@ int runMcp(serve::McpOptions& options) {
     return 1;
   }
   serve::McpServer* s = server->get();
-  // SIGTERM/SIGINT stop the server; SIGHUP is ignored (the session keeps its policy). The
-  // thread is left blocked in sigwait when serving ends: the process exits around it.
-  std::thread([set, s] {
+  // SIGTERM/SIGINT stop the server; SIGHUP is ignored (the session keeps its policy). When
+  // serving ends on its own (EOF), the thread is woken with a SIGTERM of its own (pending for
+  // it alone: every thread blocks the set) and leaves without touching the server.
+  std::atomic<bool> served{false};
+  std::thread signals([set, s, &served] {
     for (;;) {
       int sig = 0;
       if (sigwait(&set, &sig) != 0 || sig == SIGHUP) continue;
+      if (served) return;
       spdlog::info("signal {}: stopping", sig);
       s->stop();
       return;
     }
-  }).detach();
+  });
   s->serve(fds->in, fds->out);
+  served = true;
+  ::pthread_kill(signals.native_handle(), SIGTERM);
+  signals.join();
   return 0;
 }
 
