@@ -86,7 +86,7 @@ class ApproveWith::Impl {
     {
       std::lock_guard lock(mu_);
       stopping_ = true;
-      for (pid_t pid : running_) ::kill(pid, SIGKILL);
+      for (pid_t pid : running_) ::kill(-pid, SIGKILL);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
@@ -132,8 +132,15 @@ class ApproveWith::Impl {
     posix_spawn_file_actions_adddup2(&fa, in.r, 0);
     posix_spawn_file_actions_adddup2(&fa, outp.w, 1);
     const char* argv[] = {"/bin/sh", "-c", command_.c_str(), nullptr};
+    // Its own process group: a kill must reach what the shell started too (a script run by
+    // /bin/sh -c is its child, and would otherwise outlive the kill, holding sluice's stderr).
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&attr, 0);
     pid_t pid = -1;
-    int rc = posix_spawn(&pid, "/bin/sh", &fa, nullptr, const_cast<char* const*>(argv), environ);
+    int rc = posix_spawn(&pid, "/bin/sh", &fa, &attr, const_cast<char* const*>(argv), environ);
+    posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
       why = "cannot start /bin/sh: " + std::string(std::strerror(rc));
@@ -170,7 +177,7 @@ class ApproveWith::Impl {
       if (got <= 0) break;
       out.append(buf, static_cast<std::size_t>(got));
     }
-    if (timed_out || out.size() >= 4096) ::kill(pid, SIGKILL);
+    if (timed_out || out.size() >= 4096) ::kill(-pid, SIGKILL);
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
