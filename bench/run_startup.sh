@@ -7,7 +7,9 @@
 #   unshare --net --pid --mount --fork /bin/true
 # Target (DESIGN.md): sluice's median <= 2x bwrap's. Also prints where sluice's time goes
 # (SLUICE_TIMING=1 phases, medians over the runs). Needs root, hyperfine and bwrap.
-# Usage: bench/run_startup.sh [BUILD_DIR]     (env: RUNS=200 ROUNDS=5 WARMUP=20 SLUICE=path)
+# Usage: bench/run_startup.sh [BUILD_DIR]     (env: RUNS=200 ROUNDS=5 WARMUP=20 SLUICE=path
+#        BASELINE=path: another sluice binary, e.g. a build before a change, measured in the same
+#        rounds as "sluice run (baseline binary)" so a before/after comparison shares the load)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 BUILD_DIR="${1:-build}"
@@ -38,6 +40,11 @@ egress:
 YAML
 
 BWRAP=($(bwrap_true))
+EXTRA=()
+if [[ -n "${BASELINE:-}" ]]; then
+  EXTRA=(-n "sluice run (baseline binary)"
+         "$(realpath "$BASELINE") run --policy $TMP/bench.yaml --audit $TMP/audit-base.db -- /bin/true")
+fi
 
 # Rounds: the machine's speed drifts (2 shared cores), so the commands take turns — ROUNDS
 # hyperfine runs of RUNS/ROUNDS each — and each command's median is over all its runs.
@@ -51,7 +58,7 @@ for round in $(seq "$ROUNDS"); do
     "$SLUICE run --policy $TMP/bench.yaml --audit '' -- /bin/true" \
     -n "bwrap --unshare-all" "${BWRAP[*]}" \
     -n "unshare --net --pid --mount --fork" "unshare --net --pid --mount --fork /bin/true" \
-    >/dev/null 2>&1
+    "${EXTRA[@]}" >/dev/null 2>&1
 done
 
 # Phase breakdown: the same full command, SLUICE_TIMING=1, median per phase.
@@ -74,6 +81,9 @@ for name, m in med.items():
     print(f"{name:40} {m:10.2f} {m / bw:8.2f}x")
 full = med["sluice run (full, receipt committed)"]
 print(f"\ntarget: sluice <= 2x bwrap -> {'MET' if full <= 2 * bw else 'NOT MET'} ({full / bw:.2f}x)")
+if "sluice run (baseline binary)" in med:
+    base = med["sluice run (baseline binary)"]
+    print(f"this build vs the baseline binary: {full:.2f} ms vs {base:.2f} ms ({full - base:+.2f} ms)")
 phases = collections.OrderedDict()
 for line in open(sys.argv[2]):
     if line.startswith("timing: "):
