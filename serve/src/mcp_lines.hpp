@@ -1,7 +1,9 @@
 // The input side of `sluice mcp`'s stdio transport: newline-delimited messages read with a cap
 // on a line's length, so a client that sends a 100 MiB line costs at most the cap in memory
 // (the rest is skipped up to the next newline, never buffered), and a wake-up descriptor that
-// lets another thread end the wait (SIGTERM).
+// lets another thread end the wait (SIGTERM). Also the nesting bound checked before a line is
+// parsed: nlohmann::json parses deep nesting iteratively, but copies, compares and prints it
+// recursively, so a line of a million '[' would overflow the stack later.
 #pragma once
 
 #include <cstddef>
@@ -35,5 +37,9 @@ class LineReader {
   bool eof_ = false;
   bool woken_ = false;
 };
+
+/// The deepest nesting of arrays and objects in JSON text `text` (brackets inside strings do not
+/// count), stopping early once it passes `limit`. Linear; the text need not be valid JSON.
+std::size_t jsonNestingDepth(const std::string& text, std::size_t limit);
 
 }  // namespace sluice::serve

@@ -36,6 +36,9 @@ constexpr int kInvalidRequest = -32600;
 constexpr int kMethodNotFound = -32601;
 constexpr int kInvalidParams = -32602;
 
+// No MCP message nests anywhere near this deep; deeper ones are refused before parsing.
+constexpr std::size_t kMaxNesting = 64;
+
 // Protocol revisions this server speaks, newest first; a client asking for another gets the
 // one the design names.
 constexpr const char* kProtocolVersions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
@@ -188,6 +191,13 @@ class McpServerImpl final : public McpServer {
   // --- input ---------------------------------------------------------------------------
   void handleLine(const std::string& line) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) return;  // blank: nothing sent
+    if (jsonNestingDepth(line, kMaxNesting) > kMaxNesting) {
+      send(errorMessage(
+               nullptr, kInvalidRequest,
+               "invalid request: nested deeper than " + std::to_string(kMaxNesting) + " levels"),
+           true);
+      return;
+    }
     json msg = json::parse(line, nullptr, false);
     if (msg.is_discarded()) {
       send(errorMessage(nullptr, kParseError, "parse error: the line is not JSON"), true);

@@ -84,5 +84,14 @@ TEST_F(LineReaderTest, TheWakeDescriptorEndsAWait) {
   waker.join();
 }
 
+TEST(JsonNestingDepth, CountsBracketsOutsideStringsAndStopsPastTheLimit) {
+  EXPECT_EQ(jsonNestingDepth("1", 64), 0u);
+  EXPECT_EQ(jsonNestingDepth(R"({"a":[1,{"b":[]}],"c":{}})", 64), 4u);
+  EXPECT_EQ(jsonNestingDepth(R"({"s":"[[[{{{","t":"\"[[["})", 64), 1u);
+  EXPECT_EQ(jsonNestingDepth(R"(["\\",[[]]])", 64), 3u);  // an escaped backslash ends
+  EXPECT_EQ(jsonNestingDepth("]]]][", 64), 1u);           // stray closers do not go below 0
+  EXPECT_EQ(jsonNestingDepth(std::string(1000000, '['), 64), 65u);
+}
+
 }  // namespace
 }  // namespace sluice::serve

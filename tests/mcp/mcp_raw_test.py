@@ -354,6 +354,33 @@ def test_a_100_mib_line_is_skipped_without_being_buffered(s):
     assert s.line()["error"]["code"] == -32700
 
 
+def test_deep_nesting_and_random_bytes_do_not_take_it_down(s):
+    import random
+    s.initialize()
+    # A million levels of nesting, bare and inside a tools/call: refused before parsing
+    # (copying such a value recursively would overflow the stack).
+    for line in (b"[" * 3000000 + b"]" * 3000000,
+                 b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"run_command",'
+                 b'"arguments":{"argv":' + b"[" * 1000000 + b"]" * 1000000 + b"}}}",
+                 b'{"jsonrpc":"2.0","id":2,"method":"ping","params":{"a":' + b"{\"b\":" * 100000 + b"1" + b"}" * 100000 + b"}}"):
+        s.send_raw(line + b"\n")
+        got = s.line()
+        assert got["id"] is None and got["error"]["code"] == -32600 and "nested" in got["error"]["message"], got
+    # Brackets inside strings do not count; modest nesting is fine.
+    s.send_raw(b'{"jsonrpc":"2.0","id":3,"method":"ping","params":{"a":' + b"[" * 60 + b"]" * 60 +
+               b',"s":"' + b"[" * 500 + b'\\"{"}}\n')
+    assert s.line() == {"jsonrpc": "2.0", "id": 3, "result": {}}
+    rng = random.Random(7)
+    lines = [bytes(rng.randrange(256) for _ in range(rng.randint(1, 300))).replace(b"\n", b" ")
+             for _ in range(2000)]
+    lines = [l for l in lines if l.strip(b" \t\r")]
+    s.send_raw(b"\n".join(lines) + b"\n")
+    for _ in lines:
+        got = s.line()
+        assert got["id"] is None and got["error"]["code"] in (-32700, -32600), got
+    assert s.request("ping")["result"] == {}
+
+
 def test_5000_pipelined_pings_answered_in_order(s):
     s.initialize()
     n = 5000
