@@ -1,6 +1,9 @@
 // Audit store throughput: connection events per second committed into a WAL database on disk
-// (batched writer thread), and the latency of one durable execution receipt (synchronous=FULL).
+// (batched writer thread), and the latency of one durable execution receipt (synchronous=FULL),
+// each with signed checkpoints off and on (the last argument; default checkpoint options);
+// and, for a 1,000,000-row store, the inclusion proof's size and the time to make and check it.
 #include <benchmark/benchmark.h>
+#include <nlohmann/json.hpp>
 #include <stdlib.h>
 
 #include <cstdlib>
@@ -9,6 +12,8 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/audit/evidence.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 
 namespace {
@@ -16,6 +21,13 @@ namespace {
 using sluice::audit::ConnectionEvent;
 using sluice::audit::ExecutionRecord;
 using sluice::audit::Store;
+
+/// Store options with signing on (a fresh key, default checkpoint interval) or off.
+sluice::audit::StoreOptions signing(bool on) {
+  sluice::audit::StoreOptions o;
+  if (on) o.signing_key = *sluice::audit::SigningKey::generate();
+  return o;
+}
 
 /// A fresh directory on a real disk (not tmpfs), removed afterwards.
 class BenchDir {
@@ -62,7 +74,7 @@ void BM_ConnectionEventsSustained(benchmark::State& state) {
   const int producers = static_cast<int>(state.range(0));
   constexpr int kPerIteration = 10'000;
   BenchDir dir;
-  sluice::audit::StoreOptions options;
+  sluice::audit::StoreOptions options = signing(state.range(2) != 0);
   options.batch_rows = static_cast<std::size_t>(state.range(1));
   auto store = Store::open(dir.db(), options);
   if (!store) {
@@ -84,11 +96,14 @@ void BM_ConnectionEventsSustained(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * kPerIteration);
 }
-// Args: producer threads, batch_rows. "CPU" is the whole process (writer thread included).
+// Args: producer threads, batch_rows, signing. "CPU" is the whole process (writer thread
+// included).
 BENCHMARK(BM_ConnectionEventsSustained)
-    ->Args({1, 4096})
-    ->Args({4, 4096})
-    ->Args({1, 16384})
+    ->Args({1, 4096, 0})
+    ->Args({1, 4096, 1})
+    ->Args({4, 4096, 0})
+    ->Args({4, 4096, 1})
+    ->Args({1, 16384, 0})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();
@@ -96,7 +111,7 @@ BENCHMARK(BM_ConnectionEventsSustained)
 /// One durable receipt: recordExecution returns after a synchronous=FULL commit (fsync).
 void BM_DurableReceipt(benchmark::State& state) {
   BenchDir dir;
-  auto store = Store::open(dir.db());
+  auto store = Store::open(dir.db(), signing(state.range(0) != 0));
   if (!store) {
     state.SkipWithError(store.error().message.c_str());
     return;
@@ -106,7 +121,8 @@ void BM_DurableReceipt(benchmark::State& state) {
   r.argv_json = R"j(["python3","-c","print(1)"])j";
   r.usage_json = R"({"cpu_user_ms":10,"cpu_sys_ms":2,"max_rss_bytes":1048576,"pids_peak":1})";
   r.artifacts_json = "[]";
-  r.receipt_json = std::string(1500, 'r');  // a typical receipt's size
+  // A typical receipt's size; JSON, since caller/session_id are generated from it.
+  r.receipt_json = R"({"execution_id":"e","pad":")" + std::string(1450, 'r') + "\"}";
   int n = 0;
   for (auto _ : state) {
     r.id = "exec-" + std::to_string(n++);
@@ -114,7 +130,76 @@ void BM_DurableReceipt(benchmark::State& state) {
     if (!h) state.SkipWithError(h.error().message.c_str());
   }
 }
-BENCHMARK(BM_DurableReceipt)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// Arg: signing.
+BENCHMARK(BM_DurableReceipt)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+/// A 1,000,000-row signed store (999,999 connections and one execution in the middle), built
+/// once for the proof benchmarks.
+struct MillionRows {
+  BenchDir dir;
+  std::shared_ptr<const sluice::audit::SigningKey> key = *sluice::audit::SigningKey::generate();
+  std::shared_ptr<const sluice::audit::PublicKey> pub =
+      *sluice::audit::PublicKey::fromPem(key->publicKeyPem(), "bench");
+  std::string proof;
+  MillionRows() {
+    sluice::audit::StoreOptions o;
+    o.signing_key = key;
+    auto store = Store::open(dir.db(), o);
+    if (!store) return;
+    for (int i = 0; i < 500'000; ++i) (*store)->recordConnection(event(i));
+    ExecutionRecord r;
+    r.id = "exec-middle";
+    r.workflow = "data-analysis";
+    r.artifacts_json = "[]";
+    r.receipt_json = R"({"execution_id":"exec-middle"})";
+    (void)(*store)->recordExecution(r);
+    for (int i = 500'000; i < 999'999; ++i) (*store)->recordConnection(event(i));
+  }
+  static MillionRows& get() {
+    static MillionRows m;
+    return m;
+  }
+};
+
+/// `sluice audit prove` on a 1,000,000-row store: reads every leaf up to the checkpoint.
+void BM_Prove1M(benchmark::State& state) {
+  MillionRows& m = MillionRows::get();
+  for (auto _ : state) {
+    auto p = sluice::audit::proveExecution(m.dir.db(), "exec-middle");
+    if (!p) {
+      state.SkipWithError(p.error().message.c_str());
+      return;
+    }
+    m.proof = *p;
+  }
+  auto path = nlohmann::json::parse(m.proof)["audit_path"];
+  state.counters["proof_bytes"] = static_cast<double>(m.proof.size());
+  state.counters["path_hashes"] = static_cast<double>(path.size());
+}
+BENCHMARK(BM_Prove1M)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(3);
+
+/// `sluice audit check-proof`: no database, the row hash, ~20 node hashes and one Ed25519
+/// verification.
+void BM_CheckProof1M(benchmark::State& state) {
+  MillionRows& m = MillionRows::get();
+  if (m.proof.empty()) m.proof = sluice::audit::proveExecution(m.dir.db(), "exec-middle").value_or("");
+  for (auto _ : state) {
+    auto c = sluice::audit::checkProof(m.proof, *m.pub);
+    if (!c.ok) state.SkipWithError(c.reason.c_str());
+  }
+  state.counters["proof_bytes"] = static_cast<double>(m.proof.size());
+}
+BENCHMARK(BM_CheckProof1M)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+/// `sluice audit verify --pubkey` over the whole 1,000,000-row store.
+void BM_VerifySigned1M(benchmark::State& state) {
+  MillionRows& m = MillionRows::get();
+  for (auto _ : state) {
+    auto v = sluice::audit::verify(m.dir.db(), m.pub.get());
+    if (!v || !v->ok) state.SkipWithError("verify failed");
+  }
+}
+BENCHMARK(BM_VerifySigned1M)->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
 
 }  // namespace
 

@@ -25,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "checkpointer.hpp"
 #include "merkle.hpp"
 #include "row_hash.hpp"
 #include "schema.hpp"
@@ -111,8 +112,12 @@ struct ExecutionItem {
 struct FlushItem {
   Waiter* waiter;
 };
+/// A signed checkpoint from the Checkpointer, to insert in the next transaction.
+struct CheckpointItem {
+  detail::CheckpointRow row;
+};
 using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ForwardEvent, DnsEvent,
-                          ApprovalEvent, ExecutionItem, FlushItem>;
+                          ApprovalEvent, CheckpointItem, ExecutionItem, FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
 
@@ -155,6 +160,8 @@ class Store::Impl {
     options_.queue_capacity = std::max<std::size_t>(options_.queue_capacity, 1);
     options_.batch_rows = std::max<std::size_t>(options_.batch_rows, 1);
   }
+  // The checkpointer's thread pushes into our queue: stop it before any member goes.
+  ~Impl() { checkpointer_.reset(); }
 
   std::expected<void, Error> openWriter();
   std::expected<void, Error> openReader();
@@ -212,11 +219,8 @@ class Store::Impl {
   // Signed checkpoints (options_.signing_key): see the definitions.
   std::expected<void, Error> loadTree();
   std::expected<void, Error> catchUpTree(std::int64_t head_seq);
-  std::expected<void, Error> maybeCheckpoint(bool force);
-  void checkpointNow();
-  bool hasUnsignedRows() const {
-    return tree_ && static_cast<std::int64_t>(tree_->size()) > last_checkpoint_position_;
-  }
+  std::expected<void, Error> insertCheckpoint(const detail::CheckpointRow& row);
+  void finalCheckpoint();
   void processBatch(std::span<Item> batch);
   std::expected<void, Error> writeBatch(std::span<Item> batch, bool durable,
                                         std::vector<std::optional<Error>>& item_errors,
@@ -236,11 +240,12 @@ class Store::Impl {
       insert_approval_, insert_policy_, insert_checkpoint_, read_chain_after_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
   detail::RowHasher hasher_;  // writer thread only
-  // Writer thread only, with a signing key: the Merkle tree over the chain so far, and the
-  // position and time of the last checkpoint this store knows of.
-  std::optional<detail::MerkleFrontier> tree_;
-  std::int64_t last_checkpoint_position_ = 0;
-  std::chrono::steady_clock::time_point last_checkpoint_time_ = std::chrono::steady_clock::now();
+  // With a signing key: the thread keeping the Merkle tree and signing checkpoints; the writer
+  // hands it each committed row's hash. tree_size_ counts the rows handed over (or about to be:
+  // new_leaves_ holds those of the open transaction). Writer thread only.
+  std::unique_ptr<detail::Checkpointer> checkpointer_;
+  std::int64_t tree_size_ = 0;
+  std::vector<detail::Digest> new_leaves_;
 
   mutable std::mutex mu_;
   std::condition_variable not_empty_;
@@ -435,15 +440,16 @@ std::expected<void, Error> Store::Impl::loadTree() {
                               "SELECT position, root, frontier FROM checkpoints "
                               "ORDER BY position DESC, seq DESC LIMIT 1");
   if (!last) return std::unexpected(last.error());
-  tree_.emplace();
+  detail::MerkleFrontier tree;
+  std::int64_t last_position = 0;
   if (last->step() == SQLITE_ROW) {
     std::int64_t position = last->columnInt(0);
     auto f = position > 0 ? detail::MerkleFrontier::parse(static_cast<std::uint64_t>(position),
                                                           last->columnText(2))
                           : std::nullopt;
     if (f && detail::toHex(f->root()) == last->columnText(1)) {
-      tree_ = std::move(*f);
-      last_checkpoint_position_ = position;
+      tree = std::move(*f);
+      last_position = position;
     } else {
       logger()->warn(
           "{}: the latest checkpoint's frontier does not match its root; rebuilding "
@@ -451,12 +457,16 @@ std::expected<void, Error> Store::Impl::loadTree() {
           path_.string());
     }
   }
+  tree_size_ = static_cast<std::int64_t>(tree.size());
+  checkpointer_ = std::make_unique<detail::Checkpointer>(
+      options_.signing_key, options_.checkpoint_rows, options_.checkpoint_interval, std::move(tree),
+      last_position, [this](detail::CheckpointRow row) { push(CheckpointItem{std::move(row)}); });
   return {};
 }
 
 // Extends the tree to the chain head (rows another writer, or an earlier session, added).
 std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
-  auto size = static_cast<std::int64_t>(tree_->size());
+  const std::int64_t size = tree_size_;
   if (size == head_seq) return {};
   if (size > head_seq) {
     return std::unexpected(Error{fmt::format(
@@ -470,69 +480,59 @@ std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
   while ((rc = read_chain_after_.step()) == SQLITE_ROW) {
     std::int64_t seq = read_chain_after_.columnInt(0);
     auto digest = detail::fromHex(read_chain_after_.columnText(1));
-    if (seq != static_cast<std::int64_t>(tree_->size()) + 1 || !digest) {
+    if (seq != tree_size_ + 1 || !digest) {
       read_chain_after_.reset();
       return std::unexpected(Error{fmt::format(
           "{}: the chain is broken at seq {} (a gap or a malformed hash); refusing to sign it: "
           "run sluice audit verify",
-          path_.string(), tree_->size() + 1)});
+          path_.string(), tree_size_ + 1)});
     }
-    tree_->append(*digest);
+    new_leaves_.push_back(*digest);
+    ++tree_size_;
   }
   read_chain_after_.reset();
   if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot read the chain"));
-  if (static_cast<std::int64_t>(tree_->size()) != head_seq) {
+  if (tree_size_ != head_seq) {
     return std::unexpected(
         Error{fmt::format("{}: chain_head says seq {} but the rows end at seq {}; refusing to sign",
-                          path_.string(), head_seq, tree_->size())});
+                          path_.string(), head_seq, tree_size_)});
   }
   return {};
 }
 
-// Inside the writer's open transaction, after its rows: a signed checkpoint over the whole
-// tree when enough rows or time have passed since the last one (or `force`, at close).
-std::expected<void, Error> Store::Impl::maybeCheckpoint(bool force) {
-  if (!hasUnsignedRows()) return {};
-  auto now = std::chrono::steady_clock::now();
-  const auto unsigned_rows = static_cast<std::int64_t>(tree_->size()) - last_checkpoint_position_;
-  if (!force && unsigned_rows < static_cast<std::int64_t>(options_.checkpoint_rows) &&
-      now - last_checkpoint_time_ < options_.checkpoint_interval) {
-    return {};
-  }
-  const auto position = static_cast<std::int64_t>(tree_->size());
-  const std::string root = detail::toHex(tree_->root());
-  const std::int64_t ts = nowMs();
-  const std::string signature =
-      base64Encode(options_.signing_key->sign(checkpointSignedText(position, root, ts)));
-  if (signature.empty())
-    return std::unexpected(Error{path_.string() + ": cannot sign a checkpoint"});
-  const std::string frontier = tree_->serialize();
-  insert_checkpoint_.bindInt(1, position);
-  insert_checkpoint_.bindText(2, root);
-  insert_checkpoint_.bindText(3, signature);
-  insert_checkpoint_.bindText(4, options_.signing_key->keyId());
-  insert_checkpoint_.bindInt(5, ts);
-  insert_checkpoint_.bindText(6, frontier);
+// Inside an open transaction: one checkpoints row (signed by the Checkpointer).
+std::expected<void, Error> Store::Impl::insertCheckpoint(const detail::CheckpointRow& row) {
+  insert_checkpoint_.bindInt(1, row.position);
+  insert_checkpoint_.bindText(2, row.root);
+  insert_checkpoint_.bindText(3, row.signature);
+  insert_checkpoint_.bindText(4, row.key_id);
+  insert_checkpoint_.bindInt(5, row.ts);
+  insert_checkpoint_.bindText(6, row.frontier);
   int rc = insert_checkpoint_.step();
   insert_checkpoint_.reset();
   if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot insert a checkpoint"));
-  last_checkpoint_position_ = position;
-  last_checkpoint_time_ = now;
   return {};
 }
 
-// A checkpoint in a transaction of its own: at close, and when the interval passes with no
-// new rows to carry it.
-void Store::Impl::checkpointNow() {
-  if (!tree_ || failed_.load(std::memory_order_acquire)) return;
+// At close, in a transaction of its own: the rows up to the chain head (other writers' too)
+// go to the Checkpointer, which stops and returns what it has not emitted yet, the last
+// checkpoint covering every row.
+void Store::Impl::finalCheckpoint() {
+  if (!checkpointer_) return;
+  if (failed_.load(std::memory_order_acquire)) {
+    (void)checkpointer_->finish();
+    return;
+  }
   sqlite3* raw = db_.get();
   int rc = begin_.step();
   begin_.reset();
   if (rc != SQLITE_DONE) {
+    (void)checkpointer_->finish();
     fail(stepError(rc, "cannot begin a transaction"));
     return;
   }
   std::expected<void, Error> r;
+  new_leaves_.clear();
   rc = read_head_.step();
   if (rc != SQLITE_ROW) {
     r = std::unexpected(rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
@@ -541,9 +541,23 @@ void Store::Impl::checkpointNow() {
     std::int64_t head = read_head_.columnInt(0);
     read_head_.reset();
     r = catchUpTree(head);
-    if (r) r = maybeCheckpoint(true);
   }
   read_head_.reset();
+  if (r) checkpointer_->add(new_leaves_);
+  std::vector<detail::CheckpointRow> rows = checkpointer_->finish();
+  {
+    // Checkpoints the thread queued after our loop's last batch: insert them too.
+    std::lock_guard lock(mu_);
+    for (auto& item : queue_) {
+      if (auto* k = std::get_if<CheckpointItem>(&item)) rows.push_back(std::move(k->row));
+    }
+    std::erase_if(queue_, [](const Item& i) { return std::holds_alternative<CheckpointItem>(i); });
+  }
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.position < b.position; });
+  for (const auto& row : rows) {
+    if (r) r = insertCheckpoint(row);
+  }
   if (r) {
     rc = commit_.step();
     commit_.reset();
@@ -643,18 +657,7 @@ void Store::Impl::writerLoop() {
       std::unique_lock lock(mu_);
       writer_waiting_ = true;
       wake_threshold_ = 1;
-      if (hasUnsignedRows()) {
-        // Rows without a checkpoint: sign them when the interval passes, even if no more come.
-        auto due = last_checkpoint_time_ + options_.checkpoint_interval;
-        if (!not_empty_.wait_until(lock, due, [this] { return !queue_.empty() || stopping_; })) {
-          writer_waiting_ = false;
-          lock.unlock();
-          checkpointNow();
-          continue;
-        }
-      } else {
-        not_empty_.wait(lock, [this] { return !queue_.empty() || stopping_; });
-      }
+      not_empty_.wait(lock, [this] { return !queue_.empty() || stopping_; });
       if (queue_.empty() && stopping_) break;
       // Let a batch fill: until batch_rows are queued, or batch_interval has passed, or a
       // producer waits for a commit (execution receipt, flush), whichever comes first.
@@ -678,7 +681,7 @@ void Store::Impl::writerLoop() {
     batch.clear();
   }
   // At close: the last rows get their checkpoint before the connection goes.
-  if (hasUnsignedRows()) checkpointNow();
+  finalCheckpoint();
 }
 
 void Store::Impl::processBatch(std::span<Item> batch) {
@@ -743,7 +746,8 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     return std::unexpected(Error{path_.string() + ": chain_head holds a malformed hash"});
   }
   read_head_.reset();
-  if (tree_) {
+  if (checkpointer_) {
+    new_leaves_.clear();
     if (auto r = catchUpTree(seq); !r) {
       rollback();
       return r;
@@ -781,7 +785,10 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     }
     stmt.reset();
     ++seq;
-    if (tree_) tree_->append(*detail::fromHex(hash.view()));
+    if (checkpointer_) {
+      new_leaves_.push_back(*detail::fromHex(hash.view()));
+      ++tree_size_;
+    }
     if (std::holds_alternative<ExecutionItem>(batch[index])) item_hashes[index] = hash.view();
     prev = hash;
     return {};
@@ -862,6 +869,8 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
             detail::textOrNull(d->rule_id),
             detail::textOrNull(d->reason)};
       r = insertChained(insert_dns_, "dns_queries", dv, i);
+    } else if (auto* k = std::get_if<CheckpointItem>(&batch[i])) {
+      r = insertCheckpoint(k->row);
     } else if (auto* a = std::get_if<ApprovalEvent>(&batch[i])) {
       av = {Value{std::string_view(a->id)},
             detail::textOrNull(a->execution_id),
@@ -906,12 +915,6 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     }
   }
 
-  if (tree_) {
-    if (auto r = maybeCheckpoint(false); !r) {
-      rollback();
-      return r;
-    }
-  }
   write_head_.bindInt(1, seq);
   write_head_.bindText(2, prev.view());
   rc = write_head_.step();
@@ -928,6 +931,8 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     rollback();
     return std::unexpected(e);
   }
+  // Committed: the rows' hashes go to the tree (never a row that might still roll back).
+  if (checkpointer_) checkpointer_->add(new_leaves_);
   return {};
 }
 

@@ -1,0 +1,109 @@
+// The checkpoint signer's thread; see checkpointer.hpp.
+#include "checkpointer.hpp"
+
+#include <pthread.h>
+
+#include "sluice/audit/signing.hpp"
+
+namespace sluice::audit::detail {
+
+Checkpointer::Checkpointer(std::shared_ptr<const SigningKey> key, std::size_t every_rows,
+                           std::chrono::milliseconds interval, MerkleFrontier tree,
+                           std::int64_t last_position, std::function<void(CheckpointRow)> emit)
+    : key_(std::move(key)),
+      every_rows_(std::max<std::size_t>(every_rows, 1)),
+      interval_(interval),
+      emit_(std::move(emit)),
+      tree_(std::move(tree)),
+      last_position_(last_position) {
+  thread_ = std::thread([this] { loop(); });
+  pthread_setname_np(thread_.native_handle(), "sluice-audit-ck");
+}
+
+Checkpointer::~Checkpointer() {
+  if (thread_.joinable()) (void)finish();
+}
+
+void Checkpointer::add(std::vector<Digest>& row_hashes) {
+  if (row_hashes.empty()) return;
+  {
+    std::lock_guard lock(mu_);
+    if (pending_.empty()) {
+      pending_.swap(row_hashes);
+    } else {
+      pending_.insert(pending_.end(), row_hashes.begin(), row_hashes.end());
+    }
+  }
+  row_hashes.clear();
+  cv_.notify_one();
+}
+
+CheckpointRow Checkpointer::sign() {
+  CheckpointRow row;
+  row.position = static_cast<std::int64_t>(tree_.size());
+  row.root = toHex(tree_.root());
+  row.ts = std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  row.signature = base64Encode(key_->sign(checkpointSignedText(row.position, row.root, row.ts)));
+  row.key_id = key_->keyId();
+  row.frontier = tree_.serialize();
+  last_position_ = row.position;
+  last_time_ = std::chrono::steady_clock::now();
+  return row;
+}
+
+void Checkpointer::loop() {
+  std::vector<Digest> work;
+  std::unique_lock lock(mu_);
+  for (;;) {
+    const bool unsigned_rows = static_cast<std::int64_t>(tree_.size()) > last_position_;
+    auto ready = [this] { return !pending_.empty() || stopping_; };
+    if (unsigned_rows) {
+      if (!cv_.wait_until(lock, last_time_ + interval_, ready)) {
+        // The interval passed with rows unsigned and none coming: sign them now.
+        lock.unlock();
+        deliver(sign());
+        lock.lock();
+        continue;
+      }
+    } else {
+      cv_.wait(lock, ready);
+    }
+    if (pending_.empty() && stopping_) return;
+    work.swap(pending_);
+    lock.unlock();
+    for (const Digest& d : work) {
+      tree_.append(d);
+      if (tree_.size() - static_cast<std::uint64_t>(last_position_) >= every_rows_) deliver(sign());
+    }
+    work.clear();
+    lock.lock();
+  }
+}
+
+void Checkpointer::deliver(CheckpointRow row) {
+  std::unique_lock lock(mu_);
+  if (stopping_) {
+    // The writer is closing and inserts these itself (its queue is no longer read).
+    collected_.push_back(std::move(row));
+    return;
+  }
+  lock.unlock();
+  emit_(std::move(row));
+}
+
+std::vector<CheckpointRow> Checkpointer::finish() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  if (thread_.joinable()) thread_.join();
+  std::vector<CheckpointRow> rows = std::move(collected_);
+  collected_.clear();
+  if (static_cast<std::int64_t>(tree_.size()) > last_position_) rows.push_back(sign());
+  return rows;
+}
+
+}  // namespace sluice::audit::detail

@@ -1,0 +1,73 @@
+// The signer of checkpoints: keeps the Merkle tree over the chain and signs checkpoints on a
+// thread of its own, so the writer thread only hands over each committed row's hash (hashing
+// the tree in the writer cost 5-15% of its throughput; see docs/audit.md "Audit signing").
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "merkle.hpp"
+
+namespace sluice::audit {
+class SigningKey;
+}
+
+namespace sluice::audit::detail {
+
+/// One signed checkpoints row, ready to insert.
+struct CheckpointRow {
+  std::int64_t position = 0;
+  std::string root, signature, key_id;
+  std::int64_t ts = 0;
+  std::string frontier;
+};
+
+class Checkpointer {
+ public:
+  /// `emit` receives each checkpoint that falls due (every `every_rows` rows, or `interval`
+  /// after the last one while rows are unsigned), on the checkpointer's thread.
+  Checkpointer(std::shared_ptr<const SigningKey> key, std::size_t every_rows,
+               std::chrono::milliseconds interval, MerkleFrontier tree, std::int64_t last_position,
+               std::function<void(CheckpointRow)> emit);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  /// Appends committed rows' hashes, in chain order.
+  void add(std::vector<Digest>& row_hashes);
+  /// Stops the thread once every row handed over is in the tree; returns the checkpoints not
+  /// yet emitted, the last one covering every row (none if all rows are already signed).
+  std::vector<CheckpointRow> finish();
+
+ private:
+  void loop();
+  CheckpointRow sign();
+  /// To emit_, or kept for finish() once the writer is closing.
+  void deliver(CheckpointRow row);
+
+  std::shared_ptr<const SigningKey> key_;
+  std::size_t every_rows_;
+  std::chrono::milliseconds interval_;
+  std::function<void(CheckpointRow)> emit_;
+  // Checkpointer thread only (and finish() after the join).
+  MerkleFrontier tree_;
+  std::int64_t last_position_ = 0;
+  std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Digest> pending_;           // guarded by mu_
+  bool stopping_ = false;                 // guarded by mu_
+  std::vector<CheckpointRow> collected_;  // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace sluice::audit::detail
