@@ -75,8 +75,9 @@ void EventTee::recordApproval(audit::ApprovalEvent event) {
 void EventTee::approvalRaised(const proxy::Approval& a) {
   const std::string& stream = a.session_id.empty() ? a.execution_id : a.session_id;
   if (!watched(stream)) return;
-  auto j = nlohmann::json::parse(proxy::approvalJson(a));
-  j["type"] = "approval";
+  // schemas/api.v1.yaml ApprovalEvent: {"type":"approval","approval":{...}}, as a receipt line.
+  nlohmann::json j = {{"type", "approval"},
+                      {"approval", nlohmann::json::parse(proxy::approvalJson(a))}};
   publish(stream, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
