@@ -1,0 +1,416 @@
+// Approvals in `sluice serve` (issue 14): a streamed run whose program curls a loopback
+// upstream through an `ask` rule shows a {"type":"approval"} line; GET /v1/approvals lists it
+// for approvers only; POST /v1/approvals/{id} allows (the program gets the upstream's 200) or
+// denies (403, X-Sluice-Reason approval_denied, nothing reaches the upstream); answering twice is
+// 409, an unknown id 404, a bad body 400, an approval whose run ended 409; `sluice approvals
+// list|allow|deny` against the running daemon over its Unix socket and over TCP with a token;
+// the approvals audit rows (caller, decided_by, scope). Responses are validated against
+// schemas/api.v1.yaml.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "isolation.hpp"
+#include "proc_scan.hpp"
+#include "serve_client.hpp"
+#include "sluice/serve/server.hpp"
+
+namespace fs = std::filesystem;
+namespace serve = sluice::serve;
+using nlohmann::json;
+
+namespace {
+
+using serve_test::expectSchema;
+using serve_test::Http;
+using serve_test::Response;
+using sluice::testing::shellOutput;
+
+constexpr const char* kAgentA = "aaaaaaaaaaaaaaaaaaaaaaaa";  // not an approver
+constexpr const char* kAgentB = "bbbbbbbbbbbbbbbbbbbbbbbb";  // approver
+
+// A loopback HTTP upstream: answers every request with 200 "upstream-ok PATH" and remembers
+// the request lines it got.
+class Upstream {
+ public:
+  Upstream() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 64) != 0)
+      return;
+    socklen_t len = sizeof a;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~Upstream() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    if (thread_.joinable()) thread_.join();
+  }
+  std::uint16_t port() const { return port_; }
+  std::vector<std::string> seen() {
+    std::lock_guard lock(mu_);
+    return seen_;
+  }
+  bool saw(const std::string& path) {
+    for (const auto& l : seen())
+      if (l.find(" " + path + " ") != std::string::npos) return true;
+    return false;
+  }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (c < 0) {
+        if (stop_) return;
+        continue;
+      }
+      std::string req;
+      char buf[4096];
+      while (req.find("\r\n\r\n") == std::string::npos) {
+        ssize_t n = ::recv(c, buf, sizeof buf, 0);
+        if (n <= 0) break;
+        req.append(buf, static_cast<std::size_t>(n));
+      }
+      const std::string line = req.substr(0, req.find("\r\n"));
+      {
+        std::lock_guard lock(mu_);
+        seen_.push_back(line);
+      }
+      const auto sp = line.find(' ');
+      const std::string path = line.substr(sp + 1, line.rfind(' ') - sp - 1);
+      const std::string body = "upstream-ok " + path + "\n";
+      const std::string resp = "HTTP/1.1 200 OK\r\nContent-Length: " + std::to_string(body.size()) +
+                               "\r\nConnection: close\r\n\r\n" + body;
+      (void)!::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
+      ::close(c);
+    }
+  }
+  int fd_ = -1;
+  std::uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::vector<std::string> seen_;
+};
+
+class ServeApprovals : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("sluice-serve-ap-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "policies");
+    ASSERT_NE(up_.port(), 0);
+    const std::string port = std::to_string(up_.port());
+    // gate: asks for the loopback upstream; short: a run whose sandbox timeout ends it while
+    // its approval is pending.
+    for (auto [name, timeout] : {std::pair{"gate", "60s"}, std::pair{"short", "2s"}}) {
+      std::ofstream(dir_ / "policies" / (std::string(name) + ".yaml"))
+          << "apiVersion: sluice/v1\nkind: Workflow\nname: " << name
+          << "\nsandbox:\n  timeout: " << timeout
+          << "\n  network: proxy\negress:\n  rules:\n"
+             "    - id: loopback-gate\n      action: ask\n      cidrs: [\"127.0.0.1/32\"]\n"
+             "      allow_private: true\n      ports: ["
+          << port << "]\n      ask: {timeout: 50s}\n";
+    }
+    std::ofstream(dir_ / "tokens") << "agent-a " << kAgentA << "\n"
+                                   << "agent-b " << kAgentB << " approver\n";
+    ::chmod((dir_ / "tokens").c_str(), 0600);
+  }
+  void TearDown() override {
+    if (server_) server_->drain();
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+  void start() {
+    serve::ServeOptions o;
+    o.policy_dir = (dir_ / "policies").string();
+    o.listens = {"unix:" + socket(), "127.0.0.1:0"};
+    o.audit_db = db();
+    o.token_file = (dir_ / "tokens").string();
+    o.drain = std::chrono::milliseconds(1500);
+    auto s = serve::Server::create(std::move(o));
+    ASSERT_TRUE(s.has_value()) << s.error();
+    server_ = std::move(*s);
+    auto r = server_->start();
+    ASSERT_TRUE(r.has_value()) << r.error();
+    for (const auto& e : server_->endpoints())
+      if (!e.starts_with("unix:"))
+        port_ = static_cast<std::uint16_t>(std::stoi(e.substr(e.rfind(':') + 1)));
+  }
+  std::string socket() const { return (dir_ / "sluice.sock").string(); }
+  std::string db() const { return (dir_ / "audit.db").string(); }
+  Response call(const std::string& method, const std::string& target,
+                const std::string& body = "") {
+    auto h = Http::unix(socket());
+    EXPECT_TRUE(h.ok());
+    h.send(method, target, body);
+    return h.read();
+  }
+  Response callTcp(const std::string& token, const std::string& method, const std::string& target,
+                   const std::string& body = "") {
+    auto h = Http::tcp(port_);
+    EXPECT_TRUE(h.ok());
+    h.send(method, target, body, "Authorization: Bearer " + token + "\r\n");
+    return h.read();
+  }
+  void expectError(const Response& r, int status, const std::string& reason) {
+    EXPECT_EQ(r.status, status) << r.body;
+    auto j = r.js();
+    ASSERT_TRUE(j.is_object()) << r.body;
+    EXPECT_EQ(j["reason"], reason) << r.body;
+    expectSchema("Error", j);
+  }
+  // `sluice approvals ARGS` (shell text): exit status and output (stdout and stderr).
+  std::pair<int, std::string> cli(const std::string& args) {
+    return shellOutput(std::string(SLUICE_BINARY) + " approvals " + args);
+  }
+  long count(const std::string& q) {
+    const std::string out = shellOutput(std::string(SLUICE_BINARY) + " audit sql --db " + db() +
+                                        " --format csv \"" + q + "\"")
+                                .second;
+    const auto nl = out.find('\n');
+    return nl == std::string::npos ? -1 : std::atol(out.c_str() + nl + 1);
+  }
+
+  // A streamed run of `workflow` whose program curls the upstream at `path` and prints
+  // "code=N reason=R body=B".
+  struct Stream {
+    Http h;
+    std::vector<json> events;
+    // Reads events until one of `type`; returns it (an empty object at the end of the stream).
+    json until(const std::string& type) {
+      for (std::string line = h.nextLine(); !line.empty(); line = h.nextLine()) {
+        events.push_back(json::parse(line, nullptr, false));
+        expectSchema("StreamEvent", events.back());
+        if (events.back()["type"] == type) return events.back();
+      }
+      return json::object();
+    }
+  };
+  Stream streamRun(const std::string& workflow, const std::string& path) {
+    Stream s{Http::unix(socket()), {}};
+    const std::string url = "http://127.0.0.1:" + std::to_string(up_.port()) + path;
+    const json body = {
+        {"workflow", workflow},
+        {"argv",
+         {"/bin/sh", "-c",
+          "code=$(curl -s --max-time 55 -D /tmp/h -o /tmp/b -w '%{http_code}' " + url +
+              "); echo \"code=$code reason=$(grep -i '^x-sluice-reason:' /tmp/h | tr -d '\\r' | "
+              "cut -d' ' -f2) body=$(head -c 60 /tmp/b)\""}}};
+    s.h.send("POST", "/v1/runs", body.dump(), "Accept: application/x-ndjson\r\n");
+    EXPECT_EQ(s.h.readHead().status, 200);
+    return s;
+  }
+  static std::string stdoutOf(const json& receipt) {
+    return receipt.contains("receipt") ? receipt["receipt"]["stdout"]["text"].get<std::string>()
+                                       : "<no receipt>";
+  }
+
+  Upstream up_;
+  fs::path dir_;
+  std::unique_ptr<serve::Server> server_;
+  std::uint16_t port_ = 0;
+};
+
+TEST_F(ServeApprovals, AllowReleasesTheRequestAndOnlyApproversSeeOrAnswer) {
+  REQUIRE_SANDBOX();
+  start();
+  auto run = streamRun("gate", "/first");
+  json ap = run.until("approval")["approval"];
+  ASSERT_TRUE(ap.contains("id")) << "no approval line";
+  EXPECT_EQ(ap["host"], "127.0.0.1");
+  EXPECT_EQ(ap["port"], up_.port());
+  EXPECT_EQ(ap["rule"], "loopback-gate");
+  EXPECT_EQ(ap["method"], "GET");
+  EXPECT_EQ(ap["path"], "/first");
+  EXPECT_EQ(ap["workflow"], "gate");
+  EXPECT_EQ(ap["caller"], "uid:" + std::to_string(::getuid()));
+  const std::string id = ap["id"];
+  EXPECT_FALSE(up_.saw("/first"));  // held
+
+  // Approvers list it (root over the socket, the approver token); others get 403.
+  auto list = call("GET", "/v1/approvals");
+  ASSERT_EQ(list.status, 200) << list.body;
+  ASSERT_EQ(list.js().size(), 1u) << list.body;
+  EXPECT_EQ(list.js()[0]["id"], id);
+  EXPECT_EQ(list.js()[0]["execution_id"], ap["execution_id"]);
+  for (const auto& a : list.js()) expectSchema("Approval", a);
+  EXPECT_EQ(callTcp(kAgentB, "GET", "/v1/approvals").js(), list.js());
+  expectError(callTcp(kAgentA, "GET", "/v1/approvals"), 403, "forbidden");
+  expectError(callTcp(kAgentA, "POST", "/v1/approvals/" + id, R"({"decision":"allow"})"), 403,
+              "forbidden");
+  // Bad bodies and unknown ids change nothing.
+  expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"yes"})"), 400, "bad_request");
+  expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow","scope":"forever"})"), 400,
+              "bad_request");
+  expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow","who":"me"})"), 400,
+              "bad_request");
+  expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow",)"), 400, "invalid_json");
+  expectError(call("POST", "/v1/approvals/ap-0000000000000000", R"({"decision":"allow"})"), 404,
+              "not_found");
+  EXPECT_EQ(call("GET", "/v1/approvals").js().size(), 1u);
+  EXPECT_FALSE(up_.saw("/first"));
+
+  // The approver token allows it: the answer names the approver, the program gets the page.
+  auto ok = callTcp(kAgentB, "POST", "/v1/approvals/" + id, R"({"decision":"allow"})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  expectSchema("Approval", ok.js());
+  EXPECT_EQ(ok.js()["decision"], "allow");
+  EXPECT_EQ(ok.js()["scope"], "once");
+  EXPECT_EQ(ok.js()["decided_by"], "agent-b");
+  // Answering again: 409, whoever asks.
+  expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"deny"})"), 409, "conflict");
+  expectError(callTcp(kAgentB, "POST", "/v1/approvals/" + id, R"({"decision":"allow"})"), 409,
+              "conflict");
+  json receipt = run.until("receipt");
+  ASSERT_TRUE(receipt.contains("receipt"));
+  EXPECT_NE(stdoutOf(receipt).find("code=200 reason= body=upstream-ok /first"), std::string::npos)
+      << stdoutOf(receipt);
+  EXPECT_TRUE(up_.saw("/first"));
+  EXPECT_EQ(call("GET", "/v1/approvals").js(), json::array());
+
+  // The audit row: who asked (the run's caller), who answered, the scope. Rows are written
+  // behind the answer: drain flushes them.
+  const std::string exec = ap["execution_id"];
+  server_->drain();
+  server_.reset();
+  EXPECT_EQ(count("SELECT count(*) FROM approvals WHERE id = '" + id + "' AND execution_id = '" +
+                  exec + "' AND caller = 'uid:" + std::to_string(::getuid()) +
+                  "' AND decided_by = 'agent-b' AND decision = 'allow' AND scope = 'once' AND "
+                  "rule_id = 'loopback-gate' AND method = 'GET' AND path = '/first' AND workflow "
+                  "= 'gate'"),
+            1);
+  auto [vrc, v] = shellOutput(std::string(SLUICE_BINARY) + " audit verify --db " + db());
+  EXPECT_EQ(vrc, 0) << v;
+  auto [qrc, q] = shellOutput(std::string(SLUICE_BINARY) + " audit query --db " + db() +
+                              " --kind approvals --format json");
+  EXPECT_EQ(qrc, 0) << q;
+  EXPECT_NE(q.find(id), std::string::npos) << q;
+}
+
+TEST_F(ServeApprovals, DenyGivesTheProgramA403AndTheUpstreamNothing) {
+  REQUIRE_SANDBOX();
+  start();
+  auto run = streamRun("gate", "/denied");
+  json ap = run.until("approval")["approval"];
+  ASSERT_TRUE(ap.contains("id"));
+  const std::string id = ap["id"];
+  // `sluice approvals list --json` over the socket shows it; `deny` answers it.
+  auto [lrc, lout] = cli("list --connect unix:" + socket() + " --json");
+  ASSERT_EQ(lrc, 0) << lout;
+  auto listed = json::parse(lout, nullptr, false);
+  ASSERT_TRUE(listed.is_array()) << lout;
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0]["id"], id);
+  auto [trc, tout] = cli("list --connect unix:" + socket());  // the table names it too
+  EXPECT_EQ(trc, 0) << tout;
+  EXPECT_NE(tout.find(id), std::string::npos) << tout;
+  auto [drc, dout] = cli("deny " + id + " --connect unix:" + socket());
+  EXPECT_EQ(drc, 0) << dout;
+  json receipt = run.until("receipt");
+  ASSERT_TRUE(receipt.contains("receipt"));
+  EXPECT_NE(stdoutOf(receipt).find("code=403 reason=approval_denied"), std::string::npos)
+      << stdoutOf(receipt);
+  EXPECT_FALSE(up_.saw("/denied"));
+  bool named = false;
+  for (const auto& d : receipt["receipt"]["network"]["denials"])
+    named = named || (d["reason"] == "approval_denied" && d["rule"] == "loopback-gate");
+  EXPECT_TRUE(named) << receipt["receipt"]["network"].dump();
+  expectSchema("Receipt", receipt["receipt"]);
+  // Denying again: the CLI reports the server's 409 and exits 1.
+  auto [again, aout] = cli("deny " + id + " --connect unix:" + socket());
+  EXPECT_EQ(again, 1) << aout;
+  EXPECT_NE(aout.find("no longer pending"), std::string::npos) << aout;
+  server_->drain();
+  server_.reset();
+  EXPECT_EQ(count("SELECT count(*) FROM approvals WHERE id = '" + id +
+                  "' AND decision = 'deny' AND reason = 'approval_denied' AND decided_by = 'uid:" +
+                  std::to_string(::getuid()) + "'"),
+            1);
+}
+
+TEST_F(ServeApprovals, TheCliOverTcpWithAnApproverTokenAndWithout) {
+  REQUIRE_SANDBOX();
+  start();
+  auto run = streamRun("gate", "/over-tcp");
+  json ap = run.until("approval")["approval"];
+  ASSERT_TRUE(ap.contains("id"));
+  const std::string id = ap["id"];
+  const std::string url = "http://127.0.0.1:" + std::to_string(port_);
+  // A token that is not an approver: exit 1 with the server's 403.
+  auto [nrc, nout] = cli("list --connect " + url + " --token " + kAgentA);
+  EXPECT_EQ(nrc, 1) << nout;
+  EXPECT_NE(nout.find("may not see or answer approvals"), std::string::npos) << nout;
+  auto [narc, naout] = cli("allow " + id + " --connect " + url + " --token " + kAgentA);
+  EXPECT_EQ(narc, 1) << naout;
+  EXPECT_FALSE(up_.saw("/over-tcp"));
+  // No token at all: refused before any request (exit 2). The approver token (from
+  // $SLUICE_TOKEN) allows it for the rest of the execution.
+  auto [urc, uout] = shellOutput("env -u SLUICE_TOKEN " + std::string(SLUICE_BINARY) +
+                                 " approvals list --connect " + url);
+  EXPECT_EQ(urc, 2) << uout;
+  EXPECT_NE(uout.find("needs a token"), std::string::npos) << uout;
+  auto [arc, aout] =
+      shellOutput("SLUICE_TOKEN=" + std::string(kAgentB) + " " + SLUICE_BINARY +
+                  " approvals allow " + id + " --scope execution --json --connect " + url);
+  ASSERT_EQ(arc, 0) << aout;
+  auto answered = json::parse(aout, nullptr, false);
+  ASSERT_TRUE(answered.is_object()) << aout;
+  EXPECT_EQ(answered["decided_by"], "agent-b");
+  EXPECT_EQ(answered["scope"], "execution");
+  json receipt = run.until("receipt");
+  EXPECT_NE(stdoutOf(receipt).find("code=200"), std::string::npos) << stdoutOf(receipt);
+  EXPECT_TRUE(up_.saw("/over-tcp"));
+  // Unreachable server: exit 2.
+  auto [xrc, xout] = cli("list --connect unix:" + (dir_ / "nothing.sock").string());
+  EXPECT_EQ(xrc, 2) << xout;
+  server_->drain();
+  server_.reset();
+  EXPECT_EQ(count("SELECT count(*) FROM approvals WHERE id = '" + id +
+                  "' AND decision = 'allow' AND scope = 'execution' AND decided_by = 'agent-b'"),
+            1);
+}
+
+TEST_F(ServeApprovals, AnApprovalWhoseRunEndedIs409) {
+  REQUIRE_SANDBOX();
+  start();
+  // sandbox.timeout 2s, ask.timeout 50s: the run is killed while its approval waits.
+  auto run = streamRun("short", "/too-late");
+  json ap = run.until("approval")["approval"];
+  ASSERT_TRUE(ap.contains("id"));
+  const std::string id = ap["id"];
+  json receipt = run.until("receipt");
+  ASSERT_TRUE(receipt.contains("receipt"));
+  EXPECT_EQ(receipt["receipt"]["limit_hit"], "timeout") << receipt.dump();
+  expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow"})"), 409, "conflict");
+  EXPECT_EQ(call("GET", "/v1/approvals").js(), json::array());
+  EXPECT_FALSE(up_.saw("/too-late"));
+  server_->drain();
+  server_.reset();
+  EXPECT_EQ(count("SELECT count(*) FROM approvals WHERE id = '" + id +
+                  "' AND decision = 'deny' AND reason = 'execution_ended'"),
+            1);
+}
+
+}  // namespace
