@@ -73,7 +73,7 @@ void Pool::drop(std::unique_ptr<Prepared> p) {
     engine_.proxy().closeExecution(p->id);
 }
 
-std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w, Refill refill) {
+std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
   std::unique_ptr<Prepared> p;
   {
     std::lock_guard lock(mu_);
@@ -89,11 +89,23 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w, Refill refill) {
     }
     if (it != ready_.end())
       engine_.metrics().poolReady(w.name, static_cast<std::int64_t>(it->second.size()));
+    // The replacement is built once the taker is done with its first work (a run's sandbox is
+    // retired after the run answered; a session asks after its first exec), so that building it
+    // does not compete with that work for the CPU (on a small machine it doubles a run's time).
+    // An empty pool is refilled at once: nobody's work is waiting.
+    last_take_ = std::chrono::steady_clock::now();
+    if (!p) ++asked_;
   }
-  // A run's replacement is built once the run's sandbox is retired (after the run answered), so
-  // that building it does not compete with the run for the CPU; a session's at once.
-  if (!p || refill == Refill::kNow) cv_.notify_all();
+  cv_.notify_all();
   return p;
+}
+
+void Pool::replenish() {
+  {
+    std::lock_guard lock(mu_);
+    ++asked_;
+  }
+  cv_.notify_all();
 }
 
 void Pool::retire(std::unique_ptr<Prepared> p) {
@@ -102,6 +114,7 @@ void Pool::retire(std::unique_ptr<Prepared> p) {
     std::lock_guard lock(mu_);
     if (!stopping_) {
       retired_.push_back(std::move(p));
+      ++asked_;  // its taker is done: build the replacement now
       cv_.notify_all();
       return;
     }
@@ -114,7 +127,10 @@ void Pool::reload() {
   {
     std::lock_guard lock(mu_);
     old.swap(ready_);
-    for (const auto& [name, q] : old) engine_.metrics().poolReady(name, 0);
+    for (const auto& [name, q] : old) {
+      engine_.metrics().poolReady(name, 0);
+      asked_ += q.size();  // replaced at once: nobody is using them
+    }
   }
   cv_.notify_all();
   for (auto& [name, q] : old)
@@ -148,6 +164,14 @@ void Pool::refill() {
       cv_.wait(lock);
       continue;
     }
+    // Taken just now, and its taker not done yet: wait for it (retire(), replenish()), but not
+    // for ever (a session may never exec).
+    if (const auto waited = std::chrono::steady_clock::now() - last_take_;
+        asked_ == 0 && waited < kRefillAfter) {
+      cv_.wait_for(lock, kRefillAfter - waited);
+      continue;
+    }
+    if (asked_ > 0) --asked_;
     lock.unlock();
     auto made = prepare(engine_, Engine::newId("sb-"), want);
     lock.lock();

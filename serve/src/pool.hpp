@@ -1,10 +1,12 @@
 // The warm pool (`--pool N`): per served workflow, N sandboxes built ahead of time (namespaces,
 // mounts, cgroup, the proxy listener attached; nothing run in them yet). A one-shot run takes
 // one, runs in it once and ends it; a new session takes one and keeps it until the session
-// ends; a background thread builds the replacement. A sandbox is never used twice, and a policy
-// reload drops every sandbox built on the old policy.
+// ends; a background thread builds the replacement, after the taker's first work is done (so
+// that building it does not compete with that work for the CPU). A sandbox is never used twice,
+// and a policy reload drops every sandbox built on the old policy.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -38,13 +40,14 @@ class Pool {
  public:
   Pool(Engine& engine, std::size_t per_workflow);
   ~Pool();
-  /// When the filler builds the replacement of a taken sandbox: after a run, once it is
-  /// retired (building it then does not compete with the run for the CPU); for a session, at
-  /// once (the session keeps its sandbox until it ends).
-  enum class Refill { kAfterRetire, kNow };
   /// A prepared sandbox of workflow `w` (built on this very policy), or null when none is ready.
-  /// The caller owns it from now on: nobody else is ever handed it.
-  std::unique_ptr<Prepared> take(const policy::Workflow& w, Refill refill = Refill::kAfterRetire);
+  /// The caller owns it from now on: nobody else is ever handed it. Its replacement is built
+  /// when the caller retires it (a run), asks for it with replenish() (a session, after its
+  /// first exec), or at the latest kRefillAfter from now.
+  std::unique_ptr<Prepared> take(const policy::Workflow& w);
+  /// Builds the replacements of taken sandboxes now.
+  void replenish();
+  static constexpr std::chrono::milliseconds kRefillAfter{250};
   /// Ends a used (or unusable) prepared sandbox on the pool's thread, off the caller's path.
   void retire(std::unique_ptr<Prepared> p);
   /// Drops every prepared sandbox (a reload: they hold the old policy) and refills.
@@ -62,6 +65,8 @@ class Pool {
   bool stopping_ = false;
   std::map<std::string, std::deque<std::unique_ptr<Prepared>>> ready_;  // by workflow name
   std::vector<std::unique_ptr<Prepared>> retired_;                      // to end
+  std::chrono::steady_clock::time_point last_take_{};
+  std::size_t asked_ = 0;  // replacements asked for (retire, replenish, an empty pool, reload)
   std::thread filler_;
 };
 

@@ -76,9 +76,10 @@ struct SessionManager::Session {
   std::chrono::steady_clock::time_point deadline;  // TTL
   std::unique_ptr<rn::SandboxSession> box;
   std::vector<std::string> execs;
-  std::mutex op;       // one exec or file operation at a time
-  bool ended = false;  // guarded by op
-  int busy = 0;        // guarded by the manager's mu_: operations in flight (not idle)
+  bool pooled = false;  // its sandbox came from the warm pool (replenished after its first exec)
+  std::mutex op;        // one exec or file operation at a time
+  bool ended = false;   // guarded by op
+  int busy = 0;         // guarded by the manager's mu_: operations in flight (not idle)
 };
 
 SessionManager::~SessionManager() { endAll("shutdown"); }
@@ -141,7 +142,8 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
 std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
   const pol::Workflow& w = *s.workflow;
   if (Pool* pool = engine_.pool())
-    if (auto p = pool->take(w, Pool::Refill::kNow)) {
+    if (auto p = pool->take(w)) {
+      s.pooled = true;
       s.id = p->id;
       s.limits = p->limits;
       s.placeholders = p->placeholders;  // the tokens its environment already holds
@@ -271,6 +273,9 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   }
   auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
   s.execs.push_back(spec.execution_id);
+  // The pool builds this session's replacement now that its first exec has answered.
+  if (s.pooled && s.execs.size() == 1)
+    if (Pool* pool = engine_.pool()) pool->replenish();
   std::lock_guard lock(mu_);
   --s.busy;
   s.last_used = std::chrono::steady_clock::now();
