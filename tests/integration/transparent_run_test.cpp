@@ -301,6 +301,10 @@ class TransparentRun : public ::testing::Test {
            ":in --receipt " + (dir_ / "receipt.json").string() + " --json -- " + args);
     json j = json::parse(out.substr(std::min(out.find('{'), out.size())), nullptr, false);
     EXPECT_FALSE(j.is_discarded()) << out;
+    // No receipt: what sluice said stands in for the program's output, so every expectation
+    // fails with it rather than the test aborting on a missing field.
+    if (j.is_discarded() || !j.contains("stdout"))
+      return json{{"stdout", {{"text", out}}}, {"execution_id", ""}};
     return j;
   }
   std::string db() const { return (dir_ / "audit.db").string(); }
