@@ -1,0 +1,235 @@
+// Approvals under TLS inspection (issue 14): an `ask` rule with `tls: inspect` lets the CONNECT
+// through and holds each request inside the tunnel. The approver is shown the request's method
+// and path (not the CONNECT's); allow -> the request reaches the loopback HTTPS upstream, deny ->
+// 403 approval_denied and the upstream saw nothing; two requests on one kept-alive inspected
+// connection are asked separately, and a `scope: execution` answer covers the next one.
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+
+#include "https_upstream.hpp"
+#include "proxy_test_util.hpp"
+#include "sluice/policy/loader.hpp"
+#include "sluice/policy/secrets.hpp"
+#include "sluice/proxy/approvals.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/proxy.hpp"
+#include "tls_client.hpp"
+
+namespace sluice::tls_testing {
+namespace {
+
+namespace fs = std::filesystem;
+using proxy::testing::FakeSink;
+
+constexpr const char* kPolicy = R"(apiVersion: sluice/v1
+kind: Workflow
+name: tls-ask
+egress:
+  rules:
+    - id: gate
+      action: ask
+      hosts: [ask.test]
+      ports: ["1-65535"]
+      allow_private: true
+      cidrs: ["127.0.0.0/8"]
+      tls: inspect
+      ask: {timeout: 20s}
+)";
+
+class AskInspectTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sluice-tls-ask-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ca_file_ = dir_ / "upstream-ca.pem";
+    std::ofstream(ca_file_) << pki_.caPem();
+    up_ = std::make_unique<HttpsUpstream>(pki_.leaf({"ask.test"}));
+    auto ca = proxy::CertificateAuthority::createEphemeral("sluice ask inspection test CA");
+    ASSERT_TRUE(ca) << ca.error();
+    ca_ = *ca;
+    auto w = policy::parseWorkflow(kPolicy, "tls-ask.yaml");
+    ASSERT_TRUE(w) << w.error().str();
+    auto workflow = std::make_shared<const policy::Workflow>(std::move(*w));
+    sink_ = std::make_shared<FakeSink>();
+    desk_ = std::make_shared<proxy::ApprovalDesk>(sink_);
+    watch_ = desk_->watch("", [this](const proxy::Approval& a) {
+      std::lock_guard lock(mu_);
+      raised_.push_back(a);
+      cv_.notify_all();
+    });
+    auto resolver = std::make_shared<proxy::StaticResolver>();
+    resolver->add("ask.test", {*policy::parseIpLiteral("127.0.0.1")});
+    proxy::ProxyOptions o;
+    o.threads = 2;
+    o.header_timeout = std::chrono::milliseconds(5000);
+    o.idle_timeout = std::chrono::milliseconds(30000);
+    o.connect_timeout = std::chrono::milliseconds(2000);
+    o.upstream_timeout = std::chrono::milliseconds(5000);
+    o.drain_timeout = std::chrono::milliseconds(200);
+    o.ca = ca_;
+    o.upstream_ca_files = {ca_file_.string()};
+    auto p = proxy::Proxy::create(std::move(o), sink_, resolver);
+    ASSERT_TRUE(p) << p.error().message;
+    proxy_ = std::move(*p);
+    proxy::ListenerIdentity id;
+    id.execution_id = "exec-tls-ask";
+    id.matcher = policy::Matcher::compile(workflow);
+    id.secrets = policy::makeSecretStore({});
+    id.approvals = desk_;
+    auto port = proxy_->listen("127.0.0.1", 0, std::move(id));
+    ASSERT_TRUE(port) << port.error().message;
+    port_ = *port;
+    proxy_->start();
+  }
+  void TearDown() override {
+    if (proxy_) proxy_->stop();
+    if (desk_) desk_->unwatch(watch_);
+    std::error_code ec;
+    if (!dir_.empty()) fs::remove_all(dir_, ec);
+  }
+
+  std::string authority() const { return "ask.test:" + std::to_string(up_->port()); }
+
+  // CONNECT (allowed at once: the ask is per request) and the TLS handshake with the proxy.
+  std::unique_ptr<ProxyClient> tunnel() {
+    auto c = std::make_unique<ProxyClient>(port_, nullptr, std::chrono::seconds(10));
+    EXPECT_TRUE(c->ok());
+    auto r = c->connect(authority());
+    EXPECT_EQ(r.status, 200) << r.body;
+    if (r.status != 200) return nullptr;
+    std::string why;
+    bool ok = c->handshake(ca_->certificate(), "ask.test", "ask.test", &why);
+    EXPECT_TRUE(ok) << why;
+    if (!ok) return nullptr;
+    return c;
+  }
+
+  std::optional<proxy::Approval> nextRaised() {
+    std::unique_lock lock(mu_);
+    if (!cv_.wait_for(lock, std::chrono::seconds(10), [&] { return !raised_.empty(); }))
+      return std::nullopt;
+    auto a = raised_.front();
+    raised_.pop_front();
+    return a;
+  }
+  std::size_t raisedCount() {
+    std::lock_guard lock(mu_);
+    return raised_.size();
+  }
+
+  TestPki pki_;
+  fs::path dir_, ca_file_;
+  std::unique_ptr<HttpsUpstream> up_;
+  std::shared_ptr<proxy::CertificateAuthority> ca_;
+  std::shared_ptr<FakeSink> sink_;
+  std::shared_ptr<proxy::ApprovalDesk> desk_;
+  std::uint64_t watch_ = 0;
+  std::unique_ptr<proxy::Proxy> proxy_;
+  std::uint16_t port_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<proxy::Approval> raised_;
+};
+
+TEST_F(AskInspectTest, TheApproverSeesTheRequestInsideTheTunnelAndAllowsIt) {
+  auto c = tunnel();
+  ASSERT_TRUE(c);
+  EXPECT_EQ(raisedCount(), 0u) << "the CONNECT of an inspected ask rule is not asked";
+  ASSERT_TRUE(c->send(request("POST", "/v1/items?x=1", authority(), "", "{\"a\":1}")));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->host, "ask.test");
+  EXPECT_EQ(a->port, up_->port());
+  EXPECT_EQ(a->rule, "gate");
+  ASSERT_TRUE(a->method);
+  EXPECT_EQ(*a->method, "POST");
+  ASSERT_TRUE(a->path);
+  // The path as the audit rows have it: without the query string (which may carry tokens).
+  EXPECT_EQ(*a->path, "/v1/items");
+  EXPECT_EQ(a->execution_id, "exec-tls-ask");
+  EXPECT_TRUE(up_->requests().empty()) << "held until answered";
+  EXPECT_EQ(desk_->answer(a->id, true, proxy::Scope::kOnce, "tester"),
+            proxy::AnswerStatus::kAnswered);
+  auto r = c->readResponse();
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].method, "POST");
+  EXPECT_EQ(got[0].target, "/v1/items?x=1");
+  EXPECT_EQ(got[0].body, "{\"a\":1}");
+  auto ev = sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/v1/items"; });
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->rule_id, "gate");
+}
+
+TEST_F(AskInspectTest, ADeniedRequestGets403AndTheUpstreamNothing) {
+  auto c = tunnel();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->send(request("GET", "/secret", authority())));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  EXPECT_EQ(*a->method, "GET");
+  EXPECT_EQ(*a->path, "/secret");
+  desk_->answer(a->id, false, proxy::Scope::kOnce, "tester");
+  auto r = c->readResponse();
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(r.header("x-sluice-reason"), "approval_denied");
+  EXPECT_TRUE(up_->requests().empty());
+  auto ev = sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/secret"; });
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->reason, "approval_denied");
+}
+
+TEST_F(AskInspectTest, TwoRequestsOnOneKeptAliveConnectionAreAskedSeparately) {
+  auto c = tunnel();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->send(request("GET", "/v1/one", authority())));
+  auto first = nextRaised();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(*first->path, "/v1/one");
+  desk_->answer(first->id, true, proxy::Scope::kOnce, "tester");
+  EXPECT_EQ(c->readResponse().status, 200);
+  // The same connection, the next request: asked again (the first answer was for one request).
+  ASSERT_TRUE(c->send(request("GET", "/v1/two", authority())));
+  auto second = nextRaised();
+  ASSERT_TRUE(second);
+  EXPECT_NE(second->id, first->id);
+  EXPECT_EQ(*second->path, "/v1/two");
+  desk_->answer(second->id, false, proxy::Scope::kOnce, "tester");
+  auto r = c->readResponse();
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "approval_denied");
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].target, "/v1/one");
+}
+
+TEST_F(AskInspectTest, AnExecutionScopedAnswerCoversTheNextRequests) {
+  auto c = tunnel();
+  ASSERT_TRUE(c);
+  ASSERT_TRUE(c->send(request("GET", "/v1/a", authority())));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  desk_->answer(a->id, true, proxy::Scope::kExecution, "tester");
+  EXPECT_EQ(c->readResponse().status, 200);
+  ASSERT_TRUE(c->send(request("GET", "/v1/b", authority())));
+  EXPECT_EQ(c->readResponse().status, 200);
+  // A second tunnel of the same execution: covered too (same rule, host and port).
+  auto c2 = tunnel();
+  ASSERT_TRUE(c2);
+  ASSERT_TRUE(c2->send(request("DELETE", "/v1/c", authority())));
+  EXPECT_EQ(c2->readResponse().status, 200);
+  EXPECT_EQ(raisedCount(), 0u) << "covered requests raise no approval for approvers";
+  EXPECT_EQ(up_->requests().size(), 3u);
+}
+
+}  // namespace
+}  // namespace sluice::tls_testing
