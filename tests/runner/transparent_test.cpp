@@ -16,6 +16,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -495,6 +496,27 @@ TEST(CaptureRules, InstalledAsOneBatchAndReadBackExactly) {
               (std::vector<std::string>{"0x00000002", "0x0000000a", "0x00000002", "0x0000000a"}))
         << exprs;
   });
+}
+
+TEST(CaptureRules, NeverInstalledInSluicesOwnNamespace) {
+  REQUIRE_SANDBOX();
+  // Asked to capture in a "sandbox" whose namespace is the host's (a pid of this process, or a
+  // helper that never left the host's namespace), the set-up refuses before touching anything.
+  const std::string before = runCommand("ip route; ip -6 route; nft list ruleset");
+  auto own = detail::startCapture(::getpid(), true).get();
+  ASSERT_FALSE(own);
+  EXPECT_EQ(own.error().step, "open the sandbox's network namespace");
+  EXPECT_NE(own.error().message.find("sluice's own"), std::string::npos) << own.error().message;
+  const pid_t helper = ::fork();
+  if (helper == 0) {
+    ::usleep(200 * 1000);  // stays in the host's namespace, then exits
+    ::_exit(0);
+  }
+  auto gone = detail::startCaptureInHelper(helper, true).get();
+  ::waitpid(helper, nullptr, 0);
+  ASSERT_FALSE(gone);
+  EXPECT_EQ(gone.error().step, detail::kHelperGone) << gone.error().message;
+  EXPECT_EQ(runCommand("ip route; ip -6 route; nft list ruleset"), before);
 }
 
 TEST(CaptureRules, ASecondInstallIsRefusedNamingTheTableAndChangesNothing) {
