@@ -4,7 +4,7 @@
 // Python script that reads the approval JSON on stdin, logs what it was asked, and answers by
 // host: allow, deny, `allow execution`, or never (it hangs and is killed at ask.timeout).
 //
-// The upstream is a Python HTTP server in a network namespace the test makes (10.232.0.2, over
+// The upstream is a Python HTTP server in a network namespace the test makes (10.234.0.2, over
 // a veth pair), logging every request it gets. The proxy resolves the test's names through
 // /etc/hosts in a mount namespace of the run's own (as transparent_run_test.cpp does).
 #include <gtest/gtest.h>
@@ -45,7 +45,7 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a):
         pass
-http.server.ThreadingHTTPServer(("10.232.0.2", 8080), H).serve_forever()
+http.server.ThreadingHTTPServer(("10.234.0.2", 8080), H).serve_forever()
 )PY";
 
 // The approver (--approve-with): one line per approval it is shown, then the answer by host.
@@ -91,7 +91,7 @@ class ApprovalsRun : public ::testing::Test {
     std::ofstream(dir_ / "approver.py") << kApprover;
     std::ofstream(dir_ / "in" / "req.sh") << kRequest;
     std::ofstream(dir_ / "hosts") << "127.0.0.1 localhost\n"
-                                     "10.232.0.2 yes.ask.test no.ask.test again.ask.test "
+                                     "10.234.0.2 yes.ask.test no.ask.test again.ask.test "
                                      "hang.ask.test ok.ask.test\n";
     std::ofstream(dir_ / "with-hosts.sh")
         << "#!/bin/sh\nmount --bind \"$AP_HOSTS\" /etc/hosts || exit 97\nexec \"$@\"\n";
@@ -101,17 +101,17 @@ class ApprovalsRun : public ::testing::Test {
            "  network: proxy\negress:\n  rules:\n"
            "    - id: gate\n      action: ask\n"
            "      hosts: [yes.ask.test, no.ask.test, again.ask.test, hang.ask.test]\n"
-           "      ports: [8080]\n      allow_private: true\n      cidrs: [\"10.232.0.2/32\"]\n"
+           "      ports: [8080]\n      allow_private: true\n      cidrs: [\"10.234.0.2/32\"]\n"
            "      ask: {timeout: 3s}\n"
            "    - id: open\n      action: allow\n      hosts: [ok.ask.test]\n      ports: [8080]\n"
-           "      allow_private: true\n      cidrs: [\"10.232.0.2/32\"]\n";
+           "      allow_private: true\n      cidrs: [\"10.234.0.2/32\"]\n";
     const std::string host_if = "aph" + std::to_string(::getpid() % 100000);
     const std::string ns_if = "apn" + std::to_string(::getpid() % 100000);
     auto [rc, out] =
         sh("set -e; ip netns add " + ns_ + "; ip link add " + host_if + " type veth peer name " +
-           ns_if + "; ip link set " + ns_if + " netns " + ns_ + "; ip addr add 10.232.0.1/24 dev " +
+           ns_if + "; ip link set " + ns_if + " netns " + ns_ + "; ip addr add 10.234.0.1/24 dev " +
            host_if + "; ip link set " + host_if + " up; ip netns exec " + ns_ +
-           " ip addr add 10.232.0.2/24 dev " + ns_if + "; ip netns exec " + ns_ + " ip link set " +
+           " ip addr add 10.234.0.2/24 dev " + ns_if + "; ip netns exec " + ns_ + " ip link set " +
            ns_if + " up; ip netns exec " + ns_ + " ip link set lo up");
     ASSERT_EQ(rc, 0) << out;
     host_if_ = host_if;
@@ -124,7 +124,7 @@ class ApprovalsRun : public ::testing::Test {
     }
     bool up = false;
     for (int i = 0; i < 100 && !up; ++i) {
-      up = sh("curl -s --max-time 1 http://10.232.0.2:8080/up").second.find("hello") !=
+      up = sh("curl -s --max-time 1 http://10.234.0.2:8080/up").second.find("hello") !=
            std::string::npos;
       if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
