@@ -83,7 +83,7 @@ std::string RowHasher::sha256(std::string_view bytes) {
 }
 
 void RowHasher::hash(std::string_view table, std::int64_t seq, std::string_view prev_hash,
-                     std::span<const Value> values, HexDigest& out) {
+                     std::span<const Value> values, HexDigest& out, unsigned char* raw) {
   static constexpr std::string_view kDomain = "sluice-audit-v1";
   std::size_t size = kDomain.size() + 1 + table.size() + 1 + 9 + 9 + prev_hash.size();
   for (const Value& v : values) size += encodedSize(v);
@@ -104,6 +104,7 @@ void RowHasher::hash(std::string_view table, std::int64_t seq, std::string_view 
   SHA256_Update(&ctx, buf_.data(), static_cast<std::size_t>(p - buf_.data()));
   SHA256_Final(md, &ctx);
   hexInto(md, SHA256_DIGEST_LENGTH, out.hex.data());
+  if (raw) std::memcpy(raw, md, SHA256_DIGEST_LENGTH);
 }
 
 std::string RowHasher::hash(std::string_view table, std::int64_t seq, std::string_view prev_hash,

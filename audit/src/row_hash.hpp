@@ -72,8 +72,9 @@ class RowHasher {
   /// Lowercase hex SHA-256 of the canonical encoding of (table, seq, prev_hash, values).
   std::string hash(std::string_view table, std::int64_t seq, std::string_view prev_hash,
                    std::span<const Value> values);
+  /// `raw`, when given, receives the 32 digest bytes too (the Merkle tree's leaf input).
   void hash(std::string_view table, std::int64_t seq, std::string_view prev_hash,
-            std::span<const Value> values, HexDigest& out);
+            std::span<const Value> values, HexDigest& out, unsigned char* raw = nullptr);
 
   /// Lowercase hex SHA-256 of arbitrary bytes (policy texts).
   std::string sha256(std::string_view bytes);

@@ -523,6 +523,9 @@ void Store::Impl::finalCheckpoint() {
     (void)checkpointer_->finish();
     return;
   }
+  // Not durable (no fsync): a checkpoint lost in a crash leaves its rows unsigned until the
+  // next writer signs them, and `sluice run` should not wait for a disk flush on its way out.
+  if (synchronous_full_) (void)setSynchronous(false);
   sqlite3* raw = db_.get();
   int rc = begin_.step();
   begin_.reset();
@@ -767,7 +770,8 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
   auto insertChained = [&](Stmt& stmt, std::string_view table, std::span<const Value> values,
                            std::size_t index) -> std::expected<void, Error> {
     detail::HexDigest hash;
-    hasher_.hash(table, seq + 1, prev.view(), values, hash);
+    detail::Digest raw_hash;
+    hasher_.hash(table, seq + 1, prev.view(), values, hash, raw_hash.data());
     stmt.bindInt(1, seq + 1);
     stmt.bindText(2, prev.view());
     stmt.bindText(3, hash.view());
@@ -786,7 +790,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     stmt.reset();
     ++seq;
     if (checkpointer_) {
-      new_leaves_.push_back(*detail::fromHex(hash.view()));
+      new_leaves_.push_back(raw_hash);
       ++tree_size_;
     }
     if (std::holds_alternative<ExecutionItem>(batch[index])) item_hashes[index] = hash.view();
