@@ -298,7 +298,8 @@ TEST_F(ApprovalsRun, TransparentCaptureAsksToo) {
   EXPECT_EQ(out.find("tp-no code=200"), std::string::npos) << out;
   EXPECT_EQ(arrived(" /t1"), 1);
   EXPECT_EQ(arrived(" /t2"), 0);
-  EXPECT_EQ(asked("yes.ask.test 8080 gate"), 1) << slurp(dir_ / "asked.log");
+  // Asked at the connection, as a tunnel: no method or path.
+  EXPECT_EQ(asked("yes.ask.test 8080 gate None None"), 1) << slurp(dir_ / "asked.log");
   EXPECT_EQ(asked("no.ask.test 8080 gate"), 1) << slurp(dir_ / "asked.log");
   EXPECT_TRUE(hasDenial(r, "no.ask.test", "approval_denied")) << r["network"].dump();
   EXPECT_EQ(count("SELECT count(*) FROM connections WHERE kind = 'transparent' AND host = "
