@@ -86,7 +86,7 @@ print(f"  ask rule, --approve-with 'echo allow'     p50 {k['p50']:.3f} ms  p99 {
       f"  (+{k['p50'] - a['p50']:.3f} ms at the median)")
 PY
 if [[ -x "$BUILD_DIR/bench/approval_bench" ]]; then
-  "$BUILD_DIR/bench/approval_bench" "$N"
+  "$BUILD_DIR/bench/approval_bench" "$N" 2>/dev/null
 else
   echo "(build bench/approval_bench for the in-process desk watcher figures)"
 fi
