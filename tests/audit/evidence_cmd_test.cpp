@@ -1,7 +1,7 @@
 // Issue 15 as a user runs it: `sluice audit keygen`, `sluice run --signing-key`, `audit verify
 // --pubkey`, prove / check-proof, export / verify-export, attest / verify-attestation; and the
 // signing key's boundary: a sandboxed program cannot read the key file and does not get it in
-// its environment.
+// its environment, and sluice's logs (at debug) do not carry it.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -126,8 +126,7 @@ TEST_F(EvidenceCmdTest, SignedRunThenEveryEvidenceCommand) {
   CliResult va = runCli(dir_, {"audit", "verify-attestation", "--pubkey", pub_.string(),
                                (dir_ / "att.json").string()});
   EXPECT_EQ(va.exit_code, 0) << va.out << va.err;
-  EXPECT_NE(va.out.find("  report.txt sha256:" + testing::sha256Hex("hi\n")),
-            std::string::npos)
+  EXPECT_NE(va.out.find("  report.txt sha256:" + testing::sha256Hex("hi\n")), std::string::npos)
       << va.out;
   ASSERT_EQ(runCli(dir_, {"audit", "keygen", "--out", (dir_ / "other").string()}).exit_code, 0);
   CliResult vo =
@@ -145,12 +144,16 @@ TEST_F(EvidenceCmdTest, SandboxedProgramCannotReadTheSigningKey) {
   const std::string pem = slurp(key_);
   std::string body = pem.substr(pem.find('\n') + 1);
   body = body.substr(0, body.find('\n'));
+  ::setenv("SLUICE_LOG_LEVEL", "debug", 1);  // sluice's own logs must not carry it either
   CliResult r = run({"sh", "-c",
                      "cat '" + key_.string() + "' && echo READ-THE-KEY; ls -la '" +
                          key_.parent_path().string() + "'; env; cat /proc/self/environ"},
                     false);
   EXPECT_EQ(r.exit_code, 0) << r.err;  // the shell's own exit: the last command's
+  ::unsetenv("SLUICE_LOG_LEVEL");
   EXPECT_EQ(r.out.find("READ-THE-KEY"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err.find(body), std::string::npos);
+  EXPECT_EQ(r.err.find("PRIVATE KEY"), std::string::npos);
   EXPECT_EQ(r.out.find(body), std::string::npos);
   EXPECT_EQ(r.out.find("PRIVATE KEY"), std::string::npos);
   EXPECT_EQ(r.out.find(key_.string() + "\n"), std::string::npos);
