@@ -142,8 +142,9 @@ class ServeApprovals : public ::testing::Test {
     server_.reset();
     fs::remove_all(dir_);
   }
-  void start() {
+  void start(std::vector<unsigned> approver_uids = {}) {
     serve::ServeOptions o;
+    o.approver_uids = std::move(approver_uids);
     o.policy_dir = (dir_ / "policies").string();
     o.listens = {"unix:" + socket(), "127.0.0.1:0"};
     o.audit_db = db();
@@ -390,6 +391,37 @@ TEST_F(ServeApprovals, TheCliOverTcpWithAnApproverTokenAndWithout) {
   EXPECT_EQ(count("SELECT count(*) FROM approvals WHERE id = '" + id +
                   "' AND decision = 'allow' AND scope = 'execution' AND decided_by = 'agent-b'"),
             1);
+}
+
+// Over the Unix socket the caller is the connecting uid: root and the uids given with
+// --approver-uid are approvers, any other uid gets 403 (the socket is opened to everyone here
+// so that the check under test is the approver check, not the file mode).
+TEST_F(ServeApprovals, UnixCallersAreApproversOnlyWhenListed) {
+  if (::geteuid() != 0) {
+    if (isolationRequired()) FAIL() << "needs root to call as other uids";
+    GTEST_SKIP() << "needs root to call as other uids";
+  }
+  auto as = [&](unsigned uid, const std::string& method, const std::string& body) {
+    ::chmod(socket().c_str(), 0666);
+    const std::string data =
+        body.empty() ? "" : " -H 'Content-Type: application/json' -d '" + body + "'";
+    auto [rc, out] =
+        shellOutput("setpriv --reuid=" + std::to_string(uid) + " --regid=" + std::to_string(uid) +
+                    " --clear-groups curl -s -o /dev/null -w "
+                    "'%{http_code}' -X " +
+                    method + data + " --unix-socket " + socket() + " http://sluice/v1/approvals" +
+                    (method == "POST" ? "/ap-0000000000000000" : ""));
+    return out;
+  };
+  start();
+  EXPECT_EQ(as(65534, "GET", ""), "403");
+  EXPECT_EQ(as(65534, "POST", R"({"decision":"allow"})"), "403");
+  server_->drain();
+  server_.reset();
+  start({65534});
+  EXPECT_EQ(as(65534, "GET", ""), "200");
+  EXPECT_EQ(as(65534, "POST", R"({"decision":"allow"})"), "404");  // may answer; none pending
+  EXPECT_EQ(as(65533, "GET", ""), "403");
 }
 
 TEST_F(ServeApprovals, AnApprovalWhoseRunEndedIs409) {
