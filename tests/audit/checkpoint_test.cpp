@@ -156,6 +156,36 @@ TEST_F(CheckpointTest, IntervalSignsAnIdleTail) {
   EXPECT_EQ(covered, 13);
 }
 
+// Producers on several threads, checkpoints every 97 rows signed on the checkpointer's thread
+// while the writer goes on: every checkpoint lands at a position it really covers.
+TEST(CheckpointConcurrencyTest, ManyProducersManyCheckpointsAllVerify) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  auto key = newKey();
+  StoreOptions o;
+  o.signing_key = key;
+  o.checkpoint_rows = 97;
+  o.batch_rows = 64;
+  {
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < 2000; ++i)
+          store->recordConnection(testing::sampleConnection(t * 10000 + i));
+      });
+    }
+    for (auto& th : threads) th.join();
+  }
+  auto pub = publicOf(*key);
+  VerifyResult v = verifyWith(db, pub.get());
+  EXPECT_TRUE(v.ok) << v.first_broken;
+  EXPECT_EQ(v.rows, 8000u);
+  EXPECT_EQ(v.last_signed_position, 8000);
+  EXPECT_GE(v.checkpoints, 8000u / 97);
+}
+
 TEST_F(CheckpointTest, EditedRowIsCaught) {
   RawDb(db_).exec("UPDATE connections SET host = 'evil.example' WHERE seq = 7");
   expectBroken("connections seq 7");
