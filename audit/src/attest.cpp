@@ -35,8 +35,8 @@ std::string requestUri(std::string_view kind, std::string_view host, std::int64_
   return uri + std::string(path.empty() ? "/" : path);
 }
 
-/// The allowed requests of one execution as resolved dependencies (first occurrence of each
-/// method + URL, in chain order).
+/// What one execution fetched, as resolved dependencies: each allowed request's method + URL
+/// (first occurrence, chain order), then each allowed tunnel whose requests were not seen.
 std::expected<Json, Error> fetchedUrls(const std::filesystem::path& db, sqlite3* raw,
                                        std::string_view execution_id) {
   auto st = detail::prepare(
@@ -60,6 +60,28 @@ std::expected<Json, Error> fetchedUrls(const std::filesystem::path& db, sqlite3*
   }
   if (rc != SQLITE_DONE)
     return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read requests"));
+  // Allowed connections whose requests sluice did not see (a passthrough TLS tunnel): the
+  // origin it reached, without a path.
+  auto tunnels = detail::prepare(
+      db, raw,
+      "SELECT c.kind, c.host, c.port, c.tls, c.bytes_down FROM connections c"
+      " WHERE c.execution_id = ?1 AND c.decision = 'allow'"
+      " AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.connection_id = c.id) ORDER BY c.seq");
+  if (!tunnels) return std::unexpected(tunnels.error());
+  tunnels->bindText(1, execution_id);
+  while ((rc = tunnels->step()) == SQLITE_ROW) {
+    std::string uri =
+        requestUri(tunnels->columnText(0), tunnels->columnText(1), tunnels->columnInt(2), "");
+    uri.pop_back();  // no path: only the origin is known
+    if (!seen.emplace("", uri).second) continue;
+    deps.push_back({{"uri", uri},
+                    {"annotations",
+                     {{"kind", "tunnel"},
+                      {"tls", std::string(tunnels->columnText(3))},
+                      {"bytes_in", tunnels->columnInt(4)}}}});
+  }
+  if (rc != SQLITE_DONE)
+    return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read connections"));
   return deps;
 }
 

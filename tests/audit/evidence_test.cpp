@@ -53,8 +53,7 @@ class EvidenceTest : public ::testing::Test {
     store->recordDns(testing::sampleDns(1, "exec-1"));
     store->recordApproval(testing::sampleApproval(0, "exec-1"));
     auto e = testing::sampleExecution("exec-1");
-    e.artifacts_json =
-        R"([{"path":"report.csv","bytes":12,"sha256":")" + kArtifactSha + R"("}])";
+    e.artifacts_json = R"([{"path":"report.csv","bytes":12,"sha256":")" + kArtifactSha + R"("}])";
     ASSERT_TRUE(store->recordExecution(e).has_value());
     store->recordConnection(testing::sampleConnection(9, "exec-2"));
     ASSERT_TRUE(store->flush().has_value());
@@ -311,6 +310,36 @@ TEST_F(EvidenceTest, EnvelopeResignedWithAnotherKeyIsRejected) {
   AttestationCheck c = verifyAttestation(envelope.dump(), *pub_);
   EXPECT_FALSE(c.ok);
   EXPECT_NE(c.reason.find("no signature by key " + key_->keyId()), std::string::npos) << c.reason;
+}
+
+// A passthrough tunnel (no requests seen inside) is listed by its origin; a denied connection
+// is not a dependency.
+TEST(EvidenceAttestTest, PassthroughTunnelsAreListedByOrigin) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  auto key = *SigningKey::generate();
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    auto tunnel = testing::sampleConnection(1, "exec-1");  // pypi.org:443, passthrough
+    store->recordConnection(tunnel);
+    auto odd_port = testing::sampleConnection(2, "exec-1");
+    odd_port.port = 8443;
+    store->recordConnection(odd_port);
+    store->recordConnection(testing::sampleConnection(3, "exec-1", "deny"));
+    auto e = testing::sampleExecution("exec-1");
+    e.artifacts_json = R"([{"path":"a.txt","bytes":1,"sha256":")" + kArtifactSha + R"("}])";
+    ASSERT_TRUE(store->recordExecution(e).has_value());
+  }
+  auto env = attestExecution(db, "exec-1", *key);
+  ASSERT_TRUE(env.has_value()) << env.error().message;
+  Json deps =
+      statementOf(Json::parse(*env))["predicate"]["buildDefinition"]["resolvedDependencies"];
+  ASSERT_EQ(deps.size(), 3u) << deps.dump();
+  EXPECT_EQ(deps[1]["uri"], "https://pypi.org");
+  EXPECT_EQ(deps[1]["annotations"]["kind"], "tunnel");
+  EXPECT_EQ(deps[1]["annotations"]["tls"], "passthrough");
+  EXPECT_EQ(deps[2]["uri"], "https://files.pythonhosted.org:8443");
 }
 
 TEST(EvidenceAttestTest, ExecutionWithoutArtifactsIsRefused) {
