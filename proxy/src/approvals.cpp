@@ -359,8 +359,11 @@ class ApprovalDesk::Impl {
   std::map<std::string, Pending> pending_;
   std::deque<Resolved> jobs_;
   std::unordered_map<std::string, std::unordered_map<std::string, Remembered>> remembered_;
-  RecentSet gone_{65536};   // decided approvals: answering one again is 409
-  RecentSet ended_{16384};  // ended executions: their approvals are refused at once
+  // Bounded memory for a daemon that runs for months: answering an approval decided more than
+  // 4096 approvals ago is 404, not 409; an execution is refused new asks (execution_ended) only
+  // while it is among the last 256 ended (the window before its connections are closed).
+  RecentSet gone_{4096};  // decided approvals: answering one again is 409
+  RecentSet ended_{256};  // ended executions: their approvals are refused at once
   std::map<std::uint64_t, std::pair<std::string, Watcher>> watchers_;
   std::unordered_map<std::string, Attribution> attributions_;
   std::uint64_t next_watch_ = 0;
