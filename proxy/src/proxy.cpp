@@ -209,7 +209,12 @@ class ProxyImpl : public Proxy {
     // Free the listener records (a long-running proxy serves executions without end); their
     // final counters stay readable through stats() for the most recent kKeptStats.
     Stats final_stats;
-    for (auto& l : ls) l->account->addTo(final_stats);
+    std::vector<const Account*> counted;  // listeners of one execution share their account
+    for (auto& l : ls)
+      if (std::find(counted.begin(), counted.end(), l->account.get()) == counted.end()) {
+        counted.push_back(l->account.get());
+        l->account->addTo(final_stats);
+      }
     std::lock_guard lock(mu_);
     std::erase_if(listeners_, [&](const auto& l) { return l->execution_id == execution_id; });
     {
@@ -280,10 +285,13 @@ class ProxyImpl : public Proxy {
     Stats s;
     std::lock_guard lock(mu_);
     bool live = false;
+    std::vector<const Account*> counted;  // listeners of one execution share their account
     for (const auto& l : listeners_)
       if (l->execution_id == execution_id) {
-        l->account->addTo(s);
         live = true;
+        if (std::find(counted.begin(), counted.end(), l->account.get()) != counted.end()) continue;
+        counted.push_back(l->account.get());
+        l->account->addTo(s);
       }
     if (!live)
       for (const auto& [id, f] : finished_)
@@ -311,6 +319,14 @@ class ProxyImpl : public Proxy {
                l->execution_id.empty() ? "" : " (execution " + l->execution_id + ")");
     {
       std::lock_guard lock(mu_);
+      // One execution, one budget: its listeners (127.0.0.1 and [::1] in a sandbox) share the
+      // account, so a second address family is not a second max_connections or byte budget.
+      if (!l->execution_id.empty() && !l->clients)
+        for (const auto& other : listeners_)
+          if (other->execution_id == l->execution_id && !other->clients) {
+            l->account = other->account;
+            break;
+          }
       listeners_.push_back(l);
     }
     net::co_spawn(l->acceptor.get_executor(), acceptLoop(ctx_, l), net::detached);

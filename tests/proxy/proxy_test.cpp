@@ -2,8 +2,14 @@
 // attribution and stats, policy replacement, closing an execution, stop().
 #include "sluice/proxy/proxy.hpp"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "proxy_fixture.hpp"
@@ -142,6 +148,42 @@ TEST_F(SingleThreadProxyTest, ForwardsTunnelsAndRequestsConcurrently) {
     EXPECT_EQ(tunnel.readN(2), "x" + std::to_string(i));
   }
   EXPECT_EQ(roundTrip(getRequest(upstream(), "/admin/x")).status, 403);
+}
+
+// A sandbox's proxy listeners are two (127.0.0.1 and [::1]) for one execution: they share its
+// budget, so connecting over IPv6 does not buy a second max_connections.
+class ExecutionBudgetTest : public ProxyFixture {
+ protected:
+  std::string policyYaml() override { return standardPolicy("test", "    max_connections: 1\n"); }
+};
+
+TEST_F(ExecutionBudgetTest, IPv4AndIPv6ListenersShareOneBudget) {
+  auto port6 = proxy_->listen("::1", 0, {execution_id_, matcher_});
+  ASSERT_TRUE(port6) << port6.error().message;
+  Client held(port_);
+  ASSERT_TRUE(held.send(connectRequest(echo())));
+  ASSERT_EQ(held.readResponse(true).status, 200);
+  int fd = ::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in6 sa{};
+  sa.sin6_family = AF_INET6;
+  sa.sin6_port = htons(*port6);
+  sa.sin6_addr = in6addr_loopback;
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0) << std::strerror(errno);
+  const std::string req = connectRequest(echo());
+  ASSERT_EQ(::write(fd, req.data(), req.size()), static_cast<ssize_t>(req.size()));
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, static_cast<std::size_t>(n)).rfind("HTTP/1.1 429", 0), 0u)
+      << std::string(buf, static_cast<std::size_t>(n));
+  // One execution's counters, counted once.
+  auto st = proxy_->stats(execution_id_);
+  EXPECT_EQ(st.allowed, 1u);
+  EXPECT_EQ(st.denied, 1u);
 }
 
 TEST(ProxyCreate, RejectsTinyHeaderLimit) {
