@@ -95,14 +95,9 @@ std::string dssePae(std::string_view payload_type, std::string_view payload) {
 std::expected<std::string, Error> attestExecution(const std::filesystem::path& db,
                                                   std::string_view execution_id,
                                                   const SigningKey& key) {
-  std::error_code ec;
-  if (!std::filesystem::exists(db, ec))
-    return std::unexpected(Error{db.string() + ": no such file"});
-  auto conn = detail::openDb(db, SQLITE_OPEN_READONLY, 5000);
+  auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
-  if (auto r = detail::checkReadable(db, raw); !r) return std::unexpected(r.error());
-  if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
 
   auto row =
       detail::prepare(db, raw,

@@ -121,14 +121,9 @@ class Writer {
 
 std::expected<ExportStats, Error> exportChain(const std::filesystem::path& db,
                                               const ExportOptions& options, std::ostream& out) {
-  std::error_code ec;
-  if (!std::filesystem::exists(db, ec))
-    return std::unexpected(Error{db.string() + ": no such file"});
-  auto conn = detail::openDb(db, SQLITE_OPEN_READONLY, 5000);
+  auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
-  if (auto r = detail::checkReadable(db, raw); !r) return std::unexpected(r.error());
-  if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
 
   ExportStats stats;
   std::int64_t after = std::max<std::int64_t>(options.after_seq, 0);

@@ -56,14 +56,9 @@ bool isHexDigest(const Json& j) { return j.is_string() && detail::fromHex(j.get<
 
 std::expected<std::string, Error> proveExecution(const std::filesystem::path& db,
                                                  std::string_view execution_id) {
-  std::error_code ec;
-  if (!std::filesystem::exists(db, ec))
-    return std::unexpected(Error{db.string() + ": no such file"});
-  auto conn = detail::openDb(db, SQLITE_OPEN_READONLY, 5000);
+  auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
-  if (auto r = detail::checkReadable(db, raw); !r) return std::unexpected(r.error());
-  if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
 
   const detail::ChainTable& table = *detail::findChainTable("executions");
   std::string sql = detail::chainSelectSql(table);

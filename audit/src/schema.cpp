@@ -187,4 +187,15 @@ std::expected<void, Error> checkReadable(const std::filesystem::path& path, sqli
   return {};
 }
 
+std::expected<Db, Error> openReadSnapshot(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    return std::unexpected(Error{path.string() + ": no such file"});
+  auto conn = openDb(path, SQLITE_OPEN_READONLY, 5000);
+  if (!conn) return std::unexpected(conn.error());
+  if (auto r = checkReadable(path, conn->get()); !r) return std::unexpected(r.error());
+  if (auto r = exec(path, conn->get(), "BEGIN"); !r) return std::unexpected(r.error());
+  return conn;
+}
+
 }  // namespace sluice::audit::detail

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "sluice/audit/store.hpp"
+#include "sqlite_db.hpp"
 
 namespace sluice::audit::detail {
 
@@ -20,5 +21,10 @@ std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqli
 /// For readers (verify, query, sql): refuses anything but a sluice database of the current
 /// version (readers never migrate).
 std::expected<void, Error> checkReadable(const std::filesystem::path& path, sqlite3* db);
+
+/// For the readers that walk the chain (verify, export, prove, attest): the database at `path`
+/// opened read-only (never created), checked with checkReadable, inside one read transaction,
+/// so they see a consistent snapshot while a writer keeps appending.
+std::expected<Db, Error> openReadSnapshot(const std::filesystem::path& path);
 
 }  // namespace sluice::audit::detail

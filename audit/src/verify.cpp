@@ -83,16 +83,9 @@ std::string selectSql(std::string_view table, const std::array<std::string_view,
 
 std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
                                           const PublicKey* pubkey) {
-  std::error_code ec;
-  if (!std::filesystem::exists(db, ec)) {
-    return std::unexpected(Error{db.string() + ": no such file"});
-  }
-  auto conn = detail::openDb(db, SQLITE_OPEN_READONLY, 5000);
+  auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
-  if (auto r = detail::checkReadable(db, raw); !r) return std::unexpected(r.error());
-  // One read transaction: a consistent snapshot even while a writer keeps appending.
-  if (auto r = detail::exec(db, raw, "BEGIN"); !r) return std::unexpected(r.error());
 
   std::array<Cursor, 6> cursors;
   cursors[0].table = "executions";
