@@ -8,6 +8,7 @@
 #include "sluice/policy/explain.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/units.hpp"
+#include "sluice/serve/explain_json.hpp"
 
 namespace sluice::cli {
 namespace {
@@ -53,26 +54,6 @@ std::expected<std::shared_ptr<const pol::Matcher>, std::string> loadMatcher(
                            " workflows; name one file\n");
   }
   return pol::Matcher::compile(set->workflows.begin()->second);
-}
-
-nlohmann::json explanationJson(const pol::Explanation& ex, const std::string& workflow) {
-  const auto& d = ex.decision;
-  nlohmann::json j;
-  j["decision"] = std::string(pol::decisionName(d));
-  j["workflow"] = workflow;
-  j["rule"] = d.rule_id.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.rule_id);
-  j["reason"] = std::string(pol::reasonName(d.reason));
-  j["detail"] = d.detail;
-  j["nearest_miss"] =
-      d.nearest_miss.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.nearest_miss);
-  j["inject"] = ex.inject_headers;
-  j["secrets"] = ex.inject_secrets;
-  j["phase"] = ex.phase;
-  j["method"] = ex.method.empty() ? nlohmann::json(nullptr) : nlohmann::json(ex.method);
-  j["path"] = ex.path.empty() ? nlohmann::json(nullptr) : nlohmann::json(ex.path);
-  j["tls"] = d.allowed || d.ask ? std::string(pol::tlsModeName(d.tls)) : std::string();
-  if (!ex.note.empty()) j["note"] = ex.note;
-  return j;
 }
 
 struct ExplainOptions {
@@ -127,7 +108,7 @@ int runExplain(const ExplainOptions& o) {
   }
   const auto& d = ex->decision;
   if (o.json) {
-    auto j = explanationJson(*ex, (*matcher)->workflow().name);
+    auto j = sluice::serve::explanationJson(*ex, (*matcher)->workflow().name);
     if (!o.transparent.empty()) j["path"] = "transparent";
     std::cout << j.dump() << "\n";
   } else {

@@ -7,6 +7,7 @@
 
 #include "mcp_schema.hpp"
 #include "sluice/policy/explain.hpp"
+#include "sluice/serve/explain_json.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -121,26 +122,6 @@ std::string receiptText(const json& r) {
            ")\n";
   out += "execution " + r.value("execution_id", "") + " (receipt in structuredContent)";
   return out;
-}
-
-// The same object as `sluice policy explain --json` prints (cli/src/policy_cmd.cpp).
-json explanationJson(const pol::Explanation& ex, const std::string& workflow) {
-  const auto& d = ex.decision;
-  auto orNull = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  json j = {{"decision", std::string(pol::decisionName(d))},
-            {"workflow", workflow},
-            {"rule", orNull(d.rule_id)},
-            {"reason", std::string(pol::reasonName(d.reason))},
-            {"detail", d.detail},
-            {"nearest_miss", orNull(d.nearest_miss)},
-            {"inject", ex.inject_headers},
-            {"secrets", ex.inject_secrets},
-            {"phase", ex.phase},
-            {"method", orNull(ex.method)},
-            {"path", orNull(ex.path)},
-            {"tls", d.allowed || d.ask ? std::string(pol::tlsModeName(d.tls)) : std::string()}};
-  if (!ex.note.empty()) j["note"] = ex.note;
-  return j;
 }
 
 }  // namespace
