@@ -9,7 +9,8 @@
 //   serve_client SOCKET exec N            one session, N execs of /bin/true, sequential (PACE_MS
 //                                         as for runs)
 //   serve_client SOCKET concurrent N C    N runs spread over C concurrent clients
-//   serve_client SOCKET session N         N times: create a session, exec /bin/true, delete it
+//   serve_client SOCKET session N         N times: create a session and exec /bin/true (timed
+//                                         together), then delete it (untimed)
 //   serve_client SOCKET health N          GET /v1/healthz (the HTTP round trip alone)
 //
 // Env: WORKFLOW (default "bench"). Prints one JSON object:
