@@ -26,8 +26,12 @@ Checkpointer::~Checkpointer() {
 
 void Checkpointer::add(std::vector<Digest>& row_hashes) {
   if (row_hashes.empty()) return;
+  bool wake = false;
   {
     std::lock_guard lock(mu_);
+    // Woken by the first hashes after a drain (it then gathers for kGather) or by a full batch:
+    // not by every small commit, whose wake-up would compete with the committer on 2 cores.
+    wake = pending_.empty() || pending_.size() + row_hashes.size() >= kBatch;
     if (pending_.empty()) {
       pending_.swap(row_hashes);
     } else {
@@ -35,7 +39,7 @@ void Checkpointer::add(std::vector<Digest>& row_hashes) {
     }
   }
   row_hashes.clear();
-  cv_.notify_one();
+  if (wake) cv_.notify_one();
 }
 
 CheckpointRow Checkpointer::sign() {
@@ -71,6 +75,10 @@ void Checkpointer::loop() {
       cv_.wait(lock, ready);
     }
     if (pending_.empty() && stopping_) return;
+    // Gather what the next commits bring (they do not wake us) before hashing: one wake-up per
+    // kGather under a stream of small durable commits instead of one per commit.
+    if (!stopping_ && pending_.size() < kBatch)
+      cv_.wait_for(lock, kGather, [this] { return stopping_ || pending_.size() >= kBatch; });
     work.swap(pending_);
     lock.unlock();
     for (const Digest& d : work) {

@@ -32,6 +32,11 @@ struct CheckpointRow {
 
 class Checkpointer {
  public:
+  /// The thread hashes in batches: it wakes for the first hashes after a drain, then gathers
+  /// for up to kGather (or until kBatch hashes wait) before it takes them.
+  static constexpr std::size_t kBatch = 4096;
+  static constexpr std::chrono::milliseconds kGather{20};
+
   /// `emit` receives each checkpoint that falls due (every `every_rows` rows, or `interval`
   /// after the last one while rows are unsigned), on the checkpointer's thread.
   Checkpointer(std::shared_ptr<const SigningKey> key, std::size_t every_rows,
