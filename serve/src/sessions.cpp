@@ -266,6 +266,8 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
     delta.denied = after.denied - before.denied;
     delta.bytes_out = after.bytes_out - before.bytes_out;
     delta.bytes_in = after.bytes_in - before.bytes_in;
+    delta.dns_queries = after.dns_queries - before.dns_queries;
+    delta.dns_denied = after.dns_denied - before.dns_denied;
     delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(std::min(
                                                      before.denials.size(), after.denials.size())),
                          after.denials.end());

@@ -411,6 +411,31 @@ TEST_F(ServeTest, SessionsKeepFilesBetweenExecsAndEndWithASummary) {
   expectError(call("GET", "/v1/executions/" + id), 404, "not_found");
 }
 
+// Each exec's receipt counts its own DNS queries (sluice's DNS in the session's namespace), not
+// the session's running total.
+TEST_F(ServeTest, SessionExecReceiptsCountTheirOwnDnsQueries) {
+  REQUIRE_SANDBOX();
+  start();
+  auto created = call("POST", "/v1/sessions", R"({"workflow":"web"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string id = created.js()["id"];
+  const std::string lookups =
+      R"({"argv":["/bin/sh","-c","getent hosts allowed.example; getent hosts denied.example; true"]})";
+  for (int i = 0; i < 2; ++i) {
+    auto e = call("POST", "/v1/sessions/" + id + "/exec", lookups);
+    ASSERT_EQ(e.status, 200) << e.body;
+    const auto receipt = e.js();
+    ASSERT_TRUE(receipt["network"].contains("dns")) << e.body;
+    const auto& dns = receipt["network"]["dns"];
+    // getent asks for A and AAAA of each name: at least one query each, the denied name's
+    // answers denied; the same every time (a delta, not the session's total).
+    EXPECT_GE(dns["queries"].get<int>(), 2) << e.body;
+    EXPECT_GE(dns["denied"].get<int>(), 1) << e.body;
+    EXPECT_LT(dns["queries"].get<int>(), 12) << e.body;
+  }
+  ASSERT_EQ(call("DELETE", "/v1/sessions/" + id).status, 200);
+}
+
 TEST_F(ServeTest, IdleSessionsEndByThemselves) {
   REQUIRE_SANDBOX();
   start();
