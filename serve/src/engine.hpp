@@ -102,6 +102,7 @@ class Engine {
   EventTee& tee() { return *tee_; }
   /// Where ask-rule matches of every sandbox wait for an approver (docs/approvals.md).
   proxy::ApprovalDesk& approvals() { return *approvals_; }
+  const std::shared_ptr<proxy::ApprovalDesk>& approvalsShared() const { return approvals_; }
   audit::Store& store() { return *store_; }
   Metrics& metrics() { return metrics_; }
   const std::shared_ptr<const policy::SecretStore>& secrets() const { return secrets_; }

@@ -385,9 +385,8 @@ class McpServerImpl final : public McpServer {
   void watchApprovals(const std::string& session_id) {
     proxy::ApprovalDesk& desk = engine_->approvals();
     if (!options_.approve_with.empty()) {
-      // Not owning: the engine owns the desk and outlives approve_with_ (unwatchApprovals).
-      std::shared_ptr<proxy::ApprovalDesk> shared(std::shared_ptr<void>(), &desk);
-      approve_with_ = std::make_unique<ApproveWith>(shared, options_.approve_with, session_id);
+      approve_with_ = std::make_unique<ApproveWith>(engine_->approvalsShared(),
+                                                    options_.approve_with, session_id);
       return;
     }
     approval_watch_ = desk.watch(session_id, [this, &desk](const proxy::Approval& a) {
