@@ -412,14 +412,20 @@ int doRun(const RunOptions& o) {
   rn::RunHooks hooks;
   hooks.on_listener = spec.network_proxy ? on_listener : rn::ListenerCallback{};
   if (spec.network_proxy)
-    hooks.on_dns = [&](int udp, int tcp) -> std::expected<void, std::string> {
+    hooks.on_dns = [&](int udp, int tcp, int blocked) -> std::expected<void, std::string> {
       if (!px) {  // the listener callback failed (secrets): reported by before_start
         ::close(udp);
         ::close(tcp);
+        ::close(blocked);
         return {};
       }
       proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets, placeholders};
       identity.names = names;
+      if (auto r = px->adoptBlockedLog(blocked, identity); !r) {
+        ::close(udp);
+        ::close(tcp);
+        return std::unexpected(r.error().message);
+      }
       auto r = px->adoptDns(udp, tcp, identity);
       if (!r) return std::unexpected(r.error().message);
       return {};

@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "blocked_log.hpp"
 #include "context.hpp"
 #include "dns_server.hpp"
 #include "log.hpp"
@@ -184,7 +185,48 @@ class ProxyImpl : public Proxy {
     return {};
   }
 
+  std::expected<void, Error> adoptBlockedLog(int fd, ListenerIdentity identity) override {
+    if (!identity.matcher) {
+      if (fd >= 0) ::close(fd);
+      return std::unexpected(Error{"adoptBlockedLog: no policy matcher given"});
+    }
+    const auto& w = identity.matcher->workflow();
+    auto b = std::make_shared<blocked::Log>(ioc_, ctx_, identity.execution_id, w.name, w.sha256);
+    if (auto r = b->adopt(fd); !r) return r;
+    {
+      std::lock_guard lock(mu_);
+      if (stopped_) {
+        b->close(false);
+        return std::unexpected(Error{"adoptBlockedLog: the proxy is stopped"});
+      }
+      blocked_.push_back(b);
+      for (auto& l : listeners_)
+        if (!identity.execution_id.empty() && l->execution_id == identity.execution_id) {
+          b->chargeTo(l->account);
+          break;
+        }
+    }
+    b->start();
+    return {};
+  }
+
+  // Reads what the blocked-attempt logs `which` selects still hold, writes their rows, closes
+  // and forgets them.
+  template <typename Pred>
+  void closeBlocked(Pred which) {
+    std::vector<std::shared_ptr<blocked::Log>> bs;
+    {
+      std::lock_guard lock(mu_);
+      for (auto& b : blocked_)
+        if (which(*b)) bs.push_back(b);
+      std::erase_if(blocked_, [&](const auto& b) { return which(*b); });
+    }
+    const bool running = started_ && !ioc_.stopped();
+    for (auto& b : bs) b->close(running);
+  }
+
   void closeExecution(const std::string& execution_id) override {
+    closeBlocked([&](const blocked::Log& b) { return b.executionId() == execution_id; });
     closeDns([&](const dns::Endpoint& e) { return e.executionId() == execution_id; });
     std::vector<std::shared_ptr<Listener>> ls;
     {
@@ -261,6 +303,7 @@ class ProxyImpl : public Proxy {
     ctx_->draining.store(true);
     for (auto& l : ls) closeAcceptor(l);
     closeDns([](const dns::Endpoint&) { return true; });
+    closeBlocked([](const blocked::Log&) { return true; });
     // Kept-alive clients waiting for their next request would otherwise hold the drain up.
     for (auto& l : ls) l->forEachAccount([](Account& a) { a.closeIdle(); });
     if (started_) {
@@ -372,7 +415,8 @@ class ProxyImpl : public Proxy {
   unsigned threads_count_ = 1;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Listener>> listeners_;
-  std::vector<std::shared_ptr<dns::Endpoint>> dns_;  // sluice's DNS, one per execution
+  std::vector<std::shared_ptr<dns::Endpoint>> dns_;     // sluice's DNS, one per execution
+  std::vector<std::shared_ptr<blocked::Log>> blocked_;  // blocked-attempt logs, one each
   // Final counters of the most recently closed executions (their listeners are freed).
   static constexpr std::size_t kKeptStats = 64;
   std::deque<std::pair<std::string, Stats>> finished_;

@@ -228,8 +228,10 @@ std::expected<void, SetupError> handSockets(const RunHooks& hooks, Fd listener4,
     if (fd && hooks.on_listener)
       if (auto r = hooks.on_listener(fd.release()); !r)
         return std::unexpected(setupError("proxy listener", r.error()));
-  if (capture && capture->dns_udp && capture->dns_tcp && hooks.on_dns)
-    if (auto r = hooks.on_dns(capture->dns_udp.release(), capture->dns_tcp.release()); !r)
+  if (capture && capture->dns_udp && capture->dns_tcp && capture->blocked_log && hooks.on_dns)
+    if (auto r = hooks.on_dns(capture->dns_udp.release(), capture->dns_tcp.release(),
+                              capture->blocked_log.release());
+        !r)
       return std::unexpected(setupError("dns sockets", r.error()));
   return {};
 }

@@ -145,6 +145,15 @@ NftRule& NftRule::reject(std::uint32_t type, std::uint8_t code) {
   return *this;
 }
 
+NftRule& NftRule::log(std::uint16_t group, std::uint32_t snaplen) {
+  std::string d;
+  const std::uint16_t be_group = htons(group);
+  putAttr(d, NFTA_LOG_GROUP, {reinterpret_cast<const char*>(&be_group), sizeof be_group});
+  putU32(d, NFTA_LOG_SNAPLEN, snaplen);
+  putExpr(exprs_, "log", d);
+  return *this;
+}
+
 NftRule& NftRule::raw(std::string_view name, std::string_view attributes) {
   putExpr(exprs_, name, attributes);
   return *this;

@@ -38,6 +38,9 @@ class NftRule {
   NftRule& verdict(std::int32_t code);  // NF_ACCEPT, NF_DROP, NFT_CONTINUE...
   NftRule& redirect(std::uint32_t proto_reg, std::uint32_t flags);
   NftRule& reject(std::uint32_t type, std::uint8_t code);
+  /// `log group G snaplen N`: a copy of the packet (its first `snaplen` bytes from the network
+  /// header) to nfnetlink_log group `group` of the namespace; the rule goes on.
+  NftRule& log(std::uint16_t group, std::uint32_t snaplen);
   /// Any expression by name with raw attributes already encoded (tests: an unknown one).
   NftRule& raw(std::string_view name, std::string_view attributes);
 

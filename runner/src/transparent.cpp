@@ -6,6 +6,8 @@
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_nat.h>
 #include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_log.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <net/if.h>
@@ -155,6 +157,73 @@ Fd boundSocket(const sockaddr* addr, socklen_t len, int type) {
   return s;
 }
 
+// The blocked-attempt log: an nfnetlink_log socket bound to kBlockedLogGroup of this thread's
+// namespace (the group the reject rules log to), copying kBlockedLogSnaplen bytes of each
+// packet with a sequence number, sent as soon as logged (NFULA_SEQ: a gap is packets the kernel
+// dropped because the socket's buffer was full). One config message, acknowledged; the instance
+// lives as long as the socket.
+std::expected<Fd, SetupError> blockedLogSocket() {
+  constexpr char kStep[] = "blocked-attempt log (nfnetlink_log)";
+  Fd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
+  if (!nl) return std::unexpected(stepError(kStep, errno));
+  sockaddr_nl self{};
+  self.nl_family = AF_NETLINK;
+  if (::bind(nl.get(), reinterpret_cast<sockaddr*>(&self), sizeof self) != 0)
+    return std::unexpected(stepError(kStep, errno));
+  const int one = 1;
+  ::setsockopt(nl.get(), SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
+  // Room for a burst (each message takes ~1 KiB of buffer): 4 MiB where sluice may exceed
+  // rmem_max (CAP_NET_ADMIN), else as much as rmem_max allows. What overflows is dropped by
+  // the kernel and shows as a gap in the sequence numbers (a "lost" row).
+  const int rcvbuf = 4 << 20;
+  if (::setsockopt(nl.get(), SOL_SOCKET, SO_RCVBUFFORCE, &rcvbuf, sizeof rcvbuf) != 0)
+    ::setsockopt(nl.get(), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof rcvbuf);
+
+  alignas(nlmsghdr) char buf[128] = {};
+  auto* nh = reinterpret_cast<nlmsghdr*>(buf);
+  nh->nlmsg_len = NLMSG_LENGTH(sizeof(nfgenmsg));
+  nh->nlmsg_type = static_cast<std::uint16_t>(NFNL_SUBSYS_ULOG << 8 | NFULNL_MSG_CONFIG);
+  nh->nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  nh->nlmsg_seq = 1;
+  auto* g = static_cast<nfgenmsg*>(NLMSG_DATA(nh));
+  g->nfgen_family = AF_UNSPEC;
+  g->version = NFNETLINK_V0;
+  g->res_id = htons(kBlockedLogGroup);
+  auto attr = [&](std::uint16_t type, const void* data, std::uint16_t len) {
+    auto* a = reinterpret_cast<nlattr*>(buf + NLMSG_ALIGN(nh->nlmsg_len));
+    a->nla_type = type;
+    a->nla_len = static_cast<std::uint16_t>(NLA_HDRLEN + len);
+    std::memcpy(reinterpret_cast<char*>(a) + NLA_HDRLEN, data, len);
+    nh->nlmsg_len = NLMSG_ALIGN(nh->nlmsg_len) + NLA_ALIGN(a->nla_len);
+  };
+  const nfulnl_msg_config_cmd cmd{NFULNL_CFG_CMD_BIND};
+  attr(NFULA_CFG_CMD, &cmd, sizeof cmd);
+  nfulnl_msg_config_mode mode{};
+  mode.copy_range = htonl(kBlockedLogSnaplen);
+  mode.copy_mode = NFULNL_COPY_PACKET;
+  attr(NFULA_CFG_MODE, &mode, sizeof mode);
+  const std::uint16_t flags = htons(NFULNL_CFG_F_SEQ);
+  attr(NFULA_CFG_FLAGS, &flags, sizeof flags);
+  // Each packet at once (the default batches up to 100 for up to a second: a run that ends
+  // sooner would leave its last attempts in the kernel's queue when sluice reads the socket).
+  const std::uint32_t qthresh = htonl(1);
+  attr(NFULA_CFG_QTHRESH, &qthresh, sizeof qthresh);
+  if (::send(nl.get(), buf, nh->nlmsg_len, 0) != static_cast<ssize_t>(nh->nlmsg_len))
+    return std::unexpected(stepError(kStep, errno));
+  pollfd p{nl.get(), POLLIN, 0};
+  if (::poll(&p, 1, 1000) != 1) return std::unexpected(stepError(kStep, ETIMEDOUT));
+  alignas(nlmsghdr) char reply[512];
+  const ssize_t n = ::recv(nl.get(), reply, sizeof reply, 0);
+  if (n < 0) return std::unexpected(stepError(kStep, errno));
+  const auto* r = reinterpret_cast<const nlmsghdr*>(reply);
+  if (!NLMSG_OK(r, static_cast<int>(n)) || r->nlmsg_type != NLMSG_ERROR ||
+      r->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr)))
+    return std::unexpected(stepError(kStep, EPROTO));
+  if (const int err = static_cast<const nlmsgerr*>(NLMSG_DATA(r))->error; err != 0)
+    return std::unexpected(stepError(kStep, -err));
+  return nl;
+}
+
 std::expected<void, SetupError> makeSockets(bool dns, CaptureSockets& out) {
   sockaddr_in6 v6{};
   v6.sin6_family = AF_INET6;
@@ -171,6 +240,9 @@ std::expected<void, SetupError> makeSockets(bool dns, CaptureSockets& out) {
   if (!out.dns_udp) return std::unexpected(stepError("DNS socket 127.0.0.53:53/udp", errno));
   out.dns_tcp = boundSocket(reinterpret_cast<sockaddr*>(&v4), sizeof v4, SOCK_STREAM);
   if (!out.dns_tcp) return std::unexpected(stepError("DNS socket 127.0.0.53:53/tcp", errno));
+  auto log = blockedLogSocket();
+  if (!log) return std::unexpected(log.error());
+  out.blocked_log = std::move(*log);
   return {};
 }
 
@@ -208,8 +280,8 @@ std::future<CaptureResult> failed(SetupError e) {
 //     type filter hook output priority filter; policy accept;
 //     ip daddr 127.0.0.0/8 accept
 //     ip6 daddr ::1 accept
-//     meta l4proto tcp reject with tcp reset
-//     reject with icmpx admin-prohibited
+//     meta l4proto tcp log snaplen 128 group 1 reject with tcp reset
+//     log snaplen 128 group 1 reject with icmpx admin-prohibited
 //   }
 //
 // Output only: the nat chain runs first (priority -100), so the filter chain sees a redirected
@@ -218,7 +290,10 @@ std::future<CaptureResult> failed(SetupError e) {
 // namespace). What still goes to a non-loopback address (UDP, QUIC, ICMP, any other protocol,
 // and TCP the nat chain did not redirect) is rejected in the output path: the packet is
 // dropped there, so the sending call fails at once (EPERM) instead of waiting for a timeout,
-// and a QUIC client falls back to TCP, which is redirected.
+// and a QUIC client falls back to TCP, which is redirected. Each rejected packet is first
+// logged to nfnetlink_log group kBlockedLogGroup (its first 128 bytes): sluice reads that
+// group's socket (made with the DNS sockets) and writes one audit row per blocked attempt.
+// Without a socket bound to the group the kernel drops the copy.
 std::expected<void, SetupError> installCaptureRules() {
   constexpr char kTable[] = "sluice";
   constexpr std::uint32_t kReg = NFT_REG_1;
@@ -274,9 +349,11 @@ std::expected<void, SetupError> installCaptureRules() {
             NftRule("other tcp: reject with tcp reset")
                 .meta(NFT_META_L4PROTO, kReg)
                 .cmp(NFT_CMP_EQ, kReg, tcp)
+                .log(kBlockedLogGroup, kBlockedLogSnaplen)
                 .reject(NFT_REJECT_TCP_RST, 0));
   b.addRule(NFPROTO_INET, kTable, "filter_output",
             NftRule("everything else: reject with icmpx admin-prohibited")
+                .log(kBlockedLogGroup, kBlockedLogSnaplen)
                 .reject(NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED));
 
   auto fd = openNftSocket();

@@ -22,6 +22,10 @@
 
 namespace sluice::runner::detail {
 
+/// How much of each rejected packet the kernel copies to the blocked-attempt log: the IP
+/// header with options or IPv6 extension headers and the UDP/TCP/ICMP header.
+inline constexpr std::uint32_t kBlockedLogSnaplen = 128;
+
 /// sluice's DNS server inside every sandbox with network_proxy (DESIGN.md).
 inline constexpr char kDnsAddress[] = "127.0.0.53";
 inline constexpr std::uint16_t kDnsPort = 53;
@@ -31,6 +35,7 @@ struct CaptureSockets {
   Fd listener6;              // TCP listening on [::1]:3128 (IPV6_V6ONLY)
   Fd dns_udp;                // UDP bound to 127.0.0.53:53 (only when asked)
   Fd dns_tcp;                // TCP listening on 127.0.0.53:53 (only when asked)
+  Fd blocked_log;            // nfnetlink_log, group kBlockedLogGroup (only with the DNS ones)
   std::int64_t took_us = 0;  // the set-up thread's own time (SLUICE_TIMING)
 };
 

@@ -347,7 +347,12 @@ Engine::NetworkHooks Engine::networkHooks(proxy::ListenerIdentity identity) {
     if (!r) return std::unexpected(r.error().message);
     return {};
   };
-  h.on_dns = [this, identity](int udp, int tcp) -> std::expected<void, std::string> {
+  h.on_dns = [this, identity](int udp, int tcp, int blocked) -> std::expected<void, std::string> {
+    if (auto r = proxy_->adoptBlockedLog(blocked, identity); !r) {
+      ::close(udp);
+      ::close(tcp);
+      return std::unexpected(r.error().message);
+    }
     auto r = proxy_->adoptDns(udp, tcp, identity);
     if (!r) return std::unexpected(r.error().message);
     return {};

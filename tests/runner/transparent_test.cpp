@@ -151,8 +151,9 @@ struct FakeDns {
   int calls = 0;
 
   DnsCallback callback() {
-    return [this](int udp, int tcp) -> std::expected<void, std::string> {
+    return [this](int udp, int tcp, int blocked_log) -> std::expected<void, std::string> {
       ++calls;
+      ::close(blocked_log);
       thread = std::thread([this, udp, tcp] { serve(udp, tcp); });
       return {};
     };
@@ -472,18 +473,22 @@ TEST(CaptureRules, InstalledAsOneBatchAndReadBackExactly) {
     const std::string daddr4 = R"({"payload":{"field":"daddr","protocol":"ip"}})";
     const std::string daddr6 = R"({"payload":{"field":"daddr","protocol":"ip6"}})";
     const std::string net8 = R"({"prefix":{"addr":"127.0.0.0","len":8}})";
-    EXPECT_EQ(rules, (std::vector<std::string>{
-                         "nat_output: " + tcp + R"( {"match":{"left":)" + daddr4 +
-                             R"(,"op":"!=","right":)" + net8 + "}} " + redirect,
-                         "nat_output: " + tcp + R"( {"match":{"left":)" + daddr6 +
-                             R"(,"op":"!=","right":"::1"}} )" + redirect,
-                         R"(filter_output: {"match":{"left":)" + daddr4 + R"(,"op":"==","right":)" +
-                             net8 + R"(}} {"accept":null})",
-                         R"(filter_output: {"match":{"left":)" + daddr6 +
-                             R"(,"op":"==","right":"::1"}} {"accept":null})",
-                         "filter_output: " + tcp + R"( {"reject":{"type":"tcp reset"}})",
-                         R"(filter_output: {"reject":{"expr":"admin-prohibited","type":"icmpx"}})",
-                     }))
+    // Every rejected packet is first copied to nfnetlink_log group 1 (the blocked-attempt log).
+    const std::string log = R"({"log":{"group":1,"snaplen":128}})";
+    EXPECT_EQ(
+        rules,
+        (std::vector<std::string>{
+            "nat_output: " + tcp + R"( {"match":{"left":)" + daddr4 + R"(,"op":"!=","right":)" +
+                net8 + "}} " + redirect,
+            "nat_output: " + tcp + R"( {"match":{"left":)" + daddr6 +
+                R"(,"op":"!=","right":"::1"}} )" + redirect,
+            R"(filter_output: {"match":{"left":)" + daddr4 + R"(,"op":"==","right":)" + net8 +
+                R"(}} {"accept":null})",
+            R"(filter_output: {"match":{"left":)" + daddr6 +
+                R"(,"op":"==","right":"::1"}} {"accept":null})",
+            "filter_output: " + tcp + " " + log + R"( {"reject":{"type":"tcp reset"}})",
+            "filter_output: " + log + R"( {"reject":{"expr":"admin-prohibited","type":"icmpx"}})",
+        }))
         << text;
     // nft leaves out the family matches a payload implies; the kernel's expressions show them
     // (an IPv6 packet's byte 16 must not be read as an IPv4 destination).

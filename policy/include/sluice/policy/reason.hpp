@@ -52,6 +52,10 @@ enum class Reason : std::uint8_t {
   kTlsHandshakeFailed,  // the client's TLS handshake with the proxy failed
   kIdleTimeout,
   kClosed,  // ended by the proxy (execution over, shutdown)
+  // Transparent capture: sent out of the sandbox by something other than TCP (which is
+  // redirected to the proxy) or DNS to 127.0.0.53, e.g. UDP, QUIC, ICMP; rejected in the
+  // sandbox's netns and recorded from the kernel's log (docs/sandbox.md).
+  kProtocolNotAllowed,
 };
 
 /// The stable text of a reason.

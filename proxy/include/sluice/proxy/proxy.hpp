@@ -147,6 +147,15 @@ class Proxy {
   virtual std::expected<void, Error> adoptDns(int udp_fd, int tcp_fd,
                                               ListenerIdentity identity) = 0;
 
+  /// Records what the sandbox of `identity.execution_id` tried to send that its capture rules
+  /// rejected (docs/sandbox.md "Blocked attempts"): `fd` is the runner's nfnetlink_log socket
+  /// (runner::DnsCallback's third fd). One connections row per attempt (kind "blocked",
+  /// reason protocol_not_allowed; the first 1000 of an execution, then one summary row a
+  /// second with the count), each counted in the execution's denials. Call after the
+  /// execution's listeners are adopted (their account is charged). Takes ownership of `fd`
+  /// (closes it on error too). closeExecution() and stop() read what is left and close it.
+  virtual std::expected<void, Error> adoptBlockedLog(int fd, ListenerIdentity identity) = 0;
+
   /// Stops accepting on every listener of `execution_id`, closes its open connections and
   /// waits (up to 2 s) until they have ended, so their audit rows are written and stats()
   /// is final on return, then frees the listener records: the final stats stay available

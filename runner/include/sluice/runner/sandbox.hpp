@@ -181,7 +181,16 @@ using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>
 /// there. Ownership of both passes to the callee. Without this hook neither socket exists (and
 /// a lookup fails at once: nothing answers on 127.0.0.53). An error aborts the run with a
 /// SetupError (step "dns sockets").
-using DnsCallback = std::function<std::expected<void, std::string>(int udp_fd, int tcp_fd)>;
+/// `blocked_log_fd`: an nfnetlink_log socket (NETLINK_NETFILTER) made in the same namespace,
+/// bound to log group kBlockedLogGroup, which receives the headers (at most 128 bytes) of
+/// every packet the namespace's capture rules reject (UDP other than sluice's DNS, QUIC, ICMP,
+/// TCP the redirect did not take), each message with its NFULA_SEQ; ownership passes to the
+/// callee, which records them (sluice's proxy: Proxy::adoptBlockedLog, docs/sandbox.md).
+using DnsCallback =
+    std::function<std::expected<void, std::string>(int udp_fd, int tcp_fd, int blocked_log_fd)>;
+
+/// The nfnetlink_log group of the capture rules' reject rules (in the sandbox's namespace only).
+inline constexpr std::uint16_t kBlockedLogGroup = 1;
 
 /// Called once, after the sandbox is built and just before its program may start; an error
 /// aborts the run (nothing of the program runs) with that SetupError. `sluice run` waits here
