@@ -275,7 +275,9 @@ void Log::flushSummary() {
   if (const std::uint64_t n = budget_.drainSuppressed(); n > 0 && last_suppressed_) {
     row(last_suppressed_->address, last_suppressed_->port,
         std::to_string(n) + " more blocked attempts since the previous row (the last: " +
-            describe(*last_suppressed_) + ")" + kNotAllowed + "; only the first " +
+            describe(*last_suppressed_) +
+            "): only TCP through the proxy and DNS to 127.0.0.53 may leave the sandbox; only the "
+            "first " +
             std::to_string(kRowsPerExecution) +
             " blocked attempts of an execution are rows of their own, then one row a second "
             "counts the rest");

@@ -10,6 +10,9 @@
 #include <gtest/gtest.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
+#include <linux/netfilter/nfnetlink.h>
+#include <linux/netfilter/nfnetlink_log.h>
+#include <linux/netlink.h>
 #include <linux/sockios.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -149,11 +152,12 @@ struct FakeDns {
   std::atomic<bool> stop{false};
   std::atomic<int> udp_queries{0}, tcp_queries{0};
   int calls = 0;
+  int blocked = -1;  // the blocked-attempt log (nfnetlink_log) socket handed over
 
   DnsCallback callback() {
     return [this](int udp, int tcp, int blocked_log) -> std::expected<void, std::string> {
       ++calls;
-      ::close(blocked_log);
+      blocked = blocked_log;  // read by the test, closed with the FakeDns
       thread = std::thread([this, udp, tcp] { serve(udp, tcp); });
       return {};
     };
@@ -201,6 +205,7 @@ struct FakeDns {
   ~FakeDns() {
     stop = true;
     if (thread.joinable()) thread.join();
+    if (blocked >= 0) ::close(blocked);
   }
 };
 
@@ -351,6 +356,76 @@ TEST(TransparentCapture, UdpIcmpAndQuicToAnythingOutsideFailAtOnce) {
     EXPECT_NE(rules.find("redirect to :3128"), std::string::npos) << rules;
     EXPECT_NE(rules.find("reject with icmpx admin-prohibited"), std::string::npos) << rules;
   });
+}
+
+// Every packet the reject rules drop, as the blocked-attempt log socket (handed over with the
+// DNS sockets) received it: "<IP protocol> <destination>" in order, and the sequence numbers.
+std::vector<std::string> blockedLogPackets(int fd, std::vector<std::uint32_t>& seqs) {
+  std::vector<std::string> out;
+  alignas(nlmsghdr) char buf[65536];
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) break;
+    int left = static_cast<int>(n);
+    for (auto* h = reinterpret_cast<nlmsghdr*>(buf); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
+      if (h->nlmsg_type != (NFNL_SUBSYS_ULOG << 8 | NFULNL_MSG_PACKET)) continue;
+      const int attrs_at = NLMSG_LENGTH(NLMSG_ALIGN(sizeof(nfgenmsg)));
+      int rest = static_cast<int>(h->nlmsg_len) - attrs_at;
+      for (auto* a = reinterpret_cast<nlattr*>(reinterpret_cast<char*>(h) + attrs_at);
+           rest >= NLA_HDRLEN && a->nla_len >= NLA_HDRLEN && a->nla_len <= rest;
+           rest -= NLA_ALIGN(a->nla_len), a = reinterpret_cast<nlattr*>(reinterpret_cast<char*>(a) +
+                                                                        NLA_ALIGN(a->nla_len))) {
+        const auto* v = reinterpret_cast<const unsigned char*>(a) + NLA_HDRLEN;
+        const int len = a->nla_len - NLA_HDRLEN;
+        if ((a->nla_type & NLA_TYPE_MASK) == NFULA_SEQ && len == 4) {
+          std::uint32_t be;
+          std::memcpy(&be, v, 4);
+          seqs.push_back(ntohl(be));
+        }
+        if ((a->nla_type & NLA_TYPE_MASK) != NFULA_PAYLOAD || len < 1) continue;
+        char addr[INET6_ADDRSTRLEN] = {};
+        if (v[0] >> 4 == 4 && len >= 20) {
+          ::inet_ntop(AF_INET, v + 16, addr, sizeof addr);
+          out.push_back(std::to_string(v[9]) + " " + addr);
+        } else if (v[0] >> 4 == 6 && len >= 40) {
+          ::inet_ntop(AF_INET6, v + 24, addr, sizeof addr);
+          out.push_back(std::to_string(v[6]) + " " + addr);
+        } else {
+          out.push_back("undecodable");
+        }
+      }
+    }
+  }
+  return out;
+}
+
+TEST(TransparentCapture, EveryRejectedPacketIsCopiedToTheBlockedLogSocket) {
+  REQUIRE_SANDBOX();
+  FakeProxy proxy;
+  FakeDns dns;
+  auto r = runSandboxed(python(kRefusedScript),
+                        RunHooks{.on_listener = proxy.callback(), .on_dns = dns.callback()});
+  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  dns.stop = true;
+  if (dns.thread.joinable()) dns.thread.join();
+  ASSERT_GE(dns.blocked, 0);
+  const std::string& out = r->out.text;
+  EXPECT_NE(out.find("udp4-sendto EPERM"), std::string::npos) << out;
+  // ICMP from inside the namespace as root (the sandbox's program may not open ICMP sockets).
+  ASSERT_GE(proxy.netns, 0) << "SIOCGSKNS: " << std::strerror(errno);
+  inNamespace(proxy.netns, [&] {
+    EXPECT_EQ(icmpEchoError(AF_INET, "192.0.2.1"), std::strerror(EPERM));
+    EXPECT_EQ(icmpEchoError(AF_INET6, "2001:db8::1"), std::strerror(EPERM));
+  });
+  std::vector<std::uint32_t> seqs;
+  const auto packets = blockedLogPackets(dns.blocked, seqs);
+  // UDP (17) to 192.0.2.53 twice (connected, sendto), QUIC-like UDP to 192.0.2.1:443, UDP over
+  // IPv6, then ICMP (1) and ICMPv6 (58); the DNS query to 127.0.0.53 is not among them.
+  EXPECT_EQ(packets, (std::vector<std::string>{"17 192.0.2.53", "17 192.0.2.53", "17 192.0.2.1",
+                                               "17 2001:db8::53", "1 192.0.2.1", "58 2001:db8::1"}))
+      << out;
+  ASSERT_EQ(seqs.size(), packets.size());
+  for (std::size_t i = 1; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], seqs[i - 1] + 1);
 }
 
 TEST(TransparentCapture, DnsReachesTheHandedSocketsAndResolvConfNamesThem) {
