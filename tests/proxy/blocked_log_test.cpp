@@ -8,10 +8,17 @@
 #include <linux/netfilter/nfnetlink.h>
 #include <linux/netfilter/nfnetlink_log.h>
 #include <linux/netlink.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
+
+#include "proxy_fixture.hpp"
 
 namespace sluice::proxy::blocked {
 namespace {
@@ -244,6 +251,114 @@ TEST(BlockedLogFuzzTest, RandomAndMutatedBytesNeverCrash) {
     for (const auto& msg : decodeDatagram(m))
       if (msg.attempt) (void)describe(*msg.attempt);
   }
+}
+
+// An nfnetlink_log socket bound to group 1 of the calling thread's namespace, as the runner
+// makes it (qthresh 1, sequence numbers), but with the smallest receive buffer the kernel
+// allows, so that a burst overflows it. -1 on failure.
+int tinyLogSocket() {
+  const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
+  if (fd < 0) return -1;
+  sockaddr_nl self{};
+  self.nl_family = AF_NETLINK;
+  const int tiny = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &tiny, sizeof tiny);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&self), sizeof self) != 0) return -1;
+  Bytes body;
+  nfgenmsg g{AF_UNSPEC, NFNETLINK_V0, htons(1)};
+  const auto* gp = reinterpret_cast<const std::uint8_t*>(&g);
+  body.insert(body.end(), gp, gp + sizeof g);
+  attr(body, NFULA_CFG_CMD, Bytes{NFULNL_CFG_CMD_BIND});
+  attr(body, NFULA_CFG_MODE, Bytes{0, 0, 0, 128, NFULNL_COPY_PACKET, 0});
+  attr(body, NFULA_CFG_FLAGS, Bytes{0, NFULNL_CFG_F_SEQ});
+  attr(body, NFULA_CFG_QTHRESH, Bytes{0, 0, 0, 1});
+  nlmsghdr h{};
+  h.nlmsg_len = static_cast<std::uint32_t>(NLMSG_HDRLEN + body.size());
+  h.nlmsg_type = NFNL_SUBSYS_ULOG << 8 | NFULNL_MSG_CONFIG;
+  h.nlmsg_flags = NLM_F_REQUEST | NLM_F_ACK;
+  Bytes m(reinterpret_cast<const std::uint8_t*>(&h),
+          reinterpret_cast<const std::uint8_t*>(&h) + sizeof h);
+  m.insert(m.end(), body.begin(), body.end());
+  if (::send(fd, m.data(), m.size(), 0) != static_cast<ssize_t>(m.size())) return -1;
+  alignas(nlmsghdr) char reply[256];
+  if (::recv(fd, reply, sizeof reply, 0) < static_cast<ssize_t>(NLMSG_LENGTH(sizeof(nlmsgerr))))
+    return -1;
+  const auto* e = static_cast<const nlmsgerr*>(NLMSG_DATA(reinterpret_cast<nlmsghdr*>(reply)));
+  return e->error == 0 ? fd : -1;
+}
+
+void udpTo(const char* addr, std::uint16_t port) {
+  const int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  ::inet_pton(AF_INET, addr, &a.sin_addr);
+  (void)::sendto(s, "x", 1, 0, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::close(s);
+}
+
+using ProxyFixture = testing::ProxyFixture;
+class BlockedLogProxyTest : public ProxyFixture {};
+
+// The proxy's side end to end, in a namespace of the test's own with a reject rule that logs
+// (as the runner's does): a burst of 200 datagrams into a log socket far too small for it
+// loses most copies in the kernel; the rows still account for every attempt: one row each
+// for those read, one "were lost" row with the exact count (the sequence gap the next copy
+// shows), and the execution's denials count all of them.
+TEST_F(BlockedLogProxyTest, CopiesTheKernelDroppedAreARowWithTheirCount) {
+  if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
+    if (std::getenv("CI")) FAIL() << "needs root and nft";
+    GTEST_SKIP() << "needs root and nft";
+  }
+  std::string failure;
+  std::thread t([&] {
+    if (::unshare(CLONE_NEWNET) != 0) {
+      failure = "unshare";
+      return;
+    }
+    if (std::system("ip link set lo up && ip route add default dev lo src 127.0.0.1 && printf "
+                    "'table inet t {\n chain o { type filter hook output priority 0;\n"
+                    "  ip daddr != 127.0.0.0/8 log group 1 snaplen 128 reject\n }\n}\n' | "
+                    "nft -f -") != 0) {
+      failure = "routes and rules";
+      return;
+    }
+    const int fd = tinyLogSocket();
+    if (fd < 0) {
+      failure = std::string("log socket: ") + std::strerror(errno);
+      return;
+    }
+    for (int i = 0; i < 200; ++i) udpTo("192.0.2.7", static_cast<std::uint16_t>(5000 + i));
+    ListenerIdentity id{execution_id_, matcher_};
+    if (auto r = proxy_->adoptBlockedLog(fd, id); !r) {
+      failure = r.error().message;
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    udpTo("192.0.2.8", 9);  // its copy's sequence number shows the gap
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  });
+  t.join();
+  ASSERT_EQ(failure, "");
+  proxy_->closeExecution(execution_id_);
+  std::uint64_t counted = 0, own = 0, lost = 0;
+  for (const auto& c : sink_->connections()) {
+    if (c.kind != "blocked") continue;
+    EXPECT_EQ(c.decision, "deny");
+    EXPECT_EQ(c.reason, "protocol_not_allowed");
+    EXPECT_EQ(c.execution_id, execution_id_);
+    if (c.detail.find(" were lost ") != std::string::npos) {
+      EXPECT_EQ(c.detail.find("unknown"), std::string::npos) << c.detail;
+      lost += std::stoull(c.detail);
+    } else {
+      ++own;
+      EXPECT_TRUE(c.host == "192.0.2.7" || c.host == "192.0.2.8") << c.host;
+    }
+  }
+  counted = own + lost;
+  EXPECT_GT(lost, 0u) << "the burst did not overflow the socket: nothing tested";
+  EXPECT_EQ(counted, 201u) << own << " rows of their own, " << lost << " lost";
+  EXPECT_EQ(proxy_->stats(execution_id_).denied, 201u);
 }
 
 }  // namespace
