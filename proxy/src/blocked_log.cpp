@@ -22,6 +22,9 @@ constexpr char kNotAllowed[] =
     " is not allowed out of the sandbox (only TCP through the proxy and DNS to 127.0.0.53)";
 constexpr std::size_t kMaxExtensionHeaders = 8;
 constexpr int kMaxDatagramsPerWake = 1024;
+// One datagram: a message of at most ~300 bytes with a 128-byte copy (the kernel's default
+// buffer per batch is 4 KiB; with a queue threshold of 1 each message comes alone).
+constexpr std::size_t kBufferBytes = 16384;
 
 std::uint16_t be16(const std::uint8_t* p) { return static_cast<std::uint16_t>(p[0] << 8 | p[1]); }
 
@@ -195,30 +198,32 @@ std::expected<void, Error> Log::adopt(int fd) {
   return {};
 }
 
-void Log::start() {
-  net::co_spawn(strand_, readLoop(shared_from_this()), LogEscapedException{"blocked-attempt log"});
+void Log::start() { waitReadable(); }
+
+void Log::waitReadable() {
+  sock_.async_wait(net::posix::stream_descriptor::wait_read,
+                   net::bind_executor(strand_, [self = shared_from_this()](const ErrorCode& ec) {
+                     self->onReadable(ec);
+                   }));
 }
 
-net::awaitable<void> Log::readLoop(std::shared_ptr<Log> self) {
-  for (;;) {
-    ErrorCode ec;
-    co_await self->sock_.async_wait(net::posix::stream_descriptor::wait_read,
-                                    net::redirect_error(net::use_awaitable, ec));
-    if (self->closed_ || !self->sock_.is_open() || ec == net::error::operation_aborted) co_return;
-    if (ec) {
-      log().warn("blocked-attempt log of execution {}: {}", self->execution_id_, ec.message());
-      co_return;
-    }
-    self->drain();
+void Log::onReadable(const ErrorCode& ec) {
+  if (closed_ || !sock_.is_open() || ec == net::error::operation_aborted) return;
+  if (ec) {
+    log().warn("blocked-attempt log of execution {}: {}", execution_id_, ec.message());
+    return;
   }
+  drain();
+  waitReadable();
 }
 
 void Log::drain() {
   if (!sock_.is_open()) return;
+  if (!buf_) buf_ = std::make_unique_for_overwrite<std::uint8_t[]>(kBufferBytes);
   for (int i = 0; i < kMaxDatagramsPerWake; ++i) {
-    const ssize_t n = ::recv(sock_.native_handle(), buf_.data(), buf_.size(), MSG_DONTWAIT);
+    const ssize_t n = ::recv(sock_.native_handle(), buf_.get(), kBufferBytes, MSG_DONTWAIT);
     if (n > 0) {
-      handle({buf_.data(), static_cast<std::size_t>(n)});
+      handle({buf_.get(), static_cast<std::size_t>(n)});
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -325,18 +330,19 @@ void Log::closeNow() {
   sock_.close(ec);
 }
 
-void Log::close(bool running) {
-  if (!running) {
-    closeNow();
-    return;
-  }
+std::future<void> Log::close(bool running) {
   auto done = std::make_shared<std::promise<void>>();
   auto fut = done->get_future();
+  if (!running) {
+    closeNow();
+    done->set_value();
+    return fut;
+  }
   net::post(strand_, [self = shared_from_this(), done] {
     self->closeNow();
     done->set_value();
   });
-  fut.wait_for(std::chrono::seconds(2));
+  return fut;
 }
 
 }  // namespace sluice::proxy::blocked

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <expected>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -95,14 +96,18 @@ class Log : public std::enable_shared_from_this<Log> {
   /// Takes the fd (closes it on error too): it must be a NETLINK_NETFILTER socket.
   std::expected<void, Error> adopt(int fd);
   void chargeTo(std::shared_ptr<Account> account) { account_ = std::move(account); }
+  /// Starts waiting for the socket (from any thread, once, before anything else uses it: it
+  /// wakes no I/O thread).
   void start();
-  /// Reads what the socket holds, writes the pending summary rows and closes; on the strand,
-  /// waiting for it (up to 2 s) when the io_context runs.
-  void close(bool running);
+  /// Reads what the socket holds, writes the pending summary rows and closes: at once when the
+  /// io_context does not run, else on the strand; the future is ready when it is done (the
+  /// caller waits, up to 2 s, after starting other closes: one round trip for all of them).
+  std::future<void> close(bool running);
   const std::string& executionId() const { return execution_id_; }
 
  private:
-  static net::awaitable<void> readLoop(std::shared_ptr<Log> self);
+  void waitReadable();  // the next readiness wait (its handler runs on the strand)
+  void onReadable(const ErrorCode& ec);
   static net::awaitable<void> summaryLater(std::shared_ptr<Log> self);
   void drain();  // every datagram the socket holds now (non-blocking)
   void handle(std::span<const std::uint8_t> datagram);
@@ -125,7 +130,7 @@ class Log : public std::enable_shared_from_this<Log> {
   std::optional<Attempt> last_suppressed_;
   bool summary_armed_ = false;
   bool closed_ = false;
-  std::vector<std::uint8_t> buf_ = std::vector<std::uint8_t>(65536);
+  std::unique_ptr<std::uint8_t[]> buf_;  // made at the first read: most runs send nothing
 };
 
 }  // namespace sluice::proxy::blocked

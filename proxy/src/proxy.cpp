@@ -196,7 +196,7 @@ class ProxyImpl : public Proxy {
     {
       std::lock_guard lock(mu_);
       if (stopped_) {
-        b->close(false);
+        b->close(false).wait();
         return std::unexpected(Error{"adoptBlockedLog: the proxy is stopped"});
       }
       blocked_.push_back(b);
@@ -210,10 +210,11 @@ class ProxyImpl : public Proxy {
     return {};
   }
 
-  // Reads what the blocked-attempt logs `which` selects still hold, writes their rows, closes
-  // and forgets them.
+  // Starts closing the blocked-attempt logs `which` selects (each reads what its socket still
+  // holds and writes its rows, on its strand) and forgets them; the caller waits for the
+  // futures (after its other closes, so that they overlap).
   template <typename Pred>
-  void closeBlocked(Pred which) {
+  std::vector<std::future<void>> closeBlocked(Pred which) {
     std::vector<std::shared_ptr<blocked::Log>> bs;
     {
       std::lock_guard lock(mu_);
@@ -222,12 +223,20 @@ class ProxyImpl : public Proxy {
       std::erase_if(blocked_, [&](const auto& b) { return which(*b); });
     }
     const bool running = started_ && !ioc_.stopped();
-    for (auto& b : bs) b->close(running);
+    std::vector<std::future<void>> closing;
+    for (auto& b : bs) closing.push_back(b->close(running));
+    return closing;
+  }
+  static void waitAll(std::vector<std::future<void>>& fs) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    for (auto& f : fs) f.wait_until(deadline);
   }
 
   void closeExecution(const std::string& execution_id) override {
-    closeBlocked([&](const blocked::Log& b) { return b.executionId() == execution_id; });
+    auto blocked =
+        closeBlocked([&](const blocked::Log& b) { return b.executionId() == execution_id; });
     closeDns([&](const dns::Endpoint& e) { return e.executionId() == execution_id; });
+    waitAll(blocked);
     std::vector<std::shared_ptr<Listener>> ls;
     {
       std::lock_guard lock(mu_);
@@ -302,8 +311,9 @@ class ProxyImpl : public Proxy {
     }
     ctx_->draining.store(true);
     for (auto& l : ls) closeAcceptor(l);
+    auto blocked = closeBlocked([](const blocked::Log&) { return true; });
     closeDns([](const dns::Endpoint&) { return true; });
-    closeBlocked([](const blocked::Log&) { return true; });
+    waitAll(blocked);
     // Kept-alive clients waiting for their next request would otherwise hold the drain up.
     for (auto& l : ls) l->forEachAccount([](Account& a) { a.closeIdle(); });
     if (started_) {
