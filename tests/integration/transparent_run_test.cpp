@@ -559,7 +559,9 @@ TEST_F(TransparentRun, BlockedUdpQuicAndIcmpAttemptsAreAuditRowsAndDenials) {
   // socket is usually refused before anything is sent: then there is no ICMP attempt to record
   // (tests/runner/transparent_test.cpp sends one from inside the namespace as root instead).
   const bool icmp_sent = out.find("icmp EPERM\n") != std::string::npos;
-  if (!icmp_sent) EXPECT_NE(out.find("icmp-socket "), std::string::npos) << out;
+  if (!icmp_sent) {
+    EXPECT_NE(out.find("icmp-socket "), std::string::npos) << out;
+  }
   const std::string exec = r["execution_id"];
   const std::string of = "FROM connections WHERE execution_id = '" + exec +
                          "' AND kind = 'blocked' AND decision = 'deny' AND reason = "
@@ -572,10 +574,11 @@ TEST_F(TransparentRun, BlockedUdpQuicAndIcmpAttemptsAreAuditRowsAndDenials) {
       << sql("SELECT kind, host, port, reason, detail FROM connections");
   EXPECT_EQ(count("SELECT count(*) " + of + " AND host = '10.231.0.2' AND port = 53"), 1);
   EXPECT_EQ(count("SELECT count(*) " + of + " AND host = '198.51.100.7' AND port = 443"), 1);
-  if (icmp_sent)
+  if (icmp_sent) {
     EXPECT_EQ(count("SELECT count(*) " + of +
                     " AND host = '192.0.2.1' AND port = 0 AND detail LIKE 'ICMP to 192.0.2.1 %'"),
               1);
+  }
   const long expected = icmp_sent ? 4 : 3;
   EXPECT_EQ(count("SELECT count(*) FROM connections WHERE execution_id = '" + exec +
                   "' AND kind = 'blocked'"),
