@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "isolation.hpp"
+#include "netns_upstream.hpp"
 #include "proc_scan.hpp"
 
 namespace fs = std::filesystem;
@@ -105,39 +106,15 @@ class ApprovalsRun : public ::testing::Test {
            "      ask: {timeout: 3s}\n"
            "    - id: open\n      action: allow\n      hosts: [ok.ask.test]\n      ports: [8080]\n"
            "      allow_private: true\n      cidrs: [\"10.234.0.2/32\"]\n";
-    const std::string host_if = "aph" + std::to_string(::getpid() % 100000);
-    const std::string ns_if = "apn" + std::to_string(::getpid() % 100000);
-    auto [rc, out] =
-        sh("set -e; ip netns add " + ns_ + "; ip link add " + host_if + " type veth peer name " +
-           ns_if + "; ip link set " + ns_if + " netns " + ns_ + "; ip addr add 10.234.0.1/24 dev " +
-           host_if + "; ip link set " + host_if + " up; ip netns exec " + ns_ +
-           " ip addr add 10.234.0.2/24 dev " + ns_if + "; ip netns exec " + ns_ + " ip link set " +
-           ns_if + " up; ip netns exec " + ns_ + " ip link set lo up");
-    ASSERT_EQ(rc, 0) << out;
-    host_if_ = host_if;
-    server_ = ::fork();
-    if (server_ == 0) {
-      ::execlp("ip", "ip", "netns", "exec", ns_.c_str(), "/usr/bin/python3",
-               (dir_ / "server.py").c_str(), (dir_ / "upstream.log").c_str(),
-               static_cast<char*>(nullptr));
-      ::_exit(99);
-    }
-    bool up = false;
-    for (int i = 0; i < 100 && !up; ++i) {
-      up = sh("curl -s --max-time 1 http://10.234.0.2:8080/up").second.find("hello") !=
-           std::string::npos;
-      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_TRUE(up) << "the upstream did not start";
+    const std::string failed = upstream_.start(
+        ns_, "ap", "10.234.0", {(dir_ / "server.py").string(), (dir_ / "upstream.log").string()},
+        "http://10.234.0.2:8080/up", "hello");
+    ASSERT_EQ(failed, "");
     // Only what the runs send counts (truncated, not removed: the server keeps it open).
     std::ofstream(dir_ / "upstream.log", std::ios::trunc);
   }
   void TearDown() override {
-    if (server_ > 0) {
-      ::kill(server_, SIGTERM);
-      ::waitpid(server_, nullptr, 0);
-    }
-    if (!host_if_.empty()) sh("ip link del " + host_if_ + "; ip netns del " + ns_);
+    upstream_.stop();
     fs::remove_all(dir_);
   }
 
@@ -180,9 +157,9 @@ class ApprovalsRun : public ::testing::Test {
     return false;
   }
 
-  std::string ns_, host_if_;
+  std::string ns_;
   fs::path dir_;
-  pid_t server_ = -1;
+  sluice::testing::NetnsUpstream upstream_;
 };
 
 TEST_F(ApprovalsRun, TheCommandsAnswerDecidesEachRequest) {

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "isolation.hpp"
+#include "netns_upstream.hpp"
 #include "proc_scan.hpp"
 
 namespace fs = std::filesystem;
@@ -279,40 +280,17 @@ class TransparentRun : public ::testing::Test {
            "openssl x509 -req -in server.csr -CA in/ca.pem -CAkey ca.key -CAcreateserial -days 2 "
            "-extfile ext -out server.pem)");
     ASSERT_EQ(crc, 0) << cout_;
-    const std::string host_if = "tph" + std::to_string(::getpid() % 100000);
-    const std::string ns_if = "tpn" + std::to_string(::getpid() % 100000);
-    auto [rc, out] =
-        sh("set -e; ip netns add " + ns_ + "; ip link add " + host_if + " type veth peer name " +
-           ns_if + "; ip link set " + ns_if + " netns " + ns_ + "; ip addr add 10.231.0.1/24 dev " +
-           host_if + "; ip link set " + host_if + " up; ip netns exec " + ns_ +
-           " ip addr add 10.231.0.2/24 dev " + ns_if + "; ip netns exec " + ns_ + " ip link set " +
-           ns_if + " up; ip netns exec " + ns_ + " ip link set lo up");
-    ASSERT_EQ(rc, 0) << out;
-    host_if_ = host_if;
-    server_ = ::fork();
-    if (server_ == 0) {
-      ::execlp("ip", "ip", "netns", "exec", ns_.c_str(), "/usr/bin/python3",
-               (dir_ / "servers.py").c_str(), dir_.c_str(), (dir_ / "upstream.log").c_str(),
-               static_cast<char*>(nullptr));
-      ::_exit(99);
-    }
     // The HTTP server starts last: once it answers, every other listener is up.
-    bool up = false;
-    for (int i = 0; i < 100 && !up; ++i) {
-      up = sh("curl -s --max-time 1 http://10.231.0.2:8080/index.html").second.find("hello") !=
-           std::string::npos;
-      if (!up) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-    ASSERT_TRUE(up) << "the upstreams did not start";
+    const std::string failed = upstream_.start(
+        ns_, "tp", "10.231.0",
+        {(dir_ / "servers.py").string(), dir_.string(), (dir_ / "upstream.log").string()},
+        "http://10.231.0.2:8080/index.html", "hello");
+    ASSERT_EQ(failed, "");
     fs::resize_file(dir_ / "upstream.log", 0);  // only what the runs send counts
     writePolicy("policy.yaml", 1000);
   }
   void TearDown() override {
-    if (server_ > 0) {
-      ::kill(server_, SIGTERM);
-      ::waitpid(server_, nullptr, 0);
-    }
-    if (!host_if_.empty()) sh("ip link del " + host_if_ + "; ip netns del " + ns_);
+    upstream_.stop();
     if (std::getenv("TP_KEEP") == nullptr) fs::remove_all(dir_);
   }
 
@@ -379,9 +357,9 @@ class TransparentRun : public ::testing::Test {
     return std::system(cmd.c_str()) == 0;
   }
 
-  std::string ns_, host_if_;
+  std::string ns_;
+  sluice::testing::NetnsUpstream upstream_;
   fs::path dir_;
-  pid_t server_ = -1;
 };
 
 TEST_F(TransparentRun, ClientsThatIgnoreProxyVariablesStillGoThroughThePolicy) {
