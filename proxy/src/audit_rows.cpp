@@ -9,7 +9,7 @@ audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
                                      const policy::Workflow& workflow, std::string kind) {
   audit::ConnectionEvent ev;
   ev.id = ctx.newConnectionId(listener.execution_id);
-  ev.execution_id = listener.execution_id;
+  ev.execution_id = ctx.row_names->of(listener.execution_id);
   ev.workflow = workflow.name;
   ev.policy_sha256 = workflow.sha256;
   ev.ts_ms = nowMs();
@@ -41,7 +41,7 @@ RequestRecord::RequestRecord(const Context& ctx, const Listener& listener,
                              std::string method, std::string host, std::string path)
     : ctx_(ctx) {
   ev_.connection_id = std::move(connection_id);
-  ev_.execution_id = listener.execution_id;
+  ev_.execution_id = ctx.row_names->of(listener.execution_id);
   ev_.workflow = workflow.name;
   ev_.ts_ms = nowMs();
   ev_.method = std::move(method);

@@ -306,7 +306,7 @@ void Log::row(std::string host, std::uint16_t port, std::string detail) {
   if (!ctx_->sink) return;
   audit::ConnectionEvent ev;
   ev.id = ctx_->newConnectionId(execution_id_);
-  ev.execution_id = execution_id_;
+  ev.execution_id = ctx_->row_names->of(execution_id_);
   ev.workflow = workflow_;
   ev.policy_sha256 = policy_sha256_;
   ev.ts_ms = nowMs();

@@ -194,6 +194,33 @@ struct Listener {
   std::shared_ptr<const policy::Matcher> matcher_;
 };
 
+/// Which execution the audit rows of an owner's listeners, DNS and blocked-attempt log name:
+/// the one running in it now (a session's exec, Proxy::setCurrentExecution), else the owner (the
+/// listener's execution id) itself. Costs one atomic load while nothing is set.
+class RowNames {
+ public:
+  std::string of(const std::string& owner) const {
+    if (!any_.load(std::memory_order_acquire)) return owner;
+    std::lock_guard lock(mu_);
+    auto it = current_.find(owner);
+    return it == current_.end() ? owner : it->second;
+  }
+  void set(const std::string& owner, const std::string& execution_id) {
+    std::lock_guard lock(mu_);
+    if (execution_id.empty() || execution_id == owner) {
+      current_.erase(owner);
+    } else {
+      current_[owner] = execution_id;
+    }
+    any_.store(!current_.empty(), std::memory_order_release);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::string> current_;
+  std::atomic<bool> any_{false};
+};
+
 struct TlsContexts;  // inspect.hpp: the server and upstream OpenSSL contexts
 
 /// Threads for the blocking system resolver, started on first use: a `sluice run` whose
@@ -225,6 +252,7 @@ struct Context {
   std::shared_ptr<TlsContexts> tls;  // null when no CA: inspect rules are refused
   ResolvePool* resolve_pool = nullptr;
   std::string id_prefix;  // random per process, so connection ids are unique across restarts
+  std::shared_ptr<RowNames> row_names = std::make_shared<RowNames>();
   std::atomic<std::uint64_t> next_id{0};
   bool single_thread = false;  // one I/O thread: it serialises everything, no strands needed
   std::atomic<bool> draining{false};

@@ -33,6 +33,9 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   /// Counts every query (and its denials) in `account` too (the execution's receipt); call
   /// before start().
   void chargeTo(std::shared_ptr<Account> account) { account_ = std::move(account); }
+  /// Rows name the execution `names` says runs in this one now (a session's exec); call before
+  /// start().
+  void nameRowsWith(std::shared_ptr<const RowNames> names) { row_names_ = std::move(names); }
   /// Starts serving (the io_context may start running later).
   void start();
   /// Closes the sockets and every TCP client; `running`: the io_context threads run, so the
@@ -58,6 +61,7 @@ class Endpoint : public std::enable_shared_from_this<Endpoint> {
   void closeNow();
 
   std::string execution_id_;
+  std::shared_ptr<const RowNames> row_names_;
   std::shared_ptr<Answerer> answerer_;
   std::shared_ptr<audit::EventSink> sink_;
   std::shared_ptr<Account> account_;  // may be null

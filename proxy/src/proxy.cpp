@@ -164,6 +164,7 @@ class ProxyImpl : public Proxy {
     auto e = std::make_shared<dns::Endpoint>(ioc_, identity.execution_id, std::move(answerer),
                                              ctx_->sink);
     if (auto r = e->adopt(udp_fd, tcp_fd); !r) return r;
+    e->nameRowsWith(ctx_->row_names);
     recordPolicy(*identity.matcher);
     {
       std::lock_guard lock(mu_);
@@ -274,6 +275,10 @@ class ProxyImpl : public Proxy {
     }
     finished_.emplace_back(execution_id, std::move(final_stats));
     if (finished_.size() > kKeptStats) finished_.pop_front();
+  }
+
+  void setCurrentExecution(const std::string& owner, const std::string& execution_id) override {
+    ctx_->row_names->set(owner, execution_id);
   }
 
   void replaceMatcher(const std::string& workflow,

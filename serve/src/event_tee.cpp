@@ -73,7 +73,8 @@ void EventTee::recordApproval(audit::ApprovalEvent event) {
 }
 
 void EventTee::approvalRaised(const proxy::Approval& a) {
-  const std::string& stream = a.session_id.empty() ? a.execution_id : a.session_id;
+  // A session's exec streams under its own id (the desk names it in execution_id).
+  const std::string& stream = a.execution_id;
   if (!watched(stream)) return;
   // schemas/api.v1.yaml ApprovalEvent: {"type":"approval","approval":{...}}, as a receipt line.
   nlohmann::json j = {{"type", "approval"},

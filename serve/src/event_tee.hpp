@@ -31,8 +31,8 @@ class EventTee final : public audit::EventSink {
   void recordForward(audit::ForwardEvent event) override;
   void recordDns(audit::DnsEvent event) override;
   void recordApproval(audit::ApprovalEvent event) override;
-  /// A new pending approval: `{"type":"approval",...}` to the stream of its session (if any)
-  /// or execution.
+  /// A new pending approval: `{"type":"approval",...}` to the stream of its execution (a
+  /// session's exec: the desk attributes it to the exec).
   void approvalRaised(const proxy::Approval& a);
   bool healthy() const override { return store_->healthy(); }
 

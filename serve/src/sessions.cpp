@@ -161,7 +161,8 @@ std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
   spec.network_proxy = s.network_proxy;
   spec.extra_files = engine_.extraFilesFor(w);
   for (const auto& ph : s.placeholders) spec.env.push_back(ph.env + "=" + ph.token);
-  // The session's listeners and DNS: its connections are recorded with the session id.
+  // The session's listeners and DNS, under the session's id (its budgets); while an exec runs,
+  // their audit rows name the exec (Proxy::setCurrentExecution).
   Engine::NetworkHooks net;
   if (s.network_proxy)
     net = engine_.networkHooks({s.id, s.matcher, engine_.secrets(), s.placeholders});
@@ -237,17 +238,20 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   rn::ExecHooks hooks;
   hooks.stop_fd = stop_fd;
   if (lines) {
-    engine_.tee().subscribe(s.id, lines);
+    engine_.tee().subscribe(spec.execution_id, lines);
     hooks.live = [&](int stream, std::string_view data) {
       lines(dump(json{{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}}));
     };
   }
   // Approvals raised while this exec runs name it; those still pending when it ends are refused.
+  // The exec's network rows (and approvals) name it, not the session.
   engine_.approvals().attribute(s.id, {spec.execution_id, s.id, s.caller});
+  if (s.network_proxy) engine_.proxy().setCurrentExecution(s.id, spec.execution_id);
   auto result = s.box->exec(spec, hooks);
   engine_.approvals().endExecution(spec.execution_id);
+  if (s.network_proxy) engine_.proxy().setCurrentExecution(s.id, "");
   engine_.approvals().attribute(s.id, {"", s.id, s.caller});
-  if (lines) engine_.tee().unsubscribe(s.id);
+  if (lines) engine_.tee().unsubscribe(spec.execution_id);
   rn::RunSpec mirror;  // what the receipt describes
   mirror.argv = spec.argv;
   mirror.limits = s.limits;

@@ -179,16 +179,18 @@ try {
   const ids = executions.map((e) => e.id);
   assert.ok(ids.includes(session), JSON.stringify(ids));
   assert.ok(ids.includes(receipt.execution_id), JSON.stringify(ids));
-  // The session's connections are recorded under the session's id (its proxy listener's).
-  const refused = query("--execution", session, "--decision", "deny");
+  // Each exec's connections and requests are recorded under that exec's id (not the session's).
+  const refused = query("--execution", denied.structuredContent.execution_id, "--decision", "deny");
   assert.ok(
     refused.some((e) => e.port === port(other) && e.reason === "port_not_allowed"),
     JSON.stringify(refused),
   );
+  const refusedAsk = query("--execution", no.structuredContent.execution_id, "--decision", "deny");
   assert.ok(
-    refused.some((e) => e.path === "/second" && e.reason === "approval_denied"),
-    JSON.stringify(refused),
+    refusedAsk.some((e) => e.path === "/second" && e.reason === "approval_denied"),
+    JSON.stringify(refusedAsk),
   );
+  assert.deepEqual(query("--execution", session, "--decision", "deny"), []);
   // Each approval: who asked (the exec, in the session), what for, and that MCP answered.
   const approvals = query("--kind", "approvals");
   assert.deepEqual(

@@ -420,11 +420,14 @@ TEST_F(ServeTest, SessionExecReceiptsCountTheirOwnDnsQueries) {
   ASSERT_EQ(created.status, 201) << created.body;
   const std::string id = created.js()["id"];
   const std::string lookups =
-      R"({"argv":["/bin/sh","-c","getent hosts allowed.example; getent hosts denied.example; true"]})";
+      R"({"argv":["/bin/sh","-c","getent hosts allowed.example; getent hosts denied.example; )"
+      R"(curl -s -o /dev/null --max-time 5 https://denied.example/; true"]})";
+  std::vector<std::string> execs;
   for (int i = 0; i < 2; ++i) {
     auto e = call("POST", "/v1/sessions/" + id + "/exec", lookups);
     ASSERT_EQ(e.status, 200) << e.body;
     const auto receipt = e.js();
+    execs.push_back(receipt["execution_id"]);
     ASSERT_TRUE(receipt["network"].contains("dns")) << e.body;
     const auto& dns = receipt["network"]["dns"];
     // getent asks for A and AAAA of each name: at least one query each, the denied name's
@@ -434,6 +437,24 @@ TEST_F(ServeTest, SessionExecReceiptsCountTheirOwnDnsQueries) {
     EXPECT_LT(dns["queries"].get<int>(), 12) << e.body;
   }
   ASSERT_EQ(call("DELETE", "/v1/sessions/" + id).status, 200);
+  // The audit rows name the exec that made them, not the session: an auditor asking what one
+  // exec reached gets exactly its own rows.
+  auto count = [&](const std::string& q) {
+    auto [rc, out] =
+        sluice::testing::shellOutput(std::string(SLUICE_BINARY) + " audit sql --db " +
+                                     (dir_ / "audit.db").string() + " --format csv \"" + q + "\"");
+    const auto nl = out.find('\n');
+    return rc != 0 || nl == std::string::npos ? -1L : std::atol(out.c_str() + nl + 1);
+  };
+  for (const auto& ex : execs) {
+    SCOPED_TRACE(ex);
+    EXPECT_GE(count("SELECT count(*) FROM dns_queries WHERE execution_id = '" + ex + "'"), 2);
+    EXPECT_EQ(count("SELECT count(*) FROM connections WHERE execution_id = '" + ex +
+                    "' AND host = 'denied.example' AND decision = 'deny'"),
+              1);
+  }
+  EXPECT_EQ(count("SELECT count(*) FROM dns_queries WHERE execution_id = '" + id + "'"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM connections WHERE execution_id = '" + id + "'"), 0);
 }
 
 TEST_F(ServeTest, IdleSessionsEndByThemselves) {

@@ -162,6 +162,13 @@ class Proxy {
   /// for the 64 most recently closed executions. Not to be called from a proxy I/O thread.
   virtual void closeExecution(const std::string& execution_id) = 0;
 
+  /// From now on, the audit rows (connections, requests, forwards, DNS, blocked attempts) of
+  /// `owner`'s listeners name `execution_id` (a session's exec running in the session's
+  /// sandbox, whose listeners carry the session's id); "" names `owner` again. Budgets and
+  /// stats() stay the owner's. A row takes the name current when its connection or request
+  /// began.
+  virtual void setCurrentExecution(const std::string& owner, const std::string& execution_id) = 0;
+
   /// Swaps the matcher of every listener serving `workflow` (SIGHUP reload). Connections
   /// already established keep the decision they got; new decisions use the new matcher.
   virtual void replaceMatcher(const std::string& workflow,
