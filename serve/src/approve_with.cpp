@@ -162,7 +162,9 @@ class ApproveWith::Impl {
     in.w = -1;
     bool timed_out = false;
     char buf[512];
-    while (out.size() < 4096) {
+    // The answer is the first line: read until it is complete (a child the command left behind
+    // may hold its stdout open for ever), then wait for the command itself to exit.
+    while (out.size() < 4096 && out.find('\n') == std::string::npos) {
       const std::int64_t left = a.expires_at_ms - wallMs();
       if (left <= 0) {
         timed_out = true;
@@ -179,8 +181,20 @@ class ApproveWith::Impl {
     }
     if (timed_out || out.size() >= 4096) ::kill(-pid, SIGKILL);
     int status = 0;
-    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    for (int delay_us = 100;;) {
+      pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == pid || (r < 0 && errno != EINTR)) break;
+      if (r == 0 && wallMs() >= a.expires_at_ms) {
+        timed_out = true;
+        ::kill(-pid, SIGKILL);
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      ::usleep(static_cast<useconds_t>(delay_us));
+      delay_us = std::min(delay_us * 2, 10000);
     }
+    ::kill(-pid, SIGKILL);  // whatever it left running in its group
     {
       std::lock_guard lock(mu_);
       std::erase(running_, pid);
