@@ -14,15 +14,8 @@ N="${N:-300}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/lib.sh"
 bench_init sluice-bench-approval
-NS="sluice-bench-ap-$$"; HIF="abh$$"; NIF="abn$$"
-cleanup_ns() { ip link del "$HIF" 2>/dev/null || true; ip netns del "$NS" 2>/dev/null || true; }
-trap 'cleanup_ns; bench_cleanup' EXIT
-ip netns add "$NS"
-ip link add "$HIF" type veth peer name "$NIF"
-ip link set "$NIF" netns "$NS"
-ip addr add 10.235.0.1/24 dev "$HIF"; ip link set "$HIF" up
-ip netns exec "$NS" ip addr add 10.235.0.2/24 dev "$NIF"
-ip netns exec "$NS" ip link set "$NIF" up; ip netns exec "$NS" ip link set lo up
+NS="sluice-bench-ap-$$"
+veth_upstream "$NS" "abh$$" "abn$$" 10.235.0
 echo ok > "$TMP/index.html"
 for port in 8080 8081; do
   (cd "$TMP" && exec ip netns exec "$NS" /usr/bin/python3 -m http.server "$port" \

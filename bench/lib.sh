@@ -47,3 +47,21 @@ bwrap_true() {
   cmd+=(--proc /proc --dev /dev --tmpfs /tmp /bin/true)
   echo "${cmd[*]}"
 }
+
+# An upstream namespace reached over a veth pair: NS with NIF at PREFIX.2/24, HIF at
+# PREFIX.1/24 on the host side, both up (and NS's lo). Removed on exit with the rest.
+# Usage: veth_upstream NS HIF NIF PREFIX   (PREFIX like 10.235.0)
+veth_upstream() {
+  UPSTREAM_NS=$1; UPSTREAM_HIF=$2
+  trap 'veth_upstream_cleanup; bench_cleanup' EXIT
+  ip netns add "$1"
+  ip link add "$2" type veth peer name "$3"
+  ip link set "$3" netns "$1"
+  ip addr add "$4.1/24" dev "$2"; ip link set "$2" up
+  ip netns exec "$1" ip addr add "$4.2/24" dev "$3"
+  ip netns exec "$1" ip link set "$3" up; ip netns exec "$1" ip link set lo up
+}
+veth_upstream_cleanup() {
+  ip link del "$UPSTREAM_HIF" 2>/dev/null || true
+  ip netns del "$UPSTREAM_NS" 2>/dev/null || true
+}

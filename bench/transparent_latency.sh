@@ -12,15 +12,8 @@ N="${N:-300}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 source "$HERE/lib.sh"
 bench_init sluice-bench-transparent
-NS="sluice-bench-tp-$$"; HIF="tbh$$"; NIF="tbn$$"
-cleanup_ns() { ip link del "$HIF" 2>/dev/null || true; ip netns del "$NS" 2>/dev/null || true; }
-trap 'cleanup_ns; bench_cleanup' EXIT
-ip netns add "$NS"
-ip link add "$HIF" type veth peer name "$NIF"
-ip link set "$NIF" netns "$NS"
-ip addr add 10.232.0.1/24 dev "$HIF"; ip link set "$HIF" up
-ip netns exec "$NS" ip addr add 10.232.0.2/24 dev "$NIF"
-ip netns exec "$NS" ip link set "$NIF" up; ip netns exec "$NS" ip link set lo up
+NS="sluice-bench-tp-$$"
+veth_upstream "$NS" "tbh$$" "tbn$$" 10.232.0
 echo ok > "$TMP/index.html"
 (cd "$TMP" && exec ip netns exec "$NS" /usr/bin/python3 -m http.server 8080 --bind 10.232.0.2 \
   >/dev/null 2>&1) &
