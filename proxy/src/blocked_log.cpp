@@ -289,8 +289,7 @@ void Log::flushSummary() {
   }
   if (lost_ > 0 || overflowed_) {
     const std::string reason(policy::reasonName(policy::Reason::kProtocolNotAllowed));
-    if (account_)
-      for (std::uint64_t i = 0; i < lost_; ++i) account_->noteDenied("", 0, "", reason);
+    if (account_ && lost_ > 0) account_->noteDenied("", 0, "", reason, lost_);
     row("", 0,
         (lost_ > 0 ? std::to_string(lost_) : std::string("an unknown number of")) +
             " blocked attempts were lost before sluice read them: the kernel's log buffer for "

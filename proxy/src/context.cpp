@@ -127,10 +127,11 @@ bool Account::bytesExhausted(const policy::EgressLimits& limits) const {
 }
 
 void Account::noteDenied(const std::string& host, std::uint16_t port, const std::string& rule,
-                         const std::string& reason) {
-  denied_.fetch_add(1, std::memory_order_relaxed);
+                         const std::string& reason, std::uint64_t count) {
+  denied_.fetch_add(count, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
-  if (denials_.size() < kMaxDenials) denials_.push_back(Denial{host, port, rule, reason});
+  for (; count > 0 && denials_.size() < kMaxDenials; --count)
+    denials_.push_back(Denial{host, port, rule, reason});
 }
 
 void Account::addTo(Stats& stats) const {

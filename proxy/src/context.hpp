@@ -55,8 +55,10 @@ class Account {
   bool bytesExhausted(const policy::EgressLimits& limits) const;
 
   void noteAllowed() { allowed_.fetch_add(1, std::memory_order_relaxed); }
+  /// `count` denials alike (the blocked-attempt log's lost messages), in O(1) once the list of
+  /// denials is full.
   void noteDenied(const std::string& host, std::uint16_t port, const std::string& rule,
-                  const std::string& reason);
+                  const std::string& reason, std::uint64_t count = 1);
   void noteUpstreamConnection() { connections_.fetch_add(1, std::memory_order_relaxed); }
   /// One message to sluice's DNS (dns_server.cpp); `denied`: its row says deny.
   void noteDnsQuery(bool denied) {
