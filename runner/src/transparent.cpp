@@ -299,52 +299,44 @@ std::expected<void, SetupError> installCaptureRules() {
   constexpr std::uint32_t kReg = NFT_REG_1;
   const char port[2] = {static_cast<char>(kProxyPort >> 8), static_cast<char>(kProxyPort & 0xff)};
   const std::string_view be_port(port, 2);
-  const std::string_view v4("\x02", 1);      // NFPROTO_IPV4
-  const std::string_view v6("\x0a", 1);      // NFPROTO_IPV6
-  const std::string_view tcp("\x06", 1);     // IPPROTO_TCP
-  const std::string_view net127("\x7f", 1);  // 127.0.0.0/8: the address's first byte
-  const std::string_view loopback6("\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16);
-  // Offsets of the destination address in the IPv4 and IPv6 headers.
-  constexpr std::uint32_t kDaddr4 = 16, kDaddr6 = 24;
+  const std::string_view tcp("\x06", 1);  // IPPROTO_TCP
+  // Per family: where its destination address is in the network header and how many of its
+  // bytes say loopback (127.0.0.0/8: the first byte; ::1: all 16).
+  struct Family {
+    const char* name;
+    std::string_view nfproto;
+    std::uint32_t daddr_offset;
+    std::string_view loopback;
+  };
+  const Family families[] = {
+      {"ipv4", std::string_view("\x02", 1), 16, std::string_view("\x7f", 1)},
+      {"ipv6", std::string_view("\x0a", 1), 24,
+       std::string_view("\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16)},
+  };
+  // The family's match, TCP's when asked, then the destination compared (op) with loopback.
+  auto toLoopback = [&](std::string description, const Family& f, bool tcp_only, std::uint32_t op) {
+    NftRule rule(std::move(description));
+    rule.meta(NFT_META_NFPROTO, kReg).cmp(NFT_CMP_EQ, kReg, f.nfproto);
+    if (tcp_only) rule.meta(NFT_META_L4PROTO, kReg).cmp(NFT_CMP_EQ, kReg, tcp);
+    rule.payload(NFT_PAYLOAD_NETWORK_HEADER, f.daddr_offset, f.loopback.size(), kReg)
+        .cmp(op, kReg, f.loopback);
+    return rule;
+  };
 
   NftBatch b;
   b.addTable(NFPROTO_INET, kTable);
   b.addBaseChain(NFPROTO_INET, kTable, "nat_output", "nat", NF_INET_LOCAL_OUT, -100, NF_ACCEPT);
   b.addBaseChain(NFPROTO_INET, kTable, "filter_output", "filter", NF_INET_LOCAL_OUT, 0, NF_ACCEPT);
-  b.addRule(NFPROTO_INET, kTable, "nat_output",
-            NftRule("ipv4 tcp to non-loopback: redirect")
-                .meta(NFT_META_NFPROTO, kReg)
-                .cmp(NFT_CMP_EQ, kReg, v4)
-                .meta(NFT_META_L4PROTO, kReg)
-                .cmp(NFT_CMP_EQ, kReg, tcp)
-                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr4, 1, kReg)
-                .cmp(NFT_CMP_NEQ, kReg, net127)
-                .immediate(kReg, be_port)
-                .redirect(kReg, NF_NAT_RANGE_PROTO_SPECIFIED));
-  b.addRule(NFPROTO_INET, kTable, "nat_output",
-            NftRule("ipv6 tcp to non-loopback: redirect")
-                .meta(NFT_META_NFPROTO, kReg)
-                .cmp(NFT_CMP_EQ, kReg, v6)
-                .meta(NFT_META_L4PROTO, kReg)
-                .cmp(NFT_CMP_EQ, kReg, tcp)
-                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr6, 16, kReg)
-                .cmp(NFT_CMP_NEQ, kReg, loopback6)
-                .immediate(kReg, be_port)
-                .redirect(kReg, NF_NAT_RANGE_PROTO_SPECIFIED));
-  b.addRule(NFPROTO_INET, kTable, "filter_output",
-            NftRule("ipv4 to loopback: accept")
-                .meta(NFT_META_NFPROTO, kReg)
-                .cmp(NFT_CMP_EQ, kReg, v4)
-                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr4, 1, kReg)
-                .cmp(NFT_CMP_EQ, kReg, net127)
-                .verdict(NF_ACCEPT));
-  b.addRule(NFPROTO_INET, kTable, "filter_output",
-            NftRule("ipv6 to loopback: accept")
-                .meta(NFT_META_NFPROTO, kReg)
-                .cmp(NFT_CMP_EQ, kReg, v6)
-                .payload(NFT_PAYLOAD_NETWORK_HEADER, kDaddr6, 16, kReg)
-                .cmp(NFT_CMP_EQ, kReg, loopback6)
-                .verdict(NF_ACCEPT));
+  for (const Family& f : families)
+    b.addRule(
+        NFPROTO_INET, kTable, "nat_output",
+        toLoopback(std::string(f.name) + " tcp to non-loopback: redirect", f, true, NFT_CMP_NEQ)
+            .immediate(kReg, be_port)
+            .redirect(kReg, NF_NAT_RANGE_PROTO_SPECIFIED));
+  for (const Family& f : families)
+    b.addRule(NFPROTO_INET, kTable, "filter_output",
+              toLoopback(std::string(f.name) + " to loopback: accept", f, false, NFT_CMP_EQ)
+                  .verdict(NF_ACCEPT));
   b.addRule(NFPROTO_INET, kTable, "filter_output",
             NftRule("other tcp: reject with tcp reset")
                 .meta(NFT_META_L4PROTO, kReg)
