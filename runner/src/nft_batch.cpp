@@ -58,6 +58,17 @@ void putExpr(std::string& out, std::string_view name, std::string_view data) {
   nestEnd(out, elem);
 }
 
+// An immediate expression: register dreg loaded with NFTA_IMMEDIATE_DATA, whose NFTA_DATA_*
+// attribute (a value or a verdict) is already encoded in `data`.
+void putImmediate(std::string& out, std::uint32_t dreg, std::string_view data) {
+  std::string d;
+  putU32(d, NFTA_IMMEDIATE_DREG, dreg);
+  const std::size_t n = nestBegin(d, NFTA_IMMEDIATE_DATA);
+  d.append(data);
+  nestEnd(d, n);
+  putExpr(out, "immediate", d);
+}
+
 const char* familyName(std::uint8_t family) {
   switch (family) {
     case NFPROTO_INET:
@@ -108,24 +119,18 @@ NftRule& NftRule::cmp(std::uint32_t op, std::uint32_t sreg, std::string_view dat
 }
 
 NftRule& NftRule::immediate(std::uint32_t dreg, std::string_view data) {
-  std::string d;
-  putU32(d, NFTA_IMMEDIATE_DREG, dreg);
-  const std::size_t n = nestBegin(d, NFTA_IMMEDIATE_DATA);
-  putAttr(d, NFTA_DATA_VALUE, data);
-  nestEnd(d, n);
-  putExpr(exprs_, "immediate", d);
+  std::string value;
+  putAttr(value, NFTA_DATA_VALUE, data);
+  putImmediate(exprs_, dreg, value);
   return *this;
 }
 
 NftRule& NftRule::verdict(std::int32_t code) {
-  std::string d;
-  putU32(d, NFTA_IMMEDIATE_DREG, NFT_REG_VERDICT);
-  const std::size_t n = nestBegin(d, NFTA_IMMEDIATE_DATA);
-  const std::size_t v = nestBegin(d, NFTA_DATA_VERDICT);
-  putU32(d, NFTA_VERDICT_CODE, static_cast<std::uint32_t>(code));
-  nestEnd(d, v);
-  nestEnd(d, n);
-  putExpr(exprs_, "immediate", d);
+  std::string v;
+  const std::size_t n = nestBegin(v, NFTA_DATA_VERDICT);
+  putU32(v, NFTA_VERDICT_CODE, static_cast<std::uint32_t>(code));
+  nestEnd(v, n);
+  putImmediate(exprs_, NFT_REG_VERDICT, v);
   return *this;
 }
 
