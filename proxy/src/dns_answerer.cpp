@@ -36,6 +36,7 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
     out.event.name = q.question->name;
     out.event.qtype = qtypeName(q.question->type);
   }
+  out.event.workflow = m->workflow().name;  // the policy that decided, even across a reload
   out.event.decision = "deny";
   out.problem = p.problem;
   const std::size_t limit =

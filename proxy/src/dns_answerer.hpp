@@ -24,7 +24,7 @@ struct Outcome {
   bool respond = true;                 // false: send nothing (a response, or no id to answer)
   std::vector<std::uint8_t> response;  // the DNS message (no TCP length prefix)
   bool record = true;                  // write `event` to the audit store
-  /// The row for dns_queries (execution_id, workflow and ts are the caller's to fill).
+  /// The row for dns_queries (execution_id and ts are the caller's to fill).
   audit::DnsEvent event;
   std::string problem;  // why a query was malformed, for the log
 };

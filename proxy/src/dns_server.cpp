@@ -122,7 +122,6 @@ Outcome Endpoint::handle(std::span<const std::uint8_t> message, Transport transp
   if (account_) account_->noteDnsQuery(o.event.decision != "allow");
   if (o.record && sink_) {
     o.event.execution_id = row_names_ ? row_names_->of(execution_id_) : execution_id_;
-    o.event.workflow = answerer_->matcher()->workflow().name;
     o.event.ts_ms = nowMs();
     sink_->recordDns(o.event);
   }
