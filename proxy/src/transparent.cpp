@@ -28,8 +28,15 @@ struct Reader {
     if (at + 1 > b.size()) return ok = false, 0;
     return static_cast<unsigned char>(b[at++]);
   }
-  std::size_t u16() { return (u8() << 8) | u8(); }
-  std::size_t u24() { return (u8() << 16) | u16(); }
+  // The operands of | are unsequenced: each byte is read in a statement of its own.
+  std::size_t u16() {
+    const std::size_t hi = u8();
+    return (hi << 8) | u8();
+  }
+  std::size_t u24() {
+    const std::size_t hi = u8();
+    return (hi << 16) | u16();
+  }
   void skip(std::size_t n) {
     if (at + n > b.size()) ok = false;
     at = std::min(b.size(), at + n);
@@ -79,7 +86,8 @@ NameInOpening sniOf(std::string_view bytes) {
   r.skip(r.u16());                                               // cipher suites
   r.skip(r.u8());                                                // compression methods
   if (!r.ok || r.at + 2 > r.b.size()) return {Peeked::kAbsent, ""};
-  const std::size_t ext_end = std::min(r.b.size(), r.at + 2 + r.u16());
+  const std::size_t ext_len = r.u16();  // read before r.at: the two are unsequenced in one sum
+  const std::size_t ext_end = std::min(r.b.size(), r.at + ext_len);
   while (r.ok && r.at + 4 <= ext_end) {
     const std::size_t type = r.u16(), len = r.u16();
     if (type != 0) {  // server_name
