@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "upstream_dial.hpp"
+
 namespace sluice::proxy {
 namespace {
 
@@ -139,13 +141,7 @@ std::string transparentHost(const tcp::endpoint& dst, const SyntheticNames* name
                             const NameInOpening& from_opening) {
   const auto addr = dst.address();
   if (names) {
-    policy::IpAddress ip;
-    if (addr.is_v4()) {
-      ip = policy::IpAddress::v4(addr.to_v4().to_uint());
-    } else {
-      ip = policy::IpAddress::v6(addr.to_v6().to_bytes());
-    }
-    if (auto name = names->nameOf(ip)) return *name;
+    if (auto name = names->nameOf(toIpAddress(dst))) return *name;
   }
   if (from_opening.status == Peeked::kFound) return from_opening.name;
   return addr.is_v6() ? "[" + addr.to_string() + "]" : addr.to_string();
