@@ -21,14 +21,18 @@
 #include "isolation.hpp"
 #include "netns_upstream.hpp"
 #include "proc_scan.hpp"
+#include "run_fixture.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
+using sluice::testing::auditCount;
+using sluice::testing::parseReceipt;
 using sluice::testing::shellOutput;
 using sluice::testing::slurp;
+using sluice::testing::withHosts;
 auto sh(const std::string& cmd) { return shellOutput(cmd); }
 
 // The upstream: answers "hello PATH" to every GET and logs "GET HOST PATH".
@@ -81,22 +85,16 @@ rm -f /tmp/h /tmp/b
 class ApprovalsRun : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) {
-      if (isolationRequired()) FAIL() << "needs root";
-      GTEST_SKIP() << "needs root";
-    }
+    REQUIRE_ROOT();
     ns_ = "sluice-ap-" + std::to_string(::getpid());
     dir_ = fs::temp_directory_path() / ns_;
     fs::create_directories(dir_ / "in");
     std::ofstream(dir_ / "server.py") << kServer;
     std::ofstream(dir_ / "approver.py") << kApprover;
     std::ofstream(dir_ / "in" / "req.sh") << kRequest;
-    std::ofstream(dir_ / "hosts") << "127.0.0.1 localhost\n"
-                                     "10.234.0.2 yes.ask.test no.ask.test again.ask.test "
-                                     "hang.ask.test ok.ask.test\n";
-    std::ofstream(dir_ / "with-hosts.sh")
-        << "#!/bin/sh\nmount --bind \"$AP_HOSTS\" /etc/hosts || exit 97\nexec \"$@\"\n";
-    fs::permissions(dir_ / "with-hosts.sh", fs::perms::owner_all);
+    with_hosts_ = withHosts(dir_,
+                            "10.234.0.2 yes.ask.test no.ask.test again.ask.test "
+                            "hang.ask.test ok.ask.test");
     std::ofstream(dir_ / "policy.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: approvals\nsandbox:\n  timeout: 60s\n"
            "  network: proxy\negress:\n  rules:\n"
@@ -124,23 +122,16 @@ class ApprovalsRun : public ::testing::Test {
     const std::string approve =
         approver ? " --approve-with 'python3 " + (dir_ / "approver.py").string() + "'" : "";
     auto [rc, out] =
-        sh("AP_LOG=" + (dir_ / "asked.log").string() + " AP_HOSTS=" + (dir_ / "hosts").string() +
-           " unshare -m --propagation private " + (dir_ / "with-hosts.sh").string() + " " +
-           SLUICE_BINARY + " run --policy " + (dir_ / "policy.yaml").string() + " --audit " + db() +
-           approve + " --input " + (dir_ / "in").string() + ":in --receipt " +
+        sh("AP_LOG=" + (dir_ / "asked.log").string() + " " + with_hosts_ + SLUICE_BINARY +
+           " run --policy " + (dir_ / "policy.yaml").string() + " --audit " + db() + approve +
+           " --input " + (dir_ / "in").string() + ":in --receipt " +
            (dir_ / "receipt.json").string() + " --json -- /bin/sh /input/in/main.sh");
-    json j = json::parse(out.substr(std::min(out.find('{'), out.size())), nullptr, false);
+    json j = parseReceipt(out);
     EXPECT_FALSE(j.is_discarded()) << out;
     return j;
   }
   std::string db() const { return (dir_ / "audit.db").string(); }
-  long count(const std::string& q) {
-    const std::string out =
-        sh(std::string(SLUICE_BINARY) + " audit sql --db " + db() + " --format csv \"" + q + "\"")
-            .second;
-    const auto nl = out.find('\n');
-    return nl == std::string::npos ? -1 : std::atol(out.c_str() + nl + 1);
-  }
+  long count(const std::string& q) { return auditCount(db(), q); }
   // Lines of a log that contain `what`.
   static int lines(const fs::path& file, const std::string& what) {
     std::istringstream in(slurp(file));
@@ -157,7 +148,7 @@ class ApprovalsRun : public ::testing::Test {
     return false;
   }
 
-  std::string ns_;
+  std::string ns_, with_hosts_;
   fs::path dir_;
   sluice::testing::NetnsUpstream upstream_;
 };

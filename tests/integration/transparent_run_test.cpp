@@ -19,14 +19,19 @@
 #include "isolation.hpp"
 #include "netns_upstream.hpp"
 #include "proc_scan.hpp"
+#include "run_fixture.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace {
 
+using sluice::testing::auditCount;
+using sluice::testing::auditSql;
+using sluice::testing::parseReceipt;
 using sluice::testing::shellOutput;
 using sluice::testing::slurp;
+using sluice::testing::withHosts;
 auto sh(const std::string& cmd) { return shellOutput(cmd); }
 
 // The upstreams, all on 10.231.0.2 in the test's namespace: HTTP on 8080 (python http.server),
@@ -248,10 +253,7 @@ if n:
 class TransparentRun : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (::geteuid() != 0) {
-      if (isolationRequired()) FAIL() << "needs root";
-      GTEST_SKIP() << "needs root";
-    }
+    REQUIRE_ROOT();
     ns_ = "sluice-tp-" + std::to_string(::getpid());
     dir_ = fs::temp_directory_path() / ns_;
     fs::create_directories(dir_ / "in");
@@ -263,12 +265,9 @@ class TransparentRun : public ::testing::Test {
     std::ofstream(dir_ / "in" / "blocked.py") << kBlockedScript;
     std::ofstream(dir_ / "in" / "get.js") << kNodeScript;
     // The names the proxy dials, for its resolver only (see the file comment).
-    std::ofstream(dir_ / "hosts") << "127.0.0.1 localhost\n"
-                                     "10.231.0.2 git.allowed.test tls.allowed.test "
-                                     "evil.allowed.test web.allowed.test\n";
-    std::ofstream(dir_ / "with-hosts.sh")
-        << "#!/bin/sh\nmount --bind \"$TP_HOSTS\" /etc/hosts || exit 97\nexec \"$@\"\n";
-    fs::permissions(dir_ / "with-hosts.sh", fs::perms::owner_all);
+    with_hosts_ = withHosts(dir_,
+                            "10.231.0.2 git.allowed.test tls.allowed.test "
+                            "evil.allowed.test web.allowed.test");
     const std::string d = dir_.string();
     auto [crc, cout_] =
         sh("(set -e; cd " + d +
@@ -315,12 +314,10 @@ class TransparentRun : public ::testing::Test {
   }
   // `sluice run --json -- ARGS` (ARGS is shell text): the receipt. /input/in holds the scripts.
   json run(const std::string& args, const std::string& policy = "policy.yaml") {
-    auto [rc, out] =
-        sh("TP_HOSTS=" + (dir_ / "hosts").string() + " unshare -m --propagation " + "private " +
-           (dir_ / "with-hosts.sh").string() + " " + SLUICE_BINARY + " run --policy " +
-           (dir_ / policy).string() + " --audit " + db() + " --input " + (dir_ / "in").string() +
-           ":in --receipt " + (dir_ / "receipt.json").string() + " --json -- " + args);
-    json j = json::parse(out.substr(std::min(out.find('{'), out.size())), nullptr, false);
+    auto [rc, out] = sh(with_hosts_ + SLUICE_BINARY + " run --policy " + (dir_ / policy).string() +
+                        " --audit " + db() + " --input " + (dir_ / "in").string() +
+                        ":in --receipt " + (dir_ / "receipt.json").string() + " --json -- " + args);
+    json j = parseReceipt(out);
     EXPECT_FALSE(j.is_discarded()) << out;
     // No receipt: what sluice said stands in for the program's output, so every expectation
     // fails with it rather than the test aborting on a missing field.
@@ -329,17 +326,8 @@ class TransparentRun : public ::testing::Test {
     return j;
   }
   std::string db() const { return (dir_ / "audit.db").string(); }
-  std::string sql(const std::string& q) {
-    return sh(std::string(SLUICE_BINARY) + " audit sql --db " + db() + " --format csv \"" + q +
-              "\"")
-        .second;
-  }
-  // The one number a `SELECT count(*) ...` returns.
-  long count(const std::string& q) {
-    const std::string out = sql(q);
-    const auto nl = out.find('\n');
-    return nl == std::string::npos ? -1 : std::atol(out.c_str() + nl + 1);
-  }
+  std::string sql(const std::string& q) { return auditSql(db(), q); }
+  long count(const std::string& q) { return auditCount(db(), q); }
   // How many lines "tcp PORT" / "udp PORT" the upstreams logged.
   int arrived(const std::string& what) {
     const std::string log = slurp(dir_ / "upstream.log");
@@ -357,7 +345,7 @@ class TransparentRun : public ::testing::Test {
     return std::system(cmd.c_str()) == 0;
   }
 
-  std::string ns_;
+  std::string ns_, with_hosts_;
   sluice::testing::NetnsUpstream upstream_;
   fs::path dir_;
 };

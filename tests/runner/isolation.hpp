@@ -3,6 +3,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <string>
@@ -22,4 +23,14 @@ inline bool isolationRequired() {
       if (isolationRequired()) FAIL() << "sandbox required but unavailable: " << why_; \
       GTEST_SKIP() << "sandbox unavailable: " << why_;                                 \
     }                                                                                  \
+  } while (0)
+
+// Root only (fixtures that make network namespaces or veth pairs in SetUp), with the same
+// skip-or-fail rule.
+#define REQUIRE_ROOT()                                 \
+  do {                                                 \
+    if (::geteuid() != 0) {                            \
+      if (isolationRequired()) FAIL() << "needs root"; \
+      GTEST_SKIP() << "needs root";                    \
+    }                                                  \
   } while (0)
