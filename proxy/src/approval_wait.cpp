@@ -12,23 +12,28 @@ using policy::Reason;
 
 namespace {
 
+// The desk's outcome reasons are reason names (reason.hpp); anything else is a refusal.
 Reason outcomeReason(const std::string& r) {
-  if (r == "approval_timeout") return Reason::kApprovalTimeout;
-  if (r == "approval_unavailable") return Reason::kApprovalUnavailable;
-  if (r == "execution_ended") return Reason::kExecutionEnded;
-  if (r == "closed") return Reason::kClosed;
+  for (Reason c : {Reason::kApprovalTimeout, Reason::kApprovalUnavailable, Reason::kExecutionEnded,
+                   Reason::kClosed})
+    if (r == policy::reasonName(c)) return c;
   return Reason::kApprovalDenied;
 }
 
-std::string outcomeText(const std::string& r, const std::string& rule, const std::string& what,
+std::string outcomeText(Reason r, const std::string& rule, const std::string& what,
                         const std::string& by) {
-  if (r == "approval_timeout")
-    return "no approver answered for " + what + " (rule " + rule + ") in time";
-  if (r == "approval_unavailable")
-    return "rule " + rule + " asks an approver for " + what + ", and none can answer now";
-  if (r == "execution_ended") return "the execution ended while " + what + " waited for approval";
-  if (r == "closed") return "the connection was closed while " + what + " waited for approval";
-  return "an approver (" + by + ") refused " + what + " (rule " + rule + ")";
+  switch (r) {
+    case Reason::kApprovalTimeout:
+      return "no approver answered for " + what + " (rule " + rule + ") in time";
+    case Reason::kApprovalUnavailable:
+      return "rule " + rule + " asks an approver for " + what + ", and none can answer now";
+    case Reason::kExecutionEnded:
+      return "the execution ended while " + what + " waited for approval";
+    case Reason::kClosed:
+      return "the connection was closed while " + what + " waited for approval";
+    default:
+      return "an approver (" + by + ") refused " + what + " (rule " + rule + ")";
+  }
 }
 
 }  // namespace
@@ -79,9 +84,9 @@ net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(ConnState
   const std::string id = std::exchange(conn.pending_approval, std::string());
   if (!outcome.allowed) {
     log().info("approval {} refused: {} ({})", id, what, outcome.reason);
+    const Reason why = outcomeReason(outcome.reason);
     co_return std::unexpected(
-        refusal(outcomeReason(outcome.reason),
-                outcomeText(outcome.reason, d.rule_id, what, outcome.decided_by), d.rule_id));
+        refusal(why, outcomeText(why, d.rule_id, what, outcome.decided_by), d.rule_id));
   }
   policy::Decision allowed = d;
   allowed.ask = false;
