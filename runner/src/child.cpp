@@ -22,7 +22,6 @@
 #include "seccomp.hpp"
 
 namespace sluice::runner::detail {
-namespace {
 
 void writeFully(int fd, const void* data, size_t size) {
   const char* p = static_cast<const char*>(data);
@@ -34,6 +33,8 @@ void writeFully(int fd, const void* data, size_t size) {
     size -= static_cast<size_t>(n);
   }
 }
+
+namespace {
 
 [[noreturn]] void fail(const ChildPlan& plan, StepResult r) {
   reportStep(plan.fds.error_write, ChildMessage::kSetupFailed, r.step, r.err);

@@ -125,6 +125,10 @@ pid_t spawnProgram(const ProgramLaunch& launch);
 /// status and the summed usage of everything reaped (maximum for ru_maxrss).
 InitReport reapUntilEmpty(pid_t program);
 
+/// write(2) of all of `data`, retrying EINTR and short writes; gives up silently on an error
+/// (the reader is gone). System calls only: init's and the helper's writes to sluice.
+void writeFully(int fd, const void* data, size_t size);
+
 /// The step reporting of the child side: a ChildMessage on `fd`.
 void reportStep(int fd, ChildMessage::Kind kind, const char* step, int err);
 

@@ -74,17 +74,6 @@ int receiveExec(int control, ReceivedExec& out) {
   ::_exit(kInitSetupFailed);
 }
 
-void writeFully(int fd, const void* data, std::size_t size) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    p += n;
-    size -= static_cast<std::size_t>(n);
-  }
-}
-
 // Built once by the session's init, in the sandbox's root, for every exec (buildLandlockRuleset).
 int g_landlock_ruleset = -1;
 
