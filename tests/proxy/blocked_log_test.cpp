@@ -227,6 +227,20 @@ TEST(BlockedLogBudgetTest, FirstAttemptsAreRowsThenCounted) {
   EXPECT_EQ(b.suppressed(), 1u);
 }
 
+// Lost messages (a sequence gap, up to 2^31) are counted in one call: every one is a denial in
+// the count, and the list of denials stops at its cap of 1000.
+TEST(BlockedLogBudgetTest, LostAttemptsCountInFullAndTheDenialListStaysCapped) {
+  Account account("exec-lost");
+  account.noteDenied("192.0.2.1", 53, "", "protocol_not_allowed");
+  account.noteDenied("", 0, "", "protocol_not_allowed", std::uint64_t{1} << 31);
+  Stats s;
+  account.addTo(s);
+  EXPECT_EQ(s.denied, (std::uint64_t{1} << 31) + 1);
+  ASSERT_EQ(s.denials.size(), 1000u);
+  EXPECT_EQ(s.denials.front().host, "192.0.2.1");
+  EXPECT_EQ(s.denials.back().host, "");
+}
+
 // Random bytes, and valid datagrams with random bytes changed, cut or extended: the decoder
 // returns (no crash, no read outside the buffer under ASan) whatever it is given.
 TEST(BlockedLogFuzzTest, RandomAndMutatedBytesNeverCrash) {
