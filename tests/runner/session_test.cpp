@@ -161,6 +161,20 @@ TEST(Session, ExecsAreConfinedLikeARunsProgram) {
   }
 }
 
+// Init holds the control socket, the Landlock ruleset and each exec's report pipe: the program
+// gets none of them, only its stdio (ls runs in a child, so the shell's fds are listed, not the
+// directory ls itself opens). Every exec, with stdin data or without.
+TEST(Session, AnExecHoldsOnlyItsStdio) {
+  REQUIRE_SANDBOX();
+  auto s = mustStart(sessionSpec());
+  ASSERT_TRUE(s);
+  for (const char* stdin_data : {"", "x\n", ""}) {
+    ExecSpec e = sh("ls /proc/$$/fd; true");
+    e.stdin_data = stdin_data;
+    EXPECT_EQ(mustExec(*s, e).out.text, "0\n1\n2\n") << "stdin: '" << stdin_data << "'";
+  }
+}
+
 TEST(Session, WhatAnExecLeftRunningIsGoneWhenItEnds) {
   REQUIRE_SANDBOX();
   auto s = mustStart(sessionSpec());
