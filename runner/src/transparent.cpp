@@ -164,14 +164,13 @@ Fd boundSocket(const sockaddr* addr, socklen_t len, int type) {
 // lives as long as the socket.
 std::expected<Fd, SetupError> blockedLogSocket() {
   constexpr char kStep[] = "blocked-attempt log (nfnetlink_log)";
-  Fd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER));
-  if (!nl) return std::unexpected(stepError(kStep, errno));
+  auto fd = openNftSocket();
+  if (!fd) return std::unexpected(stepError(kStep, fd.error().err));
+  Fd nl(*fd);
   sockaddr_nl self{};
   self.nl_family = AF_NETLINK;
   if (::bind(nl.get(), reinterpret_cast<sockaddr*>(&self), sizeof self) != 0)
     return std::unexpected(stepError(kStep, errno));
-  const int one = 1;
-  ::setsockopt(nl.get(), SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);
   // Room for a burst (each message takes ~1 KiB of buffer): 4 MiB where sluice may exceed
   // rmem_max (CAP_NET_ADMIN), else as much as rmem_max allows. What overflows is dropped by
   // the kernel and shows as a gap in the sequence numbers (a "lost" row).
