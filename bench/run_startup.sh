@@ -22,8 +22,7 @@ for tool in hyperfine bwrap unshare python3; do
 done
 [ "$(id -u)" = 0 ] || { echo "run_startup: needs root (sluice run)" >&2; exit 1; }
 
-TMP="$(mktemp -d /tmp/sluice-bench-startup.XXXXXX)"
-trap 'rm -rf "$TMP"' EXIT
+bench_init sluice-bench-startup
 cat > "$TMP/bench.yaml" <<'YAML'
 apiVersion: sluice/v1
 kind: Workflow
