@@ -75,5 +75,31 @@ TEST(NameMayBeAllowed, NoAllowRuleMeansNo) {
   EXPECT_FALSE(m->nameMayBeAllowed("example.org"));
 }
 
+// The rule a DNS row names: the allow rule that made the name answerable; else the deny rule
+// that covers an allowed port (not an earlier deny that covers only other ports); else any
+// deny rule naming it; else none.
+TEST(NameMayBeAllowed, TheAnswerNamesTheRuleBehindIt) {
+  auto m = compileRules(
+      "    - {id: ssh, action: deny, hosts: [\"*.example.com\"], ports: [22]}\n"
+      "    - {id: web, action: allow, hosts: [s.example.com, open.example.com], ports: [443]}\n"
+      "    - {id: shut, action: deny, hosts: [s.example.com], ports: [443]}\n");
+  ASSERT_TRUE(m);
+  auto open = m->nameAnswer("open.example.com");
+  EXPECT_TRUE(open.may_be_allowed);
+  ASSERT_NE(open.rule, nullptr);
+  EXPECT_EQ(open.rule->id, "web");
+  auto shut = m->nameAnswer("s.example.com");
+  EXPECT_FALSE(shut.may_be_allowed);
+  ASSERT_NE(shut.rule, nullptr);
+  EXPECT_EQ(shut.rule->id, "shut");
+  auto other = m->nameAnswer("t.example.com");
+  EXPECT_FALSE(other.may_be_allowed);
+  ASSERT_NE(other.rule, nullptr);
+  EXPECT_EQ(other.rule->id, "ssh");
+  auto none = m->nameAnswer("example.org");
+  EXPECT_FALSE(none.may_be_allowed);
+  EXPECT_EQ(none.rule, nullptr);
+}
+
 }  // namespace
 }  // namespace sluice::policy
