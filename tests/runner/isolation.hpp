@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
@@ -14,6 +15,12 @@ inline bool isolationRequired() {
   const char* ci = std::getenv("CI");
   const char* req = std::getenv("SLUICE_REQUIRE_ISOLATION");
   return (ci && std::string(ci) == "true") || (req && std::string(req) == "1");
+}
+
+// An execution id no other sandbox of this test process (or of a parallel one) uses.
+inline std::string uniqueId(const char* tag) {
+  static std::atomic<int> n{0};
+  return std::string("t-") + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
 }
 
 #define REQUIRE_SANDBOX()                                                              \

@@ -28,11 +28,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string uniqueId(const char* tag) {
-  static std::atomic<int> n{0};
-  return std::string("t-") + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-}
-
 RunSpec bash(const std::string& script) {
   RunSpec s;
   s.argv = {"/bin/bash", "-c", script};

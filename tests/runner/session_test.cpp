@@ -25,11 +25,6 @@ using namespace std::chrono_literals;
 
 namespace {
 
-std::string uniqueId(const char* tag) {
-  static std::atomic<int> n{0};
-  return std::string("t-") + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-}
-
 SessionSpec sessionSpec(const char* tag = "sess") {
   SessionSpec s;
   s.session_id = uniqueId(tag);

@@ -35,6 +35,7 @@
 
 #include "isolation.hpp"
 #include "nft_batch.hpp"
+#include "proc_scan.hpp"
 #include "sluice/runner/sandbox.hpp"
 #include "sluice/runner/session.hpp"
 
@@ -44,11 +45,6 @@ using namespace std::chrono_literals;
 namespace {
 
 constexpr int kSoOriginalDst = 80;  // SO_ORIGINAL_DST and IP6T_SO_ORIGINAL_DST alike
-
-std::string uniqueId(const char* tag) {
-  static std::atomic<int> n{0};
-  return std::string("t-") + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(n++);
-}
 
 RunSpec python(const std::string& script) {
   RunSpec s;
@@ -209,16 +205,7 @@ struct FakeDns {
   }
 };
 
-std::string runCommand(const std::string& cmd) {
-  std::string out;
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (f == nullptr) return "popen failed";
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  ::pclose(f);
-  return out;
-}
+std::string runCommand(const std::string& cmd) { return sluice::testing::shellOutput(cmd).second; }
 
 // Runs `fn` on a thread of its own inside the network namespace `netns` (only that thread
 // joins it; processes it starts inherit it).
