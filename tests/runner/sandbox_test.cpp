@@ -204,6 +204,22 @@ TEST(Sandbox, NoNetworkButLoopback) {
   EXPECT_NE(r.out.text.find("done"), std::string::npos);
 }
 
+// Init holds sluice's pipes and, with the proxy, the listener channel: the program gets none of
+// them, only its stdio (ls runs in a child of bash, so bash's fds are listed).
+TEST(Sandbox, TheProgramHoldsOnlyItsStdio) {
+  REQUIRE_SANDBOX();
+  for (const bool proxy : {false, true}) {
+    RunSpec s = bash("ls /proc/$$/fd; true");
+    s.network_proxy = proxy;
+    s.stdin_data = proxy ? "x\n" : "";
+    auto r = mustRun(s, [](int fd) -> std::expected<void, std::string> {
+      ::close(fd);
+      return {};
+    });
+    EXPECT_EQ(r.out.text, "0\n1\n2\n") << "proxy: " << proxy << " " << r.err.text;
+  }
+}
+
 TEST(Sandbox, ProxyListenerIsHandedToTheCaller) {
   REQUIRE_SANDBOX();
   RunSpec s = bash(
