@@ -1,11 +1,13 @@
-// `verify`: walks the one hash chain across executions, connections, requests, forwards and
-// dns_queries in seq order, recomputing every hash; also checks the chain head and the policy
-// texts' hashes.
+// `verify`: walks the one hash chain across every chained table (chain_rows.hpp) in seq order,
+// recomputing every hash; also checks the checkpoints, the chain head and the policy texts'
+// hashes.
 #include <fmt/format.h>
 
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "chain_rows.hpp"
 #include "merkle.hpp"
 #include "row_hash.hpp"
 #include "schema.hpp"
@@ -19,10 +21,9 @@ namespace {
 using detail::Stmt;
 using detail::Value;
 
-/// One table's rows in seq order, as a cursor for the three-way merge.
+/// One table's rows in seq order, as a cursor for the merge of the chained tables.
 struct Cursor {
-  std::string_view table;
-  std::size_t columns = 0;
+  const detail::ChainTable* table = nullptr;
   Stmt stmt;
   bool has_row = false;
   std::int64_t seq = 0;
@@ -36,7 +37,8 @@ struct Cursor {
     }
     has_row = false;
     if (rc == SQLITE_DONE) return {};
-    return std::unexpected(detail::sqliteError(path, db, rc, fmt::format("cannot read {}", table)));
+    return std::unexpected(
+        detail::sqliteError(path, db, rc, fmt::format("cannot read {}", table->name)));
   }
 
   /// Column i of the hashed columns, as SQLite stores it (the storage class is hashed too).
@@ -62,22 +64,13 @@ struct Cursor {
 
   /// "connections seq 57 (id c-1)": how a broken row is named.
   std::string name() const {
-    std::string id = table == "requests" || table == "forwards" || table == "dns_queries"
+    const std::string_view t = table->name;
+    std::string id = t == "requests" || t == "forwards" || t == "dns_queries"
                          ? std::to_string(seq)
                          : std::string(stmt.columnText(3));
-    return fmt::format("{} seq {} (id {})", table, seq, id);
+    return fmt::format("{} seq {} (id {})", t, seq, id);
   }
 };
-
-template <std::size_t N>
-std::string selectSql(std::string_view table, const std::array<std::string_view, N>& columns) {
-  std::string sql = "SELECT seq, prev_hash, hash";
-  for (auto c : columns) {
-    sql += ", ";
-    sql += c;
-  }
-  return fmt::format("{} FROM {} ORDER BY seq", sql, table);
-}
 
 }  // namespace
 
@@ -87,30 +80,17 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
 
-  std::array<Cursor, 6> cursors;
-  cursors[0].table = "executions";
-  cursors[0].columns = detail::kExecutionColumns.size();
-  cursors[1].table = "connections";
-  cursors[1].columns = detail::kConnectionColumns.size();
-  cursors[2].table = "requests";
-  cursors[2].columns = detail::kRequestColumns.size();
-  cursors[3].table = "forwards";
-  cursors[3].columns = detail::kForwardColumns.size();
-  cursors[4].table = "dns_queries";
-  cursors[4].columns = detail::kDnsColumns.size();
-  cursors[5].table = "approvals";
-  cursors[5].columns = detail::kApprovalColumns.size();
-  const std::array<std::string, 6> sql = {selectSql("executions", detail::kExecutionColumns),
-                                          selectSql("connections", detail::kConnectionColumns),
-                                          selectSql("requests", detail::kRequestColumns),
-                                          selectSql("forwards", detail::kForwardColumns),
-                                          selectSql("dns_queries", detail::kDnsColumns),
-                                          selectSql("approvals", detail::kApprovalColumns)};
-  for (std::size_t i = 0; i < cursors.size(); ++i) {
-    auto s = detail::prepare(db, raw, sql[i]);
+  std::vector<Cursor> cursors;
+  for (const auto& t : detail::chainTables()) {
+    auto s = detail::prepare(db, raw, detail::chainSelectSql(t));
     if (!s) return std::unexpected(s.error());
-    cursors[i].stmt = std::move(*s);
-    if (auto r = cursors[i].next(db, raw); !r) return std::unexpected(r.error());
+    Cursor c;
+    c.table = &t;
+    c.stmt = std::move(*s);
+    // Every row, even one inserted at seq <= 0 (which the walk reports as a duplicate).
+    c.stmt.bindInt(1, std::numeric_limits<std::int64_t>::min());
+    if (auto r = c.next(db, raw); !r) return std::unexpected(r.error());
+    cursors.push_back(std::move(c));
   }
 
   // Checkpoints in position order: each is checked when the walk reaches its position.
@@ -179,10 +159,10 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
           fmt::format("{}: seq {} appears twice (a row was inserted)", cur->name(), cur->seq));
     }
     values.clear();
-    for (std::size_t i = 0; i < cur->columns; ++i) values.push_back(cur->value(i));
+    for (std::size_t i = 0; i < cur->table->columns.size(); ++i) values.push_back(cur->value(i));
     std::string_view stored_prev = cur->stmt.columnText(1);
     std::string_view stored_hash = cur->stmt.columnText(2);
-    std::string computed = hasher.hash(cur->table, cur->seq, stored_prev, values);
+    std::string computed = hasher.hash(cur->table->name, cur->seq, stored_prev, values);
     if (computed != stored_hash) {
       return broken(
           fmt::format("{}: hash does not match the row's contents (row edited, "

@@ -131,6 +131,18 @@ TEST_F(VerifyTest, InsertedRowWithDuplicateSeqIsDetected) {
   expectBroken("seq 3");
 }
 
+TEST_F(VerifyTest, InsertedRowBeforeTheFirstSeqIsDetected) {
+  // seq 0 and below are outside the chain: the walk must still see such a row, not skip it.
+  RawDb raw(db_);
+  ASSERT_EQ(
+      raw.exec(
+          "INSERT INTO executions (seq, id, workflow, started_at, ended_at, exit_code, signal, "
+          "stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated, prev_hash, hash) "
+          "VALUES (-5, 'forged', 'w', 0, 0, 0, 0, 0, 0, 0, 0, 'x', 'y')"),
+      "");
+  expectBroken("executions seq -5 (id forged)");
+}
+
 TEST_F(VerifyTest, ReorderedRowsAreDetected) {
   RawDb raw(db_);
   // Swap the positions of two connections.
