@@ -184,7 +184,8 @@ struct Listener {
   // Credential injection for this execution (set once, before accepting).
   std::shared_ptr<const policy::SecretStore> secrets;
   std::vector<Placeholder> placeholders;
-  // The execution's synthetic DNS names, for redirected connections (transparent.hpp).
+  // The execution's synthetic DNS names, for redirected connections (transparent.hpp); null:
+  // connections are never taken for redirected ones.
   std::shared_ptr<SyntheticNames> names;
   // Approvals of ask-rule matches (approval_wait.hpp), and who approvers are told asked.
   std::shared_ptr<ApprovalDesk> approvals;

@@ -138,9 +138,14 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   net::awaitable<void> loop() {
     bool first = true;
     // A connection the sandbox's nftables rule redirected here: decided as CONNECT to its
-    // original destination (transparent.hpp), then relayed or served like a tunnel.
-    if (auto dst = originalDestination(client_)) {
-      if (!co_await handleTransparent(*dst)) co_return;
+    // original destination (transparent.hpp), then relayed or served like a tunnel. Only a
+    // sandbox's listeners (they carry its DNS names) are redirected to: a shared proxy reached
+    // through DNAT (a published container port, a Kubernetes Service) would otherwise take each
+    // proxy client for a redirected connection, and it saves two syscalls per connection.
+    if (conn_.listener->names) {
+      if (auto dst = originalDestination(client_)) {
+        if (!co_await handleTransparent(*dst)) co_return;
+      }
     }
     for (;;) {
       // A plain-HTTP client follows policy reloads request by request; a tunnel keeps the

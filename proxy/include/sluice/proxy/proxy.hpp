@@ -78,7 +78,8 @@ struct ListenerIdentity {
   std::shared_ptr<const policy::SecretStore> secrets;
   std::vector<Placeholder> placeholders;
   /// The execution's synthetic DNS names (transparent capture): a redirected connection to one
-  /// of its addresses is decided by the name. Null: none handed out.
+  /// of its addresses is decided by the name. Null: not a sandbox's listener, so no connection
+  /// to it is taken for a redirected one (a DNAT in front of a shared proxy is not a redirect).
   std::shared_ptr<SyntheticNames> names;
   /// > 0 for a listener shared by many clients (standalone `sluice proxy`): the workflow's
   /// egress.limits apply to each client address (IPv6: each /64) separately, the request and
