@@ -53,6 +53,17 @@ nlohmann::ordered_json rowColumnsJson(sqlite3_stmt* s, const ChainTable& t) {
   return cols;
 }
 
+nlohmann::ordered_json checkpointJson(sqlite3_stmt* s) {
+  nlohmann::ordered_json cp = nlohmann::ordered_json::object();
+  cp["seq"] = columnJson(s, 0);
+  cp["position"] = columnJson(s, 1);
+  cp["root"] = columnJson(s, 2);
+  cp["ts"] = columnJson(s, 5);
+  cp["key_id"] = columnJson(s, 4);
+  cp["signature"] = columnJson(s, 3);
+  return cp;
+}
+
 std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const ChainTable& t,
                                                     std::int64_t seq, std::string_view prev_hash,
                                                     const nlohmann::ordered_json& columns) {

@@ -29,6 +29,15 @@ const ChainTable* findChainTable(std::string_view name);
 /// "SELECT seq, prev_hash, hash, <columns> FROM <table> WHERE seq > ?1 ORDER BY seq".
 std::string chainSelectSql(const ChainTable& t);
 
+/// The columns of a checkpoints row, in the order checkpointJson() reads them; append the
+/// WHERE / ORDER BY.
+inline constexpr std::string_view kCheckpointSelect =
+    "SELECT seq, position, root, signature, key_id, ts FROM checkpoints";
+
+/// The current row of a kCheckpointSelect statement as export and inclusion proofs print it:
+/// {seq, position, root, ts, key_id, signature}.
+nlohmann::ordered_json checkpointJson(sqlite3_stmt* s);
+
 /// Column `col` of the current row: null, integer or text (the chained tables are STRICT).
 nlohmann::ordered_json columnJson(sqlite3_stmt* s, int col);
 

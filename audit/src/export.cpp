@@ -89,13 +89,7 @@ class Writer {
     out_ << detail::dumpJson(line) << '\n';
   }
   void checkpoint(Stmt& c) {
-    Json cp = Json::object();
-    cp["seq"] = c.columnInt(0);
-    cp["position"] = c.columnInt(1);
-    cp["root"] = std::string(c.columnText(2));
-    cp["ts"] = c.columnInt(5);
-    cp["key_id"] = std::string(c.columnText(4));
-    cp["signature"] = std::string(c.columnText(3));
+    Json cp = detail::checkpointJson(c.get());
     if (format_ == ExportFormat::kCsv) {
       out_ << "checkpoint,checkpoints," << c.columnInt(0) << ',' << formatTime(c.columnInt(5))
            << ",,," << csvField(detail::dumpJson(cp)) << "\r\n";
@@ -146,9 +140,9 @@ std::expected<ExportStats, Error> exportChain(const std::filesystem::path& db,
     if (auto r = step(db, raw, c); !r) return std::unexpected(r.error());
     cursors.push_back(std::move(c));
   }
-  auto ckpt = detail::prepare(db, raw,
-                              "SELECT seq, position, root, signature, key_id, ts FROM checkpoints "
-                              "WHERE position > ?1 ORDER BY position, seq");
+  auto ckpt = detail::prepare(
+      db, raw,
+      fmt::format("{} WHERE position > ?1 ORDER BY position, seq", detail::kCheckpointSelect));
   if (!ckpt) return std::unexpected(ckpt.error());
   ckpt->bindInt(1, after);
   int ckpt_rc = ckpt->step();

@@ -72,9 +72,9 @@ std::expected<std::string, Error> proveExecution(const std::filesystem::path& db
   }
   const std::int64_t seq = row->columnInt(0);
 
-  auto ckpt = detail::prepare(db, raw,
-                              "SELECT seq, position, root, signature, key_id, ts FROM checkpoints "
-                              "ORDER BY position DESC, seq DESC LIMIT 1");
+  auto ckpt = detail::prepare(
+      db, raw,
+      fmt::format("{} ORDER BY position DESC, seq DESC LIMIT 1", detail::kCheckpointSelect));
   if (!ckpt) return std::unexpected(ckpt.error());
   if (ckpt->step() != SQLITE_ROW || ckpt->columnInt(1) < seq) {
     return std::unexpected(Error{fmt::format(
@@ -108,12 +108,7 @@ std::expected<std::string, Error> proveExecution(const std::filesystem::path& db
   proof["leaf_index"] = seq - 1;
   proof["tree_size"] = position;
   proof["audit_path"] = std::move(path);
-  proof["checkpoint"] = {{"seq", ckpt->columnInt(0)},
-                         {"position", position},
-                         {"root", std::string(ckpt->columnText(2))},
-                         {"ts", ckpt->columnInt(5)},
-                         {"key_id", std::string(ckpt->columnText(4))},
-                         {"signature", std::string(ckpt->columnText(3))}};
+  proof["checkpoint"] = detail::checkpointJson(ckpt->get());
   return detail::dumpJson(proof, 2) + "\n";
 }
 

@@ -94,9 +94,8 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
   }
 
   // Checkpoints in position order: each is checked when the walk reaches its position.
-  auto ckpt = detail::prepare(db, raw,
-                              "SELECT seq, position, root, signature, key_id, ts FROM checkpoints "
-                              "ORDER BY position, seq");
+  auto ckpt =
+      detail::prepare(db, raw, fmt::format("{} ORDER BY position, seq", detail::kCheckpointSelect));
   if (!ckpt) return std::unexpected(ckpt.error());
   int ckpt_rc = ckpt->step();
   auto ckptName = [&] {
