@@ -33,6 +33,15 @@ std::string chainSelectSql(const ChainTable& t) {
   return fmt::format("{} FROM {} WHERE seq > ?1 ORDER BY seq", sql, t.name);
 }
 
+std::string chainHashesSql(std::string_view where) {
+  std::string sql;
+  for (const auto& t : chainTables()) {
+    if (!sql.empty()) sql += " UNION ALL ";
+    sql += fmt::format("SELECT seq, hash FROM {} WHERE {}", t.name, where);
+  }
+  return sql + " ORDER BY seq";
+}
+
 nlohmann::ordered_json columnJson(sqlite3_stmt* s, int col) {
   switch (sqlite3_column_type(s, col)) {
     case SQLITE_INTEGER:

@@ -29,6 +29,11 @@ const ChainTable* findChainTable(std::string_view name);
 /// "SELECT seq, prev_hash, hash, <columns> FROM <table> WHERE seq > ?1 ORDER BY seq".
 std::string chainSelectSql(const ChainTable& t);
 
+/// "SELECT seq, hash FROM <table> WHERE <where> UNION ALL ... ORDER BY seq" over every chained
+/// table: the chain's (seq, hash) pairs in seq order (SQLite merges the primary-key orders, so
+/// this streams).
+std::string chainHashesSql(std::string_view where);
+
 /// The columns of a checkpoints row, in the order checkpointJson() reads them; append the
 /// WHERE / ORDER BY.
 inline constexpr std::string_view kCheckpointSelect =

@@ -20,12 +20,7 @@ constexpr std::string_view kProofType = "sluice-inclusion-proof/v1";
 /// Leaf hashes of rows 1..position, checking they form an unbroken sequence.
 std::expected<std::vector<detail::Digest>, Error> readLeaves(const std::filesystem::path& db,
                                                              sqlite3* raw, std::int64_t position) {
-  std::string sql;
-  for (const auto& t : detail::chainTables()) {
-    if (!sql.empty()) sql += " UNION ALL ";
-    sql += fmt::format("SELECT seq, hash FROM {} WHERE seq <= ?1", t.name);
-  }
-  auto st = detail::prepare(db, raw, sql + " ORDER BY seq");
+  auto st = detail::prepare(db, raw, detail::chainHashesSql("seq <= ?1"));
   if (!st) return std::unexpected(st.error());
   st->bindInt(1, position);
   std::vector<detail::Digest> leaves;

@@ -25,6 +25,7 @@
 #include <variant>
 #include <vector>
 
+#include "chain_rows.hpp"
 #include "checkpointer.hpp"
 #include "merkle.hpp"
 #include "row_hash.hpp"
@@ -403,22 +404,6 @@ std::expected<void, Error> Store::Impl::openWriter() {
   return {};
 }
 
-namespace {
-
-/// Every chained row's (seq, hash) in (?1, ?2], in seq order: SQLite merges the tables'
-/// primary-key orders, so this streams.
-std::string chainAfterSql() {
-  std::string sql;
-  for (std::string_view t :
-       {"executions", "connections", "requests", "forwards", "dns_queries", "approvals"}) {
-    if (!sql.empty()) sql += " UNION ALL ";
-    sql += fmt::format("SELECT seq, hash FROM {} WHERE seq > ?1 AND seq <= ?2", t);
-  }
-  return sql + " ORDER BY seq";
-}
-
-}  // namespace
-
 // With a signing key: resumes the Merkle tree from the latest checkpoint's frontier when it
 // folds to that checkpoint's root (else from nothing); catchUpTree() adds the rows after it.
 std::expected<void, Error> Store::Impl::loadTree() {
@@ -435,7 +420,9 @@ std::expected<void, Error> Store::Impl::loadTree() {
       !r) {
     return r;
   }
-  if (auto r = prep(read_chain_after_, chainAfterSql()); !r) return r;
+  // Every chained row's (seq, hash) in (?1, ?2].
+  if (auto r = prep(read_chain_after_, detail::chainHashesSql("seq > ?1 AND seq <= ?2")); !r)
+    return r;
   auto last = detail::prepare(path_, raw,
                               "SELECT position, root, frontier FROM checkpoints "
                               "ORDER BY position DESC, seq DESC LIMIT 1");
