@@ -226,5 +226,61 @@ TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
   ::close(results[0]);
 }
 
+// A listener without DNS names is not a sandbox's: a connection DNAT'd to it (a published
+// container port, a Kubernetes Service) is a proxy client like any other, not a redirected
+// connection to its original destination. The origin-form GET gets the explicit proxy's 400.
+TEST_F(TransparentNetnsTest, ListenerWithoutNamesTakesNoConnectionForARedirectedOne) {
+  if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
+    if (std::getenv("CI")) FAIL() << "needs root and nft";
+    GTEST_SKIP() << "needs root and nft";
+  }
+  const std::uint16_t up = up_.httpPort();
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  int results[2];
+  ASSERT_EQ(::pipe2(results, O_CLOEXEC), 0);
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::close(sv[0]);
+    ::close(results[0]);
+    if (::unshare(CLONE_NEWNET) != 0) ::_exit(10);
+    if (std::system("ip link set lo up && ip route add default dev lo src 127.0.0.1 && "
+                    "printf 'table inet t {\\n chain out { type nat hook output priority -100;\\n"
+                    "  ip daddr != 127.0.0.0/8 tcp dport != 3128 redirect to :3128\\n }\\n}\\n' "
+                    "| nft -f -") != 0)
+      ::_exit(11);
+    int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(3128);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 16) != 0)
+      ::_exit(12);
+    sendFd(sv[1], l);
+    char go;
+    if (::read(sv[1], &go, 1) != 1) ::_exit(13);
+    int r = getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up));
+    (void)::write(results[1], &r, sizeof r);
+    ::_exit(0);
+  }
+  ::close(sv[1]);
+  ::close(results[1]);
+  int fd = recvFd(sv[0]);
+  ASSERT_GE(fd, 0);
+  ASSERT_TRUE(proxy_->adoptListener(fd, ListenerIdentity{"exec-dnat", matcher_}).has_value());
+  (void)::write(sv[0], "g", 1);
+  int r = 0;
+  EXPECT_EQ(::read(results[0], &r, sizeof r), static_cast<ssize_t>(sizeof r));
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_EQ(r, 400) << "answered as a proxy client (origin-form refused), not relayed";
+  EXPECT_EQ(up_.httpLog().accepted.load(), 0);
+  ::close(sv[0]);
+  ::close(results[0]);
+}
+
 }  // namespace
 }  // namespace sluice::proxy::testing
