@@ -21,10 +21,6 @@ constexpr std::string_view kStatementType = "https://in-toto.io/Statement/v1";
 constexpr std::string_view kSlsaProvenance = "https://slsa.dev/provenance/v1";
 constexpr std::string_view kBuildType = "urn:sluice:execution:v1";
 
-bool isSha256Hex(const Json& j) {
-  return j.is_string() && detail::fromHex(j.get<std::string>()).has_value();
-}
-
 /// scheme://host[:port]path of a request row: https inside an inspected tunnel (CONNECT),
 /// http for a plain-HTTP origin connection; the scheme's default port is left out.
 std::string requestUri(std::string_view kind, std::string_view host, std::int64_t port,
@@ -114,7 +110,7 @@ std::expected<std::string, Error> attestExecution(const std::filesystem::path& d
   if (artifacts.is_array()) {
     for (const Json& a : artifacts) {
       if (!a.is_object() || !a.contains("path") || !a["path"].is_string() ||
-          !a.contains("sha256") || !isSha256Hex(a["sha256"])) {
+          !a.contains("sha256") || !detail::isHexDigest(a["sha256"])) {
         continue;
       }
       subjects.push_back({{"name", a["path"]}, {"digest", {{"sha256", a["sha256"]}}}});
@@ -137,7 +133,7 @@ std::expected<std::string, Error> attestExecution(const std::filesystem::path& d
     for (const Json& in : receipt["inputs"]) {
       if (!in.is_object() || !in.contains("path") || !in["path"].is_string()) continue;
       Json dep = {{"uri", "file://" + in["path"].get<std::string>()}};
-      if (in.contains("sha256") && isSha256Hex(in["sha256"]))
+      if (in.contains("sha256") && detail::isHexDigest(in["sha256"]))
         dep["digest"] = {{"sha256", in["sha256"]}};
       deps.push_back(std::move(dep));
     }
@@ -223,7 +219,7 @@ AttestationCheck verifyAttestation(std::string_view envelope_json, const PublicK
   for (const Json& s : st["subject"]) {
     if (!s.is_object() || !s.contains("name") || !s["name"].is_string() || !s.contains("digest") ||
         !s["digest"].is_object() || !s["digest"].contains("sha256") ||
-        !isSha256Hex(s["digest"]["sha256"])) {
+        !detail::isHexDigest(s["digest"]["sha256"])) {
       return reject("a subject lacks a name or a sha256 digest");
     }
     out.subjects.emplace_back(s["name"].get<std::string>(),

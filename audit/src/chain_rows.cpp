@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "merkle.hpp"
+
 namespace sluice::audit::detail {
 
 const std::array<ChainTable, 6>& chainTables() {
@@ -98,6 +100,10 @@ std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const Cha
     }
   }
   return hasher.hash(t.name, seq, prev_hash, values);
+}
+
+bool isHexDigest(const nlohmann::ordered_json& j) {
+  return j.is_string() && fromHex(j.get_ref<const std::string&>()).has_value();
 }
 
 std::string dumpJson(const nlohmann::ordered_json& j, int indent) {

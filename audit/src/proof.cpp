@@ -45,8 +45,6 @@ std::expected<std::vector<detail::Digest>, Error> readLeaves(const std::filesyst
   return leaves;
 }
 
-bool isHexDigest(const Json& j) { return j.is_string() && detail::fromHex(j.get<std::string>()); }
-
 }  // namespace
 
 std::expected<std::string, Error> proveExecution(const std::filesystem::path& db,
@@ -125,10 +123,10 @@ ProofCheck checkProof(std::string_view proof_json, const PublicKey& key) {
     return reject("row, checkpoint, audit_path, leaf_index or tree_size missing");
   }
   if (!row["table"].is_string() || !row["seq"].is_number_integer() ||
-      !isHexDigest(row["prev_hash"]) || !isHexDigest(row["hash"])) {
+      !detail::isHexDigest(row["prev_hash"]) || !detail::isHexDigest(row["hash"])) {
     return reject("row: table, seq, prev_hash or hash missing or malformed");
   }
-  if (!cp["position"].is_number_integer() || !isHexDigest(cp["root"]) ||
+  if (!cp["position"].is_number_integer() || !detail::isHexDigest(cp["root"]) ||
       !cp["ts"].is_number_integer() || !cp["key_id"].is_string() || !cp["signature"].is_string()) {
     return reject("checkpoint: position, root, ts, key_id or signature missing or malformed");
   }
@@ -154,7 +152,7 @@ ProofCheck checkProof(std::string_view proof_json, const PublicKey& key) {
   }
   std::vector<detail::Digest> path;
   for (const Json& h : p["audit_path"]) {
-    if (!isHexDigest(h)) return reject("audit_path: not a list of SHA-256 hex digests");
+    if (!detail::isHexDigest(h)) return reject("audit_path: not a list of SHA-256 hex digests");
     path.push_back(*detail::fromHex(h.get<std::string>()));
   }
   if (out.seq < 1 || out.position < out.seq)
