@@ -66,19 +66,23 @@ std::string pemOf(EVP_PKEY* key, bool private_key) {
   return out;
 }
 
-/// Reads a whole file through an open descriptor.
+/// Reads a whole file through an open descriptor. The read buffer, and what was read when the
+/// read fails, are wiped: the file may be the private key.
 std::expected<std::string, Error> readFd(int fd, const std::filesystem::path& file) {
   std::string out;
   char buf[4096];
+  auto fail = [&](std::string why) {
+    OPENSSL_cleanse(buf, sizeof buf);
+    OPENSSL_cleanse(out.data(), out.size());
+    return std::unexpected(Error{file.string() + ": " + why});
+  };
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0)
-      return std::unexpected(Error{file.string() + ": cannot read: " + std::strerror(errno)});
+    if (n < 0) return fail(std::string("cannot read: ") + std::strerror(errno));
     if (n == 0) break;
     out.append(buf, static_cast<std::size_t>(n));
-    if (out.size() > (1u << 20))
-      return std::unexpected(Error{file.string() + ": too large for a key"});
+    if (out.size() > (1u << 20)) return fail("too large for a key");
   }
   OPENSSL_cleanse(buf, sizeof buf);
   return out;
