@@ -188,6 +188,27 @@ TEST(SchemaTest, VersionFourGainsApprovalsInTheChain) {
   EXPECT_NE(v->first_broken.find("approvals seq 23"), std::string::npos) << v->first_broken;
 }
 
+TEST(SchemaTest, VersionFiveMigrationCreatesWhatANewDatabaseHas) {
+  // The 4 -> 5 migration repeats schemas/audit.sql's approvals and checkpoints: they must not
+  // drift apart, or migrated and new databases differ.
+  TempDir dir;
+  auto fresh = dir / "fresh.db";
+  auto migrated = dir / "migrated.db";
+  testing::populate(fresh);
+  testing::populate(migrated);
+  ASSERT_EQ(
+      RawDb(migrated).exec("DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4"),
+      "");
+  ASSERT_TRUE(testing::openStore(migrated));
+  for (std::string name :
+       {"approvals", "approvals_execution", "checkpoints", "checkpoints_position"}) {
+    const std::string sql = "SELECT sql FROM sqlite_master WHERE name = '" + name + "'";
+    const std::string want = RawDb(fresh).text(sql);
+    EXPECT_FALSE(want.empty()) << name;
+    EXPECT_EQ(RawDb(migrated).text(sql), want) << name;
+  }
+}
+
 TEST(SchemaTest, DeletedApprovalIsNamed) {
   TempDir dir;
   auto db = dir / "audit.db";
