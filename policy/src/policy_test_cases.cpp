@@ -78,7 +78,9 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
               std::string(ex.decision.rule && request && ex.phase != "connect" ? "request"
                                                                                : "connection") +
               " until an approver allows it (ask.timeout " +
-              std::to_string(ex.decision.rule ? ex.decision.rule->ask_timeout.count() / 1000 : 60) +
+              std::to_string(
+                  (ex.decision.rule ? ex.decision.rule->ask_timeout : Rule{}.ask_timeout).count() /
+                  1000) +
               "s, then approval_timeout)" + (ex.note.empty() ? "" : "; " + ex.note);
   }
   if (may_pass && !addr) {

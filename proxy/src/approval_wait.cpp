@@ -64,7 +64,7 @@ net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(ConnState
   a.port = target.port;
   if (method) a.method = *method;
   if (path) a.path = *path;
-  const auto timeout = d.rule ? d.rule->ask_timeout : std::chrono::milliseconds(60000);
+  const auto timeout = d.rule ? d.rule->ask_timeout : policy::Rule{}.ask_timeout;
   auto desk = l.approvals;
   auto ex = co_await net::this_coro::executor;
   ApprovalOutcome outcome =

@@ -260,13 +260,7 @@ class ProxyImpl : public Proxy {
     if (execution_id.empty() || ls.empty()) return;
     // Free the listener records (a long-running proxy serves executions without end); their
     // final counters stay readable through stats() for the most recent kKeptStats.
-    Stats final_stats;
-    std::vector<const Account*> counted;  // listeners of one execution share their account
-    for (auto& l : ls)
-      if (std::find(counted.begin(), counted.end(), l->account.get()) == counted.end()) {
-        counted.push_back(l->account.get());
-        l->account->addTo(final_stats);
-      }
+    Stats final_stats = sumAccounts(ls);
     std::lock_guard lock(mu_);
     std::erase_if(listeners_, [&](const auto& l) { return l->execution_id == execution_id; });
     {
@@ -340,24 +334,29 @@ class ProxyImpl : public Proxy {
   }
 
   Stats stats(const std::string& execution_id) const override {
-    Stats s;
     std::lock_guard lock(mu_);
-    bool live = false;
-    std::vector<const Account*> counted;  // listeners of one execution share their account
+    std::vector<std::shared_ptr<Listener>> ls;
     for (const auto& l : listeners_)
-      if (l->execution_id == execution_id) {
-        live = true;
-        if (std::find(counted.begin(), counted.end(), l->account.get()) != counted.end()) continue;
-        counted.push_back(l->account.get());
-        l->account->addTo(s);
-      }
-    if (!live)
+      if (l->execution_id == execution_id) ls.push_back(l);
+    if (ls.empty())
       for (const auto& [id, f] : finished_)
         if (id == execution_id) return f;
-    return s;
+    return sumAccounts(ls);
   }
 
  private:
+  // The counters of `ls`, each account once (an execution's listeners share theirs).
+  static Stats sumAccounts(const std::vector<std::shared_ptr<Listener>>& ls) {
+    Stats s;
+    std::vector<const Account*> counted;
+    for (const auto& l : ls)
+      if (std::find(counted.begin(), counted.end(), l->account.get()) == counted.end()) {
+        counted.push_back(l->account.get());
+        l->account->addTo(s);
+      }
+    return s;
+  }
+
   void recordPolicy(const policy::Matcher& m) {
     if (!ctx_->sink) return;
     const auto& wf = m.workflow();
