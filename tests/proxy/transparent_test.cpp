@@ -12,6 +12,7 @@
 
 #include <random>
 
+#include "isolation.hpp"
 #include "proxy_fixture.hpp"
 
 namespace sluice::proxy::testing {
@@ -157,7 +158,7 @@ class TransparentNetnsTest : public ProxyFixture {
 // TCP to anything but loopback redirected to the listener at 127.0.0.1:3128.
 TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
   if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
-    if (std::getenv("CI")) FAIL() << "needs root and nft";
+    if (isolationRequired()) FAIL() << "needs root and nft";
     GTEST_SKIP() << "needs root and nft";
   }
   auto names = std::make_shared<SyntheticNames>();
@@ -231,7 +232,7 @@ TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
 // connection to its original destination. The origin-form GET gets the explicit proxy's 400.
 TEST_F(TransparentNetnsTest, ListenerWithoutNamesTakesNoConnectionForARedirectedOne) {
   if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
-    if (std::getenv("CI")) FAIL() << "needs root and nft";
+    if (isolationRequired()) FAIL() << "needs root and nft";
     GTEST_SKIP() << "needs root and nft";
   }
   const std::uint16_t up = up_.httpPort();
