@@ -217,23 +217,6 @@ TEST_F(ApprovalTest, ClosingTheExecutionWithdrawsItsApprovals) {
   EXPECT_TRUE(c.waitClosed());
 }
 
-TEST_F(ApprovalTest, AClientThatHangsUpWithdrawsItsApproval) {
-  auto c = std::make_unique<Client>(port_);
-  c->send(connectRequest(echo()));
-  auto a = nextRaised();
-  ASSERT_TRUE(a);
-  c.reset();  // the client goes away while it waits
-  for (int i = 0; i < 500 && !approvals_->pending().empty(); ++i)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_TRUE(approvals_->pending().empty()) << "an approval nobody waits for is still pending";
-  EXPECT_EQ(approvals_->answer(a->id, true, Scope::kOnce, "late"), AnswerStatus::kGone);
-  auto rows = approvalRows(1);
-  ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0].decision, "deny");
-  EXPECT_EQ(rows[0].reason, "closed");
-  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
-}
-
 TEST_F(ApprovalTest, TwoHundredPendingAnsweredInAnyOrderReleaseExactlyTheirOwn) {
   constexpr int kN = 200;
   auto lo = *policy::parseIpLiteral("127.0.0.1");
