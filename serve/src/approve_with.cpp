@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,11 +33,15 @@ std::int64_t wallMs() {
       .count();
 }
 
+// A pipe, or for the command's stdin a socket pair: written with send(MSG_NOSIGNAL), so a
+// command that exits without reading it cannot kill sluice with SIGPIPE.
 struct Pipe {
   int r = -1, w = -1;
-  bool open() {
+  bool open(bool socket = false) {
     int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return false;
+    if (socket ? ::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0
+               : ::pipe2(fds, O_CLOEXEC) != 0)
+      return false;
     r = fds[0];
     w = fds[1];
     return true;
@@ -123,7 +128,7 @@ class ApproveWith::Impl {
 
   bool run(const proxy::Approval& a, std::string& out, std::string& why) {
     Pipe in, outp;
-    if (!in.open() || !outp.open()) {
+    if (!in.open(true) || !outp.open()) {
       why = "pipe: " + std::string(std::strerror(errno));
       return false;
     }
@@ -156,8 +161,7 @@ class ApproveWith::Impl {
     outp.w = -1;
     const std::string json = proxy::approvalJson(a) + "\n";
     // The command may not read its stdin at all: never block on it (a full pipe is its loss).
-    ::fcntl(in.w, F_SETFL, O_NONBLOCK);
-    (void)!::write(in.w, json.data(), json.size());
+    (void)!::send(in.w, json.data(), json.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
     ::close(in.w);
     in.w = -1;
     bool timed_out = false;
