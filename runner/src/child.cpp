@@ -368,6 +368,7 @@ void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_name
   static ChildPlan plan;          // init (a fork of this process) runs on it
   if (auto r = decodePlan(bytes, plan); !r) failed(stepFail("decode sandbox plan", EINVAL));
   plan.namespaces_ready = true;
+  plan.fds = f;  // this process's numbers (a zygote's helper received them under others)
   ::close(plan_read);
   // CLONE_PARENT: init is the parent's child (it waits for it and receives PDEATHSIG from
   // it); being the first process made after unshare(CLONE_NEWPID), it is pid 1 there.

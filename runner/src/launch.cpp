@@ -29,11 +29,6 @@
 
 namespace sluice::runner {
 
-// The opaque type of the public header is the launch state of a prepared sandbox.
-struct PreparedSandbox : detail::PreparedSandboxState {
-  ~PreparedSandbox() { reapHelper(true); }
-};
-
 void PreparedSandboxDeleter::operator()(PreparedSandbox* p) const { delete p; }
 
 namespace detail {
@@ -63,25 +58,6 @@ bool validExecutionId(const std::string& id) {
           c == '_' || c == '.'))
       return false;
   return true;
-}
-
-// Threads of this process (/proc/self/stat field 20), or 0 if unknown.
-long threadCount() {
-  Fd fd(::open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
-  if (!fd) return 0;
-  char buf[1024];
-  const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
-  if (!p) return 0;
-  long threads = 0;
-  // After ')': state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
-  // stime cutime cstime priority nice num_threads (fields 3..20).
-  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %ld",
-                  &threads) != 1)
-    return 0;
-  return threads;
 }
 
 std::string childMessageText(const ChildMessage& m) {
@@ -297,6 +273,24 @@ std::expected<void, SetupError> prepareHost(Launched& l) {
 }
 
 }  // namespace
+
+long threadCount() {
+  Fd fd(::open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
+  if (!fd) return 0;
+  char buf[1024];
+  const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
+  if (n <= 0) return 0;
+  buf[n] = '\0';
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
+  if (!p) return 0;
+  long threads = 0;
+  // After ')': state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
+  // stime cutime cstime priority nice num_threads (fields 3..20).
+  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %ld",
+                  &threads) != 1)
+    return 0;
+  return threads;
+}
 
 std::shared_ptr<spdlog::logger> runnerLogger() {
   static std::shared_ptr<spdlog::logger> log = [] {

@@ -70,6 +70,20 @@ struct PreparedSandboxState {
   void reapHelper(bool kill);
 };
 
+}  // namespace sluice::runner::detail
+
+namespace sluice::runner {
+// The opaque type of the public header is the launch state of a prepared sandbox.
+struct PreparedSandbox : detail::PreparedSandboxState {
+  ~PreparedSandbox() { reapHelper(true); }
+};
+}  // namespace sluice::runner
+
+namespace sluice::runner::detail {
+
+/// Threads of this process (/proc/self/stat field 20), or 0 if unknown.
+long threadCount();
+
 /// What the parent keeps of a sandbox whose init runs. Destroying it while init lives kills
 /// init (and with it the namespaces) and removes the cgroup: every early return is safe.
 struct Launched {

@@ -240,7 +240,8 @@ SandboxSession::SandboxSession(std::unique_ptr<State> state) : s_(std::move(stat
 SandboxSession::~SandboxSession() { end(); }
 
 std::expected<std::unique_ptr<SandboxSession>, SetupError> SandboxSession::start(
-    const SessionSpec& spec, const ListenerCallback& on_listener, const DnsCallback& on_dns) {
+    const SessionSpec& spec, const ListenerCallback& on_listener, const DnsCallback& on_dns,
+    PreparedSandboxPtr prepared) {
   auto st = std::make_unique<State>();
   st->spec = spec;
   const RunSpec rs = runSpecOf(spec);
@@ -248,13 +249,13 @@ std::expected<std::unique_ptr<SandboxSession>, SetupError> SandboxSession::start
   std::promise<Launch> launched;
   auto future = launched.get_future();
   State* raw = st.get();
-  st->keeper = std::thread([&launched, &rs, &on_listener, &on_dns, raw] {
+  st->keeper = std::thread([&launched, &rs, &on_listener, &on_dns, &prepared, raw] {
     std::vector<std::pair<std::string, std::int64_t>> phases;
     detail::PhaseClock clock(phases);
     RunHooks hooks;
     hooks.on_listener = on_listener;
     hooks.on_dns = on_dns;
-    Launch l = detail::launchSandbox(rs, hooks, nullptr, clock, /*session=*/true);
+    Launch l = detail::launchSandbox(rs, hooks, std::move(prepared), clock, /*session=*/true);
     const bool ok = l.has_value();
     launched.set_value(std::move(l));  // nothing of the caller's is touched after this
     if (!ok) return;

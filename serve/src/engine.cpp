@@ -2,6 +2,7 @@
 #include "engine.hpp"
 
 #include <openssl/evp.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -184,9 +185,8 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   e->tee_ = std::make_shared<EventTee>(e->store_, metrics);
   e->approvals_ = std::make_shared<proxy::ApprovalDesk>(e->tee_);
   // A pending approval shows in the live stream of the run or session it holds up.
-  e->approvals_->watch("", [tee = e->tee_.get()](const proxy::Approval& a) {
-    tee->approvalRaised(a);
-  });
+  e->approvals_->watch("",
+                       [tee = e->tee_.get()](const proxy::Approval& a) { tee->approvalRaised(a); });
   proxy::ProxyOptions popts;
   popts.threads = 2;
   popts.ca = e->ca_;
@@ -245,6 +245,15 @@ std::vector<std::pair<std::string, std::string>> Engine::extraFilesFor(const pol
 }
 
 std::string Engine::newId(const char* prefix) { return newExecutionId(prefix); }
+
+rn::PreparedSandboxPtr Engine::preparedSandbox() {
+  if (!options_.zygote) return nullptr;
+  auto p = options_.zygote->prepare();
+  if (p) return std::move(*p);
+  spdlog::warn("{}: {}; building the sandbox from the daemon itself", p.error().step,
+               p.error().message);
+  return nullptr;
+}
 
 std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::RunResult& r,
                                              const rn::ReceiptContext& ctx, const Caller& caller,
@@ -326,7 +335,7 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   store_->recordPolicy(w->sha256, w->name, w->yaml_text);
   approvals_->attribute(spec.execution_id, {"", "", caller.name});
 
-  auto result = rn::runSandboxed(spec, hooks);
+  auto result = rn::runSandboxed(spec, hooks, preparedSandbox());
   if (!result) result = failedResult(result.error(), spec, rn::sandboxSupported());
   approvals_->endExecution(spec.execution_id);  // pending ones: refused, execution_ended
   if (network_proxy) {

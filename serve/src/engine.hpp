@@ -106,6 +106,9 @@ class Engine {
   audit::Store& store() { return *store_; }
   Metrics& metrics() { return metrics_; }
   const std::shared_ptr<const policy::SecretStore>& secrets() const { return secrets_; }
+  /// A sandbox prepared by the zygote (ServeOptions::zygote), or null (the runner then clones
+  /// init from this process; a zygote that failed is logged).
+  runner::PreparedSandboxPtr preparedSandbox();
   /// The workflow's limits with `overrides` applied (400 naming what loosens).
   std::expected<runner::Limits, ApiError> limitsFor(const policy::Workflow& w,
                                                     const runner::LimitOverrides& overrides);

@@ -30,7 +30,7 @@ std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
   Engine::NetworkHooks net;
   if (network_proxy)
     net = engine.networkHooks({id, pol::Matcher::compile(w), engine.secrets(), p->placeholders});
-  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns);
+  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns, engine.preparedSandbox());
   if (!box) {
     if (network_proxy) engine.proxy().closeExecution(id);
     return std::unexpected(box.error());

@@ -166,7 +166,8 @@ std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
   Engine::NetworkHooks net;
   if (s.network_proxy)
     net = engine_.networkHooks({s.id, s.matcher, engine_.secrets(), s.placeholders});
-  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns);
+  auto box =
+      rn::SandboxSession::start(spec, net.on_listener, net.on_dns, engine_.preparedSandbox());
   if (!box) {
     if (s.network_proxy) engine_.proxy().closeExecution(s.id);
     const auto& e = box.error();

@@ -23,6 +23,7 @@
 #include "isolation.hpp"
 #include "proc_scan.hpp"
 #include "serve_client.hpp"
+#include "sluice/runner/sandbox.hpp"
 #include "sluice/serve/server.hpp"
 
 namespace fs = std::filesystem;
@@ -30,6 +31,13 @@ namespace serve = sluice::serve;
 using nlohmann::json;
 
 namespace {
+
+// The in-process daemons take their sandboxes from a zygote, as `sluice serve` does; it is
+// forked during static initialisation, while this process is still single-threaded.
+const std::shared_ptr<sluice::runner::SandboxZygote> g_zygote = [] {
+  auto z = sluice::runner::SandboxZygote::start();
+  return z ? std::shared_ptr<sluice::runner::SandboxZygote>(std::move(*z)) : nullptr;
+}();
 
 using serve_test::expectSchema;
 using serve_test::Http;
@@ -67,6 +75,7 @@ class ServeTest : public ::testing::Test {
     o.audit_db = (dir_ / "audit.db").string();
     o.token_file = (dir_ / "tokens").string();
     o.drain = std::chrono::milliseconds(1500);
+    o.zygote = g_zygote;
     return o;
   }
   void start(serve::ServeOptions o) {
@@ -674,7 +683,7 @@ namespace {
 // with it and `sluice gc` removes the cgroups; the audit store verifies either way.
 class ServeProcessTest : public ServeTest {
  protected:
-  pid_t spawnDaemon() {
+  pid_t spawnDaemon(const std::vector<std::string>& extra = {}) {
     pid_t pid = ::fork();
     if (pid == 0) {
       int devnull = ::open("/dev/null", O_WRONLY);
@@ -685,6 +694,7 @@ class ServeProcessTest : public ServeTest {
                                        "--listen",     "unix:" + socket(),
                                        "--audit",      (dir_ / "audit.db").string(),
                                        "--drain",      "1s"};
+      args.insert(args.end(), extra.begin(), extra.end());
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
@@ -753,6 +763,74 @@ TEST_F(ServeProcessTest, SigtermDrainsEndsSessionsWithReceiptsAndLeavesNothing) 
   auto [rc, out] =
       shell(std::string(SLUICE_BINARY) + " audit verify --db " + (dir_ / "audit.db").string());
   EXPECT_EQ(rc, 0) << out;
+}
+
+// The daemon forks a zygote first thing, before it reads its tokens, secrets or keys, and every
+// sandbox's init descends from that zygote: an init that were a clone of the daemon would hold a
+// copy of everything the daemon had in memory, the callers' bearer tokens among it. Tokens are
+// the control: the same scan finds them in the daemon. The zygote leaves with the daemon, and a
+// daemon whose zygote died still runs sandboxes (cloned from itself, with a warning).
+TEST_F(ServeProcessTest, SandboxInitsComeFromAZygoteAndHoldNoCopyOfTheDaemonsTokens) {
+  REQUIRE_SANDBOX();
+  const std::string token = "zygotetesttoken" + std::to_string(::getpid()) + "qq";
+  std::ofstream(dir_ / "tokens") << "agent-z " << token << "\n";
+  pid_t daemon = spawnDaemon({"--token-file", (dir_ / "tokens").string(), "--listen", "127.0.0.1:0",
+                              "--listen", "unix:" + socket(), "--pool", "1"});
+  ASSERT_GT(daemon, 0);
+  auto zygotes =
+      sluice::testing::waitForChildrenNamed(daemon, "sluice-zygote", std::chrono::seconds(5));
+  ASSERT_EQ(zygotes.size(), 1u);
+  auto created = call("POST", "/v1/sessions", R"({"workflow":"shell"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string session = created.js().value("id", "");
+  auto inits =
+      sluice::testing::waitForChildrenNamed(daemon, "sluice-init", std::chrono::seconds(5));
+  ASSERT_GE(inits.size(), 1u);  // the session's, and the pool's prepared one
+  auto control = sluice::testing::scanMemory(daemon, token);
+  EXPECT_FALSE(control.hits.empty()) << "the scan does not find the token in the daemon";
+  for (pid_t init : inits) {
+    auto scan = sluice::testing::scanMemory(init, token);
+    EXPECT_GT(scan.scanned, 0u);
+    EXPECT_TRUE(scan.hits.empty()) << "init " << init << " holds the token in " << scan.hits[0];
+  }
+  auto ran = call("POST", "/v1/sessions/" + session + "/exec", R"({"argv":["true"]})");
+  EXPECT_EQ(ran.status, 200) << ran.body;
+
+  // Without its zygote the daemon still builds sandboxes.
+  ::kill(zygotes[0], SIGKILL);
+  for (int i = 0; i < 3; ++i) {
+    auto run = call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"]})");
+    EXPECT_EQ(run.status, 200) << run.body;
+    EXPECT_EQ(run.js()["exit"]["code"], 0) << run.body;
+  }
+  ::kill(daemon, SIGTERM);
+  int status = 0;
+  ::waitpid(daemon, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(sluice::testing::childrenNamed(daemon, "sluice-init").empty());
+}
+
+TEST_F(ServeProcessTest, SigtermLeavesNoZygoteBehind) {
+  REQUIRE_SANDBOX();
+  pid_t daemon = spawnDaemon();
+  ASSERT_GT(daemon, 0);
+  auto zygotes =
+      sluice::testing::waitForChildrenNamed(daemon, "sluice-zygote", std::chrono::seconds(5));
+  ASSERT_EQ(zygotes.size(), 1u);
+  auto run = call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"]})");
+  EXPECT_EQ(run.status, 200) << run.body;
+  ::kill(daemon, SIGTERM);
+  int status = 0;
+  ::waitpid(daemon, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  bool gone = false;
+  for (int i = 0; i < 200 && !gone; ++i) {
+    std::string stat = sluice::testing::slurp("/proc/" + std::to_string(zygotes[0]) + "/stat");
+    gone = stat.empty() || stat.find("(sluice-zygote)") == std::string::npos ||
+           stat.find(") Z") != std::string::npos;
+    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "the zygote outlived its daemon";
 }
 
 TEST_F(ServeProcessTest, SigkillTakesEverySandboxWithItAndGcCleansUp) {

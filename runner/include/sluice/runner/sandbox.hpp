@@ -222,6 +222,33 @@ using PreparedSandboxPtr = std::unique_ptr<PreparedSandbox, PreparedSandboxDelet
 /// uid/gid maps before sending the plan). runSandboxed() without one builds everything itself.
 std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
 
+/// Prepares sandboxes for a long-running, multi-threaded process (`sluice serve`): a small
+/// process forked by start() while the caller is still single-threaded and has loaded no
+/// policy, secret or key forks each sandbox's namespace helper on request, so that the
+/// caller never forks itself for a sandbox. Its pages are then not shared copy-on-write with
+/// every sandbox's init (each later write of the caller to such a page would fault), its
+/// address space is not copied for each sandbox (with its memory map locked meanwhile), and no
+/// sandbox process holds a copy of what the caller loaded later. The helpers and inits are the
+/// caller's children (CLONE_PARENT), tied by PR_SET_PDEATHSIG to the thread that called
+/// start(), which must therefore outlive every sandbox (the main thread).
+class SandboxZygote {
+ public:
+  /// Forks the zygote. Fails (and forks nothing) once the process has other threads.
+  static std::expected<std::unique_ptr<SandboxZygote>, SetupError> start();
+  ~SandboxZygote();  // the zygote exits and is reaped; sandboxes it prepared are unaffected
+  SandboxZygote(const SandboxZygote&) = delete;
+  SandboxZygote& operator=(const SandboxZygote&) = delete;
+
+  /// A prepared sandbox for runSandboxed() or SandboxSession::start(), as prepareSandbox()
+  /// gives, from any thread.
+  std::expected<PreparedSandboxPtr, SetupError> prepare();
+
+ private:
+  struct Impl;
+  explicit SandboxZygote(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 /// What a caller hooks into one run. Every member is optional.
 struct RunHooks {
   ListenerCallback on_listener{};  // called only when RunSpec::network_proxy (twice: v4, v6)

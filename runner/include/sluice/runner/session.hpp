@@ -66,9 +66,10 @@ class SandboxSession {
   /// through `on_listener` and the DNS sockets through `on_dns`, both called on a thread of
   /// the session's own, as RunHooks' are) and leaves it idle. The session's init is started
   /// from a thread the session owns until end(), so the calling thread may exit.
+  /// With `prepared` (SandboxZygote::prepare()) its helper's namespaces are used.
   static std::expected<std::unique_ptr<SandboxSession>, SetupError> start(
       const SessionSpec& spec, const ListenerCallback& on_listener = {},
-      const DnsCallback& on_dns = {});
+      const DnsCallback& on_dns = {}, PreparedSandboxPtr prepared = nullptr);
   ~SandboxSession();  // end()
   SandboxSession(const SandboxSession&) = delete;
   SandboxSession& operator=(const SandboxSession&) = delete;

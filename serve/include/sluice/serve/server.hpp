@@ -12,6 +12,10 @@
 #include <string>
 #include <vector>
 
+namespace sluice::runner {
+class SandboxZygote;
+}
+
 namespace sluice::serve {
 
 struct ServeOptions {
@@ -35,6 +39,9 @@ struct ServeOptions {
   /// Uids (besides root) whose Unix-socket calls may answer approvals.
   std::vector<unsigned> approver_uids;
   unsigned io_threads = 2;
+  /// Forks every sandbox's namespace helper (runner::SandboxZygote::start(), called by `sluice
+  /// serve` first thing); without one the daemon clones each sandbox's init from itself.
+  std::shared_ptr<runner::SandboxZygote> zygote;
 };
 
 /// The daemon. start() binds every listener and returns; the caller waits for signals and
