@@ -237,6 +237,14 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     co_await slot->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
     slot->wake.expires_at(net::steady_timer::time_point::max());
   }
+  // The work is done (its thread no longer touches `answer`): what waited for the answer is
+  // released when this returns, whichever way, and before drain can see the slot gone.
+  struct ReleaseAfter {
+    std::expected<Answer, ApiError>& a;
+    ~ReleaseAfter() {
+      if (a) a->after.reset();
+    }
+  } release_after{*answer};
   if (client_gone) co_return;
   if (!*answer) {
     const ApiError& e = answer->error();
@@ -278,9 +286,10 @@ net::awaitable<void> Api::postRun(Request& req, Reply& reply) {
   Work work = [this, caller = req.caller, request = std::move(*request)](
                   const std::function<void(std::string)>& lines,
                   int stop_fd) -> std::expected<Answer, ApiError> {
-    auto r = engine_.run(caller, request, lines, stop_fd);
+    std::shared_ptr<void> after;
+    auto r = engine_.run(caller, request, lines, stop_fd, &after);
     if (!r) return std::unexpected(r.error());
-    return Answer{200, kJson, dump(*r)};
+    return Answer{200, kJson, dump(*r), std::move(after)};
   };
   co_await offload(reply, std::move(work), stream);
 }

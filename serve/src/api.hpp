@@ -43,6 +43,9 @@ class Api {
     int status = 200;
     std::string content_type = "application/json";
     std::string body;
+    /// Released once the answer is written (or its client is gone): work that should not
+    /// compete with the answer (Engine::run's `after_answer`).
+    std::shared_ptr<void> after{};
   };
   using Work = std::function<std::expected<Answer, ApiError>(
       const std::function<void(std::string)>& lines, int stop_fd)>;

@@ -272,7 +272,7 @@ std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::
 
 std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest& request,
                                           const std::function<void(std::string)>& lines,
-                                          int stop_fd) {
+                                          int stop_fd, std::shared_ptr<void>* after_answer) {
   const auto asked = std::chrono::steady_clock::now();
   auto w = workflow(request.workflow);
   if (!w)
@@ -288,7 +288,7 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
       !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk && !o.file_size && !o.open_files;
   if (pool_ && poolable)
     if (auto p = pool_->take(*w))
-      return runPrepared(caller, request, std::move(p), lines, stop_fd, asked);
+      return runPrepared(caller, request, std::move(p), lines, stop_fd, after_answer, asked);
 
   rn::RunSpec spec;
   spec.argv = request.argv;
@@ -373,36 +373,36 @@ Engine::NetworkHooks Engine::networkHooks(proxy::ListenerIdentity identity) {
 std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const RunRequest& request,
                                                   std::unique_ptr<Prepared> p,
                                                   const std::function<void(std::string)>& lines,
-                                                  int stop_fd,
+                                                  int stop_fd, std::shared_ptr<void>* after_answer,
                                                   std::chrono::steady_clock::time_point asked) {
   const pol::Workflow& w = *p->workflow;
   const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
-  // The sandbox is used once, whatever happens; it is torn down off the request's path.
-  struct Retire {
-    Pool* pool;
-    std::unique_ptr<Prepared>& p;
-    ~Retire() { pool->retire(std::move(p)); }
-  } retire{pool_, p};
+  // The sandbox is used once, whatever happens. It is retired (torn down, and its replacement
+  // built) once the last holder lets go: at the end of this call, or once the answer is out.
+  std::shared_ptr<Prepared> held(
+      p.release(), [pool = pool_](Prepared* q) { pool->retire(std::unique_ptr<Prepared>(q)); });
+  if (after_answer) *after_answer = held;
+  Prepared* const prep = held.get();
   auto env = sandboxEnvironment(request.env, {}, network_proxy);
   if (!env) return std::unexpected(badField("env", env.error()));
-  for (const auto& ph : p->placeholders)
+  for (const auto& ph : prep->placeholders)
     for (const std::string& kv : request.env)
       if (kv.substr(0, kv.find('=')) == ph.env)
         return std::unexpected(badField(
             "env." + ph.env, "is set by rule '" + ph.rule_id + "' (inject.placeholder_env)"));
   for (const auto& f : request.files)
-    if (auto w_ = p->box->writeFile(f.path, f.content); !w_)
+    if (auto w_ = prep->box->writeFile(f.path, f.content); !w_)
       return std::unexpected(badField("files." + f.path, w_.error()));
   rn::ExecSpec spec;
   spec.argv = request.argv;
   spec.env = request.env;
   spec.stdin_data = request.stdin_data;
   spec.timeout = request.limits.timeout;
-  spec.execution_id = p->id;
+  spec.execution_id = prep->id;
   rn::ExecHooks hooks;
   hooks.stop_fd = stop_fd;
   if (lines) {
-    tee_->subscribe(p->id, lines);
+    tee_->subscribe(prep->id, lines);
     hooks.live = [&](int stream, std::string_view data) {
       json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
       lines(dumpJson(j));
@@ -413,24 +413,24 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
       std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
   rn::RunSpec mirror;  // what the receipt describes
   mirror.argv = request.argv;
-  mirror.limits = p->limits;
+  mirror.limits = prep->limits;
   if (request.limits.timeout) mirror.limits.timeout = *request.limits.timeout;
   mirror.network_proxy = network_proxy;
-  mirror.execution_id = p->id;
-  approvals_->attribute(p->id, {"", "", caller.name});
-  auto result = p->box->exec(spec, hooks);
+  mirror.execution_id = prep->id;
+  approvals_->attribute(prep->id, {"", "", caller.name});
+  auto result = prep->box->exec(spec, hooks);
   if (!result) result = failedResult(result.error(), mirror, rn::sandboxSupported());
-  approvals_->endExecution(p->id);
-  if (result->artifacts.empty()) result->artifacts = p->box->artifacts();
+  approvals_->endExecution(prep->id);
+  if (result->artifacts.empty()) result->artifacts = prep->box->artifacts();
   rn::ReceiptContext ctx;
   ctx.workflow = w.name;
   ctx.policy_sha256 = w.sha256;
   ctx.network_mode = network_proxy ? "proxy" : "none";
   if (network_proxy) {
-    proxy_->closeExecution(p->id);
-    addNetwork(ctx, proxy_->stats(p->id));
+    proxy_->closeExecution(prep->id);
+    addNetwork(ctx, proxy_->stats(prep->id));
   }
-  if (lines) tee_->unsubscribe(p->id);
+  if (lines) tee_->unsubscribe(prep->id);
   return commit(mirror, *result, ctx, caller, "");
 }
 

@@ -79,10 +79,13 @@ class Engine {
 
   /// Runs `request` to completion on the calling thread (which must outlive the run). `lines`
   /// gets NDJSON events as they happen (output, network decisions); `stop_fd`, when readable,
-  /// stops the run. Returns the receipt, committed to the audit store.
+  /// stops the run. Returns the receipt, committed to the audit store. What may wait until the
+  /// answer is out (the teardown of a warm-pool sandbox, so that it does not compete with the
+  /// answer for the CPU) is left in `after_answer` when given: it runs once that is released.
   std::expected<nlohmann::json, ApiError> run(const Caller& caller, const RunRequest& request,
                                               const std::function<void(std::string)>& lines,
-                                              int stop_fd);
+                                              int stop_fd,
+                                              std::shared_ptr<void>* after_answer = nullptr);
 
   /// The stored receipt of execution `id`, if `caller` owns it.
   std::optional<nlohmann::json> execution(const Caller& caller, const std::string& id);
@@ -135,12 +138,10 @@ class Engine {
  private:
   explicit Engine(const ServeOptions& options, Metrics& metrics);
 
-  std::expected<nlohmann::json, ApiError> runPrepared(const Caller& caller,
-                                                      const RunRequest& request,
-                                                      std::unique_ptr<Prepared> p,
-                                                      const std::function<void(std::string)>& lines,
-                                                      int stop_fd,
-                                                      std::chrono::steady_clock::time_point asked);
+  std::expected<nlohmann::json, ApiError> runPrepared(
+      const Caller& caller, const RunRequest& request, std::unique_ptr<Prepared> p,
+      const std::function<void(std::string)>& lines, int stop_fd,
+      std::shared_ptr<void>* after_answer, std::chrono::steady_clock::time_point asked);
 
   ServeOptions options_;
   Metrics& metrics_;

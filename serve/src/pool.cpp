@@ -161,6 +161,7 @@ void Pool::refill() {
       }
     }
     if (!want) {
+      asked_ = 0;  // every share is full: no credit carries over to the next take
       cv_.wait(lock);
       continue;
     }
