@@ -3,7 +3,6 @@
 #include "sluice/audit/store.hpp"
 
 #include <gtest/gtest.h>
-
 #include <sys/stat.h>
 
 #include <atomic>
@@ -292,6 +291,77 @@ TEST(StoreTest, ConcurrentProducersWithBackpressureLoseNothing) {
   EXPECT_TRUE(v->ok) << v->first_broken;
   EXPECT_EQ(v->rows, static_cast<std::uint64_t>(kThreads * kPerThread * 3 / 2 +
                                                 kThreads * (kPerThread / 1000)));
+}
+
+// recordExecution commits on its caller's thread, taking with it everything queued before (no
+// hand-off to the writer thread). Whoever writes takes the queue whole while it holds the
+// database, so rows stay in the order they were queued: each producer's connections in order,
+// each request after its connection, each receipt after everything its producer queued before
+// it, while other threads' receipts and the writer's batches interleave.
+TEST(StoreTest, ReceiptsCommittedByTheirCallersKeepEveryRowInQueueOrder) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 600;
+  {
+    StoreOptions o;
+    o.batch_rows = 7;  // small batches: the writer thread writes often too
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store);
+    std::vector<std::thread> threads;
+    std::atomic<int> receipts_ok{0};
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        std::string exec = "order-" + std::to_string(t);
+        for (int i = 0; i < kPerThread; ++i) {
+          store->recordConnection(testing::sampleConnection(i, exec));
+          store->recordRequest(testing::sampleRequest(i, exec));
+          if (i % 50 == 49 &&
+              store->recordExecution(testing::sampleExecution(exec + "-r" + std::to_string(i))))
+            receipts_ok.fetch_add(1);
+        }
+      });
+    }
+    for (auto& th : threads) th.join();
+    EXPECT_TRUE(store->healthy());
+    EXPECT_EQ(receipts_ok.load(), kThreads * (kPerThread / 50));
+  }
+  RawDb raw(db);
+  for (int t = 0; t < kThreads; ++t) {
+    const std::string exec = "order-" + std::to_string(t);
+    // Connections whose seq order differs from their queue order, requests before their
+    // connection, receipts before the rows their producer queued ahead of them.
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM connections a JOIN connections b ON "
+                          "a.execution_id = b.execution_id AND "
+                          "CAST(substr(a.id, length('c-" +
+                          exec +
+                          "-') + 1) AS INTEGER) < "
+                          "CAST(substr(b.id, length('c-" +
+                          exec +
+                          "-') + 1) AS INTEGER) "
+                          "WHERE a.execution_id = '" +
+                          exec + "' AND a.seq > b.seq"),
+              0);
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM requests r JOIN connections c ON "
+                          "r.connection_id = c.id WHERE r.execution_id = '" +
+                          exec + "' AND r.seq < c.seq"),
+              0);
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM requests WHERE execution_id = '" + exec + "'"),
+              kPerThread);
+    for (int i = 49; i < kPerThread; i += 50) {
+      const std::string receipt = exec + "-r" + std::to_string(i);
+      EXPECT_EQ(raw.integer("SELECT count(*) FROM requests WHERE connection_id = 'c-" + exec + "-" +
+                            std::to_string(i) +
+                            "' AND seq < (SELECT seq FROM executions WHERE "
+                            "id = '" +
+                            receipt + "')"),
+                1)
+          << receipt;
+    }
+  }
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_TRUE(v->ok) << v->first_broken;
 }
 
 TEST(StoreTest, FullQueueBlocksTheProducerAndDropsNothing) {
