@@ -13,7 +13,7 @@
 //                                         together), then delete it (untimed)
 //   serve_client SOCKET health N          GET /v1/healthz (the HTTP round trip alone)
 //
-// Env: WORKFLOW (default "bench"). Prints one JSON object:
+// Env: WORKFLOW (default "bench"), PROGRAM (default /bin/true). Prints one JSON object:
 // {"n", "p50_ms", "p99_ms", "mean_ms", "per_s", "errors"}.
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -150,8 +150,11 @@ int main(int argc, char** argv) {
   const int n = std::atoi(argv[3]);
   const char* wf = std::getenv("WORKFLOW");
   const std::string workflow = wf ? wf : "bench";
-  const std::string run = R"({"workflow":")" + workflow + R"(","argv":["/bin/true"]})";
-  const std::string exec = R"({"argv":["/bin/true"]})";
+  // PROGRAM: what runs and execs start (default /bin/true; a path without quotes or escapes).
+  const char* prog = std::getenv("PROGRAM");
+  const std::string program = prog ? prog : "/bin/true";
+  const std::string run = R"({"workflow":")" + workflow + R"(","argv":[")" + program + R"("]})";
+  const std::string exec = R"({"argv":[")" + program + R"("]})";
   const std::string create = R"({"workflow":")" + workflow + R"("})";
   Samples s;
   Clock::time_point t0;

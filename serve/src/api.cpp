@@ -195,14 +195,15 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     }
   } done_guard{this, slot};
   auto answer = std::make_shared<std::expected<Answer, ApiError>>();
-  // Its own thread: the runner blocks, and the sandbox is tied to the thread that made it.
-  std::thread([slot, answer, work = std::move(work), stream] {
+  // A worker thread: the runner blocks (and a sandbox is tied to the thread that made it until
+  // its job is done).
+  workers_.run([slot, answer, work = std::move(work), stream] {
     auto lines = stream ? std::function<void(std::string)>(
                               [slot](std::string line) { slot->push(std::move(line)); })
                         : std::function<void(std::string)>();
     *answer = work(lines, slot->stop);
     slot->finish(json());
-  }).detach();
+  });
 
   bool streaming = false, client_gone = false;
   // A client that goes away while nothing is written (a quiet program) ends its run too.

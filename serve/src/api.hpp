@@ -1,6 +1,6 @@
 // The API's routes (DESIGN.md "sluice serve", schemas/api.v1.yaml): requests in, JSON or NDJSON
-// out, errors as {"error","reason","detail"}. Executions run on threads of their own (the
-// runner blocks); the handler waits for them on its connection's strand.
+// out, errors as {"error","reason","detail"}. Executions run on worker threads (the runner
+// blocks; workers.hpp); the handler waits for them on its connection's strand.
 #pragma once
 
 #include <atomic>
@@ -16,6 +16,7 @@
 #include "http_server.hpp"
 #include "metrics.hpp"
 #include "sessions.hpp"
+#include "workers.hpp"
 
 namespace sluice::serve {
 
@@ -70,6 +71,7 @@ class Api {
   std::mutex mu_;
   std::condition_variable idle_;
   std::set<std::shared_ptr<RunSlot>> running_;
+  Workers workers_;
 };
 
 }  // namespace sluice::serve
