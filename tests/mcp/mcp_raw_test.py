@@ -420,17 +420,50 @@ def test_cancel_stops_the_running_command(s):
     assert not processes_with("sleep " + marker)
 
 
+def children_named(ppid, comm):
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % pid) as f:
+                stat = f.read()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        if name == comm and int(fields[1]) == ppid and fields[0] != "Z":
+            found.append(int(pid))
+    return found
+
+
 def test_eof_ends_the_session_with_its_receipt_and_leaves_nothing(s):
     s.initialize()
     marker = "5252%d" % os.getpid()
     out = check_output("run_command", s.call("run_command", {"command": "(sleep %s &) ; echo started" % marker}))
     session = out["session_id"]
+    # The session's sandbox comes from the zygote forked before the server loaded anything.
+    zygotes = children_named(s.proc.pid, "sluice-zygote")
+    assert len(zygotes) == 1, zygotes
+    assert len(children_named(s.proc.pid, "sluice-init")) == 1
     s.send({"jsonrpc": "2.0", "id": "last", "method": "tools/call",
             "params": {"name": "run_command", "arguments": {"command": "echo last"}}})
     rc = s.close_and_wait()  # the call sent before EOF is still answered
     assert rc == 0, s.stderr()
     assert s.line()["result"]["structuredContent"]["stdout"]["text"] == "last\n"
     check_gone(s, session, marker, "client", 3)
+    def zygote_alive():
+        try:
+            with open("/proc/%d/stat" % zygotes[0]) as f:
+                stat = f.read()
+        except OSError:
+            return False
+        return "(sluice-zygote)" in stat and stat[stat.rindex(")") + 2] != "Z"
+    for _ in range(200):
+        if not zygote_alive():
+            break
+        time.sleep(0.01)
+    assert not zygote_alive(), "the zygote outlived the server"
 
 
 def test_sigterm_stops_the_command_and_ends_the_session(s):
