@@ -141,7 +141,7 @@ int execProgram(const ProgramLaunch& l) {
     if (auto r = setOomScoreAdj(g_init_oom_exempt ? "0" : "1000", "set oom_score_adj"); !r)
       failExec(r);
   if (auto r = applyRlimits(*l.privileges); !r) failExec(r);
-  if (auto r = dropPrivileges(*l.privileges); !r) failExec(r);
+  if (auto r = dropPrivileges(*l.privileges, l.capability_bounds_dropped); !r) failExec(r);
   // As the sandbox user: a working directory it could not enter itself is refused.
   if (::chdir(l.cwd) != 0) failExec(stepFail("chdir to the working directory"));
   if (auto r = l.landlock_ruleset >= 0 ? restrictToLandlockRuleset(l.landlock_ruleset)

@@ -65,6 +65,9 @@ struct ProgramLaunch {
   // gets oom_score_adj 1000 (a run's gets 0): the OOM killer then takes it rather than init,
   // whose death would end the whole session.
   bool session = false;
+  // The bounding and ambient capability sets are already empty (a session's init emptied its
+  // own, which the program inherits).
+  bool capability_bounds_dropped = false;
 };
 
 struct ChildPlan {

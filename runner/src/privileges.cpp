@@ -34,13 +34,19 @@ StepResult applyRlimits(const PrivilegePlan& plan) {
   return stepOk();
 }
 
-StepResult dropPrivileges(const PrivilegePlan& plan) {
+StepResult dropCapabilityBounds(const PrivilegePlan& plan) {
   // The bounding set limits what any later execve (of a setuid binary, say) could regain.
   for (int cap = 0; cap <= plan.cap_last; ++cap)
     if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
       return stepFail("drop capability bounding set");
   if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL)
     return stepFail("clear ambient capabilities");
+  return stepOk();
+}
+
+StepResult dropPrivileges(const PrivilegePlan& plan, bool bounds_dropped) {
+  if (!bounds_dropped)
+    if (auto r = dropCapabilityBounds(plan); !r) return r;
   // In a user namespace setgroups(2) is disabled (it could drop a group that denies access);
   // the unmapped supplementary groups are the caller's own.
   if (!plan.user_namespace && ::syscall(SYS_setgroups, 0, nullptr) != 0)

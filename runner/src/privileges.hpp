@@ -31,9 +31,14 @@ struct PrivilegePlan {
 int landlockAbi();
 
 StepResult applyRlimits(const PrivilegePlan& plan);
-/// Groups, gid, uid (raw syscalls: glibc's wrappers would signal threads that only exist in
-/// the parent), then empties every capability set and sets no_new_privs.
-StepResult dropPrivileges(const PrivilegePlan& plan);
+/// Empties the capability bounding set and the ambient set: what no later execve can gain. A
+/// session's init does it once for itself, and so for every program it starts (the sets are
+/// inherited; its own permitted and effective capabilities stay).
+StepResult dropCapabilityBounds(const PrivilegePlan& plan);
+/// Capability bounds (unless `bounds_dropped`: done and inherited), then groups, gid, uid (raw
+/// syscalls: glibc's wrappers would signal threads that only exist in the parent), then empties
+/// every capability set and sets no_new_privs.
+StepResult dropPrivileges(const PrivilegePlan& plan, bool bounds_dropped = false);
 /// Restricts writes to /work, /tmp, /output, /dev/shm and the /dev nodes. Needs no_new_privs.
 /// The same as restrictToLandlockRuleset(buildLandlockRuleset(plan).fd).
 StepResult applyLandlock(const PrivilegePlan& plan);

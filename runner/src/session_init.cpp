@@ -105,6 +105,7 @@ void serveExec(const ChildPlan& plan, ReceivedExec& req) {
   launch.stderr_fd = req.fds[kExecStderr];
   launch.error_fd = error_fd;
   launch.session = true;
+  launch.capability_bounds_dropped = true;  // sessionInitMain did it for itself
   const pid_t program = spawnProgram(launch);
   if (program < 0) reportStep(error_fd, ChildMessage::kSetupFailed, "start program", errno);
   killIfStopped();  // a stop that came before the program existed
@@ -135,6 +136,10 @@ void sessionInitMain(const ChildPlan& plan) {
   const LandlockRuleset ruleset = buildLandlockRuleset(plan.privileges);
   if (!ruleset.result) failSetUp(f.error_write, ruleset.result);
   g_landlock_ruleset = ruleset.fd;
+  // The capability bounding and ambient sets, emptied once here rather than by every program
+  // (forty-odd prctl calls each): init keeps its own capabilities, and no program it starts
+  // can gain any through execve.
+  if (auto r = dropCapabilityBounds(plan.privileges); !r) failSetUp(f.error_write, r);
   if (auto r = loadSeccompProgram(plan.seccomp); !r) failSetUp(f.error_write, r);
   // Ready: sluice reads 'R', then EOF on the error pipe. The run-only fds go.
   writeFully(f.report_write, "R", 1);
