@@ -1,6 +1,9 @@
 // awaitApproval (approval_wait.hpp).
 #include "approval_wait.hpp"
 
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <memory>
 #include <utility>
 
@@ -38,11 +41,9 @@ std::string outcomeText(Reason r, const std::string& rule, const std::string& wh
 
 }  // namespace
 
-net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(ConnState& conn,
-                                                                       const policy::Decision& d,
-                                                                       const policy::Target& target,
-                                                                       const std::string* method,
-                                                                       const std::string* path) {
+net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(
+    ConnState& conn, const policy::Decision& d, const policy::Target& target,
+    const std::string* method, const std::string* path, tcp::socket& client) {
   const Listener& l = *conn.listener;
   const std::string what = (method ? *method + " " : std::string()) + target.authority() +
                            (path ? *path : std::string());
@@ -77,11 +78,25 @@ net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(ConnState
               net::post(ex, [h, o = std::move(o)]() mutable { (*h)(std::move(o)); });
             });
             conn.pending_approval = raised.id;
+            // A client that hangs up while it waits withdraws its approval: no approver should
+            // allow, and no row record as allowed, a connection nobody waits for. (Bytes it
+            // sends meanwhile, such as a pipelined request, end the watch: they are not a
+            // hang-up.) The fd, not the socket: this may run after the session is gone.
+            client.async_wait(tcp::socket::wait_read,
+                              [desk, id = raised.id, fd = client.native_handle()](ErrorCode ec) {
+                                if (ec) return;  // cancelled: the approval was decided first
+                                char b;
+                                const ssize_t n = ::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+                                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+                                  desk->cancel(id);
+                              });
             log().info("approval {} pending: {} (rule {}, workflow {})", raised.id, what, d.rule_id,
                        a.workflow);
           },
           net::use_awaitable);
   const std::string id = std::exchange(conn.pending_approval, std::string());
+  ErrorCode ignored;
+  client.cancel(ignored);  // the hang-up watch, if it still waits
   if (!outcome.allowed) {
     log().info("approval {} refused: {} ({})", id, what, outcome.reason);
     const Reason why = outcomeReason(outcome.reason);

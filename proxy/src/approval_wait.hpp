@@ -18,12 +18,11 @@ namespace sluice::proxy {
 /// thread, for its answer. Allowed: `d` as an allow by its rule (decide again with
 /// Query::approved_rule = its rule_id to vet the address). Otherwise the refusal to give
 /// (approval_denied, approval_timeout, approval_unavailable, execution_ended, closed).
-/// `method` and `path` are null for a tunnel.
-net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(ConnState& conn,
-                                                                       const policy::Decision& d,
-                                                                       const policy::Target& target,
-                                                                       const std::string* method,
-                                                                       const std::string* path);
+/// `method` and `path` are null for a tunnel. `client` (the connection's socket) is watched
+/// meanwhile: if the client hangs up, the approval is withdrawn (reason closed).
+net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(
+    ConnState& conn, const policy::Decision& d, const policy::Target& target,
+    const std::string* method, const std::string* path, tcp::socket& client);
 
 /// Called when the connection is closed from outside: withdraws the approval it waits for.
 void withdrawApproval(ConnState& conn);

@@ -283,7 +283,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::handle() {
   policy::Decision d = conn_.matcher->decide(q);
   std::string approved;  // the ask rule an approver allowed this request by
   if (d.ask) {
-    auto answer = co_await awaitApproval(conn_, d, target, &method, &path);
+    auto answer =
+        co_await awaitApproval(conn_, d, target, &method, &path, beast::get_lowest_layer(client_));
     if (!answer) {
       co_await refuse(&target, method, path, answer.error(), keep);
       co_return keep;

@@ -338,7 +338,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     std::string approved;  // the ask rule an approver allowed this tunnel by
     if (pre->ask) {
       // A passthrough tunnel the proxy will not see into: held here until an approver answers.
-      auto answer = co_await awaitApproval(conn_, *pre, *target, nullptr, nullptr);
+      auto answer = co_await awaitApproval(conn_, *pre, *target, nullptr, nullptr, client_);
       if (!answer) {
         co_await refuseConnect(ev, answer.error());
         co_return false;

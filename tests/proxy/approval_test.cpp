@@ -1,8 +1,9 @@
 // Approvals (`action: ask`): a passthrough CONNECT matched by an ask rule is held until the
 // approval desk decides, without blocking other traffic; allow, deny, timeout, no desk, scope
-// execution, an ended execution (409-style kGone), a closed execution, and 200 pending at once
-// answered in random order. The request paths (plain HTTP, pipelined, reused, HTTP in CONNECT)
-// are in pipeline_test.cpp's ask shapes; every approval is an audit row.
+// execution, an ended execution (409-style kGone), a closed execution, a client that hangs up
+// (a CONNECT and a plain HTTP request held), and 200 pending at once answered in random order.
+// The request paths (plain HTTP, pipelined, reused, HTTP in CONNECT) are in pipeline_test.cpp's
+// ask shapes; every approval is an audit row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -215,6 +216,48 @@ TEST_F(ApprovalTest, ClosingTheExecutionWithdrawsItsApprovals) {
   EXPECT_EQ(rows[0].decision, "deny");
   EXPECT_EQ(rows[0].reason, "closed");
   EXPECT_TRUE(c.waitClosed());
+}
+
+// A client that hangs up while it waits withdraws its approval (reason closed): it is no longer
+// listed, a late answer finds it gone, its row says closed, and nothing reaches the upstream.
+// Both kinds of hold: a CONNECT (the session's) and a plain HTTP request (the exchange's).
+TEST_F(ApprovalTest, AClientThatHangsUpWithdrawsItsApproval) {
+  struct Hold {
+    std::string name;
+    std::string request;
+    UpstreamLog& upstream;
+    bool has_method;
+  };
+  timeout_ = "60s";  // well past the wait below: only the hang-up can end these approvals
+  proxy_->stop();
+  startProxy();
+  const std::string plain = "other.test:" + std::to_string(up_.httpPort());
+  const Hold holds[] = {
+      {"CONNECT", connectRequest(echo()), up_.echoLog(), false},
+      {"plain HTTP", getRequest(plain, "/held"), up_.httpLog(), true},
+  };
+  std::size_t n = 0;
+  for (const Hold& h : holds) {
+    SCOPED_TRACE(h.name);
+    auto c = std::make_unique<Client>(port_);
+    ASSERT_TRUE(c->ok());
+    c->send(h.request);
+    auto a = nextRaised();
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->method.has_value(), h.has_method) << "not the hold under test";
+    ASSERT_EQ(approvals_->pending().size(), 1u);
+    c.reset();  // the client goes away while it waits
+    for (int i = 0; i < 500 && !approvals_->pending().empty(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(approvals_->pending().empty()) << "an approval nobody waits for is still pending";
+    EXPECT_EQ(approvals_->answer(a->id, true, Scope::kOnce, "late"), AnswerStatus::kGone);
+    auto rows = approvalRows(++n);
+    ASSERT_EQ(rows.size(), n);
+    EXPECT_EQ(rows.back().id, a->id);
+    EXPECT_EQ(rows.back().decision, "deny");
+    EXPECT_EQ(rows.back().reason, "closed");
+    EXPECT_EQ(h.upstream.accepted.load(), 0) << "an upstream connection was made";
+  }
 }
 
 TEST_F(ApprovalTest, TwoHundredPendingAnsweredInAnyOrderReleaseExactlyTheirOwn) {
