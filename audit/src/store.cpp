@@ -206,10 +206,6 @@ class Store::Impl {
   }
   // Queues the record; nullopt when queued (the writer then finishes `waiter`), else the error.
   std::optional<Error> beginRecordExecution(const ExecutionRecord& record, Waiter& waiter);
-  // Commits the record durably on the calling thread, with everything queued before it: no
-  // hand-off to the writer thread and back (two wake-ups of idle threads, a tenth of a
-  // millisecond on a small VM), which is what a caller blocked on its receipt waits for.
-  std::expected<std::string, Error> commitExecutionNow(const ExecutionRecord& record);
   std::expected<void, Error> flush();
 
   bool healthy() const { return writable_ && !failed_.load(std::memory_order_acquire); }
@@ -238,20 +234,16 @@ class Store::Impl {
 
   std::filesystem::path path_;
   StoreOptions options_;
-  // Whoever writes holds db_mu_ (the writer thread, or a producer in commitExecutionNow) and
-  // takes the queue whole while holding it, so rows are committed in the order they were
-  // queued. Everything below up to mu_ is used only by the holder of db_mu_ once start()ed.
-  std::mutex db_mu_;
   Db db_;
   bool writable_ = false;  // set before the writer thread starts, never changed after
   bool synchronous_full_ = false;
   Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_dns_,
       insert_approval_, insert_policy_, insert_checkpoint_, read_chain_after_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
-  detail::RowHasher hasher_;
+  detail::RowHasher hasher_;  // writer thread only
   // With a signing key: the thread keeping the Merkle tree and signing checkpoints; the writer
   // hands it each committed row's hash. tree_size_ counts the rows handed over (or about to be:
-  // new_leaves_ holds those of the open transaction).
+  // new_leaves_ holds those of the open transaction). Writer thread only.
   std::unique_ptr<detail::Checkpointer> checkpointer_;
   std::int64_t tree_size_ = 0;
   std::vector<detail::Digest> new_leaves_;
@@ -590,7 +582,6 @@ void Store::Impl::stop() {
   // restarts it: the next open reads them all. After a big session (a long-running proxy) that
   // could be megabytes, so a WAL above kTruncateWalAbove is emptied now, once; short sessions
   // (`sluice run`: tens of KiB) keep it, since truncating costs milliseconds on ext4.
-  std::lock_guard db(db_mu_);
   if (writable_ && !failed_.load() && db_.get()) {
     std::error_code ec;
     const auto wal_size = std::filesystem::file_size(path_.string() + "-wal", ec);
@@ -667,12 +658,8 @@ void Store::Impl::writerLoop() {
                failed_.load(std::memory_order_relaxed);
       });
       writer_waiting_ = false;
-    }
-    std::lock_guard db(db_mu_);
-    {
       // Take everything at once (O(1) swap; both vectors keep their capacity, so the steady
-      // state allocates nothing per event). A producer may have committed it meanwhile.
-      std::lock_guard lock(mu_);
+      // state allocates nothing per event).
       batch.swap(queue_);
       sync_in_queue_ = 0;
     }
@@ -684,45 +671,7 @@ void Store::Impl::writerLoop() {
     batch.clear();
   }
   // At close: the last rows get their checkpoint before the connection goes.
-  std::lock_guard db(db_mu_);
   finalCheckpoint();
-}
-
-std::expected<std::string, Error> Store::Impl::commitExecutionNow(const ExecutionRecord& record) {
-  if (!writable_) return std::unexpected(Error{path_.string() + ": store is open read-only"});
-  if (record.id.empty())
-    return std::unexpected(Error{path_.string() + ": execution record has an empty id"});
-  Waiter waiter;  // finished by processBatch, on this thread
-  bool ours = false;
-  {
-    std::lock_guard db(db_mu_);
-    std::vector<Item> batch;
-    {
-      std::lock_guard lock(mu_);
-      if (failed_.load(std::memory_order_relaxed))
-        return std::unexpected(failure_.value_or(Error{path_.string() + ": store failed"}));
-      // Still opening (openAsync), or closing: then it is the writer thread's to write.
-      ours = opened_ && !stopping_;
-      if (ours) {
-        batch.swap(queue_);
-        sync_in_queue_ = 0;
-      }
-    }
-    if (ours) {
-      not_full_.notify_all();
-      batch.emplace_back(ExecutionItem{&record, &waiter});
-      for (std::size_t first = 0; first < batch.size(); first += options_.batch_rows) {
-        std::size_t n = std::min(options_.batch_rows, batch.size() - first);
-        processBatch(std::span<Item>(batch.data() + first, n));
-      }
-    }
-  }
-  if (!ours) {
-    if (auto refused = beginRecordExecution(record, waiter)) return std::unexpected(*refused);
-    waiter.wait();
-  }
-  if (waiter.error) return std::unexpected(*waiter.error);
-  return waiter.hash;
 }
 
 void Store::Impl::processBatch(std::span<Item> batch) {
@@ -1037,7 +986,7 @@ PendingExecution Store::beginRecordExecution(const ExecutionRecord& record) {
 }
 
 std::expected<std::string, Error> Store::recordExecution(const ExecutionRecord& record) {
-  return impl_->commitExecutionNow(record);
+  return beginRecordExecution(record).wait();
 }
 
 std::expected<void, Error> Store::flush() { return impl_->flush(); }

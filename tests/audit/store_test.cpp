@@ -293,12 +293,11 @@ TEST(StoreTest, ConcurrentProducersWithBackpressureLoseNothing) {
                                                 kThreads * (kPerThread / 1000)));
 }
 
-// recordExecution commits on its caller's thread, taking with it everything queued before (no
-// hand-off to the writer thread). Whoever writes takes the queue whole while it holds the
-// database, so rows stay in the order they were queued: each producer's connections in order,
-// each request after its connection, each receipt after everything its producer queued before
-// it, while other threads' receipts and the writer's batches interleave.
-TEST(StoreTest, ReceiptsCommittedByTheirCallersKeepEveryRowInQueueOrder) {
+// Rows stay in the order they were queued, with receipts (which wait for their commit) from
+// several threads interleaving with the writer's batches: each producer's connections in
+// order, each request after its connection, each receipt after everything its producer queued
+// before it.
+TEST(StoreTest, ReceiptsFromManyThreadsKeepEveryRowInQueueOrder) {
   TempDir dir;
   auto db = dir / "audit.db";
   constexpr int kThreads = 4;
