@@ -1,9 +1,9 @@
 // awaitApproval (approval_wait.hpp).
 #include "approval_wait.hpp"
 
-#include <sys/socket.h>
+#include <poll.h>
 
-#include <cerrno>
+#include <chrono>
 #include <memory>
 #include <utility>
 
@@ -39,6 +39,46 @@ std::string outcomeText(Reason r, const std::string& rule, const std::string& wh
   }
 }
 
+// Watches a client while its approval waits: if it hangs up, the approval is withdrawn (the desk
+// records it as closed). Everything runs on the connection's strand, as the wait does.
+struct HangUpWatch {
+  HangUpWatch(net::any_io_executor ex, int client_fd, std::shared_ptr<ApprovalDesk> approvals,
+              std::string approval_id)
+      : timer(std::move(ex)),
+        fd(client_fd),
+        desk(std::move(approvals)),
+        id(std::move(approval_id)) {}
+  net::steady_timer timer;
+  int fd;  // the fd, not the socket: checked only until `stopped`, which the wait sets first
+  std::shared_ptr<ApprovalDesk> desk;
+  std::string id;
+  bool stopped = false;
+};
+
+// Bytes waiting to be read (a pipelined request, a body, a TLS ClientHello sent early) keep the
+// socket readable, so a hang-up behind them is looked for this often.
+constexpr std::chrono::milliseconds kHangUpRecheck{100};
+
+// The peer shut its side down, or the connection failed: POLLRDHUP says so even while unread
+// bytes wait before the end. (A half-close counts: such a client would never read an answer
+// it has not yet been sent a reason to wait for.)
+bool hungUp(int fd) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+void recheckLater(const std::shared_ptr<HangUpWatch>& w) {
+  w->timer.expires_after(kHangUpRecheck);
+  w->timer.async_wait([w](ErrorCode ec) {
+    if (ec || w->stopped) return;
+    if (hungUp(w->fd)) {
+      w->desk->cancel(w->id);
+      return;
+    }
+    recheckLater(w);
+  });
+}
+
 }  // namespace
 
 net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(
@@ -68,6 +108,7 @@ net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(
   const auto timeout = d.rule ? d.rule->ask_timeout : policy::Rule{}.ask_timeout;
   auto desk = l.approvals;
   auto ex = co_await net::this_coro::executor;
+  std::shared_ptr<HangUpWatch> watch;
   ApprovalOutcome outcome =
       co_await net::async_initiate<decltype(net::use_awaitable), void(ApprovalOutcome)>(
           [&](auto handler) {
@@ -79,24 +120,29 @@ net::awaitable<std::expected<policy::Decision, Refusal>> awaitApproval(
             });
             conn.pending_approval = raised.id;
             // A client that hangs up while it waits withdraws its approval: no approver should
-            // allow, and no row record as allowed, a connection nobody waits for. (Bytes it
-            // sends meanwhile, such as a pipelined request, end the watch: they are not a
-            // hang-up.) The fd, not the socket: this may run after the session is gone.
-            client.async_wait(tcp::socket::wait_read,
-                              [desk, id = raised.id, fd = client.native_handle()](ErrorCode ec) {
-                                if (ec) return;  // cancelled: the approval was decided first
-                                char b;
-                                const ssize_t n = ::recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-                                if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-                                  desk->cancel(id);
-                              });
+            // allow, and no row record as allowed, a connection nobody waits for. Bytes it
+            // sends meanwhile are left unread (they are the next request, or the tunnel's), and
+            // a hang-up behind them is looked for every kHangUpRecheck.
+            watch = std::make_shared<HangUpWatch>(client.get_executor(), client.native_handle(),
+                                                  desk, raised.id);
+            client.async_wait(tcp::socket::wait_read, [watch](ErrorCode ec) {
+              if (ec || watch->stopped) return;  // cancelled: the approval was decided first
+              if (hungUp(watch->fd))
+                watch->desk->cancel(watch->id);
+              else
+                recheckLater(watch);
+            });
             log().info("approval {} pending: {} (rule {}, workflow {})", raised.id, what, d.rule_id,
                        a.workflow);
           },
           net::use_awaitable);
   const std::string id = std::exchange(conn.pending_approval, std::string());
-  ErrorCode ignored;
-  client.cancel(ignored);  // the hang-up watch, if it still waits
+  if (watch) {  // the hang-up watch, if it still waits
+    watch->stopped = true;
+    watch->timer.cancel();
+    ErrorCode ignored;
+    client.cancel(ignored);
+  }
   if (!outcome.allowed) {
     log().info("approval {} refused: {} ({})", id, what, outcome.reason);
     const Reason why = outcomeReason(outcome.reason);

@@ -220,13 +220,16 @@ TEST_F(ApprovalTest, ClosingTheExecutionWithdrawsItsApprovals) {
 
 // A client that hangs up while it waits withdraws its approval (reason closed): it is no longer
 // listed, a late answer finds it gone, its row says closed, and nothing reaches the upstream.
-// Both kinds of hold: a CONNECT (the session's) and a plain HTTP request (the exchange's).
+// Both kinds of hold: a CONNECT (the session's) and a plain HTTP request (the exchange's), each
+// also with bytes sent after it and left unread before the hang-up (a TLS ClientHello sent
+// early into a tunnel, the next pipelined request), which must not hide the hang-up.
 TEST_F(ApprovalTest, AClientThatHangsUpWithdrawsItsApproval) {
   struct Hold {
     std::string name;
     std::string request;
     UpstreamLog& upstream;
     bool has_method;
+    std::string then = "";  // sent once the approval is raised, before the hang-up
   };
   timeout_ = "60s";  // well past the wait below: only the hang-up can end these approvals
   proxy_->stop();
@@ -235,6 +238,10 @@ TEST_F(ApprovalTest, AClientThatHangsUpWithdrawsItsApproval) {
   const Hold holds[] = {
       {"CONNECT", connectRequest(echo()), up_.echoLog(), false},
       {"plain HTTP", getRequest(plain, "/held"), up_.httpLog(), true},
+      {"CONNECT, then early tunnel bytes", connectRequest(echo()), up_.echoLog(), false,
+       std::string("\x16\x03\x01\x00\x05hello", 10)},
+      {"plain HTTP, then a pipelined request", getRequest(plain, "/held"), up_.httpLog(), true,
+       "GET /next HTTP/1.1\r\nHost: " + plain + "\r\n"},
   };
   std::size_t n = 0;
   for (const Hold& h : holds) {
@@ -246,6 +253,11 @@ TEST_F(ApprovalTest, AClientThatHangsUpWithdrawsItsApproval) {
     ASSERT_TRUE(a);
     EXPECT_EQ(a->method.has_value(), h.has_method) << "not the hold under test";
     ASSERT_EQ(approvals_->pending().size(), 1u);
+    if (!h.then.empty()) {
+      c->send(h.then);
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      EXPECT_EQ(approvals_->pending().size(), 1u) << "bytes are not a hang-up";
+    }
     c.reset();  // the client goes away while it waits
     for (int i = 0; i < 500 && !approvals_->pending().empty(); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
