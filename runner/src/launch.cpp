@@ -478,18 +478,25 @@ std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec
   return l;
 }
 
+std::expected<PreparedSandboxPtr, SetupError> newPreparedSandbox(Fd& plan_r, Fd& pid_w) {
+  PreparedSandboxPtr p(new PreparedSandbox);
+  p->user_namespace = ::geteuid() != 0;
+  if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());
+  if (!makePipe(plan_r, p->plan_w) || !makePipe(p->pid_r, pid_w))
+    return std::unexpected(setupError("pipes", std::strerror(errno)));
+  return p;
+}
+
 }  // namespace detail
 
 std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
   // The helper may allocate only because nothing else runs in this process when it is forked;
   // called later, say so by preparing nothing (runSandboxed then clones init itself).
   if (detail::threadCount() != 1) return PreparedSandboxPtr{};
-  PreparedSandboxPtr p(new PreparedSandbox);
-  p->user_namespace = ::geteuid() != 0;
-  if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());
   detail::Fd plan_r, pid_w;
-  if (!detail::makePipe(plan_r, p->plan_w) || !detail::makePipe(p->pid_r, pid_w))
-    return std::unexpected(detail::setupError("pipes", std::strerror(errno)));
+  auto made = detail::newPreparedSandbox(plan_r, pid_w);
+  if (!made) return std::unexpected(made.error());
+  PreparedSandboxPtr p = std::move(*made);
   // The caller is single-threaded (the contract): a plain fork, and the helper may allocate.
   const pid_t pid = ::fork();
   if (pid < 0)

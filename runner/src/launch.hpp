@@ -84,6 +84,10 @@ namespace sluice::runner::detail {
 /// Threads of this process (/proc/self/stat field 20), or 0 if unknown.
 long threadCount();
 
+/// A prepared sandbox's parent side before its helper exists: the pipes, the plan pipe (the
+/// helper's end in `plan_r`) and the pid pipe (the helper's end in `pid_w`).
+std::expected<PreparedSandboxPtr, SetupError> newPreparedSandbox(Fd& plan_r, Fd& pid_w);
+
 /// What the parent keeps of a sandbox whose init runs. Destroying it while init lives kills
 /// init (and with it the namespaces) and removes the cgroup: every early return is safe.
 struct Launched {

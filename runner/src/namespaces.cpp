@@ -53,22 +53,8 @@ StepResult sendProxyListener(int channel) {
     ::close(s);
     return stepFail("listen on proxy listener", e);
   }
-  char byte = 'L';
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &s, sizeof(int));
-  ssize_t n;
-  do n = ::sendmsg(channel, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
+  const char byte = 'L';
+  const ssize_t n = sendWithFds(channel, &byte, 1, &s, 1);
   int e = errno;
   // The sandbox keeps no copy: only the proxy, in the host namespace, can accept on it.
   ::close(s);
@@ -78,28 +64,68 @@ StepResult sendProxyListener(int channel) {
 
 int receiveFd(int channel) {
   char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  int fd = -1;
+  const Received r = receiveWithFds(channel, &byte, 1, &fd, 1);
+  if (r.bytes != 1 || r.fd_count != 1) {
+    if (r.fd_count == 1) ::close(fd);
+    if (r.bytes == 0) errno = EPIPE;
+    if (r.bytes == 1) errno = EPROTO;
+    return -1;
+  }
+  return fd;
+}
+
+ssize_t sendWithFds(int socket, const void* data, std::size_t size, const int* fds, int count) {
+  if (count < 0 || count > kMaxPassedFds) {
+    errno = EINVAL;
+    return -1;
+  }
+  iovec iov{const_cast<void*>(data), size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  if (count > 0) {
+    msg.msg_control = control;
+    msg.msg_controllen = CMSG_SPACE(sizeof(int) * count);
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int) * count);
+    std::memcpy(CMSG_DATA(c), fds, sizeof(int) * count);
+  }
+  ssize_t n;
+  do n = ::sendmsg(socket, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  return n;
+}
+
+Received receiveWithFds(int socket, void* data, std::size_t size, int* fds, int max_fds) {
+  iovec iov{data, size};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
   msg.msg_control = control;
   msg.msg_controllen = sizeof control;
-  ssize_t n;
-  do n = ::recvmsg(channel, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  if (n != 1) {
-    if (n == 0) errno = EPIPE;
-    return -1;
+  Received r;
+  do r.bytes = ::recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
+  while (r.bytes < 0 && errno == EINTR);
+  if (r.bytes < 0) return r;
+  r.truncated = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+    const int got = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+    for (int k = 0; k < got; ++k) {
+      int fd;
+      std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+      if (r.fd_count < max_fds)
+        fds[r.fd_count++] = fd;
+      else
+        ::close(fd);
+    }
   }
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  if (c == nullptr || c->cmsg_type != SCM_RIGHTS) {
-    errno = EPROTO;
-    return -1;
-  }
-  int fd = -1;
-  std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-  return fd;
+  return r;
 }
 
 }  // namespace sluice::runner::detail

@@ -24,6 +24,7 @@
 #include "artifacts.hpp"
 #include "exec_request.hpp"
 #include "launch.hpp"
+#include "namespaces.hpp"
 #include "outcome.hpp"
 #include "session_files.hpp"
 #include "sluice/runner/environment.hpp"
@@ -115,21 +116,8 @@ std::expected<void, SetupError> sendExec(int control, ExecPipes& p, int seq) {
   detail::ExecRequest req;
   req.fd_count = p.in_r ? detail::kExecFdCount : detail::kExecStdin;
   req.seq = seq;
-  iovec iov{&req, sizeof req};
-  alignas(cmsghdr) char buf[CMSG_SPACE(sizeof fds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = buf;
-  msg.msg_controllen = CMSG_SPACE(sizeof(int) * req.fd_count);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int) * req.fd_count);
-  std::memcpy(CMSG_DATA(c), fds, sizeof(int) * req.fd_count);
-  ssize_t n;
-  do n = ::sendmsg(control, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
+  const ssize_t n =
+      detail::sendWithFds(control, &req, sizeof req, fds, static_cast<int>(req.fd_count));
   const int err = errno;
   for (Fd* fd : {&p.blob, &p.out_w, &p.errs_w, &p.err_w, &p.rep_w, &p.in_r}) fd->reset();
   if (n != static_cast<ssize_t>(sizeof req))

@@ -18,6 +18,7 @@
 
 #include "child.hpp"
 #include "exec_request.hpp"
+#include "namespaces.hpp"
 #include "seccomp.hpp"
 
 namespace sluice::runner::detail {
@@ -38,30 +39,13 @@ struct ReceivedExec {
 // anything else (its fds closed; an interrupted call is retried).
 int receiveExec(int control, ReceivedExec& out) {
   ExecRequest req;
-  iovec iov{&req, sizeof req};
-  alignas(cmsghdr) char control_buf[CMSG_SPACE(sizeof(int) * kExecFdCount)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control_buf;
-  msg.msg_controllen = sizeof control_buf;
-  ssize_t n;
-  do n = ::recvmsg(control, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
-  if (n <= 0) return 0;  // EOF, or the socket is unusable: the session is over either way
-  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-    const int got = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-    for (int i = 0; i < got; ++i) {
-      int fd;
-      std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-      if (out.count < kExecFdCount)
-        out.fds[out.count++] = fd;
-      else
-        ::close(fd);
-    }
+  const Received r = receiveWithFds(control, &req, sizeof req, out.fds, kExecFdCount);
+  out.count = r.fd_count;
+  if (r.bytes <= 0) {  // EOF, or the socket is unusable: the session is over either way
+    out.closeAll();
+    return 0;
   }
-  const bool ok = n == static_cast<ssize_t>(sizeof req) && !(msg.msg_flags & MSG_CTRUNC) &&
+  const bool ok = r.bytes == static_cast<ssize_t>(sizeof req) && !r.truncated &&
                   req.magic == kExecRequestMagic && out.count == static_cast<int>(req.fd_count) &&
                   out.count >= kExecStdin && req.seq > 0;
   if (!ok) out.closeAll();

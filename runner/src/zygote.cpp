@@ -21,6 +21,7 @@
 
 #include "child.hpp"
 #include "launch.hpp"
+#include "namespaces.hpp"
 #include "sluice/runner/sandbox.hpp"
 
 namespace sluice::runner {
@@ -35,32 +36,12 @@ constexpr int kZygoteFds = 10;  // plan_r, pid_w, then ChildFds in declaration o
   ::prctl(PR_SET_NAME, "sluice-zygote", 0, 0, 0);
   for (;;) {
     char flag = 0;
-    iovec iov{&flag, 1};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kZygoteFds)];
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    const ssize_t n = ::recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) ::_exit(0);  // the caller closed its end (or is gone)
     int fds[kZygoteFds];
-    int got = 0;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const int count = static_cast<int>((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-      for (int i = 0; i < count; ++i) {
-        int fd;
-        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-        if (got < kZygoteFds)
-          fds[got++] = fd;
-        else
-          ::close(fd);
-      }
-    }
+    const detail::Received r = detail::receiveWithFds(sock, &flag, 1, fds, kZygoteFds);
+    const int got = r.fd_count;
+    if (r.bytes <= 0) ::_exit(0);  // the caller closed its end (or is gone)
     pid_t answer = -EPROTO;
-    if (got == kZygoteFds && (msg.msg_flags & MSG_CTRUNC) == 0) {
+    if (got == kZygoteFds && !r.truncated) {
       const pid_t helper = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
       if (helper == 0) {
         const detail::ChildFds f{fds[2], fds[3], fds[4], fds[5], fds[6], fds[7], fds[8], fds[9]};
@@ -115,35 +96,19 @@ std::expected<std::unique_ptr<SandboxZygote>, SetupError> SandboxZygote::start()
 }
 
 std::expected<PreparedSandboxPtr, SetupError> SandboxZygote::prepare() {
-  PreparedSandboxPtr p(new PreparedSandbox);
-  p->user_namespace = ::geteuid() != 0;
-  if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());
   detail::Fd plan_r, pid_w;
-  if (!detail::makePipe(plan_r, p->plan_w) || !detail::makePipe(p->pid_r, pid_w))
-    return std::unexpected(detail::setupError("pipes", std::strerror(errno)));
+  auto made = detail::newPreparedSandbox(plan_r, pid_w);
+  if (!made) return std::unexpected(made.error());
+  PreparedSandboxPtr p = std::move(*made);
   const detail::ChildFds c = p->pipes.childFds();
   const int fds[kZygoteFds] = {plan_r.get(),   pid_w.get(),    c.go_read,          c.error_write,
                                c.report_write, c.control_read, c.listener_channel, c.stdout_write,
                                c.stderr_write, c.stdin_read};
-  char flag = p->user_namespace ? 1 : 0;
-  iovec iov{&flag, 1};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof fds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof fds);
-  std::memcpy(CMSG_DATA(cm), fds, sizeof fds);
+  const char flag = p->user_namespace ? 1 : 0;
   pid_t helper = -EPIPE;
   {
     std::lock_guard lock(impl_->mu);
-    ssize_t sent;
-    while ((sent = ::sendmsg(impl_->sock.get(), &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-    }
+    const ssize_t sent = detail::sendWithFds(impl_->sock.get(), &flag, 1, fds, kZygoteFds);
     if (sent != 1)
       return std::unexpected(detail::setupError("sandbox zygote", std::strerror(errno)));
     ssize_t got;
