@@ -5,12 +5,16 @@
 #include <signal.h>
 
 #include <expected>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace CLI {
 class App;
+}
+namespace sluice::runner {
+class SandboxZygote;
 }
 
 namespace sluice::cli {
@@ -19,6 +23,12 @@ namespace sluice::cli {
 /// thread starts, so every thread inherits the mask and only the caller's sigwait() sees them,
 /// and ignores SIGPIPE (a peer that went away is an EPIPE, not a death). Returns the set.
 sigset_t blockDaemonSignals();
+
+/// For the commands that build sandboxes for as long as they run (serve, mcp): the zygote
+/// every sandbox comes from (runner/sandbox.hpp SandboxZygote), started while the process is
+/// still single-threaded and holds no policy, secret or key. Null, with the error printed as
+/// "sluice COMMAND: step: message", when it cannot start.
+std::shared_ptr<runner::SandboxZygote> startZygote(const char* command);
 
 /// The gid of group `name` (`--audit-group`), or an error naming it.
 std::expected<int, std::string> groupId(const std::string& name);
@@ -31,9 +41,9 @@ void addProxyCommands(CLI::App& app, int& exit_code);
 /// came before the `--`.
 void addRunCommands(CLI::App& app, int& exit_code,
                     std::optional<std::vector<std::string>> trailing = std::nullopt);
-void addServeCommands(CLI::App& app, int& exit_code);  // serve
-void addCaCommands(CLI::App& app, int& exit_code);     // ca init
-void addMcpCommands(CLI::App& app, int& exit_code);    // mcp
+void addServeCommands(CLI::App& app, int& exit_code);      // serve
+void addCaCommands(CLI::App& app, int& exit_code);         // ca init
+void addMcpCommands(CLI::App& app, int& exit_code);        // mcp
 void addApprovalsCommands(CLI::App& app, int& exit_code);  // approvals list|allow|deny
 
 }  // namespace sluice::cli

@@ -49,15 +49,9 @@ int runMcp(serve::McpOptions& options) {
     std::fprintf(stderr, "sluice mcp: %s\n", fds.error().c_str());
     return 1;
   }
-  // While single-threaded and holding no policy, secret or key: the zygote the session's
-  // sandbox comes from (runner/sandbox.hpp SandboxZygote), as for `sluice serve`.
-  auto zygote = runner::SandboxZygote::start();
-  if (!zygote) {
-    std::fprintf(stderr, "sluice mcp: %s: %s\n", zygote.error().step.c_str(),
-                 zygote.error().message.c_str());
-    return 1;
-  }
-  options.serve.zygote = std::move(*zygote);
+  // While single-threaded and holding no policy, secret or key, as for `sluice serve`.
+  options.serve.zygote = startZygote("mcp");
+  if (!options.serve.zygote) return 1;
   auto server = serve::McpServer::create(options);
   if (!server) {
     std::fprintf(stderr, "sluice mcp: %s\n", server.error().c_str());

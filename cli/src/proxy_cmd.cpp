@@ -28,6 +28,7 @@
 #include "sluice/policy/units.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
+#include "sluice/runner/sandbox.hpp"
 
 namespace sluice::cli {
 
@@ -112,6 +113,16 @@ sigset_t blockDaemonSignals() {
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
   return set;
+}
+
+std::shared_ptr<runner::SandboxZygote> startZygote(const char* command) {
+  auto zygote = runner::SandboxZygote::start();
+  if (!zygote) {
+    std::fprintf(stderr, "sluice %s: %s: %s\n", command, zygote.error().step.c_str(),
+                 zygote.error().message.c_str());
+    return nullptr;
+  }
+  return std::move(*zygote);
 }
 
 namespace {

@@ -32,15 +32,9 @@ int runServe(ServeArgs& args) {
     return 2;
   }
   args.options.drain = *drain;
-  // First, while single-threaded and holding no policy, secret or key: the zygote that forks
-  // every sandbox's namespace helper (runner/sandbox.hpp SandboxZygote).
-  auto zygote = runner::SandboxZygote::start();
-  if (!zygote) {
-    std::fprintf(stderr, "sluice serve: %s: %s\n", zygote.error().step.c_str(),
-                 zygote.error().message.c_str());
-    return 1;
-  }
-  args.options.zygote = std::move(*zygote);
+  // First, while single-threaded and holding no policy, secret or key.
+  args.options.zygote = startZygote("serve");
+  if (!args.options.zygote) return 1;
   auto server = serve::Server::create(args.options);
   if (!server) {
     std::fprintf(stderr, "sluice serve: %s\n", server.error().c_str());
