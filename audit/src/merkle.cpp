@@ -4,6 +4,7 @@
 
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <bit>
 
 namespace sluice::audit::detail {
@@ -67,8 +68,10 @@ Digest emptyRoot() {
   return out;
 }
 
-void MerkleFrontier::append(const Digest& row_hash) {
-  Digest node = leafHash(row_hash);
+void MerkleFrontier::append(const Digest& row_hash) { appendLeaf(leafHash(row_hash)); }
+
+void MerkleFrontier::appendLeaf(const Digest& leaf) {
+  Digest node = leaf;
   // Each trailing 1 bit of the old size is a complete subtree of the same height as the one
   // being carried: merge them, like binary addition.
   for (std::uint64_t s = size_; s & 1; s >>= 1) {
@@ -130,6 +133,58 @@ std::vector<Digest> inclusionPath(std::span<const Digest> leaves, std::uint64_t 
     }
   }
   return {path.rbegin(), path.rend()};
+}
+
+std::vector<LeafRange> inclusionPathRanges(std::uint64_t index, std::uint64_t size) {
+  std::vector<LeafRange> ranges;
+  if (index >= size) return ranges;
+  // inclusionPath's recursion on [lo, hi) instead of a span: the sibling of the half holding
+  // the leaf, from the root down, then reversed.
+  std::uint64_t lo = 0, hi = size;
+  while (hi - lo > 1) {
+    std::uint64_t mid = lo + splitPoint(hi - lo);
+    if (index < mid) {
+      ranges.push_back({mid, hi});
+      hi = mid;
+    } else {
+      ranges.push_back({lo, mid});
+      lo = mid;
+    }
+  }
+  return {ranges.rbegin(), ranges.rend()};
+}
+
+InclusionPathBuilder::InclusionPathBuilder(std::uint64_t index, std::uint64_t size)
+    : index_(index), size_(size) {
+  std::vector<LeafRange> ranges = inclusionPathRanges(index, size);
+  path_.resize(ranges.size());
+  for (std::size_t i = 0; i < ranges.size(); ++i) slots_.push_back({ranges[i], i});
+  // The ranges are disjoint, so in leaf order one is filled at a time.
+  std::sort(slots_.begin(), slots_.end(),
+            [](const Slot& a, const Slot& b) { return a.range.begin < b.range.begin; });
+}
+
+void InclusionPathBuilder::append(const Digest& leaf) {
+  if (count_ >= size_) return;
+  const std::uint64_t i = count_++;
+  if (i == index_) {
+    leaf_ = leaf;
+    return;
+  }
+  if (next_ == slots_.size()) return;  // no path at all: index >= size
+  // Every other leaf is in exactly one range, and the ranges come in leaf order.
+  const Slot& slot = slots_[next_];
+  range_.appendLeaf(leaf);
+  if (i + 1 == slot.range.end) {
+    path_[slot.position] = range_.root();
+    range_ = MerkleFrontier();
+    ++next_;
+  }
+}
+
+Digest InclusionPathBuilder::root() const {
+  if (size_ == 0) return emptyRoot();
+  return rootFromPath(index_, size_, leaf_, path_).value_or(Digest{});
 }
 
 std::optional<Digest> rootFromPath(std::uint64_t index, std::uint64_t size, const Digest& leaf,

@@ -17,32 +17,37 @@ namespace {
 using Json = nlohmann::ordered_json;
 constexpr std::string_view kProofType = "sluice-inclusion-proof/v1";
 
-/// Leaf hashes of rows 1..position, checking they form an unbroken sequence.
-std::expected<std::vector<detail::Digest>, Error> readLeaves(const std::filesystem::path& db,
-                                                             sqlite3* raw, std::int64_t position) {
+/// The audit path of leaf `index` and the root of the tree over rows 1..position, from one pass
+/// over their chain hashes in seq order, checking they form an unbroken sequence. Memory is
+/// O(log position) (InclusionPathBuilder): a proof against a checkpoint of ten million rows
+/// does not hold ten million leaves.
+std::expected<detail::InclusionPathBuilder, Error> streamPath(const std::filesystem::path& db,
+                                                              sqlite3* raw, std::int64_t position,
+                                                              std::int64_t index) {
   auto st = detail::prepare(db, raw, detail::chainHashesSql("seq <= ?1"));
   if (!st) return std::unexpected(st.error());
   st->bindInt(1, position);
-  std::vector<detail::Digest> leaves;
-  leaves.reserve(static_cast<std::size_t>(position));
+  detail::InclusionPathBuilder tree(static_cast<std::uint64_t>(index),
+                                    static_cast<std::uint64_t>(position));
+  std::int64_t rows = 0;
   int rc;
   while ((rc = st->step()) == SQLITE_ROW) {
     auto d = detail::fromHex(st->columnText(1));
-    if (st->columnInt(0) != static_cast<std::int64_t>(leaves.size()) + 1 || !d) {
-      return std::unexpected(
-          Error{fmt::format("{}: the chain is broken at seq {}; run sluice audit verify",
-                            db.string(), leaves.size() + 1)});
+    if (st->columnInt(0) != rows + 1 || !d) {
+      return std::unexpected(Error{fmt::format(
+          "{}: the chain is broken at seq {}; run sluice audit verify", db.string(), rows + 1)});
     }
-    leaves.push_back(detail::leafHash(*d));
+    tree.append(detail::leafHash(*d));
+    ++rows;
   }
   if (rc != SQLITE_DONE)
     return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read the chain"));
-  if (static_cast<std::int64_t>(leaves.size()) != position) {
+  if (rows != position) {
     return std::unexpected(Error{fmt::format(
         "{}: the chain ends at seq {} but the checkpoint covers {}; run sluice audit verify",
-        db.string(), leaves.size(), position)});
+        db.string(), rows, position)});
   }
-  return leaves;
+  return tree;
 }
 
 }  // namespace
@@ -80,16 +85,15 @@ std::expected<std::string, Error> proveExecution(const std::filesystem::path& db
             : std::string(" (the database has no checkpoints)"))});
   }
   const std::int64_t position = ckpt->columnInt(1);
-  auto leaves = readLeaves(db, raw, position);
-  if (!leaves) return std::unexpected(leaves.error());
-  if (detail::toHex(detail::subtreeRoot(*leaves)) != ckpt->columnText(2)) {
+  auto tree = streamPath(db, raw, position, seq - 1);
+  if (!tree) return std::unexpected(tree.error());
+  if (detail::toHex(tree->root()) != ckpt->columnText(2)) {
     return std::unexpected(Error{fmt::format(
         "{}: rows 1..{} do not match checkpoint seq {}'s root; run sluice audit verify --pubkey",
         db.string(), position, ckpt->columnInt(0))});
   }
   Json path = Json::array();
-  for (const auto& d : detail::inclusionPath(*leaves, static_cast<std::uint64_t>(seq - 1)))
-    path.push_back(detail::toHex(d));
+  for (const auto& d : tree->path()) path.push_back(detail::toHex(d));
 
   Json proof = Json::object();
   proof["type"] = kProofType;

@@ -245,6 +245,27 @@ TEST_F(EvidenceTest, TamperedProofsAreRejected) {
   EXPECT_NE(c.reason.find("not by the given key"), std::string::npos) << c.reason;
 }
 
+// prove reads the rows up to the checkpoint in one pass and refuses rows that are not the ones
+// signed: a changed hash, a missing row in the middle or at the end.
+TEST_F(EvidenceTest, ProveRefusesRowsThatDoNotMatchTheCheckpoint) {
+  auto refused = [&](const std::string& why) {
+    auto p = proveExecution(db_, "exec-1");
+    ASSERT_FALSE(p.has_value());
+    EXPECT_NE(p.error().message.find(why), std::string::npos) << p.error().message;
+  };
+  RawDb raw(db_);
+  const std::string hash = raw.text("SELECT hash FROM connections WHERE seq = 1");
+  ASSERT_EQ(raw.exec("UPDATE connections SET hash = '" + std::string(64, 'd') + "' WHERE seq = 1"),
+            "");
+  refused("rows 1..13 do not match checkpoint seq");
+  ASSERT_EQ(raw.exec("UPDATE connections SET hash = '" + hash + "' WHERE seq = 1"), "");
+  ASSERT_TRUE(proveExecution(db_, "exec-1").has_value());
+  ASSERT_EQ(raw.exec("DELETE FROM connections WHERE seq = 13"), "");
+  refused("the chain ends at seq 12 but the checkpoint covers 13");
+  ASSERT_EQ(raw.exec("DELETE FROM forwards WHERE seq = 5"), "");
+  refused("the chain is broken at seq 5");
+}
+
 TEST(EvidenceProveTest, ExecutionWithoutACheckpointHasNoProof) {
   TempDir dir;
   auto db = dir / "audit.db";

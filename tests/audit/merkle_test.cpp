@@ -1,11 +1,15 @@
 // The RFC 9162 Merkle tree of checkpoints: the incremental frontier agrees with a direct
 // recursive definition for every size, inclusion paths verify for every leaf and fail when any
-// part of them is changed, and the frontier survives serialisation.
+// part of them is changed, the frontier survives serialisation, and the streaming
+// InclusionPathBuilder (what `sluice audit prove` uses) gives the in-memory path and root.
 #include "merkle.hpp"
 
 #include <gtest/gtest.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
+#include <bit>
+#include <random>
 #include <vector>
 
 namespace sluice::audit::detail {
@@ -85,6 +89,81 @@ TEST(MerkleTest, InclusionPathsVerifyAndTamperingFails) {
       }
     }
     EXPECT_FALSE(rootFromPath(n, n, leaves[0], inclusionPath(leaves, 0)).has_value());
+  }
+}
+
+std::vector<Digest> randomLeaves(std::mt19937_64& rng, std::size_t n) {
+  std::vector<Digest> leaves(n);
+  for (auto& d : leaves)
+    for (auto& b : d) b = static_cast<unsigned char>(rng());
+  return leaves;
+}
+
+/// The builder fed `leaves` in order, as prove streams them.
+InclusionPathBuilder streamed(const std::vector<Digest>& leaves, std::uint64_t index) {
+  InclusionPathBuilder b(index, leaves.size());
+  for (const Digest& d : leaves) b.append(d);
+  return b;
+}
+
+TEST(MerkleTest, PathRangesAreTheSiblingsAndPartitionTheTree) {
+  // The tree of 7: leaf 4's siblings from the leaf up are leaf 5, leaf 6, then leaves 0..3.
+  EXPECT_EQ(inclusionPathRanges(4, 7), (std::vector<LeafRange>{{5, 6}, {6, 7}, {0, 4}}));
+  EXPECT_EQ(inclusionPathRanges(6, 7), (std::vector<LeafRange>{{4, 6}, {0, 4}}));
+  EXPECT_TRUE(inclusionPathRanges(0, 1).empty());
+  EXPECT_TRUE(inclusionPathRanges(3, 3).empty());
+  for (std::uint64_t n = 1; n <= 300; ++n) {
+    for (std::uint64_t m = 0; m < n; ++m) {
+      std::vector<int> covered(n, 0);
+      covered[m] = 1;
+      for (const LeafRange& r : inclusionPathRanges(m, n)) {
+        ASSERT_LT(r.begin, r.end);
+        ASSERT_LE(r.end, n);
+        for (std::uint64_t i = r.begin; i < r.end; ++i) ++covered[i];
+      }
+      ASSERT_EQ(std::count(covered.begin(), covered.end(), 1), static_cast<long>(n)) << n << m;
+    }
+  }
+}
+
+TEST(MerkleTest, StreamedPathAndRootEqualTheInMemoryOnesForEveryLeafUpTo300) {
+  std::mt19937_64 rng(9162);
+  for (std::size_t n = 1; n <= 300; ++n) {
+    const std::vector<Digest> leaves = randomLeaves(rng, n);
+    const Digest root = subtreeRoot(leaves);
+    for (std::uint64_t m = 0; m < n; ++m) {
+      InclusionPathBuilder b = streamed(leaves, m);
+      ASSERT_EQ(b.count(), n);
+      ASSERT_EQ(b.path(), inclusionPath(leaves, m)) << "n " << n << " m " << m;
+      ASSERT_EQ(b.root(), root) << "n " << n << " m " << m;
+    }
+  }
+}
+
+TEST(MerkleTest, StreamedPathAndRootEqualTheInMemoryOnesForLargeTrees) {
+  std::mt19937_64 rng(20260);
+  for (std::size_t n : {65'536u, 65'537u, 100'000u, 131'071u}) {
+    const std::vector<Digest> leaves = randomLeaves(rng, n);
+    const Digest root = subtreeRoot(leaves);
+    std::vector<std::uint64_t> indexes = {0, n / 2, n - 2, n - 1};
+    for (int i = 0; i < 3; ++i) indexes.push_back(rng() % n);
+    for (std::uint64_t m : indexes) {
+      InclusionPathBuilder b = streamed(leaves, m);
+      EXPECT_EQ(b.path(), inclusionPath(leaves, m)) << "n " << n << " m " << m;
+      EXPECT_EQ(b.root(), root) << "n " << n << " m " << m;
+      EXPECT_LE(b.path().size(), static_cast<std::size_t>(std::bit_width(n - 1)));
+    }
+  }
+}
+
+TEST(MerkleTest, StreamedRootChangesWithAnyLeaf) {
+  std::mt19937_64 rng(7);
+  std::vector<Digest> leaves = randomLeaves(rng, 37);
+  const Digest root = subtreeRoot(leaves);
+  for (std::size_t changed : {0u, 11u, 36u}) {
+    std::vector<Digest> other = leaves;
+    other[changed][5] ^= 1;
+    EXPECT_NE(streamed(other, 11).root(), root) << changed;
   }
 }
 
