@@ -141,27 +141,22 @@ class ApprovalDesk::Impl {
       }
       // Decided at once, on the desk thread: covered by an earlier `scope: execution` answer,
       // or nobody can answer any more.
-      auto decideNow = [&](ApprovalOutcome o, Scope scope, std::string by) {
-        Resolved res = take(Pending{a, owner, {}, std::move(done)}, std::move(o), scope);
-        if (!by.empty()) res.event.decided_by = std::move(by);
+      auto decideNow = [&](Resolved res) {
         jobs_.push_back(std::move(res));
         lock.unlock();
         cv_.notify_all();
         return a;
       };
       if (auto ex = remembered_.find(owner); ex != remembered_.end()) {
-        if (auto r = ex->second.find(rememberKey(a)); r != ex->second.end()) {
-          const Remembered& m = r->second;
-          return decideNow(ApprovalOutcome{m.allow, m.allow ? "" : "approval_denied", m.decided_by},
-                           Scope::kExecution,
-                           "scope:execution of " + m.approval_id + " (" + m.decided_by + ")");
-        }
+        if (auto r = ex->second.find(rememberKey(a)); r != ex->second.end())
+          return decideNow(takeCovered(Pending{a, owner, {}, std::move(done)}, r->second));
       }
       if (stopping_ || ended_.contains(owner) || ended_.contains(a.execution_id)) {
         return decideNow(
-            ApprovalOutcome{false, stopping_ ? "approval_unavailable" : "execution_ended",
-                            "sluice"},
-            Scope::kOnce, "");
+            take(Pending{a, owner, {}, std::move(done)},
+                 ApprovalOutcome{false, stopping_ ? "approval_unavailable" : "execution_ended",
+                                 "sluice"},
+                 Scope::kOnce));
       }
       pending_.emplace(a.id, Pending{a, owner, Clock::now() + timeout, std::move(done)});
       for (const auto& [h, w] : watchers_)
@@ -175,21 +170,24 @@ class ApprovalDesk::Impl {
 
   AnswerStatus answer(const std::string& id, bool allow, Scope scope,
                       const std::string& decided_by) {
-    Resolved r;
+    std::vector<Resolved> decided;  // this one first, then those its answer covers
     {
       std::lock_guard lock(mu_);
       auto it = pending_.find(id);
       if (it == pending_.end())
         return gone_.contains(id) ? AnswerStatus::kGone : AnswerStatus::kNotFound;
-      if (scope == Scope::kExecution && !ended_.contains(it->second.owner)) {
-        remembered_[it->second.owner][rememberKey(it->second.a)] =
-            Remembered{allow, id, decided_by};
-      }
-      r = take(std::move(it->second),
-               ApprovalOutcome{allow, allow ? "" : "approval_denied", decided_by}, scope);
+      const std::string owner = it->second.owner;
+      const std::string key = rememberKey(it->second.a);
+      decided.push_back(take(std::move(it->second),
+                             ApprovalOutcome{allow, allow ? "" : "approval_denied", decided_by},
+                             scope));
       pending_.erase(it);
+      if (scope == Scope::kExecution && !ended_.contains(owner)) {
+        const Remembered& m = remembered_[owner][key] = Remembered{allow, id, decided_by};
+        for (auto& r : settleCovered(owner, key, m)) decided.push_back(std::move(r));
+      }
     }
-    finish(r);
+    for (auto& r : decided) finish(r);
     return AnswerStatus::kAnswered;
   }
 
@@ -299,6 +297,32 @@ class ApprovalDesk::Impl {
     ev.asked_at_ms = p.a.asked_at_ms;
     ev.decided_at_ms = wallMs();
     return Resolved{std::move(ev), std::move(o), std::move(p.done)};
+  }
+
+  // Under mu_: `p` decided by the remembered answer `m` (its row names that answer).
+  Resolved takeCovered(Pending p, const Remembered& m) {
+    Resolved r =
+        take(std::move(p), ApprovalOutcome{m.allow, m.allow ? "" : "approval_denied", m.decided_by},
+             Scope::kExecution);
+    r.event.decided_by = "scope:execution of " + m.approval_id + " (" + m.decided_by + ")";
+    return r;
+  }
+
+  // Under mu_: a `scope: execution` answer also decides what is already pending that it would
+  // have covered had it been asked later (same owner, rule, host and port): an agent that opened
+  // several connections to one host at once is not left with all but one waiting.
+  std::vector<Resolved> settleCovered(const std::string& owner, const std::string& key,
+                                      const Remembered& m) {
+    std::vector<Resolved> out;
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.owner != owner || rememberKey(it->second.a) != key) {
+        ++it;
+        continue;
+      }
+      out.push_back(takeCovered(std::move(it->second), m));
+      it = pending_.erase(it);
+    }
+    return out;
   }
 
   // Outside mu_: the row first (so it is queued before the connection's own row), then the

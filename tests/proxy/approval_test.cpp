@@ -1,7 +1,8 @@
 // Approvals (`action: ask`): a passthrough CONNECT matched by an ask rule is held until the
 // approval desk decides, without blocking other traffic; allow, deny, timeout, no desk, scope
-// execution, an ended execution (409-style kGone), a closed execution, a client that hangs up
-// (a CONNECT and a plain HTTP request held), and 200 pending at once answered in random order.
+// execution (also settling what it covers that is already pending), an ended execution
+// (409-style kGone), a closed execution, a client that hangs up (a CONNECT and a plain HTTP
+// request held), and 200 pending at once answered in random order.
 // The request paths (plain HTTP, pipelined, reused, HTTP in CONNECT) are in pipeline_test.cpp's
 // ask shapes; every approval is an audit row.
 #include <gtest/gtest.h>
@@ -60,6 +61,36 @@ class ApprovalTest : public ProxyFixture {
     for (int i = 0; i < 500 && sink_->approvals().size() < n; ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     return sink_->approvals();
+  }
+
+  // A client that sent a CONNECT to `authority` on `port` and whose approval was raised.
+  struct Held {
+    std::unique_ptr<Client> client;
+    Approval approval;
+  };
+  Held hold(std::uint16_t port, const std::string& authority,
+            std::chrono::milliseconds read_timeout = std::chrono::seconds(5)) {
+    Held h{std::make_unique<Client>(port, read_timeout), {}};
+    EXPECT_TRUE(h.client->ok());
+    h.client->send(connectRequest(authority));
+    auto a = nextRaised();
+    EXPECT_TRUE(a) << "no approval raised for " << authority;
+    if (a) h.approval = *a;
+    return h;
+  }
+
+  std::vector<std::string> pendingIds() {
+    std::vector<std::string> ids;
+    for (const auto& a : approvals_->pending()) ids.push_back(a.id);
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+
+  static std::optional<audit::ApprovalEvent> rowOf(const std::vector<audit::ApprovalEvent>& rows,
+                                                   const std::string& id) {
+    for (const auto& r : rows)
+      if (r.id == id) return r;
+    return std::nullopt;
   }
 
   std::string timeout_ = "5s";
@@ -182,6 +213,137 @@ TEST_F(ApprovalTest, ScopeExecutionCoversTheSameRuleHostAndPort) {
   EXPECT_EQ(b->port, up_.httpPort());
   approvals_->answer(b->id, false, Scope::kOnce, "tester");
   EXPECT_EQ(third.readResponse().status, 403);
+}
+
+// A `scope: execution` answer also settles what is already pending that it covers: an agent
+// that opened three connections to one host at once is not left with two waiting. The same
+// host on another port, and the same host:port of another execution (a second listener on the
+// same desk), stay pending.
+TEST_F(ApprovalTest, ScopeExecutionAllowReleasesTheOthersAlreadyPending) {
+  ListenerIdentity second{"exec-2", matcher_};
+  second.approvals = approvals_;
+  auto port2 = proxy_->listen("127.0.0.1", 0, second);
+  ASSERT_TRUE(port2) << port2.error().message;
+  std::vector<Held> same;
+  for (int i = 0; i < 3; ++i) same.push_back(hold(port_, echo()));
+  const auto short_wait = std::chrono::milliseconds(300);
+  Held other_port = hold(port_, "other.test:" + std::to_string(up_.httpPort()), short_wait);
+  Held other_exec = hold(*port2, echo(), short_wait);
+  ASSERT_EQ(other_exec.approval.execution_id, "exec-2");
+  ASSERT_EQ(approvals_->pending().size(), 5u);
+  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
+
+  const std::string answered = same[1].approval.id;
+  ASSERT_EQ(approvals_->answer(answered, true, Scope::kExecution, "tester"),
+            AnswerStatus::kAnswered);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("same-host client " + std::to_string(i));
+    ASSERT_EQ(same[i].client->readResponse(true).status, 200);
+    const std::string word = "s" + std::to_string(i);
+    same[i].client->send(word);
+    EXPECT_EQ(same[i].client->readN(word.size()), word);
+  }
+  EXPECT_EQ(up_.echoLog().accepted.load(), 3);
+  std::vector<std::string> left{other_port.approval.id, other_exec.approval.id};
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(pendingIds(), left);
+  EXPECT_EQ(other_port.client->readResponse(true).status, 0) << "another port was released";
+  EXPECT_EQ(other_exec.client->readResponse(true).status, 0) << "another execution was released";
+
+  auto rows = approvalRows(3);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].id, answered) << "the answered approval's row comes first";
+  EXPECT_EQ(rows[0].decided_by, "tester");
+  for (int i : {0, 2}) {
+    SCOPED_TRACE("settled client " + std::to_string(i));
+    auto row = rowOf(rows, same[i].approval.id);
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->decision, "allow");
+    EXPECT_EQ(row->reason, "");
+    EXPECT_EQ(row->scope, "execution");
+    EXPECT_EQ(row->decided_by, "scope:execution of " + answered + " (tester)");
+    EXPECT_EQ(approvals_->answer(same[i].approval.id, false, Scope::kOnce, "late"),
+              AnswerStatus::kGone);
+  }
+  // The two left are still answerable on their own.
+  for (Held* h : {&other_port, &other_exec}) {
+    EXPECT_EQ(approvals_->answer(h->approval.id, false, Scope::kOnce, "tester"),
+              AnswerStatus::kAnswered);
+    EXPECT_EQ(h->client->readResponse().status, 403);
+  }
+}
+
+TEST_F(ApprovalTest, ScopeExecutionDenyRefusesTheOthersAlreadyPending) {
+  std::vector<Held> same;
+  for (int i = 0; i < 3; ++i) same.push_back(hold(port_, echo()));
+  Held other_port =
+      hold(port_, "other.test:" + std::to_string(up_.httpPort()), std::chrono::milliseconds(300));
+  const std::string answered = same[0].approval.id;
+  ASSERT_EQ(approvals_->answer(answered, false, Scope::kExecution, "tester"),
+            AnswerStatus::kAnswered);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("same-host client " + std::to_string(i));
+    auto r = same[i].client->readResponse();
+    EXPECT_EQ(r.status, 403);
+    EXPECT_EQ(r.header("x-sluice-reason"), "approval_denied");
+  }
+  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
+  EXPECT_EQ(pendingIds(), std::vector<std::string>{other_port.approval.id});
+  EXPECT_EQ(other_port.client->readResponse(true).status, 0) << "another port was refused";
+  auto rows = approvalRows(3);
+  ASSERT_EQ(rows.size(), 3u);
+  for (int i : {1, 2}) {
+    SCOPED_TRACE("settled client " + std::to_string(i));
+    auto row = rowOf(rows, same[i].approval.id);
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->decision, "deny");
+    EXPECT_EQ(row->reason, "approval_denied");
+    EXPECT_EQ(row->scope, "execution");
+    EXPECT_EQ(row->decided_by, "scope:execution of " + answered + " (tester)");
+  }
+}
+
+// Held requests too: their method and path do not matter, as for a remembered answer.
+TEST_F(ApprovalTest, ScopeExecutionAllowReleasesPendingRequestsWhateverTheirPath) {
+  const std::string plain = "other.test:" + std::to_string(up_.httpPort());
+  Client first(port_), second(port_);
+  first.send(getRequest(plain, "/first"));
+  auto a = nextRaised();
+  second.send(getRequest(plain, "/second", "", "HEAD"));
+  auto b = nextRaised();
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(approvals_->answer(a->id, true, Scope::kExecution, "tester"), AnswerStatus::kAnswered);
+  EXPECT_EQ(first.readResponse().status, 200);
+  EXPECT_EQ(second.readResponse(true).status, 200);
+  EXPECT_TRUE(approvals_->pending().empty());
+  auto row = rowOf(approvalRows(2), b->id);
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->path, "/second");
+  EXPECT_EQ(row->decided_by, "scope:execution of " + a->id + " (tester)");
+}
+
+// A `scope: once` answer settles only its own approval; a later `scope: execution` answer to one
+// of those left then settles the rest.
+TEST_F(ApprovalTest, ScopeOnceLeavesTheOthersPending) {
+  std::vector<Held> same;
+  for (int i = 0; i < 3; ++i) same.push_back(hold(port_, echo(), std::chrono::milliseconds(300)));
+  ASSERT_EQ(approvals_->answer(same[0].approval.id, true, Scope::kOnce, "tester"),
+            AnswerStatus::kAnswered);
+  ASSERT_EQ(same[0].client->readResponse(true).status, 200);
+  std::vector<std::string> left{same[1].approval.id, same[2].approval.id};
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(pendingIds(), left);
+  EXPECT_EQ(same[1].client->readResponse(true).status, 0) << "released by a once answer";
+  EXPECT_EQ(same[2].client->readResponse(true).status, 0) << "released by a once answer";
+  EXPECT_EQ(approvals_->answer(same[2].approval.id, false, Scope::kExecution, "tester"),
+            AnswerStatus::kAnswered);
+  EXPECT_EQ(same[1].client->readResponse().header("x-sluice-reason"), "approval_denied");
+  EXPECT_EQ(same[2].client->readResponse().header("x-sluice-reason"), "approval_denied");
+  EXPECT_TRUE(approvals_->pending().empty());
+  auto row = rowOf(approvalRows(3), same[1].approval.id);
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->decided_by, "scope:execution of " + same[2].approval.id + " (tester)");
+  EXPECT_EQ(up_.echoLog().accepted.load(), 1);
 }
 
 TEST_F(ApprovalTest, EndedExecutionRefusesWhatWaitsAndLaterAnswers) {

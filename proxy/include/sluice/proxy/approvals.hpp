@@ -81,7 +81,9 @@ class ApprovalDesk {
   Approval ask(Approval a, std::chrono::milliseconds timeout,
                std::function<void(ApprovalOutcome)> done);
 
-  /// Answers a pending approval. `decided_by` names the approver for the audit row.
+  /// Answers a pending approval. `decided_by` names the approver for the audit row. With
+  /// Scope::kExecution the answer is remembered, and also decides at once every other approval
+  /// pending now that it covers (same owner, rule, host and port), each with its own row.
   AnswerStatus answer(const std::string& id, bool allow, Scope scope,
                       const std::string& decided_by);
 
