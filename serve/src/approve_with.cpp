@@ -114,9 +114,14 @@ class ApproveWith::Impl {
 
   // Runs the command for `a` and answers the desk (a deny unless it clearly said allow).
   void decide(const proxy::Approval& a) {
+    // Decided meanwhile without the command (settled by a `scope: execution` answer to another
+    // approval, withdrawn because its client hung up, its execution ended): nothing to ask.
+    if (!desk_->find(a.id)) return;
     std::string out;
     std::string why;
-    const bool ran = run(a, out, why);
+    bool settled = false;
+    const bool ran = run(a, out, why, settled);
+    if (settled) return;  // the command was stopped: the approval no longer waits
     ApproverAnswer ans = ran ? parseApproverAnswer(out) : ApproverAnswer{};
     if (ran && !ans.valid) why = "answered neither 'allow' nor 'deny'";
     if (!why.empty())
@@ -126,7 +131,9 @@ class ApproveWith::Impl {
                   "approve-with");
   }
 
-  bool run(const proxy::Approval& a, std::string& out, std::string& why) {
+  // `settled`: the approval was decided some other way while the command ran, which was then
+  // killed.
+  bool run(const proxy::Approval& a, std::string& out, std::string& why, bool& settled) {
     Pipe in, outp;
     if (!in.open(true) || !outp.open()) {
       why = "pipe: " + std::string(std::strerror(errno));
@@ -175,15 +182,21 @@ class ApproveWith::Impl {
         break;
       }
       pollfd p{outp.r, POLLIN, 0};
-      int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 1000)));
+      int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 100)));
       if (n < 0 && errno == EINTR) continue;
-      if (n == 0) continue;
+      if (n == 0) {
+        if (!desk_->find(a.id)) {
+          settled = true;
+          break;
+        }
+        continue;
+      }
       ssize_t got = ::read(outp.r, buf, sizeof buf);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) break;
       out.append(buf, static_cast<std::size_t>(got));
     }
-    if (timed_out || out.size() >= 4096) ::kill(-pid, SIGKILL);
+    if (timed_out || settled || out.size() >= 4096) ::kill(-pid, SIGKILL);
     int status = 0;
     for (int delay_us = 100;;) {
       pid_t r = ::waitpid(pid, &status, WNOHANG);

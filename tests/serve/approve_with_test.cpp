@@ -1,13 +1,20 @@
 // `--approve-with CMD` in-process (serve/include/sluice/serve/approve_with.hpp): the answer line,
-// what counts as a deny, and a command that answers but leaves a child holding its stdout.
+// what counts as a deny, a command that answers but leaves a child holding its stdout, and one
+// whose approval is decided while it runs.
 #include "sluice/serve/approve_with.hpp"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "sluice/proxy/approvals.hpp"
 
@@ -82,6 +89,52 @@ TEST(ApproveWith, ACommandThatNeverAnswersIsADenyAtTheTimeout) {
   ApproveWith approver(desk, "sleep 30", "");
   auto o = decide(*desk, 500ms);
   EXPECT_FALSE(o.allowed);
+}
+
+// An approval decided some other way while its command runs (by an approver, by a `scope:
+// execution` answer to another one, withdrawn because its client hung up) no longer waits: the
+// command and everything in its group are killed, and nothing answers for it afterwards.
+TEST(ApproveWith, ACommandWhoseApprovalIsDecidedMeanwhileIsKilled) {
+  const std::string marker =
+      ::testing::TempDir() + "approve-with-pid-" + std::to_string(::getpid());
+  std::remove(marker.c_str());
+  auto desk = std::make_shared<proxy::ApprovalDesk>(nullptr);
+  ApproveWith approver(desk, "echo $$ > " + marker + "; sleep 30; echo allow", "");
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<proxy::ApprovalOutcome> got;
+  proxy::Approval a;
+  a.execution_id = "ex-test";
+  a.workflow = "w";
+  a.rule = "gate";
+  a.host = "api.example";
+  a.port = 443;
+  const proxy::Approval raised = desk->ask(a, 60s, [&](proxy::ApprovalOutcome o) {
+    std::lock_guard lock(mu);
+    got = std::move(o);
+    cv.notify_all();
+  });
+  pid_t group = 0;
+  for (int i = 0; i < 500 && group <= 0; ++i) {
+    std::ifstream in(marker);
+    in >> group;
+    if (group <= 0) std::this_thread::sleep_for(10ms);
+  }
+  ASSERT_GT(group, 0) << "the command did not start";
+  EXPECT_EQ(desk->answer(raised.id, false, proxy::Scope::kOnce, "tester"),
+            proxy::AnswerStatus::kAnswered);
+  {
+    std::unique_lock lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 5s, [&] { return got.has_value(); }));
+  }
+  EXPECT_EQ(got->decided_by, "tester");
+  bool gone = false;
+  for (int i = 0; i < 300 && !gone; ++i) {
+    gone = ::kill(-group, 0) != 0 && errno == ESRCH;
+    if (!gone) std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(gone) << "the command's group outlived its approval";
+  std::remove(marker.c_str());
 }
 
 }  // namespace
