@@ -92,6 +92,18 @@ class ApprovalTest : public ProxyFixture {
       if (r.id == id) return r;
     return std::nullopt;
   }
+  // The row of approval `id`, settled by the `scope: execution` answer to `answered` (by
+  // "tester") with `decision` and `reason`.
+  static void expectSettledRow(const std::vector<audit::ApprovalEvent>& rows, const std::string& id,
+                               const std::string& answered, const std::string& decision,
+                               const std::string& reason) {
+    auto row = rowOf(rows, id);
+    ASSERT_TRUE(row) << "no row for " << id;
+    EXPECT_EQ(row->decision, decision);
+    EXPECT_EQ(row->reason, reason);
+    EXPECT_EQ(row->scope, "execution");
+    EXPECT_EQ(row->decided_by, "scope:execution of " + answered + " (tester)");
+  }
 
   std::string timeout_ = "5s";
   std::mutex mu_;
@@ -256,12 +268,7 @@ TEST_F(ApprovalTest, ScopeExecutionAllowReleasesTheOthersAlreadyPending) {
   EXPECT_EQ(rows[0].decided_by, "tester");
   for (int i : {0, 2}) {
     SCOPED_TRACE("settled client " + std::to_string(i));
-    auto row = rowOf(rows, same[i].approval.id);
-    ASSERT_TRUE(row);
-    EXPECT_EQ(row->decision, "allow");
-    EXPECT_EQ(row->reason, "");
-    EXPECT_EQ(row->scope, "execution");
-    EXPECT_EQ(row->decided_by, "scope:execution of " + answered + " (tester)");
+    expectSettledRow(rows, same[i].approval.id, answered, "allow", "");
     EXPECT_EQ(approvals_->answer(same[i].approval.id, false, Scope::kOnce, "late"),
               AnswerStatus::kGone);
   }
@@ -294,12 +301,7 @@ TEST_F(ApprovalTest, ScopeExecutionDenyRefusesTheOthersAlreadyPending) {
   ASSERT_EQ(rows.size(), 3u);
   for (int i : {1, 2}) {
     SCOPED_TRACE("settled client " + std::to_string(i));
-    auto row = rowOf(rows, same[i].approval.id);
-    ASSERT_TRUE(row);
-    EXPECT_EQ(row->decision, "deny");
-    EXPECT_EQ(row->reason, "approval_denied");
-    EXPECT_EQ(row->scope, "execution");
-    EXPECT_EQ(row->decided_by, "scope:execution of " + answered + " (tester)");
+    expectSettledRow(rows, same[i].approval.id, answered, "deny", "approval_denied");
   }
 }
 

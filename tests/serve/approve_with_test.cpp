@@ -34,18 +34,23 @@ TEST(ApproverAnswer, FirstLineAllowOrDenyWithAnOptionalScope) {
   EXPECT_FALSE(parseApproverAnswer("").valid);
 }
 
-// Raises one approval on `desk` and waits for its outcome.
-proxy::ApprovalOutcome decide(proxy::ApprovalDesk& desk, std::chrono::milliseconds timeout) {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<proxy::ApprovalOutcome> got;
+// An ask of rule "gate" for api.example:443 by execution ex-test.
+proxy::Approval gateApproval() {
   proxy::Approval a;
   a.execution_id = "ex-test";
   a.workflow = "w";
   a.rule = "gate";
   a.host = "api.example";
   a.port = 443;
-  desk.ask(a, timeout, [&](proxy::ApprovalOutcome o) {
+  return a;
+}
+
+// Raises one approval on `desk` and waits for its outcome.
+proxy::ApprovalOutcome decide(proxy::ApprovalDesk& desk, std::chrono::milliseconds timeout) {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<proxy::ApprovalOutcome> got;
+  desk.ask(gateApproval(), timeout, [&](proxy::ApprovalOutcome o) {
     std::lock_guard lock(mu);
     got = std::move(o);
     cv.notify_all();
@@ -103,13 +108,7 @@ TEST(ApproveWith, ACommandWhoseApprovalIsDecidedMeanwhileIsKilled) {
   std::mutex mu;
   std::condition_variable cv;
   std::optional<proxy::ApprovalOutcome> got;
-  proxy::Approval a;
-  a.execution_id = "ex-test";
-  a.workflow = "w";
-  a.rule = "gate";
-  a.host = "api.example";
-  a.port = 443;
-  const proxy::Approval raised = desk->ask(a, 60s, [&](proxy::ApprovalOutcome o) {
+  const proxy::Approval raised = desk->ask(gateApproval(), 60s, [&](proxy::ApprovalOutcome o) {
     std::lock_guard lock(mu);
     got = std::move(o);
     cv.notify_all();
