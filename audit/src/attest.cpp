@@ -127,7 +127,9 @@ std::expected<std::string, Error> attestExecution(const std::filesystem::path& d
     deps.push_back({{"uri", fmt::format("urn:sluice:policy:{}", row->columnText(2))},
                     {"digest", {{"sha256", std::string(row->columnText(3))}}}});
   }
-  // Inputs, when the receipt lists them with digests.
+  // Inputs, when the receipt lists them: the path the program read (inside the sandbox) with
+  // the digest taken at run time; the host path, and why a file has no digest, as annotations
+  // (an in-toto ResourceDescriptor's free-form map).
   Json receipt = Json::parse(row->columnText(9), nullptr, false);
   if (receipt.is_object() && receipt.contains("inputs") && receipt["inputs"].is_array()) {
     for (const Json& in : receipt["inputs"]) {
@@ -135,6 +137,10 @@ std::expected<std::string, Error> attestExecution(const std::filesystem::path& d
       Json dep = {{"uri", "file://" + in["path"].get<std::string>()}};
       if (in.contains("sha256") && detail::isHexDigest(in["sha256"]))
         dep["digest"] = {{"sha256", in["sha256"]}};
+      Json notes = Json::object();
+      for (const char* k : {"source", "error"})
+        if (in.contains(k) && in[k].is_string()) notes[k] = in[k];
+      if (!notes.empty()) dep["annotations"] = std::move(notes);
       deps.push_back(std::move(dep));
     }
   }

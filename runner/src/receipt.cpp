@@ -41,7 +41,7 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
                        {"reason", d.reason}});
   const Limits& l = spec.limits;
   const auto hit = limitHitName(r.limit_hit);
-  return json{
+  json receipt = json{
       {"receipt_version", 1},
       {"execution_id", spec.execution_id},
       {"workflow", ctx.workflow},
@@ -93,6 +93,21 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
         {"cgroup", r.isolation.cgroup}}},
       {"hash", hash ? json(*hash) : json(nullptr)},
   };
+  // Only a run given --input lists its inputs (sessions and `sluice serve` have none).
+  if (!spec.inputs.empty()) {
+    json inputs = json::array();
+    for (const InputFile& f : r.inputs) {
+      json entry = {{"path", f.path}, {"source", f.source}, {"bytes", f.bytes}};
+      if (f.error.empty())
+        entry["sha256"] = f.sha256;
+      else
+        entry["error"] = f.error;
+      inputs.push_back(std::move(entry));
+    }
+    receipt["inputs"] = std::move(inputs);
+    receipt["inputs_truncated"] = r.inputs_truncated;
+  }
+  return receipt;
 }
 
 }  // namespace sluice::runner

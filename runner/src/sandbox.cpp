@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "artifacts.hpp"
+#include "input_digests.hpp"
 #include "launch.hpp"
 #include "outcome.hpp"
 #include "supervise.hpp"
@@ -53,7 +54,8 @@ std::expected<bool, SetupError> collectScratch(const RunSpec& spec, pid_t init, 
 // committing it (on_result) while the namespaces and cgroups go away.
 std::expected<RunResult, SetupError> finishRun(const RunSpec& spec, const RunHooks& hooks,
                                                detail::Launched& l, detail::Supervised& sup,
-                                               detail::PhaseClock& clock, RunResult& result) {
+                                               detail::PhaseClock& clock,
+                                               detail::InputDigester& digester, RunResult& result) {
   bool disk_full = false;
   if (sup.have_report && !sup.child_error) {
     auto full = collectScratch(spec, l.init, result);
@@ -70,6 +72,12 @@ std::expected<RunResult, SetupError> finishRun(const RunSpec& spec, const RunHoo
   result.ended_at = std::chrono::system_clock::now();
   detail::fillOutcome(sup, stats, spec.limits, disk_full, result);
   result.isolation = detail::isolationOf(l, spec.uid, spec.gid);
+  if (!spec.inputs.empty()) {
+    detail::InputDigests digests = digester.take();
+    result.inputs = std::move(digests.files);
+    result.inputs_truncated = digests.truncated;
+    clock.mark("runner: waiting for input digests");
+  }
   if (hooks.on_result) hooks.on_result(result);
   l.teardown();
   clock.mark("runner: teardown (namespaces, cgroups)");
@@ -151,6 +159,9 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec, const Run
   RunResult result;
   result.started_at = std::chrono::system_clock::now();
   const auto t0 = Clock::now();
+  // The inputs are hashed alongside the sandbox's start and the program's run (input_digests.hpp);
+  // a run that ends early stops and joins the thread on return.
+  detail::InputDigester digester(spec.inputs);
   detail::PhaseClock clock(result.phases);
   auto launched = detail::launchSandbox(spec, hooks, std::move(prepared), clock);
   if (!launched) return std::unexpected(launched.error());
@@ -159,7 +170,7 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec, const Run
   if (sup.exec_at != Clock::time_point::max())
     clock.markAt("runner: sandbox setup until execve", sup.exec_at);
   clock.mark("runner: program run + reap");
-  auto r = finishRun(spec, hooks, l, sup, clock, result);
+  auto r = finishRun(spec, hooks, l, sup, clock, digester, result);
   detail::runnerLogger()->debug(
       "run {}: setup+run {} ms", spec.execution_id,
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());

@@ -175,6 +175,105 @@ TEST_F(EvidenceCmdTest, SandboxedProgramCannotReadTheSigningKey) {
   EXPECT_NE(v.out.find("last signed position: 1"), std::string::npos) << v.out;
 }
 
+// `sluice run --input`: the receipt lists every regular file given (a file, and a directory
+// walked without following its symlinks) with the sha256 of what was read at run time; the
+// receipt stays valid against its schema; the attestation names each as a resolved dependency
+// with that digest; and editing an input afterwards changes neither.
+TEST_F(EvidenceCmdTest, RunWithInputsListsTheirDigestsInReceiptAndAttestation) {
+  if (::geteuid() != 0) SLUICE_SKIP_OR_FAIL("sluice run needs root for its sandbox here");
+  namespace fs = std::filesystem;
+  fs::create_directories(dir_ / "in" / "data" / "sub");
+  fs::create_directories(dir_ / "outside-dir");
+  writeFile(dir_ / "in" / "notes.txt", "notes\n");
+  writeFile(dir_ / "in" / "data" / "a.txt", "alpha\n");
+  writeFile(dir_ / "in" / "data" / "sub" / "deep.txt", "deep\n");
+  writeFile(dir_ / "outside.txt", "outside\n");
+  writeFile(dir_ / "outside-dir" / "x.txt", "x\n");
+  fs::create_symlink(dir_ / "outside.txt", dir_ / "in" / "data" / "link.txt");
+  fs::create_directory_symlink(dir_ / "outside-dir", dir_ / "in" / "data" / "linkdir");
+  fs::create_directories(dir_ / "out");
+  CliResult r =
+      runCli(dir_, {"run", "--policy", policy_.string(), "--audit", db_.string(), "--signing-key",
+                    key_.string(), "--receipt", (dir_ / "receipt.json").string(), "--output-dir",
+                    (dir_ / "out").string(), "--input", (dir_ / "in" / "notes.txt").string(),
+                    "--input", (dir_ / "in" / "data").string() + ":data", "--", "sh", "-c",
+                    "cat /input/data/a.txt /input/notes.txt > /output/copy.txt"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  const std::string in = fs::canonical(dir_ / "in").string();
+  auto entry = [&](const std::string& path, const std::string& source, const std::string& text) {
+    return nlohmann::json{{"path", path},
+                          {"source", in + "/" + source},
+                          {"bytes", text.size()},
+                          {"sha256", testing::sha256Hex(text)}};
+  };
+  const nlohmann::json expected = {entry("/input/data/a.txt", "data/a.txt", "alpha\n"),
+                                   entry("/input/data/sub/deep.txt", "data/sub/deep.txt", "deep\n"),
+                                   entry("/input/notes.txt", "notes.txt", "notes\n")};
+  auto receipt = nlohmann::json::parse(slurp(dir_ / "receipt.json"), nullptr, false);
+  ASSERT_TRUE(receipt.is_object());
+  EXPECT_EQ(receipt["inputs"], expected) << receipt["inputs"].dump(1);
+  EXPECT_EQ(receipt["inputs_truncated"], false);
+
+  if (std::system("python3 -c 'import jsonschema' 2>/dev/null") != 0) {
+    if (testing::isolationRequired()) FAIL() << "python3-jsonschema missing";
+  } else {
+    const std::string validate =
+        "python3 -c 'import json,sys,jsonschema; "
+        "jsonschema.validate(json.load(open(sys.argv[1])), json.load(open(sys.argv[2])))' " +
+        (dir_ / "receipt.json").string() + " " SLUICE_SOURCE_DIR "/schemas/receipt.v1.schema.json";
+    EXPECT_EQ(std::system(validate.c_str()), 0);
+  }
+
+  // The host file changes after the run: the stored receipt keeps what was read.
+  writeFile(dir_ / "in" / "data" / "a.txt", "changed after the run\n");
+  CliResult q = runCli(dir_, {"audit", "sql", "--db", db_.string(), "--format", "json",
+                              "SELECT receipt FROM executions"});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  auto rows = nlohmann::json::parse(q.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array() && rows.size() == 1u) << q.out;
+  EXPECT_EQ(rows[0]["receipt"]["inputs"], expected);
+
+  CliResult a =
+      runCli(dir_, {"audit", "attest", "--db", db_.string(), "--execution",
+                    receipt["execution_id"].get<std::string>(), "--signing-key", key_.string()});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  writeFile(dir_ / "att.json", a.out);
+  CliResult va = runCli(dir_, {"audit", "verify-attestation", "--pubkey", pub_.string(),
+                               (dir_ / "att.json").string()});
+  EXPECT_EQ(va.exit_code, 0) << va.out << va.err;
+  auto pub = PublicKey::load(pub_);
+  ASSERT_TRUE(pub.has_value());
+  AttestationCheck c = verifyAttestation(a.out, **pub);
+  ASSERT_TRUE(c.ok) << c.reason;
+  const auto statement = nlohmann::json::parse(c.statement_json);
+  nlohmann::json inputs = nlohmann::json::array();
+  for (const auto& d : statement["predicate"]["buildDefinition"]["resolvedDependencies"])
+    if (d["uri"].get<std::string>().starts_with("file://")) inputs.push_back(d);
+  nlohmann::json want = nlohmann::json::array();
+  for (const auto& e : expected)
+    want.push_back({{"uri", "file://" + e["path"].get<std::string>()},
+                    {"digest", {{"sha256", e["sha256"]}}},
+                    {"annotations", {{"source", e["source"]}}}});
+  EXPECT_EQ(inputs, want) << inputs.dump(1);
+}
+
+// Past 10,000 files an input directory is cut, and the receipt says so (and stays valid).
+TEST_F(EvidenceCmdTest, InputsPastTenThousandFilesAreCutAndSaySo) {
+  if (::geteuid() != 0) SLUICE_SKIP_OR_FAIL("sluice run needs root for its sandbox here");
+  std::filesystem::create_directories(dir_ / "many");
+  for (int i = 0; i <= 10000; ++i) writeFile(dir_ / "many" / ("f" + std::to_string(i)), "");
+  CliResult r = runCli(
+      dir_, {"run", "--policy", policy_.string(), "--receipt", (dir_ / "receipt.json").string(),
+             "--input", (dir_ / "many").string(), "--", "true"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto receipt = nlohmann::json::parse(slurp(dir_ / "receipt.json"), nullptr, false);
+  ASSERT_TRUE(receipt.is_object());
+  EXPECT_EQ(receipt["inputs"].size(), 10000u);
+  EXPECT_EQ(receipt["inputs_truncated"], true);
+  EXPECT_EQ(receipt["inputs"][0]["sha256"], testing::sha256Hex(""));
+}
+
 /// A signed store of `rows` rows: execution exec-first at seq 1, exec-middle half way and
 /// exec-last at seq `rows`, connections between; signed every `checkpoint_rows` rows and at close.
 void writeSignedStore(const std::filesystem::path& db, std::shared_ptr<const SigningKey> key,

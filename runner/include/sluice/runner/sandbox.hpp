@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <expected>
 #include <filesystem>
@@ -120,6 +121,19 @@ struct ArtifactsTruncated {
   std::uint64_t skipped = 0;  // entries left behind, all reasons (an unentered directory is 1)
 };
 
+/// One regular file of an --input as the receipt lists it (docs/sandbox.md "Inputs"): hashed
+/// on a thread of its own while the sandbox starts, so a digest is what was read at run time.
+struct InputFile {
+  std::string path;    // inside the sandbox: /input/...
+  std::string source;  // on the host (the input's symlinks resolved, none followed beneath it)
+  std::uint64_t bytes = 0;
+  std::string sha256;  // empty when the file could not be read (then `error` says why)
+  std::string error;   // strerror of the failure; empty when hashed
+};
+
+/// At most this many input files are listed per run (RunResult::inputs_truncated past it).
+inline constexpr std::size_t kMaxInputFiles = 10000;
+
 struct Isolation {
   std::vector<std::string> namespaces;  // "mount", "pid", "net", "ipc", "uts", "cgroup"
   bool seccomp = false;
@@ -139,6 +153,8 @@ struct RunResult {
   StreamCapture err;
   std::vector<Artifact> artifacts;
   std::optional<ArtifactsTruncated> artifacts_truncated;  // none: all of /output collected
+  std::vector<InputFile> inputs;  // every regular file of RunSpec::inputs, sorted by path
+  bool inputs_truncated = false;  // more than kMaxInputFiles: the rest are not listed
   Isolation isolation;
   std::chrono::system_clock::time_point started_at;
   std::chrono::system_clock::time_point ended_at;
