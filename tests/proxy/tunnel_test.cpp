@@ -254,7 +254,11 @@ TEST_F(TunnelTest, RawBytesWhereRequestRulesApplyAreRefused) {
   auto row = sink_->waitConnection([](const auto& e) { return e.reason == "not_http"; });
   ASSERT_TRUE(row);
   EXPECT_EQ(row->decision, "deny");
-  EXPECT_EQ(up_.echoLog().accepted.load(), 1);  // dialled, but nothing relayed
+  // Dialled, but nothing relayed. The echo server counts the connection when its own accept
+  // runs, on its thread, which may come after the proxy's row: wait for it.
+  for (int i = 0; i < 200 && up_.echoLog().accepted.load() == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(up_.echoLog().accepted.load(), 1);
 }
 
 }  // namespace
