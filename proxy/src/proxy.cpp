@@ -173,12 +173,8 @@ class ProxyImpl : public Proxy {
         return std::unexpected(Error{"adoptDns: the proxy is stopped"});
       }
       dns_.push_back(e);
-      // The receipt's DNS counts: the execution's (first) listener's account.
-      for (auto& l : listeners_)
-        if (!identity.execution_id.empty() && l->execution_id == identity.execution_id) {
-          e->chargeTo(l->account);
-          break;
-        }
+      // The receipt's DNS counts: the execution's account.
+      if (auto account = executionAccountLocked(identity.execution_id)) e->chargeTo(account);
     }
     e->start();
     log().info("serving DNS for workflow {}{}", identity.matcher->workflow().name,
@@ -201,11 +197,7 @@ class ProxyImpl : public Proxy {
         return std::unexpected(Error{"adoptBlockedLog: the proxy is stopped"});
       }
       blocked_.push_back(b);
-      for (auto& l : listeners_)
-        if (!identity.execution_id.empty() && l->execution_id == identity.execution_id) {
-          b->chargeTo(l->account);
-          break;
-        }
+      if (auto account = executionAccountLocked(identity.execution_id)) b->chargeTo(account);
     }
     b->start();
     return {};
@@ -421,6 +413,15 @@ class ProxyImpl : public Proxy {
     fut.wait_for(std::chrono::seconds(2));
   }
 
+  // Under mu_: the account of execution `id` (its first listener's; the others share it), or
+  // null for none or an empty id.
+  std::shared_ptr<Account> executionAccountLocked(const std::string& id) const {
+    if (id.empty()) return nullptr;
+    for (const auto& l : listeners_)
+      if (l->execution_id == id) return l->account;
+    return nullptr;
+  }
+
   net::io_context ioc_;
   ResolvePool resolve_pool_;
   std::shared_ptr<Context> ctx_;
@@ -429,6 +430,7 @@ class ProxyImpl : public Proxy {
   unsigned threads_count_ = 1;
   mutable std::mutex mu_;
   std::vector<std::shared_ptr<Listener>> listeners_;
+
   std::vector<std::shared_ptr<dns::Endpoint>> dns_;     // sluice's DNS, one per execution
   std::vector<std::shared_ptr<blocked::Log>> blocked_;  // blocked-attempt logs, one each
   // Final counters of the most recently closed executions (their listeners are freed).
