@@ -10,7 +10,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <cstring>
+#include <functional>
 #include <random>
+#include <vector>
 
 #include "isolation.hpp"
 #include "proxy_fixture.hpp"
@@ -152,6 +155,65 @@ class TransparentNetnsTest : public ProxyFixture {
            "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
            "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n";
   }
+
+  // A child in a network namespace of its own, made like the runner makes a sandbox's: lo, a
+  // default route via lo, and TCP to anything but loopback redirected to its listener at
+  // 127.0.0.1:3128, which the proxy adopts with `id`. The child then runs `probes` (HTTP GETs
+  // from inside) and their results come back, one int each; empty if something failed (with a
+  // test failure).
+  std::vector<int> probeFromRedirectedNetns(const ListenerIdentity& id, std::size_t count,
+                                            const std::function<std::vector<int>()>& probes) {
+    int sv[2], results[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0 ||
+        ::pipe2(results, O_CLOEXEC) != 0) {
+      ADD_FAILURE() << "socketpair/pipe: " << std::strerror(errno);
+      return {};
+    }
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::close(sv[0]);
+      ::close(results[0]);
+      if (::unshare(CLONE_NEWNET) != 0) ::_exit(10);
+      // `src 127.0.0.1`: without it a connection to a routed address gets source 0.0.0.0, and
+      // the redirected replies go nowhere.
+      if (std::system("ip link set lo up && ip route add default dev lo src 127.0.0.1 && "
+                      "printf 'table inet t {\\n chain out { type nat hook output priority -100;\\n"
+                      "  ip daddr != 127.0.0.0/8 tcp dport != 3128 redirect to :3128\\n }\\n}\\n' "
+                      "| nft -f -") != 0)
+        ::_exit(11);
+      int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      int one = 1;
+      ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_port = htons(3128);
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 16) != 0)
+        ::_exit(12);
+      sendFd(sv[1], l);
+      char go;
+      if (::read(sv[1], &go, 1) != 1) ::_exit(13);  // the proxy has it
+      const std::vector<int> r = probes();
+      (void)::write(results[1], r.data(), r.size() * sizeof(int));
+      ::_exit(0);
+    }
+    ::close(sv[1]);
+    ::close(results[1]);
+    std::vector<int> r(count, 0);
+    const int fd = recvFd(sv[0]);
+    const bool adopted = fd >= 0 && proxy_->adoptListener(fd, id).has_value();
+    EXPECT_TRUE(adopted) << "the child's listener was not adopted";
+    if (adopted) (void)::write(sv[0], "g", 1);
+    ::close(sv[0]);  // the child gives up unless it got "g"
+    const ssize_t want = static_cast<ssize_t>(count * sizeof(int));
+    const bool read_all = adopted && ::read(results[0], r.data(), want) == want;
+    ::close(results[0]);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_TRUE(read_all) << "the child's results did not come back";
+    return read_all ? r : std::vector<int>{};
+  }
 };
 
 // The test's own namespace, like the runner will make it: lo, a default route via lo, and
@@ -165,53 +227,15 @@ TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
   const auto synthetic = names->v4For("upstream.test");
   ASSERT_TRUE(synthetic);
   const std::uint16_t up = up_.httpPort();
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  int results[2];
-  ASSERT_EQ(::pipe2(results, O_CLOEXEC), 0);
-  pid_t child = ::fork();
-  if (child == 0) {
-    ::close(sv[0]);
-    ::close(results[0]);
-    if (::unshare(CLONE_NEWNET) != 0) ::_exit(10);
-    // `src 127.0.0.1`: without it a connection to a routed address gets source 0.0.0.0, and
-    // the redirected replies go nowhere.
-    if (std::system("ip link set lo up && ip route add default dev lo src 127.0.0.1 && "
-                    "printf 'table inet t {\\n chain out { type nat hook output priority -100;\\n"
-                    "  ip daddr != 127.0.0.0/8 tcp dport != 3128 redirect to :3128\\n }\\n}\\n' "
-                    "| nft -f -") != 0)
-      ::_exit(11);
-    int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(3128);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 16) != 0)
-      ::_exit(12);
-    sendFd(sv[1], l);
-    char go;
-    if (::read(sv[1], &go, 1) != 1) ::_exit(13);                 // the proxy has it
-    int r[3] = {getFrom(synthetic->str(), up, "anything.test"),  // by the DNS map
-                getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up)),  // by Host
-                getFrom("203.0.113.8", up, "denied.test")};  // refused: reset
-    (void)::write(results[1], r, sizeof r);
-    ::_exit(0);
-  }
-  ::close(sv[1]);
-  ::close(results[1]);
-  int fd = recvFd(sv[0]);
-  ASSERT_GE(fd, 0);
   ListenerIdentity id{"exec-transparent", matcher_};
   id.names = names;
-  ASSERT_TRUE(proxy_->adoptListener(fd, id).has_value());
-  (void)::write(sv[0], "g", 1);
-  int r[3] = {0, 0, 0};
-  EXPECT_EQ(::read(results[0], r, sizeof r), static_cast<ssize_t>(sizeof r));
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto r = probeFromRedirectedNetns(id, 3, [&] {
+    return std::vector<int>{
+        getFrom(synthetic->str(), up, "anything.test"),                     // by the DNS map
+        getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up)),  // by Host
+        getFrom("203.0.113.8", up, "denied.test")};                         // refused: reset
+  });
+  ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0], 200) << "by the synthetic address's name";
   EXPECT_EQ(r[1], 200) << "by the Host header";
   EXPECT_LT(r[2], 0) << "a denied host gets a reset, not an HTTP answer";
@@ -223,8 +247,6 @@ TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
       [](const auto& e) { return e.host == "upstream.test" && e.decision == "allow"; });
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->kind, "transparent");
-  ::close(sv[0]);
-  ::close(results[0]);
 }
 
 // A listener without DNS names is not a sandbox's: a connection DNAT'd to it (a published
@@ -236,51 +258,12 @@ TEST_F(TransparentNetnsTest, ListenerWithoutNamesTakesNoConnectionForARedirected
     GTEST_SKIP() << "needs root and nft";
   }
   const std::uint16_t up = up_.httpPort();
-  int sv[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  int results[2];
-  ASSERT_EQ(::pipe2(results, O_CLOEXEC), 0);
-  pid_t child = ::fork();
-  if (child == 0) {
-    ::close(sv[0]);
-    ::close(results[0]);
-    if (::unshare(CLONE_NEWNET) != 0) ::_exit(10);
-    if (std::system("ip link set lo up && ip route add default dev lo src 127.0.0.1 && "
-                    "printf 'table inet t {\\n chain out { type nat hook output priority -100;\\n"
-                    "  ip daddr != 127.0.0.0/8 tcp dport != 3128 redirect to :3128\\n }\\n}\\n' "
-                    "| nft -f -") != 0)
-      ::_exit(11);
-    int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(3128);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 16) != 0)
-      ::_exit(12);
-    sendFd(sv[1], l);
-    char go;
-    if (::read(sv[1], &go, 1) != 1) ::_exit(13);
-    int r = getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up));
-    (void)::write(results[1], &r, sizeof r);
-    ::_exit(0);
-  }
-  ::close(sv[1]);
-  ::close(results[1]);
-  int fd = recvFd(sv[0]);
-  ASSERT_GE(fd, 0);
-  ASSERT_TRUE(proxy_->adoptListener(fd, ListenerIdentity{"exec-dnat", matcher_}).has_value());
-  (void)::write(sv[0], "g", 1);
-  int r = 0;
-  EXPECT_EQ(::read(results[0], &r, sizeof r), static_cast<ssize_t>(sizeof r));
-  int status = 0;
-  ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
-  EXPECT_EQ(r, 400) << "answered as a proxy client (origin-form refused), not relayed";
+  auto r = probeFromRedirectedNetns(ListenerIdentity{"exec-dnat", matcher_}, 1, [&] {
+    return std::vector<int>{getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up))};
+  });
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0], 400) << "answered as a proxy client (origin-form refused), not relayed";
   EXPECT_EQ(up_.httpLog().accepted.load(), 0);
-  ::close(sv[0]);
-  ::close(results[0]);
 }
 
 }  // namespace
