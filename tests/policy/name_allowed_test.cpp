@@ -84,18 +84,16 @@ TEST(NameMayBeAllowed, TheAnswerNamesTheRuleBehindIt) {
       "    - {id: web, action: allow, hosts: [s.example.com, open.example.com], ports: [443]}\n"
       "    - {id: shut, action: deny, hosts: [s.example.com], ports: [443]}\n");
   ASSERT_TRUE(m);
-  auto open = m->nameAnswer("open.example.com");
-  EXPECT_TRUE(open.may_be_allowed);
-  ASSERT_NE(open.rule, nullptr);
-  EXPECT_EQ(open.rule->id, "web");
-  auto shut = m->nameAnswer("s.example.com");
-  EXPECT_FALSE(shut.may_be_allowed);
-  ASSERT_NE(shut.rule, nullptr);
-  EXPECT_EQ(shut.rule->id, "shut");
-  auto other = m->nameAnswer("t.example.com");
-  EXPECT_FALSE(other.may_be_allowed);
-  ASSERT_NE(other.rule, nullptr);
-  EXPECT_EQ(other.rule->id, "ssh");
+  auto expectAnswer = [&](const char* name, bool may_be_allowed, const char* rule) {
+    SCOPED_TRACE(name);
+    auto a = m->nameAnswer(name);
+    EXPECT_EQ(a.may_be_allowed, may_be_allowed);
+    ASSERT_NE(a.rule, nullptr);
+    EXPECT_EQ(a.rule->id, rule);
+  };
+  expectAnswer("open.example.com", true, "web");
+  expectAnswer("s.example.com", false, "shut");
+  expectAnswer("t.example.com", false, "ssh");
   auto none = m->nameAnswer("example.org");
   EXPECT_FALSE(none.may_be_allowed);
   EXPECT_EQ(none.rule, nullptr);
