@@ -246,6 +246,30 @@ TEST(StoreTest, EmptyExecutionIdIsRefused) {
   EXPECT_FALSE(store->recordExecution(testing::sampleExecution("")).has_value());
 }
 
+// `threads` producers at once, producer t as execution PREFIX-t: for each i below
+// `per_thread` a connection, its request when i is a multiple of `request_every`, and after
+// every `receipt_every`-th connection a receipt PREFIX-t-rI (it waits for its commit). Returns
+// how many receipts were stored.
+int produceConcurrently(Store& store, const std::string& prefix, int threads, int per_thread,
+                        int request_every, int receipt_every) {
+  std::vector<std::thread> producers;
+  std::atomic<int> receipts_ok{0};
+  for (int t = 0; t < threads; ++t) {
+    producers.emplace_back([&, t] {
+      const std::string exec = prefix + "-" + std::to_string(t);
+      for (int i = 0; i < per_thread; ++i) {
+        store.recordConnection(testing::sampleConnection(i, exec));
+        if (i % request_every == 0) store.recordRequest(testing::sampleRequest(i, exec));
+        if (i % receipt_every == receipt_every - 1 &&
+            store.recordExecution(testing::sampleExecution(exec + "-r" + std::to_string(i))))
+          receipts_ok.fetch_add(1);
+      }
+    });
+  }
+  for (auto& p : producers) p.join();
+  return receipts_ok.load();
+}
+
 TEST(StoreTest, ConcurrentProducersWithBackpressureLoseNothing) {
   TempDir dir;
   auto db = dir / "audit.db";
@@ -257,25 +281,9 @@ TEST(StoreTest, ConcurrentProducersWithBackpressureLoseNothing) {
     o.batch_rows = 100;
     auto store = testing::openStore(db, o);
     ASSERT_TRUE(store);
-    std::vector<std::thread> threads;
-    std::atomic<int> receipts_ok{0};
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        std::string exec = "exec-" + std::to_string(t);
-        for (int i = 0; i < kPerThread; ++i) {
-          store->recordConnection(testing::sampleConnection(i, exec));
-          if (i % 2 == 0) store->recordRequest(testing::sampleRequest(i, exec));
-          if (i % 1000 == 999) {
-            auto r =
-                store->recordExecution(testing::sampleExecution(exec + "-" + std::to_string(i)));
-            if (r) receipts_ok.fetch_add(1);
-          }
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
+    EXPECT_EQ(produceConcurrently(*store, "exec", kThreads, kPerThread, 2, 1000),
+              kThreads * (kPerThread / 1000));
     EXPECT_TRUE(store->healthy());
-    EXPECT_EQ(receipts_ok.load(), kThreads * (kPerThread / 1000));
   }
   RawDb raw(db);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), kThreads * kPerThread);
@@ -307,23 +315,9 @@ TEST(StoreTest, ReceiptsFromManyThreadsKeepEveryRowInQueueOrder) {
     o.batch_rows = 7;  // small batches: the writer thread writes often too
     auto store = testing::openStore(db, o);
     ASSERT_TRUE(store);
-    std::vector<std::thread> threads;
-    std::atomic<int> receipts_ok{0};
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        std::string exec = "order-" + std::to_string(t);
-        for (int i = 0; i < kPerThread; ++i) {
-          store->recordConnection(testing::sampleConnection(i, exec));
-          store->recordRequest(testing::sampleRequest(i, exec));
-          if (i % 50 == 49 &&
-              store->recordExecution(testing::sampleExecution(exec + "-r" + std::to_string(i))))
-            receipts_ok.fetch_add(1);
-        }
-      });
-    }
-    for (auto& th : threads) th.join();
+    EXPECT_EQ(produceConcurrently(*store, "order", kThreads, kPerThread, 1, 50),
+              kThreads * (kPerThread / 50));
     EXPECT_TRUE(store->healthy());
-    EXPECT_EQ(receipts_ok.load(), kThreads * (kPerThread / 50));
   }
   RawDb raw(db);
   for (int t = 0; t < kThreads; ++t) {
