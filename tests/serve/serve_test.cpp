@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -808,6 +809,67 @@ TEST_F(ServeProcessTest, SandboxInitsComeFromAZygoteAndHoldNoCopyOfTheDaemonsTok
   ::waitpid(daemon, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
   EXPECT_TRUE(sluice::testing::childrenNamed(daemon, "sluice-init").empty());
+}
+
+// The zygote's socket would let whoever holds it have sandboxes' helpers forked as root, and
+// the daemon's API socket and audit files are its own: no sandbox process may hold any of
+// them, and a program holds nothing but its stdio. Checked from outside, on a session's init
+// and on a program running in it, by the files the descriptors point at.
+TEST_F(ServeProcessTest, SandboxProcessesHoldNoDescriptorOfTheDaemonOrItsZygote) {
+  REQUIRE_SANDBOX();
+  const std::string marker = "4545" + std::to_string(::getpid());
+  pid_t daemon = spawnDaemon();
+  ASSERT_GT(daemon, 0);
+  auto zygotes =
+      sluice::testing::waitForChildrenNamed(daemon, "sluice-zygote", std::chrono::seconds(5));
+  ASSERT_EQ(zygotes.size(), 1u);
+  std::string session;
+  std::thread t = longExec(marker, session);
+  auto fileIds = [](pid_t pid) {
+    std::map<std::string, std::pair<dev_t, ino_t>> out;  // fd -> what it points at
+    for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd")) {
+      struct stat st {};
+      if (::stat(e.path().c_str(), &st) == 0)
+        out[e.path().filename().string()] = {st.st_dev, st.st_ino};
+    }
+    return out;
+  };
+  std::set<std::pair<dev_t, ino_t>> forbidden;
+  for (const auto& [fd, id] : fileIds(zygotes[0]))
+    if (std::stoi(fd) > 2) forbidden.insert(id);  // its socket (0-2: the daemon's stdio)
+  for (const auto& e : fs::directory_iterator("/proc/" + std::to_string(daemon) + "/fd")) {
+    std::error_code ec;
+    const std::string target = fs::read_symlink(e.path(), ec).string();
+    struct stat st {};
+    if (target.find("audit.db") != std::string::npos && ::stat(e.path().c_str(), &st) == 0)
+      forbidden.insert({st.st_dev, st.st_ino});
+  }
+  struct stat api {};
+  ASSERT_EQ(::stat(socket().c_str(), &api), 0);
+  ASSERT_GE(forbidden.size(), 2u) << "the zygote's socket and the audit store were not found";
+  auto inits = sluice::testing::childrenNamed(daemon, "sluice-init");
+  ASSERT_FALSE(inits.empty());
+  pid_t program = -1;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream f(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(f)), {});
+    if (cmd.starts_with(std::string("sleep\0", 6) + marker))
+      program = std::stoi(e.path().filename().string());
+  }
+  ASSERT_GT(program, 0);
+  for (pid_t pid : {inits[0], program}) {
+    SCOPED_TRACE("pid " + std::to_string(pid));
+    for (const auto& [fd, id] : fileIds(pid)) {
+      EXPECT_FALSE(forbidden.contains(id)) << "fd " << fd << " is the daemon's or the zygote's";
+      EXPECT_FALSE(id.first == api.st_dev && id.second == api.st_ino) << "fd " << fd;
+    }
+  }
+  std::set<std::string> program_fds;
+  for (const auto& [fd, id] : fileIds(program)) program_fds.insert(fd);
+  EXPECT_EQ(program_fds, (std::set<std::string>{"0", "1", "2"}));
+  ::kill(daemon, SIGTERM);
+  ::waitpid(daemon, nullptr, 0);
+  t.join();
 }
 
 TEST_F(ServeProcessTest, SigtermLeavesNoZygoteBehind) {
