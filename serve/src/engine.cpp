@@ -250,8 +250,10 @@ rn::PreparedSandboxPtr Engine::preparedSandbox() {
   if (!options_.zygote) return nullptr;
   auto p = options_.zygote->prepare();
   if (p) return std::move(*p);
-  spdlog::warn("{}: {}; building the sandbox from the daemon itself", p.error().step,
-               p.error().message);
+  // Warned once: a zygote that is gone stays gone, and every sandbox would say so again.
+  spdlog::log(zygote_warned_.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
+              "{}: {}; building the sandbox from the daemon itself", p.error().step,
+              p.error().message);
   return nullptr;
 }
 

@@ -146,6 +146,7 @@ class Engine {
   ServeOptions options_;
   Metrics& metrics_;
   Pool* pool_ = nullptr;
+  std::atomic<bool> zygote_warned_{false};  // preparedSandbox() has warned of its failure
   std::shared_ptr<audit::Store> store_;
   std::shared_ptr<EventTee> tee_;
   std::shared_ptr<const policy::SecretStore> secrets_;
