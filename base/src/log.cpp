@@ -50,11 +50,12 @@ struct Loggers {
     auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
     for (std::size_t i = 0; i < kNames.size(); ++i) {
       std::string name(kNames[i]);
-      // A logger registered before us (a test, an embedding program) is kept.
+      // A logger registered before us (a test, an embedding program) is kept. A new one
+      // takes the registry's level and formatter (spdlog::set_level before first use holds).
       all[i] = spdlog::get(name);
       if (!all[i]) {
         all[i] = std::make_shared<spdlog::logger>(name, sink);
-        spdlog::register_logger(all[i]);
+        spdlog::initialize_logger(all[i]);
       }
     }
   }

@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -14,6 +13,8 @@
 #include <limits>
 #include <memory>
 #include <utility>
+
+#include "sluice/base/digest.hpp"
 
 namespace sluice::runner {
 
@@ -93,21 +94,11 @@ class Fd {
   int fd_;
 };
 
-std::string hex(const unsigned char* d, unsigned n) {
-  static const char* k = "0123456789abcdef";
-  std::string s;
-  for (unsigned i = 0; i < n; ++i) {
-    s += k[d[i] >> 4];
-    s += k[d[i] & 15];
-  }
-  return s;
-}
-
-void hashZeros(EVP_MD_CTX* md, std::uint64_t n) {
-  static const unsigned char zeros[kChunk] = {};
+void hashZeros(base::Sha256& md, std::uint64_t n) {
+  static const char zeros[kChunk] = {};
   while (n > 0) {
     const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(n, kChunk));
-    EVP_DigestUpdate(md, zeros, k);
+    md.update(std::string_view(zeros, k));
     n -= k;
   }
 }
@@ -130,7 +121,8 @@ bool pwriteAll(int fd, const char* p, std::size_t n, std::uint64_t off) {
 // disk space: SEEK_DATA/SEEK_HOLE (tmpfs has them; elsewhere lseek fails with EINVAL and the
 // whole file is read as data). Returns the bytes hashed (fewer than `size` if the file shrank),
 // or the errno of a failed write.
-std::expected<std::uint64_t, int> copySparse(int in, int out, std::uint64_t size, EVP_MD_CTX* md) {
+std::expected<std::uint64_t, int> copySparse(int in, int out, std::uint64_t size,
+                                             base::Sha256& md) {
   char buf[kChunk];
   std::uint64_t off = 0;
   while (off < size) {
@@ -152,7 +144,7 @@ std::expected<std::uint64_t, int> copySparse(int in, int out, std::uint64_t size
           ::pread(in, buf, std::min<std::uint64_t>(end - off, kChunk), static_cast<off_t>(off));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return off;  // shrank under us, or unreadable: what was read so far
-      EVP_DigestUpdate(md, buf, static_cast<std::size_t>(n));
+      md.update(std::string_view(buf, static_cast<std::size_t>(n)));
       if (out >= 0 && !pwriteAll(out, buf, static_cast<std::size_t>(n), off))
         return std::unexpected(errno);
       off += static_cast<std::uint64_t>(n);
@@ -275,19 +267,15 @@ class Walker {
                                O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644)
                     : -1);
     if (dst >= 0 && !out) return fail(rel);
-    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-    EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr);
-    auto copied = copySparse(in.get(), out.get(), size, md.get());
+    base::Sha256 md;
+    auto copied = copySparse(in.get(), out.get(), size, md);
     if (!copied) {
       errno = copied.error();
       return fail(rel);
     }
     // A trailing hole is no write at all: the length makes it.
     if (out && ::ftruncate(out.get(), static_cast<off_t>(*copied)) != 0) return fail(rel);
-    unsigned char digest[EVP_MAX_MD_SIZE];
-    unsigned len = 0;
-    EVP_DigestFinal_ex(md.get(), digest, &len);
-    result_.files.push_back({rel, *copied, hex(digest, len)});
+    result_.files.push_back({rel, *copied, md.finishHex()});
     return true;
   }
 

@@ -5,7 +5,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -17,6 +16,8 @@
 #include <memory>
 #include <string>
 #include <utility>
+
+#include "sluice/base/digest.hpp"
 
 namespace sluice::runner::detail {
 namespace {
@@ -58,8 +59,7 @@ InputFile hashFile(Found f, std::vector<char>& buf, const std::stop_token& stop)
     ::close(fd);
     return out;
   }
-  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr);
+  base::Sha256 md;
   for (;;) {
     if (stop.stop_requested()) break;
     const ssize_t n = ::read(fd, buf.data(), buf.size());
@@ -69,19 +69,12 @@ InputFile hashFile(Found f, std::vector<char>& buf, const std::stop_token& stop)
       break;
     }
     if (n == 0) break;
-    EVP_DigestUpdate(md.get(), buf.data(), static_cast<std::size_t>(n));
+    md.update(std::string_view(buf.data(), static_cast<std::size_t>(n)));
     out.bytes += static_cast<std::uint64_t>(n);
   }
   ::close(fd);
   if (!out.error.empty()) return out;
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned len = 0;
-  EVP_DigestFinal_ex(md.get(), digest, &len);
-  static constexpr char kHex[] = "0123456789abcdef";
-  for (unsigned i = 0; i < len; ++i) {
-    out.sha256 += kHex[digest[i] >> 4];
-    out.sha256 += kHex[digest[i] & 15];
-  }
+  out.sha256 = md.finishHex();
   return out;
 }
 

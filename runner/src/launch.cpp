@@ -182,7 +182,7 @@ std::expected<void, SetupError> cloneInit(const ChildPlan& plan, Launched& l) {
 void warnNoTransparentCapture() {
   static std::once_flag once;
   std::call_once(once, [] {
-    runnerLogger()->warn(
+    runnerLog().warn(
         "not root: no transparent capture in the sandbox (only programs that use the proxy "
         "variables reach the network), no DNS sockets");
   });
@@ -292,15 +292,6 @@ long threadCount() {
   return threads;
 }
 
-std::shared_ptr<spdlog::logger> runnerLogger() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    auto l = spdlog::get("runner");
-    if (l) return l;
-    return spdlog::default_logger()->clone("runner");
-  }();
-  return log;
-}
-
 SetupError setupError(std::string step, std::string message) {
   return SetupError{SetupError::Kind::kSetup, std::move(step), std::move(message)};
 }
@@ -366,7 +357,7 @@ void Launched::teardown() {
   init = -1;
   if (cgroup) {
     cgroup->killAll();
-    if (auto r = cgroup->remove(); !r) runnerLogger()->warn("cgroup cleanup: {}", r.error());
+    if (auto r = cgroup->remove(); !r) runnerLog().warn("cgroup cleanup: {}", r.error());
     cgroup.reset();
   }
 }

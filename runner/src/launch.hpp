@@ -17,12 +17,9 @@
 
 #include "child.hpp"
 #include "fd.hpp"
+#include "sluice/base/log.hpp"
 #include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/sandbox.hpp"
-
-namespace spdlog {
-class logger;
-}
 
 namespace sluice::runner::detail {
 
@@ -31,7 +28,7 @@ using Clock = std::chrono::steady_clock;
 SetupError setupError(std::string step, std::string message);
 
 /// The component's logger ("runner").
-std::shared_ptr<spdlog::logger> runnerLogger();
+inline spdlog::logger& runnerLog() { return base::logger(base::LoggerId::kRunner); }
 
 /// Records how long each phase took (RunResult::phases, SLUICE_TIMING=1).
 class PhaseClock {

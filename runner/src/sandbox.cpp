@@ -171,7 +171,7 @@ std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec, const Run
     clock.markAt("runner: sandbox setup until execve", sup.exec_at);
   clock.mark("runner: program run + reap");
   auto r = finishRun(spec, hooks, l, sup, clock, digester, result);
-  detail::runnerLogger()->debug(
+  detail::runnerLog().debug(
       "run {}: setup+run {} ms", spec.execution_id,
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count());
   return r;

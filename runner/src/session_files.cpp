@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
-#include <openssl/evp.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -16,6 +15,7 @@
 #include "artifacts.hpp"
 #include "fd.hpp"
 #include "sandbox_paths.hpp"
+#include "sluice/base/digest.hpp"
 
 namespace sluice::runner::detail {
 namespace {
@@ -28,16 +28,6 @@ std::string failure(const std::string& path, int err) {
   if (err == ELOOP) return path + ": is a symbolic link (or leads through a /proc link)";
   if (err == ENXIO || err == kNotRegular) return path + ": not a regular file";
   return path + ": " + std::strerror(err);
-}
-
-std::string sha256Hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) out += {kHex[md[i] >> 4], kHex[md[i] & 15]};
-  return out;
 }
 
 // openat2 from the sandbox's root: ".." stops at the root, absolute symlinks are taken from
@@ -127,7 +117,7 @@ std::expected<FileInfo, std::string> writeSandboxFile(const SandboxRoot& r, cons
   if (::fchown(fd->get(), r.uid, r.gid) != 0 || ::ftruncate(fd->get(), 0) != 0 ||
       !writeAll(fd->get(), data))
     return std::unexpected(failure(path, errno));
-  return FileInfo{p->sandbox(), data.size(), sha256Hex(data), false};
+  return FileInfo{p->sandbox(), data.size(), base::sha256Hex(data), false};
 }
 
 std::expected<std::string, std::string> readSandboxFile(const SandboxRoot& r,
