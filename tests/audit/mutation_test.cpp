@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -301,6 +302,36 @@ TEST_F(MutationBattery, EveryChangedValueDeletedRowAndReorderingIsCaughtByVerify
               applied_, caught_, applied_ ? 100.0 * caught_ / applied_ : 0.0, refused_);
   EXPECT_EQ(caught_, applied_);
   EXPECT_GT(applied_, 500);
+}
+
+// checkpoints.seq is checked as 1, 2, ... in position order, so writers keep it that way: two
+// signing writers on one database both sign the chain's end when they close, and the second,
+// finding a checkpoint there already, adds none (it would cover nothing more).
+TEST(CheckpointNumbering, TwoSigningWritersLeaveOneCheckpointPerPosition) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  auto key = SigningKey::generate();
+  ASSERT_TRUE(key.has_value());
+  auto pub = PublicKey::fromPem((*key)->publicKeyPem(), "test");
+  ASSERT_TRUE(pub.has_value());
+  StoreOptions o;
+  o.signing_key = *key;
+  o.checkpoint_interval = std::chrono::hours(1);  // only the closes sign
+  auto a = testing::openStore(db, o);
+  auto b = testing::openStore(db, o);
+  ASSERT_TRUE(a && b);
+  for (int i = 0; i < 5; ++i) a->recordConnection(testing::sampleConnection(i, "exec-a"));
+  ASSERT_TRUE(a->flush().has_value());
+  for (int i = 0; i < 5; ++i) b->recordConnection(testing::sampleConnection(i, "exec-b"));
+  ASSERT_TRUE(b->flush().has_value());
+  b.reset();  // signs rows 1..10
+  a.reset();  // caught up to row 10 too: nothing past the stored checkpoint to add
+  RawDb raw(db);
+  EXPECT_EQ(raw.text("SELECT group_concat(seq || ':' || position) FROM checkpoints"), "1:10");
+  auto v = verify(db, pub->get());
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+  EXPECT_EQ(v->unsigned_tail, 0u);
 }
 
 }  // namespace
