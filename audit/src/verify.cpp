@@ -74,6 +74,28 @@ struct Cursor {
   }
 };
 
+/// The generated (VIRTUAL) columns of a table as a condition that holds when each equals its
+/// definition; "1" when there are none. They are not stored, but their definitions are (in the
+/// schema), and a rewritten definition would change what `audit query` shows.
+std::string_view generatedColumnsCheck(std::string_view table) {
+  // Guarded by json_valid: reading caller from a receipt that is not JSON would fail the
+  // statement; such a receipt fails the row's hash anyway.
+  if (table == "executions") {
+    return "CASE WHEN json_valid(receipt) THEN caller IS json_extract(receipt, '$.caller') AND "
+           "session_id IS json_extract(receipt, '$.session_id') ELSE 1 END";
+  }
+  if (table == "requests") return "id IS seq";
+  return "1";
+}
+
+/// chainSelectSql's columns, then whether the generated columns hold (generatedColumnsCheck).
+std::string verifySelectSql(const detail::ChainTable& t) {
+  std::string sql = "SELECT seq, prev_hash, hash";
+  for (auto c : t.columns) sql += fmt::format(", {}", c);
+  return fmt::format("{}, {} FROM {} WHERE seq > ?1 ORDER BY seq", sql,
+                     generatedColumnsCheck(t.name), t.name);
+}
+
 /// A policies row's values (kPolicyColumns): sha256 is the SHA-256 of yaml, both text.
 bool policyTextMatches(detail::RowHasher& hasher, const std::vector<Value>& values) {
   const auto* sha = std::get_if<std::string_view>(&values[0]);
@@ -91,7 +113,7 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
 
   std::vector<Cursor> cursors;
   for (const auto& t : detail::chainTables()) {
-    auto s = detail::prepare(db, raw, detail::chainSelectSql(t));
+    auto s = detail::prepare(db, raw, verifySelectSql(t));
     if (!s) return std::unexpected(s.error());
     Cursor c;
     c.table = &t;
@@ -196,6 +218,11 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
           fmt::format("{}: prev_hash does not match the hash of the row before it "
                       "(a row was deleted, inserted or reordered)",
                       cur->name()));
+    }
+    if (cur->stmt.columnInt(static_cast<int>(cur->table->columns.size() + 3)) != 1) {
+      return broken(fmt::format(
+          "{}: a generated column does not equal its definition (the schema was edited)",
+          cur->name()));
     }
     // Policy rows are content-addressed too: the key must be the text's SHA-256.
     if (cur->table == policies && !policyTextMatches(hasher, values)) {

@@ -29,6 +29,7 @@ using testing::TempDir;
 struct Column {
   std::string name;
   bool generated = false;  // PRAGMA table_xinfo hidden = 2 (VIRTUAL) or 3 (STORED)
+  std::string type;
 };
 
 /// Every table and its columns, read from the database itself: a column added to the schema
@@ -46,11 +47,12 @@ std::map<std::string, std::vector<Column>> schemaOf(RawDb& raw) {
   sqlite3_finalize(s);
   for (const auto& t : tables) {
     sqlite3_prepare_v2(raw.get(),
-                       ("SELECT name, hidden FROM pragma_table_xinfo('" + t + "')").c_str(), -1, &s,
-                       nullptr);
+                       ("SELECT name, hidden, type FROM pragma_table_xinfo('" + t + "')").c_str(),
+                       -1, &s, nullptr);
     while (sqlite3_step(s) == SQLITE_ROW) {
       out[t].push_back({reinterpret_cast<const char*>(sqlite3_column_text(s, 0)),
-                        sqlite3_column_int(s, 1) >= 2});
+                        sqlite3_column_int(s, 1) >= 2,
+                        reinterpret_cast<const char*>(sqlite3_column_text(s, 2))});
     }
     sqlite3_finalize(s);
   }
@@ -96,6 +98,32 @@ std::vector<std::string> newValues(const std::string& c) {
       "CAST(" + c + " AS INTEGER)",
       "X'00'",
   };
+}
+
+/// The table's CREATE statement with the definition of generated column `c` replaced by a
+/// constant of its type ("" if it has none): what an editor of the schema
+/// (PRAGMA writable_schema) could do to change what queries show without touching a row.
+std::string withForgedDefinition(const std::string& create, const Column& c) {
+  const std::string marker = "GENERATED ALWAYS AS (";
+  std::size_t at = create.find(c.name + " ");
+  if (at == std::string::npos) return "";
+  at = create.find(marker, at);
+  if (at == std::string::npos) return "";
+  const std::size_t open = at + marker.size() - 1;
+  std::size_t close = open;
+  for (int depth = 0; close < create.size(); ++close) {
+    if (create[close] == '(') ++depth;
+    if (create[close] == ')' && --depth == 0) break;
+  }
+  const std::string constant = c.type == "INTEGER" ? "(-1)" : "('forged')";
+  return create.substr(0, open) + constant + create.substr(close + 1);
+}
+
+/// `s` as an SQL string literal.
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char ch : s) out += ch == '\'' ? std::string("''") : std::string(1, ch);
+  return out + "'";
 }
 
 struct Outcome {
@@ -240,6 +268,26 @@ TEST_F(MutationBattery, EveryChangedValueDeletedRowAndReorderingIsCaughtByVerify
     }
   }
   EXPECT_EQ(unwritable, std::vector<std::string>{"chain_head.id"});
+
+  // Generated columns are not stored, but their definitions are: one rewritten in the schema
+  // would change what queries show. verify re-derives them.
+  int generated = 0;
+  for (const auto& [table, columns] : schema) {
+    for (const Column& c : columns) {
+      if (!c.generated) continue;
+      const std::string schema_sql = "SELECT sql FROM sqlite_master WHERE name = '" + table + "'";
+      const std::string forged = withForgedDefinition(base.text(schema_sql), c);
+      ASSERT_FALSE(forged.empty()) << table << "." << c.name;
+      const std::string what =
+          "PRAGMA writable_schema = ON; UPDATE sqlite_master SET sql = " + quoted(forged) +
+          " WHERE type = 'table' AND name = '" + table + "'";
+      auto o = mutate(what, schema_sql);
+      ASSERT_TRUE(o) << what;
+      expectCaught(table + "." + c.name + " redefined in the schema", o);
+      ++generated;
+    }
+  }
+  EXPECT_EQ(generated, 3);  // executions.caller, executions.session_id, requests.id
 
   // 2. Every row of every table deleted, one at a time.
   for (const auto& [table, columns] : schema) {
