@@ -1,22 +1,28 @@
--- sluice audit store, schema version 5 (PRAGMA user_version = 5).
+-- sluice audit store, schema version 6 (PRAGMA user_version = 6).
 -- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
 -- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
 --
--- Every row of executions, connections, requests, forwards, dns_queries and approvals carries `seq`, a
--- sequence number global to the database (one chain across the six tables, in insertion order), `prev_hash` (the hash
--- of the row with seq - 1, or 64 zeros for seq 1) and `hash` = SHA-256 over the canonical
--- encoding of the row (docs/audit.md, "Hash chain"). chain_head holds the last seq and hash
--- so that rows deleted from the end of the chain are detected too.
+-- Every row of policies, executions, connections, requests, forwards, dns_queries and approvals
+-- carries `seq`, a sequence number global to the database (one chain across the seven tables, in
+-- insertion order), `prev_hash` (the hash of the row with seq - 1, or 64 zeros for seq 1) and
+-- `hash` = SHA-256 over the canonical encoding of the row (docs/audit.md, "Hash chain").
+-- chain_head holds the last seq and hash so that rows deleted from the end of the chain are
+-- detected too. Every stored column is covered by a row hash or a checkpoint signature, or
+-- re-derived and checked by `audit verify` (docs/audit.md, "What covers each column").
 
 PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
-PRAGMA user_version = 5;
+PRAGMA user_version = 6;
 
--- Every policy text that decided anything, stored once by the SHA-256 of its bytes.
+-- Every policy text that decided anything, stored once by the SHA-256 of its bytes. Version 6
+-- makes each a row of the hash chain (so workflow and loaded_at are covered too).
 CREATE TABLE policies (
-  sha256     TEXT PRIMARY KEY NOT NULL,  -- lowercase hex SHA-256 of yaml
+  seq        INTEGER PRIMARY KEY,    -- global chain position
+  sha256     TEXT NOT NULL UNIQUE,   -- lowercase hex SHA-256 of yaml
   workflow   TEXT NOT NULL,
   yaml       TEXT NOT NULL,
-  loaded_at  INTEGER NOT NULL            -- when this store first saw it
+  loaded_at  INTEGER NOT NULL,       -- when this store first saw it
+  prev_hash  TEXT NOT NULL,
+  hash       TEXT NOT NULL
 ) STRICT;
 
 -- One row per finished execution (`sluice run`), committed durably before the run returns.
@@ -172,7 +178,9 @@ CREATE INDEX approvals_execution ON approvals (execution_id);
 -- "sluice-checkpoint v1\n<position>\n<root>\n<ts>\n". root is the RFC 9162 Merkle tree hash
 -- over the chain hashes of seq 1..position (leaf = SHA-256(0x00 || 32-byte row hash)).
 -- frontier is the writer's cache of the tree's right edge (hex subtree roots, largest first),
--- so a new writer resumes the tree without re-reading every row; nothing trusts it unverified.
+-- so a new writer resumes the tree without re-reading every row; verify recomputes it.
+-- Version 6: seq is 1, 2, ... in position order (verify checks it; a writer never adds a
+-- checkpoint at or before the newest one's position).
 CREATE TABLE checkpoints (
   seq        INTEGER PRIMARY KEY,  -- checkpoint number (its own sequence, not the chain's)
   position   INTEGER NOT NULL,     -- last chained seq covered (= the tree's size)

@@ -7,14 +7,15 @@
 
 namespace sluice::audit::detail {
 
-const std::array<ChainTable, 6>& chainTables() {
-  static const std::array<ChainTable, 6> tables = {{
+const std::array<ChainTable, 7>& chainTables() {
+  static const std::array<ChainTable, 7> tables = {{
       {"executions", kExecutionColumns, "started_at"},
       {"connections", kConnectionColumns, "ts"},
       {"requests", kRequestColumns, "ts"},
       {"forwards", kForwardColumns, "ts"},
       {"dns_queries", kDnsColumns, "ts"},
       {"approvals", kApprovalColumns, "asked_at"},
+      {"policies", kPolicyColumns, "loaded_at"},
   }};
   return tables;
 }

@@ -23,7 +23,7 @@ struct ChainTable {
 };
 
 /// Every chained table, in no particular order (rows interleave by seq).
-const std::array<ChainTable, 6>& chainTables();
+const std::array<ChainTable, 7>& chainTables();
 const ChainTable* findChainTable(std::string_view name);
 
 /// "SELECT seq, prev_hash, hash, <columns> FROM <table> WHERE seq > ?1 ORDER BY seq".

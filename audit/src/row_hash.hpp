@@ -43,6 +43,9 @@ inline constexpr auto kForwardColumns =
                                      "host", "path", "rule_id", "attempt", "injected_secrets"});
 inline constexpr auto kDnsColumns = std::to_array<std::string_view>(
     {"execution_id", "workflow", "ts", "name", "qtype", "answer", "decision", "rule_id", "reason"});
+/// Version 6: policy texts are chained rows too, so their workflow and loaded_at are covered.
+inline constexpr auto kPolicyColumns =
+    std::to_array<std::string_view>({"sha256", "workflow", "yaml", "loaded_at"});
 inline constexpr auto kApprovalColumns = std::to_array<std::string_view>(
     {"id", "execution_id", "session_id", "workflow", "caller", "rule_id", "host", "port", "method",
      "path", "decision", "reason", "scope", "decided_by", "asked_at", "decided_at"});

@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 
+#include "row_hash.hpp"
 #include "schema_sql.hpp"
 #include "sqlite_db.hpp"
 
@@ -14,8 +15,8 @@ namespace sluice::audit::detail {
 namespace {
 
 // kMigrations[v - 1] upgrades a version-v database to v + 1; it runs inside the open
-// transaction and must end by setting PRAGMA user_version; version 0 (empty file) gets
-// kSchemaSql. Keep each in step with schemas/audit.sql.
+// transaction and must end by setting PRAGMA user_version (5 -> 6: chainVersion5Policies()
+// does); version 0 (empty file) gets kSchemaSql. Keep each in step with schemas/audit.sql.
 constexpr std::array<std::string_view, kSchemaVersion - 1> kMigrations = {
     // 1 -> 2: the forwards table (write-ahead rows of requests sent upstream).
     R"sql(
@@ -116,7 +117,82 @@ CREATE TABLE checkpoints (
 CREATE INDEX checkpoints_position ON checkpoints (position);
 PRAGMA user_version = 5;
 )sql",
+    // 5 -> 6 (issue 21): policies become rows of the hash chain (chainVersion5Policies() moves
+    // the old rows into it and sets the version), and checkpoints are numbered 1, 2, ... in
+    // position order (the identity unless two signing writers raced).
+    R"sql(
+ALTER TABLE policies RENAME TO policies_v5;
+-- Every policy text that decided anything, stored once by the SHA-256 of its bytes. Version 6
+-- makes each a row of the hash chain (so workflow and loaded_at are covered too).
+CREATE TABLE policies (
+  seq        INTEGER PRIMARY KEY,    -- global chain position
+  sha256     TEXT NOT NULL UNIQUE,   -- lowercase hex SHA-256 of yaml
+  workflow   TEXT NOT NULL,
+  yaml       TEXT NOT NULL,
+  loaded_at  INTEGER NOT NULL,       -- when this store first saw it
+  prev_hash  TEXT NOT NULL,
+  hash       TEXT NOT NULL
+) STRICT;
+-- Renumbered in place (a rebuilt table's stored SQL would differ from a new database's).
+CREATE TEMP TABLE checkpoints_order AS
+  SELECT seq AS old, row_number() OVER (ORDER BY position, seq) AS new FROM checkpoints;
+UPDATE checkpoints SET seq = -seq;
+UPDATE checkpoints SET seq = (SELECT new FROM checkpoints_order WHERE old = -checkpoints.seq);
+DROP TABLE checkpoints_order;
+)sql",
 };
+
+/// The end of migration 5 -> 6: appends each version-5 policy row (not chained then) to the
+/// chain, in the order the store first saw them, keeping its loaded_at; the chain head moves
+/// on. Rows and checkpoints already there keep their hashes: the chain simply goes on.
+std::expected<void, Error> chainVersion5Policies(const std::filesystem::path& path, sqlite3* db) {
+  auto head = prepare(path, db, "SELECT seq, hash FROM chain_head WHERE id = 0");
+  if (!head) return std::unexpected(head.error());
+  if (head->step() != SQLITE_ROW)
+    return std::unexpected(Error{path.string() + ": chain_head row is missing"});
+  std::int64_t seq = head->columnInt(0);
+  std::string prev(head->columnText(1));
+  auto old = prepare(path, db,
+                     "SELECT sha256, workflow, yaml, loaded_at FROM policies_v5 "
+                     "ORDER BY loaded_at, sha256");
+  if (!old) return std::unexpected(old.error());
+  auto insert = prepare(path, db,
+                        "INSERT INTO policies (seq, prev_hash, hash, sha256, workflow, yaml, "
+                        "loaded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  if (!insert) return std::unexpected(insert.error());
+  RowHasher hasher;
+  int rc;
+  while ((rc = old->step()) == SQLITE_ROW) {
+    const std::array<Value, kPolicyColumns.size()> values = {
+        Value{old->columnText(0)}, Value{old->columnText(1)}, Value{old->columnText(2)},
+        Value{old->columnInt(3)}};
+    std::string hash = hasher.hash("policies", seq + 1, prev, values);
+    insert->bindInt(1, seq + 1);
+    insert->bindText(2, prev);
+    insert->bindText(3, hash);
+    for (std::size_t i = 0; i < 3; ++i)
+      insert->bindText(static_cast<int>(i + 4), old->columnText(static_cast<int>(i)));
+    insert->bindInt(7, old->columnInt(3));
+    int step_rc = insert->step();
+    insert->reset();
+    if (step_rc != SQLITE_DONE)
+      return std::unexpected(sqliteError(path, db, step_rc, "cannot chain the version-5 policies"));
+    ++seq;
+    prev = std::move(hash);
+  }
+  if (rc != SQLITE_DONE)
+    return std::unexpected(sqliteError(path, db, rc, "cannot read the version-5 policies"));
+  old = Stmt();
+  head = Stmt();
+  auto update = prepare(path, db, "UPDATE chain_head SET seq = ?1, hash = ?2 WHERE id = 0");
+  if (!update) return std::unexpected(update.error());
+  update->bindInt(1, seq);
+  update->bindText(2, prev);
+  if (rc = update->step(); rc != SQLITE_DONE)
+    return std::unexpected(sqliteError(path, db, rc, "cannot update the chain head"));
+  update = Stmt();
+  return exec(path, db, "DROP TABLE policies_v5; PRAGMA user_version = 6;");
+}
 
 struct Header {
   std::int64_t application_id = 0;
@@ -167,6 +243,7 @@ std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqli
   if (h->user_version > kSchemaVersion) return std::unexpected(newer(path, *h));
   for (auto v = h->user_version; v < kSchemaVersion; ++v) {
     auto r = exec(path, db, std::string(kMigrations[static_cast<std::size_t>(v - 1)]));
+    if (r && v == 5) r = chainVersion5Policies(path, db);
     if (!r) return r;
   }
   return {};

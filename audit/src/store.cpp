@@ -127,7 +127,8 @@ bool isSync(const Item& item) {
 }
 
 template <std::size_t N>
-std::string insertSql(std::string_view table, const std::array<std::string_view, N>& columns) {
+std::string insertSql(std::string_view table, const std::array<std::string_view, N>& columns,
+                      std::string_view verb = "INSERT") {
   std::string cols = "seq, prev_hash, hash";
   std::string params = "?1, ?2, ?3";
   for (std::size_t i = 0; i < N; ++i) {
@@ -135,7 +136,7 @@ std::string insertSql(std::string_view table, const std::array<std::string_view,
     cols += columns[i];
     params += fmt::format(", ?{}", i + 4);
   }
-  return fmt::format("INSERT INTO {} ({}) VALUES ({})", table, cols, params);
+  return fmt::format("{} INTO {} ({}) VALUES ({})", verb, table, cols, params);
 }
 
 void bindValue(Stmt& stmt, int index, const Value& v) {
@@ -389,9 +390,7 @@ std::expected<void, Error> Store::Impl::openWriter() {
         prep(insert_forward_, insertSql("forwards", detail::kForwardColumns)),
         prep(insert_dns_, insertSql("dns_queries", detail::kDnsColumns)),
         prep(insert_approval_, insertSql("approvals", detail::kApprovalColumns)),
-        prep(insert_policy_,
-             "INSERT OR IGNORE INTO policies (sha256, workflow, yaml, loaded_at) "
-             "VALUES (?1, ?2, ?3, ?4)"),
+        prep(insert_policy_, insertSql("policies", detail::kPolicyColumns, "INSERT OR IGNORE")),
         prep(read_head_, "SELECT seq, hash FROM chain_head WHERE id = 0"),
         prep(write_head_, "UPDATE chain_head SET seq = ?1, hash = ?2 WHERE id = 0"),
         prep(begin_, "BEGIN IMMEDIATE"), prep(commit_, "COMMIT"), prep(rollback_, "ROLLBACK")}) {
@@ -415,8 +414,12 @@ std::expected<void, Error> Store::Impl::loadTree() {
     return {};
   };
   if (auto r = prep(insert_checkpoint_,
+                    // Checkpoints are numbered in position order (verify checks it): one at or
+                    // before the newest one's position (another signing writer got there first)
+                    // adds nothing that one does not cover, and is left out.
                     "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6)");
+                    "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE ?1 > "
+                    "(SELECT coalesce(max(position), 0) FROM checkpoints)");
       !r) {
     return r;
   }
@@ -751,6 +754,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
   std::array<Value, detail::kForwardColumns.size()> fv;
   std::array<Value, detail::kDnsColumns.size()> dv;
   std::array<Value, detail::kApprovalColumns.size()> av;
+  std::array<Value, detail::kPolicyColumns.size()> pv;
 
   // Inserts one chained row; on a constraint violation (duplicate execution id) the row is
   // skipped and reported to its producer; any other error fails the batch.
@@ -775,6 +779,9 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
       return std::unexpected(std::move(e));
     }
     stmt.reset();
+    // INSERT OR IGNORE of a policy text the store already holds (another process stored it):
+    // nothing was written, so the row takes no seq.
+    if (sqlite3_changes(raw) == 0) return {};
     ++seq;
     if (checkpointer_) {
       new_leaves_.push_back(raw_hash);
@@ -797,14 +804,9 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
             path_.string(), p->workflow, p->sha256);
         continue;
       }
-      insert_policy_.bindText(1, p->sha256);
-      insert_policy_.bindText(2, p->workflow);
-      insert_policy_.bindText(3, p->yaml);
-      insert_policy_.bindInt(4, p->loaded_at);
-      int step_rc = insert_policy_.step();
-      insert_policy_.reset();
-      if (step_rc != SQLITE_DONE)
-        r = std::unexpected(stepError(step_rc, "cannot insert into policies"));
+      pv = {Value{std::string_view(p->sha256)}, Value{std::string_view(p->workflow)},
+            Value{std::string_view(p->yaml)}, Value{p->loaded_at}};
+      r = insertChained(insert_policy_, "policies", pv, i);
     } else if (auto* c = std::get_if<ConnectionEvent>(&batch[i])) {
       cv = {Value{std::string_view(c->id)},
             detail::textOrNull(c->execution_id),

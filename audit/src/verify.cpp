@@ -1,6 +1,7 @@
 // `verify`: walks the one hash chain across every chained table (chain_rows.hpp) in seq order,
-// recomputing every hash; also checks the checkpoints, the chain head and the policy texts'
-// hashes.
+// recomputing every hash and the policy texts' SHA-256; also checks the checkpoints (numbering,
+// root, frontier, signature) and the chain head. Every stored column is covered by one of
+// these (docs/audit.md, "What covers each column"); tests/audit/mutation_test.cpp proves it.
 #include <fmt/format.h>
 
 #include <limits>
@@ -62,15 +63,45 @@ struct Cursor {
     }
   }
 
-  /// "connections seq 57 (id c-1)": how a broken row is named.
+  /// "connections seq 57 (id c-1)", "policies seq 3 (sha256 ab12...)": how a broken row is
+  /// named.
   std::string name() const {
     const std::string_view t = table->name;
     std::string id = t == "requests" || t == "forwards" || t == "dns_queries"
                          ? std::to_string(seq)
                          : std::string(stmt.columnText(3));
-    return fmt::format("{} seq {} (id {})", t, seq, id);
+    return fmt::format("{} seq {} ({} {})", t, seq, t == "policies" ? "sha256" : "id", id);
   }
 };
+
+/// The generated (VIRTUAL) columns of a table as a condition that holds when each equals its
+/// definition; "1" when there are none. They are not stored, but their definitions are (in the
+/// schema), and a rewritten definition would change what `audit query` shows.
+std::string_view generatedColumnsCheck(std::string_view table) {
+  // Guarded by json_valid: reading caller from a receipt that is not JSON would fail the
+  // statement; such a receipt fails the row's hash anyway.
+  if (table == "executions") {
+    return "CASE WHEN json_valid(receipt) THEN caller IS json_extract(receipt, '$.caller') AND "
+           "session_id IS json_extract(receipt, '$.session_id') ELSE 1 END";
+  }
+  if (table == "requests") return "id IS seq";
+  return "1";
+}
+
+/// chainSelectSql's columns, then whether the generated columns hold (generatedColumnsCheck).
+std::string verifySelectSql(const detail::ChainTable& t) {
+  std::string sql = "SELECT seq, prev_hash, hash";
+  for (auto c : t.columns) sql += fmt::format(", {}", c);
+  return fmt::format("{}, {} FROM {} WHERE seq > ?1 ORDER BY seq", sql,
+                     generatedColumnsCheck(t.name), t.name);
+}
+
+/// A policies row's values (kPolicyColumns): sha256 is the SHA-256 of yaml, both text.
+bool policyTextMatches(detail::RowHasher& hasher, const std::vector<Value>& values) {
+  const auto* sha = std::get_if<std::string_view>(&values[0]);
+  const auto* yaml = std::get_if<std::string_view>(&values[2]);
+  return sha && yaml && hasher.sha256(*yaml) == *sha;
+}
 
 }  // namespace
 
@@ -82,7 +113,7 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
 
   std::vector<Cursor> cursors;
   for (const auto& t : detail::chainTables()) {
-    auto s = detail::prepare(db, raw, detail::chainSelectSql(t));
+    auto s = detail::prepare(db, raw, verifySelectSql(t));
     if (!s) return std::unexpected(s.error());
     Cursor c;
     c.table = &t;
@@ -94,8 +125,9 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
   }
 
   // Checkpoints in position order: each is checked when the walk reaches its position.
-  auto ckpt =
-      detail::prepare(db, raw, fmt::format("{} ORDER BY position, seq", detail::kCheckpointSelect));
+  auto ckpt = detail::prepare(db, raw,
+                              "SELECT seq, position, root, signature, key_id, ts, frontier "
+                              "FROM checkpoints ORDER BY position, seq");
   if (!ckpt) return std::unexpected(ckpt.error());
   int ckpt_rc = ckpt->step();
   auto ckptName = [&] {
@@ -109,6 +141,8 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
   std::string prev(detail::kGenesisHash);
   std::int64_t expected_seq = 1;
   std::vector<Value> values;
+  const detail::ChainTable* policies = detail::findChainTable("policies");
+  std::int64_t next_checkpoint = 1;  // checkpoints are numbered 1, 2, ... in position order
   auto broken = [&](std::string why) {
     result.ok = false;
     result.first_broken = std::move(why);
@@ -119,12 +153,23 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
   auto checkCheckpoint = [&]() -> std::string {
     const std::int64_t position = ckpt->columnInt(1);
     const std::string root(ckpt->columnText(2));
+    if (ckpt->columnInt(0) != next_checkpoint) {
+      return fmt::format(
+          "{}: checkpoints are not numbered 1, 2, ... in position order (expected seq {} here: "
+          "a checkpoint was deleted, renumbered or moved)",
+          ckptName(), next_checkpoint);
+    }
+    ++next_checkpoint;
     if (root != detail::toHex(tree->root())) {
       return fmt::format(
           "{}: its root is not the Merkle root of rows 1..{} (a row it covers was changed, "
           "deleted or re-hashed, or the checkpoint was edited)",
           ckptName(), position);
     }
+    // Not signed, so re-derived: the next writer resumes its tree from it.
+    if (ckpt->columnText(6) != tree->serialize())
+      return fmt::format("{}: its frontier is not the Merkle tree's right edge at {} (edited)",
+                         ckptName(), position);
     if (pubkey) {
       if (ckpt->columnText(4) != pubkey->keyId()) {
         return fmt::format("{}: signed by key {}, not by the given public key {}", ckptName(),
@@ -174,6 +219,16 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
                       "(a row was deleted, inserted or reordered)",
                       cur->name()));
     }
+    if (cur->stmt.columnInt(static_cast<int>(cur->table->columns.size() + 3)) != 1) {
+      return broken(fmt::format(
+          "{}: a generated column does not equal its definition (the schema was edited)",
+          cur->name()));
+    }
+    // Policy rows are content-addressed too: the key must be the text's SHA-256.
+    if (cur->table == policies && !policyTextMatches(hasher, values)) {
+      return broken(
+          fmt::format("{}: the policy text does not match its sha256 (edited)", cur->name()));
+    }
     prev = std::string(stored_hash);
     if (tree) {
       tree->append(*detail::fromHex(stored_hash));  // a valid hash: it matched `computed`
@@ -208,21 +263,6 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
                       "deleted from the end, or the head was edited)",
                       head_seq, expected_seq - 1));
     }
-  }
-  {
-    auto pol = detail::prepare(db, raw, "SELECT sha256, yaml FROM policies ORDER BY sha256");
-    if (!pol) return std::unexpected(pol.error());
-    int rc;
-    while ((rc = pol->step()) == SQLITE_ROW) {
-      if (hasher.sha256(pol->columnText(1)) != pol->columnText(0)) {
-        return broken(
-            fmt::format("policies sha256 {}: the policy text does not match its hash "
-                        "(edited)",
-                        pol->columnText(0)));
-      }
-    }
-    if (rc != SQLITE_DONE)
-      return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read policies"));
   }
   result.ok = true;
   return result;

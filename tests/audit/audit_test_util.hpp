@@ -264,11 +264,12 @@ inline std::unique_ptr<Store> openStore(const std::filesystem::path& p, StoreOpt
   return s ? std::move(*s) : nullptr;
 }
 
-/// A database with a mix of rows: 2 executions, their connections and requests, a policy.
-inline void populate(const std::filesystem::path& p, int connections_per_execution = 5) {
+/// A database with a mix of rows: 2 executions, their connections and requests (seq 1..22 with
+/// the default 5), then (unless `policy` is false) a policy as the last row of the chain.
+inline void populate(const std::filesystem::path& p, int connections_per_execution = 5,
+                     bool policy = true) {
   auto store = openStore(p);
   ASSERT_TRUE(store);
-  store->recordPolicy(sha256Hex(kPolicyText), "data-analysis", kPolicyText);
   for (std::string exec : {"exec-1", "exec-2"}) {
     for (int i = 0; i < connections_per_execution; ++i) {
       store->recordConnection(sampleConnection(i, exec, i % 3 == 2 ? "deny" : "allow"));
@@ -276,6 +277,26 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
     }
     ASSERT_TRUE(store->recordExecution(sampleExecution(exec)).has_value());
   }
+  if (policy) {
+    store->recordPolicy(sha256Hex(kPolicyText), "data-analysis", kPolicyText);
+    ASSERT_TRUE(store->flush().has_value());
+  }
+}
+
+/// Gives a database populate()d with `policy` false the version-5 `policies` table (not in the
+/// chain), holding kPolicyText as a version-5 store did: what the 5 -> 6 migration starts from.
+inline std::string addVersion5Policy(sqlite3* db, std::int64_t loaded_at = 1'763'700'000'000) {
+  const std::string sql =
+      "DROP TABLE policies; CREATE TABLE policies (sha256 TEXT PRIMARY KEY NOT NULL, workflow "
+      "TEXT NOT NULL, yaml TEXT NOT NULL, loaded_at INTEGER NOT NULL) STRICT; INSERT INTO "
+      "policies VALUES ('" +
+      sha256Hex(kPolicyText) + "', 'data-analysis', '" + kPolicyText + "', " +
+      std::to_string(loaded_at) + ")";
+  char* err = nullptr;
+  int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  std::string msg = rc == SQLITE_OK ? "" : (err ? err : "error");
+  sqlite3_free(err);
+  return msg;
 }
 
 /// The real `sluice` binary run as a user would, stdout and stderr captured in `dir`.

@@ -90,7 +90,7 @@ TEST_F(EvidenceCmdTest, SignedRunThenEveryEvidenceCommand) {
 
   CliResult v = runCli(dir_, {"audit", "verify", "--db", db_.string(), "--pubkey", pub_.string()});
   EXPECT_EQ(v.exit_code, 0) << v.out << v.err;
-  EXPECT_NE(v.out.find("last signed position: 1; unsigned tail: 0 rows"), std::string::npos)
+  EXPECT_NE(v.out.find("last signed position: 2; unsigned tail: 0 rows"), std::string::npos)
       << v.out;
 
   // prove / check-proof, without the database; a tampered receipt is rejected (exit 1).
@@ -114,7 +114,7 @@ TEST_F(EvidenceCmdTest, SignedRunThenEveryEvidenceCommand) {
   // export / verify-export.
   CliResult e = runCli(dir_, {"audit", "export", "--db", db_.string()});
   ASSERT_EQ(e.exit_code, 0) << e.err;
-  EXPECT_NE(e.err.find("next time: --after-seq 1"), std::string::npos) << e.err;
+  EXPECT_NE(e.err.find("next time: --after-seq 2"), std::string::npos) << e.err;
   writeFile(dir_ / "export.jsonl", e.out);
   CliResult ve = runCli(dir_, {"audit", "verify-export", "--pubkey", pub_.string(),
                                (dir_ / "export.jsonl").string()});
@@ -124,7 +124,7 @@ TEST_F(EvidenceCmdTest, SignedRunThenEveryEvidenceCommand) {
   writeFile(dir_ / "edited.jsonl", edited);
   CliResult vb = runCli(dir_, {"audit", "verify-export", (dir_ / "edited.jsonl").string()});
   EXPECT_EQ(vb.exit_code, 1);
-  EXPECT_NE(vb.out.find("line 1 (executions seq 1): hash does not match"), std::string::npos)
+  EXPECT_NE(vb.out.find("line 2 (executions seq 2): hash does not match"), std::string::npos)
       << vb.out;
 
   // attest / verify-attestation: the artifact's real digest; another key's pubkey rejects it.
@@ -172,7 +172,7 @@ TEST_F(EvidenceCmdTest, SandboxedProgramCannotReadTheSigningKey) {
   // And the run was still signed.
   CliResult v = runCli(dir_, {"audit", "verify", "--db", db_.string(), "--pubkey", pub_.string()});
   EXPECT_EQ(v.exit_code, 0) << v.out;
-  EXPECT_NE(v.out.find("last signed position: 1"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("last signed position: 2"), std::string::npos) << v.out;
 }
 
 // `sluice run --input`: the receipt lists every regular file given (a file, and a directory

@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "audit_test_util.hpp"
+#include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 
 namespace sluice::audit {
@@ -55,9 +56,10 @@ TEST(SchemaTest, ReopenKeepsRowsAndChain) {
 TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
   TempDir dir;
   auto db = dir / "audit.db";
-  testing::populate(db);
+  testing::populate(db, 5, false);
   {
     RawDb raw(db);
+    ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
     ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
                        "DROP TABLE forwards; DROP INDEX "
                        "executions_caller; ALTER TABLE "
@@ -75,7 +77,9 @@ TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
   RawDb raw(db);
   EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions"), 3);
-  EXPECT_EQ(raw.integer("SELECT seq FROM forwards"), 23);
+  // 22 rows, then the old policy (chained by the 5 -> 6 step), then the new rows.
+  EXPECT_EQ(raw.integer("SELECT seq FROM policies"), 23);
+  EXPECT_EQ(raw.integer("SELECT seq FROM forwards"), 24);
   testing::expectChainIntact(db);
 }
 
@@ -84,9 +88,10 @@ TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
 TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
   TempDir dir;
   auto db = dir / "audit.db";
-  testing::populate(db);
+  testing::populate(db, 5, false);
   {
     RawDb raw(db);
+    ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
     ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
                        "DROP INDEX executions_caller; ALTER TABLE "
                        "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
@@ -117,9 +122,10 @@ TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
 TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
   TempDir dir;
   auto db = dir / "audit.db";
-  testing::populate(db);
+  testing::populate(db, 5, false);
   {
     RawDb raw(db);
+    ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
     ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
                        "PRAGMA user_version = 3"),
               "");
@@ -152,9 +158,10 @@ TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
 TEST(SchemaTest, VersionFourGainsApprovalsInTheChain) {
   TempDir dir;
   auto db = dir / "audit.db";
-  testing::populate(db);
+  testing::populate(db, 5, false);
   {
     RawDb raw(db);
+    ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
     ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4"),
               "");
   }
@@ -176,16 +183,17 @@ TEST(SchemaTest, VersionFourGainsApprovalsInTheChain) {
             1);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM approvals WHERE reason IS NULL AND method = 'POST'"),
             1);
-  // The chain runs through them: 22 rows from populate(), then approval, connection, approval.
-  EXPECT_EQ(raw.integer("SELECT seq FROM approvals WHERE decision = 'allow'"), 23);
-  EXPECT_EQ(raw.integer("SELECT seq FROM approvals WHERE decision = 'deny'"), 25);
+  // The chain runs through them: 22 rows from populate(), the old policy (chained by the 5 -> 6
+  // step), then approval, connection, approval.
+  EXPECT_EQ(raw.integer("SELECT seq FROM approvals WHERE decision = 'allow'"), 24);
+  EXPECT_EQ(raw.integer("SELECT seq FROM approvals WHERE decision = 'deny'"), 26);
   testing::expectChainIntact(db);
 
   raw.exec("UPDATE approvals SET decided_by = 'uid:0' WHERE decision = 'allow'");
   auto v = verify(db);
   ASSERT_TRUE(v.has_value());
   EXPECT_FALSE(v->ok);
-  EXPECT_NE(v->first_broken.find("approvals seq 23"), std::string::npos) << v->first_broken;
+  EXPECT_NE(v->first_broken.find("approvals seq 24"), std::string::npos) << v->first_broken;
 }
 
 TEST(SchemaTest, VersionFiveMigrationCreatesWhatANewDatabaseHas) {
@@ -195,7 +203,8 @@ TEST(SchemaTest, VersionFiveMigrationCreatesWhatANewDatabaseHas) {
   auto fresh = dir / "fresh.db";
   auto migrated = dir / "migrated.db";
   testing::populate(fresh);
-  testing::populate(migrated);
+  testing::populate(migrated, 5, false);
+  ASSERT_EQ(testing::addVersion5Policy(RawDb(migrated).get()), "");
   ASSERT_EQ(
       RawDb(migrated).exec("DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4"),
       "");
@@ -207,6 +216,88 @@ TEST(SchemaTest, VersionFiveMigrationCreatesWhatANewDatabaseHas) {
     EXPECT_FALSE(want.empty()) << name;
     EXPECT_EQ(RawDb(migrated).text(sql), want) << name;
   }
+}
+
+// Version 6 (issue 21) makes policies rows of the chain. A signed version-5 store gains its old
+// policy rows at the end of the chain (loaded_at kept) and its checkpoints numbered in position
+// order; it then verifies with the key, and an edited loaded_at, which version 5 could not see,
+// is caught. Readers refuse the version-5 store until a writer has migrated it.
+TEST(SchemaTest, VersionFiveStoreChainsItsPoliciesAndVerifiesSigned) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  auto key = SigningKey::generate();
+  ASSERT_TRUE(key.has_value());
+  auto pub = PublicKey::fromPem((*key)->publicKeyPem(), "test");
+  ASSERT_TRUE(pub.has_value());
+  StoreOptions o;
+  o.signing_key = *key;
+  o.checkpoint_rows = 5;
+  {
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store);
+    for (int i = 0; i < 12; ++i) {
+      store->recordConnection(testing::sampleConnection(i));
+      ASSERT_TRUE(store->flush().has_value());
+    }
+  }
+  {
+    RawDb raw(db);
+    ASSERT_EQ(testing::addVersion5Policy(raw.get(), 1'700'000'000'000), "");
+    // Two signing writers raced: the checkpoint at position 5 got the highest number.
+    ASSERT_EQ(raw.exec("UPDATE checkpoints SET seq = 99 WHERE position = 5; "
+                       "UPDATE checkpoints SET seq = seq - 1 WHERE seq < 99; "
+                       "PRAGMA user_version = 5"),
+              "");
+    ASSERT_EQ(raw.text("SELECT group_concat(seq) FROM (SELECT seq FROM checkpoints ORDER BY "
+                       "position)"),
+              "99,1,2");
+  }
+  auto old = verify(db, pub->get());
+  ASSERT_FALSE(old.has_value());
+  EXPECT_NE(old.error().message.find("version 5 is older"), std::string::npos)
+      << old.error().message;
+
+  { ASSERT_TRUE(testing::openStore(db, o)); }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), 6);
+  EXPECT_EQ(raw.integer("SELECT seq FROM policies"), 13);
+  EXPECT_EQ(raw.integer("SELECT loaded_at FROM policies"), 1'700'000'000'000);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = 'policies_v5'"), 0);
+  // Renumbered 1, 2, 3 in position order; the writer then signed the policy row (position 13).
+  EXPECT_EQ(raw.text("SELECT group_concat(position) FROM (SELECT position FROM checkpoints "
+                     "ORDER BY seq)"),
+            "5,10,12,13");
+  auto v = verify(db, pub->get());
+  ASSERT_TRUE(v.has_value()) << v.error().message;
+  EXPECT_TRUE(v->ok) << v->first_broken;
+  EXPECT_EQ(v->rows, 13u);
+  EXPECT_EQ(v->unsigned_tail, 0u);
+
+  raw.exec("UPDATE policies SET loaded_at = loaded_at + 1");
+  v = verify(db, pub->get());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->ok);
+  EXPECT_NE(v->first_broken.find("policies seq 13"), std::string::npos) << v->first_broken;
+}
+
+TEST(SchemaTest, VersionSixMigrationCreatesWhatANewDatabaseHas) {
+  // The 5 -> 6 migration repeats schemas/audit.sql's policies table.
+  TempDir dir;
+  auto fresh = dir / "fresh.db";
+  auto migrated = dir / "migrated.db";
+  testing::populate(fresh);
+  testing::populate(migrated, 5, false);
+  ASSERT_EQ(testing::addVersion5Policy(RawDb(migrated).get()), "");
+  ASSERT_EQ(RawDb(migrated).exec("PRAGMA user_version = 5"), "");
+  ASSERT_TRUE(testing::openStore(migrated));
+  for (std::string name : {"policies", "sqlite_autoindex_policies_1", "checkpoints"}) {
+    const std::string sql =
+        "SELECT type || ':' || coalesce(sql, '') FROM sqlite_master WHERE name = '" + name + "'";
+    const std::string want = RawDb(fresh).text(sql);
+    EXPECT_FALSE(want.empty()) << name;
+    EXPECT_EQ(RawDb(migrated).text(sql), want) << name;
+  }
+  testing::expectChainIntact(migrated);
 }
 
 TEST(SchemaTest, DeletedApprovalIsNamed) {

@@ -55,15 +55,16 @@ TEST(StoreTest, RoundTripsEveryKindOfRow) {
   EXPECT_EQ(raw.text("SELECT argv FROM executions"), R"j(["python3","-c","print(1)"])j");
   EXPECT_EQ(raw.integer("SELECT ended_at - started_at FROM executions"), 250);
   EXPECT_EQ(raw.integer("SELECT limit_hit IS NULL FROM executions"), 1);
-  // One chain across the tables, in insertion order.
-  EXPECT_EQ(raw.integer("SELECT seq FROM executions"), 4);
+  // One chain across the tables, in insertion order, the policy text first.
+  EXPECT_EQ(raw.integer("SELECT seq FROM policies"), 1);
+  EXPECT_EQ(raw.integer("SELECT seq FROM executions"), 5);
   EXPECT_EQ(raw.text("SELECT prev_hash FROM executions"),
-            raw.text("SELECT hash FROM requests WHERE seq = 3"));
-  EXPECT_EQ(raw.integer("SELECT seq FROM chain_head"), 4);
+            raw.text("SELECT hash FROM requests WHERE seq = 4"));
+  EXPECT_EQ(raw.integer("SELECT seq FROM chain_head"), 5);
   auto v = verify(db);
   ASSERT_TRUE(v.has_value()) << v.error().message;
   EXPECT_TRUE(v->ok) << v->first_broken;
-  EXPECT_EQ(v->rows, 4u);
+  EXPECT_EQ(v->rows, 5u);
 }
 
 // A request sent upstream is on record (forwards) before its exchange ends; the requests row
@@ -191,18 +192,25 @@ TEST(StoreTest, DestructorDrainsTheQueue) {
   EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM connections"), 1000);
 }
 
+// Once per store and once per database: a second session (another process) that records the
+// same text adds no row, and the ignored insert takes no seq (the chain stays gapless).
 TEST(StoreTest, PolicyTextStoredOnce) {
   TempDir dir;
   auto db = dir / "audit.db";
-  {
+  for (int session = 0; session < 2; ++session) {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
     for (int i = 0; i < 3; ++i) {
       store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
                           testing::kPolicyText);
     }
+    store->recordConnection(testing::sampleConnection(session));
   }
-  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM policies"), 1);
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM policies"), 1);
+  EXPECT_EQ(raw.integer("SELECT seq FROM policies"), 1);
+  EXPECT_EQ(raw.text("SELECT group_concat(seq) FROM connections"), "2,3");
+  testing::expectChainIntact(db);
 }
 
 TEST(StoreTest, PolicyWithAWrongHashIsNotStored) {

@@ -32,7 +32,7 @@ class VerifyTest : public ::testing::Test {
 TEST_F(VerifyTest, IntactChainPassesWithCount) {
   VerifyResult v = run();
   EXPECT_TRUE(v.ok) << v.first_broken;
-  EXPECT_EQ(v.rows, 22u);  // 2 x (5 connections + 5 requests + 1 execution)
+  EXPECT_EQ(v.rows, 23u);  // 2 x (5 connections + 5 requests + 1 execution) + 1 policy
   EXPECT_EQ(v.first_broken, "");
 }
 
@@ -59,8 +59,8 @@ TEST_F(VerifyTest, EditedForwardIsNamed) {
     ASSERT_TRUE(store->flush().has_value());
   }
   EXPECT_TRUE(run().ok);
-  RawDb(db_).exec("UPDATE forwards SET path = '/v1/other' WHERE seq = 23");
-  expectBroken("forwards seq 23 (id 23): hash does not match");
+  RawDb(db_).exec("UPDATE forwards SET path = '/v1/other' WHERE seq = 24");
+  expectBroken("forwards seq 24 (id 24): hash does not match");
 }
 
 TEST_F(VerifyTest, DeletedForwardIsDetected) {
@@ -71,8 +71,8 @@ TEST_F(VerifyTest, DeletedForwardIsDetected) {
     store->recordRequest(testing::sampleRequest(7, "exec-2"));
     ASSERT_TRUE(store->flush().has_value());
   }
-  RawDb(db_).exec("DELETE FROM forwards WHERE seq = 23");
-  expectBroken("requests seq 24");
+  RawDb(db_).exec("DELETE FROM forwards WHERE seq = 24");
+  expectBroken("requests seq 25");
 }
 
 TEST_F(VerifyTest, EditedDecisionIsNamed) {
@@ -96,7 +96,7 @@ TEST_F(VerifyTest, DeletedRowIsNamed) {
 }
 
 TEST_F(VerifyTest, DeletedLastRowIsDetected) {
-  RawDb(db_).exec("DELETE FROM executions WHERE seq = 22");
+  RawDb(db_).exec("DELETE FROM policies WHERE seq = 23");
   expectBroken("chain_head");
 }
 
@@ -154,7 +154,67 @@ TEST_F(VerifyTest, ReorderedRowsAreDetected) {
 
 TEST_F(VerifyTest, EditedPolicyTextIsDetected) {
   RawDb(db_).exec("UPDATE policies SET yaml = yaml || '# allow everything'");
-  expectBroken("policies sha256");
+  expectBroken("policies seq 23 (sha256 " + testing::sha256Hex(testing::kPolicyText) +
+               "): hash does not match");
+}
+
+// Version 6: a policy row is a link of the chain, so what version 5 left outside it (the
+// workflow name, loaded_at, the row itself) is covered.
+TEST_F(VerifyTest, EditedPolicyWorkflowOrLoadTimeOrDeletedPolicyIsDetected) {
+  for (std::string edit :
+       {"UPDATE policies SET workflow = 'other'",
+        "UPDATE policies SET loaded_at = loaded_at - 86400000", "DELETE FROM policies"}) {
+    TempDir other;
+    auto db = other / "audit.db";
+    testing::populate(db);
+    RawDb(db).exec(edit);
+    auto v = verify(db);
+    ASSERT_TRUE(v.has_value()) << v.error().message;
+    EXPECT_FALSE(v->ok) << edit;
+  }
+}
+
+// A policy row whose text was re-keyed and re-hashed (so the chain holds) still fails: the key
+// must be the SHA-256 of the text.
+TEST_F(VerifyTest, RehashedPolicyWithTheWrongKeyIsDetected) {
+  TempDir other;
+  auto db = other / "audit.db";
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
+                        testing::kPolicyText);
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  RawDb raw(db);
+  // Recompute the row's hash over an edited text by hand (docs/audit.md "Hash chain").
+  const std::string yaml = testing::kPolicyText + "# allow everything\n";
+  std::string enc = std::string("sluice-audit-v1") + '\0' + "policies" + '\0';
+  auto u64 = [&](std::uint64_t v) {
+    for (int i = 7; i >= 0; --i) enc += static_cast<char>((v >> (8 * i)) & 0xff);
+  };
+  auto text = [&](const std::string& t) {
+    enc += 'T';
+    u64(t.size());
+    enc += t;
+  };
+  enc += 'I';
+  u64(1);
+  text(std::string(64, '0'));
+  text(testing::sha256Hex(testing::kPolicyText));
+  text("data-analysis");
+  text(yaml);
+  enc += 'I';
+  u64(static_cast<std::uint64_t>(raw.integer("SELECT loaded_at FROM policies")));
+  const std::string hash = testing::sha256Hex(enc);
+  ASSERT_EQ(raw.exec("UPDATE policies SET yaml = '" + yaml + "', hash = '" + hash +
+                     "'; UPDATE chain_head SET hash = '" + hash + "'"),
+            "");
+  auto v = verify(db);
+  ASSERT_TRUE(v.has_value());
+  EXPECT_FALSE(v->ok);
+  EXPECT_NE(v->first_broken.find("the policy text does not match its sha256"), std::string::npos)
+      << v->first_broken;
 }
 
 TEST_F(VerifyTest, MissingFileIsAnErrorAndNotCreated) {

@@ -18,7 +18,7 @@ namespace sluice::audit {
 
 /// The schema version this build writes (`PRAGMA user_version`). Older databases are migrated
 /// on open; newer or foreign ones are refused.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 class SigningKey;  // sluice/audit/signing.hpp
 class PublicKey;
