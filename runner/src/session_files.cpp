@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "artifacts.hpp"
 #include "fd.hpp"
@@ -30,14 +31,18 @@ std::string failure(const std::string& path, int err) {
   return path + ": " + std::strerror(err);
 }
 
-std::string sha256Hex(std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+std::string hex(const unsigned char* md, unsigned int len) {
   static const char* kHex = "0123456789abcdef";
   std::string out;
   for (unsigned int i = 0; i < len; ++i) out += {kHex[md[i] >> 4], kHex[md[i] & 15]};
   return out;
+}
+
+std::string sha256Hex(std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
+  return hex(md, len);
 }
 
 // openat2 from the sandbox's root: ".." stops at the root, absolute symlinks are taken from
@@ -128,6 +133,39 @@ std::expected<FileInfo, std::string> writeSandboxFile(const SandboxRoot& r, cons
       !writeAll(fd->get(), data))
     return std::unexpected(failure(path, errno));
   return FileInfo{p->sandbox(), data.size(), sha256Hex(data), false};
+}
+
+// As writeSandboxFile, with the bytes read from `from` (an upload spooled by the daemon) in
+// chunks: the content is never held in memory whole.
+std::expected<FileInfo, std::string> writeSandboxFileFrom(const SandboxRoot& r,
+                                                          const std::string& path, int from) {
+  auto p = parseScratchPath(path);
+  if (!p) return std::unexpected(p.error());
+  if (p->parts.empty()) return std::unexpected(failure(path, EISDIR));
+  auto dir = openParent(r, *p, true);
+  if (!dir) return std::unexpected(failure(path, dir.error()));
+  auto fd = openFile(r, dir->get(), p->parts.back(), O_WRONLY | O_CREAT);
+  if (!fd) return std::unexpected(failure(path, fd.error()));
+  if (::fchown(fd->get(), r.uid, r.gid) != 0 || ::ftruncate(fd->get(), 0) != 0)
+    return std::unexpected(failure(path, errno));
+  std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> md(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+  EVP_DigestInit_ex(md.get(), EVP_sha256(), nullptr);
+  std::uint64_t total = 0;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(from, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::unexpected(path + ": reading the upload: " + std::strerror(errno));
+    if (n == 0) break;
+    if (!writeAll(fd->get(), std::string_view(buf, static_cast<std::size_t>(n))))
+      return std::unexpected(failure(path, errno));
+    EVP_DigestUpdate(md.get(), buf, static_cast<std::size_t>(n));
+    total += static_cast<std::uint64_t>(n);
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(md.get(), digest, &len);
+  return FileInfo{p->sandbox(), total, hex(digest, len), false};
 }
 
 std::expected<std::string, std::string> readSandboxFile(const SandboxRoot& r,
