@@ -15,18 +15,18 @@
 #include <mutex>
 #include <optional>
 
-namespace sluice::serve {
+#include "http_body.hpp"
 
-SpooledBody::~SpooledBody() {
-  if (fd >= 0) ::close(fd);
-}
+namespace sluice::serve {
+using detail::Deadline;
+using detail::readBody;
+using detail::refusal;
 
 namespace {
 
 constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
 // Bounds what one connection buffers before its body is planned: a header and a little more.
 constexpr std::size_t kReadBufferBytes = 32 * 1024;
-constexpr std::size_t kBodyChunkBytes = 64 * 1024;
 constexpr unsigned kConnectionRetryAfter = 1;
 
 // Waits until the client's socket is readable; EOF or an error there (not a pipelined request)
@@ -139,12 +139,6 @@ namespace {
 
 using StatePtr = std::shared_ptr<HttpServer::State>;
 
-// Built outside co_await expressions: g++ 12 miscompiles braced aggregates with string literals
-// inside them.
-Refusal refusal(int status, const char* reason, std::string message, unsigned retry_after = 0) {
-  return Refusal{status, reason, std::move(message), retry_after};
-}
-
 // One admitted connection: counted in the totals until it ends.
 class ConnectionSlot {
  public:
@@ -203,41 +197,6 @@ void refuseConnection(const StatePtr& st, Socket& s, const Refusal& r) {
   s.close(ignored);
 }
 
-// A deadline on a connection's reads: when it fires the socket is closed, so the pending read
-// fails. What the timer's handler touches is shared, so a handler already queued when the
-// deadline is moved, disarmed or destroyed does nothing.
-template <typename Stream>
-class Deadline {
- public:
-  explicit Deadline(Stream& s) : shared_(std::make_shared<Shared>(&s)), timer_(s.get_executor()) {}
-  ~Deadline() { shared_->stream = nullptr; }
-  void arm(std::chrono::milliseconds d) {
-    const unsigned gen = ++shared_->gen;
-    timer_.expires_after(d);
-    timer_.async_wait([sh = shared_, gen](ErrorCode e) {
-      if (e || sh->gen != gen || !sh->stream) return;
-      sh->fired = true;
-      ErrorCode ignored;
-      sh->stream->close(ignored);
-    });
-  }
-  void disarm() {
-    ++shared_->gen;
-    timer_.cancel();
-  }
-  bool fired() const { return shared_->fired; }
-
- private:
-  struct Shared {
-    explicit Shared(Stream* s) : stream(s) {}
-    Stream* stream;
-    unsigned gen = 0;
-    bool fired = false;
-  };
-  std::shared_ptr<Shared> shared_;
-  net::steady_timer timer_;
-};
-
 // The caller of a Unix-socket connection: its peer's uid.
 std::optional<Caller> unixCaller(unix_stream::socket& s, const HttpServerOptions& o, uid_t* uid) {
   ucred cred{};
@@ -270,78 +229,6 @@ Request requestHead(const http::request_header<>& h) {
   req.content_type = std::string(h[http::field::content_type]);
   req.accept = std::string(h[http::field::accept]);
   return req;
-}
-
-// An unlinked file in `dir` for a spooled body (O_TMPFILE; a named file unlinked at once where
-// the file system lacks it).
-std::shared_ptr<SpooledBody> openSpool(const std::string& dir_option) {
-  std::error_code ec;
-  const std::string dir =
-      dir_option.empty() ? std::filesystem::temp_directory_path(ec).string() : dir_option;
-  auto spool = std::make_shared<SpooledBody>();
-  spool->fd = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-  if (spool->fd < 0) {
-    std::string path = dir + "/sluice-upload-XXXXXX";
-    spool->fd = ::mkostemp(path.data(), O_CLOEXEC);
-    if (spool->fd < 0) return nullptr;
-    ::unlink(path.c_str());
-  }
-  return spool;
-}
-
-bool writeAll(int fd, const char* p, std::size_t n) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
-// Reads the body `head` announced, as `plan` says, into `req` (memory, or a spooled file).
-// Nothing (with `*closed` false) when it is all in; else the refusal to answer, or `*closed`
-// when the client was too slow and its socket is gone.
-template <typename Stream>
-net::awaitable<std::optional<Refusal>> readBody(const StatePtr& st, Stream& s,
-                                                beast::flat_buffer& buf,
-                                                http::request_parser<http::empty_body>& head,
-                                                const BodyPlan& plan, Request& req,
-                                                Deadline<Stream>& deadline) {
-  http::request_parser<http::buffer_body> p(std::move(head));
-  p.body_limit(plan.limit);  // a chunked body is counted as it arrives
-  std::shared_ptr<SpooledBody> spool;
-  if (plan.spool && !(spool = openSpool(st->options.spool_dir)))
-    co_return refusal(500, "internal",
-                      "cannot spool the request body: " + std::string(std::strerror(errno)));
-  std::vector<char> chunk(kBodyChunkBytes);  // only while a body is read
-  while (!p.is_done()) {
-    p.get().body().data = chunk.data();
-    p.get().body().size = chunk.size();
-    ErrorCode ec;
-    deadline.arm(st->options.body_idle_timeout);
-    co_await http::async_read(s, buf, p, net::redirect_error(net::use_awaitable, ec));
-    deadline.disarm();
-    if (ec == http::error::need_buffer) ec = {};
-    if (deadline.fired()) co_return refusal(0, "timeout", "");
-    if (ec == http::error::body_limit)
-      co_return refusal(413, "payload_too_large",
-                        "request body exceeds " + std::to_string(plan.limit) + " bytes");
-    if (ec) co_return refusal(400, "bad_request", "malformed HTTP request body: " + ec.message());
-    const std::size_t n = chunk.size() - p.get().body().size;
-    if (!spool) {
-      req.body.append(chunk.data(), n);
-    } else if (writeAll(spool->fd, chunk.data(), n)) {
-      spool->bytes += n;
-    } else {
-      co_return refusal(errno == ENOSPC ? 413 : 500,
-                        errno == ENOSPC ? "payload_too_large" : "internal",
-                        "cannot spool the request body: " + std::string(std::strerror(errno)));
-    }
-  }
-  req.spooled = std::move(spool);
-  co_return std::nullopt;
 }
 
 // Answers `r` on a connection that then closes (its body, if any, unread).
@@ -382,6 +269,9 @@ net::awaitable<std::optional<Incoming>> readRequest(const StatePtr& st, Stream& 
   deadline.disarm();
   keep = false;
   if (deadline.fired() || ec == http::error::end_of_stream || ec == net::error::eof || !s.is_open())
+    co_return std::nullopt;
+  // A socket error (the client reset the connection) leaves no one to answer.
+  if (ec && ec.category() != http::make_error_code(http::error::bad_target).category())
     co_return std::nullopt;
   if (ec) {
     co_await refuseRequest(st, s,
@@ -425,7 +315,7 @@ net::awaitable<std::optional<Incoming>> readRequest(const StatePtr& st, Stream& 
       co_await net::async_write(s, net::buffer(kContinue.data(), kContinue.size()),
                                 net::redirect_error(net::use_awaitable, ec));
     }
-    auto refused = co_await readBody(st, s, buf, head, plan, req, deadline);
+    auto refused = co_await readBody(st->options, s, buf, head, plan, req, deadline);
     if (refused) {
       if (refused->status != 0) co_await refuseRequest(st, s, *refused);
       co_return std::nullopt;

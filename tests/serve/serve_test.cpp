@@ -939,9 +939,11 @@ std::size_t openFds() {
 TEST_F(ServeTest, FiftyConcurrentSessionsLeaveNothingBehind) {
   REQUIRE_SANDBOX();
   auto o = options();
-  // One caller holds all fifty: more than its default share (half of --max-sessions when the
-  // daemon knows of two callers or more, docs/serve.md "Quotas").
+  // One caller holds all fifty sessions and runs fifty execs at once: more than its default
+  // shares (half of each total when the daemon knows of two callers or more, docs/serve.md
+  // "Quotas").
   o.max_sessions_per_caller = o.max_sessions;
+  o.max_runs_per_caller = o.max_runs;
   start(o);
   auto one = [&](int n, int execs, std::atomic<int>& errors) {
     auto created = call("POST", "/v1/sessions", R"({"workflow":"shell"})");
