@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -28,6 +29,9 @@ constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
 // Bounds what one connection buffers before its body is planned: a header and a little more.
 constexpr std::size_t kReadBufferBytes = 32 * 1024;
 constexpr unsigned kConnectionRetryAfter = 1;
+// How long, and how much, a refused authenticated caller's unread body is read and dropped.
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr std::size_t kLingerBytes = 1 << 20;
 
 // Waits until the client's socket is readable; EOF or an error there (not a pipelined request)
 // means the client went away.
@@ -231,16 +235,37 @@ Request requestHead(const http::request_header<>& h) {
   return req;
 }
 
-// Answers `r` on a connection that then closes (its body, if any, unread).
+// Reads and drops what a refused client still sends, for a moment and up to a bound, before
+// the connection closes: closing a TCP socket with unread data resets the connection, and the
+// client could lose the answer it has not read yet (RFC 9112 9.6: close in stages).
 template <typename Stream>
-net::awaitable<void> refuseRequest(const StatePtr& st, Stream& s, const Refusal& r) {
+net::awaitable<void> linger(Stream& s, Deadline<Stream>& deadline) {
+  std::array<char, 4096> sink;
+  std::size_t dropped = 0;
+  ErrorCode ec;
+  deadline.arm(kLingerTime);
+  while (dropped < kLingerBytes && !ec)
+    dropped +=
+        co_await s.async_read_some(net::buffer(sink), net::redirect_error(net::use_awaitable, ec));
+  deadline.disarm();
+}
+
+// Answers `r`; the connection then closes (its body, if any, unread; an authenticated caller's
+// lingered over when `deadline` is given), unless `keep_version` names the HTTP version of a
+// request whose connection stays open.
+template <typename Stream>
+net::awaitable<void> refuseRequest(const StatePtr& st, Stream& s, const Refusal& r,
+                                   unsigned keep_version = 0,
+                                   Deadline<Stream>* deadline = nullptr) {
   st->refused(r.reason);
-  StreamReply<Stream> closing(s, 11, false);
-  closing.retryAfter(r.retry_after);
-  co_await closing.send(static_cast<http::status>(r.status), "application/json",
-                        st->errors(r.status, r.reason, r.message));
+  StreamReply<Stream> reply(s, keep_version != 0 ? keep_version : 11, keep_version != 0);
+  reply.retryAfter(r.retry_after);
+  co_await reply.send(static_cast<http::status>(r.status), "application/json",
+                      st->errors(r.status, r.reason, r.message));
+  if (keep_version != 0) co_return;
   ErrorCode ignored;
   s.shutdown(Stream::shutdown_send, ignored);
+  if (deadline) co_await linger(s, *deadline);
 }
 
 // A request read whole, with what its answer needs of its head.
@@ -296,17 +321,9 @@ net::awaitable<std::optional<Incoming>> readRequest(const StatePtr& st, Stream& 
                           "request body of " + std::to_string(*announced) + " bytes exceeds " +
                               std::to_string(plan.limit) + " bytes");
   if (plan.refuse) {
-    if (!has_body && keep_alive) {  // nothing unread: the connection stays usable
-      st->refused(plan.refuse->reason);
-      StreamReply<Stream> reply(s, version, true);
-      reply.retryAfter(plan.refuse->retry_after);
-      co_await reply.send(
-          static_cast<http::status>(plan.refuse->status), "application/json",
-          st->errors(plan.refuse->status, plan.refuse->reason, plan.refuse->message));
-      keep = true;
-    } else {
-      co_await refuseRequest(st, s, *plan.refuse);
-    }
+    // With nothing left unread the connection stays usable; else it closes, its body unread.
+    keep = !has_body && keep_alive;
+    co_await refuseRequest(st, s, *plan.refuse, keep ? version : 0, &deadline);
     co_return std::nullopt;
   }
   if (has_body) {
@@ -317,7 +334,7 @@ net::awaitable<std::optional<Incoming>> readRequest(const StatePtr& st, Stream& 
     }
     auto refused = co_await readBody(st->options, s, buf, head, plan, req, deadline);
     if (refused) {
-      if (refused->status != 0) co_await refuseRequest(st, s, *refused);
+      if (refused->status != 0) co_await refuseRequest(st, s, *refused, 0, &deadline);
       co_return std::nullopt;
     }
   }
@@ -378,6 +395,10 @@ net::awaitable<void> acceptLoop(StatePtr st, std::shared_ptr<typename Protocol::
     co_await acc->async_accept(s, net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (!acc->is_open()) co_return;
+      // Out of descriptors (EMFILE, ENFILE) or memory: the pending connection stays queued, so
+      // retrying at once would spin; give running connections a moment to end.
+      net::steady_timer pause(acc->get_executor(), std::chrono::milliseconds(50));
+      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
       continue;
     }
     auto peer = peerOf(s, st->options);
