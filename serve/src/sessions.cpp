@@ -7,7 +7,6 @@
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/runner/environment.hpp"
-#include "sluice/runner/limits.hpp"
 #include "sluice/runner/session.hpp"
 #include "sluice/serve/execution.hpp"
 
@@ -30,6 +29,16 @@ std::expected<std::chrono::milliseconds, ApiError> duration(const json& body, co
   if (!d) return std::unexpected(bad(std::string(key) + ": " + d.error()));
   if (d->count() <= 0) return std::unexpected(bad(std::string(key) + ": must be positive"));
   return *d;
+}
+
+// "24h", "90m", "30s" or "1500ms": the largest unit that says it exactly.
+std::string spoken(std::chrono::milliseconds d) {
+  using namespace std::chrono;
+  if (d.count() % duration_cast<milliseconds>(hours(1)).count() == 0)
+    return std::to_string(duration_cast<hours>(d).count()) + "h";
+  if (d.count() % 60000 == 0) return std::to_string(duration_cast<minutes>(d).count()) + "m";
+  if (d.count() % 1000 == 0) return std::to_string(duration_cast<seconds>(d).count()) + "s";
+  return std::to_string(d.count()) + "ms";
 }
 
 // A file path of the API ("work/data.csv") as a sandbox path ("/work/data.csv"), %XX decoded.
@@ -124,9 +133,9 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   if (!ttl) return std::unexpected(ttl.error());
   for (const auto& [key, d] : {std::pair{"idle_timeout", *idle}, std::pair{"ttl", *ttl}})
     if (d > max_ttl_)
-      return std::unexpected(bad(std::string(key) + ": " + rn::formatMillis(d) +
+      return std::unexpected(bad(std::string(key) + ": " + spoken(d) +
                                  " is longer than this daemon allows (--max-session-ttl " +
-                                 rn::formatMillis(max_ttl_) + ")"));
+                                 spoken(max_ttl_) + ")"));
   // Held from before the sandbox is built: concurrent creates cannot all pass the count.
   auto hold = quota_.acquire(caller.name);
   if (!hold) return std::unexpected(hold.error());

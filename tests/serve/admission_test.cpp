@@ -369,6 +369,27 @@ TEST_F(AdmissionTest, ASlowHeaderIsCutOffAndAPeerHoldsOnlyItsShare) {
       << metrics.body;
 }
 
+// Past --max-connections, a new connection is answered 503 with Retry-After at accept, whoever
+// it comes from; once one closes, the next is served.
+TEST_F(AdmissionTest, ConnectionsPastTheTotalAre503AtAccept) {
+  spawn({"--max-connections", "2", "--max-connections-per-peer", "2"});
+  int first = connectFrom("127.0.0.1", port_), second = connectFrom("127.0.0.2", port_);
+  ASSERT_GE(first, 0);
+  ASSERT_GE(second, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // both accepted
+  auto refused = tcp(kTokenA, "GET", "/v1/healthz", "", "127.0.0.3");
+  expectRefusal(refused, 503, "too_many_connections");
+  EXPECT_FALSE(refused.header("retry-after").empty()) << refused.head;
+  ::close(first);  // the daemon sees it go, and its slot with it
+  int status = 0;
+  for (int i = 0; i < 100 && status != 200; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    status = tcp(kTokenA, "GET", "/v1/healthz", "", "127.0.0.3").status;
+  }
+  EXPECT_EQ(status, 200);
+  ::close(second);
+}
+
 // One token holder asks for a session of 100000h, opens sessions past its share and starts
 // executions past its share: each is refused (400 for the TTL, 429 + Retry-After for the
 // shares), the other caller still gets a session and a run, and the refusals are counted in
