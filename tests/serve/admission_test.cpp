@@ -146,7 +146,7 @@ class AdmissionTest : public ::testing::Test {
         << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: plain shell\n"
            "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  disk: 8MiB\n  network: none\n";
     std::ofstream(dir_ / "tokens") << "agent-a " << kTokenA << "\nagent-b " << kTokenB
-                                   << "\nwatcher " << kTokenWatcher << " metrics\n";
+                                   << " approver\nwatcher " << kTokenWatcher << " metrics\n";
     ::chmod((dir_ / "tokens").c_str(), 0600);
   }
   void TearDown() override {
@@ -325,6 +325,15 @@ TEST_F(AdmissionTest, BodiesAreLimitedPerEndpointAndUploadsSpooled) {
   auto back = local("GET", "/v1/sessions/" + id + "/files/work/big.bin");
   EXPECT_EQ(back.body.size(), content.size());
   EXPECT_TRUE(back.body == content);
+  // Chunked uploads (curl -T -): counted as they arrive, refused once past the disk limit.
+  const std::string curl = "curl -sS --unix-socket " + socket() +
+                           " -T - http://sluice/v1/sessions/" + id + "/files/work/";
+  auto [ok_rc, ok] = sluice::testing::shellOutput("head -c 3145728 /dev/zero | " + curl + "c.bin");
+  EXPECT_EQ(ok_rc, 0) << ok;
+  EXPECT_EQ(json::parse(ok, nullptr, false).value("bytes", 0), 3145728) << ok;
+  auto [big_rc, big] =
+      sluice::testing::shellOutput("head -c 9437184 /dev/zero | " + curl + "d.bin");
+  EXPECT_EQ(json::parse(big, nullptr, false).value("reason", ""), "payload_too_large") << big;
 }
 
 // Slowloris: connections that send their header a byte at a time hold at most their peer's
@@ -393,7 +402,7 @@ TEST_F(AdmissionTest, ConnectionsPastTheTotalAre503AtAccept) {
 // One token holder asks for a session of 100000h, opens sessions past its share and starts
 // executions past its share: each is refused (400 for the TTL, 429 + Retry-After for the
 // shares), the other caller still gets a session and a run, and the refusals are counted in
-// /metrics, which the greedy caller may not read (root and `metrics` tokens may).
+// /metrics, which the greedy caller may not read (root, approvers and `metrics` tokens may).
 TEST_F(AdmissionTest, OneCallerCannotStarveAnother) {
   REQUIRE_SANDBOX();
   spawn({"--max-sessions", "4", "--max-runs", "4"});
@@ -421,7 +430,8 @@ TEST_F(AdmissionTest, OneCallerCannotStarveAnother) {
   auto theirs = tcp(kTokenB, "POST", "/v1/runs", R"({"workflow":"shell","argv":["true"]})");
   EXPECT_EQ(theirs.status, 200) << theirs.body;
   expectRefusal(tcp(kTokenA, "GET", "/metrics"), 403, "forbidden");
-  for (auto metrics : {tcp(kTokenWatcher, "GET", "/metrics"), local("GET", "/metrics")}) {
+  for (auto metrics : {tcp(kTokenWatcher, "GET", "/metrics"), tcp(kTokenB, "GET", "/metrics"),
+                       local("GET", "/metrics")}) {
     ASSERT_EQ(metrics.status, 200) << metrics.body;
     for (const char* reason : {"too_many_sessions_for_caller", "too_many_runs_for_caller"})
       EXPECT_EQ(metricValue(metrics.body,
