@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "commands.hpp"
@@ -21,17 +22,29 @@ namespace {
 struct ServeArgs {
   serve::ServeOptions options;
   std::string drain = "30s";
+  std::string max_session_ttl = "24h";
+  std::string header_timeout = "10s";
 };
+
+// The duration options, parsed; false (with the message printed) on a bad one.
+bool parseDurations(ServeArgs& args) {
+  for (auto [flag, text, out] :
+       {std::tuple{"--drain", &args.drain, &args.options.drain},
+        std::tuple{"--max-session-ttl", &args.max_session_ttl, &args.options.max_session_ttl},
+        std::tuple{"--header-timeout", &args.header_timeout, &args.options.header_timeout}}) {
+    auto d = policy::parseDuration(*text);
+    if (!d) {
+      std::fprintf(stderr, "sluice serve: %s %s: %s\n", flag, text->c_str(), d.error().c_str());
+      return false;
+    }
+    *out = *d;
+  }
+  return true;
+}
 
 int runServe(ServeArgs& args) {
   sigset_t set = blockDaemonSignals();
-  auto drain = policy::parseDuration(args.drain);
-  if (!drain) {
-    std::fprintf(stderr, "sluice serve: --drain %s: %s\n", args.drain.c_str(),
-                 drain.error().c_str());
-    return 2;
-  }
-  args.options.drain = *drain;
+  if (!parseDurations(args)) return 2;
   // First, while single-threaded and holding no policy, secret or key.
   args.options.zygote = startZygote("serve");
   if (!args.options.zygote) return 1;
@@ -62,6 +75,26 @@ int runServe(ServeArgs& args) {
   return 0;
 }
 
+// Quotas and connection limits (docs/serve.md "Quotas" and "Limits").
+void addAdmissionOptions(CLI::App& cmd, ServeArgs& args) {
+  auto& o = args.options;
+  cmd.add_option("--max-sessions", o.max_sessions, "Sessions open at once (default 64)");
+  cmd.add_option("--max-sessions-per-caller", o.max_sessions_per_caller,
+                 "Sessions one caller may hold (default: half of --max-sessions when two or more "
+                 "callers are configured, else all)");
+  cmd.add_option("--max-runs", o.max_runs, "Executions running at once, all callers (default 64)");
+  cmd.add_option("--max-runs-per-caller", o.max_runs_per_caller,
+                 "Executions one caller may run at once (default: as for sessions)");
+  cmd.add_option("--max-session-ttl", args.max_session_ttl,
+                 "Longest ttl or idle_timeout a session may ask for (default 24h)");
+  cmd.add_option("--max-connections", o.max_connections,
+                 "Connections open at once, all listeners (default 512)");
+  cmd.add_option("--max-connections-per-peer", o.max_connections_per_peer,
+                 "Connections from one TCP address or Unix uid (default: --max-connections / 4)");
+  cmd.add_option("--header-timeout", args.header_timeout,
+                 "Time a client has to send a request's header (default 10s)");
+}
+
 }  // namespace
 
 void addServeCommands(CLI::App& app, int& exit_code) {
@@ -77,10 +110,11 @@ void addServeCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--secrets", o.secrets, "Secret store file (mode 0600)");
   cmd->add_option("--ca-dir", o.ca_dir, "CA directory for tls: inspect rules (sluice ca init)");
   cmd->add_option("--upstream-ca", o.upstream_cas, "Extra CA file for inspected upstreams");
-  cmd->add_option("--token-file", o.token_file,
-                  "Bearer tokens for TCP callers: lines NAME TOKEN [approver] (mode 0600)");
+  cmd->add_option(
+      "--token-file", o.token_file,
+      "Bearer tokens for TCP callers: lines NAME TOKEN [approver] [metrics] (mode 0600)");
   cmd->add_option("--pool", o.pool, "Prepared sandboxes kept per workflow");
-  cmd->add_option("--max-sessions", o.max_sessions, "Sessions open at once (default 64)");
+  addAdmissionOptions(*cmd, *args);
   cmd->add_option("--drain", args->drain, "How long SIGTERM lets executions finish (30s)");
   cmd->add_option("--approver-uid", o.approver_uids, "Uid that may answer approvals");
   cmd->callback([args, &exit_code] { exit_code = runServe(*args); });

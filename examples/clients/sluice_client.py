@@ -304,7 +304,7 @@ class Client:
                           {"decision": decision, "scope": scope})
 
     def metrics(self):
-        """The Prometheus text exposition."""
+        """The Prometheus text exposition (root, approvers and `metrics` tokens only; else 403)."""
         resp = self._request("GET", "/metrics", accept="text/plain")
         return self._read(resp).decode()
 

@@ -307,6 +307,13 @@ std::expected<FileInfo, std::string> SandboxSession::writeFile(const std::string
   return detail::writeSandboxFile(root->root, path, data);
 }
 
+std::expected<FileInfo, std::string> SandboxSession::writeFileFrom(const std::string& path,
+                                                                   int from) {
+  auto root = s_->rootFor(path);
+  if (!root) return std::unexpected(root.error());
+  return detail::writeSandboxFileFrom(root->root, path, from);
+}
+
 std::expected<std::string, std::string> SandboxSession::readFile(const std::string& path,
                                                                  std::uint64_t max_bytes) {
   auto root = s_->rootFor(path);

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "artifacts.hpp"
 #include "fd.hpp"
@@ -118,6 +119,35 @@ std::expected<FileInfo, std::string> writeSandboxFile(const SandboxRoot& r, cons
       !writeAll(fd->get(), data))
     return std::unexpected(failure(path, errno));
   return FileInfo{p->sandbox(), data.size(), base::sha256Hex(data), false};
+}
+
+// As writeSandboxFile, with the bytes read from `from` (an upload spooled by the daemon) in
+// chunks: the content is never held in memory whole.
+std::expected<FileInfo, std::string> writeSandboxFileFrom(const SandboxRoot& r,
+                                                          const std::string& path, int from) {
+  auto p = parseScratchPath(path);
+  if (!p) return std::unexpected(p.error());
+  if (p->parts.empty()) return std::unexpected(failure(path, EISDIR));
+  auto dir = openParent(r, *p, true);
+  if (!dir) return std::unexpected(failure(path, dir.error()));
+  auto fd = openFile(r, dir->get(), p->parts.back(), O_WRONLY | O_CREAT);
+  if (!fd) return std::unexpected(failure(path, fd.error()));
+  if (::fchown(fd->get(), r.uid, r.gid) != 0 || ::ftruncate(fd->get(), 0) != 0)
+    return std::unexpected(failure(path, errno));
+  base::Sha256 md;
+  std::uint64_t total = 0;
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = ::read(from, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return std::unexpected(path + ": reading the upload: " + std::strerror(errno));
+    if (n == 0) break;
+    if (!writeAll(fd->get(), std::string_view(buf, static_cast<std::size_t>(n))))
+      return std::unexpected(failure(path, errno));
+    md.update(std::string_view(buf, static_cast<std::size_t>(n)));
+    total += static_cast<std::uint64_t>(n);
+  }
+  return FileInfo{p->sandbox(), total, md.finishHex(), false};
 }
 
 std::expected<std::string, std::string> readSandboxFile(const SandboxRoot& r,

@@ -31,6 +31,9 @@ std::expected<dev_t, std::string> scratchDevice(int root_fd);
 std::expected<FileInfo, std::string> writeSandboxFile(const SandboxRoot& root,
                                                       const std::string& path,
                                                       std::string_view data);
+/// As writeSandboxFile, copying what `from` reads (to its end) in chunks.
+std::expected<FileInfo, std::string> writeSandboxFileFrom(const SandboxRoot& root,
+                                                          const std::string& path, int from);
 std::expected<std::string, std::string> readSandboxFile(const SandboxRoot& root,
                                                         const std::string& path,
                                                         std::uint64_t max_bytes);

@@ -110,6 +110,8 @@ struct Api::RunSlot {
 };
 
 net::awaitable<void> Api::error(Reply& reply, const ApiError& e) {
+  if (e.status == 429) metrics_.refused(e.reason);
+  reply.retryAfter(e.retry_after);
   co_await reply.send(toStatus(e.status), kJson,
                       errorBody(e.status, e.reason, e.message, e.detail));
 }
@@ -135,6 +137,12 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
     co_return;
   }
   if (path == "/metrics" && m == http::verb::get) {
+    // Root and approvers (Caller::approver), and tokens marked `metrics`: the counters say who
+    // is refused and how busy the daemon is, which is not every caller's business.
+    if (!req.caller.approver && !req.caller.metrics) {
+      co_await error(reply, apiError(403, "forbidden", req.caller.name + " may not read /metrics"));
+      co_return;
+    }
     co_await reply.send(http::status::ok, "text/plain; version=0.0.4",
                         metrics_.render(engine_.auditQueueDepth()));
     co_return;
@@ -324,7 +332,7 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
   } else if (!id.empty() && sub.empty() && m == http::verb::delete_) {
     work = makeSessionEnd(req.caller, id);
   } else if (!id.empty() && sub.starts_with(kFiles) && m == http::verb::put) {
-    work = makeFilePut(req.caller, id, sub.substr(kFiles.size()), std::move(req.body));
+    work = makeFilePut(req.caller, id, sub.substr(kFiles.size()), req.spooled);
   } else if (!id.empty() && sub.starts_with(kFiles) && m == http::verb::get) {
     work = makeFileGet(req.caller, id, sub.substr(kFiles.size()));
   } else {
@@ -365,11 +373,14 @@ Api::Work Api::makeSessionEnd(Caller caller, std::string id) {
   };
 }
 
-Api::Work Api::makeFilePut(Caller caller, std::string id, std::string path, std::string data) {
+// The upload was spooled to disk as it arrived (Admission::plan); it is copied from there.
+Api::Work Api::makeFilePut(Caller caller, std::string id, std::string path,
+                           std::shared_ptr<SpooledBody> data) {
   return [this, caller = std::move(caller), id = std::move(id), path = std::move(path),
           data = std::move(data)](const std::function<void(std::string)>&,
                                   int) -> std::expected<Answer, ApiError> {
-    auto r = sessions_.putFile(caller, id, path, data);
+    auto r = data ? sessions_.putFileFrom(caller, id, path, data->fd)
+                  : sessions_.putFile(caller, id, path, "");
     if (!r) return std::unexpected(r.error());
     return Answer{201, kJson, dump(*r)};
   };

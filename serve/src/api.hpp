@@ -59,7 +59,8 @@ class Api {
   Work makeSessionCreate(Caller caller, nlohmann::json body);
   Work makeSessionExec(Caller caller, std::string id, nlohmann::json body);
   Work makeSessionEnd(Caller caller, std::string id);
-  Work makeFilePut(Caller caller, std::string id, std::string path, std::string data);
+  Work makeFilePut(Caller caller, std::string id, std::string path,
+                   std::shared_ptr<SpooledBody> data);
   Work makeFileGet(Caller caller, std::string id, std::string path);
   net::awaitable<void> getExecution(Request& req, Reply& reply, const std::string& id);
   net::awaitable<void> error(Reply& reply, const ApiError& e);

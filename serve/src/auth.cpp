@@ -10,6 +10,9 @@
 #include <sstream>
 
 namespace sluice::serve {
+namespace {
+constexpr const char* kLineForm = "NAME TOKEN [approver] [metrics]";
+}  // namespace
 
 std::expected<std::vector<Token>, std::string> loadTokenFile(const std::string& path) {
   struct stat st {};
@@ -29,21 +32,23 @@ std::expected<std::vector<Token>, std::string> loadTokenFile(const std::string& 
     if (line.empty() || line[0] == '#') continue;
     std::istringstream words(line);
     Token t;
-    std::string flag, extra;
-    words >> t.name >> t.secret >> flag >> extra;
+    std::string flag;
+    words >> t.name >> t.secret;
     const std::string where = path + ":" + std::to_string(n) + ": ";
     if (t.name.empty()) continue;  // blank line
-    if (t.secret.empty()) return std::unexpected(where + "expected NAME TOKEN [approver]");
-    if (!extra.empty() || (!flag.empty() && flag != "approver"))
-      return std::unexpected(where + "unexpected '" + (extra.empty() ? flag : extra) +
-                             "' (expected NAME TOKEN [approver])");
+    if (t.secret.empty()) return std::unexpected(where + "expected " + kLineForm);
+    while (words >> flag) {
+      bool& mark = flag == "approver" ? t.approver : t.metrics;
+      if ((flag != "approver" && flag != "metrics") || mark)
+        return std::unexpected(where + "unexpected '" + flag + "' (expected " + kLineForm + ")");
+      mark = true;
+    }
     if (t.secret.size() < 16)
       return std::unexpected(where + "token of '" + t.name + "' is shorter than 16 bytes");
     if (!names.insert(t.name).second)
       return std::unexpected(where + "name '" + t.name + "' appears twice");
     if (!secrets.insert(t.secret).second)
       return std::unexpected(where + "token of '" + t.name + "' is also another name's");
-    t.approver = flag == "approver";
     out.push_back(std::move(t));
   }
   if (out.empty()) return std::unexpected(path + ": no tokens");
@@ -65,7 +70,7 @@ std::expected<Caller, std::string> callerForBearer(const std::vector<Token>& tok
     if (same) match = &t;
   }
   if (!match) return std::unexpected("unknown token");
-  return Caller{match->name, match->approver};
+  return Caller{match->name, match->approver, match->metrics};
 }
 
 }  // namespace sluice::serve

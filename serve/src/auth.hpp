@@ -1,5 +1,5 @@
 // Who is calling: Unix-socket callers by their uid (SO_PEERCRED), TCP callers by a bearer
-// token from the token file (lines `NAME TOKEN [approver]`), compared in constant time.
+// token from the token file (lines `NAME TOKEN [approver] [metrics]`), compared in constant time.
 #pragma once
 
 #include <expected>
@@ -12,13 +12,15 @@ namespace sluice::serve {
 /// A caller: "uid:N" for a Unix-socket peer, the token's NAME for a TCP one.
 struct Caller {
   std::string name;
-  bool approver = false;  // may answer approvals
+  bool approver = false;  // may answer approvals (and read /metrics)
+  bool metrics = false;   // may read /metrics
 };
 
 struct Token {
   std::string name;
   std::string secret;
   bool approver = false;
+  bool metrics = false;
 };
 
 /// Parses a token file. Refused: a file others can read or write, a malformed line (named by

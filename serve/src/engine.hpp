@@ -34,6 +34,7 @@ struct ApiError {
   std::string reason = "bad_request";
   std::string message;
   std::string detail;
+  unsigned retry_after = 0;  // seconds, sent as Retry-After (429)
 };
 
 /// A run as the API asks for it (POST /v1/runs, or one exec of a session).

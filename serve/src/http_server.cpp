@@ -1,21 +1,37 @@
 // HttpServer (http_server.hpp).
 #include "http_server.hpp"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 
+#include "http_body.hpp"
+
 namespace sluice::serve {
+using detail::Deadline;
+using detail::readBody;
+using detail::refusal;
+
 namespace {
 
-constexpr std::size_t kMaxHeaderBytes = 64 * 1024;
-constexpr auto kHeaderTimeout = std::chrono::seconds(30);
+constexpr std::size_t kMaxHeaderBytes = 16 * 1024;
+// Bounds what one connection buffers before its body is planned: a header and a little more.
+constexpr std::size_t kReadBufferBytes = 32 * 1024;
+constexpr unsigned kConnectionRetryAfter = 1;
+// How long, and how much, a refused authenticated caller's unread body is read and dropped.
+constexpr auto kLingerTime = std::chrono::seconds(2);
+constexpr std::size_t kLingerBytes = 1 << 20;
 
 // Waits until the client's socket is readable; EOF or an error there (not a pipelined request)
 // means the client went away.
@@ -41,6 +57,8 @@ class StreamReply final : public Reply {
     http::response<http::string_body> res{status, version_};
     res.set(http::field::server, "sluice");
     res.set(http::field::content_type, content_type);
+    if (retry_after_ > 0) res.set(http::field::retry_after, std::to_string(retry_after_));
+    retry_after_ = 0;
     res.keep_alive(keep_alive_);
     res.body() = std::move(body);
     res.prepare_payload();
@@ -113,18 +131,83 @@ struct HttpServer::State {
   std::vector<std::shared_ptr<unix_stream::acceptor>> unix_acceptors;
   std::vector<std::string> unix_paths;
   bool closed = false;
+  std::size_t connections = 0;                  // guarded by mu
+  std::map<std::string, std::size_t> per_peer;  // guarded by mu
+
+  void refused(const std::string& reason) {
+    if (options.refused) options.refused(reason);
+  }
 };
 
 namespace {
 
 using StatePtr = std::shared_ptr<HttpServer::State>;
 
+// One admitted connection: counted in the totals until it ends.
+class ConnectionSlot {
+ public:
+  ConnectionSlot(StatePtr st, std::string peer) : st_(std::move(st)), peer_(std::move(peer)) {}
+  ConnectionSlot(ConnectionSlot&& o) noexcept = default;
+  ConnectionSlot& operator=(ConnectionSlot&&) = delete;
+  ~ConnectionSlot() {
+    if (!st_) return;
+    std::lock_guard lock(st_->mu);
+    --st_->connections;
+    if (auto it = st_->per_peer.find(peer_); it != st_->per_peer.end() && --it->second == 0)
+      st_->per_peer.erase(it);
+  }
+
+ private:
+  StatePtr st_;
+  std::string peer_;
+};
+
+// A slot for a new connection from `peer`, or why not (the caps of HttpServerOptions).
+std::expected<ConnectionSlot, Refusal> admitConnection(const StatePtr& st,
+                                                       const std::string& peer) {
+  const HttpServerOptions& o = st->options;
+  std::lock_guard lock(st->mu);
+  if (st->connections >= o.max_connections)
+    return std::unexpected(refusal(503, "too_many_connections",
+                                   "the daemon holds " + std::to_string(o.max_connections) +
+                                       " connections already (--max-connections)",
+                                   kConnectionRetryAfter));
+  std::size_t& n = st->per_peer[peer];
+  if (n >= o.max_connections_per_peer)
+    return std::unexpected(refusal(
+        429, "too_many_connections_from_peer",
+        peer + " holds " + std::to_string(n) + " connections already (--max-connections-per-peer)",
+        kConnectionRetryAfter));
+  ++n;
+  ++st->connections;
+  return ConnectionSlot(st, peer);
+}
+
+// The whole answer to a connection refused at accept, written without waiting (the send buffer
+// of a new socket is empty): a refusal costs no coroutine and no buffer.
+template <typename Socket>
+void refuseConnection(const StatePtr& st, Socket& s, const Refusal& r) {
+  st->refused(r.reason);
+  const std::string body = st->errors(r.status, r.reason, r.message);
+  std::string text = "HTTP/1.1 " + std::to_string(r.status) + " " +
+                     std::string(http::obsolete_reason(static_cast<http::status>(r.status))) +
+                     "\r\nServer: sluice\r\nContent-Type: application/json\r\nRetry-After: " +
+                     std::to_string(r.retry_after) +
+                     "\r\nConnection: close\r\nContent-Length: " + std::to_string(body.size()) +
+                     "\r\n\r\n" + body;
+  (void)!::send(s.native_handle(), text.data(), text.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+  ErrorCode ignored;
+  s.shutdown(Socket::shutdown_send, ignored);
+  s.close(ignored);
+}
+
 // The caller of a Unix-socket connection: its peer's uid.
-std::optional<Caller> unixCaller(unix_stream::socket& s, const HttpServerOptions& o) {
+std::optional<Caller> unixCaller(unix_stream::socket& s, const HttpServerOptions& o, uid_t* uid) {
   ucred cred{};
   socklen_t len = sizeof cred;
   if (::getsockopt(s.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
     return std::nullopt;
+  *uid = cred.uid;
   Caller c;
   c.name = "uid:" + std::to_string(cred.uid);
   c.approver = cred.uid == 0 || std::find(o.approver_uids.begin(), o.approver_uids.end(),
@@ -132,62 +215,150 @@ std::optional<Caller> unixCaller(unix_stream::socket& s, const HttpServerOptions
   return c;
 }
 
+// Who is calling, from the header alone: a Unix peer is known since accept; a TCP client by
+// its bearer token.
+std::expected<Caller, std::string> authenticate(const StatePtr& st,
+                                                const std::optional<Caller>& peer,
+                                                const http::request_header<>& h) {
+  if (peer) return *peer;
+  const auto auth = h[http::field::authorization];
+  return callerForBearer(st->options.tokens, std::string_view(auth.data(), auth.size()));
+}
+
+Request requestHead(const http::request_header<>& h) {
+  Request req;
+  req.method = h.method();
+  req.method_text = std::string(h.method_string());
+  req.target = std::string(h.target());
+  req.content_type = std::string(h[http::field::content_type]);
+  req.accept = std::string(h[http::field::accept]);
+  return req;
+}
+
+// Reads and drops what a refused client still sends, for a moment and up to a bound, before
+// the connection closes: closing a TCP socket with unread data resets the connection, and the
+// client could lose the answer it has not read yet (RFC 9112 9.6: close in stages).
 template <typename Stream>
-net::awaitable<void> serveConnection(StatePtr st, Stream s, std::optional<Caller> peer) {
-  beast::flat_buffer buf;
+net::awaitable<void> linger(Stream& s, Deadline<Stream>& deadline) {
+  std::array<char, 4096> sink;
+  std::size_t dropped = 0;
+  ErrorCode ec;
+  deadline.arm(kLingerTime);
+  while (dropped < kLingerBytes && !ec)
+    dropped +=
+        co_await s.async_read_some(net::buffer(sink), net::redirect_error(net::use_awaitable, ec));
+  deadline.disarm();
+}
+
+// Answers `r`; the connection then closes (its body, if any, unread; an authenticated caller's
+// lingered over when `deadline` is given), unless `keep_version` names the HTTP version of a
+// request whose connection stays open.
+template <typename Stream>
+net::awaitable<void> refuseRequest(const StatePtr& st, Stream& s, const Refusal& r,
+                                   unsigned keep_version = 0,
+                                   Deadline<Stream>* deadline = nullptr) {
+  st->refused(r.reason);
+  StreamReply<Stream> reply(s, keep_version != 0 ? keep_version : 11, keep_version != 0);
+  reply.retryAfter(r.retry_after);
+  co_await reply.send(static_cast<http::status>(r.status), "application/json",
+                      st->errors(r.status, r.reason, r.message));
+  if (keep_version != 0) co_return;
+  ErrorCode ignored;
+  s.shutdown(Stream::shutdown_send, ignored);
+  if (deadline) co_await linger(s, *deadline);
+}
+
+// A request read whole, with what its answer needs of its head.
+struct Incoming {
+  Request req;
+  unsigned version = 11;
+  bool keep_alive = false;
+};
+
+// Reads one request's header, authenticates it and reads its body as planned. The request, or
+// nothing when the connection is done (closed, refused, or a refusal already answered). With
+// `*keep`, a refusal that left nothing unread keeps the connection.
+template <typename Stream>
+net::awaitable<std::optional<Incoming>> readRequest(const StatePtr& st, Stream& s,
+                                                    beast::flat_buffer& buf,
+                                                    const std::optional<Caller>& peer,
+                                                    Deadline<Stream>& deadline, bool& keep) {
+  http::request_parser<http::empty_body> head;
+  head.header_limit(kMaxHeaderBytes);
+  // The plan's limit applies, once the caller is known. Not boost::none: Beast 1.74 compares
+  // a Content-Length with the empty optional as larger, and refuses every body.
+  head.body_limit(std::numeric_limits<std::uint64_t>::max());
+  ErrorCode ec;
+  deadline.arm(st->options.header_timeout);
+  co_await http::async_read_header(s, buf, head, net::redirect_error(net::use_awaitable, ec));
+  deadline.disarm();
+  keep = false;
+  if (deadline.fired() || ec == http::error::end_of_stream || ec == net::error::eof || !s.is_open())
+    co_return std::nullopt;
+  // A socket error (the client reset the connection) leaves no one to answer.
+  if (ec && ec.category() != http::make_error_code(http::error::bad_target).category())
+    co_return std::nullopt;
+  if (ec) {
+    co_await refuseRequest(st, s,
+                           refusal(400, "bad_request", "malformed HTTP request: " + ec.message()));
+    co_return std::nullopt;
+  }
+  const unsigned version = head.get().version();
+  const bool keep_alive = head.get().keep_alive();
+  Request req = requestHead(head.get());
+  auto caller = authenticate(st, peer, head.get());
+  if (!caller) {
+    co_await refuseRequest(st, s, refusal(401, "unauthorized", caller.error()));
+    co_return std::nullopt;
+  }
+  req.caller = std::move(*caller);
+  const bool has_body = !head.is_done();
+  BodyPlan plan = st->options.plan ? st->options.plan(req)
+                                   : BodyPlan{st->options.max_body_bytes, false, {}, {}};
+  const auto announced = head.content_length();
+  if (!plan.refuse && announced && *announced > plan.limit)
+    plan.refuse = refusal(413, "payload_too_large",
+                          "request body of " + std::to_string(*announced) + " bytes exceeds " +
+                              std::to_string(plan.limit) + " bytes");
+  if (plan.refuse) {
+    // With nothing left unread the connection stays usable; else it closes, its body unread.
+    keep = !has_body && keep_alive;
+    co_await refuseRequest(st, s, *plan.refuse, keep ? version : 0, &deadline);
+    co_return std::nullopt;
+  }
+  if (has_body) {
+    if (beast::iequals(head.get()[http::field::expect], "100-continue")) {
+      static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      co_await net::async_write(s, net::buffer(kContinue.data(), kContinue.size()),
+                                net::redirect_error(net::use_awaitable, ec));
+    }
+    auto refused = co_await readBody(st->options, s, buf, head, plan, req, deadline);
+    if (refused) {
+      if (refused->status != 0) co_await refuseRequest(st, s, *refused, 0, &deadline);
+      co_return std::nullopt;
+    }
+  }
+  req.ticket = std::move(plan.ticket);
+  Incoming in{std::move(req), version, keep_alive};
+  co_return in;
+}
+
+// `slot` counts the connection against the caps until it ends.
+template <typename Stream>
+net::awaitable<void> serveConnection(StatePtr st, Stream s, std::optional<Caller> peer,
+                                     [[maybe_unused]] ConnectionSlot slot) {
+  beast::flat_buffer buf(kReadBufferBytes);
+  Deadline<Stream> deadline(s);
   for (;;) {
-    http::request_parser<http::string_body> parser;
-    parser.header_limit(kMaxHeaderBytes);
-    parser.body_limit(st->options.max_body_bytes);
-    ErrorCode ec;
-    net::steady_timer deadline(s.get_executor());
-    deadline.expires_after(kHeaderTimeout);
-    bool timed_out = false;
-    deadline.async_wait([&](ErrorCode e) {
-      if (e) return;
-      timed_out = true;
-      ErrorCode ignored;
-      s.close(ignored);
-    });
-    co_await http::async_read(s, buf, parser, net::redirect_error(net::use_awaitable, ec));
-    deadline.cancel();
-    if (timed_out || ec == http::error::end_of_stream || ec == net::error::eof) co_return;
-    auto& raw = parser.get();
-    StreamReply<Stream> reply(s, raw.version(), raw.keep_alive());
-    if (ec) {
-      const bool too_big = ec == http::error::body_limit;
-      std::string body = st->errors(
-          too_big ? 413 : 400, too_big ? "payload_too_large" : "bad_request",
-          too_big ? "request body exceeds " + std::to_string(st->options.max_body_bytes) + " bytes"
-                  : "malformed HTTP request: " + ec.message());
-      StreamReply<Stream> closing(s, 11, false);
-      co_await closing.send(too_big ? http::status::payload_too_large : http::status::bad_request,
-                            "application/json", std::move(body));
+    bool keep = false;
+    auto req = co_await readRequest(st, s, buf, peer, deadline, keep);
+    if (!req) {
+      if (keep) continue;
       co_return;
     }
-    Request req;
-    req.method = raw.method();
-    req.method_text = std::string(raw.method_string());
-    req.target = std::string(raw.target());
-    req.content_type = std::string(raw[http::field::content_type]);
-    req.accept = std::string(raw[http::field::accept]);
-    req.body = std::move(raw.body());
-    if (peer) {
-      req.caller = *peer;
-    } else {
-      const auto auth = raw[http::field::authorization];
-      auto caller = callerForBearer(st->options.tokens, std::string_view(auth.data(), auth.size()));
-      if (!caller) {
-        std::string body = st->errors(401, "unauthorized", caller.error());
-        co_await reply.send(http::status::unauthorized, "application/json", std::move(body));
-        if (!raw.keep_alive()) co_return;
-        continue;
-      }
-      req.caller = *caller;
-    }
-    const bool keep = raw.keep_alive();
-    co_await st->handler(req, reply);
-    if (!keep) {
+    StreamReply<Stream> reply(s, req->version, req->keep_alive);
+    co_await st->handler(req->req, reply);
+    if (!req->keep_alive) {
       ErrorCode ignored;
       s.shutdown(Stream::shutdown_send, ignored);
       co_return;
@@ -195,17 +366,24 @@ net::awaitable<void> serveConnection(StatePtr st, Stream s, std::optional<Caller
   }
 }
 
-// Caller of a new connection: a Unix peer's uid now; a TCP client's token per request (nullopt).
-std::optional<std::optional<Caller>> peerCaller(tcp::socket& s, const HttpServerOptions&) {
+// The peer of a new connection: its key for the per-peer cap, and for a Unix one its caller
+// (SO_PEERCRED, before anything is read); a TCP client's caller comes with each request.
+struct Peer {
+  std::string key;
+  std::optional<Caller> caller;
+};
+std::optional<Peer> peerOf(tcp::socket& s, const HttpServerOptions&) {
   ErrorCode ec;
   s.set_option(tcp::no_delay(true), ec);
-  return std::optional<Caller>();
+  auto remote = s.remote_endpoint(ec);
+  if (ec) return std::nullopt;
+  return Peer{remote.address().to_string(), std::nullopt};
 }
-std::optional<std::optional<Caller>> peerCaller(unix_stream::socket& s,
-                                                const HttpServerOptions& o) {
-  auto caller = unixCaller(s, o);
+std::optional<Peer> peerOf(unix_stream::socket& s, const HttpServerOptions& o) {
+  uid_t uid = 0;
+  auto caller = unixCaller(s, o, &uid);
   if (!caller) return std::nullopt;  // no credentials: drop the connection
-  return caller;
+  return Peer{"uid:" + std::to_string(uid), std::move(caller)};
 }
 
 template <typename Protocol>
@@ -217,12 +395,23 @@ net::awaitable<void> acceptLoop(StatePtr st, std::shared_ptr<typename Protocol::
     co_await acc->async_accept(s, net::redirect_error(net::use_awaitable, ec));
     if (ec) {
       if (!acc->is_open()) co_return;
+      // Out of descriptors (EMFILE, ENFILE) or memory: the pending connection stays queued, so
+      // retrying at once would spin; give running connections a moment to end.
+      net::steady_timer pause(acc->get_executor(), std::chrono::milliseconds(50));
+      co_await pause.async_wait(net::redirect_error(net::use_awaitable, ec));
       continue;
     }
-    auto caller = peerCaller(s, st->options);
-    if (!caller) continue;
+    auto peer = peerOf(s, st->options);
+    if (!peer) continue;
+    auto slot = admitConnection(st, peer->key);
+    if (!slot) {
+      refuseConnection(st, s, slot.error());
+      continue;
+    }
     auto ex = s.get_executor();
-    net::co_spawn(ex, serveConnection<Socket>(st, std::move(s), std::move(*caller)), net::detached);
+    net::co_spawn(
+        ex, serveConnection<Socket>(st, std::move(s), std::move(peer->caller), std::move(*slot)),
+        net::detached);
   }
 }
 

@@ -1,11 +1,17 @@
 // The daemon's HTTP/1.1 server (Beast): Unix-socket listeners (the caller is the peer's uid,
 // SO_PEERCRED) and TCP listeners (the caller is the bearer token's name; 401 otherwise), one
-// coroutine per connection on its own strand, keep-alive, header and body limits. Requests go
-// to a Handler; the Reply lets it answer whole or stream chunked NDJSON.
+// coroutine per connection on its own strand, keep-alive. Admission comes before memory: a
+// connection over the caps is refused at accept, the header must arrive within a deadline, the
+// caller is authenticated from the header alone, and only then is the body read, up to the
+// limit the Planner gives for that endpoint (413 before any byte of a larger announced body),
+// into memory or spooled to an unlinked file. Requests go to a Handler; the Reply lets it
+// answer whole or stream chunked NDJSON. docs/serve.md "Limits".
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,6 +19,17 @@
 #include "net.hpp"
 
 namespace sluice::serve {
+
+/// A request body written to an unlinked file as it arrived (BodyPlan::spool); the file is
+/// closed with the last holder. Read it from offset 0.
+struct SpooledBody {
+  int fd = -1;
+  std::uint64_t bytes = 0;
+  SpooledBody() = default;
+  SpooledBody(const SpooledBody&) = delete;
+  SpooledBody& operator=(const SpooledBody&) = delete;
+  ~SpooledBody();
+};
 
 /// One request, as the handler sees it.
 struct Request {
@@ -22,8 +39,29 @@ struct Request {
   std::string content_type;
   std::string accept;
   std::string body;
+  std::shared_ptr<SpooledBody> spooled;  // the body, when its plan spooled it (`body` empty)
   Caller caller;
+  /// What admission reserved for this request (BodyPlan::ticket), held until the handler ends.
+  std::shared_ptr<void> ticket;
 };
+
+/// A refusal decided before the body is read: the JSON error, and Retry-After when nonzero.
+struct Refusal {
+  int status = 429;
+  std::string reason;
+  std::string message;
+  unsigned retry_after = 0;
+};
+
+/// How one request's body is read, decided from its head once the caller is known.
+struct BodyPlan {
+  std::size_t limit = 0;          // bytes; an announced larger body is 413 before any byte is read
+  bool spool = false;             // to an unlinked file (Request::spooled), not memory
+  std::shared_ptr<void> ticket;   // moved into Request::ticket
+  std::optional<Refusal> refuse;  // answered instead, the body unread (and the connection closed)
+};
+/// `head` is the request without its body.
+using Planner = std::function<BodyPlan(const Request& head)>;
 
 /// How a handler answers: once with send(), or as a chunked stream.
 class Reply {
@@ -40,6 +78,11 @@ class Reply {
   /// (a client that went away mid-run). Until stopWatching().
   virtual void watchClose(std::function<void()> on_close) = 0;
   virtual void stopWatching() = 0;
+  /// The next send() carries `Retry-After: seconds` (429, 503).
+  void retryAfter(unsigned seconds) { retry_after_ = seconds; }
+
+ protected:
+  unsigned retry_after_ = 0;
 };
 
 /// Handles one request (the handler must answer through `reply` exactly once).
@@ -50,9 +93,23 @@ using ErrorWriter =
     std::function<std::string(int status, const std::string& reason, const std::string& message)>;
 
 struct HttpServerOptions {
-  std::size_t max_body_bytes = 64u << 20;
-  std::vector<Token> tokens;  // for TCP listeners
+  std::size_t max_body_bytes = 64u << 20;  // the limit when there is no Planner
+  std::vector<Token> tokens;               // for TCP listeners
   std::vector<unsigned> approver_uids;
+  /// Connections open at once, all listeners (503 + Retry-After above), and per peer: a TCP
+  /// client's address, a Unix client's uid (429 + Retry-After above).
+  std::size_t max_connections = 512;
+  std::size_t max_connections_per_peer = 128;
+  /// From the moment the server waits for a request until its whole header is in: a client
+  /// that sends it slower (slowloris) is cut off.
+  std::chrono::milliseconds header_timeout{10000};
+  /// Longest wait for the next bytes of a body.
+  std::chrono::milliseconds body_idle_timeout{30000};
+  /// Where spooled bodies are written (unlinked files); empty: the system's temp directory.
+  std::string spool_dir;
+  Planner plan;
+  /// Told the reason of every refusal the server answers itself (401, connection caps).
+  std::function<void(const std::string& reason)> refused;
 };
 
 class HttpServer {

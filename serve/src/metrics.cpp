@@ -38,6 +38,11 @@ void Metrics::poolReady(const std::string& workflow, std::int64_t ready) {
   pool_ready_[workflow] = ready;
 }
 
+void Metrics::refused(const std::string& reason) {
+  std::lock_guard lock(mu_);
+  ++refused_[reason];
+}
+
 void Metrics::runStart(double seconds) {
   std::lock_guard lock(mu_);
   for (std::size_t i = 0; i < kBuckets.size(); ++i)
@@ -71,6 +76,10 @@ std::string Metrics::render(std::uint64_t audit_queue_depth) const {
   o += "# TYPE sluice_pool_ready gauge\n";
   for (const auto& [w, n] : pool_ready_)
     o += "sluice_pool_ready{workflow=\"" + label(w) + "\"} " + std::to_string(n) + "\n";
+  o += "# HELP sluice_api_refusals_total Requests and connections refused by admission.\n";
+  o += "# TYPE sluice_api_refusals_total counter\n";
+  for (const auto& [reason, n] : refused_)
+    o += "sluice_api_refusals_total{reason=\"" + label(reason) + "\"} " + std::to_string(n) + "\n";
   o += "# HELP sluice_run_start_seconds From a run's request to its program's start.\n";
   o += "# TYPE sluice_run_start_seconds histogram\n";
   for (std::size_t i = 0; i < kBuckets.size(); ++i)

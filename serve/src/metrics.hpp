@@ -22,6 +22,8 @@ class Metrics {
     bytes_down_.fetch_add(down, std::memory_order_relaxed);
   }
   void poolReady(const std::string& workflow, std::int64_t ready);
+  /// A request or connection refused by admission (429, 503 at accept, 401, 413), by reason.
+  void refused(const std::string& reason);
   /// Seconds from a run's request to its program's start.
   void runStart(double seconds);
   /// The text exposition; `audit_queue_depth` is read by the caller at scrape time.
@@ -36,6 +38,7 @@ class Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> decisions_;
   std::map<std::string, std::int64_t> pool_ready_;
+  std::map<std::string, std::uint64_t> refused_;
   std::array<std::uint64_t, kBuckets.size()> start_buckets_{};
   std::uint64_t start_count_ = 0;
   double start_sum_ = 0;

@@ -3,16 +3,19 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
 
+#include "admission.hpp"
 #include "api.hpp"
 #include "auth.hpp"
 #include "engine.hpp"
 #include "http_server.hpp"
 #include "metrics.hpp"
 #include "pool.hpp"
+#include "quotas.hpp"
 #include "sessions.hpp"
 
 namespace sluice::serve {
@@ -25,17 +28,15 @@ class ServerImpl final : public Server {
 
   std::expected<void, std::string> init() {
     HttpServerOptions hopts;
-    hopts.max_body_bytes = options_.max_body_bytes;
-    hopts.approver_uids = options_.approver_uids;
-    if (!options_.token_file.empty()) {
-      auto tokens = loadTokenFile(options_.token_file);
-      if (!tokens) return std::unexpected("--token-file " + tokens.error());
-      hopts.tokens = std::move(*tokens);
-    }
+    if (auto r = httpOptions(hopts); !r) return r;
     auto engine = Engine::create(options_, metrics_);
     if (!engine) return std::unexpected(engine.error());
     engine_ = std::move(*engine);
-    sessions_ = std::make_unique<SessionManager>(*engine_, options_.max_sessions);
+    const Shares shares = sharesFor(options_, knownCallers(hopts));
+    sessions_ = std::make_unique<SessionManager>(
+        *engine_, shares.sessions, shares.sessions_per_caller, shares.max_session_ttl);
+    admission_ = std::make_unique<Admission>(*sessions_, shares, options_.max_body_bytes);
+    hopts.plan = [a = admission_.get()](const Request& head) { return a->plan(head); };
     pool_ = std::make_unique<Pool>(*engine_, options_.pool);
     engine_->setPool(pool_.get());
     api_ = std::make_unique<Api>(*engine_, metrics_, *sessions_);
@@ -107,6 +108,39 @@ class ServerImpl final : public Server {
   std::vector<std::string> endpoints() const override { return endpoints_; }
 
  private:
+  // The HTTP server's tokens, connection caps and deadlines, from the options.
+  std::expected<void, std::string> httpOptions(HttpServerOptions& h) {
+    if (options_.max_sessions == 0 || options_.max_runs == 0 || options_.max_connections == 0)
+      return std::unexpected(
+          std::string("--max-sessions, --max-runs and --max-connections must be at least 1"));
+    if (options_.max_session_ttl.count() <= 0)
+      return std::unexpected(std::string("--max-session-ttl must be positive"));
+    h.max_body_bytes = options_.max_body_bytes;
+    h.approver_uids = options_.approver_uids;
+    h.max_connections = options_.max_connections;
+    h.max_connections_per_peer = options_.max_connections_per_peer > 0
+                                     ? options_.max_connections_per_peer
+                                     : std::max<std::size_t>(1, options_.max_connections / 4);
+    h.header_timeout = options_.header_timeout;
+    h.spool_dir = options_.spool_dir;
+    h.refused = [m = &metrics_](const std::string& reason) { m->refused(reason); };
+    if (!options_.token_file.empty()) {
+      auto tokens = loadTokenFile(options_.token_file);
+      if (!tokens) return std::unexpected("--token-file " + tokens.error());
+      h.tokens = std::move(*tokens);
+    }
+    return {};
+  }
+  // Callers the daemon knows of (the default shares, quotas.hpp): every token, every approver
+  // uid, and the Unix socket's owner.
+  std::size_t knownCallers(const HttpServerOptions& h) const {
+    const bool unix_listener =
+        options_.listens.empty() ||
+        std::any_of(options_.listens.begin(), options_.listens.end(),
+                    [](const std::string& l) { return l.starts_with("unix:"); });
+    return h.tokens.size() + h.approver_uids.size() + (unix_listener ? 1 : 0);
+  }
+
   ServeOptions options_;
   Metrics metrics_;
   net::io_context ioc_;
@@ -114,6 +148,7 @@ class ServerImpl final : public Server {
   std::vector<std::thread> threads_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<SessionManager> sessions_;
+  std::unique_ptr<Admission> admission_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Api> api_;
   std::thread reaper_;

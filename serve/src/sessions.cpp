@@ -1,6 +1,8 @@
 // Sessions (sessions.hpp).
 #include "sessions.hpp"
 
+#include <unistd.h>
+
 #include "pool.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
@@ -27,6 +29,16 @@ std::expected<std::chrono::milliseconds, ApiError> duration(const json& body, co
   if (!d) return std::unexpected(bad(std::string(key) + ": " + d.error()));
   if (d->count() <= 0) return std::unexpected(bad(std::string(key) + ": must be positive"));
   return *d;
+}
+
+// "24h", "90m", "30s" or "1500ms": the largest unit that says it exactly.
+std::string spoken(std::chrono::milliseconds d) {
+  using namespace std::chrono;
+  if (d.count() % duration_cast<milliseconds>(hours(1)).count() == 0)
+    return std::to_string(duration_cast<hours>(d).count()) + "h";
+  if (d.count() % 60000 == 0) return std::to_string(duration_cast<minutes>(d).count()) + "m";
+  if (d.count() % 1000 == 0) return std::to_string(duration_cast<seconds>(d).count()) + "s";
+  return std::to_string(d.count()) + "ms";
 }
 
 // A file path of the API ("work/data.csv") as a sandbox path ("/work/data.csv"), %XX decoded.
@@ -80,7 +92,18 @@ struct SessionManager::Session {
   std::mutex op;        // one exec or file operation at a time
   bool ended = false;   // guarded by op
   int busy = 0;         // guarded by the manager's mu_: operations in flight (not idle)
+  std::shared_ptr<void> hold;  // its unit of the manager's Quota, given back by finish()
 };
+
+// Retry-After of a full session quota: sessions end by their client, idle timeout or TTL.
+constexpr unsigned kSessionRetryAfter = 5;
+
+SessionManager::SessionManager(Engine& engine, std::size_t max_sessions, std::size_t per_caller,
+                               std::chrono::milliseconds max_ttl)
+    : engine_(engine),
+      quota_(max_sessions, per_caller == 0 ? max_sessions : per_caller, "sessions open",
+             "--max-sessions", "too_many_sessions", kSessionRetryAfter),
+      max_ttl_(max_ttl) {}
 
 SessionManager::~SessionManager() { endAll("shutdown"); }
 
@@ -100,19 +123,24 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   auto w = engine_.workflow(name);
   if (!w)
     return std::unexpected(ApiError{404, "not_found", "workflow '" + name + "' is not served", ""});
-  auto idle = duration(body, "idle_timeout", std::chrono::minutes(5));
+  // Defaults within the ceiling; an explicit value above it is refused, not cut, so the
+  // caller is not surprised by a session that ends early.
+  auto idle = duration(body, "idle_timeout",
+                       std::min<std::chrono::milliseconds>(std::chrono::minutes(5), max_ttl_));
   if (!idle) return std::unexpected(idle.error());
-  auto ttl = duration(body, "ttl", std::chrono::hours(1));
+  auto ttl =
+      duration(body, "ttl", std::min<std::chrono::milliseconds>(std::chrono::hours(1), max_ttl_));
   if (!ttl) return std::unexpected(ttl.error());
-  {
-    std::lock_guard lock(mu_);
-    if (sessions_.size() >= max_sessions_)
-      return std::unexpected(ApiError{
-          429, "too_many_sessions",
-          "at most " + std::to_string(max_sessions_) + " sessions may be open (--max-sessions)",
-          ""});
-  }
+  for (const auto& [key, d] : {std::pair{"idle_timeout", *idle}, std::pair{"ttl", *ttl}})
+    if (d > max_ttl_)
+      return std::unexpected(bad(std::string(key) + ": " + spoken(d) +
+                                 " is longer than this daemon allows (--max-session-ttl " +
+                                 spoken(max_ttl_) + ")"));
+  // Held from before the sandbox is built: concurrent creates cannot all pass the count.
+  auto hold = quota_.acquire(caller.name);
+  if (!hold) return std::unexpected(hold.error());
   auto s = std::make_shared<Session>();
+  s->hold = std::move(*hold);
   s->caller = caller.name;
   s->workflow = w;
   s->matcher = pol::Matcher::compile(w);
@@ -319,6 +347,26 @@ std::expected<json, ApiError> SessionManager::putFile(const Caller& caller, cons
       });
 }
 
+std::expected<json, ApiError> SessionManager::putFileFrom(const Caller& caller,
+                                                          const std::string& id,
+                                                          const std::string& path, int fd) {
+  return onFile<json>(
+      caller, id, path, [&](Session& s, const std::string& p) -> std::expected<json, ApiError> {
+        if (::lseek(fd, 0, SEEK_SET) != 0)
+          return std::unexpected(ApiError{500, "internal", "the spooled upload is gone", ""});
+        auto info = s.box->writeFileFrom(p, fd);
+        if (!info) return std::unexpected(fileError(info.error()));
+        return json{{"path", info->path}, {"bytes", info->bytes}, {"sha256", info->sha256}};
+      });
+}
+
+std::expected<std::uint64_t, ApiError> SessionManager::uploadLimit(const Caller& caller,
+                                                                   const std::string& id) {
+  auto found = find(caller, id);
+  if (!found) return std::unexpected(found.error());
+  return (*found)->limits.disk;
+}
+
 std::expected<SessionManager::FileBody, ApiError> SessionManager::getFile(const Caller& caller,
                                                                           const std::string& id,
                                                                           const std::string& path) {
@@ -387,6 +435,7 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   rec.receipt_json = dump(summary);
   if (auto hash = engine_.store().recordExecution(rec)) summary["hash"] = *hash;
   s.ended = true;
+  s.hold.reset();
   engine_.metrics().sessionClosed();
   return summary;
 }

@@ -2,7 +2,8 @@
 // between execs, bounded as a whole by the workflow's memory/pids/disk and network limits; each
 // exec gets its own receipt (with `session_id`); idle timeout and TTL end a session, and every
 // session ends with a summary receipt in the audit store. Sessions belong to their caller:
-// anyone else gets 404.
+// anyone else gets 404. How many may be open, in all and per caller, is a Quota (quotas.hpp);
+// `ttl` and `idle_timeout` may not exceed the daemon's ceiling (docs/serve.md "Quotas").
 #pragma once
 
 #include <chrono>
@@ -15,13 +16,16 @@
 #include <string>
 
 #include "engine.hpp"
+#include "quotas.hpp"
 
 namespace sluice::serve {
 
 class SessionManager {
  public:
-  SessionManager(Engine& engine, std::size_t max_sessions)
-      : engine_(engine), max_sessions_(max_sessions) {}
+  /// At most `max_sessions` open, `per_caller` of them one caller's (0: no share below the
+  /// total); a `ttl` or `idle_timeout` longer than `max_ttl` is refused (400).
+  SessionManager(Engine& engine, std::size_t max_sessions, std::size_t per_caller = 0,
+                 std::chrono::milliseconds max_ttl = std::chrono::hours(24));
   ~SessionManager();
 
   /// POST /v1/sessions -> 201 {"id","workflow","created_at","expires_at"}.
@@ -34,6 +38,11 @@ class SessionManager {
   /// PUT /v1/sessions/{id}/files/{path} -> {"path","bytes","sha256"}.
   std::expected<nlohmann::json, ApiError> putFile(const Caller& caller, const std::string& id,
                                                   const std::string& path, const std::string& data);
+  /// As putFile, the content read from `fd` (a spooled upload) from its start, in chunks.
+  std::expected<nlohmann::json, ApiError> putFileFrom(const Caller& caller, const std::string& id,
+                                                      const std::string& path, int fd);
+  /// The largest upload session `id` of `caller` can hold (its disk limit), or 404.
+  std::expected<std::uint64_t, ApiError> uploadLimit(const Caller& caller, const std::string& id);
   struct FileBody {
     std::string content_type;
     std::string body;
@@ -62,7 +71,8 @@ class SessionManager {
   std::expected<FileBody, ApiError> readOrList(Session& s, const std::string& path);
 
   Engine& engine_;
-  std::size_t max_sessions_;
+  Quota quota_;
+  std::chrono::milliseconds max_ttl_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Session>> sessions_;
 };

@@ -89,6 +89,9 @@ class SandboxSession {
   /// writeFile creates or replaces the file (missing directories are made), owned by the
   /// sandbox uid/gid (new files 0644), and returns its size and SHA-256.
   std::expected<FileInfo, std::string> writeFile(const std::string& path, std::string_view data);
+  /// As writeFile, with the content read from `from` (to its end) in chunks, never whole in
+  /// memory (the daemon's spooled uploads).
+  std::expected<FileInfo, std::string> writeFileFrom(const std::string& path, int from);
   /// The whole file; an error if it is larger than `max_bytes`.
   std::expected<std::string, std::string> readFile(const std::string& path,
                                                    std::uint64_t max_bytes);

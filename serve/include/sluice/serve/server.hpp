@@ -28,13 +28,29 @@ struct ServeOptions {
   std::string secrets;
   std::string ca_dir;
   std::vector<std::string> upstream_cas;
-  /// Lines `NAME TOKEN [approver]`; required for any TCP listener.
+  /// Lines `NAME TOKEN [approver] [metrics]`; required for any TCP listener.
   std::string token_file;
   std::size_t pool = 0;
+  /// Admission (docs/serve.md "Quotas"): sessions open and executions running at once, in all
+  /// and per caller (0: the default share, sharesFor() in quotas.hpp), and the longest `ttl` or
+  /// `idle_timeout` a session may ask for. Refusals are 429 with Retry-After.
   std::size_t max_sessions = 64;
+  std::size_t max_sessions_per_caller = 0;
+  std::size_t max_runs = 64;
+  std::size_t max_runs_per_caller = 0;
+  std::chrono::milliseconds max_session_ttl{std::chrono::hours(24)};
+  /// Connections open at once (503 above), and per peer address or Unix uid (429 above; 0:
+  /// max_connections / 4). A request's header must be in within header_timeout.
+  std::size_t max_connections = 512;
+  std::size_t max_connections_per_peer = 0;
+  std::chrono::milliseconds header_timeout{10000};
+  /// Where uploads (PUT .../files/...) are spooled, unlinked, before they are copied into the
+  /// session; empty: the system's temp directory (TMPDIR).
+  std::string spool_dir;
   /// How long SIGTERM lets running executions finish before they are stopped.
   std::chrono::milliseconds drain{30000};
-  /// Largest request body accepted (413 above).
+  /// Largest body of a run or exec (413 above; smaller JSON bodies have smaller limits, and
+  /// uploads the session's disk limit: docs/serve.md "Limits").
   std::size_t max_body_bytes = 64u << 20;
   /// Uids (besides root) whose Unix-socket calls may answer approvals.
   std::vector<unsigned> approver_uids;
