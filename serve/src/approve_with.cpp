@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -63,10 +64,11 @@ ApproverAnswer parseApproverAnswer(const std::string& out) {
   words >> verdict >> scope >> extra;
   ApproverAnswer a;
   if ((verdict != "allow" && verdict != "deny") || !extra.empty()) return a;
-  if (!scope.empty() && scope != "execution" && scope != "once") return a;
+  auto named = scope.empty() ? std::optional(proxy::Scope::kOnce) : proxy::parseScope(scope);
+  if (!named) return a;
   a.valid = true;
   a.allow = verdict == "allow";
-  a.whole_execution = scope == "execution";
+  a.scope = *named;
   return a;
 }
 
@@ -126,8 +128,7 @@ class ApproveWith::Impl {
     if (ran && !ans.valid) why = "answered neither 'allow' nor 'deny'";
     if (!why.empty())
       spdlog::warn("--approve-with: approval {} ({}:{}) denied: {}", a.id, a.host, a.port, why);
-    desk_->answer(a.id, ans.valid && ans.allow,
-                  ans.whole_execution ? proxy::Scope::kExecution : proxy::Scope::kOnce,
+    desk_->answer(a.id, ans.valid && ans.allow, ans.valid ? ans.scope : proxy::Scope::kOnce,
                   "approve-with");
   }
 
