@@ -53,6 +53,9 @@ struct Pipe {
   }
 };
 
+// The host as a log line shows it (escaped: the sandboxed code chose it).
+std::string displayHost(const proxy::Approval& a) { return proxy::displayText(a.host, 256); }
+
 }  // namespace
 
 ApproverAnswer parseApproverAnswer(const std::string& out) {
@@ -127,13 +130,14 @@ class ApproveWith::Impl {
     ApproverAnswer ans = ran ? parseApproverAnswer(out) : ApproverAnswer{};
     if (ran && !ans.valid) why = "answered neither 'allow' nor 'deny'";
     if (!why.empty())
-      spdlog::warn("--approve-with: approval {} ({}:{}) denied: {}", a.id, a.host, a.port, why);
+      spdlog::warn("--approve-with: approval {} ({}:{}) denied: {}", a.id, displayHost(a), a.port,
+                   why);
     desk_->answer(a.id, ans.valid && ans.allow, ans.valid ? ans.scope : proxy::Scope::kOnce,
                   "approve-with");
   }
 
-  // `settled`: the approval was decided some other way while the command ran, which was then
-  // killed.
+  // `settled`: the approval was decided some other way while the command ran (or expired, and
+  // the desk's timer decides it), and the command was killed.
   bool run(const proxy::Approval& a, std::string& out, std::string& why, bool& settled) {
     Pipe in, outp;
     if (!in.open(true) || !outp.open()) {
@@ -218,7 +222,11 @@ class ApproveWith::Impl {
       std::erase(running_, pid);
     }
     if (timed_out) {
-      why = "no answer before the approval expired";
+      // Left to the desk, whose own timer refuses it as approval_timeout: answering deny here
+      // would race that timer and record a timeout as an approver's refusal.
+      spdlog::warn("--approve-with: approval {} ({}:{}): no answer before it expired", a.id,
+                   displayHost(a), a.port);
+      settled = true;
       return false;
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
