@@ -411,6 +411,7 @@ class ApprovalDesk::Impl {
              m.scope);
     r.event.decided_by = "scope:" + std::string(scopeName(m.scope)) + " of " + m.approval_id +
                          " (" + m.decided_by + ")";
+    r.outcome.decided_by = r.event.decided_by;  // the refusal or the connection row names it too
     return r;
   }
 

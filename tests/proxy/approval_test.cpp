@@ -398,21 +398,33 @@ TEST_F(ApprovalTest, AnExecutionGrantOnAGetIsNotAGrantForOtherMethodsButScopeHos
 
 // A tunnel shows no method: `scope: host` covers its host and port as `scope: execution` does.
 TEST_F(ApprovalTest, ScopeHostOnATunnelCoversTheHostAndPort) {
-  Client first(port_);
-  first.send(connectRequest(echo()));
+  auto first = std::make_unique<Client>(port_);
+  first->send(connectRequest(echo()));
   auto a = nextRaised();
   ASSERT_TRUE(a);
   approvals_->answer(a->id, true, Scope::kHost, "tester");
-  ASSERT_EQ(first.readResponse(true).status, 200);
-  Client second(port_);
-  second.send(connectRequest(echo()));
-  EXPECT_EQ(second.readResponse(true).status, 200);
+  ASSERT_EQ(first->readResponse(true).status, 200);
+  auto second = std::make_unique<Client>(port_);
+  second->send(connectRequest(echo()));
+  EXPECT_EQ(second->readResponse(true).status, 200);
   EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200)));
   auto rows = approvalRows(2);
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].scope, "host");
   EXPECT_EQ(rows[1].scope, "host");
   EXPECT_EQ(rows[1].decided_by, "scope:host of " + a->id + " (tester)");
+  // The tunnels' connection rows name their approval, and the grant that decided the second.
+  first.reset();
+  second.reset();
+  for (const auto& [id, by] : {std::pair{rows[0].id, std::string("tester")},
+                               std::pair{rows[1].id, "scope:host of " + a->id + " (tester)"}}) {
+    auto row = sink_->waitConnection([&](const audit::ConnectionEvent& e) {
+      return e.decision == "allow" && e.detail.find(id) != std::string::npos;
+    });
+    ASSERT_TRUE(row) << "no connection row names " << id;
+    EXPECT_EQ(row->detail,
+              "rule ask-tunnel allows " + echo() + " (approved by " + by + ", " + id + ")");
+  }
 }
 
 // What approvers are told each scope covers: for a request, `execution` keeps the method and
