@@ -465,6 +465,25 @@ TEST(ApprovalCovers, EachScopeSaysWhatItWouldCover) {
   EXPECT_FALSE(parseScope("Execution"));
 }
 
+// What --approve-with's command reads on stdin (and the stream's approval line): one line of
+// valid JSON, control bytes escaped and bytes that are not UTF-8 replaced, whatever was sent.
+TEST(ApprovalJson, IsOneLineOfValidJsonWhateverTheHostAndPath) {
+  Approval a;
+  a.rule = "gate";
+  a.host = "h\x1b[2J.example";
+  a.port = 80;
+  a.method = "GET";
+  a.path = std::string("/a\r\n{\"x\":1}\n\xff\xfe\x1b]0;t\x07", 20);
+  const std::string text = approvalJson(a);
+  for (unsigned char c : text) EXPECT_GE(c, 0x20) << "raw control byte in " << text;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << text;
+  EXPECT_EQ(j["host"], a.host);
+  EXPECT_EQ(j["path"].get<std::string>().substr(0, 11), "/a\r\n{\"x\":1}");
+  EXPECT_NE(j["path"].get<std::string>().find("\xef\xbf\xbd"), std::string::npos)
+      << "invalid UTF-8 not replaced";
+}
+
 // Text from the sandbox shown to a person: control bytes (ESC, CR, LF, DEL) and non-ASCII are
 // escaped, a backslash doubled, and a long value cut with "...".
 TEST(ApprovalDisplayText, EscapesControlBytesAndCutsWithAnEllipsis) {
