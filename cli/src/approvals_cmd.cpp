@@ -2,6 +2,9 @@
 // running `sluice serve` (GET /v1/approvals, POST /v1/approvals/{id}) over its Unix socket or over
 // TCP with a bearer token. Exit 0 done, 1 refused by the server (its error is printed), 2 cannot
 // reach it.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -98,8 +101,8 @@ std::expected<Reply, std::string> call(const ApprovalsOptions& o, http::verb met
 std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : "-"; }
 
 // The table's widths: anything the sandboxed code chose (host, path) or that may be long is
-// escaped (proxy::displayText) and cut with "..." so that one approval is one bounded line
-// plus one per scope; --json has every value whole.
+// escaped (proxy::displayText) and cut with "..." so that each approval is a few bounded
+// lines (and on a terminal, every line is also cut to its width); --json has every value whole.
 constexpr std::size_t kHostWidth = 64;
 constexpr std::size_t kPathWidth = 64;
 constexpr std::size_t kNameWidth = 40;
@@ -143,22 +146,42 @@ std::expected<json, int> answer(const std::expected<Reply, std::string>& r) {
   return std::move(*j);
 }
 
-void printApproval(const json& a) {
-  const std::string target = cell(a, "host", kHostWidth) + ":" + field(a, "port").dump();
-  std::cout << cell(a, "id", kNameWidth) << "  ";
-  if (field(a, "method").is_string())
-    std::cout << cell(a, "method", 16) << " " << target << cell(a, "path", kPathWidth);
+// The terminal's width when stdout is one (0 otherwise): every line of the table is cut to it,
+// so nothing wraps, whatever the field widths add up to.
+std::size_t terminalWidth() {
+  winsize ws{};
+  if (::isatty(STDOUT_FILENO) != 1 || ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0) return 0;
+  return ws.ws_col;
+}
+
+// One line of the table (already escaped: printable ASCII only, one byte a column), cut to
+// `width` with "..." (0: as is).
+void printLine(const std::string& line, std::size_t width) {
+  if (width == 0 || line.size() <= width)
+    std::cout << line << "\n";
   else
-    std::cout << "CONNECT " << target;
-  std::cout << "  rule " << cell(a, "rule", kNameWidth) << "  workflow "
-            << cell(a, "workflow", kNameWidth) << "  caller " << cell(a, "caller", kNameWidth)
-            << "  execution " << cell(a, "execution_id", kNameWidth) << "  expires "
-            << cell(a, "expires_at", kNameWidth) << "\n";
+    std::cout << line.substr(0, width < 3 ? 0 : width - 3) << "...\n";
+}
+
+void printApproval(const json& a, std::size_t width) {
+  const std::string target = cell(a, "host", kHostWidth) + ":" + field(a, "port").dump();
+  const std::string request =
+      field(a, "method").is_string()
+          ? cell(a, "method", 16) + " " + target + cell(a, "path", kPathWidth)
+          : "CONNECT " + target;
+  printLine(cell(a, "id", kNameWidth) + "  " + request, width);
+  printLine("    rule " + cell(a, "rule", kNameWidth) + "  workflow " +
+                cell(a, "workflow", kNameWidth) + "  caller " + cell(a, "caller", kNameWidth),
+            width);
+  printLine("    execution " + cell(a, "execution_id", kNameWidth) + "  expires " +
+                cell(a, "expires_at", kNameWidth),
+            width);
   // What each scope's answer would cover, as the server worded it.
   for (const char* scope : {"once", "execution", "host"})
     if (field(field(a, "covers"), scope).is_string())
-      std::cout << "    --scope " << scope << std::string(10 - std::strlen(scope), ' ')
-                << cell(field(a, "covers"), scope, kCoversWidth) << "\n";
+      printLine("    --scope " + std::string(scope) + std::string(10 - std::strlen(scope), ' ') +
+                    cell(field(a, "covers"), scope, kCoversWidth),
+                width);
 }
 
 int runList(const ApprovalsOptions& o) {
@@ -176,8 +199,9 @@ int runList(const ApprovalsOptions& o) {
     std::cerr << "sluice approvals: the server's answer is not a list\n";
     return 2;
   }
+  const std::size_t width = terminalWidth();
   for (const auto& a : *j) {
-    if (a.is_object()) printApproval(a);
+    if (a.is_object()) printApproval(a, width);
   }
   return 0;
 }

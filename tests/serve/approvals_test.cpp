@@ -544,8 +544,8 @@ TEST_F(ServeApprovals, TheListCutsALongPathAndJsonKeepsItWhole) {
     ++lines;
     at = nl + 1;
   }
-  EXPECT_LE(longest, 400u) << out;
-  EXPECT_EQ(lines, 4u) << "one line and one per scope:\n" << out;
+  EXPECT_LE(longest, 200u) << out;
+  EXPECT_EQ(lines, 6u) << "three lines and one per scope:\n" << out;
   EXPECT_NE(out.find("/long/AAAA"), std::string::npos) << out;
   EXPECT_NE(out.find("..."), std::string::npos) << out;
   EXPECT_EQ(out.find("/end"), std::string::npos) << "the path was not cut";
@@ -650,6 +650,21 @@ TEST_F(ServeApprovals, TheListEscapesControlBytesAndRefusesDuplicateKeys) {
         << out;
     EXPECT_NE(out.find(R"(evil.example\x1b]0;owned\x07:80)"), std::string::npos) << out;
     EXPECT_NE(out.find(R"(GET \x1b[31mrequests)"), std::string::npos) << out;
+    // On a terminal (a pty 70 columns wide), every line is cut to its width: nothing wraps.
+    auto [trc, tout] = shellOutput("script -qec 'stty cols 70; " + std::string(SLUICE_BINARY) +
+                                   " approvals list --connect unix:" + sock + "' /dev/null");
+    EXPECT_EQ(trc, 0) << tout;
+    std::size_t lines = 0;
+    for (std::size_t at = 0, nl; at < tout.size(); at = nl + 1) {
+      nl = tout.find('\n', at);
+      if (nl == std::string::npos) nl = tout.size();
+      std::string line = tout.substr(at, nl - at);
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // the pty's CR LF
+      EXPECT_LE(line.size(), 70u) << line;
+      lines += !line.empty();
+    }
+    EXPECT_EQ(lines, 6u) << tout;
+    EXPECT_NE(tout.find("..."), std::string::npos) << tout;
     // --json: whole, with JSON's own escapes (still no raw control byte).
     auto [jrc, jout] = cli("list --json --connect unix:" + sock);
     EXPECT_EQ(jrc, 0) << jout;
