@@ -119,8 +119,8 @@ class ApproveWith::Impl {
 
   // Runs the command for `a` and answers the desk (a deny unless it clearly said allow).
   void decide(const proxy::Approval& a) {
-    // Decided meanwhile without the command (settled by a `scope: execution` answer to another
-    // approval, withdrawn because its client hung up, its execution ended): nothing to ask.
+    // Decided meanwhile without the command (settled by a `scope: execution` or `host` answer to
+    // another approval, withdrawn because its client hung up, its execution ended): nothing to ask.
     if (!desk_->find(a.id)) return;
     std::string out;
     std::string why;

@@ -1,9 +1,9 @@
 // Approvals (`action: ask`, DESIGN.md "Policy"): a connection or request that an ask rule
 // matched waits, without blocking anything else, until an approver answers or its timeout
 // passes. The desk holds the pending approvals of one process (sluice run, proxy, serve, mcp),
-// remembers `scope: execution` answers, writes one `approvals` audit row per approval when it
-// is decided, and tells watchers (the exec's NDJSON stream, `--approve-with`, MCP elicitation)
-// about each new one. Reference: docs/approvals.md.
+// remembers `scope: execution` / `scope: host` answers (grants), writes one `approvals` audit row
+// per approval when it is decided, and tells watchers (the exec's NDJSON stream, `--approve-with`,
+// MCP elicitation) about each new one. Reference: docs/approvals.md.
 #pragma once
 
 #include <chrono>
@@ -100,7 +100,7 @@ class ApprovalDesk {
 
   /// Raises `a` (its id, asked_at and expires_at are filled in here; expires after `timeout`)
   /// and calls `done` exactly once, on any thread, never inside ask(): at once (posted to a
-  /// desk thread) when a `scope: execution` answer covers it, else when it is answered, times
+  /// desk thread) when a remembered grant covers it, else when it is answered, times
   /// out or its execution ends. Returns the approval as raised.
   Approval ask(Approval a, std::chrono::milliseconds timeout,
                std::function<void(ApprovalOutcome)> done);
