@@ -419,7 +419,8 @@ TEST_F(ApprovalTest, ScopeHostOnATunnelCoversTheHostAndPort) {
   for (const auto& [id, by] : {std::pair{rows[0].id, std::string("tester")},
                                std::pair{rows[1].id, "scope:host of " + a->id + " (tester)"}}) {
     auto row = sink_->waitConnection([&](const audit::ConnectionEvent& e) {
-      return e.decision == "allow" && e.detail.find(id) != std::string::npos;
+      // Its own id closes the detail (the second's also names the first's, as its grant).
+      return e.decision == "allow" && e.detail.ends_with(", " + id + ")");
     });
     ASSERT_TRUE(row) << "no connection row names " << id;
     EXPECT_EQ(row->detail,
