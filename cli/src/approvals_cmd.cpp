@@ -1,6 +1,10 @@
-// `sluice approvals list|allow ID|deny ID`: an approver's client of a running `sluice serve`
-// (GET /v1/approvals, POST /v1/approvals/{id}) over its Unix socket or over TCP with a bearer
-// token. Exit 0 done, 1 refused by the server (its error is printed), 2 cannot reach it.
+// `sluice approvals list|allow ID|deny ID [--scope once|execution|host]`: an approver's client of a
+// running `sluice serve` (GET /v1/approvals, POST /v1/approvals/{id}) over its Unix socket or over
+// TCP with a bearer token. Exit 0 done, 1 refused by the server (its error is printed), 2 cannot
+// reach it.
+#include <sys/ioctl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -8,11 +12,14 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "commands.hpp"
+#include "sluice/proxy/approvals.hpp"
+#include "sluice/serve/strict_json.hpp"
 
 namespace sluice::cli {
 
@@ -91,29 +98,91 @@ std::expected<Reply, std::string> call(const ApprovalsOptions& o, http::verb met
   return exchange(s, req);
 }
 
+std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : "-"; }
+
+// The table's widths: anything the sandboxed code chose (host, path) or that may be long is
+// escaped (proxy::displayText) and cut with "..." so that each approval is a few bounded
+// lines (and on a terminal, every line is also cut to its width); --json has every value whole.
+constexpr std::size_t kHostWidth = 64;
+constexpr std::size_t kPathWidth = 64;
+constexpr std::size_t kNameWidth = 40;
+constexpr std::size_t kCoversWidth = 120;
+
+// The member `key` of `obj` (null when absent or `obj` is no object: a const json's [] must not
+// be asked for what is missing).
+const json& field(const json& obj, const char* key) {
+  static const json kNull;
+  if (!obj.is_object()) return kNull;
+  auto it = obj.find(key);
+  return it == obj.end() ? kNull : *it;
+}
+
+// One field as the table shows it.
+std::string cell(const json& obj, const char* key, std::size_t width) {
+  return proxy::displayText(text(field(obj, key)), width);
+}
+
 // The server's error, or the answer parsed.
 std::expected<json, int> answer(const std::expected<Reply, std::string>& r) {
   if (!r) {
     std::cerr << "sluice approvals: " << r.error() << "\n";
     return std::unexpected(2);
   }
-  json j = json::parse(r->body, nullptr, false);
+  // Strict, as every JSON sluice reads from outside: a key named twice is not an answer.
+  auto j = serve::parseStrictJson(r->body);
   if (r->status != 200) {
     std::cerr << "sluice approvals: " << r->status << " ";
-    if (!j.is_discarded() && j.is_object() && j.contains("error"))
-      std::cerr << j.value("reason", "") << ": " << j["error"].get<std::string>() << "\n";
+    if (j && field(*j, "error").is_string())
+      std::cerr << cell(*j, "reason", kNameWidth) << ": " << cell(*j, "error", 1000) << "\n";
     else
-      std::cerr << r->body << "\n";
+      std::cerr << proxy::displayText(r->body, 1000) << "\n";
     return std::unexpected(1);
   }
-  if (j.is_discarded()) {
-    std::cerr << "sluice approvals: the server's answer is not JSON\n";
+  if (!j) {
+    std::cerr << "sluice approvals: the server's answer is not JSON ("
+              << proxy::displayText(j.error().describe(), 1000) << ")\n";
     return std::unexpected(2);
   }
-  return j;
+  return std::move(*j);
 }
 
-std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : "-"; }
+// The terminal's width when stdout is one (0 otherwise): every line of the table is cut to it,
+// so nothing wraps, whatever the field widths add up to.
+std::size_t terminalWidth() {
+  winsize ws{};
+  if (::isatty(STDOUT_FILENO) != 1 || ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) != 0) return 0;
+  return ws.ws_col;
+}
+
+// One line of the table (already escaped: printable ASCII only, one byte a column), cut to
+// `width` with "..." (0: as is).
+void printLine(const std::string& line, std::size_t width) {
+  if (width == 0 || line.size() <= width)
+    std::cout << line << "\n";
+  else
+    std::cout << line.substr(0, width < 3 ? 0 : width - 3) << "...\n";
+}
+
+void printApproval(const json& a, std::size_t width) {
+  const std::string target = cell(a, "host", kHostWidth) + ":" + field(a, "port").dump();
+  const std::string request =
+      field(a, "method").is_string()
+          ? cell(a, "method", 16) + " " + target + cell(a, "path", kPathWidth)
+          : "CONNECT " + target;
+  printLine(cell(a, "id", kNameWidth) + "  " + request, width);
+  printLine("    rule " + cell(a, "rule", kNameWidth) + "  workflow " +
+                cell(a, "workflow", kNameWidth) + "  caller " + cell(a, "caller", kNameWidth),
+            width);
+  printLine("    execution " + cell(a, "execution_id", kNameWidth) + "  expires " +
+                cell(a, "expires_at", kNameWidth),
+            width);
+  // What each scope's answer would cover, as the server worded it.
+  for (const char* scope : {"once", "execution", "host"})
+    if (field(field(a, "covers"), scope).is_string())
+      printLine("    --scope " + std::string(scope) + std::string(10 - std::strlen(scope), ' ') +
+                    cell(field(a, "covers"), scope, kCoversWidth),
+                width);
+}
 
 int runList(const ApprovalsOptions& o) {
   auto j = answer(call(o, http::verb::get, "/v1/approvals", ""));
@@ -126,16 +195,13 @@ int runList(const ApprovalsOptions& o) {
     std::cout << "no pending approvals\n";
     return 0;
   }
+  if (!j->is_array()) {
+    std::cerr << "sluice approvals: the server's answer is not a list\n";
+    return 2;
+  }
+  const std::size_t width = terminalWidth();
   for (const auto& a : *j) {
-    std::cout << text(a["id"]) << "  " << text(a["workflow"]) << "  caller " << text(a["caller"])
-              << "  rule " << text(a["rule"]) << "  ";
-    if (a["method"].is_string())
-      std::cout << text(a["method"]) << " " << text(a["host"]) << ":" << a["port"]
-                << text(a["path"]);
-    else
-      std::cout << "CONNECT " << text(a["host"]) << ":" << a["port"];
-    std::cout << "  execution " << text(a["execution_id"]) << "  expires " << text(a["expires_at"])
-              << "\n";
+    if (a.is_object()) printApproval(a, width);
   }
   return 0;
 }
@@ -147,8 +213,10 @@ int runDecide(const ApprovalsOptions& o, const char* decision) {
   if (o.json)
     std::cout << j->dump() << "\n";
   else
-    std::cout << decision << " " << o.id << " (" << text((*j)["host"]) << ":" << (*j)["port"]
-              << ", scope " << o.scope << ")\n";
+    std::cout << decision << " " << proxy::displayText(o.id, kNameWidth) << " ("
+              << cell(*j, "host", kHostWidth) << ":" << field(*j, "port").dump() << ", scope "
+              << o.scope << ": " << cell(field(*j, "covers"), o.scope.c_str(), kCoversWidth)
+              << ")\n";
   return 0;
 }
 
@@ -172,8 +240,10 @@ void addApprovalsCommands(CLI::App& app, int& exit_code) {
     auto* c = cmd->add_subcommand(d, std::string(d) + " a pending approval");
     common(c);
     c->add_option("id", o->id, "The approval's id")->required();
-    c->add_option("--scope", o->scope, "once (default) or execution: remember for the execution")
-        ->check(CLI::IsMember({"once", "execution"}));
+    c->add_option("--scope", o->scope,
+                  "once (default); execution: later requests of the same method (a tunnel: the "
+                  "host and port) for the execution; host: every method to that host and port")
+        ->check(CLI::IsMember({"once", "execution", "host"}));
     c->callback([o, &exit_code, d] { exit_code = runDecide(*o, d); });
   }
 }

@@ -1,5 +1,6 @@
 // ApprovalDesk (sluice/proxy/approvals.hpp): the pending approvals of one process, their
-// timeouts (one desk thread), remembered `scope: execution` answers and their audit rows.
+// timeouts (one desk thread), remembered `scope: execution` / `scope: host` answers (grants)
+// and their audit rows.
 #include "sluice/proxy/approvals.hpp"
 
 #include <sys/random.h>
@@ -58,9 +59,35 @@ std::string rfc3339(std::int64_t ms) {
   return buf;
 }
 
-// What a `scope: execution` answer covers: the same rule, host and port.
+// Remembered answers are filed under the rule, host and port they were given for; within that,
+// a grant's selector says which later matches it covers (grantCovers).
 std::string rememberKey(const Approval& a) {
   return a.rule + '\n' + a.host + '\n' + std::to_string(a.port);
+}
+
+// Selectors start with a space, which no HTTP method (a token) can hold.
+constexpr std::string_view kAnyMethod = " any";  // a request's `scope: host`
+constexpr std::string_view kTunnel = " tunnel";  // a tunnel's answer: the host and port whole
+
+// The selector of a remembered answer to `a` with `scope` (not kOnce): what the approver was
+// shown, widened only as far as the scope's word says.
+std::string grantSelector(const Approval& a, Scope scope) {
+  if (!a.method) return std::string(kTunnel);
+  return scope == Scope::kHost ? std::string(kAnyMethod) : *a.method;
+}
+
+// Whether a grant with `selector` (same rule, host and port) covers `a`: a method grant only
+// requests of that method, `host` requests of any method (not an opaque tunnel, which carries
+// more than requests), a tunnel's grant everything to that host and port.
+bool grantCovers(std::string_view selector, const Approval& a) {
+  if (selector == kTunnel) return true;
+  if (!a.method) return false;
+  return selector == kAnyMethod || selector == *a.method;
+}
+
+std::string authorityOf(const Approval& a) {
+  const bool v6 = a.host.find(':') != std::string::npos;
+  return (v6 ? "[" + a.host + "]" : a.host) + ":" + std::to_string(a.port);
 }
 
 // A bounded set that forgets its oldest members.
@@ -85,6 +112,64 @@ class RecentSet {
 
 }  // namespace
 
+std::string displayText(std::string_view s, std::size_t max) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const std::size_t keep = max < 3 ? 0 : max - 3;  // room left before "..."
+  std::string out;
+  std::size_t cut = 0;  // the longest whole-unit prefix that fits in `keep`
+  out.reserve(s.size());
+  for (unsigned char c : s) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+    if (out.size() <= keep) cut = out.size();
+    // Cut at an escape's edge, never inside one (a lone backslash would read as another escape).
+    if (max != 0 && out.size() > max) {
+      out.resize(cut);
+      return out + "...";
+    }
+  }
+  return out;
+}
+
+std::string_view scopeName(Scope s) {
+  switch (s) {
+    case Scope::kExecution:
+      return "execution";
+    case Scope::kHost:
+      return "host";
+    default:
+      return "once";
+  }
+}
+
+std::optional<Scope> parseScope(std::string_view name) {
+  for (Scope s : {Scope::kOnce, Scope::kExecution, Scope::kHost})
+    if (scopeName(s) == name) return s;
+  return std::nullopt;
+}
+
+ScopeCovers scopeCovers(const Approval& a) {
+  // The host is canonical already (a name or an address); escaped all the same, as these lines
+  // are shown to people as they are.
+  const std::string where = displayText(authorityOf(a)) + " matched by rule " + displayText(a.rule);
+  const std::string until = ", until the execution ends";
+  if (!a.method) {
+    const std::string whole = "every connection and request to " + where + until;
+    return {"this connection only", whole, whole};
+  }
+  const std::string method = displayText(*a.method);
+  return {"this " + method + " request only",
+          method + " requests to " + where + ", any path" + until,
+          "requests of every method to " + where + ", any path" + until};
+}
+
 std::string approvalJson(const Approval& a) {
   nlohmann::json j = {
       {"id", a.id},
@@ -101,6 +186,8 @@ std::string approvalJson(const Approval& a) {
       {"asked_at", rfc3339(a.asked_at_ms)},
       {"expires_at", rfc3339(a.expires_at_ms)},
   };
+  const ScopeCovers c = scopeCovers(a);
+  j["covers"] = {{"once", c.once}, {"execution", c.execution}, {"host", c.host}};
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
@@ -139,18 +226,16 @@ class ApprovalDesk::Impl {
         if (!at->second.session_id.empty()) a.session_id = at->second.session_id;
         if (!at->second.caller.empty()) a.caller = at->second.caller;
       }
-      // Decided at once, on the desk thread: covered by an earlier `scope: execution` answer,
-      // or nobody can answer any more.
+      // Decided at once, on the desk thread: covered by an earlier `scope: execution` or
+      // `scope: host` answer, or nobody can answer any more.
       auto decideNow = [&](Resolved res) {
         jobs_.push_back(std::move(res));
         lock.unlock();
         cv_.notify_all();
         return a;
       };
-      if (auto ex = remembered_.find(owner); ex != remembered_.end()) {
-        if (auto r = ex->second.find(rememberKey(a)); r != ex->second.end())
-          return decideNow(takeCovered(Pending{a, owner, {}, std::move(done)}, r->second));
-      }
+      if (const Remembered* m = grantFor(owner, a))
+        return decideNow(takeCovered(Pending{a, owner, {}, std::move(done)}, *m));
       if (stopping_ || ended_.contains(owner) || ended_.contains(a.execution_id)) {
         return decideNow(
             take(Pending{a, owner, {}, std::move(done)},
@@ -177,14 +262,16 @@ class ApprovalDesk::Impl {
       if (it == pending_.end())
         return gone_.contains(id) ? AnswerStatus::kGone : AnswerStatus::kNotFound;
       const std::string owner = it->second.owner;
-      const std::string key = rememberKey(it->second.a);
+      const Approval asked = it->second.a;
       decided.push_back(take(std::move(it->second),
                              ApprovalOutcome{allow, allow ? "" : "approval_denied", decided_by},
                              scope));
       pending_.erase(it);
-      if (scope == Scope::kExecution && !ended_.contains(owner)) {
-        const Remembered& m = remembered_[owner][key] = Remembered{allow, id, decided_by};
-        for (auto& r : settleCovered(owner, key, m)) decided.push_back(std::move(r));
+      if (scope != Scope::kOnce && !ended_.contains(owner)) {
+        const std::string selector = grantSelector(asked, scope);
+        const Remembered& m = remembered_[owner][rememberKey(asked)][selector] =
+            Remembered{allow, id, decided_by, scope, ++grants_};
+        for (auto& r : settleCovered(owner, asked, selector, m)) decided.push_back(std::move(r));
       }
     }
     for (auto& r : decided) finish(r);
@@ -264,11 +351,16 @@ class ApprovalDesk::Impl {
     Clock::time_point deadline;
     std::function<void(ApprovalOutcome)> done;
   };
+  // A remembered `scope: execution` or `scope: host` answer: a grant.
   struct Remembered {
     bool allow = false;
     std::string approval_id;
     std::string decided_by;
+    Scope scope = Scope::kExecution;
+    std::uint64_t order = 0;  // later answers decide over earlier ones that also cover
   };
+  // selector (grantSelector) -> grant, for one rule, host and port.
+  using Grants = std::map<std::string, Remembered, std::less<>>;
   // A decided approval: its audit row, then its waiter's callback.
   struct Resolved {
     audit::ApprovalEvent event;
@@ -292,30 +384,48 @@ class ApprovalDesk::Impl {
     ev.path = p.a.path.value_or("");
     ev.decision = o.allowed ? "allow" : "deny";
     ev.reason = o.reason;
-    ev.scope = scope == Scope::kExecution ? "execution" : "once";
+    ev.scope = std::string(scopeName(scope));
     ev.decided_by = o.decided_by;
     ev.asked_at_ms = p.a.asked_at_ms;
     ev.decided_at_ms = wallMs();
     return Resolved{std::move(ev), std::move(o), std::move(p.done)};
   }
 
-  // Under mu_: `p` decided by the remembered answer `m` (its row names that answer).
+  // Under mu_: the latest remembered answer of `owner` that covers `a`, or null.
+  const Remembered* grantFor(const std::string& owner, const Approval& a) const {
+    auto ex = remembered_.find(owner);
+    if (ex == remembered_.end()) return nullptr;
+    auto grants = ex->second.find(rememberKey(a));
+    if (grants == ex->second.end()) return nullptr;
+    const Remembered* best = nullptr;
+    for (const auto& [selector, m] : grants->second)
+      if (grantCovers(selector, a) && (!best || m.order > best->order)) best = &m;
+    return best;
+  }
+
+  // Under mu_: `p` decided by the remembered answer `m` (its row names that answer and its
+  // scope: "scope:host of ap-… (uid:0)").
   Resolved takeCovered(Pending p, const Remembered& m) {
     Resolved r =
         take(std::move(p), ApprovalOutcome{m.allow, m.allow ? "" : "approval_denied", m.decided_by},
-             Scope::kExecution);
-    r.event.decided_by = "scope:execution of " + m.approval_id + " (" + m.decided_by + ")";
+             m.scope);
+    r.event.decided_by = "scope:" + std::string(scopeName(m.scope)) + " of " + m.approval_id +
+                         " (" + m.decided_by + ")";
+    r.outcome.decided_by = r.event.decided_by;  // the refusal or the connection row names it too
     return r;
   }
 
-  // Under mu_: a `scope: execution` answer also decides what is already pending that it would
-  // have covered had it been asked later (same owner, rule, host and port): an agent that opened
-  // several connections to one host at once is not left with all but one waiting.
-  std::vector<Resolved> settleCovered(const std::string& owner, const std::string& key,
-                                      const Remembered& m) {
+  // Under mu_: a remembered answer also decides what is already pending that it would have
+  // covered had it been asked later (same owner, rule, host and port, and what the selector
+  // covers): an agent that opened several connections to one host at once is not left with
+  // all but one waiting.
+  std::vector<Resolved> settleCovered(const std::string& owner, const Approval& asked,
+                                      const std::string& selector, const Remembered& m) {
+    const std::string key = rememberKey(asked);
     std::vector<Resolved> out;
     for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->second.owner != owner || rememberKey(it->second.a) != key) {
+      const Approval& other = it->second.a;
+      if (it->second.owner != owner || rememberKey(other) != key || !grantCovers(selector, other)) {
         ++it;
         continue;
       }
@@ -382,7 +492,9 @@ class ApprovalDesk::Impl {
   bool stopping_ = false;
   std::map<std::string, Pending> pending_;
   std::deque<Resolved> jobs_;
-  std::unordered_map<std::string, std::unordered_map<std::string, Remembered>> remembered_;
+  // owner -> rememberKey -> grants.
+  std::unordered_map<std::string, std::unordered_map<std::string, Grants>> remembered_;
+  std::uint64_t grants_ = 0;
   // Bounded memory for a daemon that runs for months: answering an approval decided more than
   // 4096 approvals ago is 404, not 409; an execution is refused new asks (execution_ended) only
   // while it is among the last 256 ended (the window before its connections are closed).

@@ -345,6 +345,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       }
       approved = pre->rule_id;
       *pre = std::move(*answer);
+      // The row names the approval (and, when a remembered answer decided, that grant), as the
+      // approvals row of that id does.
+      ev.detail = pre->detail;
     }
     policy::Query q{
         *target, http_only_refusal_ ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel};

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "sluice/runner/receipt.hpp"
+#include "sluice/serve/strict_json.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -23,31 +24,20 @@ std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_hand
 
 http::status toStatus(int code) { return static_cast<http::status>(code); }
 
-// "line L, column C" of byte offset `byte` (1-based, as nlohmann reports it) in `text`.
-std::string lineColumn(const std::string& text, std::size_t byte) {
-  std::size_t line = 1, col = 1;
-  for (std::size_t i = 0; i + 1 < byte && i < text.size(); ++i) {
-    if (text[i] == '\n') {
-      ++line;
-      col = 1;
-    } else {
-      ++col;
-    }
-  }
-  return "line " + std::to_string(line) + ", column " + std::to_string(col);
-}
-
 std::expected<json, ApiError> parseBody(const Request& req) {
   if (!req.content_type.empty() && req.content_type.find("json") == std::string::npos)
     return std::unexpected(
         ApiError{415, "unsupported_media_type",
                  "expected Content-Type: application/json, not " + req.content_type, ""});
-  try {
-    return json::parse(req.body);
-  } catch (const json::parse_error& e) {
-    return std::unexpected(ApiError{400, "invalid_json", "the request body is not valid JSON",
-                                    lineColumn(req.body, e.byte) + ": " + e.what()});
-  }
+  // Strict: a key named twice is refused, never resolved to its first or last value.
+  auto parsed = parseStrictJson(req.body);
+  if (!parsed)
+    return std::unexpected(ApiError{400, "invalid_json",
+                                    parsed.error().duplicate_key
+                                        ? "the request body names a key twice"
+                                        : "the request body is not valid JSON",
+                                    parsed.error().describe()});
+  return std::move(*parsed);
 }
 
 }  // namespace
@@ -415,9 +405,10 @@ net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::strin
     } else if (!body->is_object() || !body->contains("decision") ||
                ((*body)["decision"] != "allow" && (*body)["decision"] != "deny")) {
       refused = apiError(400, "bad_request", "decision: must be \"allow\" or \"deny\"");
-    } else if (body->contains("scope") && (*body)["scope"] != "once" &&
-               (*body)["scope"] != "execution") {
-      refused = apiError(400, "bad_request", "scope: must be \"once\" or \"execution\"");
+    } else if (body->contains("scope") &&
+               (!(*body)["scope"].is_string() ||
+                !proxy::parseScope((*body)["scope"].get<std::string>()))) {
+      refused = apiError(400, "bad_request", "scope: must be \"once\", \"execution\" or \"host\"");
     } else if (auto unknown = std::find_if(
                    body->items().begin(), body->items().end(),
                    [](const auto& kv) { return kv.key() != "decision" && kv.key() != "scope"; });
@@ -425,10 +416,11 @@ net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::strin
       refused = apiError(400, "bad_request", unknown.key() + ": unknown field");
     } else {
       const bool allow = (*body)["decision"] == "allow";
-      const bool whole = body->contains("scope") && (*body)["scope"] == "execution";
+      const proxy::Scope scope = body->contains("scope")
+                                     ? *proxy::parseScope((*body)["scope"].get<std::string>())
+                                     : proxy::Scope::kOnce;
       auto held = desk.find(id);
-      auto status = desk.answer(id, allow, whole ? proxy::Scope::kExecution : proxy::Scope::kOnce,
-                                req.caller.name);
+      auto status = desk.answer(id, allow, scope, req.caller.name);
       if (status == proxy::AnswerStatus::kNotFound) {
         refused = apiError(404, "not_found", "no pending approval " + id);
       } else if (status == proxy::AnswerStatus::kGone || !held) {
@@ -439,7 +431,7 @@ net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::strin
       } else {
         json j = json::parse(proxy::approvalJson(*held));
         j["decision"] = allow ? "allow" : "deny";
-        j["scope"] = whole ? "execution" : "once";
+        j["scope"] = proxy::scopeName(scope);
         j["decided_by"] = req.caller.name;
         j["decided_at"] = runner::formatTimestamp(std::chrono::system_clock::now());
         answer = j.dump();

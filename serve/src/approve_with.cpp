@@ -17,6 +17,7 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -52,6 +53,9 @@ struct Pipe {
   }
 };
 
+// The host as a log line shows it (escaped: the sandboxed code chose it).
+std::string displayHost(const proxy::Approval& a) { return proxy::displayText(a.host, 256); }
+
 }  // namespace
 
 ApproverAnswer parseApproverAnswer(const std::string& out) {
@@ -63,10 +67,11 @@ ApproverAnswer parseApproverAnswer(const std::string& out) {
   words >> verdict >> scope >> extra;
   ApproverAnswer a;
   if ((verdict != "allow" && verdict != "deny") || !extra.empty()) return a;
-  if (!scope.empty() && scope != "execution" && scope != "once") return a;
+  auto named = scope.empty() ? std::optional(proxy::Scope::kOnce) : proxy::parseScope(scope);
+  if (!named) return a;
   a.valid = true;
   a.allow = verdict == "allow";
-  a.whole_execution = scope == "execution";
+  a.scope = *named;
   return a;
 }
 
@@ -114,8 +119,8 @@ class ApproveWith::Impl {
 
   // Runs the command for `a` and answers the desk (a deny unless it clearly said allow).
   void decide(const proxy::Approval& a) {
-    // Decided meanwhile without the command (settled by a `scope: execution` answer to another
-    // approval, withdrawn because its client hung up, its execution ended): nothing to ask.
+    // Decided meanwhile without the command (settled by a `scope: execution` or `host` answer to
+    // another approval, withdrawn because its client hung up, its execution ended): nothing to ask.
     if (!desk_->find(a.id)) return;
     std::string out;
     std::string why;
@@ -125,14 +130,14 @@ class ApproveWith::Impl {
     ApproverAnswer ans = ran ? parseApproverAnswer(out) : ApproverAnswer{};
     if (ran && !ans.valid) why = "answered neither 'allow' nor 'deny'";
     if (!why.empty())
-      spdlog::warn("--approve-with: approval {} ({}:{}) denied: {}", a.id, a.host, a.port, why);
-    desk_->answer(a.id, ans.valid && ans.allow,
-                  ans.whole_execution ? proxy::Scope::kExecution : proxy::Scope::kOnce,
+      spdlog::warn("--approve-with: approval {} ({}:{}) denied: {}", a.id, displayHost(a), a.port,
+                   why);
+    desk_->answer(a.id, ans.valid && ans.allow, ans.valid ? ans.scope : proxy::Scope::kOnce,
                   "approve-with");
   }
 
-  // `settled`: the approval was decided some other way while the command ran, which was then
-  // killed.
+  // `settled`: the approval was decided some other way while the command ran (or expired, and
+  // the desk's timer decides it), and the command was killed.
   bool run(const proxy::Approval& a, std::string& out, std::string& why, bool& settled) {
     Pipe in, outp;
     if (!in.open(true) || !outp.open()) {
@@ -217,7 +222,11 @@ class ApproveWith::Impl {
       std::erase(running_, pid);
     }
     if (timed_out) {
-      why = "no answer before the approval expired";
+      // Left to the desk, whose own timer refuses it as approval_timeout: answering deny here
+      // would race that timer and record a timeout as an approver's refusal.
+      spdlog::warn("--approve-with: approval {} ({}:{}): no answer before it expired", a.id,
+                   displayHost(a), a.port);
+      settled = true;
       return false;
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

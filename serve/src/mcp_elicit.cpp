@@ -28,15 +28,23 @@ bool Elicitation::supported() const {
 }
 
 json Elicitation::request(const proxy::Approval& a, const json& id) {
-  const std::string target = a.host + ":" + std::to_string(a.port);
-  std::string what = a.method && a.path ? *a.method + " " + *a.path + " on " + target
+  // What the sandboxed code sent (host, path) is shown escaped and cut: a client may render the
+  // message on a terminal, where raw ESC or CR bytes would rewrite what the user reads.
+  const std::string target = proxy::displayText(a.host + ":" + std::to_string(a.port), 300);
+  std::string what = a.method && a.path ? proxy::displayText(*a.method, 32) + " " +
+                                              proxy::displayText(*a.path, 300) + " on " + target
                                         : "a connection to " + target +
                                               " (CONNECT; the requests "
                                               "inside are not visible)";
+  const proxy::ScopeCovers covers = proxy::scopeCovers(a);
   std::string message = "sluice: the sandbox wants to reach " + target + ". Allow " + what +
-                        "? Rule '" + a.rule + "' of workflow '" + a.workflow +
-                        "' asks for approval; with no answer by " + utcTime(a.expires_at_ms) +
-                        " it is refused. (approval " + a.id + ")";
+                        "? Rule '" + proxy::displayText(a.rule) + "' of workflow '" +
+                        proxy::displayText(a.workflow) + "' asks for approval; with no answer by " +
+                        utcTime(a.expires_at_ms) + " it is refused. Your answer here covers " +
+                        covers.once +
+                        " (scope once). Wider scopes, answered by an --approve-with command: "
+                        "execution = " +
+                        covers.execution + "; host = " + covers.host + ". (approval " + a.id + ")";
   json schema = {
       {"type", "object"},
       {"properties",

@@ -24,6 +24,7 @@
 #include "sluice/serve/approve_with.hpp"
 #include "sluice/serve/execution.hpp"
 #include "sluice/serve/mcp.hpp"
+#include "sluice/serve/strict_json.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -198,11 +199,18 @@ class McpServerImpl final : public McpServer {
            true);
       return;
     }
-    json msg = json::parse(line, nullptr, false);
-    if (msg.is_discarded()) {
-      send(errorMessage(nullptr, kParseError, "parse error: the line is not JSON"), true);
+    // Strict: a key named twice ({"id":1,"id":2}, two "method"s) is a parse error, never
+    // resolved to one of its values.
+    auto parsed = parseStrictJson(line);
+    if (!parsed) {
+      send(errorMessage(nullptr, kParseError,
+                        parsed.error().duplicate_key
+                            ? "parse error: " + parsed.error().describe()
+                            : std::string("parse error: the line is not JSON")),
+           true);
       return;
     }
+    json msg = std::move(*parsed);
     if (msg.is_array()) {
       // JSON-RPC batches are not part of MCP since 2025-06-18.
       send(errorMessage(nullptr, kInvalidRequest, "invalid request: batches are not supported"),

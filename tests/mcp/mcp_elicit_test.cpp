@@ -47,6 +47,33 @@ TEST(McpElicit, TheRequestNamesHostPortMethodAndPath) {
             std::string::npos);
 }
 
+// The message says what the answer covers (this request: scope once) and what the wider scopes
+// would, and shows what the sandboxed code sent escaped and cut: no ESC, CR or newline reaches
+// a client that renders it on a terminal.
+TEST(McpElicit, TheMessageStatesEachScopeAndCarriesHostileTextSafely) {
+  json r = Elicitation::request(approval("ap-1", "/v1/charge"), 1);
+  const std::string m = r["params"]["message"];
+  for (const char* part :
+       {"this POST request only (scope once)",
+        "execution = POST requests to api.example:443 matched by rule ask-api, any path",
+        "host = requests of every method to api.example:443 matched by rule ask-api"})
+    EXPECT_NE(m.find(part), std::string::npos) << part << " in " << m;
+  auto hostile = approval("ap-2", "/x\x1b[2J\r\nAllow? yes" + std::string(2000, 'A'));
+  hostile.host = "evil\x1b]0;t\x07.example";
+  json h = Elicitation::request(hostile, 2);
+  const std::string hm = h["params"]["message"];
+  const std::string hd = h["params"]["requestedSchema"]["properties"]["allow"]["description"];
+  for (const std::string& text : {hm, hd}) {
+    SCOPED_TRACE(text.substr(0, 200));
+    for (char c : {'\x1b', '\r', '\n', '\x07'})
+      EXPECT_EQ(text.find(c), std::string::npos) << "control byte " << int(c) << " passed";
+    EXPECT_NE(text.find(R"(/x\x1b[2J\x0d\x0aAllow? yes)"), std::string::npos);
+    EXPECT_NE(text.find(R"(evil\x1b]0;t\x07.example:443)"), std::string::npos);
+    EXPECT_NE(text.find("A..."), std::string::npos) << "the long path was not cut";
+    EXPECT_LT(text.size(), 1200u);
+  }
+}
+
 TEST(McpElicit, OnlyAcceptWithAllowTrueAllows) {
   auto resp = [](json result) { return json{{"jsonrpc", "2.0"}, {"id", 1}, {"result", result}}; };
   EXPECT_TRUE(Elicitation::allows(resp({{"action", "accept"}, {"content", {{"allow", true}}}})));

@@ -670,6 +670,55 @@ def test_signing_key_signs_the_audit_store(s):
         s.kill()
 
 
+def test_duplicate_keys_are_a_parse_error(s):
+    """A key named twice in any object of a line is a parse error naming the key (issue 21)."""
+    s.initialize()
+
+    def expect_duplicate(raw, key):
+        s.send_raw(raw + b"\n")
+        got = s.line()
+        assert got["id"] is None and got["error"]["code"] == -32700, (raw, got)
+        assert 'duplicate key "%s"' % key in got["error"]["message"], got
+        assert "line 1, column " in got["error"]["message"], got
+
+    expect_duplicate(b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "id": 2}', "id")
+    expect_duplicate(b'{"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": '
+                     b'"write_file", "arguments": {"path": "/work/a", "content": "x", '
+                     b'"p\\u0061th": "/tmp/b"}}}', "path")
+    expect_duplicate(b'{"jsonrpc": "2.0", "method": "notifications/cancelled", "params": '
+                     b'{"requestId": 1, "requestId": 2}}', "requestId")
+    s.send({"jsonrpc": "2.0", "id": 4, "method": "ping"})
+    assert s.line() == {"jsonrpc": "2.0", "id": 4, "result": {}}
+
+
+def test_a_duplicate_key_in_an_elicitation_answer_decides_nothing(s):
+    """An answer naming `result` twice (decline, then accept) is a parse error: the approval
+    still waits, and the next well-formed answer decides it."""
+    s, up = ask_server(s, "30s")
+    try:
+        s.initialize("2025-06-18", {"elicitation": {}})
+        call_id = fetch(s, up, "/dup")
+        req = s.line()
+        assert req["method"] == "elicitation/create", req
+        message = req["params"]["message"]
+        assert "this GET request only (scope once)" in message, message
+        assert "host = requests of every method to 127.0.0.1:%d" % up.port in message, message
+        s.send_raw(json.dumps({"jsonrpc": "2.0", "id": req["id"]}).encode()[:-1] +
+                   b', "result": {"action": "decline"}, '
+                   b'"result": {"action": "accept", "content": {"allow": true}}}\n')
+        got = s.line()
+        assert got["id"] is None and got["error"]["code"] == -32700, got
+        assert 'duplicate key "result"' in got["error"]["message"], got
+        s.send({"jsonrpc": "2.0", "id": req["id"], "result": {"action": "decline"}})
+        got = s.line()
+        assert got["id"] == call_id, got
+        out = check_output("run_command", got["result"])
+        assert out["stdout"]["text"].endswith(" 403"), out
+    finally:
+        s.kill()
+        up.close()
+
+
 def test_a_bad_workflow_is_refused_before_any_message(s):
     s.kill()
     out = subprocess.run([SLUICE, "mcp", "--policy-dir", os.path.join(s.tmp, "policies"),

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "proxy_fixture.hpp"
@@ -305,23 +306,194 @@ TEST_F(ApprovalTest, ScopeExecutionDenyRefusesTheOthersAlreadyPending) {
   }
 }
 
-// Held requests too: their method and path do not matter, as for a remembered answer.
-TEST_F(ApprovalTest, ScopeExecutionAllowReleasesPendingRequestsWhateverTheirPath) {
+// Held requests too: a `scope: execution` answer settles those of the same method whatever their
+// path; a request of another method stays pending (the approver was shown one method).
+TEST_F(ApprovalTest, ScopeExecutionReleasesPendingRequestsOfTheSameMethodWhateverTheirPath) {
   const std::string plain = "other.test:" + std::to_string(up_.httpPort());
-  Client first(port_), second(port_);
+  Client first(port_), second(port_), third(port_, std::chrono::milliseconds(300));
   first.send(getRequest(plain, "/first"));
   auto a = nextRaised();
-  second.send(getRequest(plain, "/second", "", "HEAD"));
+  second.send(getRequest(plain, "/second"));
   auto b = nextRaised();
-  ASSERT_TRUE(a && b);
+  third.send(getRequest(plain, "/third", "", "HEAD"));
+  auto c = nextRaised();
+  ASSERT_TRUE(a && b && c);
   ASSERT_EQ(approvals_->answer(a->id, true, Scope::kExecution, "tester"), AnswerStatus::kAnswered);
   EXPECT_EQ(first.readResponse().status, 200);
-  EXPECT_EQ(second.readResponse(true).status, 200);
-  EXPECT_TRUE(approvals_->pending().empty());
+  EXPECT_EQ(second.readResponse().status, 200);
+  EXPECT_EQ(pendingIds(), std::vector<std::string>{c->id}) << "a HEAD was settled by a GET grant";
+  EXPECT_EQ(third.readResponse(true).status, 0) << "the HEAD was released";
   auto row = rowOf(approvalRows(2), b->id);
   ASSERT_TRUE(row);
   EXPECT_EQ(row->path, "/second");
+  EXPECT_EQ(row->scope, "execution");
   EXPECT_EQ(row->decided_by, "scope:execution of " + a->id + " (tester)");
+  ASSERT_EQ(approvals_->answer(c->id, false, Scope::kOnce, "tester"), AnswerStatus::kAnswered);
+  EXPECT_EQ(third.readResponse(true).header("x-sluice-reason"), "approval_denied");
+}
+
+// Issue 21 item 5: a grant covers what the approver was shown. `allow execution` on a GET
+// covers later GETs only: a POST and a DELETE to the same host are asked again. `scope: host`
+// on one of them covers every method (the DELETE already pending is settled by it, a later
+// PUT and GET are decided at once), and each row names the grant that decided it.
+TEST_F(ApprovalTest, AnExecutionGrantOnAGetIsNotAGrantForOtherMethodsButScopeHostIs) {
+  const std::string plain = "other.test:" + std::to_string(up_.httpPort());
+  Client get(port_);
+  get.send(getRequest(plain, "/read"));
+  auto g = nextRaised();
+  ASSERT_TRUE(g);
+  ASSERT_EQ(approvals_->answer(g->id, true, Scope::kExecution, "tester"), AnswerStatus::kAnswered);
+  ASSERT_EQ(get.readResponse().status, 200);
+  // Another GET, another path: covered, nobody asked.
+  Client get2(port_);
+  get2.send(getRequest(plain, "/read-more"));
+  EXPECT_EQ(get2.readResponse().status, 200);
+  EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200))) << "a covered GET was asked";
+  // POST and DELETE: asked again, held until answered.
+  Client post(port_, std::chrono::milliseconds(300)), del(port_, std::chrono::milliseconds(300));
+  post.send(getRequest(plain, "/write", "Content-Length: 0\r\n", "POST"));
+  auto p = nextRaised();
+  del.send(getRequest(plain, "/write", "", "DELETE"));
+  auto d = nextRaised();
+  ASSERT_TRUE(p && d) << "POST or DELETE was not asked again after a GET's execution grant";
+  EXPECT_EQ(p->method, "POST");
+  EXPECT_EQ(d->method, "DELETE");
+  EXPECT_EQ(post.readResponse(true).status, 0) << "the POST went through on the GET's grant";
+  EXPECT_EQ(del.readResponse(true).status, 0) << "the DELETE went through on the GET's grant";
+  // `scope: host` on the POST: the POST and the pending DELETE go through; a later PUT and GET
+  // are decided at once by it (the latest grant that covers them).
+  ASSERT_EQ(approvals_->answer(p->id, true, Scope::kHost, "tester"), AnswerStatus::kAnswered);
+  EXPECT_EQ(post.readResponse(true).status, 200);
+  EXPECT_EQ(del.readResponse(true).status, 200);
+  EXPECT_TRUE(approvals_->pending().empty());
+  Client put(port_), get3(port_);
+  put.send(getRequest(plain, "/put", "Content-Length: 0\r\n", "PUT"));
+  EXPECT_EQ(put.readResponse().status, 200);
+  get3.send(getRequest(plain, "/read-again"));
+  EXPECT_EQ(get3.readResponse().status, 200);
+  EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200))) << "a request covered by host was asked";
+
+  // The rows: each names the grant that decided it, and its scope.
+  auto rows = approvalRows(6);
+  ASSERT_EQ(rows.size(), 6u);
+  auto byPath = [&](const std::string& method, const std::string& path) {
+    for (const auto& r : rows)
+      if (r.method == method && r.path == path) return r;
+    ADD_FAILURE() << "no row for " << method << " " << path;
+    return audit::ApprovalEvent{};
+  };
+  auto expectRow = [](const audit::ApprovalEvent& r, const std::string& scope,
+                      const std::string& by) {
+    EXPECT_EQ(r.decision, "allow") << r.method << " " << r.path;
+    EXPECT_EQ(r.scope, scope) << r.method << " " << r.path;
+    EXPECT_EQ(r.decided_by, by) << r.method << " " << r.path;
+  };
+  expectRow(byPath("GET", "/read"), "execution", "tester");
+  expectRow(byPath("GET", "/read-more"), "execution", "scope:execution of " + g->id + " (tester)");
+  expectRow(byPath("POST", "/write"), "host", "tester");
+  expectRow(byPath("DELETE", "/write"), "host", "scope:host of " + p->id + " (tester)");
+  expectRow(byPath("PUT", "/put"), "host", "scope:host of " + p->id + " (tester)");
+  expectRow(byPath("GET", "/read-again"), "host", "scope:host of " + p->id + " (tester)");
+}
+
+// A tunnel shows no method: `scope: host` covers its host and port as `scope: execution` does.
+TEST_F(ApprovalTest, ScopeHostOnATunnelCoversTheHostAndPort) {
+  auto first = std::make_unique<Client>(port_);
+  first->send(connectRequest(echo()));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  approvals_->answer(a->id, true, Scope::kHost, "tester");
+  ASSERT_EQ(first->readResponse(true).status, 200);
+  auto second = std::make_unique<Client>(port_);
+  second->send(connectRequest(echo()));
+  EXPECT_EQ(second->readResponse(true).status, 200);
+  EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200)));
+  auto rows = approvalRows(2);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].scope, "host");
+  EXPECT_EQ(rows[1].scope, "host");
+  EXPECT_EQ(rows[1].decided_by, "scope:host of " + a->id + " (tester)");
+  // The tunnels' connection rows name their approval, and the grant that decided the second.
+  first.reset();
+  second.reset();
+  for (const auto& [id, by] : {std::pair{rows[0].id, std::string("tester")},
+                               std::pair{rows[1].id, "scope:host of " + a->id + " (tester)"}}) {
+    auto row = sink_->waitConnection([&](const audit::ConnectionEvent& e) {
+      // Its own id closes the detail (the second's also names the first's, as its grant).
+      return e.decision == "allow" && e.detail.ends_with(", " + id + ")");
+    });
+    ASSERT_TRUE(row) << "no connection row names " << id;
+    EXPECT_EQ(row->detail,
+              "rule ask-tunnel allows " + echo() + " (approved by " + by + ", " + id + ")");
+  }
+}
+
+// What approvers are told each scope covers: for a request, `execution` keeps the method and
+// `host` names every method; for a tunnel both name the host and port; the JSON carries it.
+TEST(ApprovalCovers, EachScopeSaysWhatItWouldCover) {
+  Approval req;
+  req.rule = "gate";
+  req.host = "api.example";
+  req.port = 443;
+  req.method = "GET";
+  req.path = "/v1/x";
+  ScopeCovers c = scopeCovers(req);
+  EXPECT_EQ(c.once, "this GET request only");
+  EXPECT_EQ(c.execution,
+            "GET requests to api.example:443 matched by rule gate, any path, until the "
+            "execution ends");
+  EXPECT_EQ(c.host,
+            "requests of every method to api.example:443 matched by rule gate, any path, until "
+            "the execution ends");
+  Approval tunnel = req;
+  tunnel.method.reset();
+  tunnel.path.reset();
+  tunnel.host = "::1";
+  c = scopeCovers(tunnel);
+  EXPECT_EQ(c.once, "this connection only");
+  EXPECT_EQ(c.execution,
+            "every connection and request to [::1]:443 matched by rule gate, until the execution "
+            "ends");
+  EXPECT_EQ(c.host, c.execution);
+  auto j = nlohmann::json::parse(approvalJson(req));
+  EXPECT_EQ(j["covers"]["once"], "this GET request only");
+  EXPECT_EQ(j["covers"]["host"], scopeCovers(req).host);
+  for (const char* name : {"once", "execution", "host"}) {
+    ASSERT_TRUE(parseScope(name)) << name;
+    EXPECT_EQ(scopeName(*parseScope(name)), name);
+  }
+  EXPECT_FALSE(parseScope("forever"));
+  EXPECT_FALSE(parseScope("Execution"));
+}
+
+// What --approve-with's command reads on stdin (and the stream's approval line): one line of
+// valid JSON, control bytes escaped and bytes that are not UTF-8 replaced, whatever was sent.
+TEST(ApprovalJson, IsOneLineOfValidJsonWhateverTheHostAndPath) {
+  Approval a;
+  a.rule = "gate";
+  a.host = "h\x1b[2J.example";
+  a.port = 80;
+  a.method = "GET";
+  a.path = std::string("/a\r\n{\"x\":1}\n\xff\xfe\x1b]0;t\x07", 20);
+  const std::string text = approvalJson(a);
+  for (unsigned char c : text) EXPECT_GE(c, 0x20) << "raw control byte in " << text;
+  auto j = nlohmann::json::parse(text, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << text;
+  EXPECT_EQ(j["host"], a.host);
+  EXPECT_EQ(j["path"].get<std::string>().substr(0, 11), "/a\r\n{\"x\":1}");
+  EXPECT_NE(j["path"].get<std::string>().find("\xef\xbf\xbd"), std::string::npos)
+      << "invalid UTF-8 not replaced";
+}
+
+// Text from the sandbox shown to a person: control bytes (ESC, CR, LF, DEL) and non-ASCII are
+// escaped, a backslash doubled, and a long value cut with "...".
+TEST(ApprovalDisplayText, EscapesControlBytesAndCutsWithAnEllipsis) {
+  EXPECT_EQ(displayText("/ok/path?"), "/ok/path?");
+  EXPECT_EQ(displayText(std::string("/a\x1b[2J\rb\n\x7f\xc3\xa9\\", 13)),
+            "/a\\x1b[2J\\x0db\\x0a\\x7f\\xc3\\xa9\\\\");
+  EXPECT_EQ(displayText(std::string(100, 'a'), 10), "aaaaaaa...");
+  EXPECT_EQ(displayText(std::string(10, 'a'), 10), std::string(10, 'a'));
+  EXPECT_EQ(displayText(std::string(100, '\x1b'), 12), "\\x1b\\x1b...");
 }
 
 // A `scope: once` answer settles only its own approval; a later `scope: execution` answer to one

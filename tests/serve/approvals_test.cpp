@@ -10,10 +10,13 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -247,6 +250,10 @@ TEST_F(ServeApprovals, AllowReleasesTheRequestAndOnlyApproversSeeOrAnswer) {
   EXPECT_EQ(ap["path"], "/first");
   EXPECT_EQ(ap["workflow"], "gate");
   EXPECT_EQ(ap["caller"], "uid:" + std::to_string(::getuid()));
+  EXPECT_EQ(ap["covers"]["once"], "this GET request only");
+  EXPECT_EQ(ap["covers"]["execution"], "GET requests to 127.0.0.1:" + std::to_string(up_.port()) +
+                                           " matched by rule loopback-gate, any path, until the "
+                                           "execution ends");
   const std::string id = ap["id"];
   EXPECT_FALSE(up_.saw("/first"));  // held
 
@@ -265,9 +272,24 @@ TEST_F(ServeApprovals, AllowReleasesTheRequestAndOnlyApproversSeeOrAnswer) {
   expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"yes"})"), 400, "bad_request");
   expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow","scope":"forever"})"), 400,
               "bad_request");
+  expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow","scope":3})"), 400,
+              "bad_request");
   expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow","who":"me"})"), 400,
               "bad_request");
   expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow",)"), 400, "invalid_json");
+  // A key named twice is refused, whichever value comes last (issue 21 item 6).
+  for (const char* twice : {R"({"decision":"deny","decision":"allow"})",
+                            R"({"decision":"allow","scope":"once","scope":"execution"})",
+                            R"({"decision":"allow","decisio\u006e":"allow"})"}) {
+    SCOPED_TRACE(twice);
+    auto r = call("POST", "/v1/approvals/" + id, twice);
+    expectError(r, 400, "invalid_json");
+    EXPECT_NE(r.js().value("detail", "").find("duplicate key"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(call("POST", "/v1/approvals/" + id, R"({"decision":"deny","decision":"allow"})")
+                .js()
+                .value("detail", ""),
+            "line 1, column 20: duplicate key \"decision\" (an object may name a key once)");
   expectError(call("POST", "/v1/approvals/ap-0000000000000000", R"({"decision":"allow"})"), 404,
               "not_found");
   EXPECT_EQ(call("GET", "/v1/approvals").js().size(), 1u);
@@ -447,6 +469,214 @@ TEST_F(ServeApprovals, AnApprovalWhoseRunEndedIs409) {
   EXPECT_EQ(count("SELECT count(*) FROM approvals WHERE id = '" + id +
                   "' AND decision = 'deny' AND reason IN ('closed', 'execution_ended')"),
             1);
+}
+
+// Issue 21 item 5 end to end: `allow --scope execution` on a GET does not let the program's
+// POST through; `sluice approvals allow --scope host` on the POST covers its DELETE; the rows
+// name the grant that decided each.
+TEST_F(ServeApprovals, AnExecutionGrantKeepsItsMethodAndScopeHostWidensIt) {
+  REQUIRE_SANDBOX();
+  start();
+  Stream run{Http::unix(socket()), {}};
+  const std::string url = "http://127.0.0.1:" + std::to_string(up_.port());
+  const json body = {
+      {"workflow", "gate"},
+      {"argv",
+       {"/bin/sh", "-c",
+        "for m in GET POST DELETE; do c=$(curl -s --max-time 55 -o /dev/null -w '%{http_code}' "
+        "-X $m " +
+            url + "/m-$m); printf '%s=%s ' $m $c; done"}}};
+  run.h.send("POST", "/v1/runs", body.dump(), "Accept: application/x-ndjson\r\n");
+  ASSERT_EQ(run.h.readHead().status, 200);
+  json g = run.until("approval")["approval"];
+  ASSERT_EQ(g.value("method", ""), "GET") << g.dump();
+  auto ok = call("POST", "/v1/approvals/" + g["id"].get<std::string>(),
+                 R"({"decision":"allow","scope":"execution"})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(ok.js()["scope"], "execution");
+  // The POST is asked again, though the GET's grant names the same rule, host and port.
+  json p = run.until("approval")["approval"];
+  ASSERT_EQ(p.value("method", ""), "POST") << p.dump();
+  EXPECT_FALSE(up_.saw("/m-POST"));
+  auto [arc, aout] =
+      cli("allow " + p["id"].get<std::string>() + " --scope host --connect unix:" + socket());
+  ASSERT_EQ(arc, 0) << aout;
+  EXPECT_NE(aout.find("scope host: requests of every method to 127.0.0.1:"), std::string::npos)
+      << aout;
+  json receipt = run.until("receipt");
+  EXPECT_NE(stdoutOf(receipt).find("GET=200 POST=200 DELETE=200"), std::string::npos)
+      << stdoutOf(receipt);
+  long asked = 0;
+  for (const auto& e : run.events) asked += e["type"] == "approval";
+  EXPECT_EQ(asked, 2) << "the DELETE was asked although scope host covered it";
+  server_->drain();
+  server_.reset();
+  const std::string me = "uid:" + std::to_string(::getuid());
+  auto rowIs = [&](const char* method, const char* scope, const std::string& by) {
+    return count(std::string("SELECT count(*) FROM approvals WHERE method = '") + method +
+                 "' AND decision = 'allow' AND scope = '" + scope + "' AND decided_by = '" + by +
+                 "'");
+  };
+  EXPECT_EQ(rowIs("GET", "execution", me), 1);
+  EXPECT_EQ(rowIs("POST", "host", me), 1);
+  EXPECT_EQ(
+      rowIs("DELETE", "host", "scope:host of " + p["id"].get<std::string>() + " (" + me + ")"), 1);
+}
+
+// A hostile program's very long path: `sluice approvals list` shows it cut with "..." (every
+// line bounded, so the terminal never wraps it) and says what each scope covers; --json has it
+// whole.
+TEST_F(ServeApprovals, TheListCutsALongPathAndJsonKeepsItWhole) {
+  REQUIRE_SANDBOX();
+  start();
+  const std::string path = "/long/" + std::string(3000, 'A') + "/end";
+  auto run = streamRun("gate", path);
+  json ap = run.until("approval")["approval"];
+  ASSERT_TRUE(ap.contains("id"));
+  EXPECT_EQ(ap["path"], path);
+  auto [rc, out] = cli("list --connect unix:" + socket());
+  ASSERT_EQ(rc, 0) << out;
+  std::size_t longest = 0, lines = 0;
+  for (std::size_t at = 0; at < out.size();) {
+    std::size_t nl = out.find('\n', at);
+    if (nl == std::string::npos) nl = out.size();
+    longest = std::max(longest, nl - at);
+    ++lines;
+    at = nl + 1;
+  }
+  EXPECT_LE(longest, 200u) << out;
+  EXPECT_EQ(lines, 6u) << "three lines and one per scope:\n" << out;
+  EXPECT_NE(out.find("/long/AAAA"), std::string::npos) << out;
+  EXPECT_NE(out.find("..."), std::string::npos) << out;
+  EXPECT_EQ(out.find("/end"), std::string::npos) << "the path was not cut";
+  EXPECT_NE(out.find("--scope host      requests of every method to 127.0.0.1:"), std::string::npos)
+      << out;
+  auto [jrc, jout] = cli("list --json --connect unix:" + socket());
+  ASSERT_EQ(jrc, 0) << jout;
+  auto listed = json::parse(jout, nullptr, false);
+  ASSERT_TRUE(listed.is_array() && listed.size() == 1u) << jout.substr(0, 200);
+  EXPECT_EQ(listed[0]["path"], path);
+  EXPECT_EQ(cli("deny " + ap["id"].get<std::string>() + " --connect unix:" + socket()).first, 0);
+  run.until("receipt");
+}
+
+// Every JSON body the API accepts refuses a key named twice, before acting on it (no sandbox
+// needed: nothing is run).
+TEST_F(ServeApprovals, EveryJsonBodyRefusesADuplicateKey) {
+  start();
+  for (const auto& [target, twice] : std::vector<std::pair<std::string, std::string>>{
+           {"/v1/approvals/ap-0000000000000000", R"({"decision":"deny","decision":"allow"})"},
+           {"/v1/runs", R"({"workflow":"gate","argv":["true"],"workflow":"short"})"},
+           {"/v1/sessions", R"({"workflow":"gate","ttl":"1m","ttl":"2m"})"},
+           {"/v1/runs", R"({"workflow":"gate","argv":["true"],"limits":{"pids":5,"pids":50}})"}}) {
+    SCOPED_TRACE(target + " " + twice);
+    auto r = call("POST", target, twice);
+    expectError(r, 400, "invalid_json");
+    EXPECT_NE(r.js().value("detail", "").find("duplicate key"), std::string::npos) << r.body;
+  }
+}
+
+// A Unix-socket server that answers every request with `body` (status 200): what a tampered or
+// hostile daemon could send `sluice approvals`.
+class CannedServer {
+ public:
+  CannedServer(const std::string& path, std::string body) : body_(std::move(body)) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    ::unlink(path.c_str());
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 8) != 0)
+      return;
+    thread_ = std::thread([this] {
+      for (;;) {
+        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c < 0) return;
+        std::string req;
+        char buf[4096];
+        while (req.find("\r\n\r\n") == std::string::npos) {
+          ssize_t n = ::recv(c, buf, sizeof buf, 0);
+          if (n <= 0) break;
+          req.append(buf, static_cast<std::size_t>(n));
+        }
+        const std::string resp =
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+            std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;
+        (void)!::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
+        ::close(c);
+      }
+    });
+  }
+  ~CannedServer() {
+    ::shutdown(fd_, SHUT_RDWR);
+    ::close(fd_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  std::string body_;
+  int fd_ = -1;
+  std::thread thread_;
+};
+
+// `sluice approvals list` never hands the terminal a control byte of what it shows (ESC, CR,
+// a newline in a path) and refuses an answer that names a key twice.
+TEST_F(ServeApprovals, TheListEscapesControlBytesAndRefusesDuplicateKeys) {
+  const std::string sock = (dir_ / "canned.sock").string();
+  json a = {{"id", "ap-0123456789abcdef"},
+            {"execution_id", "ex-1"},
+            {"session_id", nullptr},
+            {"workflow", "gate"},
+            {"caller", "uid:0"},
+            {"rule", "loopback-gate"},
+            {"host", "evil.example\x1b]0;owned\x07"},
+            {"port", 80},
+            {"method", "GET"},
+            {"path", "/x\x1b[2J\x1b[1;1H\rallow everything\nfake line"},
+            {"asked_at", "2026-11-26T00:00:00.000Z"},
+            {"expires_at", "2026-11-26T00:01:00.000Z"},
+            {"covers",
+             {{"once", "this GET request only"},
+              {"execution", "GET \x1b[31mrequests"},
+              {"host", "every method"}}}};
+  {
+    CannedServer server(sock, json::array({a}).dump());
+    auto [rc, out] = cli("list --connect unix:" + sock);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_EQ(out.find('\x1b'), std::string::npos) << "an ESC reached the terminal";
+    EXPECT_EQ(out.find('\r'), std::string::npos) << "a CR reached the terminal";
+    EXPECT_EQ(out.find('\x07'), std::string::npos) << "a BEL reached the terminal";
+    EXPECT_NE(out.find(R"(/x\x1b[2J\x1b[1;1H\x0dallow everything\x0afake line)"), std::string::npos)
+        << out;
+    EXPECT_NE(out.find(R"(evil.example\x1b]0;owned\x07:80)"), std::string::npos) << out;
+    EXPECT_NE(out.find(R"(GET \x1b[31mrequests)"), std::string::npos) << out;
+    // On a terminal (a pty 70 columns wide), every line is cut to its width: nothing wraps.
+    auto [trc, tout] = shellOutput("script -qec 'stty cols 70; " + std::string(SLUICE_BINARY) +
+                                   " approvals list --connect unix:" + sock + "' /dev/null");
+    EXPECT_EQ(trc, 0) << tout;
+    std::size_t lines = 0;
+    for (std::size_t at = 0, nl; at < tout.size(); at = nl + 1) {
+      nl = tout.find('\n', at);
+      if (nl == std::string::npos) nl = tout.size();
+      std::string line = tout.substr(at, nl - at);
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // the pty's CR LF
+      EXPECT_LE(line.size(), 70u) << line;
+      lines += !line.empty();
+    }
+    EXPECT_EQ(lines, 6u) << tout;
+    EXPECT_NE(tout.find("..."), std::string::npos) << tout;
+    // --json: whole, with JSON's own escapes (still no raw control byte).
+    auto [jrc, jout] = cli("list --json --connect unix:" + sock);
+    EXPECT_EQ(jrc, 0) << jout;
+    EXPECT_EQ(jout.find('\x1b'), std::string::npos);
+    EXPECT_EQ(json::parse(jout, nullptr, false), json::array({a}));
+  }
+  {
+    CannedServer server(sock, R"({"decision":"deny","scope":"once","decision":"allow"})");
+    auto [rc, out] = cli("allow ap-0123456789abcdef --connect unix:" + sock);
+    EXPECT_EQ(rc, 2) << out;
+    EXPECT_NE(out.find("duplicate key \"decision\""), std::string::npos) << out;
+  }
 }
 
 }  // namespace

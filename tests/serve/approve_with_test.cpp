@@ -25,7 +25,10 @@ using namespace std::chrono_literals;
 
 TEST(ApproverAnswer, FirstLineAllowOrDenyWithAnOptionalScope) {
   EXPECT_TRUE(parseApproverAnswer("allow\n").allow);
-  EXPECT_TRUE(parseApproverAnswer("allow execution\nignored").whole_execution);
+  EXPECT_EQ(parseApproverAnswer("allow execution\nignored").scope, proxy::Scope::kExecution);
+  EXPECT_EQ(parseApproverAnswer("allow host\n").scope, proxy::Scope::kHost);
+  EXPECT_EQ(parseApproverAnswer("deny once\n").scope, proxy::Scope::kOnce);
+  EXPECT_EQ(parseApproverAnswer("allow\n").scope, proxy::Scope::kOnce);
   EXPECT_TRUE(parseApproverAnswer("deny\n").valid);
   EXPECT_FALSE(parseApproverAnswer("deny\n").allow);
   EXPECT_FALSE(parseApproverAnswer("yes\n").valid);

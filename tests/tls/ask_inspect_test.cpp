@@ -212,7 +212,7 @@ TEST_F(AskInspectTest, TwoRequestsOnOneKeptAliveConnectionAreAskedSeparately) {
   EXPECT_EQ(got[0].target, "/v1/one");
 }
 
-TEST_F(AskInspectTest, AnExecutionScopedAnswerCoversTheNextRequests) {
+TEST_F(AskInspectTest, AnExecutionScopedAnswerCoversTheNextRequestsOfItsMethod) {
   auto c = tunnel();
   ASSERT_TRUE(c);
   ASSERT_TRUE(c->send(request("GET", "/v1/a", authority())));
@@ -222,12 +222,20 @@ TEST_F(AskInspectTest, AnExecutionScopedAnswerCoversTheNextRequests) {
   EXPECT_EQ(c->readResponse().status, 200);
   ASSERT_TRUE(c->send(request("GET", "/v1/b", authority())));
   EXPECT_EQ(c->readResponse().status, 200);
-  // A second tunnel of the same execution: covered too (same rule, host and port).
+  // A second tunnel of the same execution: covered too (same rule, host, port and method).
   auto c2 = tunnel();
   ASSERT_TRUE(c2);
-  ASSERT_TRUE(c2->send(request("DELETE", "/v1/c", authority())));
+  ASSERT_TRUE(c2->send(request("GET", "/v1/c", authority())));
   EXPECT_EQ(c2->readResponse().status, 200);
   EXPECT_EQ(raisedCount(), 0u) << "covered requests raise no approval for approvers";
+  EXPECT_EQ(up_->requests().size(), 3u);
+  // Another method is asked again (the approver was shown a GET): refused here.
+  ASSERT_TRUE(c2->send(request("DELETE", "/v1/c", authority())));
+  auto d = nextRaised();
+  ASSERT_TRUE(d) << "a DELETE went through on a GET's execution grant";
+  EXPECT_EQ(d->method, "DELETE");
+  desk_->answer(d->id, false, proxy::Scope::kOnce, "tester");
+  EXPECT_EQ(c2->readResponse().status, 403);
   EXPECT_EQ(up_->requests().size(), 3u);
 }
 

@@ -1,9 +1,9 @@
 // Approvals (`action: ask`, DESIGN.md "Policy"): a connection or request that an ask rule
 // matched waits, without blocking anything else, until an approver answers or its timeout
 // passes. The desk holds the pending approvals of one process (sluice run, proxy, serve, mcp),
-// remembers `scope: execution` answers, writes one `approvals` audit row per approval when it
-// is decided, and tells watchers (the exec's NDJSON stream, `--approve-with`, MCP elicitation)
-// about each new one. Reference: docs/approvals.md.
+// remembers `scope: execution` / `scope: host` answers (grants), writes one `approvals` audit row
+// per approval when it is decided, and tells watchers (the exec's NDJSON stream, `--approve-with`,
+// MCP elicitation) about each new one. Reference: docs/approvals.md.
 #pragma once
 
 #include <chrono>
@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sluice/audit/event_sink.hpp"
@@ -35,7 +36,35 @@ struct Approval {
   std::int64_t expires_at_ms = 0;
 };
 
-/// The approval as JSON text (the fields above; times as RFC 3339 UTC strings).
+enum class Scope : std::uint8_t {
+  kOnce,       ///< this connection or request only
+  kExecution,  ///< also later matches of the same rule, host, port and (a request's) method
+  kHost,       ///< also later requests of any method to the same rule, host and port
+};
+
+/// "once" | "execution" | "host".
+std::string_view scopeName(Scope s);
+/// The scope named `name`; nullopt for anything else.
+std::optional<Scope> parseScope(std::string_view name);
+
+/// What each scope's answer to `a` would allow, one line each, as approvers are shown it
+/// (the approval JSON's `covers`). For a request, `execution` keeps its method and `host`
+/// widens to every method; for a tunnel (no method) both cover the host and port.
+struct ScopeCovers {
+  std::string once;
+  std::string execution;
+  std::string host;
+};
+ScopeCovers scopeCovers(const Approval& a);
+
+/// `s` made safe for a person's screen: every byte outside printable ASCII (ESC, CR, LF, DEL,
+/// bytes of UTF-8 or not) becomes `\xNN` and a backslash `\\`, so nothing the sandboxed code
+/// sent can move a cursor, rewrite a line or wrap; then, when longer than `max` characters
+/// (0 = no cut), cut to `max` with the last three replaced by "...".
+std::string displayText(std::string_view s, std::size_t max = 0);
+
+/// The approval as JSON text (the fields above, and `covers`: {once, execution, host} from
+/// scopeCovers; times as RFC 3339 UTC strings).
 std::string approvalJson(const Approval& a);
 
 /// How an approval ended, for the waiting connection.
@@ -45,11 +74,6 @@ struct ApprovalOutcome {
   /// answer) | execution_ended.
   std::string reason;
   std::string decided_by;  ///< "uid:N", a token name, "approve-with", "mcp", "timeout", ...
-};
-
-enum class Scope : std::uint8_t {
-  kOnce,       ///< this connection or request only
-  kExecution,  ///< also every later match of the same rule, host and port in the execution
 };
 
 /// What answering an approval came to (for the API's status codes).
@@ -76,14 +100,16 @@ class ApprovalDesk {
 
   /// Raises `a` (its id, asked_at and expires_at are filled in here; expires after `timeout`)
   /// and calls `done` exactly once, on any thread, never inside ask(): at once (posted to a
-  /// desk thread) when a `scope: execution` answer covers it, else when it is answered, times
+  /// desk thread) when a remembered grant covers it, else when it is answered, times
   /// out or its execution ends. Returns the approval as raised.
   Approval ask(Approval a, std::chrono::milliseconds timeout,
                std::function<void(ApprovalOutcome)> done);
 
   /// Answers a pending approval. `decided_by` names the approver for the audit row. With
-  /// Scope::kExecution the answer is remembered, and also decides at once every other approval
-  /// pending now that it covers (same owner, rule, host and port), each with its own row.
+  /// Scope::kExecution or kHost the answer is remembered as a grant (what scopeCovers says it
+  /// covers), and also decides at once every other approval of the same owner pending now
+  /// that it covers, each with its own row naming the grant. When several remembered grants
+  /// cover a later match, the latest answer decides.
   AnswerStatus answer(const std::string& id, bool allow, Scope scope,
                       const std::string& decided_by);
 

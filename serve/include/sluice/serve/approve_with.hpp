@@ -2,8 +2,9 @@
 // command the operator chose. CMD runs outside the sandbox, as the user who started sluice,
 // with `/bin/sh -c CMD`; it gets the approval's JSON (DESIGN.md "Policy": id, execution_id,
 // session_id, workflow, caller, rule, host, port, method, path, asked_at, expires_at) on stdin
-// and answers on stdout: `allow` or `deny`, optionally followed by `execution` to remember the
-// answer for the rest of the execution. Anything else, a non-zero exit, or no answer before
+// and answers on stdout: `allow` or `deny`, optionally followed by a scope, `once`,
+// `execution` or `host`, to remember the answer for the rest of the execution (the JSON's
+// `covers` says what each would cover). Anything else, a non-zero exit, or no answer before
 // the approval expires is a deny. Reference: docs/approvals.md.
 #pragma once
 
@@ -32,12 +33,12 @@ class ApproveWith {
   std::unique_ptr<Impl> impl_;
 };
 
-/// What one answer line says (exposed for tests): allow?, scope: execution?; nullopt-like
-/// `valid` false for anything that is not an answer.
+/// What one answer line says (exposed for tests): allow?, its scope; `valid` false for
+/// anything that is not an answer.
 struct ApproverAnswer {
   bool valid = false;
   bool allow = false;
-  bool whole_execution = false;
+  proxy::Scope scope = proxy::Scope::kOnce;
 };
 ApproverAnswer parseApproverAnswer(const std::string& out);
 
