@@ -19,7 +19,7 @@
 
 #include "commands.hpp"
 #include "sluice/proxy/approvals.hpp"
-#include "sluice/serve/strict_json.hpp"
+#include "sluice/base/strict_json.hpp"
 
 namespace sluice::cli {
 
@@ -129,7 +129,7 @@ std::expected<json, int> answer(const std::expected<Reply, std::string>& r) {
     return std::unexpected(2);
   }
   // Strict, as every JSON sluice reads from outside: a key named twice is not an answer.
-  auto j = serve::parseStrictJson(r->body);
+  auto j = base::parseStrictJson(r->body);
   if (r->status != 200) {
     std::cerr << "sluice approvals: " << r->status << " ";
     if (j && field(*j, "error").is_string())

@@ -19,6 +19,7 @@
 #include "commands.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
+#include "sluice/base/json.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
@@ -57,11 +58,6 @@ struct RunOptions {
   std::string approve_with;  // CMD answering approvals of ask rules
   std::vector<std::string> command;
 };
-
-// Captured output may hold invalid UTF-8: replace it rather than throw.
-std::string dumpJson(const nlohmann::json& j, int indent = -1) {
-  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 int fail(const std::string& step, const std::string& message) {
   std::cerr << "sluice run: " << step << ": " << message << "\n";
@@ -470,11 +466,11 @@ int doRun(const RunOptions& o) {
   timer.mark("cli: durable audit commit (rest of)");
   if (!o.receipt_file.empty()) {
     std::ofstream out(o.receipt_file);
-    out << dumpJson(receipt, 2) << "\n";
+    out << base::dumpJson(receipt, 2) << "\n";
     if (!out) return fail("receipt", o.receipt_file + ": cannot write");
   }
   if (o.json)
-    std::cout << dumpJson(receipt) << std::endl;
+    std::cout << base::dumpJson(receipt) << std::endl;
   else
     std::cerr << summaryLine(*result, receipt) << "\n";
   timer.mark("cli: output receipt");

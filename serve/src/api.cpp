@@ -9,8 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "sluice/base/json.hpp"
+#include "sluice/base/strict_json.hpp"
 #include "sluice/runner/receipt.hpp"
-#include "sluice/serve/strict_json.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -20,8 +21,6 @@ namespace {
 constexpr const char* kJson = "application/json";
 constexpr const char* kNdjson = "application/x-ndjson";
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 http::status toStatus(int code) { return static_cast<http::status>(code); }
 
 std::expected<json, ApiError> parseBody(const Request& req) {
@@ -30,7 +29,7 @@ std::expected<json, ApiError> parseBody(const Request& req) {
         ApiError{415, "unsupported_media_type",
                  "expected Content-Type: application/json, not " + req.content_type, ""});
   // Strict: a key named twice is refused, never resolved to its first or last value.
-  auto parsed = parseStrictJson(req.body);
+  auto parsed = base::parseStrictJson(req.body);
   if (!parsed)
     return std::unexpected(ApiError{400, "invalid_json",
                                     parsed.error().duplicate_key
@@ -42,7 +41,7 @@ std::expected<json, ApiError> parseBody(const Request& req) {
 
 }  // namespace
 
-std::string healthBody() { return dump(json{{"status", "ok"}, {"version", "0.1.0"}}); }
+std::string healthBody() { return base::dumpJson(json{{"status", "ok"}, {"version", "0.1.0"}}); }
 
 // Built outside co_await expressions: g++ 12 miscompiles braced aggregates with string literals
 // inside them ("array used as initializer").
@@ -55,7 +54,7 @@ std::string errorBody(int status, const std::string& reason, const std::string& 
   (void)status;
   json j = {{"error", message}, {"reason", reason}};
   if (!detail.empty()) j["detail"] = detail;
-  return dump(j);
+  return base::dumpJson(j);
 }
 
 // One execution in flight: its worker thread fills `lines` and `done`, and wakes the handler by
@@ -123,7 +122,7 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
     for (const auto& w : engine_.workflows())
       arr.push_back(
           {{"name", w.name}, {"description", w.description}, {"policy_sha256", w.policy_sha256}});
-    co_await reply.send(http::status::ok, kJson, dump(arr));
+    co_await reply.send(http::status::ok, kJson, base::dumpJson(arr));
     co_return;
   }
   if (path == "/metrics" && m == http::verb::get) {
@@ -172,7 +171,7 @@ net::awaitable<void> Api::getExecution(Request& req, Reply& reply, const std::st
     co_await error(reply, apiError(404, "not_found", "no execution " + id));
     co_return;
   }
-  co_await reply.send(http::status::ok, kJson, dump(*receipt));
+  co_await reply.send(http::status::ok, kJson, base::dumpJson(*receipt));
 }
 
 net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
@@ -249,7 +248,7 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     const ApiError& e = answer->error();
     if (streaming) {
       json j = {{"type", "error"}, {"error", e.message}, {"reason", e.reason}};
-      if (co_await reply.chunk(dump(j) + "\n")) co_await reply.endStream();
+      if (co_await reply.chunk(base::dumpJson(j) + "\n")) co_await reply.endStream();
     } else {
       co_await error(reply, e);
     }
@@ -259,7 +258,7 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     if (!streaming && !co_await reply.beginStream(http::status::ok, kNdjson)) co_return;
     json receipt = json::parse((*answer)->body, nullptr, false);
     json last = {{"type", "receipt"}, {"receipt", receipt}};
-    if (co_await reply.chunk(dump(last) + "\n")) co_await reply.endStream();
+    if (co_await reply.chunk(base::dumpJson(last) + "\n")) co_await reply.endStream();
     co_return;
   }
   co_await reply.send(toStatus((*answer)->status), (*answer)->content_type,
@@ -288,7 +287,7 @@ net::awaitable<void> Api::postRun(Request& req, Reply& reply) {
     std::shared_ptr<void> after;
     auto r = engine_.run(caller, request, lines, stop_fd, &after);
     if (!r) return std::unexpected(r.error());
-    return Answer{200, kJson, dump(*r), std::move(after)};
+    return Answer{200, kJson, base::dumpJson(*r), std::move(after)};
   };
   co_await offload(reply, std::move(work), stream);
 }
@@ -340,7 +339,7 @@ Api::Work Api::makeSessionCreate(Caller caller, json body) {
              const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
     auto r = sessions_.create(caller, body);
     if (!r) return std::unexpected(r.error());
-    return Answer{201, kJson, dump(*r)};
+    return Answer{201, kJson, base::dumpJson(*r)};
   };
 }
 
@@ -350,7 +349,7 @@ Api::Work Api::makeSessionExec(Caller caller, std::string id, json body) {
              int stop_fd) -> std::expected<Answer, ApiError> {
     auto r = sessions_.exec(caller, id, body, lines, stop_fd);
     if (!r) return std::unexpected(r.error());
-    return Answer{200, kJson, dump(*r)};
+    return Answer{200, kJson, base::dumpJson(*r)};
   };
 }
 
@@ -359,7 +358,7 @@ Api::Work Api::makeSessionEnd(Caller caller, std::string id) {
              const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
     auto r = sessions_.end(caller, id);
     if (!r) return std::unexpected(r.error());
-    return Answer{200, kJson, dump(*r)};
+    return Answer{200, kJson, base::dumpJson(*r)};
   };
 }
 
@@ -372,7 +371,7 @@ Api::Work Api::makeFilePut(Caller caller, std::string id, std::string path,
     auto r = data ? sessions_.putFileFrom(caller, id, path, data->fd)
                   : sessions_.putFile(caller, id, path, "");
     if (!r) return std::unexpected(r.error());
-    return Answer{201, kJson, dump(*r)};
+    return Answer{201, kJson, base::dumpJson(*r)};
   };
 }
 
@@ -396,7 +395,7 @@ net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::strin
   } else if (path == "/v1/approvals" && req.method == http::verb::get) {
     json list = json::array();
     for (const auto& a : desk.pending()) list.push_back(json::parse(proxy::approvalJson(a)));
-    answer = list.dump();
+    answer = base::dumpJson(list);
   } else if (path.size() > 14 && req.method == http::verb::post) {
     const std::string id = path.substr(14);
     auto body = parseBody(req);
@@ -434,7 +433,7 @@ net::awaitable<void> Api::approvals(Request& req, Reply& reply, const std::strin
         j["scope"] = proxy::scopeName(scope);
         j["decided_by"] = req.caller.name;
         j["decided_at"] = runner::formatTimestamp(std::chrono::system_clock::now());
-        answer = j.dump();
+        answer = base::dumpJson(j);
       }
     }
   } else {

@@ -11,6 +11,7 @@
 #include "pool.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
+#include "sluice/base/json.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
@@ -318,7 +319,7 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
     tee_->subscribe(spec.execution_id, lines);
     hooks.live = [&](int stream, std::string_view data) {
       json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
-      lines(dumpJson(j));
+      lines(base::dumpJson(j));
     };
   }
   hooks.before_start = [&]() -> std::expected<void, rn::SetupError> {
@@ -407,7 +408,7 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
     tee_->subscribe(prep->id, lines);
     hooks.live = [&](int stream, std::string_view data) {
       json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
-      lines(dumpJson(j));
+      lines(base::dumpJson(j));
     };
   }
   store_->recordPolicy(w.sha256, w.name, w.yaml_text);

@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sluice/base/json.hpp"
+
 namespace sluice::serve {
 
 void EventTee::subscribe(const std::string& execution_id, std::function<void(std::string)> fn) {
@@ -44,7 +46,7 @@ void EventTee::recordConnection(audit::ConnectionEvent e) {
     nlohmann::json j = {{"type", "network"}, {"decision", e.decision}, {"host", e.host},
                         {"port", e.port},    {"rule", nullptr},        {"reason", e.reason}};
     if (!e.rule_id.empty()) j["rule"] = e.rule_id;
-    publish(e.execution_id, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    publish(e.execution_id, base::dumpJson(j));
   }
   store_->recordConnection(std::move(e));
 }
@@ -56,7 +58,7 @@ void EventTee::recordRequest(audit::RequestEvent e) {
                         {"port", e.port},     {"method", e.method},     {"path", e.path},
                         {"status", e.status}, {"rule", nullptr},        {"reason", e.reason}};
     if (!e.rule_id.empty()) j["rule"] = e.rule_id;
-    publish(e.execution_id, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    publish(e.execution_id, base::dumpJson(j));
   }
   store_->recordRequest(std::move(e));
 }
@@ -79,7 +81,7 @@ void EventTee::approvalRaised(const proxy::Approval& a) {
   // schemas/api.v1.yaml ApprovalEvent: {"type":"approval","approval":{...}}, as a receipt line.
   nlohmann::json j = {{"type", "approval"},
                       {"approval", nlohmann::json::parse(proxy::approvalJson(a))}};
-  publish(stream, j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  publish(stream, base::dumpJson(j));
 }
 
 }  // namespace sluice::serve

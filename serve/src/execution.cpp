@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <chrono>
 
+#include "sluice/base/hex.hpp"
+#include "sluice/base/json.hpp"
 #include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/environment.hpp"
 
@@ -101,19 +103,19 @@ audit::ExecutionRecord executionRecord(const nlohmann::json& receipt, const rn::
   rec.id = receipt["execution_id"].get<std::string>();
   rec.workflow = ctx.workflow;
   rec.policy_sha256 = ctx.policy_sha256;
-  rec.argv_json = receipt["argv"].dump();
+  rec.argv_json = base::dumpJson(receipt["argv"]);
   rec.started_at_ms = epochMs(r.started_at);
   rec.ended_at_ms = epochMs(r.ended_at);
   rec.exit_code = r.exit_code;
   rec.signal = r.signal;
   rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));
-  rec.usage_json = receipt["usage"].dump();
+  rec.usage_json = base::dumpJson(receipt["usage"]);
   rec.stdout_bytes = r.out.bytes;
   rec.stderr_bytes = r.err.bytes;
   rec.stdout_truncated = r.out.truncated;
   rec.stderr_truncated = r.err.truncated;
-  rec.artifacts_json = receipt["artifacts"].dump();
-  rec.receipt_json = dumpJson(receipt);
+  rec.artifacts_json = base::dumpJson(receipt["artifacts"]);
+  rec.receipt_json = base::dumpJson(receipt);
   return rec;
 }
 
@@ -123,17 +125,7 @@ std::string newExecutionId(std::string_view prefix) {
   unsigned char b[8] = {};
   while (::getrandom(b, sizeof b, 0) < 0 && errno == EINTR) {
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s(prefix);
-  for (unsigned char c : b) {
-    s += kHex[c >> 4];
-    s += kHex[c & 15];
-  }
-  return s;
-}
-
-std::string dumpJson(const nlohmann::json& j, int indent) {
-  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+  return std::string(prefix) + base::hexEncode(std::span<const std::uint8_t>(b, sizeof b));
 }
 
 }  // namespace sluice::serve

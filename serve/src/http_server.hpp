@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "auth.hpp"
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 
 namespace sluice::serve {
 

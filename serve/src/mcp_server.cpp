@@ -21,10 +21,11 @@
 #include "mcp_tools.hpp"
 #include "metrics.hpp"
 #include "sessions.hpp"
+#include "sluice/base/json.hpp"
+#include "sluice/base/strict_json.hpp"
 #include "sluice/serve/approve_with.hpp"
 #include "sluice/serve/execution.hpp"
 #include "sluice/serve/mcp.hpp"
-#include "sluice/serve/strict_json.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -147,7 +148,7 @@ class McpServerImpl final : public McpServer {
   // Queues one message for the writer. `may_wait`: past max_pending_output, wait for the client
   // to read (the reader and worker may; a proxy thread's watcher may not).
   void send(const json& message, bool may_wait) {
-    std::string line = dumpJson(message) + "\n";
+    std::string line = base::dumpJson(message) + "\n";
     std::unique_lock lock(out_mu_);
     if (may_wait)
       out_cv_.wait(lock, [&] { return out_bytes_ < options_.max_pending_output || out_broken_; });
@@ -201,7 +202,7 @@ class McpServerImpl final : public McpServer {
     }
     // Strict: a key named twice ({"id":1,"id":2}, two "method"s) is a parse error, never
     // resolved to one of its values.
-    auto parsed = parseStrictJson(line);
+    auto parsed = base::parseStrictJson(line);
     if (!parsed) {
       send(errorMessage(nullptr, kParseError,
                         parsed.error().duplicate_key

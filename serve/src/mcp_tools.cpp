@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "mcp_schema.hpp"
+#include "sluice/base/digest.hpp"
 #include "sluice/policy/explain.hpp"
 #include "sluice/serve/explain_json.hpp"
 
@@ -46,19 +47,6 @@ std::string sandboxPath(const std::string& path) {
 std::string urlPath(const std::string& sandbox_path) {
   std::string out;
   for (char c : sandbox_path.substr(1)) out += c == '%' ? std::string("%25") : std::string(1, c);
-  return out;
-}
-
-std::string sha256Hex(const std::string& data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  EVP_Digest(data.data(), data.size(), md, &len, EVP_sha256(), nullptr);
-  static const char* hex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += hex[md[i] >> 4];
-    out += hex[md[i] & 15];
-  }
   return out;
 }
 
@@ -225,7 +213,7 @@ json McpTools::readFile(const json& args) {
   const bool text = isUtf8(got->body);
   json info = {{"path", path},
                {"bytes", got->body.size()},
-               {"sha256", sha256Hex(got->body)},
+               {"sha256", base::sha256Hex(got->body)},
                {"encoding", text ? "utf-8" : "base64"},
                {"content", text ? got->body : base64(got->body)}};
   std::string shown = text ? got->body

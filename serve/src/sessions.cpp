@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "pool.hpp"
+#include "sluice/base/json.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/runner/environment.hpp"
@@ -16,8 +17,6 @@ namespace pol = sluice::policy;
 using nlohmann::json;
 
 namespace {
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 ApiError bad(const std::string& what) { return ApiError{400, "bad_request", what, ""}; }
 
@@ -269,7 +268,8 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   if (lines) {
     engine_.tee().subscribe(spec.execution_id, lines);
     hooks.live = [&](int stream, std::string_view data) {
-      lines(dump(json{{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}}));
+      lines(base::dumpJson(
+          json{{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}}));
     };
   }
   // Approvals raised while this exec runs name it; those still pending when it ends are refused.
@@ -383,7 +383,7 @@ std::expected<SessionManager::FileBody, ApiError> SessionManager::readOrList(
       arr.push_back(
           {{"name", name}, {"type", f.directory ? "directory" : "file"}, {"bytes", f.bytes}});
     }
-    return FileBody{"application/json", dump(arr)};
+    return FileBody{"application/json", base::dumpJson(arr)};
   }
   auto bytes = s.box->readFile(path, engine_.maxFileBytes());
   if (!bytes) return std::unexpected(fileError(bytes.error()));
@@ -431,8 +431,8 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::system_clock::now().time_since_epoch())
                         .count();
-  rec.artifacts_json = dump(artifacts);
-  rec.receipt_json = dump(summary);
+  rec.artifacts_json = base::dumpJson(artifacts);
+  rec.receipt_json = base::dumpJson(summary);
   if (auto hash = engine_.store().recordExecution(rec)) summary["hash"] = *hash;
   s.ended = true;
   s.hold.reset();

@@ -117,6 +117,21 @@ TEST_F(SluiceRun, ReceiptMatchesSchemaAndIsAudited) {
   EXPECT_EQ(v.status, 0) << v.out << v.err;
 }
 
+// An argument that is not UTF-8 (any byte string is a valid argv) is run as given and recorded
+// with U+FFFD in the receipt and the audit row: writing the receipt once aborted sluice
+// (nlohmann's dump throws on invalid UTF-8) after the program had already run.
+TEST_F(SluiceRun, AnArgumentThatIsNotUtf8IsRunAndRecorded) {
+  REQUIRE_SANDBOX();
+  auto [status, receipt] = runJson("sandboxed", {}, {"/bin/echo", "a\xff\xfez"});
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(receipt["stdout"]["text"], "a\uFFFD\uFFFDz\n");
+  ASSERT_EQ(receipt["argv"].size(), 2u);
+  EXPECT_EQ(receipt["argv"][1], "a\uFFFD\uFFFDz");
+  EXPECT_TRUE(receipt["hash"].is_string());
+  Outcome v = sluice({"audit", "verify", "--db", db().string()});
+  EXPECT_EQ(v.status, 0) << v.out << v.err;
+}
+
 // Everything after `--` is the command, whatever option comes right before it: each repeatable
 // option (CLI11 let it swallow the `--` and then parsed the command's -c as sluice's).
 TEST_F(SluiceRun, DashDashEndsOptionsAfterEveryRepeatableOption) {

@@ -94,7 +94,7 @@ struct ApprovalEvent {
   std::string path;    // empty (stored as NULL) for a tunnel
   std::string decision;    // "allow" | "deny"
   std::string reason;      // "" when allowed; approval_denied | approval_timeout | execution_ended | ...
-  std::string scope;       // "once" | "execution"
+  std::string scope;       // "once" | "execution" | "host"
   std::string decided_by;  // "uid:N", a token name, "approve-with", "mcp", "timeout", ...
   std::int64_t asked_at_ms = 0;
   std::int64_t decided_at_ms = 0;

@@ -56,7 +56,4 @@ audit::ExecutionRecord executionRecord(const nlohmann::json& receipt, const runn
 /// sandboxes (it names their cgroup, so it must be unique per host and unguessable).
 std::string newExecutionId(std::string_view prefix = "ex-");
 
-/// JSON text of `j` with invalid UTF-8 replaced (captured output may hold any bytes).
-std::string dumpJson(const nlohmann::json& j, int indent = -1);
-
 }  // namespace sluice::serve

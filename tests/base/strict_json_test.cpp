@@ -1,11 +1,11 @@
-// Strict JSON (serve/include/sluice/serve/strict_json.hpp): a key named twice in any object,
+// Strict JSON (base/include/sluice/base/strict_json.hpp): a key named twice in any object,
 // at any depth and in any spelling, is refused with the key and its line and column; what is
 // valid parses as nlohmann::json::parse would.
-#include "sluice/serve/strict_json.hpp"
+#include "sluice/base/strict_json.hpp"
 
 #include <gtest/gtest.h>
 
-namespace sluice::serve {
+namespace sluice::base {
 namespace {
 
 TEST(StrictJson, ADuplicateKeyIsRefusedNamingTheKeyAndWhereItIs) {
@@ -63,4 +63,4 @@ TEST(StrictJson, ValidTextParsesAsUsualAndSyntaxErrorsSayWhere) {
 }
 
 }  // namespace
-}  // namespace sluice::serve
+}  // namespace sluice::base

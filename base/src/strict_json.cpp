@@ -1,13 +1,13 @@
-// parseStrictJson (sluice/serve/strict_json.hpp): nlohmann's SAX parser feeding its own DOM
+// parseStrictJson (sluice/base/strict_json.hpp): nlohmann's SAX parser feeding its own DOM
 // builder, with a set of the keys seen so far for each object still open.
-#include "sluice/serve/strict_json.hpp"
+#include "sluice/base/strict_json.hpp"
 
 #include <iterator>
 #include <optional>
 #include <set>
 #include <vector>
 
-namespace sluice::serve {
+namespace sluice::base {
 
 namespace {
 
@@ -148,4 +148,4 @@ std::expected<json, JsonParseError> parseStrictJson(std::string_view text) {
   return out;
 }
 
-}  // namespace sluice::serve
+}  // namespace sluice::base

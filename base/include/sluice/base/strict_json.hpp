@@ -12,7 +12,7 @@
 #include <string>
 #include <string_view>
 
-namespace sluice::serve {
+namespace sluice::base {
 
 /// Why a text is not strict JSON, and where (1-based line and column of the offending byte:
 /// for a duplicate key, its opening quote).
@@ -29,4 +29,4 @@ struct JsonParseError {
 /// unescaping, so `"a"` and `"\u0061"` are the same key) in any object at any depth.
 std::expected<nlohmann::json, JsonParseError> parseStrictJson(std::string_view text);
 
-}  // namespace sluice::serve
+}  // namespace sluice::base
