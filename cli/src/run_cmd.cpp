@@ -20,6 +20,8 @@
 #include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 #include "sluice/base/json.hpp"
+#include "sluice/execution/approve_with.hpp"
+#include "sluice/execution/wiring.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
@@ -32,8 +34,6 @@
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
 #include "sluice/runner/sandbox.hpp"
-#include "sluice/serve/approve_with.hpp"
-#include "sluice/serve/execution.hpp"
 
 namespace sluice::cli {
 namespace {
@@ -119,7 +119,7 @@ std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w,
                  size("file-size", o.file_size, ov.file_size),
                  count("open-files", o.open_files, ov.open_files)})
     if (!r) return std::unexpected(r.error());
-  return serve::workflowLimits(w, ov);
+  return execution::workflowLimits(w, ov);
 }
 
 std::expected<std::vector<rn::Input>, std::string> parseInputs(const std::vector<std::string>& in) {
@@ -234,7 +234,7 @@ int doRun(const RunOptions& o) {
   // the proxy swaps the token for the secret only on that rule's requests.
   std::vector<proxy::Placeholder> placeholders;
   if (network_proxy) placeholders = proxy::makePlaceholders(w);
-  auto sandbox_env = serve::sandboxEnvironment(o.env, placeholders, network_proxy);
+  auto sandbox_env = execution::sandboxEnvironment(o.env, placeholders, network_proxy);
   if (!sandbox_env) return fail("environment", "--env " + sandbox_env.error());
   std::string why;
   const bool full_isolation = rn::sandboxSupported(&why);
@@ -255,18 +255,18 @@ int doRun(const RunOptions& o) {
   spec.network_proxy = network_proxy;
   spec.inputs = std::move(*inputs);
   spec.output_dir = o.output_dir;
-  spec.execution_id = serve::newExecutionId();
+  spec.execution_id = execution::newExecutionId();
 
   // TLS inspection: a CA for this execution alone, its key only in this process's memory (the
   // sandbox's processes descend from the helper forked above, before the key existed); the
   // sandbox trusts it through the bundle the runner's SSL_CERT_FILE & co. point at.
   std::shared_ptr<proxy::CertificateAuthority> ca;
-  if (network_proxy && serve::inspectsTls(w)) {
+  if (network_proxy && execution::inspectsTls(w)) {
     auto made = proxy::CertificateAuthority::createEphemeral(
         "sluice execution CA " + spec.execution_id, kExecutionCaValidity);
     if (!made) return fail("certificate authority", made.error());
     ca = std::move(*made);
-    spec.extra_files = serve::caBundleFiles(w, *ca);
+    spec.extra_files = execution::caBundleFiles(w, *ca);
   }
   timer.mark("cli: execution CA");
 
@@ -316,10 +316,11 @@ int doRun(const RunOptions& o) {
   // Ask rules wait for --approve-with's answer; without it nobody can answer, and they are
   // refused at once (approval_unavailable). Declared before the proxy: it outlives it.
   std::shared_ptr<proxy::ApprovalDesk> approvals;
-  std::unique_ptr<serve::ApproveWith> approver;
+  std::unique_ptr<execution::ApproveWith> approver;
   if (spec.network_proxy && !o.approve_with.empty()) {
     approvals = std::make_shared<proxy::ApprovalDesk>(store);
-    approver = std::make_unique<serve::ApproveWith>(approvals, o.approve_with, spec.execution_id);
+    approver =
+        std::make_unique<execution::ApproveWith>(approvals, o.approve_with, spec.execution_id);
   }
   std::shared_ptr<const pol::Matcher> matcher;
   rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
@@ -395,12 +396,12 @@ int doRun(const RunOptions& o) {
       // that every connection row is queued before the execution row.
       if (approvals) approvals->endExecution(spec.execution_id);
       px->closeExecution(spec.execution_id);
-      serve::addNetwork(ctx, px->stats(spec.execution_id));
+      execution::addNetwork(ctx, px->stats(spec.execution_id));
       px->stop();
     }
     receipt = rn::buildReceipt(spec, r, ctx);
     if (store) {
-      rec = serve::executionRecord(receipt, r, ctx);
+      rec = execution::executionRecord(receipt, r, ctx);
       commit.emplace(store->beginRecordExecution(rec));
     }
     receipt_us = elapsedUs(t);
@@ -453,7 +454,7 @@ int doRun(const RunOptions& o) {
       store.reset();
       commit.reset();
     }
-    rn::RunResult failed = serve::failedResult(e, spec, full_isolation);
+    rn::RunResult failed = execution::failedResult(e, spec, full_isolation);
     result = failed;
     startReceipt(*result);
   }

@@ -12,6 +12,7 @@
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/base/json.hpp"
+#include "sluice/execution/wiring.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
@@ -19,7 +20,6 @@
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/receipt.hpp"
-#include "sluice/serve/execution.hpp"
 
 namespace sluice::serve {
 namespace rn = sluice::runner;
@@ -236,16 +236,16 @@ void Engine::flush() {
 
 std::expected<rn::Limits, ApiError> Engine::limitsFor(const pol::Workflow& w,
                                                       const rn::LimitOverrides& overrides) {
-  auto limits = workflowLimits(w, overrides);
+  auto limits = sluice::execution::workflowLimits(w, overrides);
   if (!limits) return std::unexpected(badField("limits", limits.error()));
   return *limits;
 }
 
 std::vector<std::pair<std::string, std::string>> Engine::extraFilesFor(const pol::Workflow& w) {
-  return caBundleFiles(w, *ca_);
+  return sluice::execution::caBundleFiles(w, *ca_);
 }
 
-std::string Engine::newId(const char* prefix) { return newExecutionId(prefix); }
+std::string Engine::newId(const char* prefix) { return sluice::execution::newExecutionId(prefix); }
 
 rn::PreparedSandboxPtr Engine::preparedSandbox() {
   if (!options_.zygote) return nullptr;
@@ -264,7 +264,7 @@ std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::
   json receipt = rn::buildReceipt(spec, r, ctx);
   receipt["caller"] = caller.name;
   if (!session_id.empty()) receipt["session_id"] = session_id;
-  audit::ExecutionRecord rec = executionRecord(receipt, r, ctx);
+  audit::ExecutionRecord rec = sluice::execution::executionRecord(receipt, r, ctx);
   auto hash = store_->recordExecution(rec);
   metrics_.runFinished();
   if (!hash)
@@ -299,11 +299,11 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   spec.network_proxy = network_proxy;
   spec.stdin_data = request.stdin_data;
   spec.files = request.files;
-  spec.execution_id = newExecutionId();
+  spec.execution_id = sluice::execution::newExecutionId();
   spec.extra_files = extraFilesFor(*w);
   std::vector<proxy::Placeholder> placeholders;
   if (network_proxy) placeholders = proxy::makePlaceholders(*w);
-  auto env = sandboxEnvironment(request.env, placeholders, network_proxy);
+  auto env = sluice::execution::sandboxEnvironment(request.env, placeholders, network_proxy);
   if (!env) return std::unexpected(badField("env", env.error()));
   spec.env = std::move(*env);
 
@@ -339,11 +339,12 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   approvals_->attribute(spec.execution_id, {"", "", caller.name});
 
   auto result = rn::runSandboxed(spec, hooks, preparedSandbox());
-  if (!result) result = failedResult(result.error(), spec, rn::sandboxSupported());
+  if (!result)
+    result = sluice::execution::failedResult(result.error(), spec, rn::sandboxSupported());
   approvals_->endExecution(spec.execution_id);  // pending ones: refused, execution_ended
   if (network_proxy) {
     proxy_->closeExecution(spec.execution_id);
-    addNetwork(ctx, proxy_->stats(spec.execution_id));
+    sluice::execution::addNetwork(ctx, proxy_->stats(spec.execution_id));
   }
   tee_->unsubscribe(spec.execution_id);
   return commit(spec, *result, ctx, caller, "");
@@ -386,7 +387,7 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
       p.release(), [pool = pool_](Prepared* q) { pool->retire(std::unique_ptr<Prepared>(q)); });
   if (after_answer) *after_answer = held;
   Prepared* const prep = held.get();
-  auto env = sandboxEnvironment(request.env, {}, network_proxy);
+  auto env = sluice::execution::sandboxEnvironment(request.env, {}, network_proxy);
   if (!env) return std::unexpected(badField("env", env.error()));
   for (const auto& ph : prep->placeholders)
     for (const std::string& kv : request.env)
@@ -422,7 +423,8 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
   mirror.execution_id = prep->id;
   approvals_->attribute(prep->id, {"", "", caller.name});
   auto result = prep->box->exec(spec, hooks);
-  if (!result) result = failedResult(result.error(), mirror, rn::sandboxSupported());
+  if (!result)
+    result = sluice::execution::failedResult(result.error(), mirror, rn::sandboxSupported());
   approvals_->endExecution(prep->id);
   if (result->artifacts.empty()) result->artifacts = prep->box->artifacts();
   rn::ReceiptContext ctx;
@@ -431,7 +433,7 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
   ctx.network_mode = network_proxy ? "proxy" : "none";
   if (network_proxy) {
     proxy_->closeExecution(prep->id);
-    addNetwork(ctx, proxy_->stats(prep->id));
+    sluice::execution::addNetwork(ctx, proxy_->stats(prep->id));
   }
   if (lines) tee_->unsubscribe(prep->id);
   return commit(mirror, *result, ctx, caller, "");

@@ -23,8 +23,8 @@
 #include "sessions.hpp"
 #include "sluice/base/json.hpp"
 #include "sluice/base/strict_json.hpp"
-#include "sluice/serve/approve_with.hpp"
-#include "sluice/serve/execution.hpp"
+#include "sluice/execution/approve_with.hpp"
+#include "sluice/execution/wiring.hpp"
 #include "sluice/serve/mcp.hpp"
 
 namespace sluice::serve {
@@ -394,8 +394,8 @@ class McpServerImpl final : public McpServer {
   void watchApprovals(const std::string& session_id) {
     proxy::ApprovalDesk& desk = engine_->approvals();
     if (!options_.approve_with.empty()) {
-      approve_with_ = std::make_unique<ApproveWith>(engine_->approvalsShared(),
-                                                    options_.approve_with, session_id);
+      approve_with_ = std::make_unique<sluice::execution::ApproveWith>(
+          engine_->approvalsShared(), options_.approve_with, session_id);
       return;
     }
     approval_watch_ = desk.watch(session_id, [this, &desk](const proxy::Approval& a) {
@@ -439,7 +439,7 @@ class McpServerImpl final : public McpServer {
   std::thread worker_;
   bool session_opened_ = false;  // worker thread only
   std::optional<std::uint64_t> approval_watch_;
-  std::unique_ptr<ApproveWith> approve_with_;
+  std::unique_ptr<sluice::execution::ApproveWith> approve_with_;
 };
 
 }  // namespace

@@ -3,8 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "sluice/execution/wiring.hpp"
 #include "sluice/policy/matcher.hpp"
-#include "sluice/serve/execution.hpp"
 
 namespace sluice::serve {
 namespace rn = sluice::runner;
@@ -15,7 +15,7 @@ std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
   auto p = std::make_unique<Prepared>();
   p->id = id;
   p->workflow = w;
-  auto limits = workflowLimits(*w, {});
+  auto limits = sluice::execution::workflowLimits(*w, {});
   if (!limits)
     return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "limits", limits.error()});
   p->limits = *limits;

@@ -5,11 +5,11 @@
 
 #include "pool.hpp"
 #include "sluice/base/json.hpp"
+#include "sluice/execution/wiring.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/session.hpp"
-#include "sluice/serve/execution.hpp"
 
 namespace sluice::serve {
 namespace rn = sluice::runner;
@@ -287,7 +287,8 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   if (spec.timeout) mirror.limits.timeout = *spec.timeout;
   mirror.network_proxy = s.network_proxy;
   mirror.execution_id = spec.execution_id;
-  if (!result) result = failedResult(result.error(), mirror, rn::sandboxSupported());
+  if (!result)
+    result = sluice::execution::failedResult(result.error(), mirror, rn::sandboxSupported());
   rn::ReceiptContext ctx;
   ctx.workflow = s.workflow->name;
   ctx.policy_sha256 = s.workflow->sha256;
@@ -304,7 +305,7 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
     delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(std::min(
                                                      before.denials.size(), after.denials.size())),
                          after.denials.end());
-    addNetwork(ctx, delta);
+    sluice::execution::addNetwork(ctx, delta);
   }
   auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
   s.execs.push_back(spec.execution_id);

@@ -1,5 +1,5 @@
-// ApproveWith (sluice/serve/approve_with.hpp).
-#include "sluice/serve/approve_with.hpp"
+// ApproveWith (sluice/execution/approve_with.hpp).
+#include "sluice/execution/approve_with.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -24,7 +24,7 @@
 
 extern char** environ;
 
-namespace sluice::serve {
+namespace sluice::execution {
 
 namespace {
 
@@ -256,4 +256,4 @@ ApproveWith::ApproveWith(std::shared_ptr<proxy::ApprovalDesk> desk, std::string 
                                    parallel)) {}
 ApproveWith::~ApproveWith() = default;
 
-}  // namespace sluice::serve
+}  // namespace sluice::execution

@@ -18,7 +18,7 @@
 #include "sluice/runner/receipt.hpp"
 #include "sluice/runner/sandbox.hpp"
 
-namespace sluice::serve {
+namespace sluice::execution {
 
 /// The workflow's sandbox limits with `overrides` applied; the error names what would loosen.
 std::expected<runner::Limits, std::string> workflowLimits(const policy::Workflow& w,
@@ -56,4 +56,4 @@ audit::ExecutionRecord executionRecord(const nlohmann::json& receipt, const runn
 /// sandboxes (it names their cgroup, so it must be unique per host and unguessable).
 std::string newExecutionId(std::string_view prefix = "ex-");
 
-}  // namespace sluice::serve
+}  // namespace sluice::execution

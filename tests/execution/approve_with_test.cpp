@@ -1,7 +1,7 @@
-// `--approve-with CMD` in-process (serve/include/sluice/serve/approve_with.hpp): the answer line,
-// what counts as a deny, a command that answers but leaves a child holding its stdout, and one
-// whose approval is decided while it runs.
-#include "sluice/serve/approve_with.hpp"
+// `--approve-with CMD` in-process (execution/include/sluice/execution/approve_with.hpp): the answer
+// line, what counts as a deny, a command that answers but leaves a child holding its stdout, and
+// one whose approval is decided while it runs.
+#include "sluice/execution/approve_with.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -18,7 +18,7 @@
 
 #include "sluice/proxy/approvals.hpp"
 
-namespace sluice::serve {
+namespace sluice::execution {
 namespace {
 
 using namespace std::chrono_literals;
@@ -140,4 +140,4 @@ TEST(ApproveWith, ACommandWhoseApprovalIsDecidedMeanwhileIsKilled) {
 }
 
 }  // namespace
-}  // namespace sluice::serve
+}  // namespace sluice::execution

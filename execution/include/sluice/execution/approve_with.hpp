@@ -14,7 +14,7 @@
 
 #include "sluice/proxy/approvals.hpp"
 
-namespace sluice::serve {
+namespace sluice::execution {
 
 class ApproveWith {
  public:
@@ -42,4 +42,4 @@ struct ApproverAnswer {
 };
 ApproverAnswer parseApproverAnswer(const std::string& out);
 
-}  // namespace sluice::serve
+}  // namespace sluice::execution

@@ -1,5 +1,5 @@
 // One execution's wiring (execution.hpp).
-#include "sluice/serve/execution.hpp"
+#include "sluice/execution/wiring.hpp"
 
 #include <sys/random.h>
 
@@ -12,7 +12,7 @@
 #include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/environment.hpp"
 
-namespace sluice::serve {
+namespace sluice::execution {
 namespace rn = sluice::runner;
 namespace pol = sluice::policy;
 
@@ -128,4 +128,4 @@ std::string newExecutionId(std::string_view prefix) {
   return std::string(prefix) + base::hexEncode(std::span<const std::uint8_t>(b, sizeof b));
 }
 
-}  // namespace sluice::serve
+}  // namespace sluice::execution
