@@ -81,6 +81,14 @@ struct ProofCheck {
 /// the checkpoint's root, and the checkpoint's signature by `key`.
 ProofCheck checkProof(std::string_view proof_json, const PublicKey& key);
 
+// ---- Checkpoints kept off the box ----------------------------------------------------------
+
+/// The newest checkpoint of `db` (by position) as one line of JSON, to keep off the box and
+/// pass later to verify's `consistent_with`: {seq, position, root, ts, key_id, signature,
+/// frontier}. nullopt when the database has no checkpoint. Its signature is not checked here.
+std::expected<std::optional<std::string>, Error> latestCheckpointJson(
+    const std::filesystem::path& db);
+
 // ---- Attestations --------------------------------------------------------------------------
 
 inline constexpr std::string_view kInTotoPayloadType = "application/vnd.in-toto+json";
