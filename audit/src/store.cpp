@@ -220,7 +220,8 @@ class Store::Impl {
   // Signed checkpoints (options_.signing_key): see the definitions.
   std::expected<void, Error> loadTree();
   std::expected<detail::MerkleFrontier, Error> newestTree();
-  std::expected<void, std::string> checkLastSubtree(const detail::MerkleFrontier& tree);
+  std::expected<void, std::string> bindToRows(const detail::MerkleFrontier& tree,
+                                              Stmt& checkpoint_at_or_before, const PublicKey& own);
   std::expected<void, Error> catchUpTree(std::int64_t head_seq);
   std::expected<void, Error> insertCheckpoint(const detail::CheckpointRow& row);
   void finalCheckpoint();
@@ -437,33 +438,45 @@ std::expected<void, Error> Store::Impl::loadTree() {
   return {};
 }
 
+namespace {
+
+/// The current row of a `SELECT seq, position, root, signature, key_id, ts, frontier`.
+detail::StoredCheckpoint storedCheckpoint(const Stmt& st) {
+  return {st.columnInt(0),
+          st.columnInt(1),
+          st.columnInt(5),
+          std::string(st.columnText(2)),
+          std::string(st.columnText(3)),
+          std::string(st.columnText(4)),
+          std::string(st.columnText(6))};
+}
+
+}  // namespace
+
 // The tree of the newest checkpoint, verified: a store never extends a tree it has not
 // verified, or a checkpoint planted by someone who can write the file but holds no key would
 // get its tree (and a row of their choosing in it) signed. It must be signed by this store's
-// own key with a frontier folding to the signed root (resumableTree), and its last subtree must
-// be this database's rows (checkLastSubtree). That is enough, and cheap (one Ed25519
-// verification, a few rows): only a holder of the key signs, and a store signs only trees it
-// verified this way or built from the rows. `audit verify` recomputes the whole tree.
+// own key with a frontier folding to the signed root (resumableTree), and end with this
+// database's rows (bindToRows). That is enough, and cheap (one Ed25519 verification, a few
+// rows): only a holder of the key signs, and a store signs only trees it verified this way or
+// built from the rows. `audit verify` recomputes the whole tree.
 std::expected<detail::MerkleFrontier, Error> Store::Impl::newestTree() {
-  auto last = detail::prepare(path_, db_.get(),
-                              "SELECT seq, position, root, signature, key_id, ts, frontier "
-                              "FROM checkpoints ORDER BY position DESC, seq DESC LIMIT 1");
-  if (!last) return std::unexpected(last.error());
-  const int rc = last->step();
+  // The newest checkpoint at or before position ?1 (bindToRows looks for the one before).
+  auto st = detail::prepare(path_, db_.get(),
+                            "SELECT seq, position, root, signature, key_id, ts, frontier "
+                            "FROM checkpoints WHERE position <= ?1 "
+                            "ORDER BY position DESC, seq DESC LIMIT 1");
+  if (!st) return std::unexpected(st.error());
+  st->bindInt(1, std::numeric_limits<std::int64_t>::max());
+  const int rc = st->step();
   if (rc == SQLITE_DONE) return detail::MerkleFrontier{};
   if (rc != SQLITE_ROW) return std::unexpected(stepError(rc, "cannot read the latest checkpoint"));
-  const detail::StoredCheckpoint c{last->columnInt(0),
-                                   last->columnInt(1),
-                                   last->columnInt(5),
-                                   std::string(last->columnText(2)),
-                                   std::string(last->columnText(3)),
-                                   std::string(last->columnText(4)),
-                                   std::string(last->columnText(6))};
+  const detail::StoredCheckpoint c = storedCheckpoint(*st);
   auto own = PublicKey::fromPem(options_.signing_key->publicKeyPem(), "the signing key");
   if (!own) return std::unexpected(own.error());
   auto tree = detail::resumableTree(c, **own);
   if (tree) {
-    auto bound = checkLastSubtree(*tree);
+    auto bound = bindToRows(*tree, *st, **own);
     if (!bound) tree = std::unexpected(bound.error());
   }
   if (!tree) {
@@ -476,30 +489,51 @@ std::expected<detail::MerkleFrontier, Error> Store::Impl::newestTree() {
   return std::move(*tree);
 }
 
-// Binds a signed tree to this database's rows at the cost of its smallest subtree (the lowest
-// set bit of its size: one row for an odd size, a handful for most): that subtree's root must
-// be the Merkle root of the rows it covers here, which end with row `size`, whose chain hash
-// commits to every row before it. A checkpoint copied from another log signed by the same key
-// fails this, and so does one whose last rows were deleted or re-hashed.
-std::expected<void, std::string> Store::Impl::checkLastSubtree(const detail::MerkleFrontier& tree) {
+// Binds a signed tree to this database's rows: its last leaves must be the chain hashes of the
+// rows ending at row `size`, whose chain hash commits to every row before it. Checked at the
+// cost of the fewer rows of two ways: the tree's smallest subtree (the lowest set bit of its
+// size: one row for an odd size, a handful for most) recomputed from the rows it covers, or the
+// previous checkpoint this key signed extended by the rows after it (a checkpoint at a multiple
+// of a large power of two, such as every 65,536 rows, is at most that many rows from the one
+// before). A checkpoint copied from another log signed by the same key fails this, and so does
+// one whose last rows were deleted or re-hashed.
+std::expected<void, std::string> Store::Impl::bindToRows(const detail::MerkleFrontier& tree,
+                                                         Stmt& checkpoint_at_or_before,
+                                                         const PublicKey& own) {
   const std::uint64_t size = tree.size();
-  const std::uint64_t first = size - (size & (~size + 1));  // rows (first, size]
+  std::uint64_t first = size - (size & (~size + 1));  // the smallest subtree: rows (first, size]
+  detail::MerkleFrontier base;
+  Stmt& st = checkpoint_at_or_before;
+  st.reset();
+  st.bindInt(1, static_cast<std::int64_t>(size) - 1);
+  if (st.step() == SQLITE_ROW) {
+    const detail::StoredCheckpoint prev = storedCheckpoint(st);
+    if (static_cast<std::uint64_t>(prev.position) > first) {
+      if (auto t = detail::resumableTree(prev, own)) {
+        base = std::move(*t);
+        first = base.size();
+      }
+    }
+  }
+  st.reset();
+  const bool whole = base.size() > 0;  // base + rows is the whole tree, else its last subtree
   read_chain_after_.bindInt(1, static_cast<std::int64_t>(first));
   read_chain_after_.bindInt(2, static_cast<std::int64_t>(size));
-  detail::MerkleFrontier sub;
+  std::uint64_t next = first + 1;  // the seq the next row must have
   int rc;
   while ((rc = read_chain_after_.step()) == SQLITE_ROW) {
     auto digest = detail::fromHex(read_chain_after_.columnText(1));
-    if (!digest ||
-        read_chain_after_.columnInt(0) != static_cast<std::int64_t>(first + sub.size() + 1)) {
-      rc = SQLITE_DONE;  // a gap or a malformed hash: the rows do not make the subtree
+    if (!digest || read_chain_after_.columnInt(0) != static_cast<std::int64_t>(next)) {
+      rc = SQLITE_DONE;  // a gap or a malformed hash: the rows do not make the tree
       break;
     }
-    sub.append(*digest);
+    base.append(*digest);
+    ++next;
   }
   read_chain_after_.reset();
   if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot read the chain").message);
-  if (first + sub.size() != size || sub.root() != tree.nodes().back()) {
+  const detail::Digest want = whole ? tree.root() : tree.nodes().back();
+  if (next != size + 1 || base.root() != want) {
     return std::unexpected(fmt::format(
         "does not match this database's rows {}..{} (a checkpoint from another log, or rows "
         "deleted or changed since it was signed)",

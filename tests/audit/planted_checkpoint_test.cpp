@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Plants, PlantedCheckpointTest,
                          });
 
 // A genuine checkpoint of another log signed by the same key (one key shared by two logs) is
-// not this log's tree: its last subtree is not this database's rows, so it is refused too.
+// not this log's tree: its last leaves are not this database's rows, so it is refused too.
 TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsRefused) {
   TempDir dir;
   auto key = *SigningKey::generate();
@@ -223,6 +223,34 @@ TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsR
                                        "database's rows 7..7"),
             std::string::npos)
       << store.error().message;
+
+  // At a power of two the check extends the previous checkpoint by the rows after it: c holds
+  // its own checkpoints at 4 and 8, d's at 8 is planted over them.
+  for (const char* name : {"c.db", "d.db"}) {
+    for (int session = 0; session < 2; ++session) {
+      auto s = testing::openStore(dir / name, o);
+      ASSERT_TRUE(s);
+      for (int i = 0; i < 4; ++i)
+        s->recordConnection(testing::sampleConnection(session * 4 + i, std::string("e-") + name));
+    }
+  }
+  RawDb d(dir / "d.db");
+  auto dcol = [&](const std::string& c) {
+    return d.text("SELECT " + c + " FROM checkpoints ORDER BY seq DESC LIMIT 1");
+  };
+  ASSERT_EQ(
+      RawDb(dir / "c.db")
+          .exec("INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) VALUES "
+                "(8, '" +
+                dcol("root") + "', '" + dcol("signature") + "', '" + dcol("key_id") + "', " +
+                dcol("ts") + ", '" + dcol("frontier") + "')"),
+      "");
+  store = Store::open(dir / "c.db", o);
+  ASSERT_FALSE(store.has_value());
+  EXPECT_NE(store.error().message.find("checkpoint seq 3 (position 8) does not match this "
+                                       "database's rows 5..8"),
+            std::string::npos)
+      << store.error().message;
 }
 
 // The honest case stays cheap and works: a store resumes from its own checkpoint at every
@@ -245,6 +273,44 @@ TEST(PlantedCheckpointSameKeyTest, OwnCheckpointsAreResumedAtEveryPositionShape)
   EXPECT_TRUE(v->ok) << v->first_broken;
   EXPECT_EQ(v->checkpoints, 6u);
   EXPECT_EQ(v->last_signed_position, 16);
+}
+
+// As a user meets it: `sluice run --signing-key` over a store with a planted checkpoint refuses
+// to run (exit 125), names the checkpoint and `audit verify`, and writes nothing.
+TEST(PlantedCheckpointCmdTest, SignedRunRefusesAPlantedCheckpointAndWritesNothing) {
+  if (::geteuid() != 0) SLUICE_SKIP_OR_FAIL("sluice run needs root for its sandbox here");
+  TempDir dir;
+  const auto db = dir / "audit.db";
+  const auto policy = dir / "policy.yaml";
+  std::ofstream(policy) << "apiVersion: sluice/v1\nkind: Workflow\nname: planted\n";
+  ASSERT_EQ(testing::runCli(dir, {"audit", "keygen", "--out", (dir / "keys").string()}).exit_code,
+            0);
+  auto run = [&] {
+    return testing::runCli(
+        dir, {"run", "--policy", policy.string(), "--audit", db.string(), "--signing-key",
+              (dir / "keys" / "audit.key").string(), "--", "true"});
+  };
+  auto first = run();
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  {
+    RawDb raw(db);
+    // A copy of the genuine checkpoint with the signature stripped: its frontier folds to its
+    // root, which is all the store used to check.
+    ASSERT_EQ(raw.exec("INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) "
+                       "SELECT position, root, '', '', ts, frontier FROM checkpoints"),
+              "");
+  }
+  const std::int64_t planted = RawDb(db).integer("SELECT max(seq) FROM checkpoints");
+  const std::int64_t position = RawDb(db).integer("SELECT max(position) FROM checkpoints");
+  auto second = run();
+  EXPECT_EQ(second.exit_code, 125) << second.err;
+  EXPECT_NE(second.err.find("checkpoint seq " + std::to_string(planted) + " (position " +
+                            std::to_string(position) + ") is not signed"),
+            std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find("sluice audit verify"), std::string::npos) << second.err;
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM executions"), 1);
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM checkpoints"), planted);
 }
 
 }  // namespace
