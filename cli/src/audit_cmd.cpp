@@ -1,6 +1,8 @@
 // `sluice audit query|verify|sql|show|keygen`: read-only views of the audit store for auditors,
 // and the signing key pair.
-// Exit status: 0 ok; 1 verify found a broken chain / show found no such execution; 2 error.
+// Exit status: 0 ok; 1 verify found a broken chain (or, with --pubkey, an unsigned log, an
+// unsigned tail under --require-signed-tail, a history not extending --consistent-with) / show
+// found no such execution; 2 error (also a kept checkpoint that is malformed or not signed).
 #include <grp.h>
 
 #include <CLI/CLI.hpp>

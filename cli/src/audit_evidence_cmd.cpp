@@ -1,6 +1,7 @@
-// `sluice audit prove|check-proof|export|verify-export|attest|verify-attestation`: evidence that
-// leaves the box (issue 15). Exit status: 0 ok; 1 a proof, export or attestation was rejected;
-// 2 error (bad arguments, unreadable files, no such execution).
+// `sluice audit prove|check-proof|checkpoint|export|verify-export|attest|verify-attestation`:
+// evidence that leaves the box (issues 15, 21). Exit status: 0 ok; 1 a proof, export or
+// attestation was rejected, or `checkpoint` found none; 2 error (bad arguments, unreadable
+// files, no such execution).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fstream>
