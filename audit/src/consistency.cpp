@@ -139,4 +139,10 @@ std::expected<std::optional<std::string>, Error> latestCheckpointJson(
   return detail::dumpJson(cp);
 }
 
+std::expected<void, std::string> checkCheckpointJson(std::string_view json, const PublicKey& key) {
+  auto kept = detail::parseKeptCheckpoint(json, key);
+  if (!kept) return std::unexpected(kept.error());
+  return {};
+}
+
 }  // namespace sluice::audit

@@ -73,6 +73,16 @@ int runCheckpoint(const EvidenceArgs& a, bool json) {
     std::cerr << "sluice audit: " << a.db << ": no checkpoint yet (the log is unsigned)\n";
     return 1;
   }
+  if (!a.pubkey.empty()) {
+    auto key = audit::PublicKey::load(a.pubkey);
+    if (!key) return fail(key.error().message);
+    if (auto ok = audit::checkCheckpointJson(**cp, **key); !ok) {
+      std::cerr << "sluice audit: " << a.db
+                << ": the latest checkpoint is not one to keep: " << ok.error()
+                << " (investigate with sluice audit verify --pubkey)\n";
+      return 1;
+    }
+  }
   if (json) {
     std::cout << **cp << "\n";
     return 0;
@@ -178,6 +188,8 @@ void addAuditEvidenceCommands(CLI::App& audit_cmd, int& exit_code) {
       "checkpoint", "The latest signed checkpoint, to keep off the box: exit 0, 1 when none");
   checkpoint->add_option("--db", args->db, "Audit database")->required();
   checkpoint->add_flag("--json", *json, "One line of JSON (for verify --consistent-with)");
+  checkpoint->add_option("--pubkey", args->pubkey,
+                         "Print it only if signed by this key (audit.pub): exit 1 otherwise");
   checkpoint->callback([args, json, &exit_code] { exit_code = runCheckpoint(*args, *json); });
 
   CLI::App* exp = audit_cmd.add_subcommand(

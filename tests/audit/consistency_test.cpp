@@ -146,6 +146,17 @@ TEST_F(ConsistencyTest, CheckpointJsonIsTheLatestSignedCheckpointWithItsSignatur
   EXPECT_EQ(j["key_id"], key_->keyId());
   EXPECT_EQ(j["frontier"], raw.text("SELECT frontier FROM checkpoints WHERE seq = 3"));
   EXPECT_EQ(j["ts"], raw.integer("SELECT ts FROM checkpoints WHERE seq = 3"));
+  // With --pubkey it is printed only when that key signed it.
+  CliResult checked = runCli(
+      dir_, {"audit", "checkpoint", "--db", db_.string(), "--json", "--pubkey", pub_.string()});
+  EXPECT_EQ(checked.exit_code, 0) << checked.err;
+  EXPECT_EQ(nlohmann::json::parse(checked.out), j);
+  RawDb(db_).exec("UPDATE checkpoints SET signature = '' WHERE seq = 3");
+  CliResult refused = runCli(
+      dir_, {"audit", "checkpoint", "--db", db_.string(), "--json", "--pubkey", pub_.string()});
+  EXPECT_EQ(refused.exit_code, 1) << refused.out;
+  EXPECT_EQ(refused.out, "");
+  EXPECT_NE(refused.err.find("the signature does not verify"), std::string::npos) << refused.err;
   auto sig = base64Decode(j["signature"].get<std::string>());
   ASSERT_TRUE(sig.has_value());
   EXPECT_TRUE(PublicKey::fromPem(key_->publicKeyPem(), "t")

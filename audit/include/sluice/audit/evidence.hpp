@@ -89,6 +89,10 @@ ProofCheck checkProof(std::string_view proof_json, const PublicKey& key);
 std::expected<std::optional<std::string>, Error> latestCheckpointJson(
     const std::filesystem::path& db);
 
+/// Checks a checkpoint's JSON (latestCheckpointJson's, or a proof's) on its own: signed by `key`,
+/// and its frontier, when present, folding to its root. The error says what is wrong.
+std::expected<void, std::string> checkCheckpointJson(std::string_view json, const PublicKey& key);
+
 // ---- Attestations --------------------------------------------------------------------------
 
 inline constexpr std::string_view kInTotoPayloadType = "application/vnd.in-toto+json";
