@@ -1,6 +1,7 @@
 // `verify`: walks the one hash chain across every chained table (chain_rows.hpp) in seq order,
 // recomputing every hash; also checks the checkpoints, the chain head and the policy texts'
-// hashes.
+// hashes. With a public key it fails closed: a log without a checkpoint is unsigned, an
+// unsigned tail can be refused, and a kept checkpoint must be extended (consistency.hpp).
 #include <fmt/format.h>
 
 #include <fstream>
