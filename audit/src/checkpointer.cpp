@@ -7,6 +7,24 @@
 
 namespace sluice::audit::detail {
 
+std::expected<MerkleFrontier, std::string> resumableTree(const StoredCheckpoint& c,
+                                                         const PublicKey& own) {
+  if (c.position < 1) return std::unexpected("covers no rows");
+  if (c.key_id != own.keyId()) {
+    return std::unexpected(c.key_id.empty() && c.signature.empty()
+                               ? std::string("is not signed")
+                               : "is signed by key " + c.key_id + ", not by this store's key " +
+                                     own.keyId());
+  }
+  auto sig = base64Decode(c.signature);
+  if (!sig || !own.verify(checkpointSignedText(c.position, c.root, c.ts), *sig))
+    return std::unexpected("carries a signature that does not verify (forged or altered)");
+  auto tree = MerkleFrontier::parse(static_cast<std::uint64_t>(c.position), c.frontier);
+  if (!tree || toHex(tree->root()) != c.root)
+    return std::unexpected("has a frontier that does not fold to its signed root");
+  return std::move(*tree);
+}
+
 Checkpointer::Checkpointer(std::shared_ptr<const SigningKey> key, std::size_t every_rows,
                            std::chrono::milliseconds interval, MerkleFrontier tree,
                            std::int64_t last_position, std::function<void(CheckpointRow)> emit)

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <expected>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -17,8 +18,9 @@
 #include "merkle.hpp"
 
 namespace sluice::audit {
+class PublicKey;
 class SigningKey;
-}
+}  // namespace sluice::audit
 
 namespace sluice::audit::detail {
 
@@ -29,6 +31,19 @@ struct CheckpointRow {
   std::int64_t ts = 0;
   std::string frontier;
 };
+
+/// The newest checkpoints row of a database, as stored (nothing about it is trusted yet).
+struct StoredCheckpoint {
+  std::int64_t seq = 0, position = 0, ts = 0;
+  std::string root, signature, key_id, frontier;
+};
+
+/// The tree a signing store may extend from `c`: only a checkpoint signed by the store's own key
+/// (`own`), whose signature verifies and whose frontier folds to the signed root. The frontier
+/// is then the one the signer built: another with the same root would be a SHA-256 collision.
+/// Otherwise why not ("is signed by key X, not this store's key Y", ...).
+std::expected<MerkleFrontier, std::string> resumableTree(const StoredCheckpoint& c,
+                                                         const PublicKey& own);
 
 class Checkpointer {
  public:

@@ -35,6 +35,9 @@ class MerkleFrontier {
   void appendLeaf(const Digest& leaf);
   std::uint64_t size() const { return size_; }
   Digest root() const;
+  /// The subtree roots, largest (leftmost) first: for a tree grown to a prefix size of a larger
+  /// one, these are the larger tree's first subtrees (`audit verify --consistent-with`).
+  const std::vector<Digest>& nodes() const { return nodes_; }
   /// The subtree roots as concatenated hex, largest subtree first (checkpoints.frontier).
   std::string serialize() const;
   /// A frontier of `size` leaves from serialize()'s text; nullopt if it does not fit the size.

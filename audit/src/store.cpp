@@ -220,6 +220,9 @@ class Store::Impl {
   void writerLoop();
   // Signed checkpoints (options_.signing_key): see the definitions.
   std::expected<void, Error> loadTree();
+  std::expected<detail::MerkleFrontier, Error> newestTree();
+  std::expected<void, std::string> bindToRows(const detail::MerkleFrontier& tree,
+                                              Stmt& checkpoint_at_or_before, const PublicKey& own);
   std::expected<void, Error> catchUpTree(std::int64_t head_seq);
   std::expected<void, Error> insertCheckpoint(const detail::CheckpointRow& row);
   void finalCheckpoint();
@@ -403,8 +406,9 @@ std::expected<void, Error> Store::Impl::openWriter() {
   return {};
 }
 
-// With a signing key: resumes the Merkle tree from the latest checkpoint's frontier when it
-// folds to that checkpoint's root (else from nothing); catchUpTree() adds the rows after it.
+// With a signing key: prepares the checkpoint statements and starts the Checkpointer on the
+// tree of the newest checkpoint (newestTree) or, without one, on an empty tree that
+// catchUpTree() fills with every row.
 std::expected<void, Error> Store::Impl::loadTree() {
   sqlite3* raw = db_.get();
   auto prep = [&](Stmt& out, std::string_view sql) -> std::expected<void, Error> {
@@ -426,31 +430,118 @@ std::expected<void, Error> Store::Impl::loadTree() {
   // Every chained row's (seq, hash) in (?1, ?2].
   if (auto r = prep(read_chain_after_, detail::chainHashesSql("seq > ?1 AND seq <= ?2")); !r)
     return r;
-  auto last = detail::prepare(path_, raw,
-                              "SELECT position, root, frontier FROM checkpoints "
-                              "ORDER BY position DESC, seq DESC LIMIT 1");
-  if (!last) return std::unexpected(last.error());
-  detail::MerkleFrontier tree;
-  std::int64_t last_position = 0;
-  if (last->step() == SQLITE_ROW) {
-    std::int64_t position = last->columnInt(0);
-    auto f = position > 0 ? detail::MerkleFrontier::parse(static_cast<std::uint64_t>(position),
-                                                          last->columnText(2))
-                          : std::nullopt;
-    if (f && detail::toHex(f->root()) == last->columnText(1)) {
-      tree = std::move(*f);
-      last_position = position;
-    } else {
-      logger()->warn(
-          "{}: the latest checkpoint's frontier does not match its root; rebuilding "
-          "the Merkle tree from every row (run sluice audit verify --pubkey)",
-          path_.string());
+  auto tree = newestTree();
+  if (!tree) return std::unexpected(tree.error());
+  tree_size_ = static_cast<std::int64_t>(tree->size());
+  const std::int64_t last_position = tree_size_;
+  checkpointer_ = std::make_unique<detail::Checkpointer>(
+      options_.signing_key, options_.checkpoint_rows, options_.checkpoint_interval,
+      std::move(*tree), last_position,
+      [this](detail::CheckpointRow row) { push(CheckpointItem{std::move(row)}); });
+  return {};
+}
+
+namespace {
+
+/// The current row of a `SELECT seq, position, root, signature, key_id, ts, frontier`.
+detail::StoredCheckpoint storedCheckpoint(const Stmt& st) {
+  return {st.columnInt(0),
+          st.columnInt(1),
+          st.columnInt(5),
+          std::string(st.columnText(2)),
+          std::string(st.columnText(3)),
+          std::string(st.columnText(4)),
+          std::string(st.columnText(6))};
+}
+
+}  // namespace
+
+// The tree of the newest checkpoint, verified: a store never extends a tree it has not
+// verified, or a checkpoint planted by someone who can write the file but holds no key would
+// get its tree (and a row of their choosing in it) signed. It must be signed by this store's
+// own key with a frontier folding to the signed root (resumableTree), and end with this
+// database's rows (bindToRows). That is enough, and cheap (one Ed25519 verification, a few
+// rows): only a holder of the key signs, and a store signs only trees it verified this way or
+// built from the rows. `audit verify` recomputes the whole tree.
+std::expected<detail::MerkleFrontier, Error> Store::Impl::newestTree() {
+  // The newest checkpoint at or before position ?1 (bindToRows looks for the one before).
+  auto st = detail::prepare(path_, db_.get(),
+                            "SELECT seq, position, root, signature, key_id, ts, frontier "
+                            "FROM checkpoints WHERE position <= ?1 "
+                            "ORDER BY position DESC, seq DESC LIMIT 1");
+  if (!st) return std::unexpected(st.error());
+  st->bindInt(1, std::numeric_limits<std::int64_t>::max());
+  const int rc = st->step();
+  if (rc == SQLITE_DONE) return detail::MerkleFrontier{};
+  if (rc != SQLITE_ROW) return std::unexpected(stepError(rc, "cannot read the latest checkpoint"));
+  const detail::StoredCheckpoint c = storedCheckpoint(*st);
+  auto own = PublicKey::fromPem(options_.signing_key->publicKeyPem(), "the signing key");
+  if (!own) return std::unexpected(own.error());
+  auto tree = detail::resumableTree(c, **own);
+  if (tree) {
+    auto bound = bindToRows(*tree, *st, **own);
+    if (!bound) tree = std::unexpected(bound.error());
+  }
+  if (!tree) {
+    return std::unexpected(Error{fmt::format(
+        "{}: checkpoint seq {} (position {}) {}; refusing to write and sign over a tree that "
+        "cannot be verified: investigate with sluice audit verify --db {} --pubkey <the log's "
+        "public key>",
+        path_.string(), c.seq, c.position, tree.error(), path_.string())});
+  }
+  return std::move(*tree);
+}
+
+// Binds a signed tree to this database's rows: its last leaves must be the chain hashes of the
+// rows ending at row `size`, whose chain hash commits to every row before it. Checked at the
+// cost of the fewer rows of two ways: the tree's smallest subtree (the lowest set bit of its
+// size: one row for an odd size, a handful for most) recomputed from the rows it covers, or the
+// previous checkpoint this key signed extended by the rows after it (a checkpoint at a multiple
+// of a large power of two, such as every 65,536 rows, is at most that many rows from the one
+// before). A checkpoint copied from another log signed by the same key fails this, and so does
+// one whose last rows were deleted or re-hashed.
+std::expected<void, std::string> Store::Impl::bindToRows(const detail::MerkleFrontier& tree,
+                                                         Stmt& checkpoint_at_or_before,
+                                                         const PublicKey& own) {
+  const std::uint64_t size = tree.size();
+  std::uint64_t first = size - (size & (~size + 1));  // the smallest subtree: rows (first, size]
+  detail::MerkleFrontier base;
+  Stmt& st = checkpoint_at_or_before;
+  st.reset();
+  st.bindInt(1, static_cast<std::int64_t>(size) - 1);
+  if (st.step() == SQLITE_ROW) {
+    const detail::StoredCheckpoint prev = storedCheckpoint(st);
+    if (static_cast<std::uint64_t>(prev.position) > first) {
+      if (auto t = detail::resumableTree(prev, own)) {
+        base = std::move(*t);
+        first = base.size();
+      }
     }
   }
-  tree_size_ = static_cast<std::int64_t>(tree.size());
-  checkpointer_ = std::make_unique<detail::Checkpointer>(
-      options_.signing_key, options_.checkpoint_rows, options_.checkpoint_interval, std::move(tree),
-      last_position, [this](detail::CheckpointRow row) { push(CheckpointItem{std::move(row)}); });
+  st.reset();
+  const bool whole = base.size() > 0;  // base + rows is the whole tree, else its last subtree
+  read_chain_after_.bindInt(1, static_cast<std::int64_t>(first));
+  read_chain_after_.bindInt(2, static_cast<std::int64_t>(size));
+  std::uint64_t next = first + 1;  // the seq the next row must have
+  int rc;
+  while ((rc = read_chain_after_.step()) == SQLITE_ROW) {
+    auto digest = detail::fromHex(read_chain_after_.columnText(1));
+    if (!digest || read_chain_after_.columnInt(0) != static_cast<std::int64_t>(next)) {
+      rc = SQLITE_DONE;  // a gap or a malformed hash: the rows do not make the tree
+      break;
+    }
+    base.append(*digest);
+    ++next;
+  }
+  read_chain_after_.reset();
+  if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot read the chain").message);
+  const detail::Digest want = whole ? tree.root() : tree.nodes().back();
+  if (next != size + 1 || base.root() != want) {
+    return std::unexpected(fmt::format(
+        "does not match this database's rows {}..{} (a checkpoint from another log, or rows "
+        "deleted or changed since it was signed)",
+        first + 1, size));
+  }
   return {};
 }
 

@@ -2,13 +2,17 @@
 // recomputing every hash and the policy texts' SHA-256; also checks the checkpoints (numbering,
 // root, frontier, signature) and the chain head. Every stored column is covered by one of
 // these (docs/audit.md, "What covers each column"); tests/audit/mutation_test.cpp proves it.
+// With a public key it fails closed: a log without a checkpoint is unsigned, an unsigned tail
+// can be refused, and a kept checkpoint must be extended (consistency.hpp).
 #include <fmt/format.h>
 
+#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "chain_rows.hpp"
+#include "consistency.hpp"
 #include "merkle.hpp"
 #include "row_hash.hpp"
 #include "schema.hpp"
@@ -103,10 +107,21 @@ bool policyTextMatches(detail::RowHasher& hasher, const std::vector<Value>& valu
   return sha && yaml && hasher.sha256(*yaml) == *sha;
 }
 
-}  // namespace
+/// The database's header says WAL mode (file format bytes 18 and 19 are 2) but there is no -wal
+/// file beside it. Checked before opening: SQLite creates an empty -wal for a reader.
+bool walMissing(const std::filesystem::path& db) {
+  std::ifstream in(db, std::ios::binary);
+  char header[20] = {};
+  if (!in.read(header, sizeof header)) return false;
+  std::error_code ec;
+  return header[18] == 2 && header[19] == 2 && !std::filesystem::exists(db.string() + "-wal", ec);
+}
 
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
-                                          const PublicKey* pubkey) {
+/// The chain walk, the checkpoints where it reaches them, the head and the policies; feeds
+/// `consistency` (when given) the tree after every row.
+std::expected<VerifyResult, Error> walkChain(const std::filesystem::path& db,
+                                             const PublicKey* pubkey,
+                                             detail::ConsistencyCheck* consistency) {
   auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
@@ -134,7 +149,7 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
     return fmt::format("checkpoint seq {} (position {})", ckpt->columnInt(0), ckpt->columnInt(1));
   };
   std::optional<detail::MerkleFrontier> tree;
-  if (ckpt_rc == SQLITE_ROW || pubkey) tree.emplace();
+  if (ckpt_rc == SQLITE_ROW || pubkey || consistency) tree.emplace();
 
   detail::RowHasher hasher;
   VerifyResult result;
@@ -145,6 +160,7 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
   std::int64_t next_checkpoint = 1;  // checkpoints are numbered 1, 2, ... in position order
   auto broken = [&](std::string why) {
     result.ok = false;
+    result.failure = VerifyFailure::kBroken;
     result.first_broken = std::move(why);
     return result;
   };
@@ -232,6 +248,7 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
     prev = std::string(stored_hash);
     if (tree) {
       tree->append(*detail::fromHex(stored_hash));  // a valid hash: it matched `computed`
+      if (consistency) consistency->observe(*tree);
       while (ckpt_rc == SQLITE_ROW && ckpt->columnInt(1) == expected_seq) {
         if (std::string why = checkCheckpoint(); !why.empty()) return broken(std::move(why));
         ckpt_rc = ckpt->step();
@@ -265,6 +282,60 @@ std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
     }
   }
   result.ok = true;
+  return result;
+}
+
+}  // namespace
+
+std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
+                                          const PublicKey* pubkey) {
+  VerifyOptions options;
+  options.pubkey = pubkey;
+  return verify(db, options);
+}
+
+std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
+                                          const VerifyOptions& options) {
+  const bool wal_missing = walMissing(db);
+  std::optional<detail::ConsistencyCheck> consistency;
+  if (options.consistent_with) {
+    if (!options.pubkey) {
+      return std::unexpected(
+          Error{"a kept checkpoint is only evidence with the public key that signed it"});
+    }
+    auto kept = detail::parseKeptCheckpoint(*options.consistent_with, *options.pubkey);
+    if (!kept) return std::unexpected(Error{options.consistent_with_name + ": " + kept.error()});
+    consistency.emplace(std::move(*kept));
+  }
+  auto result = walkChain(db, options.pubkey, consistency ? &*consistency : nullptr);
+  if (!result) return result;
+  result->wal_missing = wal_missing;
+  if (!result->ok) return result;
+  auto failed = [&](VerifyFailure f, std::string why) {
+    result->ok = false;
+    result->failure = f;
+    result->first_broken = std::move(why);
+    return result;
+  };
+  if (consistency) {
+    if (std::string why = consistency->verdict(result->rows); !why.empty())
+      return failed(VerifyFailure::kRewritten, std::move(why));
+  }
+  if (options.pubkey && result->checkpoints == 0) {
+    return failed(VerifyFailure::kUnsigned,
+                  fmt::format("the log is unsigned: no checkpoint signed by key {} ({} rows are "
+                              "protected by the hash chain only){}",
+                              options.pubkey->keyId(), result->rows,
+                              wal_missing ? "; the -wal file is missing: a copy taken without it "
+                                            "lacks the rows still in it"
+                                          : ""));
+  }
+  if (options.require_signed_tail && result->unsigned_tail > 0) {
+    return failed(
+        VerifyFailure::kUnsignedTail,
+        fmt::format("rows {}..{} ({} rows) are not covered by a signed checkpoint",
+                    result->last_signed_position + 1, result->rows, result->unsigned_tail));
+  }
   return result;
 }
 

@@ -1,12 +1,16 @@
 // `sluice audit query|verify|sql|show|keygen`: read-only views of the audit store for auditors,
 // and the signing key pair.
-// Exit status: 0 ok; 1 verify found a broken chain / show found no such execution; 2 error.
+// Exit status: 0 ok; 1 verify found a broken chain (or, with --pubkey, an unsigned log, an
+// unsigned tail under --require-signed-tail, a history not extending --consistent-with) / show
+// found no such execution; 2 error (also a kept checkpoint that is malformed or not signed).
 #include <grp.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,6 +34,8 @@ struct AuditArgs {
   std::string sql;
   std::string execution_id;
   std::string pubkey, out_dir;
+  bool require_signed_tail = false;
+  std::string consistent_with;
 };
 
 int fail(const std::string& message) {
@@ -72,31 +78,65 @@ int runQuery(const AuditArgs& a) {
   return 0;
 }
 
+/// How a failed verify leads its line: a broken chain, or a log that is not (all) signed or
+/// does not extend the kept checkpoint.
+std::string failureWord(audit::VerifyFailure f) {
+  switch (f) {
+    case audit::VerifyFailure::kUnsigned:
+      return "UNSIGNED";
+    case audit::VerifyFailure::kUnsignedTail:
+      return "UNSIGNED TAIL";
+    case audit::VerifyFailure::kRewritten:
+      return "REWRITTEN";
+    default:
+      return "BROKEN";
+  }
+}
+
 int runVerify(const AuditArgs& a) {
+  audit::VerifyOptions o;
   std::shared_ptr<const audit::PublicKey> key;
   if (!a.pubkey.empty()) {
     auto k = audit::PublicKey::load(a.pubkey);
     if (!k) return fail(k.error().message);
     key = *k;
+    o.pubkey = key.get();
   }
-  auto result = audit::verify(a.db, key.get());
+  o.require_signed_tail = a.require_signed_tail;
+  if (!a.consistent_with.empty()) {
+    std::ifstream in(a.consistent_with, std::ios::binary);
+    if (!in) return fail(a.consistent_with + ": cannot open");
+    o.consistent_with = std::string(std::istreambuf_iterator<char>(in), {});
+    o.consistent_with_name = a.consistent_with;
+  }
+  auto result = audit::verify(a.db, o);
   if (!result) return fail(result.error().message);
-  if (result->ok) {
-    std::cout << a.db << ": ok, " << result->rows << " rows verified";
-    if (result->checkpoints > 0 || key) {
-      std::cout << ", " << result->checkpoints << " checkpoints"
-                << (key ? " (signatures valid, key " + key->keyId() + ")" : " (roots only)");
-    }
-    std::cout << "\n";
-    if (key) {
-      std::cout << "last signed position: " << result->last_signed_position
-                << "; unsigned tail: " << result->unsigned_tail << " rows\n";
-    }
-    return 0;
+  if (result->wal_missing) {
+    std::cerr << "sluice audit: warning: " << a.db << " is in WAL mode but " << a.db
+              << "-wal is missing: a copy taken without it "
+              << "lacks the rows not yet copied into the main file (copy both, or use "
+                 "sqlite3 DB .backup)\n";
   }
-  std::cout << a.db << ": BROKEN after " << result->rows << " good rows: " << result->first_broken
-            << "\n";
-  return 1;
+  if (!result->ok) {
+    std::cout << a.db << ": " << failureWord(result->failure);
+    if (result->failure == audit::VerifyFailure::kBroken)
+      std::cout << " after " << result->rows << " good rows";
+    std::cout << ": " << result->first_broken << "\n";
+    return 1;
+  }
+  std::cout << a.db << ": ok, " << result->rows << " rows verified";
+  if (result->checkpoints > 0 || key) {
+    std::cout << ", " << result->checkpoints << " checkpoints"
+              << (key ? " (signatures valid, key " + key->keyId() + ")" : " (roots only)");
+  }
+  std::cout << "\n";
+  if (key) {
+    std::cout << "last signed position: " << result->last_signed_position
+              << "; unsigned tail: " << result->unsigned_tail << " rows\n";
+  }
+  if (o.consistent_with)
+    std::cout << "extends the checkpoint kept in " << a.consistent_with << "\n";
+  return 0;
 }
 
 int runSql(const AuditArgs& a) {
@@ -213,8 +253,19 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
   CLI::App* verify = audit_cmd->add_subcommand(
       "verify", "Walk the hash chain: exit 0 intact, 1 naming the first broken row");
   verify->add_option("--db", args->db, "Audit database")->required();
-  verify->add_option("--pubkey", args->pubkey,
-                     "Also check every checkpoint's signature with this public key (audit.pub)");
+  CLI::Option* pubkey = verify->add_option(
+      "--pubkey", args->pubkey,
+      "Check every checkpoint's signature with this public key (audit.pub); a log with no "
+      "checkpoint then fails as unsigned");
+  verify
+      ->add_flag("--require-signed-tail", args->require_signed_tail,
+                 "Fail when rows after the last signed checkpoint exist")
+      ->needs(pubkey);
+  verify
+      ->add_option("--consistent-with", args->consistent_with,
+                   "A checkpoint kept earlier (audit checkpoint --json): fail unless the log "
+                   "extends it")
+      ->needs(pubkey);
   verify->callback([args, &exit_code] { exit_code = runVerify(*args); });
 
   CLI::App* keygen = audit_cmd->add_subcommand(

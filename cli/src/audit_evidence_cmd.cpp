@@ -1,11 +1,13 @@
-// `sluice audit prove|check-proof|export|verify-export|attest|verify-attestation`: evidence that
-// leaves the box (issue 15). Exit status: 0 ok; 1 a proof, export or attestation was rejected;
-// 2 error (bad arguments, unreadable files, no such execution).
+// `sluice audit prove|check-proof|checkpoint|export|verify-export|attest|verify-attestation`:
+// evidence that leaves the box (issues 15, 21). Exit status: 0 ok; 1 a proof, export or
+// attestation was rejected, or `checkpoint` found none; 2 error (bad arguments, unreadable
+// files, no such execution).
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 
@@ -61,6 +63,35 @@ int runCheckProof(const EvidenceArgs& a) {
   std::cout << a.file << ": ok: execution " << c.execution_id << " (seq " << c.seq
             << ") is in the audit log signed at position " << c.position << " by key "
             << (*key)->keyId() << "\n";
+  return 0;
+}
+
+int runCheckpoint(const EvidenceArgs& a, bool json) {
+  auto cp = audit::latestCheckpointJson(a.db);
+  if (!cp) return fail(cp.error().message);
+  if (!*cp) {
+    std::cerr << "sluice audit: " << a.db << ": no checkpoint yet (the log is unsigned)\n";
+    return 1;
+  }
+  if (!a.pubkey.empty()) {
+    auto key = audit::PublicKey::load(a.pubkey);
+    if (!key) return fail(key.error().message);
+    if (auto ok = audit::checkCheckpointJson(**cp, **key); !ok) {
+      std::cerr << "sluice audit: " << a.db
+                << ": the latest checkpoint is not one to keep: " << ok.error()
+                << " (investigate with sluice audit verify --pubkey)\n";
+      return 1;
+    }
+  }
+  if (json) {
+    std::cout << **cp << "\n";
+    return 0;
+  }
+  auto j = nlohmann::json::parse(**cp);
+  std::cout << "checkpoint seq " << j["seq"] << ": rows 1.." << j["position"] << ", root "
+            << j["root"].get<std::string>() << ", key " << j["key_id"].get<std::string>() << ", ts "
+            << j["ts"] << " (keep the --json form to check later with audit verify "
+            << "--consistent-with)\n";
   return 0;
 }
 
@@ -151,6 +182,15 @@ void addAuditEvidenceCommands(CLI::App& audit_cmd, int& exit_code) {
   check->add_option("--pubkey", args->pubkey, "The audit public key (audit.pub)")->required();
   check->add_option("proof", args->file, "Proof file (- for stdin)")->required();
   check->callback([args, &exit_code] { exit_code = runCheckProof(*args); });
+
+  auto json = std::make_shared<bool>(false);
+  CLI::App* checkpoint = audit_cmd.add_subcommand(
+      "checkpoint", "The latest signed checkpoint, to keep off the box: exit 0, 1 when none");
+  checkpoint->add_option("--db", args->db, "Audit database")->required();
+  checkpoint->add_flag("--json", *json, "One line of JSON (for verify --consistent-with)");
+  checkpoint->add_option("--pubkey", args->pubkey,
+                         "Print it only if signed by this key (audit.pub): exit 1 otherwise");
+  checkpoint->callback([args, json, &exit_code] { exit_code = runCheckpoint(*args, *json); });
 
   CLI::App* exp = audit_cmd.add_subcommand(
       "export", "Stream every chained row and checkpoint in chain order (for a SIEM)");

@@ -81,6 +81,18 @@ struct ProofCheck {
 /// the checkpoint's root, and the checkpoint's signature by `key`.
 ProofCheck checkProof(std::string_view proof_json, const PublicKey& key);
 
+// ---- Checkpoints kept off the box ----------------------------------------------------------
+
+/// The newest checkpoint of `db` (by position) as one line of JSON, to keep off the box and
+/// pass later to verify's `consistent_with`: {seq, position, root, ts, key_id, signature,
+/// frontier}. nullopt when the database has no checkpoint. Its signature is not checked here.
+std::expected<std::optional<std::string>, Error> latestCheckpointJson(
+    const std::filesystem::path& db);
+
+/// Checks a checkpoint's JSON (latestCheckpointJson's, or a proof's) on its own: signed by `key`,
+/// and its frontier, when present, folding to its root. The error says what is wrong.
+std::expected<void, std::string> checkCheckpointJson(std::string_view json, const PublicKey& key);
+
 // ---- Attestations --------------------------------------------------------------------------
 
 inline constexpr std::string_view kInTotoPayloadType = "application/vnd.in-toto+json";

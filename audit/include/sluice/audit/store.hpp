@@ -90,8 +90,17 @@ struct ExecutionRecord {
   std::string receipt_json;
 };
 
+/// Why verify failed: a broken chain or checkpoint, or (with a public key) a log with no
+/// checkpoint, an unsigned tail refused by `require_signed_tail`, or a history that does not
+/// extend a kept checkpoint.
+enum class VerifyFailure { kNone, kBroken, kUnsigned, kUnsignedTail, kRewritten };
+
 /// The outcome of walking the hash chain.
 struct VerifyResult {
+  VerifyFailure failure = VerifyFailure::kNone;
+  /// The database is in WAL mode but its -wal file is absent: a copy taken without it lacks the
+  /// rows not yet copied into the main file (verify warns; see docs/audit.md).
+  bool wal_missing = false;
   bool ok = false;
   std::uint64_t rows = 0;                 // rows checked (every chained table)
   std::string first_broken;               // "" when ok; else "<table> id <N>: <why>"
@@ -194,5 +203,21 @@ class Store final : public EventSink {
 /// ok = false naming the first bad row or checkpoint.
 std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
                                           const PublicKey* pubkey = nullptr);
+
+/// What verify establishes besides an intact chain (`sluice audit verify` flags).
+struct VerifyOptions {
+  /// Every checkpoint must be signed by this key, and at least one must exist: a log without
+  /// one is unsigned (an empty log, and a copy taken without its -wal file, look alike).
+  const PublicKey* pubkey = nullptr;
+  /// Fail when rows after the last signed checkpoint exist (with `pubkey`).
+  bool require_signed_tail = false;
+  /// A checkpoint kept off the box (`sluice audit checkpoint --json`), which must be signed by
+  /// `pubkey`: the log must extend it (its rows 1..position have the kept root). A malformed or
+  /// unsigned kept checkpoint is an Error naming `consistent_with_name`.
+  std::optional<std::string> consistent_with;
+  std::string consistent_with_name = "the kept checkpoint";
+};
+std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
+                                          const VerifyOptions& options);
 
 }  // namespace sluice::audit
