@@ -56,7 +56,7 @@ struct CompiledRule {
   const Rule* rule = nullptr;
   std::vector<std::unique_ptr<RE2>> host_res;  // for re: host patterns
   std::vector<std::unique_ptr<RE2>> path_res;  // parallel to rule->paths; null for globs
-  std::vector<std::string> globs;              // parallel: the glob, lower-cased for paths_case
+  std::vector<std::string> lower_globs;        // paths_case: insensitive: parallel, lower-cased
   bool cidr_only = false;                      // cidrs and no hosts: matches IP literals
 
   bool matchesHostSlow(const std::string& host) const {
@@ -91,18 +91,27 @@ struct CompiledRule {
 
   bool pathMatches(std::string_view path) const {
     if (rule->paths.empty()) return true;
-    // paths_case: insensitive compares ASCII-lower-cased globs and path (regexes were compiled
-    // case-insensitive); escapes are upper-case hex in both, so they stay equal.
-    std::string lowered;
-    if (rule->paths_case_insensitive) {
-      lowered.assign(path);
-      for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      path = lowered;
-    }
+    if (rule->paths_case_insensitive) return pathMatchesAnyCase(path);
     for (std::size_t i = 0; i < rule->paths.size(); ++i) {
       if (path_res[i]) {
         if (RE2::FullMatch(re2::StringPiece(path.data(), path.size()), *path_res[i])) return true;
-      } else if (detail::globMatch(globs[i], path)) {
+      } else if (detail::globMatch(rule->paths[i].pattern, path)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // paths_case: insensitive compares the ASCII-lower-cased path with the lower-cased globs
+  // (the regexes were compiled case-insensitive); escapes are upper-case hex in the canonical
+  // path and in patterns alike, so lower-casing both keeps them equal.
+  bool pathMatchesAnyCase(std::string_view path) const {
+    std::string lowered(path);
+    for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (std::size_t i = 0; i < rule->paths.size(); ++i) {
+      if (path_res[i]) {
+        if (RE2::FullMatch(re2::StringPiece(path.data(), path.size()), *path_res[i])) return true;
+      } else if (detail::globMatch(lower_globs[i], lowered)) {
         return true;
       }
     }
@@ -273,10 +282,10 @@ std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> 
     rule_path_opts.set_case_sensitive(!r.paths_case_insensitive);
     for (const auto& p : r.paths) {
       cr.path_res.push_back(p.regex ? std::make_unique<RE2>(p.pattern, rule_path_opts) : nullptr);
+      if (!r.paths_case_insensitive) continue;
       std::string glob = p.regex ? std::string() : p.pattern;
-      if (r.paths_case_insensitive)
-        for (char& c : glob) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-      cr.globs.push_back(std::move(glob));
+      for (char& c : glob) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      cr.lower_globs.push_back(std::move(glob));
     }
   }
   if (ix.regex_set && !ix.regex_set->Compile()) ix.regex_set.reset();

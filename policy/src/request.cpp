@@ -198,7 +198,8 @@ std::expected<void, RequestProblem> checkSegment(std::string_view raw, std::stri
 }
 
 // "/" and the segments joined by '/', then a trailing '/' when asked (and there are segments).
-std::string joinPath(const std::vector<std::string_view>& segs, bool trailing_slash) {
+template <typename Segments>
+std::string joinPath(const Segments& segs, bool trailing_slash) {
   std::string out = "/";
   for (std::size_t i = 0; i < segs.size(); ++i) {
     if (i) out += '/';
@@ -234,15 +235,14 @@ std::expected<void, RequestProblem> canonicalPath(std::string_view path, std::st
     if (slash == std::string_view::npos) break;
     rest.remove_prefix(slash + 1);
   }
-  std::vector<std::string_view> segs(out.begin(), out.end());
-  req.path = joinPath(segs, trailing_slash);
+  req.path = joinPath(out, trailing_slash);
   if (req.path.find(';') == std::string::npos) return {};
   // The same path with every segment's parameters cut off; a segment of parameters only is
   // empty, and dropped like any empty segment.
   std::vector<std::string_view> bare;
-  for (auto s : segs)
-    if (auto name = s.substr(0, s.find(';')); !name.empty()) bare.push_back(name);
-  const bool last_empty = !segs.empty() && segs.back().front() == ';';
+  for (std::string_view seg : out)
+    if (auto name = seg.substr(0, seg.find(';')); !name.empty()) bare.push_back(name);
+  const bool last_empty = !out.empty() && out.back().front() == ';';
   req.bare_path = joinPath(bare, trailing_slash || last_empty);
   return {};
 }
