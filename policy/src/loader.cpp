@@ -427,14 +427,19 @@ class Parser {
                                   "' has no effect (a deny rule always matches a path both with "
                                   "and without its ';' parameters)");
     }
-    if (r.action == Action::kDeny && !r.paths.empty() && !r.paths_case_given) {
+    if (r.action != Action::kAllow && !r.paths.empty() && !r.paths_case_given) {
       // Not an error: many upstreams are case-sensitive. But a case-insensitive one (IIS,
-      // Windows file servers, some frameworks) would serve a request this rule lets past.
-      warning(n["paths"], "deny rule '" + r.id +
+      // Windows file servers, some frameworks) would serve a request this rule lets past (a
+      // deny rule), or lets an allow rule next to it decide without the approver (an ask rule).
+      const bool deny = r.action == Action::kDeny;
+      warning(n["paths"], std::string(deny ? "deny" : "ask") + " rule '" + r.id +
                               "' names paths without 'paths_case': a case-insensitive upstream "
-                              "would route /V1/ADMIN as /v1/admin, which this rule does not "
-                              "deny; set 'paths_case: insensitive' to deny every spelling, or "
-                              "'paths_case: sensitive' if the upstream is case-sensitive");
+                              "would route /V1/ADMIN as /v1/admin, which this rule does not " +
+                              (deny ? "deny" : "ask about") +
+                              "; set 'paths_case: insensitive' to " +
+                              (deny ? "deny" : "ask about") +
+                              " every spelling, or 'paths_case: sensitive' if the upstream is "
+                              "case-sensitive");
     }
   }
 

@@ -216,7 +216,7 @@ TEST(Loader, PathsCaseAndPathParams) {
             "matches a path both with and without its ';' parameters)\n");
 }
 
-TEST(Loader, DenyRuleWithPathsWarnsUntilPathsCaseIsChosen) {
+TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
   std::string deny = std::string(kHead) +
                      "egress:\n  rules:\n    - id: d\n      action: deny\n"
                      "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
@@ -233,6 +233,16 @@ TEST(Loader, DenyRuleWithPathsWarnsUntilPathsCaseIsChosen) {
     ASSERT_TRUE(chosen) << chosen.error().str();
     EXPECT_TRUE(chosen->warnings.empty()) << choice;
   }
+  // An ask rule a spelling misses lets an allow rule next to it decide without the approver.
+  std::string ask = std::string(kHead) +
+                    "egress:\n  rules:\n    - id: q\n      action: ask\n"
+                    "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
+  auto asked = parseWorkflow(ask, "p.yaml");
+  ASSERT_TRUE(asked) << asked.error().str();
+  ASSERT_EQ(asked->warnings.size(), 1u);
+  EXPECT_NE(asked->warnings[0].str().find("ask rule 'q' names paths without 'paths_case'"),
+            std::string::npos)
+      << asked->warnings[0].str();
   // Allow rules fail closed on another case (no match), so they are not warned about.
   auto allow = parseWorkflow(
       rule("      hosts: [a.example]\n      paths: [/x]\n      tls: inspect\n"), "p.yaml");
