@@ -193,7 +193,7 @@ std::expected<void, RequestProblem> checkSegment(std::string_view raw, std::stri
     return ambiguous("segment of dots", "some servers read it as '..'");
   if (endsInDotOrSpace(name) || endsInDotOrSpace(seg))
     return ambiguous("segment ending in '.' or a space",
-                     "Windows and IIS servers drop them and open the segment without");
+                     "Windows and IIS servers drop them: 'admin.' and 'admin%20' open 'admin'");
   return {};
 }
 
