@@ -103,6 +103,18 @@ void checkCanonicalRequest(std::string_view input) {
       p.ends_with("/.") || p.ends_with("/.."))
     violated("canonical path has a dot segment", input);
   if (p.find('\\') != std::string::npos) violated("canonical path has a backslash", input);
+  // Issue 21 item 9: no segment a Windows server would trim, nor a row of dots.
+  for (std::size_t b = 1, e; b <= p.size(); b = e + 1) {
+    e = p.find('/', b);
+    if (e == std::string::npos) e = p.size();
+    const std::string_view seg = std::string_view(p).substr(b, e - b);
+    const std::string_view name = seg.substr(0, seg.find(';'));
+    if (name.ends_with('.') || name.ends_with("%20") || seg.ends_with('.') || seg.ends_with("%20"))
+      violated("canonical path has a segment ending in a dot or a space", input);
+  }
+  if (r->hasPathParams() != (p.find(';') != std::string::npos) ||
+      r->bare_path.find(';') != std::string::npos)
+    violated("bare path does not cut off exactly the ';' parameters", input);
   auto again = pol::canonicalRequest("GET", r->target());
   if (!again || again->path != r->path || again->query != r->query)
     violated("canonical request is not a fixed point", input);

@@ -396,10 +396,58 @@ class Parser {
     r.inject.secret_names.assign(names.begin(), names.end());
   }
 
+  // `paths_case: sensitive | insensitive` and `path_params: refuse | allow`.
+  void parsePathOptions(const YAML::Node& n, Rule& r) {
+    if (auto v = n["paths_case"]) {
+      auto s = str(v, "paths_case");
+      if (s == "insensitive" || s == "sensitive") {
+        r.paths_case_insensitive = s == "insensitive";
+        r.paths_case_given = true;
+      } else if (s) {
+        error(v, "paths_case must be 'sensitive' or 'insensitive' (got '" + *s + "')");
+      }
+    }
+    if (auto v = n["path_params"]) {
+      auto s = str(v, "path_params");
+      if (s == "allow" || s == "refuse") {
+        r.path_params_allowed = s == "allow";
+      } else if (s) {
+        error(v, "path_params must be 'refuse' or 'allow' (got '" + *s + "')");
+      }
+    }
+  }
+
+  // Cross-field checks of paths_case and path_params.
+  void checkPathOptions(const YAML::Node& n, const Rule& r) {
+    if (n["paths_case"] && r.paths.empty()) {
+      error(n["paths_case"], "'paths_case' on rule '" + r.id + "' has no effect without 'paths'");
+    }
+    if (r.action == Action::kDeny && n["path_params"]) {
+      error(n["path_params"], "'path_params' on deny rule '" + r.id +
+                                  "' has no effect (a deny rule always matches a path both with "
+                                  "and without its ';' parameters)");
+    }
+    if (r.action != Action::kAllow && !r.paths.empty() && !r.paths_case_given) {
+      // Not an error: many upstreams are case-sensitive. But a case-insensitive one (IIS,
+      // Windows file servers, some frameworks) would serve a request this rule lets past (a
+      // deny rule), or lets an allow rule next to it decide without the approver (an ask rule).
+      const bool deny = r.action == Action::kDeny;
+      warning(n["paths"], std::string(deny ? "deny" : "ask") + " rule '" + r.id +
+                              "' names paths without 'paths_case': a case-insensitive upstream "
+                              "would route /V1/ADMIN as /v1/admin, which this rule does not " +
+                              (deny ? "deny" : "ask about") +
+                              "; set 'paths_case: insensitive' to " +
+                              (deny ? "deny" : "ask about") +
+                              " every spelling, or 'paths_case: sensitive' if the upstream is "
+                              "case-sensitive");
+    }
+  }
+
   void parseRule(const YAML::Node& n, Workflow& w, std::set<std::string>& ids) {
     if (!checkMap(n, "rule",
                   {"id", "action", "hosts", "ports", "cidrs", "allow_private", "tls", "methods",
-                   "paths", "inject", "allow_plaintext_credentials", "allow_get_body", "ask"})) {
+                   "paths", "paths_case", "path_params", "inject", "allow_plaintext_credentials",
+                   "allow_get_body", "ask"})) {
       return;
     }
     Rule r;
@@ -534,6 +582,7 @@ class Parser {
         r.paths.push_back(std::move(pp));
       });
     }
+    parsePathOptions(n, r);
     if (auto v = n["inject"]) parseInject(v, r);
     if (auto v = n["allow_plaintext_credentials"]) {
       if (auto b = boolean(v, "allow_plaintext_credentials")) r.allow_plaintext_credentials = *b;
@@ -573,6 +622,7 @@ class Parser {
       if (r.action == Action::kDeny && n["allow_get_body"]) {
         error(n["allow_get_body"], "'allow_get_body' on deny rule '" + r.id + "' has no effect");
       }
+      checkPathOptions(n, r);
       if (r.hasRequestConditions() && r.tls == TlsMode::kPassthrough && !https_only) {
         // Not an error: plain HTTP to these ports (also inside a CONNECT tunnel) is judged
         // per request. But TLS tunnelled through cannot be, and a reviewer should know.

@@ -47,7 +47,8 @@ std::string pathsText(const std::vector<PathPattern>& v) {
 }
 
 // Nearest-miss kinds in order of how far the request got; the furthest wins.
-enum class Miss : int { kNone = 0, kPrivate, kPort, kInspection, kMethod, kPath };
+// kParams: the rule would match but the path has `;` parameters it does not allow.
+enum class Miss : int { kNone = 0, kPrivate, kPort, kInspection, kMethod, kPath, kParams };
 
 }  // namespace
 
@@ -55,6 +56,7 @@ struct CompiledRule {
   const Rule* rule = nullptr;
   std::vector<std::unique_ptr<RE2>> host_res;  // for re: host patterns
   std::vector<std::unique_ptr<RE2>> path_res;  // parallel to rule->paths; null for globs
+  std::vector<std::string> lower_globs;        // paths_case: insensitive: parallel, lower-cased
   bool cidr_only = false;                      // cidrs and no hosts: matches IP literals
 
   bool matchesHostSlow(const std::string& host) const {
@@ -89,6 +91,7 @@ struct CompiledRule {
 
   bool pathMatches(std::string_view path) const {
     if (rule->paths.empty()) return true;
+    if (rule->paths_case_insensitive) return pathMatchesAnyCase(path);
     for (std::size_t i = 0; i < rule->paths.size(); ++i) {
       if (path_res[i]) {
         if (RE2::FullMatch(re2::StringPiece(path.data(), path.size()), *path_res[i])) return true;
@@ -97,6 +100,28 @@ struct CompiledRule {
       }
     }
     return false;
+  }
+
+  // paths_case: insensitive compares the ASCII-lower-cased path with the lower-cased globs
+  // (the regexes were compiled case-insensitive); escapes are upper-case hex in the canonical
+  // path and in patterns alike, so lower-casing both keeps them equal.
+  bool pathMatchesAnyCase(std::string_view path) const {
+    std::string lowered(path);
+    for (char& c : lowered) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    for (std::size_t i = 0; i < rule->paths.size(); ++i) {
+      if (path_res[i]) {
+        if (RE2::FullMatch(re2::StringPiece(path.data(), path.size()), *path_res[i])) return true;
+      } else if (detail::globMatch(lower_globs[i], lowered)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  // A deny rule (and an ask rule, which must not be skipped either) matches a path with `;`
+  // parameters in both spellings: as sent, and as a servlet container routes it.
+  bool pathMatchesEither(const HttpRequest& req) const {
+    return pathMatches(req.path) || (req.hasPathParams() && pathMatches(req.bare_path));
   }
 
   bool cidrContains(const IpAddress& a) const {
@@ -253,8 +278,14 @@ std::shared_ptr<const Matcher> Matcher::compile(std::shared_ptr<const Workflow> 
       for (const auto& c : r.cidrs) ix.addCidr(c, i);
     }
     if (r.action == Action::kDeny && !r.cidrs.empty()) ix.deny_with_cidrs.push_back(i);
+    RE2::Options rule_path_opts = path_opts;
+    rule_path_opts.set_case_sensitive(!r.paths_case_insensitive);
     for (const auto& p : r.paths) {
-      cr.path_res.push_back(p.regex ? std::make_unique<RE2>(p.pattern, path_opts) : nullptr);
+      cr.path_res.push_back(p.regex ? std::make_unique<RE2>(p.pattern, rule_path_opts) : nullptr);
+      if (!r.paths_case_insensitive) continue;
+      std::string glob = p.regex ? std::string() : p.pattern;
+      for (char& c : glob) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      cr.lower_globs.push_back(std::move(glob));
     }
   }
   if (ix.regex_set && !ix.regex_set->Compile()) ix.regex_set.reset();
@@ -291,6 +322,8 @@ Reason missReason(Miss m) {
       return Reason::kMethodNotAllowed;
     case Miss::kPath:
       return Reason::kPathNotAllowed;
+    case Miss::kParams:
+      return Reason::kAmbiguousTarget;
     case Miss::kPrivate:
       return Reason::kPrivateAddress;
     case Miss::kNone:
@@ -309,20 +342,43 @@ static bool asksNow(const Rule& r, Visibility vis, bool request) {
   return request || (vis == Visibility::kTunnel && r.tls != TlsMode::kInspect);
 }
 
-// Shared by the connect and request phases. `request` is null at connect time.
-struct RequestInfo {
-  std::string_view method;
-  std::string_view path;
-};
+namespace {
 
+enum class PathVerdict { kMatch, kMiss, kParams };
+
+// Whether an allow or ask rule's paths admit the request. A path with `;` parameters is
+// ambiguous (servlet containers route `/a;x/b` as `/a/b`, other servers as written): a rule
+// that says `path_params: allow` matches it with them cut off (an ask rule in either spelling,
+// so that the approver is never skipped); any other rule that would match it in either
+// spelling refuses it (kParams) rather than guess which one the upstream reads.
+PathVerdict pathVerdict(const CompiledRule& cr, const HttpRequest& req) {
+  if (!req.hasPathParams())
+    return cr.pathMatches(req.path) ? PathVerdict::kMatch : PathVerdict::kMiss;
+  const Rule& r = *cr.rule;
+  if (!cr.pathMatchesEither(req)) return PathVerdict::kMiss;
+  if (!r.path_params_allowed) return PathVerdict::kParams;
+  if (r.action == Action::kAsk || cr.pathMatches(req.bare_path)) return PathVerdict::kMatch;
+  return PathVerdict::kMiss;
+}
+
+std::string paramsText(const Rule& r, const HttpRequest& req) {
+  return "rule " + r.id + " would match " + req.path + " but its ';' path parameters are " +
+         "ambiguous (servlet containers route it as " + req.bare_path + ") and the rule does " +
+         "not say path_params: allow";
+}
+
+}  // namespace
+
+// Shared by the connect and request phases. `req` is null at connect time.
 static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
-                         Visibility vis, const RequestInfo* req,
+                         Visibility vis, const HttpRequest* req,
                          std::vector<std::uint32_t>& allowing) {
   Decision d;
   std::vector<std::uint32_t> cands = ix.candidates(t);
   Evaluation ev;
-  const Rule* first_allow = nullptr;  // the first allow or ask rule that matched
-  const Rule* first_ask = nullptr;    // the first ask rule that asks at this phase
+  const Rule* first_allow = nullptr;    // the first allow or ask rule that matched
+  const Rule* first_ask = nullptr;      // the first ask rule that asks at this phase
+  const Rule* ambiguous_ask = nullptr;  // an ask rule a ';' path would otherwise skip
   bool inspect = false;
   std::string where = t.authority();
   for (std::uint32_t idx : cands) {
@@ -345,7 +401,7 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
           if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
           continue;
         }
-        if (!cr.methodMatches(req->method) || !cr.pathMatches(req->path)) continue;
+        if (!cr.methodMatches(req->method) || !cr.pathMatchesEither(*req)) continue;
       }
       d.allowed = false;
       d.reason = Reason::kDeniedByRule;
@@ -370,11 +426,17 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
                     " is not in " + listText(r.methods));
         continue;
       }
-      if (!cr.pathMatches(req->path)) {
+      const PathVerdict pv = pathVerdict(cr, *req);
+      if (pv == PathVerdict::kMiss) {
         ev.note(Miss::kPath, &r,
                 "rule " + r.id + " matched " + where + " and method " + std::string(req->method) +
                     " but path " + std::string(req->path) + " does not match " +
                     pathsText(r.paths));
+        continue;
+      }
+      if (pv == PathVerdict::kParams) {
+        ev.note(Miss::kParams, &r, paramsText(r, *req));
+        if (r.action == Action::kAsk && !ambiguous_ask) ambiguous_ask = &r;
         continue;
       }
     }
@@ -382,6 +444,14 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
     if (!first_ask && asksNow(r, vis, req != nullptr)) first_ask = &r;
     if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
     allowing.push_back(idx);
+  }
+  if (ambiguous_ask) {
+    // An ask rule that does not allow path parameters is not skipped: refused as ambiguous.
+    d.reason = Reason::kAmbiguousTarget;
+    d.rule = ambiguous_ask;
+    d.rule_id = ambiguous_ask->id;
+    d.detail = paramsText(*ambiguous_ask, *req);
+    return d;
   }
   if (first_ask) {
     // An ask beats an allow (a deny has returned already).
@@ -413,6 +483,10 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
     d.reason = missReason(ev.miss);
     d.rule = ev.miss_rule;
     d.rule_id = ev.miss_rule->id;
+    if (ev.miss == Miss::kParams) {
+      d.detail = ev.miss_text;  // not a miss: a refusal by the rule that would match
+      return d;
+    }
     d.nearest_miss = ev.miss_text;
     d.detail = "no rule allows " + where + "; nearest miss: " + ev.miss_text;
     return d;
@@ -461,8 +535,7 @@ Decision Matcher::decide(const Query& q) const {
   std::vector<std::uint32_t> allowing;
   Decision d;
   if (q.request) {
-    RequestInfo req{q.request->method, q.request->path};
-    d = evaluate(*index_, *workflow_, q.target, Visibility::kPlainHttp, &req, allowing);
+    d = evaluate(*index_, *workflow_, q.target, Visibility::kPlainHttp, q.request, allowing);
   } else {
     d = evaluate(*index_, *workflow_, q.target, q.visibility, nullptr, allowing);
   }
@@ -543,7 +616,7 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
     if (!r.allowsPort(target.port) || !cr.cidrContains(addr)) continue;
     if (!r.hosts.empty() && (target.ip || !cr.matchesHostSlow(target.host))) continue;
     if (r.hasRequestConditions() &&
-        !(q.request && cr.methodMatches(q.request->method) && cr.pathMatches(q.request->path))) {
+        !(q.request && cr.methodMatches(q.request->method) && cr.pathMatchesEither(*q.request))) {
       continue;  // judged per request: only a request it names is refused
     }
     Decision d;

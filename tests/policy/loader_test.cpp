@@ -51,7 +51,7 @@ TEST(Loader, LoadsTheDesignExample) {
   EXPECT_EQ(r.inject.secret_names, std::vector<std::string>{"stats_token"});
   EXPECT_EQ(r.inject.placeholder_env, "STATS_TOKEN");
   EXPECT_EQ(w->limits.max_bytes_out, 10ull << 20);
-  EXPECT_EQ(w->limits.max_requests, 1000u);  // default kept
+  EXPECT_EQ(w->limits.max_requests, 1000u);     // default kept
   EXPECT_EQ(w->limits.max_dns_queries, 1000u);  // default kept
   EXPECT_EQ(w->sha256.size(), 64u);
   EXPECT_EQ(w->secretNames(), std::vector<std::string>{"stats_token"});
@@ -191,6 +191,63 @@ TEST(Loader, SecretReferences) {
                                  "        placeholder_env: TOKEN\n"))
                 .find("needs exactly one ${secret:NAME}"),
             std::string::npos);
+}
+
+// Issue 21 item 9: `paths_case` and `path_params`, and the warning on a deny rule's paths.
+TEST(Loader, PathsCaseAndPathParams) {
+  auto w = parseWorkflow(rule("      hosts: [a.example]\n      paths: [/V1/*]\n"
+                              "      paths_case: insensitive\n      path_params: allow\n"),
+                         "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  EXPECT_TRUE(w->rules[0].paths_case_insensitive);
+  EXPECT_TRUE(w->rules[0].path_params_allowed);
+  EXPECT_EQ(
+      problems(rule("      hosts: [a.example]\n      paths: [/x]\n      paths_case: lower\n")),
+      "p.yaml:10:19: paths_case must be 'sensitive' or 'insensitive' (got 'lower')\n");
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      path_params: yes\n")),
+            "p.yaml:9:20: path_params must be 'refuse' or 'allow' (got 'yes')\n");
+  EXPECT_EQ(problems(rule("      hosts: [a.example]\n      paths_case: insensitive\n")),
+            "p.yaml:9:19: 'paths_case' on rule 'r1' has no effect without 'paths'\n");
+  std::string deny = std::string(kHead) +
+                     "egress:\n  rules:\n    - id: d\n      action: deny\n"
+                     "      hosts: [a.example]\n      paths: [/admin/*]\n";
+  EXPECT_EQ(problems(deny + "      path_params: refuse\n"),
+            "p.yaml:10:20: 'path_params' on deny rule 'd' has no effect (a deny rule always "
+            "matches a path both with and without its ';' parameters)\n");
+}
+
+TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
+  std::string deny = std::string(kHead) +
+                     "egress:\n  rules:\n    - id: d\n      action: deny\n"
+                     "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
+  auto w = parseWorkflow(deny, "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  ASSERT_EQ(w->warnings.size(), 1u);
+  EXPECT_EQ(w->warnings[0].str(),
+            "p.yaml:9:14: warning: deny rule 'd' names paths without 'paths_case': a "
+            "case-insensitive upstream would route /V1/ADMIN as /v1/admin, which this rule does "
+            "not deny; set 'paths_case: insensitive' to deny every spelling, or 'paths_case: "
+            "sensitive' if the upstream is case-sensitive");
+  for (const char* choice : {"sensitive", "insensitive"}) {
+    auto chosen = parseWorkflow(deny + "      paths_case: " + choice + "\n", "p.yaml");
+    ASSERT_TRUE(chosen) << chosen.error().str();
+    EXPECT_TRUE(chosen->warnings.empty()) << choice;
+  }
+  // An ask rule a spelling misses lets an allow rule next to it decide without the approver.
+  std::string ask = std::string(kHead) +
+                    "egress:\n  rules:\n    - id: q\n      action: ask\n"
+                    "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
+  auto asked = parseWorkflow(ask, "p.yaml");
+  ASSERT_TRUE(asked) << asked.error().str();
+  ASSERT_EQ(asked->warnings.size(), 1u);
+  EXPECT_NE(asked->warnings[0].str().find("ask rule 'q' names paths without 'paths_case'"),
+            std::string::npos)
+      << asked->warnings[0].str();
+  // Allow rules fail closed on another case (no match), so they are not warned about.
+  auto allow = parseWorkflow(
+      rule("      hosts: [a.example]\n      paths: [/x]\n      tls: inspect\n"), "p.yaml");
+  ASSERT_TRUE(allow);
+  EXPECT_TRUE(allow->warnings.empty());
 }
 
 TEST(Loader, AllowPrivateNeedsCidrs) {

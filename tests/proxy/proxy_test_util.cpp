@@ -146,6 +146,53 @@ net::awaitable<void> acceptLoop(tcp::acceptor* acc, UpstreamLog* log, Kind kind)
   }
 }
 
+// One connection of the RawUpstream: logs the bytes, answers every complete request head.
+net::awaitable<void> serveRaw(tcp::socket sock, RawUpstream::Log* log) {
+  std::string pending;
+  char data[4096];
+  for (;;) {
+    ErrorCode ec;
+    auto n = co_await sock.async_read_some(net::buffer(data),
+                                           net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return;
+    pending.append(data, n);
+    {
+      std::lock_guard lock(log->mu);
+      log->bytes.append(data, n);
+    }
+    for (auto end = pending.find("\r\n\r\n"); end != std::string::npos;
+         end = pending.find("\r\n\r\n")) {
+      std::string head = pending.substr(0, end + 4);
+      pending.erase(0, end + 4);
+      std::string line = head.substr(0, head.find("\r\n"));
+      {
+        std::lock_guard lock(log->mu);
+        log->lines.push_back(line);
+      }
+      std::string lower = head;
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      std::string out;
+      if (lower.find("\r\nx-test-interim:") != std::string::npos)
+        out = "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n";
+      out += "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: " +
+             std::to_string(line.size()) + "\r\n\r\n" + line;
+      co_await net::async_write(sock, net::buffer(out),
+                                net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;
+    }
+  }
+}
+
+net::awaitable<void> acceptRaw(tcp::acceptor* acc, RawUpstream::Log* log) {
+  for (;;) {
+    ErrorCode ec;
+    tcp::socket s = co_await acc->async_accept(net::redirect_error(net::use_awaitable, ec));
+    if (ec) co_return;
+    auto ex = s.get_executor();
+    net::co_spawn(ex, serveRaw(std::move(s), log), net::detached);
+  }
+}
+
 std::uint16_t openAcceptor(tcp::acceptor& acc) {
   tcp::endpoint ep(net::ip::make_address("127.0.0.1"), 0);
   acc.open(ep.protocol());
@@ -172,6 +219,27 @@ Upstreams::~Upstreams() {
   work_.reset();
   ioc_.stop();
   for (auto& t : threads_) t.join();
+}
+
+RawUpstream::RawUpstream() : acc_(ioc_) {
+  port_ = openAcceptor(acc_);
+  net::co_spawn(ioc_, acceptRaw(&acc_, &log_), net::detached);
+  thread_ = std::thread([this] { ioc_.run(); });
+}
+
+RawUpstream::~RawUpstream() {
+  ioc_.stop();
+  thread_.join();
+}
+
+std::string RawUpstream::received() {
+  std::lock_guard lock(log_.mu);
+  return log_.bytes;
+}
+
+std::vector<std::string> RawUpstream::requestLines() {
+  std::lock_guard lock(log_.mu);
+  return log_.lines;
 }
 
 Client::Client(std::uint16_t port, std::chrono::milliseconds timeout, const char* source) {

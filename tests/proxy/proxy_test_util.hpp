@@ -187,6 +187,33 @@ class Upstreams {
   std::vector<std::thread> threads_;
 };
 
+/// A raw HTTP/1.1 upstream on 127.0.0.1:0 that logs every byte it receives, unparsed (so a
+/// request no parser would accept is still seen), and answers each request head with 200 and
+/// its request line as the body (X-Test-Interim: a 103 first). Requests must carry no body.
+class RawUpstream {
+ public:
+  RawUpstream();
+  ~RawUpstream();
+  std::uint16_t port() const { return port_; }
+  /// Every byte received, on every connection, in arrival order.
+  std::string received();
+  /// The request line of every request head received ("GET /x HTTP/1.1").
+  std::vector<std::string> requestLines();
+
+  struct Log {
+    std::mutex mu;
+    std::string bytes;
+    std::vector<std::string> lines;
+  };
+
+ private:
+  net::io_context ioc_;
+  tcp::acceptor acc_;
+  std::uint16_t port_ = 0;
+  Log log_;
+  std::thread thread_;
+};
+
 /// A parsed response as the client saw it.
 struct Response {
   int status = 0;

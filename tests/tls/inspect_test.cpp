@@ -540,9 +540,12 @@ TEST_F(InspectTest, LargeBodiesCrossTheTunnelIntact) {
 // injected credential goes only with allowed requests.
 TEST_F(InspectTest, EverySpellingDecidesAsExplainSays) {
   const std::vector<std::string> paths = {
-      "/v1/ok",          "/v1/../admin/x", "/v1/%2e%2e/admin/x", "/v1/..%2fadmin/x",
-      "/v1//admin/x",    "/v1/./admin/x",  "/v1/%61dmin/x",      "/v1/..;/admin/x",
-      "/v1/a%5cb",       "/v1/%7Eu/./a",   "/v2/x",              "/v1/ok.txt;/../../admin/x"};
+      "/v1/ok", "/v1/../admin/x", "/v1/%2e%2e/admin/x", "/v1/..%2fadmin/x", "/v1//admin/x",
+      "/v1/./admin/x", "/v1/%61dmin/x", "/v1/..;/admin/x", "/v1/a%5cb", "/v1/%7Eu/./a", "/v2/x",
+      "/v1/ok.txt;/../../admin/x",
+      // Issue 21 item 9: ambiguous spellings.
+      "/v1/admin;x/users", "/v1/admin;/users", "/v1/data;x", "/v1/%C0%AE%C0%AE/admin/x", "/v1/%ff",
+      "/v1/%0a", "/v1/admin./x", "/v1/admin%20/x", "/v1/.../admin/x"};
   for (bool reuse : {false, true}) {
     for (const char* method : {"GET", "POST", "DELETE", "get"}) {
       for (const auto& path : paths) {
@@ -574,6 +577,43 @@ TEST_F(InspectTest, EverySpellingDecidesAsExplainSays) {
           EXPECT_EQ(got.size(), before) << "refused request reached the upstream";
         }
       }
+    }
+  }
+}
+
+// Issue 21 item 9 inside an inspected tunnel, where the rule injects a credential: each
+// ambiguous spelling is refused (or denied, when the deny rule covers it once its ';'
+// parameters are cut off) and nothing, credential included, reaches the upstream.
+TEST_F(InspectTest, AmbiguousSpellingsNeverCarryTheInjectedCredential) {
+  struct Case {
+    const char* path;
+    int status;
+    const char* reason;
+  };
+  const Case cases[] = {
+      {"/v1/data;x/users", 400, "ambiguous_target"},
+      {"/v1/admin;x/users", 403, "denied_by_rule"},  // routed as /v1/admin/users by Tomcat
+      {"/v1/admin;/users", 403, "denied_by_rule"},
+      {"/v1/%C0%AE%C0%AE/admin/users", 400, "ambiguous_target"},
+      {"/v1/%ff", 400, "ambiguous_target"},
+      {"/v1/%0a", 400, "ambiguous_target"},
+      {"/v1/admin./users", 400, "ambiguous_target"},
+      {"/v1/admin%20/users", 400, "ambiguous_target"},
+      {"/v1/.../admin/users", 400, "ambiguous_target"},
+  };
+  for (bool reuse : {false, true}) {
+    for (const auto& c : cases) {
+      SCOPED_TRACE(std::string(reuse ? "reused " : "fresh ") + c.path);
+      auto t = tunnel("api.test", up_->port());
+      ASSERT_TRUE(t);
+      if (reuse) {
+        ASSERT_EQ(roundTrip(*t, request("GET", "/v1/warm", apiAuthority())).status, 200);
+      }
+      const auto before = up_->requests().size();
+      auto r = roundTrip(*t, request("GET", c.path, apiAuthority()));
+      EXPECT_EQ(r.status, c.status) << r.body;
+      EXPECT_EQ(r.header("x-sluice-reason"), c.reason) << r.body;
+      EXPECT_EQ(up_->requests().size(), before) << "a refused request reached the upstream";
     }
   }
 }

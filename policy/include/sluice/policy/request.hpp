@@ -25,6 +25,11 @@ struct HttpRequest {
   std::string path;    ///< starts with '/', dot segments removed, no empty segments (but a
                        ///< trailing '/' is kept), unreserved escapes decoded, others upper-case
   std::string query;   ///< without '?', as sent (checked for control and non-ASCII bytes)
+  /// `path` with the `;` parameters of every segment cut off (`/a;x/b` -> `/a/b`), as servlet
+  /// containers route it; empty when no segment has parameters. Deny rules match both forms;
+  /// an allow or ask rule matches such a request only with `path_params: allow` (matcher.hpp).
+  std::string bare_path = {};
+  bool hasPathParams() const { return !bare_path.empty(); }
   /// The origin-form target to forward: path, then '?' and the query when there is one.
   std::string target() const { return query.empty() ? path : path + "?" + query; }
 };
@@ -37,12 +42,17 @@ std::expected<std::string, RequestProblem> canonicalMethod(std::string_view meth
 /// Brings an origin-form target (`/path?query`) to canonical form:
 ///  - refused (kAmbiguousTarget): `\` raw or encoded, an encoded `/` (%2F), a segment that is
 ///    `.` or `..` only once decoded (%2e%2e), a `.`/`..` segment with `;` parameters
-///    (`..;/`, which Tomcat-style servers read as `..`), NUL or control bytes raw or encoded;
+///    (`..;/`, which Tomcat-style servers read as `..`), NUL or control bytes raw or encoded,
+///    escapes that are overlong (%C0%AE) or invalid UTF-8 or a C1 control, a segment ending in
+///    `.` or a space (`admin.`, `admin%20`: Windows/IIS open `admin`), a segment of dots (`...`);
 ///  - refused (kInvalidTarget): not starting with '/', non-ASCII bytes, a fragment, a bad
 ///    percent escape;
 ///  - normalised: escapes of unreserved characters decoded (%61 -> a), other escapes in
 ///    upper-case hex, empty segments dropped (`//` -> `/`), dot segments removed
-///    (RFC 3986 5.2.4; `..` never climbs above the root).
+///    (RFC 3986 5.2.4; `..` never climbs above the root);
+///  - `;` segment parameters are kept in `path` and cut off in `bare_path`: whether they are
+///    allowed depends on the rule (Matcher::decide refuses them with kAmbiguousTarget unless
+///    the allowing rule says `path_params: allow`).
 std::expected<HttpRequest, RequestProblem> canonicalRequest(std::string_view method,
                                                             std::string_view origin_target);
 

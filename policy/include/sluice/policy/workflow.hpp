@@ -65,6 +65,13 @@ struct Rule {
   TlsMode tls = TlsMode::kPassthrough;
   std::vector<std::string> methods;  // upper-case; empty = any
   std::vector<PathPattern> paths;    // empty = any
+  /// `paths_case: insensitive`: `paths` match without regard to ASCII case (for upstreams that
+  /// route `/V1/Admin` to `/v1/admin`). `paths_case_given`: the key was written (either value).
+  bool paths_case_insensitive = false;
+  bool paths_case_given = false;
+  /// `path_params: allow` (allow and ask rules): a request whose path has `;` parameters may be
+  /// matched, with the parameters cut off; without it such a request is refused as ambiguous.
+  bool path_params_allowed = false;
   Inject inject;
   bool allow_plaintext_credentials = false;
   /// A GET, HEAD, OPTIONS or TRACE request may carry a body (refused otherwise: an upstream
