@@ -11,6 +11,7 @@
 #include "schema.hpp"
 #include "sluice/audit/evidence.hpp"
 #include "sluice/audit/reader.hpp"
+#include "sluice/base/json.hpp"
 #include "sqlite_db.hpp"
 
 namespace sluice::audit {
@@ -173,14 +174,14 @@ std::expected<std::string, Error> attestExecution(const std::filesystem::path& d
                        {"annotations",
                         {{"seq", row->columnInt(0)}, {"exit_code", row->columnInt(7)}}}}})}}}};
 
-  const std::string payload = detail::dumpJson(statement);
+  const std::string payload = base::dumpJson(statement);
   const std::string sig = key.sign(dssePae(kInTotoPayloadType, payload));
   if (sig.empty()) return std::unexpected(Error{"cannot sign the attestation"});
   Json envelope = Json::object();
   envelope["payloadType"] = kInTotoPayloadType;
   envelope["payload"] = base64Encode(payload);
   envelope["signatures"] = Json::array({{{"keyid", key.keyId()}, {"sig", base64Encode(sig)}}});
-  return detail::dumpJson(envelope) + "\n";
+  return base::dumpJson(envelope) + "\n";
 }
 
 AttestationCheck verifyAttestation(std::string_view envelope_json, const PublicKey& key) {

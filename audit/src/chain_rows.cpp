@@ -107,8 +107,4 @@ bool isHexDigest(const nlohmann::ordered_json& j) {
   return j.is_string() && fromHex(j.get_ref<const std::string&>()).has_value();
 }
 
-std::string dumpJson(const nlohmann::ordered_json& j, int indent) {
-  return j.dump(indent, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
-}
-
 }  // namespace sluice::audit::detail

@@ -59,7 +59,4 @@ std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const Cha
 /// True when `j` is a string of exactly 64 lowercase hex characters (a SHA-256).
 bool isHexDigest(const nlohmann::ordered_json& j);
 
-/// JSON text of `j` (invalid UTF-8 replaced rather than thrown).
-std::string dumpJson(const nlohmann::ordered_json& j, int indent = -1);
-
 }  // namespace sluice::audit::detail

@@ -4,6 +4,7 @@
 #include <pthread.h>
 
 #include "sluice/audit/signing.hpp"
+#include "sluice/base/clock.hpp"
 
 namespace sluice::audit::detail {
 
@@ -64,9 +65,7 @@ CheckpointRow Checkpointer::sign() {
   CheckpointRow row;
   row.position = static_cast<std::int64_t>(tree_.size());
   row.root = toHex(tree_.root());
-  row.ts = std::chrono::duration_cast<std::chrono::milliseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
-               .count();
+  row.ts = base::nowMs();
   row.signature = base64Encode(key_->sign(checkpointSignedText(row.position, row.root, row.ts)));
   row.key_id = key_->keyId();
   row.frontier = tree_.serialize();

@@ -11,6 +11,7 @@
 #include "schema.hpp"
 #include "sluice/audit/evidence.hpp"
 #include "sluice/audit/signing.hpp"
+#include "sluice/base/json.hpp"
 #include "sqlite_db.hpp"
 
 namespace sluice::audit::detail {
@@ -136,7 +137,7 @@ std::expected<std::optional<std::string>, Error> latestCheckpointJson(
     return std::unexpected(detail::sqliteError(db, conn->get(), rc, "cannot read checkpoints"));
   nlohmann::ordered_json cp = detail::checkpointJson(st->get());
   cp["frontier"] = detail::columnJson(st->get(), 6);
-  return detail::dumpJson(cp);
+  return base::dumpJson(cp);
 }
 
 std::expected<void, std::string> checkCheckpointJson(std::string_view json, const PublicKey& key) {

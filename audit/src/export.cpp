@@ -11,6 +11,7 @@
 #include "schema.hpp"
 #include "sluice/audit/evidence.hpp"
 #include "sluice/audit/reader.hpp"
+#include "sluice/base/json.hpp"
 #include "sqlite_db.hpp"
 
 namespace sluice::audit {
@@ -75,7 +76,7 @@ class Writer {
     const std::string hash(reinterpret_cast<const char*>(sqlite3_column_text(s, 2)));
     if (format_ == ExportFormat::kCsv) {
       out_ << "row," << t.name << ',' << seq << ',' << formatTime(ms) << ',' << prev << ',' << hash
-           << ',' << csvField(detail::dumpJson(cols)) << "\r\n";
+           << ',' << csvField(base::dumpJson(cols)) << "\r\n";
       return;
     }
     Json line = Json::object();
@@ -86,20 +87,20 @@ class Writer {
     line["prev_hash"] = prev;
     line["hash"] = hash;
     line["columns"] = std::move(cols);
-    out_ << detail::dumpJson(line) << '\n';
+    out_ << base::dumpJson(line) << '\n';
   }
   void checkpoint(Stmt& c) {
     Json cp = detail::checkpointJson(c.get());
     if (format_ == ExportFormat::kCsv) {
       out_ << "checkpoint,checkpoints," << c.columnInt(0) << ',' << formatTime(c.columnInt(5))
-           << ",,," << csvField(detail::dumpJson(cp)) << "\r\n";
+           << ",,," << csvField(base::dumpJson(cp)) << "\r\n";
       return;
     }
     Json line = Json::object();
     line["type"] = "checkpoint";
     line["time"] = formatTime(c.columnInt(5));
     line.update(cp);
-    out_ << detail::dumpJson(line) << '\n';
+    out_ << base::dumpJson(line) << '\n';
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "sluice/audit/reader.hpp"
+#include "sluice/base/json.hpp"
 
 namespace sluice::audit {
 namespace {
@@ -179,7 +180,7 @@ std::string formatResult(const ResultTable& t, OutputFormat format) {
         arr.push_back(std::move(obj));
       }
       // Replace invalid UTF-8 rather than throw: the data plane may have logged odd bytes.
-      return arr.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+      return base::dumpJson(arr, 2) + "\n";
     }
   }
   return {};

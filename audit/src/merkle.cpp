@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <bit>
 
+#include "sluice/base/hex.hpp"
+
 namespace sluice::audit::detail {
 namespace {
 
@@ -22,35 +24,22 @@ Digest sha256Of(unsigned char prefix, const unsigned char* a, std::size_t an,
   return out;
 }
 
-int hexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
 /// The largest power of two strictly less than n (n >= 2).
 std::uint64_t splitPoint(std::uint64_t n) { return std::bit_floor(n - 1); }
 
 }  // namespace
 
-std::string toHex(const Digest& d) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s(64, '0');
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    s[2 * i] = kDigits[d[i] >> 4];
-    s[2 * i + 1] = kDigits[d[i] & 0xf];
-  }
-  return s;
-}
+std::string toHex(const Digest& d) { return base::hexEncode(std::span<const std::uint8_t>(d)); }
 
+// Lowercase only, as sluice writes them: a digest has one spelling.
 std::optional<Digest> fromHex(std::string_view hex) {
-  if (hex.size() != 64) return std::nullopt;
+  if (hex.size() != 64 ||
+      std::any_of(hex.begin(), hex.end(), [](char c) { return c >= 'A' && c <= 'F'; }))
+    return std::nullopt;
+  auto bytes = base::hexDecode(hex);
+  if (!bytes) return std::nullopt;
   Digest d;
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    int hi = hexValue(hex[2 * i]), lo = hexValue(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) return std::nullopt;
-    d[i] = static_cast<unsigned char>(hi << 4 | lo);
-  }
+  std::copy(bytes->begin(), bytes->end(), d.begin());
   return d;
 }
 

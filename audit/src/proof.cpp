@@ -9,6 +9,7 @@
 #include "merkle.hpp"
 #include "schema.hpp"
 #include "sluice/audit/evidence.hpp"
+#include "sluice/base/json.hpp"
 #include "sqlite_db.hpp"
 
 namespace sluice::audit {
@@ -106,7 +107,7 @@ std::expected<std::string, Error> proveExecution(const std::filesystem::path& db
   proof["tree_size"] = position;
   proof["audit_path"] = std::move(path);
   proof["checkpoint"] = detail::checkpointJson(ckpt->get());
-  return detail::dumpJson(proof, 2) + "\n";
+  return base::dumpJson(proof, 2) + "\n";
 }
 
 ProofCheck checkProof(std::string_view proof_json, const PublicKey& key) {

@@ -10,6 +10,8 @@
 #include <bit>
 #include <cstring>
 
+#include "sluice/base/hex.hpp"
+
 namespace sluice::audit::detail {
 namespace {
 
@@ -51,24 +53,6 @@ char* putValue(char* p, const Value& v) {
   }
 }
 
-void hexInto(const unsigned char* md, unsigned n, char* out) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  for (unsigned i = 0; i < n; ++i) {
-    out[2 * i] = kDigits[md[i] >> 4];
-    out[2 * i + 1] = kDigits[md[i] & 0xf];
-  }
-}
-
-std::string hex(const unsigned char* p, unsigned n) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  std::string s(n * 2, '0');
-  for (unsigned i = 0; i < n; ++i) {
-    s[2 * i] = kDigits[p[i] >> 4];
-    s[2 * i + 1] = kDigits[p[i] & 0xf];
-  }
-  return s;
-}
-
 }  // namespace
 
 RowHasher::RowHasher() { buf_.reserve(1024); }
@@ -79,7 +63,7 @@ std::string RowHasher::sha256(std::string_view bytes) {
   SHA256_Init(&ctx);
   SHA256_Update(&ctx, bytes.data(), bytes.size());
   SHA256_Final(out, &ctx);
-  return hex(out, SHA256_DIGEST_LENGTH);
+  return base::hexEncode(std::span<const std::uint8_t>(out, SHA256_DIGEST_LENGTH));
 }
 
 void RowHasher::hash(std::string_view table, std::int64_t seq, std::string_view prev_hash,
@@ -103,7 +87,7 @@ void RowHasher::hash(std::string_view table, std::int64_t seq, std::string_view 
   SHA256_Init(&ctx);
   SHA256_Update(&ctx, buf_.data(), static_cast<std::size_t>(p - buf_.data()));
   SHA256_Final(md, &ctx);
-  hexInto(md, SHA256_DIGEST_LENGTH, out.hex.data());
+  base::hexEncodeInto(std::span<const std::uint8_t>(md, SHA256_DIGEST_LENGTH), out.hex.data());
   if (raw) std::memcpy(raw, md, SHA256_DIGEST_LENGTH);
 }
 

@@ -31,6 +31,9 @@
 #include "row_hash.hpp"
 #include "schema.hpp"
 #include "sluice/audit/signing.hpp"
+#include "sluice/base/clock.hpp"
+#include "sluice/base/json.hpp"
+#include "sluice/base/log.hpp"
 #include "sqlite_db.hpp"
 
 namespace sluice::audit {
@@ -40,23 +43,7 @@ using detail::Db;
 using detail::Stmt;
 using detail::Value;
 
-std::shared_ptr<spdlog::logger> logger() {
-  static std::shared_ptr<spdlog::logger> log = [] {
-    if (auto existing = spdlog::get("audit")) return existing;
-    try {
-      return spdlog::stderr_color_mt("audit");
-    } catch (const spdlog::spdlog_ex&) {
-      return spdlog::get("audit");  // registered concurrently by someone else
-    }
-  }();
-  return log;
-}
-
-std::int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
+spdlog::logger& logger() { return base::logger(base::LoggerId::kAudit); }
 
 /// SQLite reports a failed create as "unable to open database file" with the errno of its
 /// last fallback attempt (often ENOENT); find the real cause for the message.
@@ -291,7 +278,7 @@ std::expected<void, Error> createPrivately(const std::filesystem::path& path,
     if (errno != EEXIST) return {};  // SQLite's own open reports the real problem
     struct stat st {};
     if (::stat(path.c_str(), &st) == 0 && (st.st_mode & 0007) != 0) {
-      logger()->warn(
+      logger().warn(
           "{}: the audit database is readable by other users (mode {:04o}); it holds argv, "
           "URLs and hosts: chmod 600 it (and its -wal and -shm files)",
           path.string(), st.st_mode & 07777);
@@ -402,7 +389,7 @@ std::expected<void, Error> Store::Impl::openWriter() {
   if (options_.signing_key) {
     if (auto r = loadTree(); !r) return r;
   }
-  logger()->debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
+  logger().debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
   return {};
 }
 
@@ -724,7 +711,7 @@ std::expected<void, Error> Store::Impl::flush() {
 }
 
 void Store::Impl::fail(Error error) {
-  logger()->error("audit store failed, refusing further events: {}", error.message);
+  logger().error("audit store failed, refusing further events: {}", error.message);
   {
     std::lock_guard lock(mu_);
     if (!failure_) failure_ = std::move(error);
@@ -889,7 +876,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
       // policies is content-addressed and verify checks it: a key that is not the text's
       // hash would make the whole database fail verification, so refuse it here.
       if (hasher_.sha256(p->yaml) != p->sha256) {
-        logger()->error(
+        logger().error(
             "{}: not recording policy of workflow '{}': {} is not the SHA-256 of "
             "its text",
             path_.string(), p->workflow, p->sha256);
@@ -919,8 +906,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
       r = insertChained(insert_connection_, "connections", cv, i);
     } else if (auto* q = std::get_if<RequestEvent>(&batch[i])) {
       // Replace invalid UTF-8 rather than throw: nothing may kill the writer thread.
-      json_buf = nlohmann::json(q->injected_secrets)
-                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      json_buf = base::dumpJson(nlohmann::json(q->injected_secrets));
       rv = {detail::textOrNull(q->connection_id), detail::textOrNull(q->execution_id),
             Value{std::string_view(q->workflow)}, Value{q->ts_ms},
             detail::textOrNull(q->method),        detail::textOrNull(q->host),
@@ -929,8 +915,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
             detail::textOrNull(q->reason),        Value{std::string_view(json_buf)}};
       r = insertChained(insert_request_, "requests", rv, i);
     } else if (auto* f = std::get_if<ForwardEvent>(&batch[i])) {
-      json_buf = nlohmann::json(f->injected_secrets)
-                     .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+      json_buf = base::dumpJson(nlohmann::json(f->injected_secrets));
       fv = {detail::textOrNull(f->connection_id),
             detail::textOrNull(f->execution_id),
             Value{std::string_view(f->workflow)},
@@ -1087,7 +1072,7 @@ std::expected<void, Error> Store::flush() { return impl_->flush(); }
 void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
                          const std::string& yaml_text) {
   if (!impl_->firstSightOfPolicy(sha256)) return;  // stored once; no need to queue it again
-  impl_->push(PolicyItem{sha256, workflow, yaml_text, nowMs()});
+  impl_->push(PolicyItem{sha256, workflow, yaml_text, base::nowMs()});
 }
 
 void Store::recordConnection(ConnectionEvent event) { impl_->push(std::move(event)); }

@@ -20,10 +20,16 @@ void appendHexByte(std::string& out, std::uint8_t byte) {
   out.push_back(kDigits[byte & 0x0f]);
 }
 
+void hexEncodeInto(std::span<const std::uint8_t> bytes, char* out) {
+  for (std::uint8_t b : bytes) {
+    *out++ = kDigits[b >> 4];
+    *out++ = kDigits[b & 0x0f];
+  }
+}
+
 std::string hexEncode(std::span<const std::uint8_t> bytes) {
-  std::string out;
-  out.reserve(bytes.size() * 2);
-  for (std::uint8_t b : bytes) appendHexByte(out, b);
+  std::string out(bytes.size() * 2, '\0');
+  hexEncodeInto(bytes, out.data());
   return out;
 }
 

@@ -72,11 +72,12 @@ std::string_view loggerName(LoggerId id) { return kNames[static_cast<std::size_t
 
 spdlog::logger& logger(LoggerId id) { return *loggers().all[static_cast<std::size_t>(id)]; }
 
-void configureLogging(LogFormat format, spdlog::level::level_enum level) {
-  for (auto& l : loggers().all) {
-    if (format == LogFormat::kJson) l->set_formatter(std::make_unique<JsonFormatter>());
-    l->set_level(level);
-  }
+void setLogFormat(LogFormat format) {
+  loggers();  // registered first, so the registry's formatter reaches them too
+  if (format == LogFormat::kJson)
+    spdlog::set_formatter(std::make_unique<JsonFormatter>());
+  else
+    spdlog::set_pattern("%+");  // spdlog's default pattern
 }
 
 }  // namespace sluice::base

@@ -20,6 +20,8 @@
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
+#include "sluice/base/clock.hpp"
+#include "sluice/base/json.hpp"
 
 namespace sluice::cli {
 namespace {
@@ -43,12 +45,6 @@ int fail(const std::string& message) {
   return 2;
 }
 
-std::int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 int runQuery(const AuditArgs& a) {
   auto format = audit::parseFormat(a.format);
   if (!format) return fail(format.error().message);
@@ -58,7 +54,7 @@ int runQuery(const AuditArgs& a) {
   if (!a.execution.empty()) f.execution = a.execution;
   if (!a.decision.empty()) f.decision = a.decision;
   if (!a.host.empty()) f.host = a.host;
-  std::int64_t now = nowMs();
+  std::int64_t now = base::nowMs();
   if (!a.since.empty()) {
     auto t = audit::parseTime(a.since, now);
     if (!t) return fail("--since: " + t.error().message);
@@ -170,7 +166,7 @@ int runShow(const AuditArgs& a) {
     out["receipt"] = receipt.is_discarded() ? nlohmann::ordered_json(d.receipt_json) : receipt;
     out["connections"] = nlohmann::ordered_json::parse(audit::formatResult(d.connections, *format));
     out["requests"] = nlohmann::ordered_json::parse(audit::formatResult(d.requests, *format));
-    std::cout << out.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) << "\n";
+    std::cout << base::dumpJson(out, 2) << "\n";
     return 0;
   }
   if (*format == audit::OutputFormat::kCsv) {
@@ -190,10 +186,7 @@ int runShow(const AuditArgs& a) {
               << "\n";
   }
   std::cout << "\nReceipt\n"
-            << (receipt.is_discarded()
-                    ? d.receipt_json
-                    : receipt.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace))
-            << "\n";
+            << (receipt.is_discarded() ? d.receipt_json : base::dumpJson(receipt, 2)) << "\n";
   std::cout << "\nConnections (" << d.connections.rows.size() << ")\n"
             << audit::formatResult(d.connections, *format);
   std::cout << "\nRequests (" << d.requests.rows.size() << ")\n"

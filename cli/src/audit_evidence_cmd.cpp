@@ -14,6 +14,7 @@
 #include "sluice/audit/evidence.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
+#include "sluice/base/clock.hpp"
 
 namespace sluice::cli {
 namespace {
@@ -100,9 +101,7 @@ int runExport(const EvidenceArgs& a) {
   o.format = a.format == "csv" ? audit::ExportFormat::kCsv : audit::ExportFormat::kJsonl;
   o.after_seq = a.after_seq;
   if (!a.since.empty()) {
-    auto now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
+    auto now = base::nowMs();
     auto t = audit::parseTime(a.since, now);
     if (!t) return fail("--since: " + t.error().message);
     o.since_ms = *t;

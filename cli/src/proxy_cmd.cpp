@@ -5,7 +5,6 @@
 // from `sluice ca init`); `${secret:NAME}` references need --secrets; both are checked at
 // start and on every reload, and a policy that needs what is missing is refused.
 #include <signal.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -22,6 +21,7 @@
 #include "commands.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
+#include "sluice/base/log.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
@@ -48,37 +48,6 @@ struct ProxyArgs {
   std::string log_format = "text";
   std::string limit_window = "1h";
 };
-
-// JSON-lines log output (`--log-format json`): one object per line, message escaped.
-class JsonFormatter final : public spdlog::formatter {
- public:
-  void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(msg.time.time_since_epoch());
-    std::time_t secs = static_cast<std::time_t>(ms.count() / 1000);
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    char ts[96];
-    std::snprintf(ts, sizeof ts, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                  tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                  static_cast<int>(ms.count() % 1000));
-    auto level = spdlog::level::to_string_view(msg.level);
-    nlohmann::json j = {{"ts", ts},
-                        {"level", std::string(level.data(), level.size())},
-                        {"logger", std::string(msg.logger_name.data(), msg.logger_name.size())},
-                        {"msg", std::string(msg.payload.data(), msg.payload.size())}};
-    auto line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    line += '\n';
-    dest.append(line.data(), line.data() + line.size());
-  }
-  std::unique_ptr<spdlog::formatter> clone() const override {
-    return std::make_unique<JsonFormatter>();
-  }
-};
-
-std::shared_ptr<spdlog::logger> cliLogger() {
-  if (auto l = spdlog::get("proxy")) return l;
-  return spdlog::stderr_color_mt("proxy");
-}
 
 // Splits ADDR:PORT / [V6]:PORT.
 bool splitListen(const std::string& text, std::string& addr, std::uint16_t& port) {
@@ -159,9 +128,8 @@ int runProxy(const ProxyArgs& args) {
   // Before any thread starts (audit writer, resolver pool, I/O threads).
   sigset_t set = blockDaemonSignals();
 
-  if (args.log_format == "json") spdlog::set_formatter(std::make_unique<JsonFormatter>());
-  auto logger = cliLogger();
-  if (args.log_format == "json") logger->set_formatter(std::make_unique<JsonFormatter>());
+  if (args.log_format == "json") base::setLogFormat(base::LogFormat::kJson);
+  spdlog::logger& logger = base::logger(base::LoggerId::kProxy);
 
   if (args.listens.size() != args.workflows.size()) {
     std::fprintf(stderr,
@@ -271,8 +239,8 @@ int runProxy(const ProxyArgs& args) {
     }
   }
   px.start();
-  logger->info("sluice proxy running ({} listener(s)); SIGHUP reloads {}, SIGTERM drains",
-               args.listens.size(), args.policy_dir);
+  logger.info("sluice proxy running ({} listener(s)); SIGHUP reloads {}, SIGTERM drains",
+              args.listens.size(), args.policy_dir);
 
   for (;;) {
     int sig = 0;
@@ -280,14 +248,14 @@ int runProxy(const ProxyArgs& args) {
     if (sig == SIGHUP) {
       auto fresh = loadMatchers(args, ca != nullptr, secrets.get());
       if (!fresh) {
-        logger->error("policy reload rejected, keeping the policy in force:\n{}", fresh.error());
+        logger.error("policy reload rejected, keeping the policy in force:\n{}", fresh.error());
         continue;
       }
       for (auto& [name, m] : *fresh) px.replaceMatcher(name, m);
-      logger->info("policy reloaded from {}", args.policy_dir);
+      logger.info("policy reloaded from {}", args.policy_dir);
       continue;
     }
-    logger->info("signal {}: draining", sig);
+    logger.info("signal {}: draining", sig);
     break;
   }
   px.stop();

@@ -22,17 +22,13 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/base/clock.hpp"
+
 extern char** environ;
 
 namespace sluice::execution {
 
 namespace {
-
-std::int64_t wallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // A pipe, or for the command's stdin a socket pair: written with send(MSG_NOSIGNAL), so a
 // command that exits without reading it cannot kill sluice with SIGPIPE.
@@ -181,7 +177,7 @@ class ApproveWith::Impl {
     // The answer is the first line: read until it is complete (a child the command left behind
     // may hold its stdout open for ever), then wait for the command itself to exit.
     while (out.size() < 4096 && out.find('\n') == std::string::npos) {
-      const std::int64_t left = a.expires_at_ms - wallMs();
+      const std::int64_t left = a.expires_at_ms - base::nowMs();
       if (left <= 0) {
         timed_out = true;
         break;
@@ -206,7 +202,7 @@ class ApproveWith::Impl {
     for (int delay_us = 100;;) {
       pid_t r = ::waitpid(pid, &status, WNOHANG);
       if (r == pid || (r < 0 && errno != EINTR)) break;
-      if (r == 0 && wallMs() >= a.expires_at_ms) {
+      if (r == 0 && base::nowMs() >= a.expires_at_ms) {
         timed_out = true;
         ::kill(-pid, SIGKILL);
         while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

@@ -2,8 +2,6 @@
 // report every problem in one pass. Nothing half-loaded is ever returned.
 #include "sluice/policy/loader.hpp"
 
-#define OPENSSL_SUPPRESS_DEPRECATED  // SHA256_Init/Update/Final: see sha256Hex
-#include <openssl/sha.h>
 #include <re2/re2.h>
 #include <yaml-cpp/yaml.h>
 
@@ -14,6 +12,7 @@
 #include <sstream>
 
 #include "host_pattern.hpp"
+#include "sluice/base/digest.hpp"
 #include "sluice/policy/units.hpp"
 
 namespace sluice::policy {
@@ -697,25 +696,6 @@ class Parser {
 
 }  // namespace
 
-std::string sha256Hex(std::string_view data) {
-  // The one-shot low-level digest: EVP_Digest's first call initialises providers and engines
-  // (about 0.5 ms), which `sluice run` would pay on every execution.
-  // (In OpenSSL 3.0 even SHA256() goes through EVP; the SHA256_* functions do not.)
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256_CTX ctx;
-  SHA256_Init(&ctx);
-  SHA256_Update(&ctx, data.data(), data.size());
-  SHA256_Final(md, &ctx);
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * SHA256_DIGEST_LENGTH);
-  for (unsigned char b : md) {
-    out.push_back(kHex[b >> 4]);
-    out.push_back(kHex[b & 15]);
-  }
-  return out;
-}
-
 std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::string_view file) {
   Parser parser{std::string(file)};
   Workflow w;
@@ -738,7 +718,7 @@ std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::str
   w.warnings = std::move(parser.warnings());
   w.source_path = std::string(file);
   w.yaml_text = std::string(yaml);
-  w.sha256 = sha256Hex(yaml);
+  w.sha256 = base::sha256Hex(yaml);
   return w;
 }
 

@@ -8,8 +8,8 @@
 #include <string>
 
 #include "exchange.hpp"
-#include "net.hpp"
 #include "refusal.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/policy/matcher.hpp"
 
 namespace sluice::proxy {

@@ -18,17 +18,15 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "sluice/base/clock.hpp"
+#include "sluice/base/hex.hpp"
+#include "sluice/base/json.hpp"
+
 namespace sluice::proxy {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::int64_t wallMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string newApprovalId() {
   unsigned char b[8];
@@ -39,13 +37,7 @@ std::string newApprovalId() {
     if (n < 0) std::abort();  // getrandom cannot fail for 8 bytes once the pool is ready
     got += static_cast<std::size_t>(n);
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "ap-";
-  for (unsigned char c : b) {
-    id += kHex[c >> 4];
-    id += kHex[c & 15];
-  }
-  return id;
+  return "ap-" + base::hexEncode(std::span<const std::uint8_t>(b, sizeof b));
 }
 
 std::string rfc3339(std::int64_t ms) {
@@ -113,7 +105,6 @@ class RecentSet {
 }  // namespace
 
 std::string displayText(std::string_view s, std::size_t max) {
-  static constexpr char kHex[] = "0123456789abcdef";
   const std::size_t keep = max < 3 ? 0 : max - 3;  // room left before "..."
   std::string out;
   std::size_t cut = 0;  // the longest whole-unit prefix that fits in `keep`
@@ -125,8 +116,7 @@ std::string displayText(std::string_view s, std::size_t max) {
       out += static_cast<char>(c);
     } else {
       out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
+      base::appendHexByte(out, c);
     }
     if (out.size() <= keep) cut = out.size();
     // Cut at an escape's edge, never inside one (a lone backslash would read as another escape).
@@ -188,7 +178,7 @@ std::string approvalJson(const Approval& a) {
   };
   const ScopeCovers c = scopeCovers(a);
   j["covers"] = {{"once", c.once}, {"execution", c.execution}, {"host", c.host}};
-  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return base::dumpJson(j);
 }
 
 class ApprovalDesk::Impl {
@@ -215,7 +205,7 @@ class ApprovalDesk::Impl {
   Approval ask(Approval a, std::chrono::milliseconds timeout,
                std::function<void(ApprovalOutcome)> done) {
     a.id = newApprovalId();
-    a.asked_at_ms = wallMs();
+    a.asked_at_ms = base::nowMs();
     a.expires_at_ms = a.asked_at_ms + timeout.count();
     const std::string owner = a.execution_id;
     std::vector<std::pair<std::uint64_t, Watcher>> to_tell;
@@ -387,7 +377,7 @@ class ApprovalDesk::Impl {
     ev.scope = std::string(scopeName(scope));
     ev.decided_by = o.decided_by;
     ev.asked_at_ms = p.a.asked_at_ms;
-    ev.decided_at_ms = wallMs();
+    ev.decided_at_ms = base::nowMs();
     return Resolved{std::move(ev), std::move(o), std::move(p.done)};
   }
 

@@ -2,6 +2,7 @@
 #include "audit_rows.hpp"
 
 #include "log.hpp"
+#include "sluice/base/clock.hpp"
 
 namespace sluice::proxy {
 
@@ -12,7 +13,7 @@ audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
   ev.execution_id = ctx.row_names->of(listener.execution_id);
   ev.workflow = workflow.name;
   ev.policy_sha256 = workflow.sha256;
-  ev.ts_ms = nowMs();
+  ev.ts_ms = base::nowMs();
   ev.kind = std::move(kind);
   ev.tls = ev.kind == "connect" ? "passthrough" : "none";
   return ev;
@@ -43,7 +44,7 @@ RequestRecord::RequestRecord(const Context& ctx, const Listener& listener,
   ev_.connection_id = std::move(connection_id);
   ev_.execution_id = ctx.row_names->of(listener.execution_id);
   ev_.workflow = workflow.name;
-  ev_.ts_ms = nowMs();
+  ev_.ts_ms = base::nowMs();
   ev_.method = std::move(method);
   ev_.host = std::move(host);
   ev_.path = std::move(path);

@@ -14,6 +14,7 @@
 #include <future>
 
 #include "log.hpp"
+#include "sluice/base/clock.hpp"
 
 namespace sluice::proxy::blocked {
 namespace {
@@ -308,7 +309,7 @@ void Log::row(std::string host, std::uint16_t port, std::string detail) {
   ev.execution_id = ctx_->row_names->of(execution_id_);
   ev.workflow = workflow_;
   ev.policy_sha256 = policy_sha256_;
-  ev.ts_ms = nowMs();
+  ev.ts_ms = base::nowMs();
   ev.kind = "blocked";
   ev.host = std::move(host);
   ev.port = port;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "context.hpp"
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 
 namespace sluice::proxy::blocked {
 

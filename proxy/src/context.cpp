@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "sluice/base/clock.hpp"
+
 namespace sluice::proxy {
 
 namespace {
@@ -15,18 +17,11 @@ constexpr std::size_t kMaxDenials = 1000;
 bool underLimit(std::uint64_t value, std::uint64_t limit) { return limit == 0 || value <= limit; }
 }  // namespace
 
-std::int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
 void Account::roll() {
   if (window_.count() == 0) return;
   const std::int64_t now = nowNs();
   std::int64_t start = window_start_.load(std::memory_order_relaxed);
-  const std::int64_t length =
-      std::chrono::duration_cast<std::chrono::nanoseconds>(window_).count();
+  const std::int64_t length = std::chrono::duration_cast<std::chrono::nanoseconds>(window_).count();
   if (now - start < length) return;
   // One thread wins the roll; the counters start again (connections held stay held).
   if (!window_start_.compare_exchange_strong(start, now, std::memory_order_relaxed)) return;
@@ -53,8 +48,7 @@ std::shared_ptr<Account> ClientBudgets::accountFor(const net::ip::address& peer)
     if (clients_.size() >= kMaxClients) {
       // Evict budgets no connection holds and whose window is over.
       const std::int64_t cutoff =
-          Account::nowNs() -
-          std::chrono::duration_cast<std::chrono::nanoseconds>(window_).count();
+          Account::nowNs() - std::chrono::duration_cast<std::chrono::nanoseconds>(window_).count();
       std::erase_if(clients_, [cutoff](const auto& kv) {
         return kv.second.use_count() == 1 && kv.second->lastUsedNs() < cutoff;
       });

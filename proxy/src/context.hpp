@@ -12,8 +12,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "net.hpp"
 #include "sluice/audit/event_sink.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/proxy/proxy.hpp"
 
@@ -269,7 +269,5 @@ struct Context {
   bool isOwnEndpoint(const tcp::endpoint& ep) const;
   bool auditHealthy() const { return !sink || sink->healthy(); }
 };
-
-std::int64_t nowMs();
 
 }  // namespace sluice::proxy

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 
 namespace sluice::proxy {
 

@@ -10,15 +10,10 @@
 #include <future>
 
 #include "log.hpp"
+#include "sluice/base/clock.hpp"
 
 namespace sluice::proxy::dns {
 namespace {
-
-std::int64_t nowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // The socket's type and address family, or an error naming the fd.
 std::expected<int, Error> socketFamily(int fd, int want_type, bool want_listening,
@@ -122,7 +117,7 @@ Outcome Endpoint::handle(std::span<const std::uint8_t> message, Transport transp
   if (account_) account_->noteDnsQuery(o.event.decision != "allow");
   if (o.record && sink_) {
     o.event.execution_id = row_names_ ? row_names_->of(execution_id_) : execution_id_;
-    o.event.ts_ms = nowMs();
+    o.event.ts_ms = base::nowMs();
     sink_->recordDns(o.event);
   }
   return o;

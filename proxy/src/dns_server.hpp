@@ -11,8 +11,8 @@
 
 #include "context.hpp"
 #include "dns_answerer.hpp"
-#include "net.hpp"
 #include "sluice/audit/event_sink.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/proxy/proxy.hpp"
 
 namespace sluice::proxy::dns {

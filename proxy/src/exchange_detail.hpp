@@ -2,12 +2,11 @@
 // deciding; exchange_forward.cpp: forwarding and relaying).
 #pragma once
 
+#include <boost/asio/ssl/error.hpp>
 #include <string>
 #include <string_view>
 
-#include <boost/asio/ssl/error.hpp>
-
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 
 namespace sluice::proxy::exchange_detail {
 

@@ -6,9 +6,9 @@
 #include <string>
 #include <string_view>
 
-#include "net.hpp"
 #include "refusal.hpp"
 #include "relay.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/target.hpp"
 

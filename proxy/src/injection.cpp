@@ -6,6 +6,8 @@
 
 #include <algorithm>
 
+#include "sluice/base/hex.hpp"
+
 namespace sluice::proxy {
 
 bool injects(const policy::Rule* rule) { return rule && !rule->inject.headers.empty(); }
@@ -175,12 +177,7 @@ std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow) {
     if (r.inject.placeholder_env.empty() || r.inject.secret_names.size() != 1) continue;
     unsigned char bytes[32];
     RAND_bytes(bytes, sizeof bytes);
-    static constexpr char kHex[] = "0123456789abcdef";
-    std::string token = "sluice_ph_";
-    for (unsigned char b : bytes) {
-      token.push_back(kHex[b >> 4]);
-      token.push_back(kHex[b & 15]);
-    }
+    std::string token = "sluice_ph_" + base::hexEncode(std::span<const std::uint8_t>(bytes));
     out.push_back(
         {r.inject.placeholder_env, std::move(token), r.inject.secret_names.front(), r.id});
   }

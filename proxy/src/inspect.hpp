@@ -7,7 +7,7 @@
 #include <string>
 
 #include "context.hpp"
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/policy/matcher.hpp"
 
 namespace sluice::proxy {
@@ -17,8 +17,8 @@ struct InspectStart {
   policy::Target target;
   policy::Decision decision;
   tcp::endpoint upstream_endpoint;
-  audit::ConnectionEvent event;  // kind "connect", host, port, resolved ip filled in
-  std::string early;             // bytes the client sent after the CONNECT (its ClientHello)
+  audit::ConnectionEvent event;      // kind "connect", host, port, resolved ip filled in
+  std::string early;                 // bytes the client sent after the CONNECT (its ClientHello)
   std::shared_ptr<Account> account;  // what the tunnel is charged to (holds its slot)
 };
 

@@ -5,10 +5,12 @@
 
 #include <exception>
 
+#include "sluice/base/log.hpp"
+
 namespace sluice::proxy {
 
-/// The "proxy" logger; created on first use (stderr) unless the CLI registered one.
-spdlog::logger& log();
+/// The "proxy" logger (base's named logger).
+inline spdlog::logger& log() { return base::logger(base::LoggerId::kProxy); }
 
 /// The completion handler of every connection coroutine: the data plane never throws on
 /// purpose, so anything that escapes is logged with `what` and the connection just ends.

@@ -15,8 +15,8 @@
 #include "context.hpp"
 #include "dns_server.hpp"
 #include "log.hpp"
-#include "net.hpp"
 #include "session.hpp"
+#include "sluice/base/net.hpp"
 #include "tls_context.hpp"
 
 namespace sluice::proxy {

@@ -4,6 +4,8 @@
 #include <array>
 #include <nlohmann/json.hpp>
 
+#include "sluice/base/json.hpp"
+
 namespace sluice::proxy {
 namespace {
 
@@ -84,7 +86,7 @@ std::string renderRefusal(const Refusal& r, const std::string& workflow, bool ke
                          {"detail", r.detail}};
   // A detail can quote client bytes that are not UTF-8 (a mangled target): replace them
   // rather than throw (found by proxy_session_fuzz).
-  std::string text = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  std::string text = base::dumpJson(body) + "\n";
   std::string out = "HTTP/1.1 ";
   out += std::to_string(static_cast<unsigned>(r.status));
   out += ' ';

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/policy/matcher.hpp"
 
 namespace sluice::proxy {

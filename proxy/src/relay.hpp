@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "deadline.hpp"
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 
 namespace sluice::proxy {
 
@@ -76,10 +76,9 @@ bool takeBodyBytes(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, 
 /// bytes are already buffered, header and first body bytes leave in one write; when none are,
 /// the header goes at once so the peer is not kept waiting (streaming responses, slow uploads).
 template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
-net::awaitable<RelayResult> relayMessage(Endpoint<In> in,
-                                         http::parser<isRequest, http::buffer_body, PmrAllocator>& p,
-                                         Endpoint<Out> out, std::chrono::milliseconds timeout,
-                                         Count count, KeepAlive keep) {
+net::awaitable<RelayResult> relayMessage(
+    Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
+    std::chrono::milliseconds timeout, Count count, KeepAlive keep) {
   RelayResult res;
   http::serializer<isRequest, http::buffer_body, PmrFields> sr{p.get()};
   RelayBuffer relay_buf;

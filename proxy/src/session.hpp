@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "context.hpp"
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 
 namespace sluice::proxy {
 

@@ -10,7 +10,7 @@
 #include <memory>
 #include <string>
 
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/proxy/proxy.hpp"
 
 namespace sluice::proxy {

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/proxy/synthetic_names.hpp"
 
 namespace sluice::proxy {

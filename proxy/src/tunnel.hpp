@@ -7,7 +7,7 @@
 #include <string>
 
 #include "context.hpp"
-#include "net.hpp"
+#include "sluice/base/net.hpp"
 
 namespace sluice::proxy {
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "pool.hpp"
+#include "sluice/base/clock.hpp"
 #include "sluice/base/json.hpp"
 #include "sluice/execution/wiring.hpp"
 #include "sluice/policy/matcher.hpp"
@@ -429,9 +430,7 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   rec.started_at_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(s.created_at.time_since_epoch())
           .count();
-  rec.ended_at_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                        std::chrono::system_clock::now().time_since_epoch())
-                        .count();
+  rec.ended_at_ms = base::nowMs();
   rec.artifacts_json = base::dumpJson(artifacts);
   rec.receipt_json = base::dumpJson(summary);
   if (auto hash = engine_.store().recordExecution(rec)) summary["hash"] = *hash;

@@ -19,17 +19,16 @@ TEST(LogTest, EachIdIsOneRegisteredLogger) {
 }
 
 TEST(LogTest, JsonLinesEscapeTheMessage) {
-  configureLogging(LogFormat::kJson, spdlog::level::info);
   std::ostringstream out;
   auto& l = logger(LoggerId::kMcp);
   auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out);
   auto saved = l.sinks();
   l.sinks() = {sink};
-  configureLogging(LogFormat::kJson, spdlog::level::info);  // the new sink gets the formatter
+  setLogFormat(LogFormat::kJson);  // every sink of every logger gets the formatter
   l.info("host \"evil\"\n\x1b[2J");
   l.debug("not at this level");
   l.sinks() = saved;
-  configureLogging(LogFormat::kText, spdlog::level::info);
+  setLogFormat(LogFormat::kText);
   std::string line = out.str();
   ASSERT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << line;
   auto j = nlohmann::json::parse(line);

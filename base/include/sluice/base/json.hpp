@@ -9,5 +9,7 @@ namespace sluice::base {
 
 /// `j` as JSON text; compact unless `indent` >= 0. Never throws on invalid UTF-8.
 std::string dumpJson(const nlohmann::json& j, int indent = -1);
+/// The same for an object whose keys keep their insertion order (audit exports, proofs).
+std::string dumpJson(const nlohmann::ordered_json& j, int indent = -1);
 
 }  // namespace sluice::base

@@ -19,7 +19,8 @@ spdlog::logger& logger(LoggerId id);
 
 enum class LogFormat : std::uint8_t { kText, kJson };
 
-/// Sets the format and level of every logger (`--log-format`, `--log-level`).
-void configureLogging(LogFormat format, spdlog::level::level_enum level);
+/// Sets the format of every logger of the process, the default one included (`--log-format`).
+/// Levels are spdlog's own (spdlog::set_level), which reach these loggers too.
+void setLogFormat(LogFormat format);
 
 }  // namespace sluice::base

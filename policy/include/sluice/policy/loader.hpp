@@ -30,7 +30,4 @@ std::expected<PolicySet, LoadError> loadPolicyDir(const std::filesystem::path& d
 /// A file or a directory, as `sluice policy check` accepts.
 std::expected<PolicySet, LoadError> loadPolicyPath(const std::filesystem::path& path);
 
-/// Hex SHA-256 of a byte string (OpenSSL).
-std::string sha256Hex(std::string_view data);
-
 }  // namespace sluice::policy
