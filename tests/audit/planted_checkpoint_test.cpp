@@ -40,13 +40,28 @@ std::vector<detail::Digest> rowHashes(const std::filesystem::path& db, std::int6
   return out;
 }
 
+/// Copies the newest checkpoint of the database `from` into `into` as its row at `position`,
+/// as someone able to write `into` would plant it. Returns "" or SQLite's error.
+std::string plantNewestCheckpoint(const std::filesystem::path& from,
+                                  const std::filesystem::path& into, int position) {
+  RawDb src(from);
+  auto col = [&](const std::string& c) {
+    return src.text("SELECT " + c + " FROM checkpoints ORDER BY seq DESC LIMIT 1");
+  };
+  return RawDb(into).exec(
+      "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) VALUES (" +
+      std::to_string(position) + ", '" + col("root") + "', '" + col("signature") + "', '" +
+      col("key_id") + "', " + col("ts") + ", '" + col("frontier") + "')");
+}
+
 class PlantedCheckpointTest : public ::testing::TestWithParam<Plant> {
  protected:
   void SetUp() override {
-    key_ = *SigningKey::generate();
-    pub_ = *PublicKey::fromPem(key_->publicKeyPem(), "test");
-    StoreOptions o;
-    o.signing_key = key_;
+    auto keys = testing::generateKeys();
+    ASSERT_TRUE(keys.key && keys.pub);
+    key_ = keys.key;
+    pub_ = keys.pub;
+    StoreOptions o = keys.options();
     o.checkpoint_rows = 5;
     // This log: 12 rows, signed (checkpoints at 5, 10, 12).
     {
@@ -206,17 +221,7 @@ TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsR
       store->recordConnection(testing::sampleConnection(i, std::string("exec-") + name));
   }
   // b's checkpoint (position 7) planted into a, as a's newest.
-  RawDb b(dir / "b.db");
-  auto col = [&](const std::string& c) {
-    return b.text("SELECT " + c + " FROM checkpoints ORDER BY seq DESC LIMIT 1");
-  };
-  ASSERT_EQ(
-      RawDb(dir / "a.db")
-          .exec("INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) VALUES "
-                "(7, '" +
-                col("root") + "', '" + col("signature") + "', '" + col("key_id") + "', " +
-                col("ts") + ", '" + col("frontier") + "')"),
-      "");
+  ASSERT_EQ(plantNewestCheckpoint(dir / "b.db", dir / "a.db", 7), "");
   auto store = Store::open(dir / "a.db", o);
   ASSERT_FALSE(store.has_value());
   EXPECT_NE(store.error().message.find("checkpoint seq 2 (position 7) does not match this "
@@ -234,17 +239,7 @@ TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsR
         s->recordConnection(testing::sampleConnection(session * 4 + i, std::string("e-") + name));
     }
   }
-  RawDb d(dir / "d.db");
-  auto dcol = [&](const std::string& c) {
-    return d.text("SELECT " + c + " FROM checkpoints ORDER BY seq DESC LIMIT 1");
-  };
-  ASSERT_EQ(
-      RawDb(dir / "c.db")
-          .exec("INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) VALUES "
-                "(8, '" +
-                dcol("root") + "', '" + dcol("signature") + "', '" + dcol("key_id") + "', " +
-                dcol("ts") + ", '" + dcol("frontier") + "')"),
-      "");
+  ASSERT_EQ(plantNewestCheckpoint(dir / "d.db", dir / "c.db", 8), "");
   store = Store::open(dir / "c.db", o);
   ASSERT_FALSE(store.has_value());
   EXPECT_NE(store.error().message.find("checkpoint seq 3 (position 8) does not match this "
@@ -257,10 +252,9 @@ TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsR
 // position shape (odd, a power of two, a sum of several) and keeps signing.
 TEST(PlantedCheckpointSameKeyTest, OwnCheckpointsAreResumedAtEveryPositionShape) {
   TempDir dir;
-  auto key = *SigningKey::generate();
-  auto pub = *PublicKey::fromPem(key->publicKeyPem(), "test");
-  StoreOptions o;
-  o.signing_key = key;
+  auto keys = testing::generateKeys();
+  ASSERT_TRUE(keys.key && keys.pub);
+  StoreOptions o = keys.options();
   o.checkpoint_rows = 1000;
   int n = 0;
   for (int rows : {1, 1, 2, 4, 5, 3}) {  // closes at 1, 2, 4, 8, 13, 16
@@ -268,7 +262,7 @@ TEST(PlantedCheckpointSameKeyTest, OwnCheckpointsAreResumedAtEveryPositionShape)
     ASSERT_TRUE(store) << "after " << n << " rows";
     for (int i = 0; i < rows; ++i) store->recordConnection(testing::sampleConnection(n++));
   }
-  auto v = verify(dir / "audit.db", pub.get());
+  auto v = verify(dir / "audit.db", keys.pub.get());
   ASSERT_TRUE(v.has_value());
   EXPECT_TRUE(v->ok) << v->first_broken;
   EXPECT_EQ(v->checkpoints, 6u);
