@@ -37,10 +37,11 @@ std::string joinLines(const std::vector<std::string>& ls) {
 class EvidenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    key_ = *SigningKey::generate();
-    pub_ = *PublicKey::fromPem(key_->publicKeyPem(), "test");
-    StoreOptions o;
-    o.signing_key = key_;
+    auto keys = testing::generateKeys();
+    ASSERT_TRUE(keys.key && keys.pub);
+    key_ = keys.key;
+    pub_ = keys.pub;
+    StoreOptions o = keys.options();
     o.checkpoint_rows = 4;
     auto store = testing::openStore(db_, o);
     ASSERT_TRUE(store);
