@@ -149,6 +149,18 @@ class Http {
   std::string buf_, decoded_;
 };
 
+/// A fresh directory for the running test, /tmp/<prefix>-<pid>-<test name> (emptied if a
+/// previous run left it), holding an empty policies/ for the daemon's workflows.
+inline std::filesystem::path freshTestDir(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  fs::path dir =
+      fs::temp_directory_path() / (prefix + "-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir / "policies");
+  return dir;
+}
+
 // Validates `instance` against component `name` of schemas/api.v1.yaml.
 inline void expectSchema(const std::string& name, const json& instance) {
   namespace fs = std::filesystem;

@@ -47,11 +47,7 @@ using serve_test::Response;
 class ServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("sluice-serve-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "policies");
+    dir_ = serve_test::freshTestDir("sluice-serve");
     std::ofstream(dir_ / "policies" / "shell.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: plain shell\n"
            "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  network: none\n";
