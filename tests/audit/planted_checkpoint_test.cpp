@@ -57,11 +57,8 @@ std::string plantNewestCheckpoint(const std::filesystem::path& from,
 class PlantedCheckpointTest : public ::testing::TestWithParam<Plant> {
  protected:
   void SetUp() override {
-    auto keys = testing::generateKeys();
-    ASSERT_TRUE(keys.key && keys.pub);
-    key_ = keys.key;
-    pub_ = keys.pub;
-    StoreOptions o = keys.options();
+    ASSERT_TRUE(keys_.key && keys_.pub);
+    StoreOptions o = keys_.options();
     o.checkpoint_rows = 5;
     // This log: 12 rows, signed (checkpoints at 5, 10, 12).
     {
@@ -99,7 +96,7 @@ class PlantedCheckpointTest : public ::testing::TestWithParam<Plant> {
     const std::int64_t ts = 1'800'000'000'000;
     std::string signature, key_id;
     if (how == Plant::kClaimsTheStoresKey) {
-      key_id = key_->keyId();
+      key_id = keys_.key->keyId();
       // A real signature of this key, replayed from the genuine checkpoint at the same position.
       signature = RawDb(db_).text("SELECT signature FROM checkpoints WHERE position = 12");
     } else if (how == Plant::kSignedByAnotherKey) {
@@ -149,8 +146,7 @@ class PlantedCheckpointTest : public ::testing::TestWithParam<Plant> {
   TempDir dir_;
   std::filesystem::path db_ = dir_ / "audit.db";
   std::filesystem::path foreign_db_ = dir_ / "foreign.db";
-  std::shared_ptr<const SigningKey> key_;
-  std::shared_ptr<const PublicKey> pub_;
+  const testing::TestKeys keys_ = testing::generateKeys();
   nlohmann::ordered_json foreign_row_;
 };
 
@@ -161,7 +157,7 @@ TEST_P(PlantedCheckpointTest, StoreRefusesToSignOverItAndTheForgedProofIsRejecte
 
   // The next writer holding the key.
   StoreOptions o;
-  o.signing_key = key_;
+  o.signing_key = keys_.key;
   auto store = Store::open(db_, o);
   if (store) {  // the old behaviour: it extends the planted tree and signs it at close
     (*store)->recordConnection(testing::sampleConnection(100));
@@ -184,10 +180,10 @@ TEST_P(PlantedCheckpointTest, StoreRefusesToSignOverItAndTheForgedProofIsRejecte
   EXPECT_EQ(RawDb(db_).integer("SELECT count(*) FROM checkpoints"), checkpoints_before);
   EXPECT_EQ(RawDb(db_).integer("SELECT seq FROM chain_head"), head_before);
   // The forged proof of the foreign receipt against the newest checkpoint is rejected.
-  ProofCheck c = checkProof(forgedProof(), *pub_);
+  ProofCheck c = checkProof(forgedProof(), *keys_.pub);
   EXPECT_FALSE(c.ok) << "a receipt that was never in this log was proven";
   // verify names the planted checkpoint too.
-  auto v = verify(db_, pub_.get());
+  auto v = verify(db_, keys_.pub.get());
   ASSERT_TRUE(v.has_value());
   EXPECT_FALSE(v->ok);
 }
