@@ -141,9 +141,8 @@ class AdmissionTest : public ::testing::Test {
     std::ofstream(dir_ / "policies" / "shell.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: plain shell\n"
            "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  disk: 8MiB\n  network: none\n";
-    std::ofstream(dir_ / "tokens") << "agent-a " << kTokenA << "\nagent-b " << kTokenB
-                                   << " approver\nwatcher " << kTokenWatcher << " metrics\n";
-    ::chmod((dir_ / "tokens").c_str(), 0600);
+    serve_test::writeTokenFile(dir_, std::string("agent-a ") + kTokenA + "\nagent-b " + kTokenB +
+                                         " approver\nwatcher " + kTokenWatcher + " metrics\n");
   }
   void TearDown() override {
     if (daemon_ > 0) {

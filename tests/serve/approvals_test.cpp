@@ -138,9 +138,8 @@ class ServeApprovals : public ::testing::Test {
              "      allow_private: true\n      ports: ["
           << port << "]\n      ask: {timeout: 50s}\n";
     }
-    std::ofstream(dir_ / "tokens") << "agent-a " << kAgentA << "\n"
-                                   << "agent-b " << kAgentB << " approver\n";
-    ::chmod((dir_ / "tokens").c_str(), 0600);
+    serve_test::writeTokenFile(
+        dir_, std::string("agent-a ") + kAgentA + "\n" + "agent-b " + kAgentB + " approver\n");
   }
   void TearDown() override {
     if (server_) server_->drain();

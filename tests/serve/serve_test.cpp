@@ -55,9 +55,9 @@ class ServeTest : public ::testing::Test {
         << "apiVersion: sluice/v1\nkind: Workflow\nname: web\ndescription: one host\n"
            "sandbox:\n  timeout: 20s\n  network: proxy\negress:\n  rules:\n"
            "    - {id: only-example, action: allow, hosts: [allowed.example], ports: [443]}\n";
-    std::ofstream(dir_ / "tokens") << "agent-a aaaaaaaaaaaaaaaaaaaaaaaa\n"
-                                   << "agent-b bbbbbbbbbbbbbbbbbbbbbbbb approver\n";
-    ::chmod((dir_ / "tokens").c_str(), 0600);
+    serve_test::writeTokenFile(dir_,
+                               "agent-a aaaaaaaaaaaaaaaaaaaaaaaa\n"
+                               "agent-b bbbbbbbbbbbbbbbbbbbbbbbb approver\n");
   }
   void TearDown() override {
     if (server_) server_->drain();
