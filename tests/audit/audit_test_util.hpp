@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 
 namespace sluice::audit::testing {
@@ -205,6 +206,29 @@ inline ExecutionRecord sampleExecution(const std::string& id) {
   return e;
 }
 
+/// A fresh signing key and its public half (what `audit verify --key` reads). Both are null,
+/// and the test has failed, when either cannot be made: callers ASSERT on them.
+struct TestKeys {
+  std::shared_ptr<const SigningKey> key;
+  std::shared_ptr<const PublicKey> pub;
+  /// Store options that sign with `key` (checkpoint spacing left to the caller).
+  StoreOptions options() const {
+    StoreOptions o;
+    o.signing_key = key;
+    return o;
+  }
+};
+
+inline TestKeys generateKeys() {
+  auto key = SigningKey::generate();
+  EXPECT_TRUE(key.has_value()) << (key ? "" : key.error().message);
+  if (!key) return {};
+  auto pub = PublicKey::fromPem((*key)->publicKeyPem(), "test");
+  EXPECT_TRUE(pub.has_value()) << (pub ? "" : pub.error().message);
+  if (!pub) return {};
+  return {*key, *pub};
+}
+
 /// A raw connection for inspecting or tampering with a database.
 class RawDb {
  public:
@@ -264,6 +288,11 @@ inline std::unique_ptr<Store> openStore(const std::filesystem::path& p, StoreOpt
   return s ? std::move(*s) : nullptr;
 }
 
+/// Records kPolicyText as the workflow "data-analysis" loaded it.
+inline void recordSamplePolicy(Store& store) {
+  store.recordPolicy(sha256Hex(kPolicyText), "data-analysis", kPolicyText);
+}
+
 /// A database with a mix of rows: 2 executions, their connections and requests (seq 1..22 with
 /// the default 5), then (unless `policy` is false) a policy as the last row of the chain.
 inline void populate(const std::filesystem::path& p, int connections_per_execution = 5,
@@ -278,7 +307,7 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
     ASSERT_TRUE(store->recordExecution(sampleExecution(exec)).has_value());
   }
   if (policy) {
-    store->recordPolicy(sha256Hex(kPolicyText), "data-analysis", kPolicyText);
+    recordSamplePolicy(*store);
     ASSERT_TRUE(store->flush().has_value());
   }
 }

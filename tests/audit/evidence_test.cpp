@@ -37,10 +37,8 @@ std::string joinLines(const std::vector<std::string>& ls) {
 class EvidenceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    key_ = *SigningKey::generate();
-    pub_ = *PublicKey::fromPem(key_->publicKeyPem(), "test");
-    StoreOptions o;
-    o.signing_key = key_;
+    ASSERT_TRUE(keys_.key && keys_.pub);
+    StoreOptions o = keys_.options();
     o.checkpoint_rows = 4;
     auto store = testing::openStore(db_, o);
     ASSERT_TRUE(store);
@@ -72,17 +70,16 @@ class EvidenceTest : public ::testing::Test {
 
   TempDir dir_;
   std::filesystem::path db_ = dir_ / "audit.db";
-  std::shared_ptr<const SigningKey> key_;
-  std::shared_ptr<const PublicKey> pub_;
+  const testing::TestKeys keys_ = testing::generateKeys();
 };
 
 // Export, then re-verify the whole chain and every signature from the export alone.
 TEST_F(EvidenceTest, ExportReverifiesFromTheStreamAlone) {
   std::string text = exportText();
-  auto v = verify(db_, pub_.get());
+  auto v = verify(db_, keys_.pub.get());
   ASSERT_TRUE(v.has_value());
   ASSERT_TRUE(v->ok) << v->first_broken;
-  ExportVerifyResult r = verifyText(text, pub_.get());
+  ExportVerifyResult r = verifyText(text, keys_.pub.get());
   EXPECT_TRUE(r.ok) << r.first_broken;
   EXPECT_EQ(r.rows, v->rows);
   EXPECT_EQ(r.checkpoints, v->checkpoints);
@@ -130,7 +127,7 @@ TEST_F(EvidenceTest, DeletedOrReorderedExportLinesAreCaught) {
   // last signed position shows how much was covered.
   auto truncated = ls;
   truncated.resize(3);
-  ExportVerifyResult t = verifyText(joinLines(truncated), pub_.get());
+  ExportVerifyResult t = verifyText(joinLines(truncated), keys_.pub.get());
   EXPECT_TRUE(t.ok) << t.first_broken;
   EXPECT_EQ(t.last_seq, 3);
 }
@@ -148,7 +145,7 @@ TEST_F(EvidenceTest, ExportedCheckpointByAnotherKeyIsCaught) {
     break;
   }
   EXPECT_TRUE(verifyText(joinLines(ls), nullptr).ok);  // no key: the roots still agree
-  ExportVerifyResult r = verifyText(joinLines(ls), pub_.get());
+  ExportVerifyResult r = verifyText(joinLines(ls), keys_.pub.get());
   EXPECT_FALSE(r.ok);
   EXPECT_NE(r.first_broken.find("the signature does not verify"), std::string::npos)
       << r.first_broken;
@@ -169,7 +166,7 @@ TEST_F(EvidenceTest, AfterSeqResumesAndSinceStartsAtTheFirstRowThatRecent) {
     if (at > 5) expected.push_back(l);
   }
   EXPECT_EQ(lines(rest), expected);
-  ExportVerifyResult r = verifyText(rest, pub_.get());
+  ExportVerifyResult r = verifyText(rest, keys_.pub.get());
   EXPECT_TRUE(r.ok) << r.first_broken;
   EXPECT_EQ(r.first_seq, 6);
   EXPECT_FALSE(r.roots_checked);
@@ -202,7 +199,7 @@ std::string proofOf(const std::filesystem::path& db, const std::string& id) {
 TEST_F(EvidenceTest, ProofVerifiesWithoutTheDatabase) {
   std::string proof = proofOf(db_, "exec-1");
   std::filesystem::remove(db_);
-  ProofCheck c = checkProof(proof, *pub_);
+  ProofCheck c = checkProof(proof, *keys_.pub);
   EXPECT_TRUE(c.ok) << c.reason;
   EXPECT_EQ(c.execution_id, "exec-1");
   EXPECT_EQ(c.seq, 12);
@@ -212,7 +209,7 @@ TEST_F(EvidenceTest, ProofVerifiesWithoutTheDatabase) {
 TEST_F(EvidenceTest, TamperedProofsAreRejected) {
   Json good = Json::parse(proofOf(db_, "exec-1"));
   auto rejected = [&](const Json& p, const std::string& why) {
-    ProofCheck c = checkProof(p.dump(), *pub_);
+    ProofCheck c = checkProof(p.dump(), *keys_.pub);
     EXPECT_FALSE(c.ok);
     EXPECT_NE(c.reason.find(why), std::string::npos) << c.reason;
   };
@@ -284,9 +281,9 @@ Json statementOf(const Json& envelope) {
 }
 
 TEST_F(EvidenceTest, AttestationNamesOutputsPolicyAndFetchedUrls) {
-  auto env = attestExecution(db_, "exec-1", *key_);
+  auto env = attestExecution(db_, "exec-1", *keys_.key);
   ASSERT_TRUE(env.has_value()) << env.error().message;
-  AttestationCheck c = verifyAttestation(*env, *pub_);
+  AttestationCheck c = verifyAttestation(*env, *keys_.pub);
   ASSERT_TRUE(c.ok) << c.reason;
   ASSERT_EQ(c.subjects.size(), 1u);
   EXPECT_EQ(c.subjects[0].first, "report.csv");
@@ -305,17 +302,17 @@ TEST_F(EvidenceTest, AttestationNamesOutputsPolicyAndFetchedUrls) {
   // The signature is over DSSE's PAE of exactly the payload bytes.
   std::string payload = *base64Decode(envelope["payload"].get<std::string>());
   std::string sig = *base64Decode(envelope["signatures"][0]["sig"].get<std::string>());
-  EXPECT_TRUE(pub_->verify(
+  EXPECT_TRUE(keys_.pub->verify(
       "DSSEv1 28 application/vnd.in-toto+json " + std::to_string(payload.size()) + " " + payload,
       sig));
 }
 
 TEST_F(EvidenceTest, ChangedSubjectDigestIsRejected) {
-  Json envelope = Json::parse(*attestExecution(db_, "exec-1", *key_));
+  Json envelope = Json::parse(*attestExecution(db_, "exec-1", *keys_.key));
   Json st = statementOf(envelope);
   st["subject"][0]["digest"]["sha256"] = std::string(64, 'e');
   envelope["payload"] = base64Encode(st.dump());
-  AttestationCheck c = verifyAttestation(envelope.dump(), *pub_);
+  AttestationCheck c = verifyAttestation(envelope.dump(), *keys_.pub);
   EXPECT_FALSE(c.ok);
   EXPECT_NE(c.reason.find("no signature by key"), std::string::npos) << c.reason;
 }
@@ -326,11 +323,12 @@ TEST_F(EvidenceTest, EnvelopeResignedWithAnotherKeyIsRejected) {
   EXPECT_TRUE(
       verifyAttestation(envelope.dump(), *PublicKey::fromPem(other->publicKeyPem(), "o").value())
           .ok);
-  EXPECT_FALSE(verifyAttestation(envelope.dump(), *pub_).ok);
-  envelope["signatures"][0]["keyid"] = key_->keyId();  // claiming the right key's id
-  AttestationCheck c = verifyAttestation(envelope.dump(), *pub_);
+  EXPECT_FALSE(verifyAttestation(envelope.dump(), *keys_.pub).ok);
+  envelope["signatures"][0]["keyid"] = keys_.key->keyId();  // claiming the right key's id
+  AttestationCheck c = verifyAttestation(envelope.dump(), *keys_.pub);
   EXPECT_FALSE(c.ok);
-  EXPECT_NE(c.reason.find("no signature by key " + key_->keyId()), std::string::npos) << c.reason;
+  EXPECT_NE(c.reason.find("no signature by key " + keys_.key->keyId()), std::string::npos)
+      << c.reason;
 }
 
 // A passthrough tunnel (no requests seen inside) is listed by its origin; a denied connection

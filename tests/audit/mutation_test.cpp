@@ -136,12 +136,10 @@ struct Outcome {
 class MutationBattery : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto k = SigningKey::generate();
-    ASSERT_TRUE(k.has_value());
-    auto p = PublicKey::fromPem((*k)->publicKeyPem(), "test");
-    ASSERT_TRUE(p.has_value());
-    pub_ = *p;
-    build(*k);
+    auto keys = testing::generateKeys();
+    ASSERT_TRUE(keys.key && keys.pub);
+    pub_ = keys.pub;
+    build(keys.key);
     RawDb raw(base_);
     // Everything in the main file, so that copying it copies the whole store.
     ASSERT_EQ(raw.exec("PRAGMA wal_checkpoint(TRUNCATE)"), "");
@@ -155,8 +153,7 @@ class MutationBattery : public ::testing::Test {
     auto store = testing::openStore(base_, o);
     ASSERT_TRUE(store);
     const std::string other = testing::kPolicyText + "# second revision\n";
-    store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
-                        testing::kPolicyText);
+    testing::recordSamplePolicy(*store);
     for (std::string exec : {"exec-1", "exec-2", "exec-3"}) {
       if (exec == "exec-3") store->recordPolicy(testing::sha256Hex(other), "data-analysis", other);
       for (int i = 0; i < 3; ++i) {
@@ -363,12 +360,9 @@ TEST_F(MutationBattery, EveryChangedValueDeletedRowAndReorderingIsCaughtByVerify
 TEST(CheckpointNumbering, TwoSigningWritersLeaveOneCheckpointPerPosition) {
   TempDir dir;
   auto db = dir / "audit.db";
-  auto key = SigningKey::generate();
-  ASSERT_TRUE(key.has_value());
-  auto pub = PublicKey::fromPem((*key)->publicKeyPem(), "test");
-  ASSERT_TRUE(pub.has_value());
-  StoreOptions o;
-  o.signing_key = *key;
+  auto keys = testing::generateKeys();
+  ASSERT_TRUE(keys.key && keys.pub);
+  StoreOptions o = keys.options();
   o.checkpoint_interval = std::chrono::hours(1);  // only the closes sign
   auto a = testing::openStore(db, o);
   auto b = testing::openStore(db, o);
@@ -381,7 +375,7 @@ TEST(CheckpointNumbering, TwoSigningWritersLeaveOneCheckpointPerPosition) {
   a.reset();  // caught up to row 10 too: nothing past the stored checkpoint to add
   RawDb raw(db);
   EXPECT_EQ(raw.text("SELECT group_concat(seq || ':' || position) FROM checkpoints"), "1:10");
-  auto v = verify(db, pub->get());
+  auto v = verify(db, keys.pub.get());
   ASSERT_TRUE(v.has_value()) << v.error().message;
   EXPECT_TRUE(v->ok) << v->first_broken;
   EXPECT_EQ(v->unsigned_tail, 0u);

@@ -40,13 +40,25 @@ std::vector<detail::Digest> rowHashes(const std::filesystem::path& db, std::int6
   return out;
 }
 
+/// Copies the newest checkpoint of the database `from` into `into` as its row at `position`,
+/// as someone able to write `into` would plant it. Returns "" or SQLite's error.
+std::string plantNewestCheckpoint(const std::filesystem::path& from,
+                                  const std::filesystem::path& into, int position) {
+  RawDb src(from);
+  auto col = [&](const std::string& c) {
+    return src.text("SELECT " + c + " FROM checkpoints ORDER BY seq DESC LIMIT 1");
+  };
+  return RawDb(into).exec(
+      "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) VALUES (" +
+      std::to_string(position) + ", '" + col("root") + "', '" + col("signature") + "', '" +
+      col("key_id") + "', " + col("ts") + ", '" + col("frontier") + "')");
+}
+
 class PlantedCheckpointTest : public ::testing::TestWithParam<Plant> {
  protected:
   void SetUp() override {
-    key_ = *SigningKey::generate();
-    pub_ = *PublicKey::fromPem(key_->publicKeyPem(), "test");
-    StoreOptions o;
-    o.signing_key = key_;
+    ASSERT_TRUE(keys_.key && keys_.pub);
+    StoreOptions o = keys_.options();
     o.checkpoint_rows = 5;
     // This log: 12 rows, signed (checkpoints at 5, 10, 12).
     {
@@ -84,7 +96,7 @@ class PlantedCheckpointTest : public ::testing::TestWithParam<Plant> {
     const std::int64_t ts = 1'800'000'000'000;
     std::string signature, key_id;
     if (how == Plant::kClaimsTheStoresKey) {
-      key_id = key_->keyId();
+      key_id = keys_.key->keyId();
       // A real signature of this key, replayed from the genuine checkpoint at the same position.
       signature = RawDb(db_).text("SELECT signature FROM checkpoints WHERE position = 12");
     } else if (how == Plant::kSignedByAnotherKey) {
@@ -134,8 +146,7 @@ class PlantedCheckpointTest : public ::testing::TestWithParam<Plant> {
   TempDir dir_;
   std::filesystem::path db_ = dir_ / "audit.db";
   std::filesystem::path foreign_db_ = dir_ / "foreign.db";
-  std::shared_ptr<const SigningKey> key_;
-  std::shared_ptr<const PublicKey> pub_;
+  const testing::TestKeys keys_ = testing::generateKeys();
   nlohmann::ordered_json foreign_row_;
 };
 
@@ -146,7 +157,7 @@ TEST_P(PlantedCheckpointTest, StoreRefusesToSignOverItAndTheForgedProofIsRejecte
 
   // The next writer holding the key.
   StoreOptions o;
-  o.signing_key = key_;
+  o.signing_key = keys_.key;
   auto store = Store::open(db_, o);
   if (store) {  // the old behaviour: it extends the planted tree and signs it at close
     (*store)->recordConnection(testing::sampleConnection(100));
@@ -169,10 +180,10 @@ TEST_P(PlantedCheckpointTest, StoreRefusesToSignOverItAndTheForgedProofIsRejecte
   EXPECT_EQ(RawDb(db_).integer("SELECT count(*) FROM checkpoints"), checkpoints_before);
   EXPECT_EQ(RawDb(db_).integer("SELECT seq FROM chain_head"), head_before);
   // The forged proof of the foreign receipt against the newest checkpoint is rejected.
-  ProofCheck c = checkProof(forgedProof(), *pub_);
+  ProofCheck c = checkProof(forgedProof(), *keys_.pub);
   EXPECT_FALSE(c.ok) << "a receipt that was never in this log was proven";
   // verify names the planted checkpoint too.
-  auto v = verify(db_, pub_.get());
+  auto v = verify(db_, keys_.pub.get());
   ASSERT_TRUE(v.has_value());
   EXPECT_FALSE(v->ok);
 }
@@ -206,17 +217,7 @@ TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsR
       store->recordConnection(testing::sampleConnection(i, std::string("exec-") + name));
   }
   // b's checkpoint (position 7) planted into a, as a's newest.
-  RawDb b(dir / "b.db");
-  auto col = [&](const std::string& c) {
-    return b.text("SELECT " + c + " FROM checkpoints ORDER BY seq DESC LIMIT 1");
-  };
-  ASSERT_EQ(
-      RawDb(dir / "a.db")
-          .exec("INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) VALUES "
-                "(7, '" +
-                col("root") + "', '" + col("signature") + "', '" + col("key_id") + "', " +
-                col("ts") + ", '" + col("frontier") + "')"),
-      "");
+  ASSERT_EQ(plantNewestCheckpoint(dir / "b.db", dir / "a.db", 7), "");
   auto store = Store::open(dir / "a.db", o);
   ASSERT_FALSE(store.has_value());
   EXPECT_NE(store.error().message.find("checkpoint seq 2 (position 7) does not match this "
@@ -234,17 +235,7 @@ TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsR
         s->recordConnection(testing::sampleConnection(session * 4 + i, std::string("e-") + name));
     }
   }
-  RawDb d(dir / "d.db");
-  auto dcol = [&](const std::string& c) {
-    return d.text("SELECT " + c + " FROM checkpoints ORDER BY seq DESC LIMIT 1");
-  };
-  ASSERT_EQ(
-      RawDb(dir / "c.db")
-          .exec("INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) VALUES "
-                "(8, '" +
-                dcol("root") + "', '" + dcol("signature") + "', '" + dcol("key_id") + "', " +
-                dcol("ts") + ", '" + dcol("frontier") + "')"),
-      "");
+  ASSERT_EQ(plantNewestCheckpoint(dir / "d.db", dir / "c.db", 8), "");
   store = Store::open(dir / "c.db", o);
   ASSERT_FALSE(store.has_value());
   EXPECT_NE(store.error().message.find("checkpoint seq 3 (position 8) does not match this "
@@ -257,10 +248,9 @@ TEST(PlantedCheckpointSameKeyTest, CheckpointCopiedFromAnotherLogOfTheSameKeyIsR
 // position shape (odd, a power of two, a sum of several) and keeps signing.
 TEST(PlantedCheckpointSameKeyTest, OwnCheckpointsAreResumedAtEveryPositionShape) {
   TempDir dir;
-  auto key = *SigningKey::generate();
-  auto pub = *PublicKey::fromPem(key->publicKeyPem(), "test");
-  StoreOptions o;
-  o.signing_key = key;
+  auto keys = testing::generateKeys();
+  ASSERT_TRUE(keys.key && keys.pub);
+  StoreOptions o = keys.options();
   o.checkpoint_rows = 1000;
   int n = 0;
   for (int rows : {1, 1, 2, 4, 5, 3}) {  // closes at 1, 2, 4, 8, 13, 16
@@ -268,7 +258,7 @@ TEST(PlantedCheckpointSameKeyTest, OwnCheckpointsAreResumedAtEveryPositionShape)
     ASSERT_TRUE(store) << "after " << n << " rows";
     for (int i = 0; i < rows; ++i) store->recordConnection(testing::sampleConnection(n++));
   }
-  auto v = verify(dir / "audit.db", pub.get());
+  auto v = verify(dir / "audit.db", keys.pub.get());
   ASSERT_TRUE(v.has_value());
   EXPECT_TRUE(v->ok) << v->first_broken;
   EXPECT_EQ(v->checkpoints, 6u);

@@ -13,6 +13,27 @@ namespace {
 using testing::RawDb;
 using testing::TempDir;
 
+/// A new database (fresh.db) and a version-5 one (migrated.db) that `downgrade` turns back into
+/// the version a migration starts from; opening migrated.db migrates it, and then each of
+/// `names` must have the same `what` (an expression over sqlite_master's columns) in both.
+void expectMigrationCreatesWhatANewDatabaseHas(const TempDir& dir, const std::string& downgrade,
+                                               std::initializer_list<std::string> names,
+                                               const std::string& what) {
+  auto fresh = dir / "fresh.db";
+  auto migrated = dir / "migrated.db";
+  testing::populate(fresh);
+  testing::populate(migrated, 5, false);
+  ASSERT_EQ(testing::addVersion5Policy(RawDb(migrated).get()), "");
+  ASSERT_EQ(RawDb(migrated).exec(downgrade), "");
+  ASSERT_TRUE(testing::openStore(migrated));
+  for (const std::string& name : names) {
+    const std::string sql = "SELECT " + what + " FROM sqlite_master WHERE name = '" + name + "'";
+    const std::string want = RawDb(fresh).text(sql);
+    EXPECT_FALSE(want.empty()) << name;
+    EXPECT_EQ(RawDb(migrated).text(sql), want) << name;
+  }
+}
+
 TEST(SchemaTest, NewDatabaseGetsVersionApplicationIdAndWal) {
   TempDir dir;
   auto db = dir / "audit.db";
@@ -200,22 +221,9 @@ TEST(SchemaTest, VersionFiveMigrationCreatesWhatANewDatabaseHas) {
   // The 4 -> 5 migration repeats schemas/audit.sql's approvals and checkpoints: they must not
   // drift apart, or migrated and new databases differ.
   TempDir dir;
-  auto fresh = dir / "fresh.db";
-  auto migrated = dir / "migrated.db";
-  testing::populate(fresh);
-  testing::populate(migrated, 5, false);
-  ASSERT_EQ(testing::addVersion5Policy(RawDb(migrated).get()), "");
-  ASSERT_EQ(
-      RawDb(migrated).exec("DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4"),
-      "");
-  ASSERT_TRUE(testing::openStore(migrated));
-  for (std::string name :
-       {"approvals", "approvals_execution", "checkpoints", "checkpoints_position"}) {
-    const std::string sql = "SELECT sql FROM sqlite_master WHERE name = '" + name + "'";
-    const std::string want = RawDb(fresh).text(sql);
-    EXPECT_FALSE(want.empty()) << name;
-    EXPECT_EQ(RawDb(migrated).text(sql), want) << name;
-  }
+  expectMigrationCreatesWhatANewDatabaseHas(
+      dir, "DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4",
+      {"approvals", "approvals_execution", "checkpoints", "checkpoints_position"}, "sql");
 }
 
 // Version 6 (issue 21) makes policies rows of the chain. A signed version-5 store gains its old
@@ -225,12 +233,9 @@ TEST(SchemaTest, VersionFiveMigrationCreatesWhatANewDatabaseHas) {
 TEST(SchemaTest, VersionFiveStoreChainsItsPoliciesAndVerifiesSigned) {
   TempDir dir;
   auto db = dir / "audit.db";
-  auto key = SigningKey::generate();
-  ASSERT_TRUE(key.has_value());
-  auto pub = PublicKey::fromPem((*key)->publicKeyPem(), "test");
-  ASSERT_TRUE(pub.has_value());
-  StoreOptions o;
-  o.signing_key = *key;
+  auto keys = testing::generateKeys();
+  ASSERT_TRUE(keys.key && keys.pub);
+  StoreOptions o = keys.options();
   o.checkpoint_rows = 5;
   {
     auto store = testing::openStore(db, o);
@@ -252,7 +257,7 @@ TEST(SchemaTest, VersionFiveStoreChainsItsPoliciesAndVerifiesSigned) {
                        "position)"),
               "99,1,2");
   }
-  auto old = verify(db, pub->get());
+  auto old = verify(db, keys.pub.get());
   ASSERT_FALSE(old.has_value());
   EXPECT_NE(old.error().message.find("version 5 is older"), std::string::npos)
       << old.error().message;
@@ -267,14 +272,14 @@ TEST(SchemaTest, VersionFiveStoreChainsItsPoliciesAndVerifiesSigned) {
   EXPECT_EQ(raw.text("SELECT group_concat(position) FROM (SELECT position FROM checkpoints "
                      "ORDER BY seq)"),
             "5,10,12,13");
-  auto v = verify(db, pub->get());
+  auto v = verify(db, keys.pub.get());
   ASSERT_TRUE(v.has_value()) << v.error().message;
   EXPECT_TRUE(v->ok) << v->first_broken;
   EXPECT_EQ(v->rows, 13u);
   EXPECT_EQ(v->unsigned_tail, 0u);
 
   raw.exec("UPDATE policies SET loaded_at = loaded_at + 1");
-  v = verify(db, pub->get());
+  v = verify(db, keys.pub.get());
   ASSERT_TRUE(v.has_value());
   EXPECT_FALSE(v->ok);
   EXPECT_NE(v->first_broken.find("policies seq 13"), std::string::npos) << v->first_broken;
@@ -283,21 +288,10 @@ TEST(SchemaTest, VersionFiveStoreChainsItsPoliciesAndVerifiesSigned) {
 TEST(SchemaTest, VersionSixMigrationCreatesWhatANewDatabaseHas) {
   // The 5 -> 6 migration repeats schemas/audit.sql's policies table.
   TempDir dir;
-  auto fresh = dir / "fresh.db";
-  auto migrated = dir / "migrated.db";
-  testing::populate(fresh);
-  testing::populate(migrated, 5, false);
-  ASSERT_EQ(testing::addVersion5Policy(RawDb(migrated).get()), "");
-  ASSERT_EQ(RawDb(migrated).exec("PRAGMA user_version = 5"), "");
-  ASSERT_TRUE(testing::openStore(migrated));
-  for (std::string name : {"policies", "sqlite_autoindex_policies_1", "checkpoints"}) {
-    const std::string sql =
-        "SELECT type || ':' || coalesce(sql, '') FROM sqlite_master WHERE name = '" + name + "'";
-    const std::string want = RawDb(fresh).text(sql);
-    EXPECT_FALSE(want.empty()) << name;
-    EXPECT_EQ(RawDb(migrated).text(sql), want) << name;
-  }
-  testing::expectChainIntact(migrated);
+  ASSERT_NO_FATAL_FAILURE(expectMigrationCreatesWhatANewDatabaseHas(
+      dir, "PRAGMA user_version = 5", {"policies", "sqlite_autoindex_policies_1", "checkpoints"},
+      "type || ':' || coalesce(sql, '')"));
+  testing::expectChainIntact(dir / "migrated.db");
 }
 
 TEST(SchemaTest, DeletedApprovalIsNamed) {

@@ -27,8 +27,7 @@ TEST(StoreTest, RoundTripsEveryKindOfRow) {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
     EXPECT_TRUE(store->healthy());
-    store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
-                        testing::kPolicyText);
+    testing::recordSamplePolicy(*store);
     auto c = testing::sampleConnection(1);
     c.detail = "nearest miss: rule pypi";
     store->recordConnection(c);
@@ -201,8 +200,7 @@ TEST(StoreTest, PolicyTextStoredOnce) {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
     for (int i = 0; i < 3; ++i) {
-      store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
-                          testing::kPolicyText);
+      testing::recordSamplePolicy(*store);
     }
     store->recordConnection(testing::sampleConnection(session));
   }
@@ -455,8 +453,7 @@ TEST(StoreTest, OpenAsyncQueuesEventsUntilTheDatabaseIsOpen) {
     auto store = Store::openAsync(db);
     ASSERT_TRUE(store);
     // Recorded before ready(): queued, then written once the writer thread has opened.
-    store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
-                        testing::kPolicyText);
+    testing::recordSamplePolicy(*store);
     store->recordConnection(testing::sampleConnection(1));
     auto ready = store->ready();
     ASSERT_TRUE(ready.has_value()) << ready.error().message;

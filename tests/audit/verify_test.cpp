@@ -182,8 +182,7 @@ TEST_F(VerifyTest, RehashedPolicyWithTheWrongKeyIsDetected) {
   {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
-    store->recordPolicy(testing::sha256Hex(testing::kPolicyText), "data-analysis",
-                        testing::kPolicyText);
+    testing::recordSamplePolicy(*store);
     ASSERT_TRUE(store->flush().has_value());
   }
   RawDb raw(db);

@@ -544,6 +544,15 @@ def fetch(s, up, path):
     return s.next_id
 
 
+def fetch_asked(s, up, path):
+    """fetch()es `path` where approval is asked; returns the call's request id and the
+    elicitation/create the server sends first."""
+    call_id = fetch(s, up, path)
+    req = s.line()
+    assert req["method"] == "elicitation/create", req
+    return call_id, req
+
+
 def test_elicitation_only_accept_with_allow_true_allows(s):
     s, up = ask_server(s, "30s")
     try:
@@ -589,9 +598,7 @@ def test_an_unanswered_elicitation_is_withdrawn_when_its_approval_times_out(s):
     s, up = ask_server(s, "1s")
     try:
         s.initialize("2025-06-18", {"elicitation": {}})
-        call_id = fetch(s, up, "/late")
-        req = s.line()
-        assert req["method"] == "elicitation/create", req
+        call_id, req = fetch_asked(s, up, "/late")
         # Not answered: the approval times out, the command gets its 403 and ends; the question
         # is withdrawn before the result comes.
         cancel = s.line()
@@ -697,9 +704,7 @@ def test_a_duplicate_key_in_an_elicitation_answer_decides_nothing(s):
     s, up = ask_server(s, "30s")
     try:
         s.initialize("2025-06-18", {"elicitation": {}})
-        call_id = fetch(s, up, "/dup")
-        req = s.line()
-        assert req["method"] == "elicitation/create", req
+        call_id, req = fetch_asked(s, up, "/dup")
         message = req["params"]["message"]
         assert "this GET request only (scope once)" in message, message
         assert "host = requests of every method to 127.0.0.1:%d" % up.port in message, message

@@ -182,12 +182,19 @@ std::string verdict(const Matcher& m, const std::string& url, const std::string&
 
 constexpr const char* kHost = "hosts: [api.example], ports: [80]";
 
+// Rule `api` allowing /v1/* (with `api_options` added to it), then rule `no-admin` denying
+// /v1/admin/*, case-sensitively.
+std::shared_ptr<const Matcher> apiWithAdminDenied(const std::string& api_options) {
+  return compileRules(std::string("    - {id: api, action: allow, ") + kHost +
+                      ", paths: [\"/v1/*\"]" + api_options +
+                      "}\n"
+                      "    - {id: no-admin, action: deny, " +
+                      kHost + ", paths: [\"/v1/admin/*\"], paths_case: sensitive}\n");
+}
+
 // `;` parameters: refused unless the rule allows them; a deny rule matches both spellings.
 TEST(PathParams, RefusedUnlessTheRuleAllowsThemAndDenyRulesSeeBothSpellings) {
-  auto strict = compileRules(std::string("    - {id: api, action: allow, ") + kHost +
-                             ", paths: [\"/v1/*\"]}\n"
-                             "    - {id: no-admin, action: deny, " +
-                             kHost + ", paths: [\"/v1/admin/*\"], paths_case: sensitive}\n");
+  auto strict = apiWithAdminDenied("");
   ASSERT_TRUE(strict);
   EXPECT_EQ(verdict(*strict, "/v1/admin;x/users"), "denied_by_rule no-admin");
   EXPECT_EQ(verdict(*strict, "/v1/admin;/users"), "denied_by_rule no-admin");
@@ -195,10 +202,7 @@ TEST(PathParams, RefusedUnlessTheRuleAllowsThemAndDenyRulesSeeBothSpellings) {
   EXPECT_EQ(verdict(*strict, "/v1/data/x"), "allowed api");
   EXPECT_EQ(verdict(*strict, "/v2;x/y"), "path_not_allowed api");
 
-  auto lax = compileRules(std::string("    - {id: api, action: allow, ") + kHost +
-                          ", paths: [\"/v1/*\"], path_params: allow}\n"
-                          "    - {id: no-admin, action: deny, " +
-                          kHost + ", paths: [\"/v1/admin/*\"], paths_case: sensitive}\n");
+  auto lax = apiWithAdminDenied(", path_params: allow");
   ASSERT_TRUE(lax);
   EXPECT_EQ(verdict(*lax, "/v1/data;jsessionid=1/x"), "allowed api");
   EXPECT_EQ(verdict(*lax, "/v1/admin;x/users"), "denied_by_rule no-admin");

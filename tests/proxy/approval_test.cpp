@@ -19,6 +19,17 @@
 namespace sluice::proxy::testing {
 namespace {
 
+/// A pending approval of a GET request to host:port `path`, asked by rule "gate".
+Approval gateRequest(std::string host, std::uint16_t port, std::string path) {
+  Approval a;
+  a.rule = "gate";
+  a.host = std::move(host);
+  a.port = port;
+  a.method = "GET";
+  a.path = std::move(path);
+  return a;
+}
+
 std::string askPolicy(const std::string& timeout = "5s") {
   return "apiVersion: sluice/v1\nkind: Workflow\nname: asking\negress:\n  rules:\n"
          "    - id: ask-tunnel\n"
@@ -431,12 +442,7 @@ TEST_F(ApprovalTest, ScopeHostOnATunnelCoversTheHostAndPort) {
 // What approvers are told each scope covers: for a request, `execution` keeps the method and
 // `host` names every method; for a tunnel both name the host and port; the JSON carries it.
 TEST(ApprovalCovers, EachScopeSaysWhatItWouldCover) {
-  Approval req;
-  req.rule = "gate";
-  req.host = "api.example";
-  req.port = 443;
-  req.method = "GET";
-  req.path = "/v1/x";
+  Approval req = gateRequest("api.example", 443, "/v1/x");
   ScopeCovers c = scopeCovers(req);
   EXPECT_EQ(c.once, "this GET request only");
   EXPECT_EQ(c.execution,
@@ -469,12 +475,8 @@ TEST(ApprovalCovers, EachScopeSaysWhatItWouldCover) {
 // What --approve-with's command reads on stdin (and the stream's approval line): one line of
 // valid JSON, control bytes escaped and bytes that are not UTF-8 replaced, whatever was sent.
 TEST(ApprovalJson, IsOneLineOfValidJsonWhateverTheHostAndPath) {
-  Approval a;
-  a.rule = "gate";
-  a.host = "h\x1b[2J.example";
-  a.port = 80;
-  a.method = "GET";
-  a.path = std::string("/a\r\n{\"x\":1}\n\xff\xfe\x1b]0;t\x07", 20);
+  Approval a =
+      gateRequest("h\x1b[2J.example", 80, std::string("/a\r\n{\"x\":1}\n\xff\xfe\x1b]0;t\x07", 20));
   const std::string text = approvalJson(a);
   for (unsigned char c : text) EXPECT_GE(c, 0x20) << "raw control byte in " << text;
   auto j = nlohmann::json::parse(text, nullptr, false);

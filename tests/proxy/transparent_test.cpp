@@ -151,6 +151,27 @@ int getFrom(const std::string& ip, std::uint16_t port, const std::string& host,
 
 class TransparentNetnsTest : public ProxyFixture {
  protected:
+  // Every test here makes a network namespace with nft rules: without root and nft it is
+  // skipped (failed where CI demands isolation), before the proxy starts.
+  void SetUp() override {
+    if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
+      if (isolationRequired()) FAIL() << "needs root and nft";
+      GTEST_SKIP() << "needs root and nft";
+    }
+    ProxyFixture::SetUp();
+  }
+
+  // A sandbox's listener identity: its DNS names give upstream.test the synthetic IPv4 address
+  // returned beside it ("" and a test failure if none could be given).
+  std::pair<ListenerIdentity, std::string> identityWithNames() {
+    auto names = std::make_shared<SyntheticNames>();
+    const auto synthetic = names->v4For("upstream.test");
+    EXPECT_TRUE(synthetic);
+    ListenerIdentity id{"exec-transparent", matcher_};
+    id.names = names;
+    return {id, synthetic ? synthetic->str() : ""};
+  }
+
   std::string policyYaml() override {
     return "apiVersion: sluice/v1\nkind: Workflow\nname: transparent\negress:\n  rules:\n"
            "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
@@ -220,19 +241,12 @@ class TransparentNetnsTest : public ProxyFixture {
 // The test's own namespace, like the runner will make it: lo, a default route via lo, and
 // TCP to anything but loopback redirected to the listener at 127.0.0.1:3128.
 TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
-  if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
-    if (isolationRequired()) FAIL() << "needs root and nft";
-    GTEST_SKIP() << "needs root and nft";
-  }
-  auto names = std::make_shared<SyntheticNames>();
-  const auto synthetic = names->v4For("upstream.test");
-  ASSERT_TRUE(synthetic);
+  const auto [id, synthetic] = identityWithNames();
+  ASSERT_FALSE(synthetic.empty());
   const std::uint16_t up = up_.httpPort();
-  ListenerIdentity id{"exec-transparent", matcher_};
-  id.names = names;
   auto r = probeFromRedirectedNetns(id, 3, [&] {
     return std::vector<int>{
-        getFrom(synthetic->str(), up, "anything.test"),                     // by the DNS map
+        getFrom(synthetic, up, "anything.test"),                            // by the DNS map
         getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up)),  // by Host
         getFrom("203.0.113.8", up, "denied.test")};                         // refused: reset
   });
@@ -264,16 +278,9 @@ class TransparentSpellingTest : public TransparentNetnsTest {
 };
 
 TEST_F(TransparentSpellingTest, AmbiguousSpellingsAreRefusedInACapturedConnection) {
-  if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
-    if (isolationRequired()) FAIL() << "needs root and nft";
-    GTEST_SKIP() << "needs root and nft";
-  }
-  auto names = std::make_shared<SyntheticNames>();
-  const auto synthetic = names->v4For("upstream.test");
-  ASSERT_TRUE(synthetic);
+  const auto [id, synthetic] = identityWithNames();
+  ASSERT_FALSE(synthetic.empty());
   const std::uint16_t up = up_.httpPort();
-  ListenerIdentity id{"exec-transparent", matcher_};
-  id.names = names;
   const std::vector<std::pair<std::string, int>> cases = {
       {"/v1/data;x/users", 400},  {"/v1/%C0%AE%C0%AE/x", 400}, {"/v1/%ff", 400},
       {"/admin./x", 400},         {"/admin%20/x", 400},        {"/.../x", 400},
@@ -281,7 +288,7 @@ TEST_F(TransparentSpellingTest, AmbiguousSpellingsAreRefusedInACapturedConnectio
   const std::string host = "upstream.test:" + std::to_string(up);
   auto r = probeFromRedirectedNetns(id, cases.size(), [&] {
     std::vector<int> out;
-    for (const auto& c : cases) out.push_back(getFrom(synthetic->str(), up, host, c.first));
+    for (const auto& c : cases) out.push_back(getFrom(synthetic, up, host, c.first));
     return out;
   });
   ASSERT_EQ(r.size(), cases.size());
@@ -299,10 +306,6 @@ TEST_F(TransparentSpellingTest, AmbiguousSpellingsAreRefusedInACapturedConnectio
 // container port, a Kubernetes Service) is a proxy client like any other, not a redirected
 // connection to its original destination. The origin-form GET gets the explicit proxy's 400.
 TEST_F(TransparentNetnsTest, ListenerWithoutNamesTakesNoConnectionForARedirectedOne) {
-  if (::geteuid() != 0 || std::system("command -v nft >/dev/null") != 0) {
-    if (isolationRequired()) FAIL() << "needs root and nft";
-    GTEST_SKIP() << "needs root and nft";
-  }
   const std::uint16_t up = up_.httpPort();
   auto r = probeFromRedirectedNetns(ListenerIdentity{"exec-dnat", matcher_}, 1, [&] {
     return std::vector<int>{getFrom("203.0.113.7", up, "upstream.test:" + std::to_string(up))};

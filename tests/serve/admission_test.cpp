@@ -137,17 +137,12 @@ std::string metricValue(const std::string& metrics, const std::string& series) {
 class AdmissionTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("sluice-admission-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "policies");
+    dir_ = serve_test::freshTestDir("sluice-admission");
     std::ofstream(dir_ / "policies" / "shell.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: plain shell\n"
            "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  disk: 8MiB\n  network: none\n";
-    std::ofstream(dir_ / "tokens") << "agent-a " << kTokenA << "\nagent-b " << kTokenB
-                                   << " approver\nwatcher " << kTokenWatcher << " metrics\n";
-    ::chmod((dir_ / "tokens").c_str(), 0600);
+    serve_test::writeTokenFile(dir_, std::string("agent-a ") + kTokenA + "\nagent-b " + kTokenB +
+                                         " approver\nwatcher " + kTokenWatcher + " metrics\n");
   }
   void TearDown() override {
     if (daemon_ > 0) {

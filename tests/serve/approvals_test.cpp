@@ -43,6 +43,18 @@ using sluice::testing::shellOutput;
 constexpr const char* kAgentA = "aaaaaaaaaaaaaaaaaaaaaaaa";  // not an approver
 constexpr const char* kAgentB = "bbbbbbbbbbbbbbbbbbbbbbbb";  // approver
 
+/// What a client sent on `c` up to the end of its request head (or until it stopped sending).
+std::string readRequestHead(int c) {
+  std::string req;
+  char buf[4096];
+  while (req.find("\r\n\r\n") == std::string::npos) {
+    ssize_t n = ::recv(c, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    req.append(buf, static_cast<std::size_t>(n));
+  }
+  return req;
+}
+
 // A loopback HTTP upstream: answers every request with 200 "upstream-ok PATH" and remembers
 // the request lines it got.
 class Upstream {
@@ -86,13 +98,7 @@ class Upstream {
         if (stop_) return;
         continue;
       }
-      std::string req;
-      char buf[4096];
-      while (req.find("\r\n\r\n") == std::string::npos) {
-        ssize_t n = ::recv(c, buf, sizeof buf, 0);
-        if (n <= 0) break;
-        req.append(buf, static_cast<std::size_t>(n));
-      }
+      const std::string req = readRequestHead(c);
       const std::string line = req.substr(0, req.find("\r\n"));
       {
         std::lock_guard lock(mu_);
@@ -118,11 +124,7 @@ class Upstream {
 class ServeApprovals : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("sluice-serve-ap-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "policies");
+    dir_ = serve_test::freshTestDir("sluice-serve-ap");
     ASSERT_NE(up_.port(), 0);
     const std::string port = std::to_string(up_.port());
     // gate: asks for the loopback upstream; short: a run whose sandbox timeout ends it while
@@ -136,9 +138,8 @@ class ServeApprovals : public ::testing::Test {
              "      allow_private: true\n      ports: ["
           << port << "]\n      ask: {timeout: 50s}\n";
     }
-    std::ofstream(dir_ / "tokens") << "agent-a " << kAgentA << "\n"
-                                   << "agent-b " << kAgentB << " approver\n";
-    ::chmod((dir_ / "tokens").c_str(), 0600);
+    serve_test::writeTokenFile(
+        dir_, std::string("agent-a ") + kAgentA + "\n" + "agent-b " + kAgentB + " approver\n");
   }
   void TearDown() override {
     if (server_) server_->drain();
@@ -592,13 +593,7 @@ class CannedServer {
       for (;;) {
         int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
         if (c < 0) return;
-        std::string req;
-        char buf[4096];
-        while (req.find("\r\n\r\n") == std::string::npos) {
-          ssize_t n = ::recv(c, buf, sizeof buf, 0);
-          if (n <= 0) break;
-          req.append(buf, static_cast<std::size_t>(n));
-        }
+        readRequestHead(c);
         const std::string resp =
             "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
             std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -148,6 +150,25 @@ class Http {
   int fd_ = -1;
   std::string buf_, decoded_;
 };
+
+/// A fresh directory for the running test, /tmp/<prefix>-<pid>-<test name> (emptied if a
+/// previous run left it), holding an empty policies/ for the daemon's workflows.
+inline std::filesystem::path freshTestDir(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  fs::path dir =
+      fs::temp_directory_path() / (prefix + "-" + std::to_string(::getpid()) + "-" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir / "policies");
+  return dir;
+}
+
+/// Writes `lines` ("name token [role...]" a line) as `dir`/tokens, mode 0600 as the daemon
+/// requires of its token file.
+inline void writeTokenFile(const std::filesystem::path& dir, const std::string& lines) {
+  std::ofstream(dir / "tokens") << lines;
+  ::chmod((dir / "tokens").c_str(), 0600);
+}
 
 // Validates `instance` against component `name` of schemas/api.v1.yaml.
 inline void expectSchema(const std::string& name, const json& instance) {

@@ -47,11 +47,7 @@ using serve_test::Response;
 class ServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("sluice-serve-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_ / "policies");
+    dir_ = serve_test::freshTestDir("sluice-serve");
     std::ofstream(dir_ / "policies" / "shell.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: plain shell\n"
            "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  network: none\n";
@@ -59,9 +55,9 @@ class ServeTest : public ::testing::Test {
         << "apiVersion: sluice/v1\nkind: Workflow\nname: web\ndescription: one host\n"
            "sandbox:\n  timeout: 20s\n  network: proxy\negress:\n  rules:\n"
            "    - {id: only-example, action: allow, hosts: [allowed.example], ports: [443]}\n";
-    std::ofstream(dir_ / "tokens") << "agent-a aaaaaaaaaaaaaaaaaaaaaaaa\n"
-                                   << "agent-b bbbbbbbbbbbbbbbbbbbbbbbb approver\n";
-    ::chmod((dir_ / "tokens").c_str(), 0600);
+    serve_test::writeTokenFile(dir_,
+                               "agent-a aaaaaaaaaaaaaaaaaaaaaaaa\n"
+                               "agent-b bbbbbbbbbbbbbbbbbbbbbbbb approver\n");
   }
   void TearDown() override {
     if (server_) server_->drain();
