@@ -6,6 +6,7 @@
 // canonical form; and every exchange ends (the session closes after the client's EOF).
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <spdlog/spdlog.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -17,8 +18,6 @@
 #include <string>
 #include <string_view>
 #include <thread>
-
-#include <spdlog/spdlog.h>
 
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/request.hpp"

@@ -12,6 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   iproute2 procps util-linux
   python3-jsonschema python3-yaml
+  clang-format
   nodejs
 )
 if [[ "${SLUICE_BENCH_DEPS:-0}" == 1 ]]; then

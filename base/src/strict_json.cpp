@@ -7,6 +7,8 @@
 #include <set>
 #include <vector>
 
+#include "sluice/base/json.hpp"
+
 namespace sluice::base {
 
 namespace {
@@ -93,10 +95,9 @@ class StrictHandler {
   bool key(json::string_t& k) {
     if (!keys_.back()->insert(k).second) {
       auto [line, col] = lineColumn(text_, openingQuote(text_, last_read_));
-      error_ = JsonParseError{"duplicate key " +
-                                  json(k).dump(-1, ' ', false, json::error_handler_t::replace) +
-                                  " (an object may name a key once)",
-                              line, col, true};
+      error_ =
+          JsonParseError{"duplicate key " + dumpJson(json(k)) + " (an object may name a key once)",
+                         line, col, true};
       return false;
     }
     return dom_.key(k);

@@ -18,8 +18,8 @@
 #include <string>
 
 #include "commands.hpp"
-#include "sluice/proxy/approvals.hpp"
 #include "sluice/base/strict_json.hpp"
+#include "sluice/proxy/approvals.hpp"
 
 namespace sluice::cli {
 

@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 #include <thread>
 
 #include "commands.hpp"
+#include "sluice/base/log.hpp"
 #include "sluice/runner/sandbox.hpp"
 #include "sluice/serve/mcp.hpp"
 
@@ -43,7 +43,9 @@ std::expected<ProtocolFds, std::string> takeStdio() {
 
 int runMcp(serve::McpOptions& options) {
   sigset_t set = blockDaemonSignals();
-  spdlog::set_default_logger(spdlog::stderr_color_mt("mcp"));
+  // stdout is the protocol: spdlog's default logger (stdout) becomes base's "mcp" (stderr).
+  base::logger(base::LoggerId::kMcp);
+  spdlog::set_default_logger(spdlog::get(std::string(base::loggerName(base::LoggerId::kMcp))));
   auto fds = takeStdio();
   if (!fds) {
     std::fprintf(stderr, "sluice mcp: %s\n", fds.error().c_str());

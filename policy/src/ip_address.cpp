@@ -166,8 +166,8 @@ std::optional<IpAddress> IpAddress::embeddedV4() const {
   if (hasPrefix(b, {}, 96)) return from(12, false);  // IPv4-compatible (deprecated)
   if (hasPrefix(b, {0x00, 0x64, 0xFF, 0x9B}, 96)) return from(12, false);  // NAT64 well-known
   if (hasPrefix(b, {0x00, 0x64, 0xFF, 0x9B, 0x00, 0x01}, 48)) return from(12, false);
-  if (hasPrefix(b, {0x20, 0x02}, 16)) return from(2, false);                  // 6to4
-  if (hasPrefix(b, {0x20, 0x01, 0x00, 0x00}, 32)) return from(12, true);      // Teredo client
+  if (hasPrefix(b, {0x20, 0x02}, 16)) return from(2, false);              // 6to4
+  if (hasPrefix(b, {0x20, 0x01, 0x00, 0x00}, 32)) return from(12, true);  // Teredo client
   // SIIT-style ::ffff:0:a.b.c.d (RFC 2765 "IPv4-translated")
   if (hasPrefix(b, {0, 0, 0, 0, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0}, 96)) return from(12, false);
   return std::nullopt;
@@ -245,8 +245,9 @@ std::expected<Cidr, std::string> parseCidr(std::string_view text) {
   // Refuse set host bits: "10.1.2.3/8" is almost always a typo for a narrower range.
   IpAddress network = masked(*addr, len);
   if (!(network == *addr)) {
-    return std::unexpected("bad CIDR '" + std::string(text) + "': host bits are set (did you mean " +
-                           network.str() + "/" + std::to_string(len) + "?)");
+    return std::unexpected("bad CIDR '" + std::string(text) +
+                           "': host bits are set (did you mean " + network.str() + "/" +
+                           std::to_string(len) + "?)");
   }
   Cidr c{network, len};
   return c;
@@ -274,7 +275,7 @@ AddressClass classifyAddress(const IpAddress& addr) {
   if (hasPrefix(b, {0xFC}, 7)) return AddressClass::kUniqueLocal;
   if (hasPrefix(b, {0xFF}, 8)) return AddressClass::kMulticast;
   if (hasPrefix(b, {0xFE, 0xC0}, 10)) return AddressClass::kReserved;  // site-local (deprecated)
-  if (hasPrefix(b, {0x20, 0x01, 0x0D, 0xB8}, 32)) return AddressClass::kReserved;  // docs
+  if (hasPrefix(b, {0x20, 0x01, 0x0D, 0xB8}, 32)) return AddressClass::kReserved;        // docs
   if (hasPrefix(b, {0x01, 0x00, 0, 0, 0, 0, 0, 0}, 64)) return AddressClass::kReserved;  // discard
   if (hasPrefix(b, {0x20, 0x01, 0x00, 0x10}, 28) || hasPrefix(b, {0x20, 0x01, 0x00, 0x20}, 28) ||
       hasPrefix(b, {0x20, 0x01, 0x00, 0x02, 0x00, 0x00}, 48)) {
@@ -286,16 +287,26 @@ AddressClass classifyAddress(const IpAddress& addr) {
 
 std::string_view addressClassName(AddressClass c) {
   switch (c) {
-    case AddressClass::kGlobal: return "global";
-    case AddressClass::kLoopback: return "loopback";
-    case AddressClass::kPrivate: return "private";
-    case AddressClass::kSharedCgnat: return "shared (CGNAT)";
-    case AddressClass::kLinkLocal: return "link-local";
-    case AddressClass::kUniqueLocal: return "unique-local";
-    case AddressClass::kMulticast: return "multicast";
-    case AddressClass::kUnspecified: return "unspecified";
-    case AddressClass::kBroadcast: return "broadcast";
-    case AddressClass::kReserved: return "reserved";
+    case AddressClass::kGlobal:
+      return "global";
+    case AddressClass::kLoopback:
+      return "loopback";
+    case AddressClass::kPrivate:
+      return "private";
+    case AddressClass::kSharedCgnat:
+      return "shared (CGNAT)";
+    case AddressClass::kLinkLocal:
+      return "link-local";
+    case AddressClass::kUniqueLocal:
+      return "unique-local";
+    case AddressClass::kMulticast:
+      return "multicast";
+    case AddressClass::kUnspecified:
+      return "unspecified";
+    case AddressClass::kBroadcast:
+      return "broadcast";
+    case AddressClass::kReserved:
+      return "reserved";
   }
   return "unknown";
 }

@@ -84,9 +84,10 @@ std::optional<std::string> fieldValueProblem(std::string_view v) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     auto c = static_cast<unsigned char>(v[i]);
     if (c == '\t' || (c >= 0x20 && c != 0x7F)) continue;
-    const char* what = c == '\r' ? "a carriage return (CR)" : c == '\n' ? "a line feed (LF)"
-                       : c == 0  ? "a NUL byte"
-                                 : "a control byte";
+    const char* what = c == '\r'   ? "a carriage return (CR)"
+                       : c == '\n' ? "a line feed (LF)"
+                       : c == 0    ? "a NUL byte"
+                                   : "a control byte";
     return "the value holds " + std::string(what) + " at byte " + std::to_string(i + 1) +
            ", which an HTTP header value cannot carry (a secret file must hold one line)";
   }

@@ -100,7 +100,8 @@ std::expected<Target, std::string> makeTarget(std::string_view host, std::uint16
     return std::unexpected("bad IPv6 literal '" + std::string(host) + "'");
   }
   if (endsInNumber(host)) {
-    return std::unexpected("host '" + std::string(host) + "' looks like an IPv4 address but is not one");
+    return std::unexpected("host '" + std::string(host) +
+                           "' looks like an IPv4 address but is not one");
   }
   auto name = normalizeHostName(host);
   if (!name) return std::unexpected(name.error());
@@ -152,7 +153,8 @@ std::expected<ParsedUrl, std::string> parseUrl(std::string_view url) {
   // The path and query are checked by canonicalRequest (request.hpp), which refuses what is
   // ambiguous with its own reason; the authority is checked here.
   if (authority.find_first_of("\\# \t\r\n") != std::string_view::npos) {
-    return std::unexpected("bad URL '" + std::string(url) + "': contains a character not allowed here");
+    return std::unexpected("bad URL '" + std::string(url) +
+                           "': contains a character not allowed here");
   }
   std::string_view tail = auth_end == std::string_view::npos ? "" : rest.substr(auth_end);
   if (authority.find('@') != std::string_view::npos) {

@@ -31,8 +31,7 @@ void finishConnection(Context& ctx, audit::ConnectionEvent& ev, Clock::time_poin
 class RequestRecord {
  public:
   RequestRecord(const Context& ctx, const Listener& listener, const policy::Workflow& workflow,
-                std::string connection_id, std::string method, std::string host,
-                std::string path);
+                std::string connection_id, std::string method, std::string host, std::string path);
   ~RequestRecord();
   RequestRecord(const RequestRecord&) = delete;
   RequestRecord& operator=(const RequestRecord&) = delete;

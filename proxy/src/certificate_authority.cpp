@@ -119,8 +119,8 @@ struct CertificateAuthority::Impl {
     X509_set_issuer_name(cert, X509_get_subject_name(ca_cert));
     X509_set_pubkey(cert, leaf_key);
     unsigned char buf[16];
-    bool is_ip = inet_pton(AF_INET, host.c_str(), buf) == 1 ||
-                 inet_pton(AF_INET6, host.c_str(), buf) == 1;
+    bool is_ip =
+        inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
     std::string san = (is_ip ? "IP:" : "DNS:") + host;
     if (!addExt(cert, ca_cert, NID_basic_constraints, "critical,CA:FALSE") ||
         !addExt(cert, ca_cert, NID_key_usage, "critical,digitalSignature") ||

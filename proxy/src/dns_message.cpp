@@ -54,7 +54,7 @@ bool plainByte(std::uint8_t c) {
 // ends: no pointer loop can be built.
 bool readName(Reader& r, Question* out, std::string& problem) {
   std::size_t p = r.pos();
-  std::size_t end = 0;   // where the name ends in the message (after the first pointer)
+  std::size_t end = 0;    // where the name ends in the message (after the first pointer)
   std::size_t limit = p;  // a pointer must point below this
   std::size_t wire_len = 1;
   for (;;) {
@@ -197,10 +197,10 @@ std::string rcodeName(Rcode r) {
 
 std::string qtypeName(std::uint16_t type) {
   static constexpr std::array<std::pair<std::uint16_t, const char*>, 20> kNames = {{
-      {1, "A"},       {2, "NS"},     {5, "CNAME"},  {6, "SOA"},    {12, "PTR"},
-      {15, "MX"},     {16, "TXT"},   {28, "AAAA"},  {33, "SRV"},   {35, "NAPTR"},
-      {41, "OPT"},    {43, "DS"},    {48, "DNSKEY"}, {64, "SVCB"}, {65, "HTTPS"},
-      {99, "SPF"},    {251, "IXFR"}, {252, "AXFR"}, {255, "ANY"},  {257, "CAA"},
+      {1, "A"},    {2, "NS"},     {5, "CNAME"},   {6, "SOA"},   {12, "PTR"},
+      {15, "MX"},  {16, "TXT"},   {28, "AAAA"},   {33, "SRV"},  {35, "NAPTR"},
+      {41, "OPT"}, {43, "DS"},    {48, "DNSKEY"}, {64, "SVCB"}, {65, "HTTPS"},
+      {99, "SPF"}, {251, "IXFR"}, {252, "AXFR"},  {255, "ANY"}, {257, "CAA"},
   }};
   for (const auto& [t, n] : kNames)
     if (t == type) return n;

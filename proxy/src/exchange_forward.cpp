@@ -39,8 +39,8 @@ net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> wat
                               net::redirect_error(net::use_awaitable, ec));
     if (ec) break;
     (up ? row->bytes_up : row->bytes_down) += n;
-    bool within = up ? conn->account().addBytesOut(n, limits)
-                     : conn->account().addBytesIn(n, limits);
+    bool within =
+        up ? conn->account().addBytesOut(n, limits) : conn->account().addBytesIn(n, limits);
     if (!within) {
       row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
       break;
@@ -51,7 +51,6 @@ net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> wat
   beast::get_lowest_layer(to).close(ignored);
   watch->timer.cancel();
 }
-
 
 }  // namespace
 
@@ -75,8 +74,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   // is injected next.
   stripHopByHop(req);
   req.erase(http::field::expect);
-  auto inj = applyInjection(fields, d.rule, conn_.listener->secrets.get(),
-                            conn_.listener->placeholders);
+  auto inj =
+      applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
   if (inj.error) {
     wipeFields(fields, inj.touched);
     Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
@@ -84,8 +83,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     co_return false;
   }
   if (inj.placeholder_leak)
-    log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced",
-               canon.method, target.authority(), canon.path, d.rule_id);
+    log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced", canon.method,
+               target.authority(), canon.path, d.rule_id);
   for (const auto& s : inj.secrets)
     if (std::find(conn_.injected.begin(), conn_.injected.end(), s) == conn_.injected.end())
       conn_.injected.push_back(s);
@@ -110,7 +109,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   } wipe{fields, inj.touched};
   auto fail = [&](Refusal r, bool count_denied) -> Refusal {
     rec.outcome(static_cast<int>(r.status), r.reason);
-    if (count_denied) conn_.account().noteDenied(target.host, target.port, r.rule, std::string(r.reasonText()));
+    if (count_denied)
+      conn_.account().noteDenied(target.host, target.port, r.rule, std::string(r.reasonText()));
     log().info("refused {} {}{} rule={} reason={}: {}", canon.method, target.authority(),
                canon.path, r.rule.empty() ? "-" : r.rule, r.reasonText(), r.detail);
     return r;
@@ -137,13 +137,13 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
         fail(refusal(Reason::kInvalidRequest, "client stopped sending the request body"), false);
         co_return false;
       }
-      Refusal r = fail(sent.ec == http::error::body_limit
-                           ? refusal(Reason::kBodyTooLarge,
-                                     "request body exceeds " +
-                                         std::to_string(ctx.options.max_body_bytes) + " bytes")
-                           : refusal(Reason::kInvalidRequest,
-                                     "malformed request body: " + sent.ec.message()),
-                       true);
+      Refusal r = fail(
+          sent.ec == http::error::body_limit
+              ? refusal(
+                    Reason::kBodyTooLarge,
+                    "request body exceeds " + std::to_string(ctx.options.max_body_bytes) + " bytes")
+              : refusal(Reason::kInvalidRequest, "malformed request body: " + sent.ec.message()),
+          true);
       std::string text = renderRefusal(r, conn_.workflow().name, false);
       co_await writeClient(text);
       co_return false;
@@ -213,16 +213,16 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
         co_await writeClient(text);
         co_return false;
       }
-      Refusal r = fail(timed_out ? refusal(Reason::kUpstreamTimeout,
-                                           "upstream " + target.authority() +
-                                               " did not answer within " +
-                                               std::to_string(timeout.count()) + " ms",
-                                           d.rule_id)
-                                 : refusal(Reason::kUpstreamError,
-                                           "upstream " + target.authority() +
-                                               " failed before answering: " + ec.message(),
-                                           d.rule_id),
-                       true);
+      Refusal r =
+          fail(timed_out ? refusal(Reason::kUpstreamTimeout,
+                                   "upstream " + target.authority() + " did not answer within " +
+                                       std::to_string(timeout.count()) + " ms",
+                                   d.rule_id)
+                         : refusal(Reason::kUpstreamError,
+                                   "upstream " + target.authority() +
+                                       " failed before answering: " + ec.message(),
+                                   d.rule_id),
+               true);
       std::string text = renderRefusal(r, conn_.workflow().name, false);
       co_await writeClient(text);
       co_return false;
@@ -257,8 +257,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     };
     Endpoint<Upstream> from_upstream{link_->stream(), link_->watch(), link_->buffer()};
     Endpoint<Client> to_client{client_, watch_, buf_};
-    auto got = co_await relayMessage<false>(from_upstream, *rp, to_client, timeout, count_in,
-                                            keep_alive);
+    auto got =
+        co_await relayMessage<false>(from_upstream, *rp, to_client, timeout, count_in, keep_alive);
     rec.outcome(status);
     conn_.account().noteAllowed();
     if (got.fail != RelayFail::kNone) {
@@ -323,11 +323,10 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
   co_return false;
 }
 
-
 using SslStream = beast::ssl_stream<tcp::socket>;
-#define SLUICE_INSTANTIATE(C, U)                                                               \
-  template net::awaitable<bool> Exchange<C, U>::forward(                                       \
-      const policy::Target&, const policy::HttpRequest&, policy::Decision, bool);              \
+#define SLUICE_INSTANTIATE(C, U)                                                  \
+  template net::awaitable<bool> Exchange<C, U>::forward(                          \
+      const policy::Target&, const policy::HttpRequest&, policy::Decision, bool); \
   template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&);
 SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
 SLUICE_INSTANTIATE(SslStream, SslStream)

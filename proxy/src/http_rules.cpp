@@ -82,9 +82,9 @@ std::optional<Refusal> checkFramingImpl(const Fields& fields, unsigned version) 
   if (te_count == 1 && version < 11)
     return bad("Transfer-Encoding on an HTTP/1.0 request (RFC 9112 6.1)");
   if (te_count == 1 && !iequals(trim(te_value), "chunked")) {
-    return refusal(policy::Reason::kUnsupportedTransferCoding,
-                   "unsupported Transfer-Encoding '" + std::string(trim(te_value)) +
-                       "' (only chunked)");
+    return refusal(
+        policy::Reason::kUnsupportedTransferCoding,
+        "unsupported Transfer-Encoding '" + std::string(trim(te_value)) + "' (only chunked)");
   }
   return std::nullopt;
 }

@@ -71,10 +71,10 @@ class FixedLink final : public UpstreamLink<Stream> {
   net::awaitable<std::expected<policy::Decision, Refusal>> open(policy::Query,
                                                                 std::string rule_id) override {
     if (failure_) co_return std::unexpected(*failure_);
-    co_return std::unexpected(refusal(
-        policy::Reason::kUpstreamError,
-        "the upstream connection of this tunnel to " + target_.authority() + " has ended",
-        std::move(rule_id)));
+    co_return std::unexpected(
+        refusal(policy::Reason::kUpstreamError,
+                "the upstream connection of this tunnel to " + target_.authority() + " has ended",
+                std::move(rule_id)));
   }
   Stream& stream() override { return stream_; }
   Watch& watch() override { return watch_; }
@@ -88,9 +88,7 @@ class FixedLink final : public UpstreamLink<Stream> {
     ErrorCode ec;
     beast::get_lowest_layer(stream_).close(ec);
   }
-  std::string refusedConnection(const policy::Target*, const Refusal&) override {
-    return row_.id;
-  }
+  std::string refusedConnection(const policy::Target*, const Refusal&) override { return row_.id; }
 
  private:
   Stream& stream_;

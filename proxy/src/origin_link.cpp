@@ -48,7 +48,8 @@ net::awaitable<std::expected<policy::Decision, Refusal>> OriginLink::open(policy
   auto vetted = co_await vetAddresses(ctx_, matcher_, q, rule_id);
   if (!vetted) co_return std::unexpected(std::move(vetted.error()));
   auto o = std::make_unique<Origin>(ex_);
-  auto dialled = co_await dialVetted(ctx_, o->socket, o->watch, *vetted, q.target, rule_id, keep_());
+  auto dialled =
+      co_await dialVetted(ctx_, o->socket, o->watch, *vetted, q.target, rule_id, keep_());
   if (!dialled) co_return std::unexpected(std::move(dialled.error()));
   o->target = q.target;
   o->address = dialled->address;

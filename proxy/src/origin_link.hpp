@@ -13,7 +13,8 @@ class OriginLink final : public UpstreamLink<tcp::socket> {
  public:
   /// `keep` returns a reference that keeps the owning connection alive while timers run.
   OriginLink(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-             std::shared_ptr<Account> account, const net::any_io_executor& ex, std::function<std::shared_ptr<void>()> keep);
+             std::shared_ptr<Account> account, const net::any_io_executor& ex,
+             std::function<std::shared_ptr<void>()> keep);
   ~OriginLink() override;
 
   /// The matcher that vets dials (refreshed per request by the owner, for SIGHUP reloads).

@@ -54,8 +54,8 @@ policy::IpAddress toIpAddress(const tcp::endpoint& ep) {
 }
 
 net::awaitable<std::expected<std::vector<VettedAddress>, Refusal>> vetAddresses(
-    std::shared_ptr<Context> ctx, std::shared_ptr<const policy::Matcher> matcher,
-    policy::Query q, std::string rule_id) {
+    std::shared_ptr<Context> ctx, std::shared_ptr<const policy::Matcher> matcher, policy::Query q,
+    std::string rule_id) {
   const policy::Target& target = q.target;
   std::vector<policy::IpAddress> addrs;
   if (target.ip) {
@@ -77,9 +77,9 @@ net::awaitable<std::expected<std::vector<VettedAddress>, Refusal>> vetAddresses(
     }
     auto ep = toEndpoint(a, target.port);
     if (ctx->isOwnEndpoint(ep))
-      co_return std::unexpected(refusal(
-          Reason::kProxyLoop, "destination " + target.authority() + " is this proxy's own listener",
-          rule_id));
+      co_return std::unexpected(
+          refusal(Reason::kProxyLoop,
+                  "destination " + target.authority() + " is this proxy's own listener", rule_id));
     out.push_back({ep, a, std::move(d)});
   }
   co_return out;

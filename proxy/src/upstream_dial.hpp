@@ -24,8 +24,8 @@ struct VettedAddress {
 /// Resolves `q.target` (unless an IP literal) and decides `q` at every address. All must pass:
 /// a name that resolves to one public and one private address is refused (rebinding shape).
 net::awaitable<std::expected<std::vector<VettedAddress>, Refusal>> vetAddresses(
-    std::shared_ptr<Context> ctx, std::shared_ptr<const policy::Matcher> matcher,
-    policy::Query q, std::string rule_id);
+    std::shared_ptr<Context> ctx, std::shared_ptr<const policy::Matcher> matcher, policy::Query q,
+    std::string rule_id);
 
 /// Dials the vetted addresses in order on `sock`: the one connected, or 502 (refused,
 /// unreachable) / 504 (connect_timeout). `keep` holds the caller alive while timers run.

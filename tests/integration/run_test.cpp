@@ -144,15 +144,14 @@ TEST_F(SluiceRun, DashDashEndsOptionsAfterEveryRepeatableOption) {
                          (dir_ / "ca.key").string() + " -out " + ca + " 2>/dev/null")
                             .c_str()),
             0);
-  const std::vector<std::vector<std::string>> lasts = {
-      {"--env", "FOO=1"},
-      {"--input", (dir_ / "in").string()},
-      {"--upstream-ca", ca},
-      {"--env", "FOO=1", "--env", "BAR=2"}};
+  const std::vector<std::vector<std::string>> lasts = {{"--env", "FOO=1"},
+                                                       {"--input", (dir_ / "in").string()},
+                                                       {"--upstream-ca", ca},
+                                                       {"--env", "FOO=1", "--env", "BAR=2"}};
   for (const auto& last : lasts) {
     SCOPED_TRACE(last[0]);
-    auto a = runArgs("proxied", last,
-                     {"/bin/sh", "-c", "echo hi; echo --env -x \"$FOO\"", "--", "-c"});
+    auto a =
+        runArgs("proxied", last, {"/bin/sh", "-c", "echo hi; echo --env -x \"$FOO\"", "--", "-c"});
     Outcome o = sluice(a);
     EXPECT_EQ(o.status, 0) << o.err;
     EXPECT_NE(o.out.find("hi\n--env -x"), std::string::npos) << o.out << o.err;

@@ -19,8 +19,8 @@ TEST(IpLiteral, EveryLoopbackSpellingIsOneAddress) {
 }
 
 TEST(IpLiteral, MetadataAddressSpellings) {
-  for (auto s : {"169.254.169.254", "0xa9fea9fe", "2852039166", "0251.0376.0251.0376",
-                 "169.254.43518"}) {
+  for (auto s :
+       {"169.254.169.254", "0xa9fea9fe", "2852039166", "0251.0376.0251.0376", "169.254.43518"}) {
     EXPECT_EQ(canon(s), "169.254.169.254") << s;
   }
 }
@@ -72,10 +72,10 @@ TEST(Classify, Ipv6RangesAndEmbeddedIpv4) {
   // Embedded IPv4 forms take the class of what they embed.
   EXPECT_EQ(cls("::ffff:127.0.0.1"), AddressClass::kLoopback);
   EXPECT_EQ(cls("::ffff:169.254.169.254"), AddressClass::kLinkLocal);
-  EXPECT_EQ(cls("::127.0.0.1"), AddressClass::kLoopback);            // compatible
-  EXPECT_EQ(cls("64:ff9b::10.0.0.1"), AddressClass::kPrivate);        // NAT64
+  EXPECT_EQ(cls("::127.0.0.1"), AddressClass::kLoopback);       // compatible
+  EXPECT_EQ(cls("64:ff9b::10.0.0.1"), AddressClass::kPrivate);  // NAT64
   EXPECT_EQ(cls("64:ff9b::a9fe:a9fe"), AddressClass::kLinkLocal);
-  EXPECT_EQ(cls("2002:7f00:1::"), AddressClass::kLoopback);           // 6to4
+  EXPECT_EQ(cls("2002:7f00:1::"), AddressClass::kLoopback);  // 6to4
   EXPECT_EQ(cls("2002:a9fe:a9fe::1"), AddressClass::kLinkLocal);
   EXPECT_EQ(cls("::ffff:8.8.8.8"), AddressClass::kGlobal);
   EXPECT_EQ(cls("64:ff9b::8.8.8.8"), AddressClass::kGlobal);

@@ -30,8 +30,8 @@ Decision connectAt(const Matcher& m, const Target& t, const IpAddress& addr,
 }
 
 // A request on a connection to `t` (optionally dialled at `addr`).
-Decision request(const Matcher& m, const Target& t, std::string_view method,
-                 std::string_view path, const IpAddress* addr = nullptr) {
+Decision request(const Matcher& m, const Target& t, std::string_view method, std::string_view path,
+                 const IpAddress* addr = nullptr) {
   HttpRequest r{std::string(method), std::string(path), ""};
   return m.decide({t, Visibility::kPlainHttp, &r, addr});
 }

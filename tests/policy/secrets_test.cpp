@@ -37,9 +37,9 @@ class Secrets : public ::testing::Test {
 TEST_F(Secrets, LoadsValueFileAndEnvSources) {
   write("token.txt", "from-file-s3cr3t\n");
   ::setenv("SLUICE_TEST_SECRET_ENV", "from-env-s3cr3t", 1);
-  auto f = write("secrets.yaml", "a: {value: inline-s3cr3t}\nb: {file: " +
-                                     (dir_ / "token.txt").string() +
-                                     "}\nc: {env: SLUICE_TEST_SECRET_ENV}\n");
+  auto f = write("secrets.yaml",
+                 "a: {value: inline-s3cr3t}\nb: {file: " + (dir_ / "token.txt").string() +
+                     "}\nc: {env: SLUICE_TEST_SECRET_ENV}\n");
   auto store = loadSecretsFile(f);
   ASSERT_TRUE(store) << store.error();
   EXPECT_EQ((*store)->find("a").value(), "inline-s3cr3t");

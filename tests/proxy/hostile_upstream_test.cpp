@@ -118,8 +118,8 @@ TEST_F(HostileUpstreamTest, ReflectedSecretNeverReachesTheClient) {
   ScriptedUpstream up([](const std::string& head) {
     // Echo the Authorization value everywhere a header section can carry text.
     auto at = head.find("Authorization: ");
-    std::string v = at == std::string::npos ? "none"
-                                            : head.substr(at + 15, head.find("\r\n", at) - at - 15);
+    std::string v =
+        at == std::string::npos ? "none" : head.substr(at + 15, head.find("\r\n", at) - at - 15);
     return "HTTP/1.1 103 Early " + v + "\r\nLink: <" + v + ">\r\n\r\n" + "HTTP/1.1 200 Fine " + v +
            "\r\nX-Echo: " + v + "\r\nContent-Length: 2\r\n\r\nok";
   });
@@ -265,9 +265,9 @@ TEST_F(InterimUpstreamTest, RequestsAfterAnInterimResponseAreStillJudged) {
   auto interim = c.readResponse();
   EXPECT_EQ(interim.status, 103);
   EXPECT_EQ(c.readResponse().status, 200);
-  for (auto [method, path, reason] :
-       {std::tuple{"DELETE", "/ok", "denied_by_rule"}, std::tuple{"GET", "/x/../admin/a", "denied_by_rule"},
-        std::tuple{"GET", "/%2e%2e/admin/a", "ambiguous_target"}}) {
+  for (auto [method, path, reason] : {std::tuple{"DELETE", "/ok", "denied_by_rule"},
+                                      std::tuple{"GET", "/x/../admin/a", "denied_by_rule"},
+                                      std::tuple{"GET", "/%2e%2e/admin/a", "ambiguous_target"}}) {
     SCOPED_TRACE(std::string(method) + " " + path);
     ASSERT_TRUE(c.send(req(method, path)));
     auto r = c.readResponse();

@@ -11,20 +11,20 @@ namespace sluice::audit {
 /// One connection the proxy was asked for (CONNECT tunnel or origin connection for plain
 /// HTTP), recorded once when it ends (or when it is refused).
 struct ConnectionEvent {
-  std::string id;             // unique (producer-generated, e.g. "c-<execution>-<n>")
-  std::string execution_id;   // empty for a standalone proxy
+  std::string id;            // unique (producer-generated, e.g. "c-<execution>-<n>")
+  std::string execution_id;  // empty for a standalone proxy
   std::string workflow;
   std::string policy_sha256;
-  std::int64_t ts_ms = 0;     // Unix epoch milliseconds when the connection was asked for
-  std::string kind;           // "connect" | "http"
-  std::string host;           // target as asked (normalised)
+  std::int64_t ts_ms = 0;  // Unix epoch milliseconds when the connection was asked for
+  std::string kind;        // "connect" | "http"
+  std::string host;        // target as asked (normalised)
   std::uint16_t port = 0;
-  std::string resolved_ip;    // the vetted address dialled; empty if none
-  std::string decision;       // "allow" | "deny"
+  std::string resolved_ip;  // the vetted address dialled; empty if none
+  std::string decision;     // "allow" | "deny"
   std::string rule_id;
-  std::string reason;         // policy::reasonName vocabulary
+  std::string reason;  // policy::reasonName vocabulary
   std::string detail;
-  std::string tls;            // "passthrough" | "inspect" | "none"
+  std::string tls;               // "passthrough" | "inspect" | "none"
   std::uint64_t bytes_up = 0;    // client -> upstream
   std::uint64_t bytes_down = 0;  // upstream -> client
   std::int64_t duration_ms = 0;
@@ -42,8 +42,8 @@ struct RequestEvent {
   /// The target's port, for live consumers (`sluice serve` streams); not a column (the
   /// request's connections row has it).
   std::uint16_t port = 0;
-  int status = 0;              // status returned to the client (403 for a refusal)
-  std::string decision;        // "allow" | "deny"
+  int status = 0;        // status returned to the client (403 for a refusal)
+  std::string decision;  // "allow" | "deny"
   std::string rule_id;
   std::string reason;
   std::vector<std::string> injected_secrets;  // secret NAMES only
@@ -56,12 +56,12 @@ struct ForwardEvent {
   std::string connection_id;  // the upstream connection it is sent on
   std::string execution_id;
   std::string workflow;
-  std::int64_t ts_ms = 0;     // the RequestEvent's ts_ms
+  std::int64_t ts_ms = 0;  // the RequestEvent's ts_ms
   std::string method;
   std::string host;
   std::string path;
   std::string rule_id;
-  int attempt = 1;            // 2 when resent on a fresh connection after a stale keep-alive
+  int attempt = 1;  // 2 when resent on a fresh connection after a stale keep-alive
   std::vector<std::string> injected_secrets;  // secret NAMES only
 };
 
@@ -71,9 +71,9 @@ struct DnsEvent {
   std::string execution_id;
   std::string workflow;
   std::int64_t ts_ms = 0;
-  std::string name;      // the question's name, lower-case, non-printable bytes as \DDD; may be empty
-  std::string qtype;     // "A", "AAAA", "TXT", ... or "TYPE<n>"; empty when the query had none
-  std::string answer;    // the synthetic address, or NXDOMAIN | NODATA | REFUSED | FORMERR | ...
+  std::string name;    // the question's name, lower-case, non-printable bytes as \DDD; may be empty
+  std::string qtype;   // "A", "AAAA", "TXT", ... or "TYPE<n>"; empty when the query had none
+  std::string answer;  // the synthetic address, or NXDOMAIN | NODATA | REFUSED | FORMERR | ...
   std::string decision;  // "allow" | "deny"
   std::string rule_id;   // empty: the DNS answer is not decided by one rule
   std::string reason;    // policy::reasonName vocabulary, or malformed_query | not_implemented
@@ -90,11 +90,12 @@ struct ApprovalEvent {
   std::string rule_id;
   std::string host;
   std::uint16_t port = 0;
-  std::string method;  // empty (stored as NULL) for a tunnel
-  std::string path;    // empty (stored as NULL) for a tunnel
-  std::string decision;    // "allow" | "deny"
-  std::string reason;      // "" when allowed; approval_denied | approval_timeout | execution_ended | ...
-  std::string scope;       // "once" | "execution" | "host"
+  std::string method;    // empty (stored as NULL) for a tunnel
+  std::string path;      // empty (stored as NULL) for a tunnel
+  std::string decision;  // "allow" | "deny"
+  std::string
+      reason;         // "" when allowed; approval_denied | approval_timeout | execution_ended | ...
+  std::string scope;  // "once" | "execution" | "host"
   std::string decided_by;  // "uid:N", a token name, "approve-with", "mcp", "timeout", ...
   std::int64_t asked_at_ms = 0;
   std::int64_t decided_at_ms = 0;

@@ -61,15 +61,15 @@ std::expected<Cidr, std::string> parseCidr(std::string_view text);
 /// What kind of address this is, for the SSRF guard.
 enum class AddressClass : std::uint8_t {
   kGlobal,
-  kLoopback,       // 127/8, ::1
-  kPrivate,        // RFC 1918
-  kSharedCgnat,    // 100.64/10
-  kLinkLocal,      // 169.254/16 (incl. 169.254.169.254 metadata), fe80::/10
-  kUniqueLocal,    // fc00::/7
-  kMulticast,      // 224/4, ff00::/8
-  kUnspecified,    // 0/8, ::
-  kBroadcast,      // 255.255.255.255
-  kReserved,       // 240/4, 192.0.0/24, benchmarking, documentation, site-local, ...
+  kLoopback,     // 127/8, ::1
+  kPrivate,      // RFC 1918
+  kSharedCgnat,  // 100.64/10
+  kLinkLocal,    // 169.254/16 (incl. 169.254.169.254 metadata), fe80::/10
+  kUniqueLocal,  // fc00::/7
+  kMulticast,    // 224/4, ff00::/8
+  kUnspecified,  // 0/8, ::
+  kBroadcast,    // 255.255.255.255
+  kReserved,     // 240/4, 192.0.0/24, benchmarking, documentation, site-local, ...
 };
 
 /// Classifies an address; IPv6 forms that embed IPv4 are classified by the embedded address

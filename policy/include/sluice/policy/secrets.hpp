@@ -34,7 +34,8 @@ std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
     const std::filesystem::path& path);
 
 /// A store from in-memory values (tests, embedding). Values are copied into protected memory.
-std::shared_ptr<const SecretStore> makeSecretStore(const std::map<std::string, std::string>& values);
+std::shared_ptr<const SecretStore> makeSecretStore(
+    const std::map<std::string, std::string>& values);
 
 /// Names that `workflow` references and `store` lacks (sorted); empty when all resolve.
 std::vector<std::string> missingSecrets(const Workflow& workflow, const SecretStore* store);

@@ -38,8 +38,8 @@ std::expected<Target, std::string> parseAuthority(std::string_view authority);
 struct ParsedUrl {
   std::string scheme;  // "http" or "https"
   Target target;       // default port from the scheme
-  std::string path;    // path as sent, starting with '/'; "/" when empty (canonicalRequest judges it)
-  std::string query;   // without '?'
+  std::string path;  // path as sent, starting with '/'; "/" when empty (canonicalRequest judges it)
+  std::string query;  // without '?'
 };
 
 /// Parses an absolute http/https URL. Userinfo, fragments and other schemes are refused.

@@ -70,9 +70,9 @@ class CertificateAuthority {
   LeafCacheStats cacheStats() const;
 
   /// The system CA bundle with `extra_pem` appended: what the sandbox trusts.
-  static std::string mergedBundle(std::string_view extra_pem,
-                                  const std::filesystem::path& system_bundle =
-                                      "/etc/ssl/certs/ca-certificates.crt");
+  static std::string mergedBundle(
+      std::string_view extra_pem,
+      const std::filesystem::path& system_bundle = "/etc/ssl/certs/ca-certificates.crt");
 
   struct Impl;
 
