@@ -38,7 +38,7 @@ std::optional<Digest> fromHex(std::string_view hex) {
     return std::nullopt;
   auto bytes = base::hexDecode(hex);
   if (!bytes) return std::nullopt;
-  Digest d;
+  Digest d{};
   std::copy(bytes->begin(), bytes->end(), d.begin());
   return d;
 }
