@@ -5,10 +5,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.hpp"
+#include "sluice/base/json.hpp"
 #include "sluice/policy/explain.hpp"
+#include "sluice/policy/explain_json.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/units.hpp"
-#include "sluice/serve/explain_json.hpp"
 
 namespace sluice::cli {
 namespace {
@@ -74,7 +75,7 @@ int explainDns(const pol::Matcher& m, const std::string& name, bool json) {
                         {"name", name},
                         {"answer", allowed ? "synthetic" : "nxdomain"},
                         {"path", "dns"}};
-    std::cout << j.dump() << "\n";
+    std::cout << base::dumpJson(j) << "\n";
   } else {
     std::cout << "decision:     " << (allowed ? "allow" : "deny") << "\n"
               << "workflow:     " << m.workflow().name << "\n"
@@ -108,9 +109,9 @@ int runExplain(const ExplainOptions& o) {
   }
   const auto& d = ex->decision;
   if (o.json) {
-    auto j = sluice::serve::explanationJson(*ex, (*matcher)->workflow().name);
+    auto j = policy::explanationJson(*ex, (*matcher)->workflow().name);
     if (!o.transparent.empty()) j["path"] = "transparent";
-    std::cout << j.dump() << "\n";
+    std::cout << base::dumpJson(j) << "\n";
   } else {
     std::cout << "decision:     " << pol::decisionName(d) << "\n"
               << "workflow:     " << (*matcher)->workflow().name << "\n"

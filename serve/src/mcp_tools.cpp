@@ -8,7 +8,7 @@
 #include "mcp_schema.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/policy/explain.hpp"
-#include "sluice/serve/explain_json.hpp"
+#include "sluice/policy/explain_json.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -246,7 +246,7 @@ json McpTools::explainEgress(const json& args) {
   q.method = args.value("method", "GET");
   auto ex = pol::explain(*matcher_, q);
   if (!ex) return failure("url: " + ex.error());
-  json j = explanationJson(*ex, workflow_);
+  json j = policy::explanationJson(*ex, workflow_);
   std::string text = j["decision"].get<std::string>() + ": " + ex->decision.detail;
   if (!ex->decision.rule_id.empty()) text += " (rule " + ex->decision.rule_id + ")";
   if (!ex->decision.nearest_miss.empty()) text += "\nnearest miss: " + ex->decision.nearest_miss;
