@@ -188,13 +188,14 @@ std::expected<void, Error> Log::adopt(int fd) {
   if (!ok) {
     if (fd >= 0) ::close(fd);
     return std::unexpected(
-        Error{"adoptBlockedLog: fd " + std::to_string(fd) + " is not a NETLINK_NETFILTER socket"});
+        Error{base::Code::kInvalidArgument,
+              "adoptBlockedLog: fd " + std::to_string(fd) + " is not a NETLINK_NETFILTER socket"});
   }
   ErrorCode ec;
   sock_.assign(fd, ec);
   if (ec) {
     ::close(fd);
-    return std::unexpected(Error{"adoptBlockedLog: " + ec.message()});
+    return std::unexpected(Error{base::Code::kIo, "adoptBlockedLog: " + ec.message()});
   }
   return {};
 }

@@ -22,19 +22,22 @@ std::expected<int, Error> socketFamily(int fd, int want_type, bool want_listenin
   socklen_t len = sizeof type;
   if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != want_type)
     return std::unexpected(
-        Error{"adoptDns: fd " + std::to_string(fd) + " is not a " + what + " socket"});
+        Error{base::Code::kInvalidArgument,
+              "adoptDns: fd " + std::to_string(fd) + " is not a " + what + " socket"});
   if (want_listening) {
     int accepting = 0;
     len = sizeof accepting;
     if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting)
-      return std::unexpected(Error{"adoptDns: TCP fd " + std::to_string(fd) + " is not listening"});
+      return std::unexpected(Error{base::Code::kInvalidArgument,
+                                   "adoptDns: TCP fd " + std::to_string(fd) + " is not listening"});
   }
   sockaddr_storage ss{};
   len = sizeof ss;
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0 ||
       (ss.ss_family != AF_INET && ss.ss_family != AF_INET6))
     return std::unexpected(
-        Error{"adoptDns: fd " + std::to_string(fd) + " is not an IPv4/IPv6 socket"});
+        Error{base::Code::kInvalidArgument,
+              "adoptDns: fd " + std::to_string(fd) + " is not an IPv4/IPv6 socket"});
   return ss.ss_family;
 }
 
@@ -58,19 +61,20 @@ std::expected<void, Error> Endpoint::adopt(int udp_fd, int tcp_fd) {
     closeNow();
     return std::unexpected(std::move(e));
   };
-  if (udp_fd < 0 && tcp_fd < 0) return fail(Error{"adoptDns: neither a UDP nor a TCP socket"});
+  if (udp_fd < 0 && tcp_fd < 0)
+    return fail(Error{base::Code::kInvalidArgument, "adoptDns: neither a UDP nor a TCP socket"});
   ErrorCode ec;
   if (udp_fd >= 0) {
     auto fam = socketFamily(udp_fd, SOCK_DGRAM, false, "UDP");
     if (!fam) return fail(fam.error());
     udp_.assign(*fam == AF_INET ? net::ip::udp::v4() : net::ip::udp::v6(), udp_fd, ec);
-    if (ec) return fail(Error{"adoptDns: " + ec.message()});
+    if (ec) return fail(Error{base::Code::kIo, "adoptDns: " + ec.message()});
   }
   if (tcp_fd >= 0) {
     auto fam = socketFamily(tcp_fd, SOCK_STREAM, true, "TCP");
     if (!fam) return fail(fam.error());
     tcp_.assign(*fam == AF_INET ? tcp::v4() : tcp::v6(), tcp_fd, ec);
-    if (ec) return fail(Error{"adoptDns: " + ec.message()});
+    if (ec) return fail(Error{base::Code::kIo, "adoptDns: " + ec.message()});
   }
   return {};
 }

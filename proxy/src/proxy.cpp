@@ -95,10 +95,14 @@ class ProxyImpl : public Proxy {
 
   std::expected<std::uint16_t, Error> listen(const std::string& addr, std::uint16_t port,
                                              ListenerIdentity identity) override {
-    if (!identity.matcher) return std::unexpected(Error{"listen: no policy matcher given"});
+    if (!identity.matcher)
+      return std::unexpected(
+          Error{base::Code::kInvalidArgument, "listen: no policy matcher given"});
     ErrorCode ec;
     auto ip = net::ip::make_address(addr, ec);
-    if (ec) return std::unexpected(Error{"listen: '" + addr + "' is not an IP address"});
+    if (ec)
+      return std::unexpected(
+          Error{base::Code::kInvalidArgument, "listen: '" + addr + "' is not an IP address"});
     auto l = makeListener(std::move(identity));
     tcp::endpoint ep(ip, port);
     l->acceptor.open(ep.protocol(), ec);
@@ -107,7 +111,8 @@ class ProxyImpl : public Proxy {
     if (!ec) l->acceptor.listen(kListenBacklog, ec);
     if (ec)
       return std::unexpected(
-          Error{"cannot listen on " + addr + ":" + std::to_string(port) + ": " + ec.message()});
+          Error{base::Code::kIo,
+                "cannot listen on " + addr + ":" + std::to_string(port) + ": " + ec.message()});
     auto port_bound = l->acceptor.local_endpoint(ec).port();
     add(std::move(l));
     return port_bound;
@@ -116,7 +121,8 @@ class ProxyImpl : public Proxy {
   std::expected<void, Error> adoptListener(int fd, ListenerIdentity identity) override {
     if (!identity.matcher) {
       ::close(fd);
-      return std::unexpected(Error{"adoptListener: no policy matcher given"});
+      return std::unexpected(
+          Error{base::Code::kInvalidArgument, "adoptListener: no policy matcher given"});
     }
     int type = 0;
     int accepting = 0;
@@ -125,13 +131,15 @@ class ProxyImpl : public Proxy {
     if (::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) {
       ::close(fd);
       return std::unexpected(
-          Error{"adoptListener: fd " + std::to_string(fd) + " is not a stream socket"});
+          Error{base::Code::kInvalidArgument,
+                "adoptListener: fd " + std::to_string(fd) + " is not a stream socket"});
     }
     len = sizeof accepting;
     if (::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) != 0 || !accepting) {
       ::close(fd);
       return std::unexpected(
-          Error{"adoptListener: fd " + std::to_string(fd) + " is not listening"});
+          Error{base::Code::kInvalidArgument,
+                "adoptListener: fd " + std::to_string(fd) + " is not listening"});
     }
     sockaddr_storage ss{};
     len = sizeof ss;
@@ -139,14 +147,15 @@ class ProxyImpl : public Proxy {
         (ss.ss_family != AF_INET && ss.ss_family != AF_INET6)) {
       ::close(fd);
       return std::unexpected(
-          Error{"adoptListener: fd " + std::to_string(fd) + " is not an IPv4/IPv6 socket"});
+          Error{base::Code::kInvalidArgument,
+                "adoptListener: fd " + std::to_string(fd) + " is not an IPv4/IPv6 socket"});
     }
     auto l = makeListener(std::move(identity));
     ErrorCode ec;
     l->acceptor.assign(ss.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
     if (ec) {
       ::close(fd);
-      return std::unexpected(Error{"adoptListener: " + ec.message()});
+      return std::unexpected(Error{base::Code::kIo, "adoptListener: " + ec.message()});
     }
     add(std::move(l));
     return {};
@@ -156,7 +165,7 @@ class ProxyImpl : public Proxy {
     auto closeBoth = [&](std::string why) -> std::expected<void, Error> {
       if (udp_fd >= 0) ::close(udp_fd);
       if (tcp_fd >= 0) ::close(tcp_fd);
-      return std::unexpected(Error{"adoptDns: " + std::move(why)});
+      return std::unexpected(Error{base::Code::kInvalidArgument, "adoptDns: " + std::move(why)});
     };
     if (!identity.matcher) return closeBoth("no policy matcher given");
     if (!identity.names) return closeBoth("no synthetic-name map given");
@@ -170,7 +179,7 @@ class ProxyImpl : public Proxy {
       std::lock_guard lock(mu_);
       if (stopped_) {
         e->close(false);
-        return std::unexpected(Error{"adoptDns: the proxy is stopped"});
+        return std::unexpected(Error{base::Code::kUnavailable, "adoptDns: the proxy is stopped"});
       }
       dns_.push_back(e);
       // The receipt's DNS counts: the execution's account.
@@ -185,7 +194,8 @@ class ProxyImpl : public Proxy {
   std::expected<void, Error> adoptBlockedLog(int fd, ListenerIdentity identity) override {
     if (!identity.matcher) {
       if (fd >= 0) ::close(fd);
-      return std::unexpected(Error{"adoptBlockedLog: no policy matcher given"});
+      return std::unexpected(
+          Error{base::Code::kInvalidArgument, "adoptBlockedLog: no policy matcher given"});
     }
     const auto& w = identity.matcher->workflow();
     auto b = std::make_shared<blocked::Log>(ioc_, ctx_, identity.execution_id, w.name, w.sha256);
@@ -194,7 +204,8 @@ class ProxyImpl : public Proxy {
       std::lock_guard lock(mu_);
       if (stopped_) {
         b->close(false).wait();
-        return std::unexpected(Error{"adoptBlockedLog: the proxy is stopped"});
+        return std::unexpected(
+            Error{base::Code::kUnavailable, "adoptBlockedLog: the proxy is stopped"});
       }
       blocked_.push_back(b);
       if (auto account = executionAccountLocked(identity.execution_id)) b->chargeTo(account);
@@ -448,13 +459,14 @@ std::expected<std::unique_ptr<Proxy>, Error> Proxy::create(ProxyOptions options,
                                                            std::shared_ptr<audit::EventSink> sink,
                                                            std::shared_ptr<Resolver> resolver) {
   if (options.max_header_bytes < 1024)
-    return std::unexpected(Error{"max_header_bytes must be at least 1024"});
+    return std::unexpected(
+        Error{base::Code::kInvalidArgument, "max_header_bytes must be at least 1024"});
   unsigned threads =
       options.threads ? options.threads : std::max(1u, std::thread::hardware_concurrency());
   std::shared_ptr<TlsContexts> tls;
   if (options.ca) {
     auto t = makeTlsContexts(options);
-    if (!t) return std::unexpected(Error{t.error()});
+    if (!t) return std::unexpected(Error{base::Code::kInvalidArgument, t.error()});
     tls = std::move(*t);
   }
   auto impl = std::make_unique<ProxyImpl>(options, std::move(sink), std::move(resolver), threads);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sluice/audit/event_sink.hpp"
+#include "sluice/base/error.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
 #include "sluice/proxy/approvals.hpp"
@@ -23,9 +24,8 @@
 namespace sluice::proxy {
 
 /// A control-plane failure (bind, listen, bad fd), with a message a user can act on.
-struct Error {
-  std::string message;
-};
+/// The proxy's control-plane errors are base's (one error type across components).
+using Error = base::Error;
 
 struct ProxyOptions {
   unsigned threads = 0;  ///< I/O threads; 0 = number of cores
