@@ -106,25 +106,16 @@ std::expected<dev_t, std::string> scratchDevice(int root_fd) {
   return st.st_dev;
 }
 
-std::expected<FileInfo, std::string> writeSandboxFile(const SandboxRoot& r, const std::string& path,
-                                                      std::string_view data) {
-  auto p = parseScratchPath(path);
-  if (!p) return std::unexpected(p.error());
-  if (p->parts.empty()) return std::unexpected(failure(path, EISDIR));
-  auto dir = openParent(r, *p, true);
-  if (!dir) return std::unexpected(failure(path, dir.error()));
-  auto fd = openFile(r, dir->get(), p->parts.back(), O_WRONLY | O_CREAT);
-  if (!fd) return std::unexpected(failure(path, fd.error()));
-  if (::fchown(fd->get(), r.uid, r.gid) != 0 || ::ftruncate(fd->get(), 0) != 0 ||
-      !writeAll(fd->get(), data))
-    return std::unexpected(failure(path, errno));
-  return FileInfo{p->sandbox(), data.size(), base::sha256Hex(data), false};
-}
+namespace {
 
-// As writeSandboxFile, with the bytes read from `from` (an upload spooled by the daemon) in
-// chunks: the content is never held in memory whole.
-std::expected<FileInfo, std::string> writeSandboxFileFrom(const SandboxRoot& r,
-                                                          const std::string& path, int from) {
+/// A scratch file opened for writing: created if need be, owned by the sandbox's user, empty.
+struct WritableFile {
+  ScratchPath path;
+  Fd fd;
+};
+
+std::expected<WritableFile, std::string> openForWriting(const SandboxRoot& r,
+                                                        const std::string& path) {
   auto p = parseScratchPath(path);
   if (!p) return std::unexpected(p.error());
   if (p->parts.empty()) return std::unexpected(failure(path, EISDIR));
@@ -134,6 +125,25 @@ std::expected<FileInfo, std::string> writeSandboxFileFrom(const SandboxRoot& r,
   if (!fd) return std::unexpected(failure(path, fd.error()));
   if (::fchown(fd->get(), r.uid, r.gid) != 0 || ::ftruncate(fd->get(), 0) != 0)
     return std::unexpected(failure(path, errno));
+  return WritableFile{std::move(*p), std::move(*fd)};
+}
+
+}  // namespace
+
+std::expected<FileInfo, std::string> writeSandboxFile(const SandboxRoot& r, const std::string& path,
+                                                      std::string_view data) {
+  auto f = openForWriting(r, path);
+  if (!f) return std::unexpected(f.error());
+  if (!writeAll(f->fd.get(), data)) return std::unexpected(failure(path, errno));
+  return FileInfo{f->path.sandbox(), data.size(), base::sha256Hex(data), false};
+}
+
+// As writeSandboxFile, with the bytes read from `from` (an upload spooled by the daemon) in
+// chunks: the content is never held in memory whole.
+std::expected<FileInfo, std::string> writeSandboxFileFrom(const SandboxRoot& r,
+                                                          const std::string& path, int from) {
+  auto f = openForWriting(r, path);
+  if (!f) return std::unexpected(f.error());
   base::Sha256 md;
   std::uint64_t total = 0;
   char buf[65536];
@@ -142,12 +152,12 @@ std::expected<FileInfo, std::string> writeSandboxFileFrom(const SandboxRoot& r,
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return std::unexpected(path + ": reading the upload: " + std::strerror(errno));
     if (n == 0) break;
-    if (!writeAll(fd->get(), std::string_view(buf, static_cast<std::size_t>(n))))
+    if (!writeAll(f->fd.get(), std::string_view(buf, static_cast<std::size_t>(n))))
       return std::unexpected(failure(path, errno));
     md.update(std::string_view(buf, static_cast<std::size_t>(n)));
     total += static_cast<std::uint64_t>(n);
   }
-  return FileInfo{p->sandbox(), total, md.finishHex(), false};
+  return FileInfo{f->path.sandbox(), total, md.finishHex(), false};
 }
 
 std::expected<std::string, std::string> readSandboxFile(const SandboxRoot& r,
