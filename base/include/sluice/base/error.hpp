@@ -7,6 +7,7 @@
 #include <expected>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace sluice::base {
 
@@ -31,6 +32,10 @@ enum class Code : std::uint8_t {
 
 /// An error value. `sys_errno` travels beside the message, not inside it.
 struct Error {
+  Error() = default;
+  Error(Code c, std::string m, std::string w = {}, int e = 0)
+      : code(c), message(std::move(m)), where(std::move(w)), sys_errno(e) {}
+
   Code code = Code::kInternal;
   std::string message;
   std::string where;  ///< "policy.yaml:14:9", "connections seq 57"; empty when none
