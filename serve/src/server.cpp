@@ -4,8 +4,6 @@
 #include <malloc.h>
 
 #include <algorithm>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
 #include "admission.hpp"
@@ -17,6 +15,7 @@
 #include "pool.hpp"
 #include "quotas.hpp"
 #include "sessions.hpp"
+#include "sluice/base/loop.hpp"
 
 namespace sluice::serve {
 namespace {
@@ -61,16 +60,7 @@ class ServerImpl final : public Server {
     for (unsigned i = 0; i < std::max(1u, options_.io_threads); ++i)
       threads_.emplace_back([this] { ioc_.run(); });
     // Idle timeouts and TTLs, checked twice a second.
-    reaper_ = std::thread([this] {
-      std::unique_lock lock(reaper_mu_);
-      while (!reaper_stop_) {
-        reaper_cv_.wait_for(lock, std::chrono::milliseconds(500));
-        if (reaper_stop_) break;
-        lock.unlock();
-        sessions_->reap();
-        lock.lock();
-      }
-    });
+    reaper_.start([this] { sessions_->reap(); }, std::chrono::milliseconds(500));
     return {};
   }
 
@@ -87,12 +77,7 @@ class ServerImpl final : public Server {
       api_->startDraining();
       api_->waitForExecutions(options_.drain);
     }
-    {
-      std::lock_guard lock(reaper_mu_);
-      reaper_stop_ = true;
-    }
-    reaper_cv_.notify_all();
-    if (reaper_.joinable()) reaper_.join();
+    reaper_.stop();
     // Every session left ends with its summary receipt; prepared sandboxes are dropped.
     if (sessions_) sessions_->endAll("shutdown");
     if (pool_) pool_->stop();
@@ -151,10 +136,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<Admission> admission_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Api> api_;
-  std::thread reaper_;
-  std::mutex reaper_mu_;
-  std::condition_variable reaper_cv_;
-  bool reaper_stop_ = false;
+  base::BackgroundLoop reaper_{"sluice-reaper"};
   std::unique_ptr<HttpServer> http_;
   std::vector<std::string> endpoints_;
   std::atomic<bool> drained_{false};
