@@ -370,6 +370,57 @@ std::string paramsText(const Rule& r, const HttpRequest& req) {
 }  // namespace
 
 // Shared by the connect and request phases. `req` is null at connect time.
+// What a decision speaks of: "GET host:port/path" for a request, "host:port" for a connection.
+static std::string subject(const HttpRequest* req, const std::string& where) {
+  return req ? std::string(req->method) + " " + where + std::string(req->path) : where;
+}
+
+// `d` decided by rule `r` for `reason`.
+static Decision decidedBy(Decision d, Reason reason, const Rule& r, std::string detail) {
+  d.reason = reason;
+  d.rule = &r;
+  d.rule_id = r.id;
+  d.detail = std::move(detail);
+  return d;
+}
+
+// No rule allowed, asked or denied: the nearest miss, else why nothing could match.
+static Decision noRuleDecides(Decision d, const Matcher::Index& ix, const Workflow& w,
+                              const Target& t, const Evaluation& ev, const std::string& where) {
+  d.allowed = false;
+  if (ev.miss != Miss::kNone) {
+    d.reason = missReason(ev.miss);
+    d.rule = ev.miss_rule;
+    d.rule_id = ev.miss_rule->id;
+    if (ev.miss == Miss::kParams) {
+      d.detail = ev.miss_text;  // not a miss: a refusal by the rule that would match
+      return d;
+    }
+    d.nearest_miss = ev.miss_text;
+    d.detail = "no rule allows " + where + "; nearest miss: " + ev.miss_text;
+    return d;
+  }
+  if (t.ip) {
+    d.reason = Reason::kIpLiteralNeedsCidrs;
+    d.detail = t.host +
+               " is an IP address: only rules with cidrs match IP destinations, and none "
+               "contains it";
+    return d;
+  }
+  d.reason = Reason::kNoMatchingRule;
+  d.detail = "no rule matches host " + t.host;
+  // The classic wildcard confusion: *.example.com does not cover example.com.
+  if (auto it = ix.suffix.find(t.host); it != ix.suffix.end()) {
+    const Rule& r = w.rules[it->second.front()];
+    d.rule_id = r.id;
+    d.rule = &r;
+    d.nearest_miss = "rule " + r.id + " has *." + t.host + ", which matches subdomains of " +
+                     t.host + " only, not " + t.host + " itself";
+    d.detail += "; nearest miss: " + d.nearest_miss;
+  }
+  return d;
+}
+
 static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
                          Visibility vis, const HttpRequest* req,
                          std::vector<std::uint32_t>& allowing) {
@@ -404,12 +455,8 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
         if (!cr.methodMatches(req->method) || !cr.pathMatchesEither(*req)) continue;
       }
       d.allowed = false;
-      d.reason = Reason::kDeniedByRule;
-      d.rule = &r;
-      d.rule_id = r.id;
-      d.detail = "rule " + r.id + " denies " +
-                 (req ? std::string(req->method) + " " + where + std::string(req->path) : where);
-      return d;
+      return decidedBy(std::move(d), Reason::kDeniedByRule, r,
+                       "rule " + r.id + " denies " + subject(req, where));
     }
     if (req == nullptr) {
       if (r.hasRequestConditions() && vis == Visibility::kTunnel && r.tls != TlsMode::kInspect) {
@@ -447,69 +494,27 @@ static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Targ
   }
   if (ambiguous_ask) {
     // An ask rule that does not allow path parameters is not skipped: refused as ambiguous.
-    d.reason = Reason::kAmbiguousTarget;
-    d.rule = ambiguous_ask;
-    d.rule_id = ambiguous_ask->id;
-    d.detail = paramsText(*ambiguous_ask, *req);
-    return d;
+    return decidedBy(std::move(d), Reason::kAmbiguousTarget, *ambiguous_ask,
+                     paramsText(*ambiguous_ask, *req));
   }
   if (first_ask) {
     // An ask beats an allow (a deny has returned already).
     d.allowed = false;
     d.ask = true;
-    d.reason = Reason::kApprovalRequired;
-    d.rule = first_ask;
-    d.rule_id = first_ask->id;
     d.tls = inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
-    d.detail = "rule " + first_ask->id + " asks an approver before allowing " +
-               (req ? std::string(req->method) + " " + where + std::string(req->path) : where);
-    return d;
+    return decidedBy(
+        std::move(d), Reason::kApprovalRequired, *first_ask,
+        "rule " + first_ask->id + " asks an approver before allowing " + subject(req, where));
   }
   if (first_allow) {
     d.allowed = true;
-    d.reason = Reason::kAllowed;
-    d.rule = first_allow;
-    d.rule_id = first_allow->id;
     d.tls = inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
-    d.detail = "rule " + first_allow->id + " allows " +
-               (req ? std::string(req->method) + " " + where + std::string(req->path) : where);
-    if (vis == Visibility::kTunnel && req == nullptr) {
-      d.detail += std::string(" (tls: ") + std::string(tlsModeName(d.tls)) + ")";
-    }
-    return d;
+    std::string detail = "rule " + first_allow->id + " allows " + subject(req, where);
+    if (vis == Visibility::kTunnel && req == nullptr)
+      detail += std::string(" (tls: ") + std::string(tlsModeName(d.tls)) + ")";
+    return decidedBy(std::move(d), Reason::kAllowed, *first_allow, std::move(detail));
   }
-  d.allowed = false;
-  if (ev.miss != Miss::kNone) {
-    d.reason = missReason(ev.miss);
-    d.rule = ev.miss_rule;
-    d.rule_id = ev.miss_rule->id;
-    if (ev.miss == Miss::kParams) {
-      d.detail = ev.miss_text;  // not a miss: a refusal by the rule that would match
-      return d;
-    }
-    d.nearest_miss = ev.miss_text;
-    d.detail = "no rule allows " + where + "; nearest miss: " + ev.miss_text;
-    return d;
-  }
-  if (t.ip) {
-    d.reason = Reason::kIpLiteralNeedsCidrs;
-    d.detail = t.host +
-               " is an IP address: only rules with cidrs match IP destinations, and none "
-               "contains it";
-    return d;
-  }
-  d.reason = Reason::kNoMatchingRule;
-  d.detail = "no rule matches host " + t.host;
-  // The classic wildcard confusion: *.example.com does not cover example.com.
-  if (auto it = ix.suffix.find(t.host); it != ix.suffix.end()) {
-    const Rule& r = w.rules[it->second.front()];
-    d.rule_id = r.id;
-    d.rule = &r;
-    d.nearest_miss = "rule " + r.id + " has *." + t.host + ", which matches subdomains of " +
-                     t.host + " only, not " + t.host + " itself";
-    d.detail += "; nearest miss: " + d.nearest_miss;
-  }
-  return d;
+  return noRuleDecides(std::move(d), ix, w, t, ev, where);
 }
 
 namespace {
