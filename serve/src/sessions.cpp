@@ -31,6 +31,22 @@ std::expected<std::chrono::milliseconds, ApiError> duration(const json& body, co
   return *d;
 }
 
+// One exec's share of its session's traffic: the counters since `before`, and the denials
+// recorded after it.
+proxy::Stats statsSince(const proxy::Stats& before, const proxy::Stats& after) {
+  proxy::Stats delta;
+  delta.allowed = after.allowed - before.allowed;
+  delta.denied = after.denied - before.denied;
+  delta.bytes_out = after.bytes_out - before.bytes_out;
+  delta.bytes_in = after.bytes_in - before.bytes_in;
+  delta.dns_queries = after.dns_queries - before.dns_queries;
+  delta.dns_denied = after.dns_denied - before.dns_denied;
+  const std::size_t seen = std::min(before.denials.size(), after.denials.size());
+  delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(seen),
+                       after.denials.end());
+  return delta;
+}
+
 // "24h", "90m", "30s" or "1500ms": the largest unit that says it exactly.
 std::string spoken(std::chrono::milliseconds d) {
   using namespace std::chrono;
@@ -295,18 +311,7 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   ctx.policy_sha256 = s.workflow->sha256;
   ctx.network_mode = s.network_proxy ? "proxy" : "none";
   if (s.network_proxy) {
-    // This exec's share of the session's traffic.
-    proxy::Stats after = engine_.proxy().stats(s.id), delta;
-    delta.allowed = after.allowed - before.allowed;
-    delta.denied = after.denied - before.denied;
-    delta.bytes_out = after.bytes_out - before.bytes_out;
-    delta.bytes_in = after.bytes_in - before.bytes_in;
-    delta.dns_queries = after.dns_queries - before.dns_queries;
-    delta.dns_denied = after.dns_denied - before.dns_denied;
-    delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(std::min(
-                                                     before.denials.size(), after.denials.size())),
-                         after.denials.end());
-    sluice::execution::addNetwork(ctx, delta);
+    sluice::execution::addNetwork(ctx, statsSince(before, engine_.proxy().stats(s.id)));
   }
   auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
   s.execs.push_back(spec.execution_id);
