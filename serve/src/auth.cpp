@@ -37,10 +37,13 @@ std::expected<std::vector<Token>, std::string> loadTokenFile(const std::string& 
     const std::string where = path + ":" + std::to_string(n) + ": ";
     if (t.name.empty()) continue;  // blank line
     if (t.secret.empty()) return std::unexpected(where + "expected " + kLineForm);
-    while (words >> flag) {
+    // An unknown word is not echoed: a line written in the wrong order puts the token there.
+    for (int word = 3; words >> flag; ++word) {
       bool& mark = flag == "approver" ? t.approver : t.metrics;
       if ((flag != "approver" && flag != "metrics") || mark)
-        return std::unexpected(where + "unexpected '" + flag + "' (expected " + kLineForm + ")");
+        return std::unexpected(where + "word " + std::to_string(word) +
+                               " is not 'approver' or 'metrics', or repeats one (expected " +
+                               kLineForm + ")");
       mark = true;
     }
     if (t.secret.size() < 16)
