@@ -245,14 +245,13 @@ std::expected<void, SetupError> planInputs(const RunSpec& spec, const std::strin
   return {};
 }
 
-}  // namespace
+std::unexpected<SetupError> err(std::string step, std::string msg) {
+  return std::unexpected(SetupError{SetupError::Kind::kSetup, std::move(step), std::move(msg)});
+}
 
-std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool user_namespace) {
-  auto err = [](std::string step, std::string msg) {
-    return std::unexpected(SetupError{SetupError::Kind::kSetup, std::move(step), std::move(msg)});
-  };
-  MountPlan plan;
-  // The staging directory must not hide anything the plan binds from the host.
+// Where the sandbox's mounts are staged: a directory that hides nothing the plan binds from
+// the host (an input under it would vanish behind the staging tmpfs).
+std::expected<std::string, SetupError> chooseStage(const RunSpec& spec, bool user_namespace) {
   auto hides = [&](const std::string& dir) {
     for (const Input& in : spec.inputs) {
       std::error_code ec;  // where the input really is: its symlinks resolved
@@ -268,18 +267,15 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   for (const std::string& c : candidates) {
     std::error_code ec;
     if (fs::is_directory(c, ec) && !fs::is_symlink(c, ec) && !hides(c)) {
-      plan.stage = c;
-      break;
+      return c;
     }
   }
-  if (plan.stage.empty())
-    return err("staging directory", "no directory to stage the sandbox's mounts on (tried " +
-                                        candidates.front() + " and others)");
-  plan.new_root = plan.stage + "/root";
-  plan.scratch = plan.stage + "/scratch";
-  PlanBuilder b(plan.new_root);
-  using K = MountOp::Kind;
+  return err("staging directory", "no directory to stage the sandbox's mounts on (tried " +
+                                      candidates.front() + " and others)");
+}
 
+void planSystemDirs(PlanBuilder& b) {
+  using K = MountOp::Kind;
   // System directories: read-only binds; merged-/usr symlinks (/bin -> usr/bin) are recreated
   // as symlinks so the sandbox sees the same layout as the host.
   for (const char* d : {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
@@ -294,7 +290,10 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
       b.add(K::kBindRo, d, d, "bind system dir read-only");
     }
   }
+}
 
+std::expected<void, SetupError> planEtc(const RunSpec& spec, PlanBuilder& b) {
+  using K = MountOp::Kind;
   // A minimal generated /etc: only what name services, TLS and the dynamic loader need.
   b.mkdir("/etc");
   const std::string uid = std::to_string(spec.uid), gid = std::to_string(spec.gid);
@@ -343,6 +342,11 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
           "bind CA bundle");
   }
 
+  return {};
+}
+
+void planProcAndDev(PlanBuilder& b, bool user_namespace) {
+  using K = MountOp::Kind;
   // Fresh /proc of the sandbox's own pid namespace.
   b.mkdir("/proc");
   b.add(K::kProc, "/proc", {}, "mount /proc");
@@ -374,11 +378,13 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   b.add(K::kSymlink, "/dev/stderr", "/proc/self/fd/2", "symlink /dev/stderr");
   b.add(K::kMkdir, "/dev/shm", {}, "mkdir /dev/shm", {}, 0755);
   planProcMasks(b);  // binds the new /dev/null
+}
 
+std::vector<MountOp> planScratch(const RunSpec& spec, const std::string& s, PlanBuilder& b) {
+  using K = MountOp::Kind;
   // One scratch tmpfs, sized by `disk`, behind /work, /tmp, /output and /dev/shm, so the disk
   // limit is one budget for all writable space.
   // stage_ops carry absolute paths in the staging tmpfs (outside the new root), and run first.
-  const std::string s = plan.scratch;
   const std::uint64_t disk = spec.limits.disk ? spec.limits.disk : (64ull << 20);
   std::vector<MountOp> stage_ops;
   stage_ops.push_back({K::kTmpfs,
@@ -400,6 +406,24 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   }
   b.add(K::kBindRw, "/dev/shm", s + "/shm", "bind /dev/shm");
 
+  return stage_ops;
+}
+
+}  // namespace
+
+std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool user_namespace) {
+  MountPlan plan;
+  auto stage = chooseStage(spec, user_namespace);
+  if (!stage) return std::unexpected(stage.error());
+  plan.stage = std::move(*stage);
+  plan.new_root = plan.stage + "/root";
+  plan.scratch = plan.stage + "/scratch";
+  PlanBuilder b(plan.new_root);
+  using K = MountOp::Kind;
+  planSystemDirs(b);
+  if (auto r = planEtc(spec, b); !r) return std::unexpected(r.error());
+  planProcAndDev(b, user_namespace);
+  std::vector<MountOp> stage_ops = planScratch(spec, plan.scratch, b);
   if (auto r = planInputs(spec, plan.stage, user_namespace, b, stage_ops); !r)
     return std::unexpected(r.error());
   plan.ops = std::move(stage_ops);
