@@ -182,63 +182,88 @@ class PhaseTimer {
   std::chrono::steady_clock::time_point last_;
 };
 
-int doRun(const RunOptions& o) {
-  PhaseTimer timer;
-  // First, while this process is single-threaded and holds no policy, secret or key: a helper
-  // starts building the sandbox's namespaces alongside everything below (runner/sandbox.hpp).
-  auto prepared = rn::prepareSandbox();
-  if (!prepared) return fail("sandbox", prepared.error().message);
-  timer.mark("cli: fork namespace helper");
-  auto workflow = loadWorkflow(o);
-  if (!workflow) return fail("policy", workflow.error());
-  const pol::Workflow& w = **workflow;
-  auto limits = effectiveLimits(w, o);
-  if (!limits) return fail("limits", limits.error());
-  auto inputs = parseInputs(o.inputs);
-  if (!inputs) return fail("input", inputs.error());
-  const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
+std::int64_t elapsedUs(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
+                                                               since)
+      .count();
+}
 
-  // Secrets are read only once the sandbox's init exists (loadSecrets below, from the
-  // runner's hooks): where init is cloned from this process (the unprivileged path) it would
-  // otherwise inherit the copies of the values that parsing leaves in freed heap memory. A bad
-  // or incomplete store (mode 0600, owner, every referenced name present) still stops the run
+// One `sluice run`: the state its runner hooks share, and each step as a member. run() is the
+// table of contents; the order of its steps is what keeps secrets and keys out of the sandbox
+// and the slow parts (proxy start, store open, commit) overlapped with the sandbox's own.
+class RunJob {
+ public:
+  explicit RunJob(const RunOptions& o) : o_(o) {}
+  int run();
+
+ private:
+  int prepare();
+  int startAuditStore();
+  const std::expected<void, std::string>& loadSecrets();
+  std::expected<void, std::string> onListener(int fd);
+  std::expected<void, std::string> onDns(int udp, int tcp, int blocked);
+  std::expected<void, rn::SetupError> beforeStart();
+  void startReceipt(const rn::RunResult& r);
+  rn::RunHooks hooks();
+  void recordFailure(const rn::SetupError& e);
+  int output();
+
+  const RunOptions& o_;
+  PhaseTimer timer_;
+  std::shared_ptr<const pol::Workflow> workflow_;
+  bool full_isolation_ = false;
+  // Secrets are read only once the sandbox's init exists (loadSecrets(), from the runner's
+  // hooks): where init is cloned from this process (the unprivileged path) it would otherwise
+  // inherit the copies of the values that parsing leaves in freed heap memory. A bad or
+  // incomplete store (mode 0600, owner, every referenced name present) still stops the run
   // before the program starts. Values stay in the store, which only the proxy reads; errors
   // name secrets, never values.
-  std::shared_ptr<const pol::SecretStore> secrets;
-  std::optional<std::expected<void, std::string>> secrets_loaded;
-  auto loadSecrets = [&]() -> const std::expected<void, std::string>& {
-    if (secrets_loaded) return *secrets_loaded;
-    secrets_loaded.emplace();
-    if (!o.secrets.empty()) {
-      auto loaded = pol::loadSecretsFile(o.secrets);
-      if (!loaded) return *secrets_loaded = std::unexpected(loaded.error());
-      secrets = std::move(*loaded);
-    }
-    if (auto missing = pol::missingSecrets(w, secrets.get()); !missing.empty()) {
-      std::string names;
-      for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
-      *secrets_loaded =
-          std::unexpected((o.secrets.empty() ? std::string("no --secrets FILE given; the")
-                                             : o.secrets + " lacks secret(s) the") +
-                          " workflow references: " + names);
-    }
-    return *secrets_loaded;
-  };
-  for (const std::string& f : o.upstream_cas) {
+  std::shared_ptr<const pol::SecretStore> secrets_;
+  std::optional<std::expected<void, std::string>> secrets_loaded_;
+  // Placeholders: the sandbox gets VAR=<random token> per rule with inject.placeholder_env;
+  // the proxy swaps the token for the secret only on that rule's requests.
+  std::vector<proxy::Placeholder> placeholders_;
+  rn::RunSpec spec_;
+  std::shared_ptr<proxy::CertificateAuthority> ca_;
+  std::shared_ptr<audit::Store> store_;
+  std::unique_ptr<proxy::Proxy> px_;
+  // The execution's synthetic DNS names: written by its DNS server, read by its listeners.
+  std::shared_ptr<proxy::SyntheticNames> names_ = std::make_shared<proxy::SyntheticNames>();
+  // Ask rules wait for --approve-with's answer; without it nobody can answer, and they are
+  // refused at once (approval_unavailable). Declared after the proxy: destroyed before it.
+  std::shared_ptr<proxy::ApprovalDesk> approvals_;
+  std::unique_ptr<execution::ApproveWith> approver_;
+  std::shared_ptr<const pol::Matcher> matcher_;
+  rn::ReceiptContext ctx_;
+  nlohmann::json receipt_;
+  audit::ExecutionRecord rec_;
+  std::optional<audit::PendingExecution> commit_;
+  std::int64_t proxy_start_us_ = 0, gc_us_ = 0, audit_wait_us_ = 0, receipt_us_ = 0;
+};
+
+// Policy, limits, inputs, environment and the spec: everything decided before the sandbox
+// exists. Returns 0, or the exit status of a failure it reported.
+int RunJob::prepare() {
+  auto workflow = loadWorkflow(o_);
+  if (!workflow) return fail("policy", workflow.error());
+  workflow_ = std::move(*workflow);
+  const pol::Workflow& w = *workflow_;
+  auto limits = effectiveLimits(w, o_);
+  if (!limits) return fail("limits", limits.error());
+  auto inputs = parseInputs(o_.inputs);
+  if (!inputs) return fail("input", inputs.error());
+  const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
+  for (const std::string& f : o_.upstream_cas) {
     std::error_code ec;
     if (!std::filesystem::is_regular_file(f, ec) || ::access(f.c_str(), R_OK) != 0)
       return fail("upstream CA", f + ": not a readable file");
   }
-
-  // Placeholders: the sandbox gets VAR=<random token> per rule with inject.placeholder_env;
-  // the proxy swaps the token for the secret only on that rule's requests.
-  std::vector<proxy::Placeholder> placeholders;
-  if (network_proxy) placeholders = proxy::makePlaceholders(w);
-  auto sandbox_env = execution::sandboxEnvironment(o.env, placeholders, network_proxy);
+  if (network_proxy) placeholders_ = proxy::makePlaceholders(w);
+  auto sandbox_env = execution::sandboxEnvironment(o_.env, placeholders_, network_proxy);
   if (!sandbox_env) return fail("environment", "--env " + sandbox_env.error());
   std::string why;
-  const bool full_isolation = rn::sandboxSupported(&why);
-  if (!full_isolation) {
+  full_isolation_ = rn::sandboxSupported(&why);
+  if (!full_isolation_) {
     if (::geteuid() == 0) return fail("sandbox", why);
     // Unprivileged: user namespaces still give every namespace, seccomp and Landlock, but no
     // cgroups. Say what is not enforced.
@@ -246,241 +271,261 @@ int doRun(const RunOptions& o) {
                  "the memory limit is not enforced, pids is enforced by RLIMIT_NPROC only, and "
                  "cpu_time per process only\n";
   }
-  timer.mark("cli: load policy, limits, checks");
-
-  rn::RunSpec spec;
-  spec.argv = o.command;
-  spec.env = std::move(*sandbox_env);
-  spec.limits = *limits;
-  spec.network_proxy = network_proxy;
-  spec.inputs = std::move(*inputs);
-  spec.output_dir = o.output_dir;
-  spec.execution_id = execution::newExecutionId();
-
+  timer_.mark("cli: load policy, limits, checks");
+  spec_.argv = o_.command;
+  spec_.env = std::move(*sandbox_env);
+  spec_.limits = *limits;
+  spec_.network_proxy = network_proxy;
+  spec_.inputs = std::move(*inputs);
+  spec_.output_dir = o_.output_dir;
+  spec_.execution_id = execution::newExecutionId();
   // TLS inspection: a CA for this execution alone, its key only in this process's memory (the
-  // sandbox's processes descend from the helper forked above, before the key existed); the
+  // sandbox's processes descend from the helper forked first, before the key existed); the
   // sandbox trusts it through the bundle the runner's SSL_CERT_FILE & co. point at.
-  std::shared_ptr<proxy::CertificateAuthority> ca;
   if (network_proxy && execution::inspectsTls(w)) {
     auto made = proxy::CertificateAuthority::createEphemeral(
-        "sluice execution CA " + spec.execution_id, kExecutionCaValidity);
+        "sluice execution CA " + spec_.execution_id, kExecutionCaValidity);
     if (!made) return fail("certificate authority", made.error());
-    ca = std::move(*made);
-    spec.extra_files = execution::caBundleFiles(w, *ca);
+    ca_ = std::move(*made);
+    spec_.extra_files = execution::caBundleFiles(w, *ca_);
   }
-  timer.mark("cli: execution CA");
+  timer_.mark("cli: execution CA");
+  ctx_.workflow = w.name;
+  ctx_.policy_sha256 = w.sha256;
+  ctx_.network_mode = network_proxy ? "proxy" : "none";
+  return 0;
+}
 
-  // Opened on the store's own thread while the sandbox is built; the runner waits for it
-  // (before_start below) before the program may start, so nothing runs unaudited.
-  std::shared_ptr<audit::Store> store;
-  if (!o.audit_db.empty()) {
-    // The WAL's copy into the .db file is left to the next writer's open (docs/audit.md):
-    // it would cost an fsync on the way out of every run.
-    audit::StoreOptions store_options;
-    store_options.checkpoint_on_close = false;
-    if (!o.audit_group.empty()) {
-      auto gid = groupId(o.audit_group);
-      if (!gid) return fail("audit store", gid.error());
-      store_options.group = *gid;
-    }
-    if (!o.signing_key.empty()) {
-      // Read here, in sluice's own process, before the sandbox exists: the sandbox never sees
-      // the file (no host home or /tmp in it) and the key is never in its environment.
-      auto key = audit::SigningKey::load(o.signing_key);
-      if (!key) return fail("signing key", key.error().message);
-      store_options.signing_key = *key;
-    }
-    store = audit::Store::openAsync(o.audit_db, store_options);
-    store->recordPolicy(w.sha256, w.name, w.yaml_text);
+// Opened on the store's own thread while the sandbox is built; the runner waits for it
+// (beforeStart) before the program may start, so nothing runs unaudited.
+int RunJob::startAuditStore() {
+  if (o_.audit_db.empty()) return 0;
+  // The WAL's copy into the .db file is left to the next writer's open (docs/audit.md): it
+  // would cost an fsync on the way out of every run.
+  audit::StoreOptions store_options;
+  store_options.checkpoint_on_close = false;
+  if (!o_.audit_group.empty()) {
+    auto gid = groupId(o_.audit_group);
+    if (!gid) return fail("audit store", gid.error());
+    store_options.group = *gid;
   }
-  timer.mark("cli: start opening audit store");
+  if (!o_.signing_key.empty()) {
+    // Read here, in sluice's own process, before the sandbox exists: the sandbox never sees
+    // the file (no host home or /tmp in it) and the key is never in its environment.
+    auto key = audit::SigningKey::load(o_.signing_key);
+    if (!key) return fail("signing key", key.error().message);
+    store_options.signing_key = *key;
+  }
+  store_ = audit::Store::openAsync(o_.audit_db, store_options);
+  store_->recordPolicy(workflow_->sha256, workflow_->name, workflow_->yaml_text);
+  return 0;
+}
 
+const std::expected<void, std::string>& RunJob::loadSecrets() {
+  if (secrets_loaded_) return *secrets_loaded_;
+  secrets_loaded_.emplace();
+  if (!o_.secrets.empty()) {
+    auto loaded = pol::loadSecretsFile(o_.secrets);
+    if (!loaded) return *secrets_loaded_ = std::unexpected(loaded.error());
+    secrets_ = std::move(*loaded);
+  }
+  if (auto missing = pol::missingSecrets(*workflow_, secrets_.get()); !missing.empty()) {
+    std::string names;
+    for (const auto& n : missing) names += (names.empty() ? "" : ", ") + n;
+    *secrets_loaded_ =
+        std::unexpected((o_.secrets.empty() ? std::string("no --secrets FILE given; the")
+                                            : o_.secrets + " lacks secret(s) the") +
+                        " workflow references: " + names);
+  }
+  return *secrets_loaded_;
+}
+
+// The proxy is made while the sandbox's init builds its namespaces and mounts (the runner
+// calls this, then beforeStart): off the critical path.
+std::expected<void, std::string> RunJob::onListener(int fd) {
+  if (!loadSecrets()) {  // reported by beforeStart, as step 'secrets'
+    ::close(fd);
+    return {};
+  }
+  const auto t = std::chrono::steady_clock::now();
+  if (!px_) {  // called twice (127.0.0.1:3128, then [::1]:3128): one proxy adopts both
+    proxy::ProxyOptions popts;
+    popts.threads = 1;
+    popts.ca = ca_;
+    popts.upstream_ca_files = o_.upstream_cas;
+    auto p = proxy::Proxy::create(popts, store_, proxy::systemResolver());
+    if (!p) {
+      ::close(fd);
+      return std::unexpected(p.error().message);
+    }
+    px_ = std::move(*p);
+    px_->start();
+  }
+  if (!matcher_) matcher_ = pol::Matcher::compile(workflow_);
+  proxy::ListenerIdentity identity{spec_.execution_id, matcher_, secrets_, placeholders_};
+  identity.names = names_;  // redirected connections are decided by the names DNS gave out
+  identity.approvals = approvals_;
+  auto r = px_->adoptListener(fd, identity);
+  proxy_start_us_ += elapsedUs(t);
+  if (!r) return std::unexpected(r.error().message);
+  return {};
+}
+
+std::expected<void, std::string> RunJob::onDns(int udp, int tcp, int blocked) {
+  if (!px_) {  // the listener callback failed (secrets): reported by beforeStart
+    ::close(udp);
+    ::close(tcp);
+    ::close(blocked);
+    return {};
+  }
+  proxy::ListenerIdentity identity{spec_.execution_id, matcher_, secrets_, placeholders_};
+  identity.names = names_;
+  if (auto r = px_->adoptBlockedLog(blocked, identity); !r) {
+    ::close(udp);
+    ::close(tcp);
+    return std::unexpected(r.error().message);
+  }
+  auto r = px_->adoptDns(udp, tcp, identity);
+  if (!r) return std::unexpected(r.error().message);
+  return {};
+}
+
+std::expected<void, rn::SetupError> RunJob::beforeStart() {
+  if (const auto& s = loadSecrets(); !s)
+    return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "secrets", s.error()});
+  // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
+  auto t = std::chrono::steady_clock::now();
+  if (full_isolation_) (void)rn::collectGarbage();
+  gc_us_ = elapsedUs(t);
+  if (!store_) return {};
+  t = std::chrono::steady_clock::now();
+  auto r = store_->ready();
+  audit_wait_us_ = elapsedUs(t);
+  if (!r)
+    return std::unexpected(
+        rn::SetupError{rn::SetupError::Kind::kSetup, "audit store", r.error().message});
+  return {};
+}
+
+// The receipt is built, and its durable commit started, as soon as the runner's result is
+// final (on_result), so the commit's fsync overlaps the sandbox's teardown.
+void RunJob::startReceipt(const rn::RunResult& r) {
+  const auto t = std::chrono::steady_clock::now();
+  if (px_) {
+    // The sandbox is gone: close what is left of its connections, then stop the proxy so
+    // that every connection row is queued before the execution row.
+    if (approvals_) approvals_->endExecution(spec_.execution_id);
+    px_->closeExecution(spec_.execution_id);
+    execution::addNetwork(ctx_, px_->stats(spec_.execution_id));
+    px_->stop();
+  }
+  receipt_ = rn::buildReceipt(spec_, r, ctx_);
+  if (store_) {
+    rec_ = execution::executionRecord(receipt_, r, ctx_);
+    commit_.emplace(store_->beginRecordExecution(rec_));
+  }
+  receipt_us_ = elapsedUs(t);
+}
+
+rn::RunHooks RunJob::hooks() {
+  rn::RunHooks h;
+  if (spec_.network_proxy) {
+    h.on_listener = [this](int fd) { return onListener(fd); };
+    h.on_dns = [this](int udp, int tcp, int blocked) { return onDns(udp, tcp, blocked); };
+  }
+  if (!o_.json)
+    h.live = [](int stream, std::string_view data) {
+      std::FILE* f = stream == 1 ? stdout : stderr;
+      std::fwrite(data.data(), 1, data.size(), f);
+      std::fflush(f);
+    };
+  h.before_start = [this] { return beforeStart(); };
+  h.on_result = [this](const rn::RunResult& r) { startReceipt(r); };
+  return h;
+}
+
+// Still an execution, with a receipt (exit 125 for a failed setup step, 126/127 for a command
+// that cannot start), so the agent (--json) and the audit trail see what was attempted and why
+// it did not run. A store that failed to open cannot record it.
+void RunJob::recordFailure(const rn::SetupError& e) {
+  if (px_) px_->stop();
+  const bool setup = e.kind == rn::SetupError::Kind::kSetup;
+  std::cerr << "sluice run: "
+            << (setup ? "setup failed at step '" + e.step + "': " + e.message : e.message) << "\n";
+  if (setup && store_ && !store_->healthy()) {
+    store_.reset();
+    commit_.reset();
+  }
+}
+
+// The durable commit's end, then the receipt where it was asked for.
+int RunJob::output() {
+  if (commit_) {
+    auto hash = commit_->wait();
+    if (!hash) return fail("audit store", hash.error().message);
+    receipt_["hash"] = *hash;
+  }
+  timer_.mark("cli: durable audit commit (rest of)");
+  if (!o_.receipt_file.empty()) {
+    std::ofstream out(o_.receipt_file);
+    out << base::dumpJson(receipt_, 2) << "\n";
+    if (!out) return fail("receipt", o_.receipt_file + ": cannot write");
+  }
+  return 0;
+}
+
+int RunJob::run() {
+  // First, while this process is single-threaded and holds no policy, secret or key: a helper
+  // starts building the sandbox's namespaces alongside everything below (runner/sandbox.hpp).
+  auto prepared = rn::prepareSandbox();
+  if (!prepared) return fail("sandbox", prepared.error().message);
+  timer_.mark("cli: fork namespace helper");
+  if (int rc = prepare(); rc != 0) return rc;
+  if (int rc = startAuditStore(); rc != 0) return rc;
+  timer_.mark("cli: start opening audit store");
   // The program's own output goes to our stdout/stderr: keep the components' info logs out of
   // it (SLUICE_LOG_LEVEL=info|debug brings them back).
   if (const char* lvl = std::getenv("SLUICE_LOG_LEVEL"))
     spdlog::set_level(spdlog::level::from_str(lvl));
   else
     spdlog::set_level(spdlog::level::warn);
-
-  // The proxy is made, and leftovers collected, while the sandbox's init builds its namespaces
-  // and mounts (the runner calls on_listener and before_start then): off the critical path.
-  std::unique_ptr<proxy::Proxy> px;
-  std::int64_t proxy_start_us = 0, gc_us = 0, audit_wait_us = 0;
-  auto elapsedUs = [](std::chrono::steady_clock::time_point since) {
-    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() -
-                                                                 since)
-        .count();
-  };
-  // The execution's synthetic DNS names: written by its DNS server, read by its listeners.
-  auto names = std::make_shared<proxy::SyntheticNames>();
-  // Ask rules wait for --approve-with's answer; without it nobody can answer, and they are
-  // refused at once (approval_unavailable). Declared before the proxy: it outlives it.
-  std::shared_ptr<proxy::ApprovalDesk> approvals;
-  std::unique_ptr<execution::ApproveWith> approver;
-  if (spec.network_proxy && !o.approve_with.empty()) {
-    approvals = std::make_shared<proxy::ApprovalDesk>(store);
-    approver =
-        std::make_unique<execution::ApproveWith>(approvals, o.approve_with, spec.execution_id);
+  if (spec_.network_proxy && !o_.approve_with.empty()) {
+    approvals_ = std::make_shared<proxy::ApprovalDesk>(store_);
+    approver_ =
+        std::make_unique<execution::ApproveWith>(approvals_, o_.approve_with, spec_.execution_id);
   }
-  std::shared_ptr<const pol::Matcher> matcher;
-  rn::ListenerCallback on_listener = [&](int fd) -> std::expected<void, std::string> {
-    if (!loadSecrets()) {  // reported by before_start, as step 'secrets'
-      ::close(fd);
-      return {};
-    }
-    const auto t = std::chrono::steady_clock::now();
-    if (!px) {  // called twice (127.0.0.1:3128, then [::1]:3128): one proxy adopts both
-      proxy::ProxyOptions popts;
-      popts.threads = 1;
-      popts.ca = ca;
-      popts.upstream_ca_files = o.upstream_cas;
-      auto p = proxy::Proxy::create(popts, store, proxy::systemResolver());
-      if (!p) {
-        ::close(fd);
-        return std::unexpected(p.error().message);
-      }
-      px = std::move(*p);
-      px->start();
-    }
-    if (!matcher) matcher = pol::Matcher::compile(*workflow);
-    proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets, placeholders};
-    identity.names = names;  // redirected connections are decided by the names DNS gave out
-    identity.approvals = approvals;
-    auto r = px->adoptListener(fd, identity);
-    proxy_start_us += elapsedUs(t);
-    if (!r) return std::unexpected(r.error().message);
-    return {};
-  };
-  rn::OutputSink live;
-  if (!o.json)
-    live = [](int stream, std::string_view data) {
-      std::FILE* f = stream == 1 ? stdout : stderr;
-      std::fwrite(data.data(), 1, data.size(), f);
-      std::fflush(f);
-    };
-
   rn::installStopHandlers();
   // A reader that goes away (sluice run ... | head) must not kill sluice mid-run and leave the
   // sandbox to PR_SET_PDEATHSIG: ignore SIGPIPE; the program gets the default back.
   std::signal(SIGPIPE, SIG_IGN);
-  rn::StartGate before_start = [&]() -> std::expected<void, rn::SetupError> {
-    if (const auto& s = loadSecrets(); !s)
-      return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "secrets", s.error()});
-    // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
-    auto t = std::chrono::steady_clock::now();
-    if (full_isolation) (void)rn::collectGarbage();
-    gc_us = elapsedUs(t);
-    if (!store) return {};
-    t = std::chrono::steady_clock::now();
-    auto r = store->ready();
-    audit_wait_us = elapsedUs(t);
-    if (!r)
-      return std::unexpected(
-          rn::SetupError{rn::SetupError::Kind::kSetup, "audit store", r.error().message});
-    return {};
-  };
-  // The receipt is built, and its durable commit started, as soon as the runner's result is
-  // final (on_result), so the commit's fsync overlaps the sandbox's teardown.
-  rn::ReceiptContext ctx;
-  ctx.workflow = w.name;
-  ctx.policy_sha256 = w.sha256;
-  ctx.network_mode = spec.network_proxy ? "proxy" : "none";
-  nlohmann::json receipt;
-  audit::ExecutionRecord rec;
-  std::optional<audit::PendingExecution> commit;
-  std::int64_t receipt_us = 0;
-  auto startReceipt = [&](const rn::RunResult& r) {
-    const auto t = std::chrono::steady_clock::now();
-    if (px) {
-      // The sandbox is gone: close what is left of its connections, then stop the proxy so
-      // that every connection row is queued before the execution row.
-      if (approvals) approvals->endExecution(spec.execution_id);
-      px->closeExecution(spec.execution_id);
-      execution::addNetwork(ctx, px->stats(spec.execution_id));
-      px->stop();
-    }
-    receipt = rn::buildReceipt(spec, r, ctx);
-    if (store) {
-      rec = execution::executionRecord(receipt, r, ctx);
-      commit.emplace(store->beginRecordExecution(rec));
-    }
-    receipt_us = elapsedUs(t);
-  };
-  rn::RunHooks hooks;
-  hooks.on_listener = spec.network_proxy ? on_listener : rn::ListenerCallback{};
-  if (spec.network_proxy)
-    hooks.on_dns = [&](int udp, int tcp, int blocked) -> std::expected<void, std::string> {
-      if (!px) {  // the listener callback failed (secrets): reported by before_start
-        ::close(udp);
-        ::close(tcp);
-        ::close(blocked);
-        return {};
-      }
-      proxy::ListenerIdentity identity{spec.execution_id, matcher, secrets, placeholders};
-      identity.names = names;
-      if (auto r = px->adoptBlockedLog(blocked, identity); !r) {
-        ::close(udp);
-        ::close(tcp);
-        return std::unexpected(r.error().message);
-      }
-      auto r = px->adoptDns(udp, tcp, identity);
-      if (!r) return std::unexpected(r.error().message);
-      return {};
-    };
-  hooks.live = live;
-  hooks.before_start = before_start;
-  hooks.on_result = startReceipt;
-  auto result = rn::runSandboxed(spec, hooks, std::move(*prepared));
-  timer.add("cli: (during clone) proxy start + matcher compile", proxy_start_us);
-  timer.add("cli: (during clone) gc of leftovers", gc_us);
-  timer.add("cli: (during clone) waiting for the audit store to open", audit_wait_us);
+  auto result = rn::runSandboxed(spec_, hooks(), std::move(*prepared));
+  timer_.add("cli: (during clone) proxy start + matcher compile", proxy_start_us_);
+  timer_.add("cli: (during clone) gc of leftovers", gc_us_);
+  timer_.add("cli: (during clone) waiting for the audit store to open", audit_wait_us_);
   if (result) {
-    for (const auto& [phase, us] : result->phases) timer.add(phase, us);
-    timer.add("cli: (before teardown) proxy stats + stop, receipt, commit queued", receipt_us);
+    for (const auto& [phase, us] : result->phases) timer_.add(phase, us);
+    timer_.add("cli: (before teardown) proxy stats + stop, receipt, commit queued", receipt_us_);
   }
-  timer.reset();
-
+  timer_.reset();
   if (!result) {
-    if (px) px->stop();
-    const rn::SetupError& e = result.error();
-    const bool setup = e.kind == rn::SetupError::Kind::kSetup;
-    const std::string message =
-        setup ? "setup failed at step '" + e.step + "': " + e.message : e.message;
-    std::cerr << "sluice run: " << message << "\n";
-    // Still an execution, with a receipt (exit 125 for a failed setup step, 126/127 for a
-    // command that cannot start), so the agent (--json) and the audit trail see what was
-    // attempted and why it did not run. A store that failed to open cannot record it.
-    if (setup && store && !store->healthy()) {
-      store.reset();
-      commit.reset();
-    }
-    rn::RunResult failed = execution::failedResult(e, spec, full_isolation);
-    result = failed;
+    recordFailure(result.error());
+    result = execution::failedResult(result.error(), spec_, full_isolation_);
     startReceipt(*result);
   }
-
-  if (commit) {
-    auto hash = commit->wait();
-    if (!hash) return fail("audit store", hash.error().message);
-    receipt["hash"] = *hash;
-  }
-  timer.mark("cli: durable audit commit (rest of)");
-  if (!o.receipt_file.empty()) {
-    std::ofstream out(o.receipt_file);
-    out << base::dumpJson(receipt, 2) << "\n";
-    if (!out) return fail("receipt", o.receipt_file + ": cannot write");
-  }
-  if (o.json)
-    std::cout << base::dumpJson(receipt) << std::endl;
+  if (int rc = output(); rc != 0) return rc;
+  if (o_.json)
+    std::cout << base::dumpJson(receipt_) << std::endl;
   else
-    std::cerr << summaryLine(*result, receipt) << "\n";
-  timer.mark("cli: output receipt");
-  px.reset();
-  timer.mark("cli: proxy teardown");
-  store.reset();
-  timer.mark("cli: close audit store");
+    std::cerr << summaryLine(*result, receipt_) << "\n";
+  timer_.mark("cli: output receipt");
+  px_.reset();
+  timer_.mark("cli: proxy teardown");
+  store_.reset();
+  timer_.mark("cli: close audit store");
   return result->sluiceExitStatus();
 }
+
+int doRun(const RunOptions& o) { return RunJob(o).run(); }
 
 int doGc() {
   auto r = rn::collectGarbage();
