@@ -250,18 +250,24 @@ void BM_ParseAndConnectHit(benchmark::State& state) {
   });
 }
 
+// Targets spread over the exact-host rules that have request conditions (none if none do).
+std::vector<Target> requestRuleTargets(int rules) {
+  auto idx = rulesOfKind(rules, Kind::kExact, /*request_only=*/true);
+  std::vector<Target> ts;
+  if (idx.empty()) return ts;
+  for (int n = 0; n < kTargetsPerSet; ++n)
+    ts.push_back(mustTarget(exactHost(idx[(n * 7919) % idx.size()]), 443));
+  return ts;
+}
+
 // Phase 3: a request inside an inspected tunnel, alternating allowed and refused paths.
 void BM_Request(benchmark::State& state) {
-  const int rules = static_cast<int>(state.range(0));
-  auto m = buildMatcher(rules);
-  auto idx = rulesOfKind(rules, Kind::kExact, /*request_only=*/true);
-  if (idx.empty()) {
+  auto m = buildMatcher(static_cast<int>(state.range(0)));
+  std::vector<Target> ts = requestRuleTargets(static_cast<int>(state.range(0)));
+  if (ts.empty()) {
     state.SkipWithError("no rules with request conditions");
     return;
   }
-  std::vector<Target> ts;
-  for (int n = 0; n < kTargetsPerSet; ++n)
-    ts.push_back(mustTarget(exactHost(idx[(n * 7919) % idx.size()]), 443));
   static const char* kPaths[] = {"/v1/metrics/cpu", "/v2/metrics", "/healthz", "/v1/a/b/c/d"};
   static const char* kMethods[] = {"GET", "POST", "DELETE", "GET"};
   std::vector<sluice::policy::HttpRequest> reqs;
@@ -274,16 +280,12 @@ void BM_Request(benchmark::State& state) {
 // The request as the proxy judges it: canonicalRequest (the canonical form and its refusals)
 // on the request line's target, then the decision.
 void BM_CanonicalRequest(benchmark::State& state) {
-  const int rules = static_cast<int>(state.range(0));
-  auto m = buildMatcher(rules);
-  auto idx = rulesOfKind(rules, Kind::kExact, /*request_only=*/true);
-  if (idx.empty()) {
+  auto m = buildMatcher(static_cast<int>(state.range(0)));
+  std::vector<Target> ts = requestRuleTargets(static_cast<int>(state.range(0)));
+  if (ts.empty()) {
     state.SkipWithError("no rules with request conditions");
     return;
   }
-  std::vector<Target> ts;
-  for (int n = 0; n < kTargetsPerSet; ++n)
-    ts.push_back(mustTarget(exactHost(idx[(n * 7919) % idx.size()]), 443));
   // Spellings the canonical form accepts before and after issue 21 item 9 (so that both
   // versions do the same work): escapes, dot segments, UTF-8, inner dots and spaces, case.
   static const char* kTargets[] = {
