@@ -47,6 +47,10 @@ const CodeInfo& info(Code code) {
 
 std::string Error::text() const { return where.empty() ? message : where + ": " + message; }
 
+std::string_view Error::reasonWord() const {
+  return reason.empty() ? codeName(code) : std::string_view(reason);
+}
+
 std::string_view codeName(Code code) { return info(code).name; }
 int exitStatus(Code code) { return info(code).exit_status; }
 int httpStatus(Code code) { return info(code).http_status; }

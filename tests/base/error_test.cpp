@@ -42,5 +42,15 @@ TEST(ErrorTest, TextPutsWhereFirstAndErrnoStaysBeside) {
   EXPECT_EQ(e.sys_errno, 2);
 }
 
+TEST(ErrorTest, ReasonWordIsTheFinerReasonOrTheCodesName) {
+  Error plain{Code::kResourceExhausted, "too many"};
+  EXPECT_EQ(plain.reasonWord(), "resource_exhausted");
+  Error finer = plain;
+  finer.reason = "too_many_sessions";
+  finer.cause_code = 13;  // SQLITE_FULL travels beside the message, not in it
+  EXPECT_EQ(finer.reasonWord(), "too_many_sessions");
+  EXPECT_EQ(finer.text(), "too many");
+}
+
 }  // namespace
 }  // namespace sluice::base

@@ -40,9 +40,17 @@ struct Error {
   std::string message;
   std::string where;  ///< "policy.yaml:14:9", "connections seq 57"; empty when none
   int sys_errno = 0;
+  /// A finer machine word than the code, when a caller needs one: an API reason
+  /// ("too_many_sessions"), a proxy refusal reason ("upstream_error"). Empty: codeName(code).
+  std::string reason;
+  /// The underlying library's own code beside `sys_errno`: SQLite's extended result code for
+  /// an audit store error (so a 500 can say SQLITE_FULL), 0 when none.
+  int cause_code = 0;
 
   /// "where: message", or the message alone.
   std::string text() const;
+  /// `reason`, or the code's name when no finer reason was given.
+  std::string_view reasonWord() const;
 };
 
 template <typename T>
