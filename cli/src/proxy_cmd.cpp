@@ -101,7 +101,7 @@ using Matchers = std::map<std::string, std::shared_ptr<const policy::Matcher>>;
 std::expected<Matchers, std::string> loadMatchers(const ProxyArgs& args, bool have_ca,
                                                   const policy::SecretStore* secrets) {
   auto set = policy::loadPolicyDir(args.policy_dir);
-  if (!set) return std::unexpected(set.error().str());
+  if (!set) return std::unexpected(set.error().toError().message);
   Matchers out;
   for (const auto& name : args.workflows) {
     auto it = set->workflows.find(name);
@@ -164,8 +164,8 @@ Step<> loadCa(const ProxyArgs& args, Served& s) {
 
 Step<> loadSecrets(const ProxyArgs& args, Served& s) {
   if (args.secrets.empty()) return {};
-  auto loaded = policy::loadSecretsFile(args.secrets);
-  if (!loaded) return failed(1, "--secrets: " + loaded.error());
+  auto loaded = policy::loadSecretStore(args.secrets);
+  if (!loaded) return failed(1, "--secrets: " + loaded.error().message);
   s.secrets = std::move(*loaded);
   return {};
 }
