@@ -40,7 +40,7 @@ struct ProxyArgs {
   std::vector<std::string> workflows;
   std::string audit_db;
   std::string audit_group;
-  std::string signing_key;  // audit checkpoints' Ed25519 key (issue 15)
+  std::string signing_key;  // audit checkpoints' Ed25519 key
   std::string secrets;
   std::string ca_dir;
   std::vector<std::string> upstream_cas;
@@ -68,9 +68,6 @@ bool splitListen(const std::string& text, std::string& addr, std::uint16_t& port
   return true;
 }
 
-// Loads the policy directory and compiles every served workflow; all or nothing. A served
-// workflow that inspects TLS without a CA, or references a secret the store lacks, is refused
-// (by name; never a value).
 }  // namespace
 
 sigset_t blockDaemonSignals() {
@@ -96,11 +93,16 @@ std::shared_ptr<runner::SandboxZygote> startZygote(const char* command) {
 
 namespace {
 
-std::expected<std::map<std::string, std::shared_ptr<const policy::Matcher>>, std::string>
-loadMatchers(const ProxyArgs& args, bool have_ca, const policy::SecretStore* secrets) {
+using Matchers = std::map<std::string, std::shared_ptr<const policy::Matcher>>;
+
+// Loads the policy directory and compiles every served workflow; all or nothing. A served
+// workflow that inspects TLS without a CA, or references a secret the store lacks, is refused
+// (by name; never a value).
+std::expected<Matchers, std::string> loadMatchers(const ProxyArgs& args, bool have_ca,
+                                                  const policy::SecretStore* secrets) {
   auto set = policy::loadPolicyDir(args.policy_dir);
-  if (!set) return std::unexpected(set.error().str());
-  std::map<std::string, std::shared_ptr<const policy::Matcher>> out;
+  if (!set) return std::unexpected(set.error().toError().message);
+  Matchers out;
   for (const auto& name : args.workflows) {
     auto it = set->workflows.find(name);
     if (it == set->workflows.end())
@@ -124,146 +126,173 @@ loadMatchers(const ProxyArgs& args, bool have_ca, const policy::SecretStore* sec
   return out;
 }
 
-int runProxy(const ProxyArgs& args) {
-  // Before any thread starts (audit writer, resolver pool, I/O threads).
-  sigset_t set = blockDaemonSignals();
+// A step of `sluice proxy` that failed: the text after "sluice proxy: " and the exit status
+// (2: the arguments themselves are wrong; 1: what they name cannot be used).
+struct Failure {
+  int status = 1;
+  std::string message;
+};
+template <typename T = void>
+using Step = std::expected<T, Failure>;
 
-  if (args.log_format == "json") base::setLogFormat(base::LogFormat::kJson);
-  spdlog::logger& logger = base::logger(base::LoggerId::kProxy);
+std::unexpected<Failure> failed(int status, std::string message) {
+  return std::unexpected(Failure{status, std::move(message)});
+}
 
-  if (args.listens.size() != args.workflows.size()) {
-    std::fprintf(stderr,
-                 "sluice proxy: give one --workflow per --listen (got %zu --listen, %zu "
-                 "--workflow)\n",
-                 args.listens.size(), args.workflows.size());
-    return 2;
-  }
-
+// What the listeners are served with, loaded from the arguments before any of them opens.
+struct Served {
   std::shared_ptr<proxy::CertificateAuthority> ca;
-  if (!args.ca_dir.empty()) {
-    auto loaded = proxy::CertificateAuthority::loadDirectory(args.ca_dir);
-    if (!loaded) {
-      std::fprintf(stderr, "sluice proxy: --ca-dir %s: %s\n", args.ca_dir.c_str(),
-                   loaded.error().c_str());
-      return 1;
-    }
-    ca = std::move(*loaded);
-  }
   std::shared_ptr<const policy::SecretStore> secrets;
-  if (!args.secrets.empty()) {
-    auto loaded = policy::loadSecretsFile(args.secrets);
-    if (!loaded) {
-      std::fprintf(stderr, "sluice proxy: --secrets: %s\n", loaded.error().c_str());
-      return 1;
-    }
-    secrets = std::move(*loaded);
-  }
+  Matchers matchers;
+  std::shared_ptr<audit::Store> store;  // null without --audit
+  std::chrono::seconds window{};        // --limit-window
+};
+
+Step<> checkListenPairs(const ProxyArgs& args, Served&) {
+  if (args.listens.size() == args.workflows.size()) return {};
+  return failed(2, "give one --workflow per --listen (got " + std::to_string(args.listens.size()) +
+                       " --listen, " + std::to_string(args.workflows.size()) + " --workflow)");
+}
+
+Step<> loadCa(const ProxyArgs& args, Served& s) {
+  if (args.ca_dir.empty()) return {};
+  auto loaded = proxy::CertificateAuthority::loadDirectory(args.ca_dir);
+  if (!loaded) return failed(1, "--ca-dir " + args.ca_dir + ": " + loaded.error());
+  s.ca = std::move(*loaded);
+  return {};
+}
+
+Step<> loadSecrets(const ProxyArgs& args, Served& s) {
+  if (args.secrets.empty()) return {};
+  auto loaded = policy::loadSecretStore(args.secrets);
+  if (!loaded) return failed(1, "--secrets: " + loaded.error().message);
+  s.secrets = std::move(*loaded);
+  return {};
+}
+
+Step<> checkUpstreamCas(const ProxyArgs& args, Served&) {
   for (const std::string& f : args.upstream_cas) {
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(f, ec) || ::access(f.c_str(), R_OK) != 0) {
-      std::fprintf(stderr, "sluice proxy: --upstream-ca %s: not a readable file\n", f.c_str());
-      return 1;
-    }
+    if (!std::filesystem::is_regular_file(f, ec) || ::access(f.c_str(), R_OK) != 0)
+      return failed(1, "--upstream-ca " + f + ": not a readable file");
   }
+  return {};
+}
 
-  auto matchers = loadMatchers(args, ca != nullptr, secrets.get());
-  if (!matchers) {
-    std::fprintf(stderr, "sluice proxy: %s\n", matchers.error().c_str());
-    return 1;
+Step<> compileMatchers(const ProxyArgs& args, Served& s) {
+  auto matchers = loadMatchers(args, s.ca != nullptr, s.secrets.get());
+  if (!matchers) return failed(1, matchers.error());
+  s.matchers = std::move(*matchers);
+  return {};
+}
+
+Step<> openAuditStore(const ProxyArgs& args, Served& s) {
+  if (args.audit_db.empty()) return {};
+  audit::StoreOptions store_options;
+  if (!args.audit_group.empty()) {
+    auto gid = groupId(args.audit_group);
+    if (!gid) return failed(1, gid.error());
+    store_options.group = *gid;
   }
-
-  std::shared_ptr<audit::EventSink> sink;
-  std::shared_ptr<audit::Store> store;
-  if (!args.audit_db.empty()) {
-    audit::StoreOptions store_options;
-    if (!args.audit_group.empty()) {
-      auto gid = groupId(args.audit_group);
-      if (!gid) {
-        std::fprintf(stderr, "sluice proxy: %s\n", gid.error().c_str());
-        return 1;
-      }
-      store_options.group = *gid;
-    }
-    if (!args.signing_key.empty()) {
-      auto key = audit::SigningKey::load(args.signing_key);
-      if (!key) {
-        std::fprintf(stderr, "sluice proxy: --signing-key: %s\n", key.error().message.c_str());
-        return 1;
-      }
-      store_options.signing_key = *key;
-    }
-    auto s = audit::Store::open(args.audit_db, store_options);
-    if (!s) {
-      std::fprintf(stderr, "sluice proxy: cannot open audit store: %s\n",
-                   s.error().message.c_str());
-      return 1;
-    }
-    store = std::shared_ptr<audit::Store>(std::move(*s));
-    sink = store;
+  if (!args.signing_key.empty()) {
+    auto key = audit::SigningKey::load(args.signing_key);
+    if (!key) return failed(1, "--signing-key: " + key.error().message);
+    store_options.signing_key = *key;
   }
+  auto opened = audit::Store::open(args.audit_db, store_options);
+  if (!opened) return failed(1, "cannot open audit store: " + opened.error().message);
+  s.store = std::shared_ptr<audit::Store>(std::move(*opened));
+  return {};
+}
 
+Step<> readLimitWindow(const ProxyArgs& args, Served& s) {
   auto window = policy::parseDuration(args.limit_window);
-  if (!window || window->count() < 1000) {
-    std::fprintf(stderr, "sluice proxy: --limit-window '%s': %s\n", args.limit_window.c_str(),
-                 window ? "must be at least 1s" : window.error().c_str());
-    return 2;
-  }
+  if (!window || window->count() < 1000)
+    return failed(2, "--limit-window '" + args.limit_window +
+                         "': " + (window ? "must be at least 1s" : window.error()));
+  s.window = std::chrono::duration_cast<std::chrono::seconds>(*window);
+  return {};
+}
+
+// Everything the arguments name, in this order (the first that fails is reported).
+Step<Served> loadServed(const ProxyArgs& args) {
+  using Load = Step<> (*)(const ProxyArgs&, Served&);
+  static constexpr Load kSteps[] = {checkListenPairs, loadCa,          loadSecrets,
+                                    checkUpstreamCas, compileMatchers, openAuditStore,
+                                    readLimitWindow};
+  Served s;
+  for (Load step : kSteps)
+    if (auto r = step(args, s); !r) return std::unexpected(std::move(r.error()));
+  return s;
+}
+
+// The proxy with one listener per --listen, each serving its --workflow; started.
+Step<std::unique_ptr<proxy::Proxy>> startProxy(const ProxyArgs& args, const Served& s) {
   proxy::ProxyOptions options;
   options.threads = args.threads;
-  options.ca = ca;
+  options.ca = s.ca;
   options.upstream_ca_files = args.upstream_cas;
-  auto created = proxy::Proxy::create(options, sink, nullptr);
-  if (!created) {
-    std::fprintf(stderr, "sluice proxy: %s\n", created.error().message.c_str());
-    return 1;
-  }
-  auto& px = **created;
-
+  auto created = proxy::Proxy::create(options, s.store, nullptr);
+  if (!created) return failed(1, created.error().message);
   for (std::size_t i = 0; i < args.listens.size(); ++i) {
     std::string addr;
     std::uint16_t port = 0;
-    if (!splitListen(args.listens[i], addr, port)) {
-      std::fprintf(stderr, "sluice proxy: --listen '%s' is not ADDR:PORT\n",
-                   args.listens[i].c_str());
-      return 2;
-    }
+    if (!splitListen(args.listens[i], addr, port))
+      return failed(2, "--listen '" + args.listens[i] + "' is not ADDR:PORT");
     // No placeholders standalone: there is no sandbox to hand a token to; clients that need a
     // credential get it injected by `inject.headers`.
-    proxy::ListenerIdentity identity{"", matchers->at(args.workflows[i]), secrets, {}};
+    proxy::ListenerIdentity identity{"", s.matchers.at(args.workflows[i]), s.secrets, {}};
     // Shared by many clients: the workflow's limits apply to each client over the window.
-    identity.per_client_window = std::chrono::duration_cast<std::chrono::seconds>(*window);
-    auto bound = px.listen(addr, port, std::move(identity));
-    if (!bound) {
-      std::fprintf(stderr, "sluice proxy: %s\n", bound.error().message.c_str());
-      return 1;
-    }
+    identity.per_client_window = s.window;
+    auto bound = (*created)->listen(addr, port, std::move(identity));
+    if (!bound) return failed(1, bound.error().message);
   }
-  px.start();
+  (*created)->start();
+  return std::move(*created);
+}
+
+// Until SIGTERM or SIGINT: SIGHUP reloads the policy (a broken one is rejected, the old one
+// stays in force).
+void serveUntilStopped(proxy::Proxy& px, const ProxyArgs& args, const Served& s,
+                       const sigset_t& signals) {
+  spdlog::logger& logger = base::logger(base::LoggerId::kProxy);
   logger.info("sluice proxy running ({} listener(s)); SIGHUP reloads {}, SIGTERM drains",
               args.listens.size(), args.policy_dir);
-
   for (;;) {
     int sig = 0;
-    if (sigwait(&set, &sig) != 0) continue;
-    if (sig == SIGHUP) {
-      auto fresh = loadMatchers(args, ca != nullptr, secrets.get());
-      if (!fresh) {
-        logger.error("policy reload rejected, keeping the policy in force:\n{}", fresh.error());
-        continue;
-      }
-      for (auto& [name, m] : *fresh) px.replaceMatcher(name, m);
-      logger.info("policy reloaded from {}", args.policy_dir);
+    if (sigwait(&signals, &sig) != 0) continue;
+    if (sig != SIGHUP) {
+      logger.info("signal {}: draining", sig);
+      return;
+    }
+    auto fresh = loadMatchers(args, s.ca != nullptr, s.secrets.get());
+    if (!fresh) {
+      logger.error("policy reload rejected, keeping the policy in force:\n{}", fresh.error());
       continue;
     }
-    logger.info("signal {}: draining", sig);
-    break;
+    for (auto& [name, m] : *fresh) px.replaceMatcher(name, m);
+    logger.info("policy reloaded from {}", args.policy_dir);
   }
-  px.stop();
-  if (store) {
-    if (auto r = store->flush(); !r) {
-      std::fprintf(stderr, "sluice proxy: audit store: %s\n", r.error().message.c_str());
-      return 1;
-    }
+}
+
+int report(const Failure& f) {
+  std::fprintf(stderr, "sluice proxy: %s\n", f.message.c_str());
+  return f.status;
+}
+
+int runProxy(const ProxyArgs& args) {
+  // Before any thread starts (audit writer, resolver pool, I/O threads).
+  const sigset_t signals = blockDaemonSignals();
+  if (args.log_format == "json") base::setLogFormat(base::LogFormat::kJson);
+  auto served = loadServed(args);
+  if (!served) return report(served.error());
+  auto px = startProxy(args, *served);
+  if (!px) return report(px.error());
+  serveUntilStopped(**px, args, *served, signals);
+  (*px)->stop();
+  if (served->store) {
+    if (auto r = served->store->flush(); !r)
+      return report({1, "audit store: " + r.error().message});
   }
   return 0;
 }

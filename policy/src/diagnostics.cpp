@@ -3,15 +3,15 @@
 
 namespace sluice::policy {
 
-std::string Diagnostic::str() const {
+std::string Diagnostic::where() const {
   std::string out = file;
   if (pos.line > 0) {
     out += ':' + std::to_string(pos.line) + ':' + std::to_string(pos.column);
   }
-  out += ": ";
-  out += message;
   return out;
 }
+
+std::string Diagnostic::str() const { return where() + ": " + message; }
 
 std::string LoadError::str() const {
   std::string out;
@@ -20,6 +20,13 @@ std::string LoadError::str() const {
     out += '\n';
   }
   return out;
+}
+
+base::Error LoadError::toError() const {
+  std::string message = str();
+  if (!message.empty()) message.pop_back();  // the last '\n'
+  return base::Error{base::Code::kInvalidArgument, std::move(message),
+                     diagnostics.empty() ? std::string() : diagnostics.front().where()};
 }
 
 }  // namespace sluice::policy

@@ -442,6 +442,8 @@ class Parser {
     }
   }
 
+  // One rule: each field in turn, then the checks across fields, only when every field was
+  // valid (a typo in one field should not bring a cascade of consequential errors).
   void parseRule(const YAML::Node& n, Workflow& w, std::set<std::string>& ids) {
     if (!checkMap(n, "rule",
                   {"id", "action", "hosts", "ports", "cidrs", "allow_private", "tls", "methods",
@@ -451,136 +453,21 @@ class Parser {
     }
     Rule r;
     r.pos = {n.Mark().line + 1, n.Mark().column + 1};
-    std::size_t errors_before = diags_.size();
-    if (auto v = n["id"]) {
-      if (auto s = str(v, "rule id")) {
-        if (!isRuleId(*s)) {
-          error(v, "bad rule id '" + *s + "' (letters, digits, '-', '_', '.'; at most 63)");
-        } else if (!ids.insert(*s).second) {
-          error(v, "duplicate rule id '" + *s + "'");
-        }
-        r.id = *s;
-      }
-    } else {
-      error(n, "rule has no 'id'");
-    }
-    if (auto v = n["action"]) {
-      auto s = str(v, "action");
-      if (s == "allow") {
-        r.action = Action::kAllow;
-      } else if (s == "deny") {
-        r.action = Action::kDeny;
-      } else if (s == "ask") {
-        r.action = Action::kAsk;
-      } else if (s) {
-        error(v, "action must be 'allow', 'deny' or 'ask' (got '" + *s + "')");
-      }
-    } else {
-      error(n, "rule '" + r.id + "' has no 'action' (allow, deny or ask)");
-    }
-    if (auto v = n["ask"]) {
-      if (checkMap(v, "ask", {"timeout"})) {
-        if (auto t = v["timeout"]) {
-          if (auto d = duration(t, "ask.timeout")) {
-            if (d->count() <= 0 || *d > std::chrono::hours(24)) {
-              error(t, "ask.timeout must be more than 0 and at most 24h");
-            } else {
-              r.ask_timeout = *d;
-            }
-          }
-        }
-      }
-    }
-    if (auto v = n["hosts"]) {
-      list(v, "hosts", [&](const YAML::Node& h) {
-        auto s = str(h, "host pattern");
-        if (!s) return;
-        auto p = detail::parseHostPattern(*s);
-        if (!p) {
-          error(h, p.error());
-          return;
-        }
-        p->pos = {h.Mark().line + 1, h.Mark().column + 1};
-        r.hosts.push_back(std::move(*p));
-      });
-    }
+    const std::size_t errors_before = diags_.size();
+    parseRuleId(n, r, ids);
+    parseAction(n, r);
+    if (auto v = n["ask"]) parseAsk(v, r);
+    if (auto v = n["hosts"]) parseHosts(v, r);
     if (auto v = n["ports"]) {
       parsePorts(v, r);
     } else {
       r.ports = {{80, 80}, {443, 443}};
     }
-    if (auto v = n["cidrs"]) {
-      list(v, "cidrs", [&](const YAML::Node& c) {
-        auto s = str(c, "CIDR");
-        if (!s) return;
-        auto cidr = parseCidr(*s);
-        if (!cidr) {
-          error(c, cidr.error());
-          return;
-        }
-        r.cidrs.push_back(*cidr);
-      });
-    }
-    if (auto v = n["allow_private"]) {
-      if (auto b = boolean(v, "allow_private")) r.allow_private = *b;
-      if (r.allow_private && !n["cidrs"]) {
-        error(v, "allow_private: true needs 'cidrs' naming the private ranges this rule may reach");
-      }
-    }
-    if (auto v = n["tls"]) {
-      auto s = str(v, "tls");
-      if (s == "inspect") {
-        r.tls = TlsMode::kInspect;
-      } else if (s == "passthrough") {
-        r.tls = TlsMode::kPassthrough;
-      } else if (s) {
-        error(v, "tls must be 'passthrough' or 'inspect' (got '" + *s + "')");
-      }
-    }
-    if (auto v = n["methods"]) {
-      list(v, "methods", [&](const YAML::Node& m) {
-        auto s = str(m, "method");
-        if (!s) return;
-        if (!isHttpToken(*s)) {
-          error(m, "'" + *s + "' is not an HTTP method");
-          return;
-        }
-        std::string up = *s;
-        std::transform(up.begin(), up.end(), up.begin(), ::toupper);
-        if (up == "CONNECT") {
-          error(m, "CONNECT is decided by hosts and ports, not methods");
-          return;
-        }
-        r.methods.push_back(up);
-      });
-    }
-    if (auto v = n["paths"]) {
-      list(v, "paths", [&](const YAML::Node& p) {
-        auto s = str(p, "path pattern");
-        if (!s) return;
-        PathPattern pp;
-        pp.text = *s;
-        if (s->starts_with("re:")) {
-          pp.regex = true;
-          pp.pattern = s->substr(3);
-          RE2::Options o;
-          o.set_log_errors(false);
-          RE2 re(pp.pattern, o);
-          if (pp.pattern.empty() || !re.ok()) {
-            error(p, "invalid regular expression '" + pp.pattern +
-                         "': " + (pp.pattern.empty() ? std::string("empty") : re.error()));
-            return;
-          }
-        } else {
-          if (s->empty() || (s->front() != '/' && *s != "*")) {
-            error(p, "path pattern '" + *s + "' must start with '/' (or use re:...)");
-            return;
-          }
-          pp.pattern = *s;
-        }
-        r.paths.push_back(std::move(pp));
-      });
-    }
+    if (auto v = n["cidrs"]) parseCidrs(v, r);
+    if (auto v = n["allow_private"]) parseAllowPrivate(n, v, r);
+    if (auto v = n["tls"]) parseTls(v, r);
+    if (auto v = n["methods"]) parseMethods(v, r);
+    if (auto v = n["paths"]) parsePaths(v, r);
     parsePathOptions(n, r);
     if (auto v = n["inject"]) parseInject(v, r);
     if (auto v = n["allow_plaintext_credentials"]) {
@@ -589,50 +476,203 @@ class Parser {
     if (auto v = n["allow_get_body"]) {
       if (auto b = boolean(v, "allow_get_body")) r.allow_get_body = *b;
     }
+    if (diags_.size() == errors_before) checkRule(n, r);
+    w.rules.push_back(std::move(r));
+  }
 
-    // Cross-field checks, only when the fields themselves were valid.
-    if (diags_.size() == errors_before) {
-      if (r.hosts.empty() && r.cidrs.empty()) {
-        error(n, "rule '" + r.id + "' names neither 'hosts' nor 'cidrs'");
+  void parseRuleId(const YAML::Node& n, Rule& r, std::set<std::string>& ids) {
+    auto v = n["id"];
+    if (!v) {
+      error(n, "rule has no 'id'");
+      return;
+    }
+    if (auto s = str(v, "rule id")) {
+      if (!isRuleId(*s)) {
+        error(v, "bad rule id '" + *s + "' (letters, digits, '-', '_', '.'; at most 63)");
+      } else if (!ids.insert(*s).second) {
+        error(v, "duplicate rule id '" + *s + "'");
       }
-      bool https_only = r.tls == TlsMode::kPassthrough && !r.ports.empty() &&
-                        std::all_of(r.ports.begin(), r.ports.end(),
-                                    [](const PortRange& p) { return p.lo == 443 && p.hi == 443; });
-      auto needInspect = [&](const char* key) {
-        error(n[key], std::string("'") + key + "' on rule '" + r.id +
-                          "' cannot be enforced: its traffic (port 443, tls: passthrough) is "
-                          "encrypted; add 'tls: inspect'");
-      };
-      if (https_only) {
-        if (n["methods"]) needInspect("methods");
-        if (n["paths"]) needInspect("paths");
-        if (n["inject"]) needInspect("inject");
-      }
-      if (r.action == Action::kDeny && n["inject"]) {
-        error(n["inject"], "'inject' on deny rule '" + r.id + "' has no effect");
-      }
-      if (r.action == Action::kDeny && n["allow_private"]) {
-        error(n["allow_private"], "'allow_private' on deny rule '" + r.id + "' has no effect");
-      }
-      if (r.action != Action::kAsk && n["ask"]) {
-        error(n["ask"], "'ask' on " + std::string(actionName(r.action)) + " rule '" + r.id +
-                            "' has no effect (only action: ask waits for an approver)");
-      }
-      if (r.action == Action::kDeny && n["allow_get_body"]) {
-        error(n["allow_get_body"], "'allow_get_body' on deny rule '" + r.id + "' has no effect");
-      }
-      checkPathOptions(n, r);
-      if (r.hasRequestConditions() && r.tls == TlsMode::kPassthrough && !https_only) {
-        // Not an error: plain HTTP to these ports (also inside a CONNECT tunnel) is judged
-        // per request. But TLS tunnelled through cannot be, and a reviewer should know.
-        const char* key = n["methods"] ? "methods" : "paths";
-        warning(n[key], "rule '" + r.id + "' restricts " + key +
-                            " with tls: passthrough: plain HTTP to ports " + r.portsText() +
-                            " is judged per request, but TLS tunnelled through to them is not; "
-                            "add 'tls: inspect' to enforce it on HTTPS");
+      r.id = *s;
+    }
+  }
+
+  void parseAction(const YAML::Node& n, Rule& r) {
+    auto v = n["action"];
+    if (!v) {
+      error(n, "rule '" + r.id + "' has no 'action' (allow, deny or ask)");
+      return;
+    }
+    auto s = str(v, "action");
+    if (s == "allow") {
+      r.action = Action::kAllow;
+    } else if (s == "deny") {
+      r.action = Action::kDeny;
+    } else if (s == "ask") {
+      r.action = Action::kAsk;
+    } else if (s) {
+      error(v, "action must be 'allow', 'deny' or 'ask' (got '" + *s + "')");
+    }
+  }
+
+  void parseAsk(const YAML::Node& v, Rule& r) {
+    if (!checkMap(v, "ask", {"timeout"})) return;
+    auto t = v["timeout"];
+    if (!t) return;
+    if (auto d = duration(t, "ask.timeout")) {
+      if (d->count() <= 0 || *d > std::chrono::hours(24)) {
+        error(t, "ask.timeout must be more than 0 and at most 24h");
+      } else {
+        r.ask_timeout = *d;
       }
     }
-    w.rules.push_back(std::move(r));
+  }
+
+  void parseHosts(const YAML::Node& v, Rule& r) {
+    list(v, "hosts", [&](const YAML::Node& h) {
+      auto s = str(h, "host pattern");
+      if (!s) return;
+      auto p = detail::parseHostPattern(*s);
+      if (!p) {
+        error(h, p.error());
+        return;
+      }
+      p->pos = {h.Mark().line + 1, h.Mark().column + 1};
+      r.hosts.push_back(std::move(*p));
+    });
+  }
+
+  void parseCidrs(const YAML::Node& v, Rule& r) {
+    list(v, "cidrs", [&](const YAML::Node& c) {
+      auto s = str(c, "CIDR");
+      if (!s) return;
+      auto cidr = parseCidr(*s);
+      if (!cidr) {
+        error(c, cidr.error());
+        return;
+      }
+      r.cidrs.push_back(*cidr);
+    });
+  }
+
+  void parseAllowPrivate(const YAML::Node& n, const YAML::Node& v, Rule& r) {
+    if (auto b = boolean(v, "allow_private")) r.allow_private = *b;
+    if (r.allow_private && !n["cidrs"]) {
+      error(v, "allow_private: true needs 'cidrs' naming the private ranges this rule may reach");
+    }
+  }
+
+  void parseTls(const YAML::Node& v, Rule& r) {
+    auto s = str(v, "tls");
+    if (s == "inspect") {
+      r.tls = TlsMode::kInspect;
+    } else if (s == "passthrough") {
+      r.tls = TlsMode::kPassthrough;
+    } else if (s) {
+      error(v, "tls must be 'passthrough' or 'inspect' (got '" + *s + "')");
+    }
+  }
+
+  void parseMethods(const YAML::Node& v, Rule& r) {
+    list(v, "methods", [&](const YAML::Node& m) {
+      auto s = str(m, "method");
+      if (!s) return;
+      if (!isHttpToken(*s)) {
+        error(m, "'" + *s + "' is not an HTTP method");
+        return;
+      }
+      std::string up = *s;
+      std::transform(up.begin(), up.end(), up.begin(), ::toupper);
+      if (up == "CONNECT") {
+        error(m, "CONNECT is decided by hosts and ports, not methods");
+        return;
+      }
+      r.methods.push_back(up);
+    });
+  }
+
+  void parsePaths(const YAML::Node& v, Rule& r) {
+    list(v, "paths", [&](const YAML::Node& p) {
+      auto s = str(p, "path pattern");
+      if (!s) return;
+      if (auto pp = pathPattern(p, *s)) r.paths.push_back(std::move(*pp));
+    });
+  }
+
+  // "re:..." (an RE2 expression) or a glob starting with '/' (or "*").
+  std::optional<PathPattern> pathPattern(const YAML::Node& p, const std::string& s) {
+    PathPattern pp;
+    pp.text = s;
+    if (!s.starts_with("re:")) {
+      if (s.empty() || (s.front() != '/' && s != "*")) {
+        error(p, "path pattern '" + s + "' must start with '/' (or use re:...)");
+        return std::nullopt;
+      }
+      pp.pattern = s;
+      return pp;
+    }
+    pp.regex = true;
+    pp.pattern = s.substr(3);
+    RE2::Options o;
+    o.set_log_errors(false);
+    RE2 re(pp.pattern, o);
+    if (pp.pattern.empty() || !re.ok()) {
+      error(p, "invalid regular expression '" + pp.pattern +
+                   "': " + (pp.pattern.empty() ? std::string("empty") : re.error()));
+      return std::nullopt;
+    }
+    return pp;
+  }
+
+  // Checks across a rule's fields (all of them valid): what it must name, what it cannot
+  // enforce, what has no effect for its action.
+  void checkRule(const YAML::Node& n, const Rule& r) {
+    if (r.hosts.empty() && r.cidrs.empty()) {
+      error(n, "rule '" + r.id + "' names neither 'hosts' nor 'cidrs'");
+    }
+    const bool https_only = r.tls == TlsMode::kPassthrough && !r.ports.empty() &&
+                            std::all_of(r.ports.begin(), r.ports.end(), [](const PortRange& p) {
+                              return p.lo == 443 && p.hi == 443;
+                            });
+    if (https_only) checkEnforceableThroughTls(n, r);
+    checkNoEffect(n, r);
+    checkPathOptions(n, r);
+    if (r.hasRequestConditions() && r.tls == TlsMode::kPassthrough && !https_only) {
+      // Not an error: plain HTTP to these ports (also inside a CONNECT tunnel) is judged
+      // per request. But TLS tunnelled through cannot be, and a reviewer should know.
+      const char* key = n["methods"] ? "methods" : "paths";
+      warning(n[key], "rule '" + r.id + "' restricts " + key +
+                          " with tls: passthrough: plain HTTP to ports " + r.portsText() +
+                          " is judged per request, but TLS tunnelled through to them is not; "
+                          "add 'tls: inspect' to enforce it on HTTPS");
+    }
+  }
+
+  // A rule for port 443 only, tunnelled through: its requests are encrypted, so conditions
+  // on them (and injection into them) cannot be enforced.
+  void checkEnforceableThroughTls(const YAML::Node& n, const Rule& r) {
+    for (const char* key : {"methods", "paths", "inject"}) {
+      if (!n[key]) continue;
+      error(n[key], std::string("'") + key + "' on rule '" + r.id +
+                        "' cannot be enforced: its traffic (port 443, tls: passthrough) is "
+                        "encrypted; add 'tls: inspect'");
+    }
+  }
+
+  // Keys that do nothing for the rule's action.
+  void checkNoEffect(const YAML::Node& n, const Rule& r) {
+    if (r.action == Action::kDeny && n["inject"]) {
+      error(n["inject"], "'inject' on deny rule '" + r.id + "' has no effect");
+    }
+    if (r.action == Action::kDeny && n["allow_private"]) {
+      error(n["allow_private"], "'allow_private' on deny rule '" + r.id + "' has no effect");
+    }
+    if (r.action != Action::kAsk && n["ask"]) {
+      error(n["ask"], "'ask' on " + std::string(actionName(r.action)) + " rule '" + r.id +
+                          "' has no effect (only action: ask waits for an approver)");
+    }
+    if (r.action == Action::kDeny && n["allow_get_body"]) {
+      error(n["allow_get_body"], "'allow_get_body' on deny rule '" + r.id + "' has no effect");
+    }
   }
 
   void parseEgress(const YAML::Node& n, Workflow& w) {

@@ -7,6 +7,7 @@
 #include <re2/set.h>
 
 #include <algorithm>
+#include <optional>
 #include <unordered_map>
 
 #include "host_pattern.hpp"
@@ -421,100 +422,131 @@ static Decision noRuleDecides(Decision d, const Matcher::Index& ix, const Workfl
   return d;
 }
 
-static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
-                         Visibility vis, const HttpRequest* req,
-                         std::vector<std::uint32_t>& allowing) {
+namespace {
+
+// What one pass of evaluate() over the candidate rules has found so far.
+struct Scan {
   Decision d;
-  std::vector<std::uint32_t> cands = ix.candidates(t);
   Evaluation ev;
   const Rule* first_allow = nullptr;    // the first allow or ask rule that matched
   const Rule* first_ask = nullptr;      // the first ask rule that asks at this phase
   const Rule* ambiguous_ask = nullptr;  // an ask rule a ';' path would otherwise skip
   bool inspect = false;
-  std::string where = t.authority();
-  for (std::uint32_t idx : cands) {
-    const CompiledRule& cr = ix.rules[idx];
-    const Rule& r = *cr.rule;
-    if (!r.allowsPort(t.port)) {
-      ev.note(Miss::kPort, &r,
-              "rule " + r.id + " matched host " + t.host + " but port " + std::to_string(t.port) +
-                  " is not in " + r.portsText());
-      continue;
-    }
-    if (r.hasRequestConditions()) d.request_rules = true;
-    // Hostnames under a rule that also names cidrs are checked at the address phase.
-    if (r.action == Action::kDeny) {
-      if (!t.ip && !r.cidrs.empty()) continue;
-      if (r.hasRequestConditions()) {
-        if (req == nullptr) {
-          // Request conditions are judged per request; an inspecting deny rule forces
-          // inspection so that it can be.
-          if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
-          continue;
-        }
-        if (!cr.methodMatches(req->method) || !cr.pathMatchesEither(*req)) continue;
-      }
-      d.allowed = false;
-      return decidedBy(std::move(d), Reason::kDeniedByRule, r,
-                       "rule " + r.id + " denies " + subject(req, where));
-    }
-    if (req == nullptr) {
-      if (r.hasRequestConditions() && vis == Visibility::kTunnel && r.tls != TlsMode::kInspect) {
-        ev.note(Miss::kInspection, &r,
-                "rule " + r.id + " matched " + where +
-                    " but restricts methods/paths, which a passthrough tunnel cannot enforce "
-                    "(set tls: inspect)");
-        continue;
-      }
-    } else {
-      if (!cr.methodMatches(req->method)) {
-        ev.note(Miss::kMethod, &r,
-                "rule " + r.id + " matched " + where + " but method " + std::string(req->method) +
-                    " is not in " + listText(r.methods));
-        continue;
-      }
-      const PathVerdict pv = pathVerdict(cr, *req);
-      if (pv == PathVerdict::kMiss) {
-        ev.note(Miss::kPath, &r,
-                "rule " + r.id + " matched " + where + " and method " + std::string(req->method) +
-                    " but path " + std::string(req->path) + " does not match " +
-                    pathsText(r.paths));
-        continue;
-      }
-      if (pv == PathVerdict::kParams) {
-        ev.note(Miss::kParams, &r, paramsText(r, *req));
-        if (r.action == Action::kAsk && !ambiguous_ask) ambiguous_ask = &r;
-        continue;
-      }
-    }
-    if (!first_allow) first_allow = &r;
-    if (!first_ask && asksNow(r, vis, req != nullptr)) first_ask = &r;
-    if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) inspect = true;
-    allowing.push_back(idx);
+  std::string where;  // the target's authority
+};
+
+// Whether deny rule `cr` (its port matched) denies now, at this phase.
+bool denies(const CompiledRule& cr, const Target& t, Visibility vis, const HttpRequest* req,
+            Scan& s) {
+  const Rule& r = *cr.rule;
+  // Hostnames under a rule that also names cidrs are checked at the address phase.
+  if (!t.ip && !r.cidrs.empty()) return false;
+  if (!r.hasRequestConditions()) return true;
+  if (req == nullptr) {
+    // Request conditions are judged per request; an inspecting deny rule forces
+    // inspection so that it can be.
+    if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) s.inspect = true;
+    return false;
   }
-  if (ambiguous_ask) {
+  return cr.methodMatches(req->method) && cr.pathMatchesEither(*req);
+}
+
+// Whether allow or ask rule `cr` (its port matched) matches at this phase: at a connection,
+// unless it is a passthrough tunnel the rule's request conditions cannot be enforced in; at a
+// request, when its methods and paths admit it. A rule that does not is noted as a miss.
+bool admits(const CompiledRule& cr, Visibility vis, const HttpRequest* req, Scan& s) {
+  const Rule& r = *cr.rule;
+  if (req == nullptr) {
+    if (!r.hasRequestConditions() || vis != Visibility::kTunnel || r.tls == TlsMode::kInspect)
+      return true;
+    s.ev.note(Miss::kInspection, &r,
+              "rule " + r.id + " matched " + s.where +
+                  " but restricts methods/paths, which a passthrough tunnel cannot enforce "
+                  "(set tls: inspect)");
+    return false;
+  }
+  if (!cr.methodMatches(req->method)) {
+    s.ev.note(Miss::kMethod, &r,
+              "rule " + r.id + " matched " + s.where + " but method " + std::string(req->method) +
+                  " is not in " + listText(r.methods));
+    return false;
+  }
+  const PathVerdict pv = pathVerdict(cr, *req);
+  if (pv == PathVerdict::kMiss) {
+    s.ev.note(Miss::kPath, &r,
+              "rule " + r.id + " matched " + s.where + " and method " + std::string(req->method) +
+                  " but path " + std::string(req->path) + " does not match " + pathsText(r.paths));
+    return false;
+  }
+  if (pv == PathVerdict::kParams) {
+    s.ev.note(Miss::kParams, &r, paramsText(r, *req));
+    if (r.action == Action::kAsk && !s.ambiguous_ask) s.ambiguous_ask = &r;
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// The decision once no deny rule decided: an ambiguous ask, an ask, an allow, or no rule.
+static Decision conclude(Scan& s, const Matcher::Index& ix, const Workflow& w, const Target& t,
+                         Visibility vis, const HttpRequest* req) {
+  Decision& d = s.d;
+  if (s.ambiguous_ask) {
     // An ask rule that does not allow path parameters is not skipped: refused as ambiguous.
-    return decidedBy(std::move(d), Reason::kAmbiguousTarget, *ambiguous_ask,
-                     paramsText(*ambiguous_ask, *req));
+    return decidedBy(std::move(d), Reason::kAmbiguousTarget, *s.ambiguous_ask,
+                     paramsText(*s.ambiguous_ask, *req));
   }
-  if (first_ask) {
+  if (s.first_ask) {
     // An ask beats an allow (a deny has returned already).
     d.allowed = false;
     d.ask = true;
-    d.tls = inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
+    d.tls = s.inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
     return decidedBy(
-        std::move(d), Reason::kApprovalRequired, *first_ask,
-        "rule " + first_ask->id + " asks an approver before allowing " + subject(req, where));
+        std::move(d), Reason::kApprovalRequired, *s.first_ask,
+        "rule " + s.first_ask->id + " asks an approver before allowing " + subject(req, s.where));
   }
-  if (first_allow) {
+  if (s.first_allow) {
     d.allowed = true;
-    d.tls = inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
-    std::string detail = "rule " + first_allow->id + " allows " + subject(req, where);
+    d.tls = s.inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
+    std::string detail = "rule " + s.first_allow->id + " allows " + subject(req, s.where);
     if (vis == Visibility::kTunnel && req == nullptr)
       detail += std::string(" (tls: ") + std::string(tlsModeName(d.tls)) + ")";
-    return decidedBy(std::move(d), Reason::kAllowed, *first_allow, std::move(detail));
+    return decidedBy(std::move(d), Reason::kAllowed, *s.first_allow, std::move(detail));
   }
-  return noRuleDecides(std::move(d), ix, w, t, ev, where);
+  return noRuleDecides(std::move(d), ix, w, t, s.ev, s.where);
+}
+
+// The connect or request phase: the first deny rule that matches decides; else the matching
+// allow and ask rules (collected in `allowing` for the address phase) do, in conclude().
+static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
+                         Visibility vis, const HttpRequest* req,
+                         std::vector<std::uint32_t>& allowing) {
+  Scan s;
+  s.where = t.authority();
+  for (std::uint32_t idx : ix.candidates(t)) {
+    const CompiledRule& cr = ix.rules[idx];
+    const Rule& r = *cr.rule;
+    if (!r.allowsPort(t.port)) {
+      s.ev.note(Miss::kPort, &r,
+                "rule " + r.id + " matched host " + t.host + " but port " + std::to_string(t.port) +
+                    " is not in " + r.portsText());
+      continue;
+    }
+    if (r.hasRequestConditions()) s.d.request_rules = true;
+    if (r.action == Action::kDeny) {
+      if (!denies(cr, t, vis, req, s)) continue;
+      s.d.allowed = false;
+      return decidedBy(std::move(s.d), Reason::kDeniedByRule, r,
+                       "rule " + r.id + " denies " + subject(req, s.where));
+    }
+    if (!admits(cr, vis, req, s)) continue;
+    if (!s.first_allow) s.first_allow = &r;
+    if (!s.first_ask && asksNow(r, vis, req != nullptr)) s.first_ask = &r;
+    if (vis == Visibility::kTunnel && r.tls == TlsMode::kInspect) s.inspect = true;
+    allowing.push_back(idx);
+  }
+  return conclude(s, ix, w, t, vis, req);
 }
 
 namespace {
@@ -608,13 +640,14 @@ Matcher::NameAnswer Matcher::nameAnswer(std::string_view raw) const {
   return {false, denies.empty() ? nullptr : denies.front()};
 }
 
-Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,
-                                const Query& q) const {
-  const Index& ix = *index_;
+namespace {
+
+// The first deny rule with cidrs that refuses `q`'s address: a hostname it names (or any, for
+// a cidr-only deny rule) that resolves into its ranges.
+std::optional<Decision> deniedAtAddress(const Matcher::Index& ix, const Query& q,
+                                        bool request_rules) {
   const Target& target = q.target;
   const IpAddress& addr = *q.address;
-  // Deny rules with cidrs: a hostname they name (or any, for cidr-only deny rules) that
-  // resolves into their ranges is refused.
   for (std::uint32_t idx : ix.deny_with_cidrs) {
     const CompiledRule& cr = ix.rules[idx];
     const Rule& r = *cr.rule;
@@ -625,7 +658,7 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
       continue;  // judged per request: only a request it names is refused
     }
     Decision d;
-    d.request_rules = connect.request_rules;
+    d.request_rules = request_rules;
     d.reason = Reason::kDeniedByRule;
     d.rule = &r;
     d.rule_id = r.id;
@@ -633,76 +666,107 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
                (target.ip ? std::string() : " (resolved from " + target.host + ")");
     return d;
   }
-  AddressClass cls = classifyAddress(addr);
-  bool global = cls == AddressClass::kGlobal;
-  const Rule* wanted_private = nullptr;
-  const Rule* wanted_cidr = nullptr;
-  const Rule* allow = nullptr;  // the first rule that allows at this address
-  const Rule* ask = nullptr;    // the first ask rule that asks at this address
+  return std::nullopt;
+}
+
+// The allow and ask rules of the earlier phases, seen at the address.
+struct AddressScan {
+  AddressClass cls = AddressClass::kGlobal;
+  bool global = true;
+  const Rule* wanted_private = nullptr;  // the first that matched but lacks allow_private
+  const Rule* wanted_cidr = nullptr;     // the first whose cidrs do not contain the address
+  const Rule* allow = nullptr;           // the first rule that allows at this address
+  const Rule* ask = nullptr;             // the first ask rule that asks at this address
+};
+
+AddressScan scanAtAddress(const Matcher::Index& ix, const std::vector<std::uint32_t>& allowing,
+                          const Query& q) {
+  AddressScan s;
+  const IpAddress& addr = *q.address;
+  s.cls = classifyAddress(addr);
+  s.global = s.cls == AddressClass::kGlobal;
   const bool request = q.request != nullptr;
   const Visibility vis = request ? Visibility::kPlainHttp : q.visibility;
   for (std::uint32_t idx : allowing) {
     const CompiledRule& cr = ix.rules[idx];
     const Rule& r = *cr.rule;
     if (!r.cidrs.empty() && !cr.cidrContains(addr)) {
-      if (!wanted_cidr) wanted_cidr = &r;
+      if (!s.wanted_cidr) s.wanted_cidr = &r;
       continue;
     }
-    if (!global && !r.allow_private) {
-      if (!wanted_private) wanted_private = &r;
+    if (!s.global && !r.allow_private) {
+      if (!s.wanted_private) s.wanted_private = &r;
       continue;
     }
     if (asksNow(r, vis, request)) {
-      ask = &r;
+      s.ask = &r;
       break;  // an ask beats an allow
     }
-    if (!allow) allow = &r;
+    if (!s.allow) s.allow = &r;
   }
-  if (const Rule* r = ask ? ask : allow) {
-    Decision d = std::move(connect);
-    d.rule = r;
-    d.rule_id = r->id;
-    d.allowed = ask == nullptr;
-    d.ask = ask != nullptr;
-    d.reason = ask ? Reason::kApprovalRequired : Reason::kAllowed;
-    d.detail =
-        "rule " + r->id + (ask ? " asks an approver before allowing " : " allows ") + target.host +
-        " at " + addr.str() +
-        (global ? "" : std::string(" (") + std::string(addressClassName(cls)) + ", allow_private)");
-    return d;
-  }
+  return s;
+}
+
+// No rule allows or asks at the address: private without allow_private, or outside the cidrs.
+Decision refusedAtAddress(const AddressScan& s, const Query& q, bool request_rules) {
+  const Target& target = q.target;
+  const IpAddress& addr = *q.address;
   Decision d;
   d.allowed = false;
-  d.request_rules = connect.request_rules;
+  d.request_rules = request_rules;
   std::string from = target.ip ? addr.str() : target.host + " resolves to " + addr.str();
-  if (!global && !(wanted_cidr && wanted_cidr->allow_private)) {
+  const std::string class_name(addressClassName(s.cls));
+  if (!s.global && !(s.wanted_cidr && s.wanted_cidr->allow_private)) {
     d.reason = Reason::kPrivateAddress;
-    const Rule* r = wanted_private ? wanted_private : wanted_cidr;
+    const Rule* r = s.wanted_private ? s.wanted_private : s.wanted_cidr;
     d.rule = r;
     if (r) d.rule_id = r->id;
     d.detail =
-        from + ", a " + std::string(addressClassName(cls)) +
+        from + ", a " + class_name +
         " address; reaching it needs a rule with allow_private: true and cidrs containing it";
     d.nearest_miss =
         r ? "rule " + r->id + " matched " + target.host + " but " +
-                (wanted_private ? std::string("does not set allow_private: true")
-                                : std::string("its cidrs do not contain ") + addr.str())
+                (s.wanted_private ? std::string("does not set allow_private: true")
+                                  : std::string("its cidrs do not contain ") + addr.str())
           : std::string();
     return d;
   }
   // Global, or non-global under a rule that allows private ranges: the cidrs decided.
   d.reason = Reason::kAddressNotInCidrs;
-  d.rule = wanted_cidr;
-  if (wanted_cidr) d.rule_id = wanted_cidr->id;
-  d.detail = from +
-             (global ? std::string() : ", a " + std::string(addressClassName(cls)) + " address") +
+  d.rule = s.wanted_cidr;
+  if (s.wanted_cidr) d.rule_id = s.wanted_cidr->id;
+  d.detail = from + (s.global ? std::string() : ", a " + class_name + " address") +
              ", which is outside the cidrs of every rule that matched the host";
-  if (wanted_cidr) {
+  if (s.wanted_cidr) {
     std::string cidrs;
-    for (const auto& c : wanted_cidr->cidrs) cidrs += (cidrs.empty() ? "" : ", ") + c.str();
-    d.nearest_miss = "rule " + wanted_cidr->id + " matched host " + target.host + " but " +
+    for (const auto& c : s.wanted_cidr->cidrs) cidrs += (cidrs.empty() ? "" : ", ") + c.str();
+    d.nearest_miss = "rule " + s.wanted_cidr->id + " matched host " + target.host + " but " +
                      addr.str() + " is not in [" + cidrs + "]";
   }
+  return d;
+}
+
+}  // namespace
+
+// The address phase: a deny rule with cidrs refuses; else the first ask, or the first allow,
+// of the rules that matched so far decides, if the address is theirs.
+Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,
+                                const Query& q) const {
+  if (auto denied = deniedAtAddress(*index_, q, connect.request_rules)) return std::move(*denied);
+  const AddressScan s = scanAtAddress(*index_, allowing, q);
+  const Rule* r = s.ask ? s.ask : s.allow;
+  if (!r) return refusedAtAddress(s, q, connect.request_rules);
+  Decision d = std::move(connect);
+  d.rule = r;
+  d.rule_id = r->id;
+  d.allowed = s.ask == nullptr;
+  d.ask = s.ask != nullptr;
+  d.reason = s.ask ? Reason::kApprovalRequired : Reason::kAllowed;
+  d.detail =
+      "rule " + r->id + (s.ask ? " asks an approver before allowing " : " allows ") +
+      q.target.host + " at " + q.address->str() +
+      (s.global ? ""
+                : std::string(" (") + std::string(addressClassName(s.cls)) + ", allow_private)");
   return d;
 }
 

@@ -18,70 +18,77 @@ bool addressLevel(const Decision& d) {
           d.detail.find(" denies address ") != std::string::npos);
 }
 
-}  // namespace
-
-std::expected<Explanation, std::string> explain(const Matcher& matcher, const ExplainQuery& q) {
-  Explanation ex;
-  std::optional<IpAddress> ip;
-  if (!q.ip.empty()) {
-    ip = parseIpLiteral(q.ip);
-    if (!ip) return std::unexpected("bad --ip '" + q.ip + "': not an IP address");
-  }
+// What a query names: the target, and the request when it gives a URL.
+struct Subject {
   Target target;
   std::optional<HttpRequest> request;
-  bool plaintext = false;
-  if (!q.url.empty()) {
-    auto url = parseUrl(q.url);
-    if (!url) return std::unexpected(url.error());
-    target = url->target;
-    plaintext = url->scheme == "http";
-    // The same canonical form the proxy judges: a spelling it refuses is a deny here too.
-    auto canon = canonicalRequest(q.method.empty() ? "GET" : q.method,
-                                  url->query.empty() ? url->path : url->path + "?" + url->query);
-    ex.phase = "request";
-    if (!canon) {
-      ex.decision.reason = canon.error().reason;
-      ex.decision.detail = canon.error().detail;
-      return ex;
-    }
-    request = std::move(*canon);
-    ex.method = request->method;
-    ex.path = request->path;
-  } else if (!q.connect.empty()) {
+  bool plaintext = false;  // an http:// URL
+};
+
+// --url or --connect. A URL whose request the proxy would refuse as written is decided at
+// once: `ex` then holds that refusal and `refused` is set.
+std::expected<Subject, std::string> parseSubject(const ExplainQuery& q, Explanation& ex,
+                                                 bool& refused) {
+  Subject s;
+  if (q.url.empty()) {
+    if (q.connect.empty()) return std::unexpected("give --url URL or --connect HOST:PORT");
     auto t = parseAuthority(q.connect);
     if (!t) return std::unexpected(t.error());
-    target = *t;
-  } else {
-    return std::unexpected("give --url URL or --connect HOST:PORT");
+    s.target = *t;
+    return s;
   }
-  if (!ip && target.ip) ip = target.ip;
-  const IpAddress* addr = ip ? &*ip : nullptr;
-  if (plaintext) {
-    ex.decision = matcher.decide({target, Visibility::kPlainHttp, &*request, addr, true});
-  } else {
-    ex.phase = "connect";
-    ex.decision = matcher.decide({target, Visibility::kTunnel, nullptr, addr});
-    if (request && ex.decision.allowed && ex.decision.tls == TlsMode::kInspect) {
-      // An ask rule under tls: inspect allows the tunnel and asks for each request.
-      ex.phase = "request";
-      ex.decision = matcher.decide({target, Visibility::kTunnel, &*request, addr});
-      ex.decision.tls = TlsMode::kInspect;
-    } else if (request && ex.decision.allowed) {
-      ex.note = "passthrough tunnel: the proxy sees only " + target.authority() +
-                ", not the method or path";
-    }
+  auto url = parseUrl(q.url);
+  if (!url) return std::unexpected(url.error());
+  s.target = url->target;
+  s.plaintext = url->scheme == "http";
+  // The same canonical form the proxy judges: a spelling it refuses is a deny here too.
+  auto canon = canonicalRequest(q.method.empty() ? "GET" : q.method,
+                                url->query.empty() ? url->path : url->path + "?" + url->query);
+  ex.phase = "request";
+  if (!canon) {
+    ex.decision.reason = canon.error().reason;
+    ex.decision.detail = canon.error().detail;
+    refused = true;
+    return s;
   }
-  if (addressLevel(ex.decision)) ex.phase = "address";
+  s.request = std::move(*canon);
+  ex.method = s.request->method;
+  ex.path = s.request->path;
+  return s;
+}
+
+// The decision as the proxy reaches it: a plain HTTP request at once; otherwise the tunnel's
+// CONNECT, then each request inside it when the tunnel is inspected.
+void decidePhases(const Matcher& matcher, const Subject& s, const IpAddress* addr,
+                  Explanation& ex) {
+  const HttpRequest* request = s.request ? &*s.request : nullptr;
+  if (s.plaintext) {
+    ex.decision = matcher.decide({s.target, Visibility::kPlainHttp, request, addr, true});
+    return;
+  }
+  ex.phase = "connect";
+  ex.decision = matcher.decide({s.target, Visibility::kTunnel, nullptr, addr});
+  if (request && ex.decision.allowed && ex.decision.tls == TlsMode::kInspect) {
+    // An ask rule under tls: inspect allows the tunnel and asks for each request.
+    ex.phase = "request";
+    ex.decision = matcher.decide({s.target, Visibility::kTunnel, request, addr});
+    ex.decision.tls = TlsMode::kInspect;
+  } else if (request && ex.decision.allowed) {
+    ex.note = "passthrough tunnel: the proxy sees only " + s.target.authority() +
+              ", not the method or path";
+  }
+}
+
+// The notes (an approver's wait, an address left unchecked) and what would be injected.
+void describe(const Subject& s, const IpAddress* addr, Explanation& ex) {
   const bool may_pass = ex.decision.allowed || ex.decision.ask;
   if (ex.decision.ask) {
-    ex.note = "the proxy holds this " +
-              std::string(ex.decision.rule && request && ex.phase != "connect" ? "request"
-                                                                               : "connection") +
+    const bool holds_request = ex.decision.rule && s.request && ex.phase != "connect";
+    const auto timeout = (ex.decision.rule ? ex.decision.rule->ask_timeout : Rule{}.ask_timeout);
+    ex.note = "the proxy holds this " + std::string(holds_request ? "request" : "connection") +
               " until an approver allows it (ask.timeout " +
-              std::to_string(
-                  (ex.decision.rule ? ex.decision.rule->ask_timeout : Rule{}.ask_timeout).count() /
-                  1000) +
-              "s, then approval_timeout)" + (ex.note.empty() ? "" : "; " + ex.note);
+              std::to_string(timeout.count() / 1000) + "s, then approval_timeout)" +
+              (ex.note.empty() ? "" : "; " + ex.note);
   }
   if (may_pass && !addr) {
     ex.note += (ex.note.empty() ? "" : "; ") +
@@ -95,6 +102,26 @@ std::expected<Explanation, std::string> explain(const Matcher& matcher, const Ex
     }
     ex.inject_secrets = ex.decision.rule->inject.secret_names;
   }
+}
+
+}  // namespace
+
+std::expected<Explanation, std::string> explain(const Matcher& matcher, const ExplainQuery& q) {
+  Explanation ex;
+  std::optional<IpAddress> ip;
+  if (!q.ip.empty()) {
+    ip = parseIpLiteral(q.ip);
+    if (!ip) return std::unexpected("bad --ip '" + q.ip + "': not an IP address");
+  }
+  bool refused = false;
+  auto subject = parseSubject(q, ex, refused);
+  if (!subject) return std::unexpected(subject.error());
+  if (refused) return ex;
+  if (!ip && subject->target.ip) ip = subject->target.ip;
+  const IpAddress* addr = ip ? &*ip : nullptr;
+  decidePhases(matcher, *subject, addr, ex);
+  if (addressLevel(ex.decision)) ex.phase = "address";
+  describe(*subject, addr, ex);
   return ex;
 }
 

@@ -17,6 +17,8 @@
 #include <optional>
 #include <sstream>
 
+#include "sluice/policy/diagnostics.hpp"
+
 namespace sluice::policy {
 namespace {
 
@@ -114,6 +116,119 @@ std::expected<std::string, std::string> readSmallFile(const std::filesystem::pat
   return ss.str();
 }
 
+// The file itself, before it is read: a regular file owned by the effective user with no
+// group/other permission bits (it holds credentials).
+base::Result<void> checkSecretsFile(const std::string& f) {
+  struct stat st {};
+  if (::stat(f.c_str(), &st) != 0) {
+    const int err = errno;
+    return base::fail(base::Code::kIo, "secrets file " + f + ": " + std::strerror(err), f, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return base::fail(base::Code::kInvalidArgument, "secrets file " + f + " is not a regular file",
+                      f);
+  }
+  if ((st.st_mode & 077) != 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
+    return base::fail(base::Code::kInvalidArgument,
+                      "secrets file " + f + " has mode " + mode +
+                          "; refusing a file that group or others can access (chmod 600 " + f + ")",
+                      f);
+  }
+  if (st.st_uid != ::geteuid()) {
+    return base::fail(base::Code::kInvalidArgument,
+                      "secrets file " + f + " is owned by uid " + std::to_string(st.st_uid) +
+                          ", not by the user running sluice (uid " + std::to_string(::geteuid()) +
+                          ")",
+                      f);
+  }
+  return {};
+}
+
+// The YAML map NAME -> {value: V} | {file: PATH} | {env: VAR}, every problem reported with
+// FILE:LINE:COL and the secret's name (never a value), as the policy loader reports its own.
+class SecretsReader {
+ public:
+  explicit SecretsReader(std::string file) : file_(std::move(file)) {}
+
+  void readRoot(const YAML::Node& root) {
+    if (!root.IsMap()) {
+      errorAt(root.Mark(), "expected a mapping NAME: {value|file|env: ...}");
+      return;
+    }
+    for (auto it = root.begin(); it != root.end(); ++it) readEntry(it->first, it->second);
+  }
+  void syntaxError(const YAML::Mark& m) {
+    // The parser message may quote the offending line: report only the position.
+    errorAt(m, "not valid YAML");
+  }
+  const LoadError& errors() const { return errors_; }
+  std::map<std::string, std::string>& values() { return values_; }
+
+ private:
+  void readEntry(const YAML::Node& key, const YAML::Node& spec) {
+    const std::string name = key.Scalar();
+    const std::string secret = "secret '" + name + "': ";
+    if (!spec.IsMap() || spec.size() != 1) {
+      error(key, secret + "expected exactly one of {value: ...}, {file: PATH}, {env: VAR}");
+      return;
+    }
+    const YAML::Node kind_node = spec.begin()->first;
+    const YAML::Node v = spec.begin()->second;
+    const std::string kind = kind_node.Scalar();
+    if (!v.IsScalar()) {
+      error(v, secret + "'" + kind + "' must be a string");
+      return;
+    }
+    if (kind != "value" && kind != "file" && kind != "env") {
+      error(kind_node, secret + "unknown source '" + kind + "' (use value, file or env)");
+      return;
+    }
+    auto value = readSource(kind, v.Scalar());
+    if (!value) {
+      error(v, secret + value.error());
+      return;
+    }
+    if (auto bad = fieldValueProblem(*value)) {
+      wipeString(*value);
+      error(v, secret + *bad);
+      return;
+    }
+    values_[name] = std::move(*value);
+  }
+  // The value from its source (value, file or env), or what is wrong with the source.
+  static std::expected<std::string, std::string> readSource(const std::string& kind,
+                                                            const std::string& v) {
+    if (kind == "value") return v;
+    if (kind == "env") {
+      const char* e = std::getenv(v.c_str());
+      if (!e) return std::unexpected("environment variable " + v + " is not set");
+      return std::string(e);
+    }
+    auto content = readSmallFile(v);
+    if (!content) return content;
+    // A file's last line break is not part of the secret.
+    if (!content->empty() && content->back() == '\n') content->pop_back();
+    if (!content->empty() && content->back() == '\r') content->pop_back();
+    return content;
+  }
+  void error(const YAML::Node& at, std::string message) { errorAt(at.Mark(), std::move(message)); }
+  void errorAt(const YAML::Mark& m, std::string message) {
+    SourcePos pos;
+    if (m.line >= 0) pos = {m.line + 1, m.column + 1};
+    errors_.diagnostics.push_back({file_, pos, std::move(message)});
+  }
+
+  std::string file_;
+  LoadError errors_;
+  std::map<std::string, std::string> values_;
+};
+
+void wipeValues(std::map<std::string, std::string>& values) {
+  for (auto& [n, v] : values) wipeString(v);
+}
+
 }  // namespace
 
 void wipeString(std::string& s) {
@@ -126,90 +241,38 @@ std::shared_ptr<const SecretStore> makeSecretStore(
   return std::make_shared<ArenaSecretStore>(values);
 }
 
-std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
+base::Result<std::shared_ptr<const SecretStore>> loadSecretStore(
     const std::filesystem::path& path) {
   const std::string f = path.string();
-  struct stat st {};
-  if (::stat(f.c_str(), &st) != 0) {
-    return std::unexpected("secrets file " + f + ": " + std::strerror(errno));
-  }
-  if (!S_ISREG(st.st_mode)) return std::unexpected("secrets file " + f + " is not a regular file");
-  if ((st.st_mode & 077) != 0) {
-    char mode[8];
-    std::snprintf(mode, sizeof mode, "%04o", st.st_mode & 07777);
-    return std::unexpected("secrets file " + f + " has mode " + mode +
-                           "; refusing a file that group or others can access (chmod 600 " + f +
-                           ")");
-  }
-  if (st.st_uid != ::geteuid()) {
-    return std::unexpected("secrets file " + f + " is owned by uid " + std::to_string(st.st_uid) +
-                           ", not by the user running sluice (uid " + std::to_string(::geteuid()) +
-                           ")");
-  }
+  if (auto ok = checkSecretsFile(f); !ok) return std::unexpected(std::move(ok.error()));
   auto text = readSmallFile(path);
-  if (!text) return std::unexpected(text.error());
-  std::map<std::string, std::string> values;
-  std::string error;
+  if (!text) return base::fail(base::Code::kIo, text.error(), f);
+  SecretsReader reader(f);
   try {
     YAML::Node root = YAML::Load(*text);
     wipeString(*text);
-    if (!root.IsMap()) {
-      error = f + ": expected a mapping NAME: {value|file|env: ...}";
-    } else {
-      for (auto it = root.begin(); it != root.end() && error.empty(); ++it) {
-        std::string name = it->first.Scalar();
-        std::string where =
-            f + ":" + std::to_string(it->first.Mark().line + 1) + ": secret '" + name + "'";
-        const YAML::Node spec = it->second;
-        if (!spec.IsMap() || spec.size() != 1) {
-          error = where + ": expected exactly one of {value: ...}, {file: PATH}, {env: VAR}";
-          break;
-        }
-        std::string kind = spec.begin()->first.Scalar();
-        const YAML::Node v = spec.begin()->second;
-        if (!v.IsScalar()) {
-          error = where + ": '" + kind + "' must be a string";
-        } else if (kind == "value") {
-          values[name] = v.Scalar();
-        } else if (kind == "file") {
-          auto content = readSmallFile(v.Scalar());
-          if (!content) {
-            error = where + ": " + content.error();
-          } else {
-            if (!content->empty() && content->back() == '\n') content->pop_back();
-            if (!content->empty() && content->back() == '\r') content->pop_back();
-            values[name] = *content;
-            wipeString(*content);
-          }
-        } else if (kind == "env") {
-          const char* e = std::getenv(v.Scalar().c_str());
-          if (!e) {
-            error = where + ": environment variable " + v.Scalar() + " is not set";
-          } else {
-            values[name] = e;
-          }
-        } else {
-          error = where + ": unknown source '" + kind + "' (use value, file or env)";
-        }
-        if (error.empty()) {
-          if (auto bad = fieldValueProblem(values[name])) error = where + ": " + *bad;
-        }
-      }
-    }
+    reader.readRoot(root);
     wipeYaml(root);
   } catch (const YAML::Exception& e) {
-    // The parser message may quote the offending line: report only the position.
-    error = f + ":" + std::to_string(e.mark.line + 1) + ":" + std::to_string(e.mark.column + 1) +
-            ": not valid YAML";
+    wipeString(*text);
+    reader.syntaxError(e.mark);
   }
-  if (!error.empty()) {
-    for (auto& [n, v] : values) wipeString(v);
-    return std::unexpected(error);
+  if (!reader.errors().diagnostics.empty()) {
+    wipeValues(reader.values());
+    return std::unexpected(reader.errors().toError());
   }
-  auto store = std::make_shared<ArenaSecretStore>(values);
-  for (auto& [n, v] : values) wipeString(v);
-  if (!store->ok()) return std::unexpected("cannot allocate protected memory for secrets");
+  auto store = std::make_shared<ArenaSecretStore>(reader.values());
+  wipeValues(reader.values());
+  if (!store->ok())
+    return base::fail(base::Code::kIo, "cannot allocate protected memory for secrets", f);
   return store;
+}
+
+std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
+    const std::filesystem::path& path) {
+  auto store = loadSecretStore(path);
+  if (!store) return std::unexpected(std::move(store.error().message));
+  return std::move(*store);
 }
 
 std::vector<std::string> missingSecrets(const Workflow& workflow, const SecretStore* store) {

@@ -1,17 +1,10 @@
-// `action: ask` (issue 14): the loader (ask.timeout and its errors with FILE:LINE:COL), the
-// matcher (deny > ask > allow in either order; where an ask rule asks: the CONNECT of a
-// passthrough tunnel, each request under tls: inspect or plain HTTP; Query::approved_rule; the
-// address phase; the DNS question) and `sluice policy explain | test` with decision ask.
+// `action: ask`: the loader (ask.timeout and its errors with FILE:LINE:COL) and the matcher
+// (deny > ask > allow in either order; where an ask rule asks: the CONNECT of a passthrough
+// tunnel, each request under tls: inspect or plain HTTP; Query::approved_rule; the address
+// phase; the DNS question). `sluice policy explain | test` with decision ask: tests/cli.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
@@ -255,110 +248,6 @@ TEST(AskMatcher, DnsAnswersANameOnlyAnAskRuleNames) {
   EXPECT_EQ(ans.rule->id, "gate");
   EXPECT_FALSE(m->nameMayBeAllowed("blocked.example"));  // a deny still wins
   EXPECT_FALSE(m->nameMayBeAllowed("other.example"));
-}
-
-// ---------------------------------------------------------------------------------------------
-// CLI
-
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-Result sluice(const std::string& args) {
-  std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-class AskCli : public ::testing::Test {
- protected:
-  void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("sluice-ask-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(dir_);
-    write("gate.yaml",
-          "apiVersion: sluice/v1\nkind: Workflow\nname: gate\negress:\n  rules:\n"
-          "    - id: gate\n      action: ask\n      hosts: [api.example.com]\n"
-          "      ask: {timeout: 2s}\n"
-          "    - id: insp\n      action: ask\n      hosts: [i.example.com]\n      tls: inspect\n"
-          "    - id: ok\n      action: allow\n      hosts: [\"*.example.com\"]\n");
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    std::ofstream(dir_ / name) << text;
-    return (dir_ / name).string();
-  }
-  std::string path(const std::string& name) { return (dir_ / name).string(); }
-  std::filesystem::path dir_;
-};
-
-TEST_F(AskCli, ExplainAskExitsThree) {
-  auto r =
-      sluice("policy explain --policy " + path("gate.yaml") + " --connect api.example.com:443");
-  EXPECT_EQ(r.status, 3) << r.out;
-  EXPECT_NE(r.out.find("decision:     ask"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("approval_required"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("ask.timeout 2s"), std::string::npos) << r.out;
-
-  r = sluice("policy explain --policy " + path("gate.yaml") +
-             " --url https://i.example.com/x --method POST --json");
-  ASSERT_EQ(r.status, 3) << r.out;
-  auto j = nlohmann::json::parse(r.out);
-  EXPECT_EQ(j["decision"], "ask");
-  EXPECT_EQ(j["rule"], "insp");
-  EXPECT_EQ(j["phase"], "request");
-  EXPECT_EQ(j["method"], "POST");
-  EXPECT_EQ(j["path"], "/x");
-
-  // The CONNECT of the inspected tunnel is allowed; the ask is per request.
-  r = sluice("policy explain --policy " + path("gate.yaml") +
-             " --connect i.example.com:443 --json");
-  ASSERT_EQ(r.status, 0) << r.out;
-  EXPECT_EQ(nlohmann::json::parse(r.out)["decision"], "allow");
-  // Not named by the ask rules: allowed.
-  r = sluice("policy explain --policy " + path("gate.yaml") + " --connect x.example.com:443");
-  EXPECT_EQ(r.status, 0) << r.out;
-}
-
-TEST_F(AskCli, PolicyTestExpectAsk) {
-  auto ok = write("ok.yaml",
-                  "policy: gate.yaml\ncases:\n"
-                  "  - name: gate asks\n    connect: api.example.com:443\n"
-                  "    expect: ask\n    rule: gate\n    reason: approval_required\n"
-                  "  - name: inspected request asks\n    url: https://i.example.com/v\n"
-                  "    expect: ask\n    rule: insp\n"
-                  "  - name: others allowed\n    connect: x.example.com:443\n    expect: allow\n");
-  auto r = sluice("policy test " + ok);
-  EXPECT_EQ(r.status, 0) << r.out;
-  EXPECT_NE(r.out.find("3 passed, 0 failed"), std::string::npos) << r.out;
-
-  auto bad = write("bad.yaml",
-                   "policy: gate.yaml\ncases:\n"
-                   "  - name: allow is not ask\n    connect: x.example.com:443\n"
-                   "    expect: ask\n"
-                   "  - name: ask is not allow\n    connect: api.example.com:443\n"
-                   "    expect: allow\n");
-  r = sluice("policy test " + bad);
-  EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("FAIL allow is not ask"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("FAIL ask is not allow"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("0 passed, 2 failed"), std::string::npos) << r.out;
-
-  auto typo = write("typo.yaml",
-                    "policy: gate.yaml\ncases:\n"
-                    "  - name: t\n    connect: x.example.com:443\n    expect: maybe\n");
-  r = sluice("policy test " + typo);
-  EXPECT_EQ(r.status, 2) << r.out;
-  EXPECT_NE(r.out.find("'expect' must be allow, deny or ask"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -277,6 +277,23 @@ TEST(Loader, ReportsEveryProblemInOnePass) {
   EXPECT_EQ(w.error().diagnostics.size(), 5u) << w.error().str();
 }
 
+// What crosses into other components: one base::Error, kInvalidArgument, at the first problem,
+// carrying every diagnostic as `policy check` prints them.
+TEST(Loader, LoadErrorBecomesOneErrorAtTheFirstProblem) {
+  std::string yaml = std::string(kHead) + "sandbox:\n  timeout: nope\n  network: wifi\n";
+  auto w = parseWorkflow(yaml, "p.yaml");
+  ASSERT_FALSE(w);
+  const base::Error e = w.error().toError();
+  EXPECT_EQ(e.code, base::Code::kInvalidArgument);
+  EXPECT_EQ(e.where, "p.yaml:5:12");
+  EXPECT_EQ(e.message + "\n", w.error().str());
+  EXPECT_EQ(e.message,
+            "p.yaml:5:12: sandbox.timeout: bad duration 'nope' (expected e.g. 30s, 2m, 1h)\n"
+            "p.yaml:6:12: sandbox.network must be 'none' or 'proxy' (got 'wifi')");
+  const LoadError no_position{{{"dir", {}, "not a directory"}}};
+  EXPECT_EQ(no_position.toError().where, "dir");
+}
+
 class PolicyDir : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -84,6 +84,30 @@ TEST_F(Secrets, ErrorsNeverQuoteValues) {
   EXPECT_FALSE(loadSecretsFile(dir_ / "missing.yaml"));
 }
 
+// Like the policy loader: every problem in the file, each with FILE:LINE:COL and the secret's
+// name, not only the first.
+TEST_F(Secrets, EveryProblemIsReportedWithLineAndColumn) {
+  auto f = write("secrets.yaml",
+                 "a: {value: fine-s3cr3t}\n"
+                 "b: {env: SLUICE_TEST_UNSET_VAR_XYZ}\n"
+                 "c: {colour: red}\n"
+                 "d: {value: [1]}\n"
+                 "e: just-a-s3cr3t\n");
+  auto store = loadSecretsFile(f);
+  ASSERT_FALSE(store);
+  EXPECT_EQ(store.error(),
+            f + ":2:10: secret 'b': environment variable SLUICE_TEST_UNSET_VAR_XYZ is not set\n" +
+                f + ":3:5: secret 'c': unknown source 'colour' (use value, file or env)\n" + f +
+                ":4:12: secret 'd': 'value' must be a string\n" + f +
+                ":5:1: secret 'e': expected exactly one of {value: ...}, {file: PATH}, {env: VAR}");
+  EXPECT_EQ(store.error().find("s3cr3t"), std::string::npos);
+  auto as_error = loadSecretStore(f);
+  ASSERT_FALSE(as_error);
+  EXPECT_EQ(as_error.error().code, base::Code::kInvalidArgument);
+  EXPECT_EQ(as_error.error().where, f + ":2:10");
+  EXPECT_EQ(as_error.error().message, store.error());
+}
+
 // A secret goes into an HTTP header: CR/LF would split it and add fields of the secret's
 // choosing upstream (X-Smuggled-By-Secret). Refused at load, naming the secret, never the value.
 TEST_F(Secrets, ValuesThatCannotBeAHeaderValueAreRefused) {

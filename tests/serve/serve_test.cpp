@@ -1,7 +1,10 @@
-// `sluice serve` in-process (serve::Server) against a plain HTTP client over its Unix socket and
-// a token-authenticated TCP listener: callers and tokens, every endpoint of this stage, errors
-// as {"error","reason","detail"}, NDJSON streaming, a client that goes away mid-stream, drain,
-// and responses validated against schemas/api.v1.yaml (tests/schemas/check_api.py).
+// `sluice serve`'s API. Most tests drive it in-process (api_harness.hpp: Engine, sessions, pool
+// and Api as the daemon wires them, requests handed to Api::handle()): callers, every endpoint,
+// errors as {"error","reason","detail"}, NDJSON streaming, sessions, the warm pool, metrics,
+// and responses validated against schemas/api.v1.yaml (tests/schemas/check_api.py). The rest
+// go through serve::Server over its Unix socket and token-authenticated TCP listener (what only
+// the transport shows: the socket's mode, tokens, body limits, a client that goes away, drain,
+// curl and the Python client), or run the real `sluice serve` process (signals, zygote).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <malloc.h>
@@ -19,8 +22,10 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <thread>
 
+#include "api_harness.hpp"
 #include "isolation.hpp"
 #include "proc_scan.hpp"
 #include "serve_client.hpp"
@@ -33,18 +38,23 @@ using nlohmann::json;
 
 namespace {
 
-// The in-process daemons take their sandboxes from a zygote, as `sluice serve` does; it is
-// forked during static initialisation, while this process is still single-threaded.
+// The daemons take their sandboxes from a zygote, as `sluice serve` does; it is forked during
+// static initialisation, while this process is still single-threaded.
 const std::shared_ptr<sluice::runner::SandboxZygote> g_zygote = [] {
   auto z = sluice::runner::SandboxZygote::start();
   return z ? std::shared_ptr<sluice::runner::SandboxZygote>(std::move(*z)) : nullptr;
 }();
 
+using serve_test::ApiHarness;
 using serve_test::expectSchema;
 using serve_test::Http;
 using serve_test::Response;
 
-class ServeTest : public ::testing::Test {
+constexpr const char* kTokenA = "aaaaaaaaaaaaaaaaaaaaaaaa";  // agent-a
+constexpr const char* kTokenB = "bbbbbbbbbbbbbbbbbbbbbbbb";  // agent-b, an approver
+
+// The policy directory, token file and options every test starts from.
+class ServeFixture : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = serve_test::freshTestDir("sluice-serve");
@@ -55,14 +65,8 @@ class ServeTest : public ::testing::Test {
         << "apiVersion: sluice/v1\nkind: Workflow\nname: web\ndescription: one host\n"
            "sandbox:\n  timeout: 20s\n  network: proxy\negress:\n  rules:\n"
            "    - {id: only-example, action: allow, hosts: [allowed.example], ports: [443]}\n";
-    serve_test::writeTokenFile(dir_,
-                               "agent-a aaaaaaaaaaaaaaaaaaaaaaaa\n"
-                               "agent-b bbbbbbbbbbbbbbbbbbbbbbbb approver\n");
-  }
-  void TearDown() override {
-    if (server_) server_->drain();
-    server_.reset();
-    fs::remove_all(dir_);
+    serve_test::writeTokenFile(
+        dir_, std::string("agent-a ") + kTokenA + "\nagent-b " + kTokenB + " approver\n");
   }
 
   serve::ServeOptions options() {
@@ -75,6 +79,54 @@ class ServeTest : public ::testing::Test {
     o.zygote = g_zygote;
     return o;
   }
+  std::string socket() const { return (dir_ / "sluice.sock").string(); }
+  void expectError(const Response& r, int status, const std::string& reason) {
+    EXPECT_EQ(r.status, status) << r.body;
+    auto j = r.js();
+    ASSERT_TRUE(j.is_object()) << r.body;
+    EXPECT_EQ(j["reason"], reason) << r.body;
+    EXPECT_TRUE(j["error"].is_string());
+    expectSchema("Error", j);
+  }
+
+  fs::path dir_;
+};
+
+// The API in-process: call() as a Unix-socket client of this uid, callTcp() as the token's
+// caller.
+class ServeTest : public ServeFixture {
+ protected:
+  void TearDown() override {
+    api_.reset();  // drains
+    fs::remove_all(dir_);
+  }
+  void start(serve::ServeOptions o) {
+    auto h = ApiHarness::create(std::move(o));
+    ASSERT_TRUE(h.has_value()) << h.error();
+    api_ = std::move(*h);
+  }
+  void start() { start(options()); }
+  std::expected<void, std::string> reload() { return api_->reload(); }
+  Response call(const std::string& method, const std::string& target, const std::string& body = "",
+                const std::string& accept = "") {
+    return api_->call(ApiHarness::unixCaller(), method, target, body, accept);
+  }
+  Response callTcp(const std::string& token, const std::string& method, const std::string& target,
+                   const std::string& body = "") {
+    return api_->call(api_->tokenCaller(token), method, target, body);
+  }
+
+  std::unique_ptr<ApiHarness> api_;
+};
+
+// serve::Server over its Unix socket and TCP listener.
+class ServeSocketTest : public ServeFixture {
+ protected:
+  void TearDown() override {
+    if (server_) server_->drain();
+    server_.reset();
+    fs::remove_all(dir_);
+  }
   void start(serve::ServeOptions o) {
     auto s = serve::Server::create(std::move(o));
     ASSERT_TRUE(s.has_value()) << s.error();
@@ -86,7 +138,6 @@ class ServeTest : public ::testing::Test {
         port_ = static_cast<std::uint16_t>(std::stoi(e.substr(e.rfind(':') + 1)));
   }
   void start() { start(options()); }
-  std::string socket() const { return (dir_ / "sluice.sock").string(); }
   Response call(const std::string& method, const std::string& target, const std::string& body = "",
                 const std::string& extra = "") {
     auto h = Http::unix(socket());
@@ -101,21 +152,37 @@ class ServeTest : public ::testing::Test {
     h.send(method, target, body, token.empty() ? "" : "Authorization: Bearer " + token + "\r\n");
     return h.read();
   }
-  void expectError(const Response& r, int status, const std::string& reason) {
-    EXPECT_EQ(r.status, status) << r.body;
-    auto j = r.js();
-    ASSERT_TRUE(j.is_object()) << r.body;
-    EXPECT_EQ(j["reason"], reason) << r.body;
-    EXPECT_TRUE(j["error"].is_string());
-    expectSchema("Error", j);
-  }
 
-  fs::path dir_;
   std::unique_ptr<serve::Server> server_;
   std::uint16_t port_ = 0;
 };
 
-TEST_F(ServeTest, HealthAndWorkflowsOverTheUnixSocket) {
+// ---- Over the sockets -------------------------------------------------------------------------
+
+// The daemon end to end over both listeners: a run over the Unix socket, a session with a
+// file over TCP with a token, each recorded under its caller.
+TEST_F(ServeSocketTest, ARunAndASessionOverTheSocketAndTcp) {
+  REQUIRE_SANDBOX();
+  start();
+  auto run = call("POST", "/v1/runs", R"({"workflow":"shell","argv":["/bin/sh","-c","echo hi"]})");
+  ASSERT_EQ(run.status, 200) << run.body;
+  EXPECT_EQ(run.js()["stdout"]["text"], "hi\n");
+  EXPECT_EQ(run.js()["caller"], "uid:" + std::to_string(::getuid()));
+  auto created = callTcp(kTokenA, "POST", "/v1/sessions", R"({"workflow":"shell"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string id = created.js()["id"];
+  ASSERT_EQ(callTcp(kTokenA, "PUT", "/v1/sessions/" + id + "/files/work/in.txt", "over tcp").status,
+            201);
+  auto exec = callTcp(kTokenA, "POST", "/v1/sessions/" + id + "/exec",
+                      R"({"argv":["/bin/cat","/work/in.txt"]})");
+  ASSERT_EQ(exec.status, 200) << exec.body;
+  EXPECT_EQ(exec.js()["stdout"]["text"], "over tcp");
+  EXPECT_EQ(exec.js()["caller"], "agent-a");
+  EXPECT_EQ(callTcp(kTokenA, "DELETE", "/v1/sessions/" + id).status, 200);
+  expectError(callTcp("", "POST", "/v1/sessions", R"({"workflow":"shell"})"), 401, "unauthorized");
+}
+
+TEST_F(ServeSocketTest, HealthAndWorkflowsOverTheUnixSocket) {
   start();
   auto h = call("GET", "/v1/healthz");
   EXPECT_EQ(h.status, 200);
@@ -132,7 +199,7 @@ TEST_F(ServeTest, HealthAndWorkflowsOverTheUnixSocket) {
   EXPECT_EQ(st.st_mode & 0777, 0660u);
 }
 
-TEST_F(ServeTest, TcpNeedsAValidBearerToken) {
+TEST_F(ServeSocketTest, TcpNeedsAValidBearerToken) {
   start();
   expectError(callTcp("", "GET", "/v1/healthz"), 401, "unauthorized");
   expectError(callTcp("aaaaaaaaaaaaaaaaaaaaaaab", "GET", "/v1/healthz"), 401, "unauthorized");
@@ -140,7 +207,7 @@ TEST_F(ServeTest, TcpNeedsAValidBearerToken) {
   EXPECT_EQ(callTcp("aaaaaaaaaaaaaaaaaaaaaaaa", "GET", "/v1/healthz").status, 200);
 }
 
-TEST_F(ServeTest, NoTcpListenerWithoutATokenFileAndNoLooseTokenFile) {
+TEST_F(ServeSocketTest, NoTcpListenerWithoutATokenFileAndNoLooseTokenFile) {
   auto o = options();
   o.token_file.clear();
   auto s = serve::Server::create(o);
@@ -165,13 +232,12 @@ TEST_F(ServeTest, AWorkflowWhoseSecretIsMissingIsRefused) {
       "      allow_plaintext_credentials: true\n"
       "      inject:\n        headers:\n          Authorization: \"Bearer ${secret:api_token}\"\n";
   std::ofstream(dir_ / "policies" / "api.yaml") << needs;
-  auto reloaded = server_->reload();
+  auto reloaded = reload();
   ASSERT_FALSE(reloaded.has_value());
   EXPECT_NE(reloaded.error().find("api_token"), std::string::npos) << reloaded.error();
   EXPECT_EQ(call("GET", "/v1/workflows").js().size(), 2u);  // the policy in force stays
-  server_->drain();
-  server_.reset();
-  auto fresh = serve::Server::create(options());
+  api_.reset();
+  auto fresh = ApiHarness::create(options());
   ASSERT_FALSE(fresh.has_value());
   EXPECT_NE(fresh.error().find("api_token"), std::string::npos) << fresh.error();
 }
@@ -210,7 +276,7 @@ TEST_F(ServeTest, OnlyApproversSeeApprovals) {
   EXPECT_EQ(call("GET", "/v1/approvals").status, ::getuid() == 0 ? 200 : 403);
 }
 
-TEST_F(ServeTest, OversizedBodyIs413) {
+TEST_F(ServeSocketTest, OversizedBodyIs413) {
   auto o = options();
   o.max_body_bytes = 1024;
   start(o);
@@ -254,16 +320,15 @@ TEST_F(ServeTest, RunReturnsAReceiptOwnedByItsCaller) {
 TEST_F(ServeTest, NdjsonStreamsOutputAndNetworkThenTheReceipt) {
   REQUIRE_SANDBOX();
   start();
-  auto h = Http::unix(socket());
-  h.send(
+  auto r = call(
       "POST", "/v1/runs",
       R"({"workflow":"web","argv":["/bin/sh","-c","echo one; curl -s -o /dev/null https://denied.example/ ; echo two >&2"]})",
-      "Accept: application/x-ndjson\r\n");
-  auto head = h.readHead();
-  ASSERT_EQ(head.status, 200);
-  EXPECT_EQ(head.header("content-type"), "application/x-ndjson");
+      "application/x-ndjson");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "application/x-ndjson");
   std::vector<json> events;
-  for (std::string line = h.nextLine(); !line.empty(); line = h.nextLine()) {
+  std::istringstream lines(r.body);
+  for (std::string line; std::getline(lines, line);) {
     events.push_back(json::parse(line));
     expectSchema("StreamEvent", events.back());
   }
@@ -284,7 +349,7 @@ TEST_F(ServeTest, NdjsonStreamsOutputAndNetworkThenTheReceipt) {
   EXPECT_EQ(events.back()["receipt"]["network"]["denied"], 1);
 }
 
-TEST_F(ServeTest, AClientThatGoesAwayEndsItsRunAndTheReceiptIsStored) {
+TEST_F(ServeSocketTest, AClientThatGoesAwayEndsItsRunAndTheReceiptIsStored) {
   REQUIRE_SANDBOX();
   start();
   {
@@ -329,7 +394,7 @@ TEST_F(ServeTest, MetricsMoveWithRuns) {
     EXPECT_NE(after.find(name), std::string::npos) << name;
 }
 
-TEST_F(ServeTest, DrainRefusesNewWorkAndStopsWhatOutlivesIt) {
+TEST_F(ServeSocketTest, DrainRefusesNewWorkAndStopsWhatOutlivesIt) {
   REQUIRE_SANDBOX();
   start();
   std::thread slow([&] {
@@ -485,7 +550,7 @@ TEST_F(ServeTest, MaxSessionsIs429) {
 
 // Real clients: curl over the Unix socket, and the standard-library Python client's demo
 // (session, upload, exec, download /output, delete) over the socket and over TCP with a token.
-TEST_F(ServeTest, CurlAndThePythonClientWork) {
+TEST_F(ServeSocketTest, CurlAndThePythonClientWork) {
   REQUIRE_SANDBOX();
   start();
   auto [rc, out] = shell("curl -s --unix-socket " + socket() + " http://sluice/v1/healthz");
@@ -556,7 +621,7 @@ TEST_F(ServeTest, WarmPoolServesRunsOnceEachAndFollowsReloads) {
   std::ofstream(dir_ / "policies" / "shell.yaml")
       << "apiVersion: sluice/v1\nkind: Workflow\nname: shell\ndescription: reloaded\n"
          "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  network: none\n";
-  ASSERT_TRUE(server_->reload().has_value());
+  ASSERT_TRUE(reload().has_value());
   auto w = call("GET", "/v1/workflows").js();
   std::string sha;
   for (const auto& item : w)
@@ -655,7 +720,7 @@ TEST_F(ServeTest, WarmPoolServesNewSessionsOnceEachAndFollowsReloads) {
          "sandbox:\n  timeout: 120s\n  memory: 256MiB\n  network: proxy\n"
          "egress:\n  rules:\n    - {id: one, action: allow, hosts: [allowed.example], ports: "
          "[443]}\n";
-  ASSERT_TRUE(server_->reload().has_value());
+  ASSERT_TRUE(reload().has_value());
   std::string sha;
   for (const auto& item : call("GET", "/v1/workflows").js())
     if (item["name"] == "shell") sha = item["policy_sha256"];
@@ -678,7 +743,7 @@ namespace {
 // The real daemon process: SIGTERM drains (running execs stopped after --drain, every session
 // ends with its summary receipt) and leaves no process or cgroup; SIGKILL takes every sandbox
 // with it and `sluice gc` removes the cgroups; the audit store verifies either way.
-class ServeProcessTest : public ServeTest {
+class ServeProcessTest : public ServeSocketTest {
  protected:
   pid_t spawnDaemon(const std::vector<std::string>& extra = {}) {
     pid_t pid = ::fork();

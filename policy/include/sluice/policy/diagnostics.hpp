@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "sluice/base/error.hpp"
+
 namespace sluice::policy {
 
 /// A position in a policy file; line and column are 1-based (0 = unknown).
@@ -19,14 +21,21 @@ struct Diagnostic {
   std::string message;
 
   std::string str() const;
+  /// FILE:LINE:COL, or FILE alone when the position is unknown.
+  std::string where() const;
 };
 
-/// The error value of every loading API: every problem found in one pass.
+/// The error value of every loading API: every problem found in one pass. Policy's own rich
+/// value (`sluice policy check` prints each); other components take toError().
 struct LoadError {
   std::vector<Diagnostic> diagnostics;
 
   /// All diagnostics, one per line.
   std::string str() const;
+  /// The error that crosses into other components: kInvalidArgument, `where` the first
+  /// diagnostic's FILE:LINE:COL, `message` every diagnostic as str() prints them, without the
+  /// last newline (each line carries its own position: print `message`, not text()).
+  base::Error toError() const;
 };
 
 }  // namespace sluice::policy

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/base/error.hpp"
 #include "sluice/policy/workflow.hpp"
 
 namespace sluice::policy {
@@ -29,7 +30,12 @@ class SecretStore {
 
 /// Loads a secrets file: a YAML map NAME -> {value: V} | {file: PATH} | {env: VAR}.
 /// Refused unless it is a regular file owned by the effective user with no group/other
-/// permission bits (mode 0600 or stricter). Errors name the file and the secret, never a value.
+/// permission bits (mode 0600 or stricter). Errors name the file and the secret, never a value:
+/// every problem of its content, one per line as FILE:LINE:COL: secret 'NAME': what
+/// (LoadError::toError(): kInvalidArgument, `where` the first).
+base::Result<std::shared_ptr<const SecretStore>> loadSecretStore(const std::filesystem::path& path);
+
+/// loadSecretStore() with its error as text (the Error's message).
 std::expected<std::shared_ptr<const SecretStore>, std::string> loadSecretsFile(
     const std::filesystem::path& path);
 
