@@ -262,6 +262,8 @@ std::string hostNpmRegistry(const fs::path& dir, NpmRegistry& reg) {
   if (rc != 0 || scheme_end == std::string::npos) return "npm has no registry configured";
   std::string authority = url.substr(scheme_end + 3);
   authority = authority.substr(0, authority.find('/'));
+  // A URL with user:password@ is a credential: it must not reach a policy file or a log.
+  if (authority.find('@') != std::string::npos) return "npm's registry URL carries credentials";
   const auto colon = authority.rfind(':');
   reg.url = url;
   reg.host = authority.substr(0, colon);
