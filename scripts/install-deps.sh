@@ -14,7 +14,14 @@ PACKAGES=(
   python3-jsonschema python3-yaml
   clang-format
   nodejs
+  # The everyday battery (tests/integration/everyday_test.cpp) runs these in the sandbox.
+  make gcc libc6-dev python3-venv tar gzip findutils sed grep mawk debianutils
 )
+# npm: Debian's package, unless the installed nodejs already ships its own npm (NodeSource's
+# does, and conflicts with Debian's npm package).
+if ! command -v npm >/dev/null; then
+  PACKAGES+=(npm)
+fi
 if [[ "${SLUICE_BENCH_DEPS:-0}" == 1 ]]; then
   PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap time)
 fi

@@ -292,6 +292,63 @@ void planSystemDirs(PlanBuilder& b) {
   }
 }
 
+// Host files under /etc that ordinary programs read and that hold no secrets, carried
+// read-only into every sandbox (docs/sandbox.md "What the sandbox's /etc holds" says why each
+// is safe). Absent ones are skipped. Never: shadow/gshadow, ssh, ssl/private, sudoers, pam,
+// machine-id, environment, and package clients' configuration (npmrc, pip.conf, gitconfig,
+// wgetrc), which can hold tokens or name private registries: a policy's `sandbox.mounts` may
+// add those deliberately.
+constexpr const char* kHostEtc[] = {
+    "/etc/alternatives",  // Debian's alternatives: awk, editor, cc, pager, which
+    "/etc/protocols",
+    "/etc/services",  // name databases nsswitch.conf names (getservbyname)
+    "/etc/networks",
+    "/etc/rpc",
+    "/etc/ethertypes",
+    "/etc/host.conf",
+    "/etc/gai.conf",  // resolver ordering (getaddrinfo)
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",  // the loader's search paths (ldconfig -p, dlopen)
+    "/etc/os-release",
+    "/etc/debian_version",
+    "/etc/issue",  // which distribution this is
+    "/etc/mime.types",
+    "/etc/magic",
+    "/etc/magic.mime",  // file types (mimetypes, file(1))
+    "/etc/bash.bashrc",
+    "/etc/profile",
+    "/etc/profile.d",
+    "/etc/inputrc",
+    "/etc/shells",
+    "/etc/locale.alias",
+    "/etc/timezone",
+    "/etc/ssl/openssl.cnf",  // OpenSSL's configuration, not its keys
+    "/etc/perl",
+    "/etc/python3",
+    "/etc/python3.11",  // interpreters' site configuration
+    "/etc/dpkg",        // dpkg's configuration and origins (apt-get download)
+};
+
+// One host path of kHostEtc into the sandbox: a symlink is recreated (os-release points into
+// /usr), a file or directory is bound read-only.
+void planHostEtcEntry(PlanBuilder& b, const char* path) {
+  using K = MountOp::Kind;
+  struct stat st {};
+  if (::lstat(path, &st) != 0) return;
+  b.parents(path);
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const fs::path target = fs::read_symlink(path, ec);
+    if (!ec) b.add(K::kSymlink, path, target.string(), "symlink host /etc entry");
+  } else if (S_ISDIR(st.st_mode)) {
+    b.mkdir(path);
+    b.add(K::kBindRo, path, path, "bind host /etc directory read-only");
+  } else if (S_ISREG(st.st_mode)) {
+    b.add(K::kTouch, path, {}, "create host /etc file mount point");
+    b.add(K::kBindRo, path, path, "bind host /etc file read-only");
+  }
+}
+
 std::expected<void, SetupError> planEtc(const RunSpec& spec, PlanBuilder& b) {
   using K = MountOp::Kind;
   // A minimal generated /etc: only what name services, TLS and the dynamic loader need.
@@ -327,6 +384,8 @@ std::expected<void, SetupError> planEtc(const RunSpec& spec, PlanBuilder& b) {
     else if (fs::exists("/usr/share/zoneinfo/UTC"))
       b.add(K::kSymlink, "/etc/localtime", "/usr/share/zoneinfo/UTC", "symlink /etc/localtime");
   }
+  for (const char* path : kHostEtc) planHostEtcEntry(b, path);
+  b.add(K::kSymlink, "/etc/mtab", "../proc/self/mounts", "symlink /etc/mtab");
   bool have_ca = false;
   for (const auto& [path, content] : spec.extra_files) {
     if (!path.starts_with("/etc/") || !safeRelative(path.substr(1)))
@@ -394,17 +453,27 @@ std::vector<MountOp> planScratch(const RunSpec& spec, const std::string& s, Plan
                        0,
                        0,
                        "mount scratch tmpfs (disk limit)"});
-  for (const char* d : {"work", "tmp", "output", "shm"}) {
-    const bool sticky = std::strcmp(d, "tmp") == 0 || std::strcmp(d, "shm") == 0;
+  // Scratch directory -> where the sandbox sees it. Sticky ones are shared scratch (mode 1777
+  // like the host's); the others belong to the sandbox user. /var/tmp and /var/cache are
+  // where tools keep temporary files and caches (apt, pip, man-db); the rest of /var is absent.
+  struct Dir {
+    const char* scratch;
+    const char* path;
+    bool sticky;
+  };
+  constexpr Dir kDirs[] = {{"work", "/work", false},      {"tmp", "/tmp", true},
+                           {"output", "/output", false},  {"shm", "/dev/shm", true},
+                           {"var-tmp", "/var/tmp", true}, {"var-cache", "/var/cache", false}};
+  for (const Dir& d : kDirs) {
+    const std::string dir = s + "/" + d.scratch;
     stage_ops.push_back(
-        {K::kMkdir, s + "/" + d, {}, {}, sticky ? 01777u : 0755u, 0, "mkdir scratch dir"});
-    if (!sticky) stage_ops.push_back({K::kChown, s + "/" + d, {}, {}, 0, 0, "chown scratch dir"});
+        {K::kMkdir, dir, {}, {}, d.sticky ? 01777u : 0755u, 0, "mkdir scratch dir"});
+    if (!d.sticky) stage_ops.push_back({K::kChown, dir, {}, {}, 0, 0, "chown scratch dir"});
+    const bool shm = std::string_view(d.path) == "/dev/shm";  // planProcAndDev made it
+    b.parents(d.path);
+    if (!shm) b.mkdir(d.path);
+    b.add(K::kBindRw, d.path, dir, shm ? "bind /dev/shm" : "bind scratch dir");
   }
-  for (const char* d : {"/work", "/tmp", "/output"}) {
-    b.mkdir(d);
-    b.add(K::kBindRw, d, s + d, "bind scratch dir");
-  }
-  b.add(K::kBindRw, "/dev/shm", s + "/shm", "bind /dev/shm");
 
   return stage_ops;
 }

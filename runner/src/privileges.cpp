@@ -19,6 +19,15 @@ constexpr unsigned long long kLandlockWrite =
     LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK |
     LANDLOCK_ACCESS_FS_MAKE_SYM;
 
+// Landlock always denies reparenting (a rename or link into another directory: EXDEV) unless
+// the ruleset handles REFER (ABI 2+) and a rule grants it beneath both ends. The writable trees
+// grant it, so `os.rename('/work/a/f', '/work/b/f')` and a temp-file-then-rename work as on
+// any host; between two mounts EXDEV stays (the kernel's, not Landlock's), and into a
+// read-only tree the mount refuses it.
+unsigned long long writableAccess(int abi) {
+  return abi >= 2 ? kLandlockWrite | LANDLOCK_ACCESS_FS_REFER : kLandlockWrite;
+}
+
 }  // namespace
 
 int landlockAbi() {
@@ -64,7 +73,8 @@ StepResult dropPrivileges(const PrivilegePlan& plan, bool bounds_dropped) {
 LandlockRuleset buildLandlockRuleset(const PrivilegePlan& plan) {
   if (plan.landlock_abi < 1) return {};
   landlock_ruleset_attr attr{};
-  attr.handled_access_fs = kLandlockWrite;
+  const unsigned long long writable = writableAccess(plan.landlock_abi);
+  attr.handled_access_fs = writable;
   int ruleset = static_cast<int>(::syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0));
   if (ruleset < 0) return {-1, stepFail("landlock create ruleset")};
   struct Allowed {
@@ -72,10 +82,12 @@ LandlockRuleset buildLandlockRuleset(const PrivilegePlan& plan) {
     unsigned long long access;
   };
   const Allowed allowed[] = {
-      {"/work", kLandlockWrite},
-      {"/tmp", kLandlockWrite},
-      {"/output", kLandlockWrite},
-      {"/dev/shm", kLandlockWrite},
+      {"/work", writable},
+      {"/tmp", writable},
+      {"/output", writable},
+      {"/dev/shm", writable},
+      {"/var/tmp", writable},
+      {"/var/cache", writable},
       {"/dev/null", LANDLOCK_ACCESS_FS_WRITE_FILE},
       {"/dev/zero", LANDLOCK_ACCESS_FS_WRITE_FILE},
       {"/dev/full", LANDLOCK_ACCESS_FS_WRITE_FILE},

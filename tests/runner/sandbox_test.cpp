@@ -113,13 +113,16 @@ TEST(Sandbox, HostFilesAndEnvironmentAreNotVisible) {
   const fs::path host_file = "/tmp/sluice-host-only-" + std::to_string(::getpid());
   std::ofstream(host_file) << "secret";
   ::setenv("SLUICE_HOST_ONLY_VAR", "hostvalue", 1);
-  auto r =
-      mustRun(bash("for p in /root /home /var /run /boot /sys /mnt " + host_file.string() +
-                   "; do [ -e $p ] && echo VISIBLE $p; done; env | grep -c hostvalue; cat "
-                   "/proc/1/environ 2>/dev/null | wc -c; "
-                   "ls /proc | grep -E '^[0-9]+$' | wc -l; tr '\\0' ' ' < /proc/1/cmdline; echo"));
+  auto r = mustRun(
+      bash("for p in /root /home /var/lib /var/log /run /boot /sys /mnt " + host_file.string() +
+           "; do [ -e $p ] && echo VISIBLE $p; done; echo var: $(ls -A /var); "
+           "env | grep -c hostvalue; cat "
+           "/proc/1/environ 2>/dev/null | wc -c; "
+           "ls /proc | grep -E '^[0-9]+$' | wc -l; tr '\\0' ' ' < /proc/1/cmdline; echo"));
   fs::remove(host_file);
   EXPECT_EQ(r.out.text.find("VISIBLE"), std::string::npos) << r.out.text;
+  // /var holds only the sandbox's own empty tmp and cache, none of the host's /var.
+  EXPECT_NE(r.out.text.find("var: cache tmp\n"), std::string::npos) << r.out.text;
   EXPECT_NE(r.out.text.find("0\n0\n"), std::string::npos) << r.out.text;
   // pid 1 is sluice's init, a copy of the caller: its command line is scrubbed.
   EXPECT_NE(r.out.text.find("sluice-init"), std::string::npos) << r.out.text;
@@ -129,7 +132,7 @@ TEST(Sandbox, HostFilesAndEnvironmentAreNotVisible) {
 TEST(Sandbox, WritesOnlyInsideWorkTmpOutput) {
   REQUIRE_SANDBOX();
   auto r = mustRun(
-      bash("for p in /x /etc/x /usr/x /bin/x /input/x /proc/x /dev/x; do "
+      bash("for p in /x /etc/x /usr/x /bin/x /input/x /proc/x /dev/x /var/x; do "
            "  (echo a > $p) 2>/dev/null && echo WROTE $p; done; "
            "for p in /work/a /tmp/a /output/a /dev/shm/a; do (echo a > $p) && echo ok $p; done; "
            "echo hi > /dev/null && echo devnull"));

@@ -114,6 +114,67 @@ TEST(SandboxView, KernelCommandLineAndMaskedKernelFilesReadEmpty) {
   }
 }
 
+// Renames and hard links between directories of one writable tree work (Landlock grants
+// REFER beneath /work, /tmp, /output), as tools that write a temporary file and rename it
+// into place expect; across two mounts the kernel's EXDEV stays, and nothing is moved into a
+// read-only tree. Fails without REFER: os.rename gives EXDEV inside /work.
+constexpr const char* kRenameProbe = R"(python3 - <<'PY'
+import errno, os
+def probe(name, fn):
+    try:
+        fn()
+        print(name, "ok")
+    except OSError as e:
+        print(name, errno.errorcode[e.errno])
+for d in ("/work/a", "/work/b/c", "/tmp/x", "/tmp/y"):
+    os.makedirs(d, exist_ok=True)
+open("/work/a/f", "w").write("moved")
+open("/tmp/x/g", "w").write("linked")
+probe("rename-within-work", lambda: os.rename("/work/a/f", "/work/b/c/f"))
+print("content", open("/work/b/c/f").read())
+probe("rename-dir-within-work", lambda: os.rename("/work/b/c", "/work/a/c"))
+probe("link-within-tmp", lambda: os.link("/tmp/x/g", "/tmp/y/g"))
+probe("rename-work-to-tmp", lambda: os.rename("/work/a/c/f", "/tmp/f"))
+probe("rename-out-to-etc", lambda: os.rename("/work/a/c/f", "/etc/f"))
+probe("link-out-to-usr", lambda: os.link("/tmp/x/g", "/usr/g"))
+PY)";
+
+TEST(SandboxView, RenamesAndLinksAcrossDirectoriesOfOneWritableTree) {
+  REQUIRE_SANDBOX();
+  const std::string out = mustRun(bash(kRenameProbe));
+  EXPECT_NE(out.find("rename-within-work ok\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("content moved\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("rename-dir-within-work ok\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("link-within-tmp ok\n"), std::string::npos) << out;
+  // /work and /tmp are separate mounts: EXDEV, as on any host (mv falls back to a copy).
+  EXPECT_NE(out.find("rename-work-to-tmp EXDEV\n"), std::string::npos) << out;
+  // Out of the writable trees: refused (read-only mount or Landlock), never "ok".
+  EXPECT_EQ(out.find("rename-out-to-etc ok"), std::string::npos) << out;
+  EXPECT_EQ(out.find("link-out-to-usr ok"), std::string::npos) << out;
+}
+
+// The default /etc carries what ordinary programs read (alternatives, name databases, the
+// loader's paths) and nothing with secrets; /var/tmp and /var/cache are empty and writable.
+TEST(SandboxView, EverydayEtcAndVarWithoutSecrets) {
+  REQUIRE_SANDBOX();
+  if (!fs::exists("/etc/alternatives/awk")) GTEST_SKIP() << "host has no awk alternative";
+  const std::string out = mustRun(
+      bash("echo 'a b' | awk '{print $2}'; "
+           "command -v which >/dev/null && echo which-ok; "
+           "getent services https | awk '{print $1}'; "
+           "for f in /etc/shadow /etc/gshadow /etc/ssh /etc/ssl/private /etc/sudoers /etc/npmrc "
+           "/etc/pip.conf /etc/gitconfig /etc/environment /etc/machine-id; do "
+           "  [ -e $f ] && echo present:$f; done; "
+           "ls -A /var/tmp /var/cache | tr -d '\\n'; echo; "
+           "echo t > /var/tmp/t && echo c > /var/cache/c && cat /var/tmp/t /var/cache/c; "
+           "stat -c %u /var/cache/c; touch /var/x 2>/dev/null || echo var-readonly; "
+           "touch /etc/alternatives/x 2>/dev/null || echo alternatives-readonly"));
+  EXPECT_NE(out.find("b\nwhich-ok\nhttps\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("present:"), std::string::npos) << out;
+  EXPECT_NE(out.find("/var/cache:/var/tmp:\nt\nc\n65534\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("var-readonly\nalternatives-readonly\n"), std::string::npos) << out;
+}
+
 TEST(SandboxView, MountTableNamesNoHostInputPath) {
   REQUIRE_SANDBOX();
   const fs::path base = fs::canonical(fs::temp_directory_path()) /
