@@ -278,7 +278,8 @@ int RunJob::openSandbox() {
   sandbox_ = std::move(*opened);
   if (auto ok = sandbox_->check(command_); !ok) {
     const auto& e = ok.error();
-    return fail(e.where, (e.where == "environment" ? "--env " : "") + e.message);
+    if (e.where == "env") return fail("environment", "--env " + e.message);
+    return fail(e.where, e.message);
   }
   std::string warning;
   auto isolated = execution::checkIsolation(&warning);

@@ -169,7 +169,7 @@ base::Result<void> Sandbox::State::build() {
 // The placeholder check and the runner's own, written once for every surface.
 base::Result<void> Sandbox::State::checkEnv(const std::vector<std::string>& env) const {
   auto checked = sandboxEnvironment(env, placeholders, network_proxy);
-  if (!checked) return std::unexpected(invalid("environment", checked.error()));
+  if (!checked) return std::unexpected(invalid("env", checked.error()));
   return {};
 }
 

@@ -86,8 +86,19 @@ std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides
 
 }  // namespace
 
+ApiError apiError(const base::Error& e) {
+  switch (e.code) {
+    case base::Code::kInvalidArgument:
+      return ApiError{400, "bad_request", e.text(), ""};
+    case base::Code::kNotFound:
+      return ApiError{404, "not_found", e.text(), ""};
+    default:
+      return ApiError{500, "internal", e.text(), ""};
+  }
+}
+
 std::expected<bool, ApiError> parseCommandField(const std::string& key, const json& v,
-                                                CommandFields& out) {
+                                                sluice::execution::Command& out) {
   if (key == "argv") {
     if (!v.is_array() || v.empty())
       return std::unexpected(badField("argv", "must be a non-empty array of strings"));
@@ -113,9 +124,8 @@ std::expected<bool, ApiError> parseCommandField(const std::string& key, const js
 std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
   RunRequest r;
-  CommandFields cmd;
   for (const auto& [key, v] : body.items()) {
-    auto common = parseCommandField(key, v, cmd);
+    auto common = parseCommandField(key, v, r.command);
     if (!common) return std::unexpected(common.error());
     if (*common) continue;
     if (key == "workflow") {
@@ -128,19 +138,16 @@ std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
           return std::unexpected(badField("files." + path, "must be a base64 string"));
         auto bytes = base64Decode(content.get<std::string>());
         if (!bytes) return std::unexpected(badField("files." + path, bytes.error()));
-        r.files.push_back(rn::SandboxFile{path, std::move(*bytes), 0644});
+        r.command.files.push_back(rn::SandboxFile{path, std::move(*bytes), 0644});
       }
     } else if (key == "limits") {
-      if (auto ok = parseLimits(v, r.limits); !ok) return std::unexpected(ok.error());
+      if (auto ok = parseLimits(v, r.command.limits); !ok) return std::unexpected(ok.error());
     } else {
       return std::unexpected(badField(key, "unknown field"));
     }
   }
-  r.argv = std::move(cmd.argv);
-  r.stdin_data = std::move(cmd.stdin_data);
-  r.env = std::move(cmd.env);
   if (r.workflow.empty()) return std::unexpected(badField("workflow", "is required"));
-  if (r.argv.empty()) return std::unexpected(badField("argv", "is required"));
+  if (r.command.argv.empty()) return std::unexpected(badField("argv", "is required"));
   return r;
 }
 
@@ -196,6 +203,13 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   if (!px) return std::unexpected("proxy: " + px.error().message);
   e->proxy_ = std::move(*px);
   e->proxy_->start();
+  e->services_.proxy = e->proxy_.get();
+  e->services_.store = e->store_;
+  e->services_.approvals = e->approvals_;
+  e->services_.secrets = e->secrets_;
+  e->services_.ca = e->ca_;
+  e->services_.prepared = [engine = e.get()] { return engine->preparedSandbox(); };
+  e->services_.on_committed = [&metrics] { metrics.runFinished(); };
   return e;
 }
 
@@ -281,73 +295,47 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   if (!w)
     return std::unexpected(
         ApiError{404, "not_found", "workflow '" + request.workflow + "' is not served", ""});
-  auto limits = limitsFor(*w, request.limits);
-  if (!limits) return std::unexpected(limits.error());
-  const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
   // A prepared sandbox has the workflow's session-wide limits: only a run that tightens nothing
   // but its timeout can take one.
-  const auto& o = request.limits;
+  const auto& o = request.command.limits;
   const bool poolable =
       !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk && !o.file_size && !o.open_files;
   if (pool_ && poolable)
     if (auto p = pool_->take(*w))
       return runPrepared(caller, request, std::move(p), lines, stop_fd, after_answer, asked);
+  auto sandbox = sluice::execution::Sandbox::open(
+      services_, {w, sluice::execution::SandboxKind::kOneShot, ""});
+  if (!sandbox) return std::unexpected(apiError(sandbox.error()));
+  return execute(**sandbox, caller, request.command, lines, stop_fd, asked);
+}
 
-  rn::RunSpec spec;
-  spec.argv = request.argv;
-  spec.limits = *limits;
-  spec.network_proxy = network_proxy;
-  spec.stdin_data = request.stdin_data;
-  spec.files = request.files;
-  spec.execution_id = sluice::execution::newExecutionId();
-  spec.extra_files = extraFilesFor(*w);
-  std::vector<proxy::Placeholder> placeholders;
-  if (network_proxy) placeholders = proxy::makePlaceholders(*w);
-  auto env = sluice::execution::sandboxEnvironment(request.env, placeholders, network_proxy);
-  if (!env) return std::unexpected(badField("env", env.error()));
-  spec.env = std::move(*env);
-
-  rn::RunHooks hooks;
-  hooks.stop_fd = stop_fd;
-  auto matcher = pol::Matcher::compile(w);
-  if (network_proxy) {
-    auto net = networkHooks({spec.execution_id, matcher, secrets_, placeholders});
-    hooks.on_listener = std::move(net.on_listener);
-    hooks.on_dns = std::move(net.on_dns);
-  }
+std::expected<json, ApiError> Engine::execute(
+    sluice::execution::Sandbox& sandbox, const Caller& caller,
+    const sluice::execution::Command& cmd, const std::function<void(std::string)>& lines,
+    int stop_fd, std::optional<std::chrono::steady_clock::time_point> asked, bool once) {
+  sluice::execution::ExecIo io;
+  io.caller = caller.name;
+  io.record_caller = true;
+  io.stop_fd = stop_fd;
+  if (asked)
+    io.before_start = [this, asked]() -> std::expected<void, rn::SetupError> {
+      metrics_.runStart(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - *asked).count());
+      return {};
+    };
+  // The run's network decisions (and approvals) and its output, as NDJSON lines.
+  const std::string exec_id = sandbox.nextExecutionId();
   if (lines) {
-    tee_->subscribe(spec.execution_id, lines);
-    hooks.live = [&](int stream, std::string_view data) {
+    tee_->subscribe(exec_id, lines);
+    io.live = [&lines](int stream, std::string_view data) {
       json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
       lines(base::dumpJson(j));
     };
   }
-  hooks.before_start = [&]() -> std::expected<void, rn::SetupError> {
-    metrics_.runStart(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-    if (!store_->healthy())
-      return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "audit store",
-                                            "the audit store has failed; refusing to run "
-                                            "unaudited"});
-    return {};
-  };
-  rn::ReceiptContext ctx;
-  ctx.workflow = w->name;
-  ctx.policy_sha256 = w->sha256;
-  ctx.network_mode = network_proxy ? "proxy" : "none";
-  store_->recordPolicy(w->sha256, w->name, w->yaml_text);
-  approvals_->attribute(spec.execution_id, {"", "", caller.name});
-
-  auto result = rn::runSandboxed(spec, hooks, preparedSandbox());
-  if (!result)
-    result = sluice::execution::failedResult(result.error(), spec, rn::sandboxSupported());
-  approvals_->endExecution(spec.execution_id);  // pending ones: refused, execution_ended
-  if (network_proxy) {
-    proxy_->closeExecution(spec.execution_id);
-    sluice::execution::addNetwork(ctx, proxy_->stats(spec.execution_id));
-  }
-  tee_->unsubscribe(spec.execution_id);
-  return commit(spec, *result, ctx, caller, "");
+  auto receipt = once ? sandbox.runOnce(cmd, io) : sandbox.exec(cmd, io);
+  if (lines) tee_->unsubscribe(exec_id);
+  if (!receipt) return std::unexpected(apiError(receipt.error()));
+  return std::move(receipt->json);
 }
 
 Engine::NetworkHooks Engine::networkHooks(proxy::ListenerIdentity identity) {
@@ -387,21 +375,22 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
       p.release(), [pool = pool_](Prepared* q) { pool->retire(std::unique_ptr<Prepared>(q)); });
   if (after_answer) *after_answer = held;
   Prepared* const prep = held.get();
-  auto env = sluice::execution::sandboxEnvironment(request.env, {}, network_proxy);
+  const auto& cmd = request.command;
+  auto env = sluice::execution::sandboxEnvironment(cmd.env, {}, network_proxy);
   if (!env) return std::unexpected(badField("env", env.error()));
   for (const auto& ph : prep->placeholders)
-    for (const std::string& kv : request.env)
+    for (const std::string& kv : cmd.env)
       if (kv.substr(0, kv.find('=')) == ph.env)
         return std::unexpected(badField(
             "env." + ph.env, "is set by rule '" + ph.rule_id + "' (inject.placeholder_env)"));
-  for (const auto& f : request.files)
+  for (const auto& f : cmd.files)
     if (auto w_ = prep->box->writeFile(f.path, f.content); !w_)
       return std::unexpected(badField("files." + f.path, w_.error()));
   rn::ExecSpec spec;
-  spec.argv = request.argv;
-  spec.env = request.env;
-  spec.stdin_data = request.stdin_data;
-  spec.timeout = request.limits.timeout;
+  spec.argv = cmd.argv;
+  spec.env = cmd.env;
+  spec.stdin_data = cmd.stdin_data;
+  spec.timeout = cmd.limits.timeout;
   spec.execution_id = prep->id;
   rn::ExecHooks hooks;
   hooks.stop_fd = stop_fd;
@@ -416,9 +405,9 @@ std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const Ru
   metrics_.runStart(
       std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
   rn::RunSpec mirror;  // what the receipt describes
-  mirror.argv = request.argv;
+  mirror.argv = cmd.argv;
   mirror.limits = prep->limits;
-  if (request.limits.timeout) mirror.limits.timeout = *request.limits.timeout;
+  if (cmd.limits.timeout) mirror.limits.timeout = *cmd.limits.timeout;
   mirror.network_proxy = network_proxy;
   mirror.execution_id = prep->id;
   approvals_->attribute(prep->id, {"", "", caller.name});

@@ -19,6 +19,7 @@
 #include "event_tee.hpp"
 #include "metrics.hpp"
 #include "sluice/audit/store.hpp"
+#include "sluice/execution/sandbox.hpp"
 #include "sluice/policy/workflow.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/runner/limits.hpp"
@@ -37,25 +38,20 @@ struct ApiError {
   unsigned retry_after = 0;  // seconds, sent as Retry-After (429)
 };
 
-/// A run as the API asks for it (POST /v1/runs, or one exec of a session).
+/// The API's rendering of an execution's error: 400 bad_request for a refused command, 404
+/// not_found, 500 internal for the rest; the message is the error's text.
+ApiError apiError(const base::Error& e);
+
+/// A run as the API asks for it (POST /v1/runs): which workflow, and the typed command.
 struct RunRequest {
   std::string workflow;
-  std::vector<std::string> argv;
-  std::string stdin_data;
-  std::vector<std::string> env;  // K=V
-  std::vector<runner::SandboxFile> files;
-  runner::LimitOverrides limits;
+  execution::Command command;
 };
 
-/// The fields a run and a session exec share: argv, stdin, env.
-struct CommandFields {
-  std::vector<std::string> argv;
-  std::string stdin_data;
-  std::vector<std::string> env;  // K=V
-};
-/// Parses `key` into `out` if it is one of CommandFields' (true), false for another key.
+/// Parses `key` into `out` if it is a field a run and a session exec share (argv, stdin, env):
+/// true; false for another key.
 std::expected<bool, ApiError> parseCommandField(const std::string& key, const nlohmann::json& v,
-                                                CommandFields& out);
+                                                execution::Command& out);
 
 /// Parses a RunRequest from the body of POST /v1/runs (field errors name the field).
 std::expected<RunRequest, ApiError> parseRunRequest(const nlohmann::json& body);
@@ -126,6 +122,15 @@ class Engine {
                                                  const Caller& caller,
                                                  const std::string& session_id);
   static std::string newId(const char* prefix);
+  /// What every execution of this daemon runs with (execution/sandbox.hpp).
+  execution::Services& services() { return services_; }
+  /// Runs `cmd` in `sandbox` for `caller` (runOnce when `once`): `lines` gets its NDJSON
+  /// events, `stop_fd` stops it; `asked`, when given, is when the run was asked for (the
+  /// start-latency metric).
+  std::expected<nlohmann::json, ApiError> execute(
+      execution::Sandbox& sandbox, const Caller& caller, const execution::Command& cmd,
+      const std::function<void(std::string)>& lines, int stop_fd,
+      std::optional<std::chrono::steady_clock::time_point> asked, bool once = false);
   /// The runner hooks that hand a sandbox's proxy listeners and DNS sockets to the shared proxy
   /// under `identity` (given a fresh synthetic-name map when it has none).
   struct NetworkHooks {
@@ -157,6 +162,7 @@ class Engine {
   std::shared_ptr<proxy::ApprovalDesk> approvals_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const policy::Workflow>> workflows_;
+  execution::Services services_;
 };
 
 }  // namespace sluice::serve

@@ -241,7 +241,7 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   Session& s = **found;
   if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
   rn::ExecSpec spec;
-  CommandFields cmd;
+  sluice::execution::Command cmd;
   for (const auto& [key, v] : body.items()) {
     auto common = parseCommandField(key, v, cmd);
     if (!common) return std::unexpected(common.error());

@@ -123,7 +123,7 @@ class Sandbox {
   Sandbox& operator=(const Sandbox&) = delete;
 
   /// Checks `cmd` against this sandbox without running it: environment (`where`
-  /// "environment") and limits (`where` "limits"). exec() checks it too.
+  /// "env") and limits (`where` "limits"). exec() checks it too.
   base::Result<void> check(const Command& cmd) const;
   /// Runs `cmd` (once for a one-shot sandbox, any number of times in a session) and returns
   /// its committed receipt. Errors: `cmd` is refused (kInvalidArgument, nothing ran), the
