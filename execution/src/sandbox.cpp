@@ -343,7 +343,7 @@ base::Result<Receipt> Sandbox::State::execInSession(const Command& cmd, const Ex
   rn::ExecSpec spec;
   spec.argv = cmd.argv;
   spec.env = cmd.env;
-  if (!cmd.cwd.empty()) spec.cwd = cmd.cwd;
+  if (cmd.cwd) spec.cwd = *cmd.cwd;
   spec.stdin_data = cmd.stdin_data;
   spec.timeout = cmd.limits.timeout;
   spec.execution_id = exec_id;

@@ -347,7 +347,9 @@ Api::Work Api::makeSessionExec(Caller caller, std::string id, json body) {
   return [this, caller = std::move(caller), id = std::move(id), body = std::move(body)](
              const std::function<void(std::string)>& lines,
              int stop_fd) -> std::expected<Answer, ApiError> {
-    auto r = sessions_.exec(caller, id, body, lines, stop_fd);
+    auto cmd = parseExecRequest(body);
+    if (!cmd) return std::unexpected(cmd.error());
+    auto r = sessions_.exec(caller, id, *cmd, lines, stop_fd);
     if (!r) return std::unexpected(r.error());
     return Answer{200, kJson, base::dumpJson(*r)};
   };

@@ -151,6 +151,30 @@ std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
   return r;
 }
 
+std::expected<sluice::execution::Command, ApiError> parseExecRequest(const json& body) {
+  if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
+  sluice::execution::Command cmd;
+  for (const auto& [key, v] : body.items()) {
+    auto common = parseCommandField(key, v, cmd);
+    if (!common) return std::unexpected(common.error());
+    if (*common) continue;
+    if (key == "cwd") {
+      if (!v.is_string()) return std::unexpected(badField("cwd", "must be a string"));
+      cmd.cwd = v.get<std::string>();
+    } else if (key == "timeout") {
+      if (!v.is_string()) return std::unexpected(badField("timeout", "must be a string"));
+      auto d = pol::parseDuration(v.get<std::string>());
+      if (!d) return std::unexpected(badField("timeout", d.error()));
+      if (d->count() <= 0) return std::unexpected(badField("timeout", "must be positive"));
+      cmd.limits.timeout = *d;
+    } else {
+      return std::unexpected(badField(key, "unknown field"));
+    }
+  }
+  if (cmd.argv.empty()) return std::unexpected(badField("argv", "is required"));
+  return cmd;
+}
+
 Engine::Engine(const ServeOptions& options, Metrics& metrics)
     : options_(options), metrics_(metrics) {}
 
@@ -161,6 +185,14 @@ Engine::~Engine() {
 std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOptions& options,
                                                                    Metrics& metrics) {
   std::unique_ptr<Engine> e(new Engine(options, metrics));
+  // The same checks as `sluice run`'s: a readable file per upstream CA, and root only with
+  // full isolation (unprivileged: a warning of what is not enforced).
+  if (auto cas = sluice::execution::checkUpstreamCas(options.upstream_cas); !cas)
+    return std::unexpected("--upstream-ca " + cas.error().message);
+  std::string warning;
+  if (auto isolated = sluice::execution::checkIsolation(&warning); !isolated)
+    return std::unexpected("sandbox: " + isolated.error().message);
+  if (!warning.empty()) spdlog::warn("{}", warning);
   if (!options.secrets.empty()) {
     auto loaded = pol::loadSecretsFile(options.secrets);
     if (!loaded) return std::unexpected("--secrets: " + loaded.error());
@@ -248,17 +280,6 @@ void Engine::flush() {
   if (store_) (void)store_->flush();
 }
 
-std::expected<rn::Limits, ApiError> Engine::limitsFor(const pol::Workflow& w,
-                                                      const rn::LimitOverrides& overrides) {
-  auto limits = sluice::execution::workflowLimits(w, overrides);
-  if (!limits) return std::unexpected(badField("limits", limits.error()));
-  return *limits;
-}
-
-std::vector<std::pair<std::string, std::string>> Engine::extraFilesFor(const pol::Workflow& w) {
-  return sluice::execution::caBundleFiles(w, *ca_);
-}
-
 std::string Engine::newId(const char* prefix) { return sluice::execution::newExecutionId(prefix); }
 
 rn::PreparedSandboxPtr Engine::preparedSandbox() {
@@ -270,21 +291,6 @@ rn::PreparedSandboxPtr Engine::preparedSandbox() {
               "{}: {}; building the sandbox from the daemon itself", p.error().step,
               p.error().message);
   return nullptr;
-}
-
-std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::RunResult& r,
-                                             const rn::ReceiptContext& ctx, const Caller& caller,
-                                             const std::string& session_id) {
-  json receipt = rn::buildReceipt(spec, r, ctx);
-  receipt["caller"] = caller.name;
-  if (!session_id.empty()) receipt["session_id"] = session_id;
-  audit::ExecutionRecord rec = sluice::execution::executionRecord(receipt, r, ctx);
-  auto hash = store_->recordExecution(rec);
-  metrics_.runFinished();
-  if (!hash)
-    return std::unexpected(ApiError{500, "internal", "audit store: " + hash.error().message, ""});
-  receipt["hash"] = *hash;
-  return receipt;
 }
 
 std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest& request,
@@ -338,94 +344,20 @@ std::expected<json, ApiError> Engine::execute(
   return std::move(receipt->json);
 }
 
-Engine::NetworkHooks Engine::networkHooks(proxy::ListenerIdentity identity) {
-  // One map of synthetic DNS names per execution, shared by its DNS and its listeners.
-  if (!identity.names) identity.names = std::make_shared<proxy::SyntheticNames>();
-  if (!identity.approvals) identity.approvals = approvals_;
-  NetworkHooks h;
-  h.on_listener = [this, identity](int fd) -> std::expected<void, std::string> {
-    auto r = proxy_->adoptListener(fd, identity);  // twice: 127.0.0.1 and [::1]
-    if (!r) return std::unexpected(r.error().message);
-    return {};
-  };
-  h.on_dns = [this, identity](int udp, int tcp, int blocked) -> std::expected<void, std::string> {
-    if (auto r = proxy_->adoptBlockedLog(blocked, identity); !r) {
-      ::close(udp);
-      ::close(tcp);
-      return std::unexpected(r.error().message);
-    }
-    auto r = proxy_->adoptDns(udp, tcp, identity);
-    if (!r) return std::unexpected(r.error().message);
-    return {};
-  };
-  return h;
-}
-
-// A run in a prepared sandbox: its files written, one exec, then the sandbox ends.
+// A run in a prepared sandbox: one exec, then the sandbox ends.
 std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const RunRequest& request,
-                                                  std::unique_ptr<Prepared> p,
+                                                  std::unique_ptr<sluice::execution::Sandbox> p,
                                                   const std::function<void(std::string)>& lines,
                                                   int stop_fd, std::shared_ptr<void>* after_answer,
                                                   std::chrono::steady_clock::time_point asked) {
-  const pol::Workflow& w = *p->workflow;
-  const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
   // The sandbox is used once, whatever happens. It is retired (torn down, and its replacement
   // built) once the last holder lets go: at the end of this call, or once the answer is out.
-  std::shared_ptr<Prepared> held(
-      p.release(), [pool = pool_](Prepared* q) { pool->retire(std::unique_ptr<Prepared>(q)); });
+  std::shared_ptr<sluice::execution::Sandbox> held(
+      p.release(), [pool = pool_](sluice::execution::Sandbox* q) {
+        pool->retire(std::unique_ptr<sluice::execution::Sandbox>(q));
+      });
   if (after_answer) *after_answer = held;
-  Prepared* const prep = held.get();
-  const auto& cmd = request.command;
-  auto env = sluice::execution::sandboxEnvironment(cmd.env, {}, network_proxy);
-  if (!env) return std::unexpected(badField("env", env.error()));
-  for (const auto& ph : prep->placeholders)
-    for (const std::string& kv : cmd.env)
-      if (kv.substr(0, kv.find('=')) == ph.env)
-        return std::unexpected(badField(
-            "env." + ph.env, "is set by rule '" + ph.rule_id + "' (inject.placeholder_env)"));
-  for (const auto& f : cmd.files)
-    if (auto w_ = prep->box->writeFile(f.path, f.content); !w_)
-      return std::unexpected(badField("files." + f.path, w_.error()));
-  rn::ExecSpec spec;
-  spec.argv = cmd.argv;
-  spec.env = cmd.env;
-  spec.stdin_data = cmd.stdin_data;
-  spec.timeout = cmd.limits.timeout;
-  spec.execution_id = prep->id;
-  rn::ExecHooks hooks;
-  hooks.stop_fd = stop_fd;
-  if (lines) {
-    tee_->subscribe(prep->id, lines);
-    hooks.live = [&](int stream, std::string_view data) {
-      json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
-      lines(base::dumpJson(j));
-    };
-  }
-  store_->recordPolicy(w.sha256, w.name, w.yaml_text);
-  metrics_.runStart(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-  rn::RunSpec mirror;  // what the receipt describes
-  mirror.argv = cmd.argv;
-  mirror.limits = prep->limits;
-  if (cmd.limits.timeout) mirror.limits.timeout = *cmd.limits.timeout;
-  mirror.network_proxy = network_proxy;
-  mirror.execution_id = prep->id;
-  approvals_->attribute(prep->id, {"", "", caller.name});
-  auto result = prep->box->exec(spec, hooks);
-  if (!result)
-    result = sluice::execution::failedResult(result.error(), mirror, rn::sandboxSupported());
-  approvals_->endExecution(prep->id);
-  if (result->artifacts.empty()) result->artifacts = prep->box->artifacts();
-  rn::ReceiptContext ctx;
-  ctx.workflow = w.name;
-  ctx.policy_sha256 = w.sha256;
-  ctx.network_mode = network_proxy ? "proxy" : "none";
-  if (network_proxy) {
-    proxy_->closeExecution(prep->id);
-    sluice::execution::addNetwork(ctx, proxy_->stats(prep->id));
-  }
-  if (lines) tee_->unsubscribe(prep->id);
-  return commit(mirror, *result, ctx, caller, "");
+  return execute(*held, caller, request.command, lines, stop_fd, asked, true);
 }
 
 std::optional<json> Engine::execution(const Caller& caller, const std::string& id) {

@@ -56,6 +56,9 @@ std::expected<bool, ApiError> parseCommandField(const std::string& key, const nl
 /// Parses a RunRequest from the body of POST /v1/runs (field errors name the field).
 std::expected<RunRequest, ApiError> parseRunRequest(const nlohmann::json& body);
 
+/// Parses the command of POST /v1/sessions/{id}/exec (argv, stdin, env, cwd, timeout).
+std::expected<execution::Command, ApiError> parseExecRequest(const nlohmann::json& body);
+
 struct WorkflowInfo {
   std::string name;
   std::string description;
@@ -63,7 +66,6 @@ struct WorkflowInfo {
 };
 
 class Pool;
-struct Prepared;
 
 class Engine {
  public:
@@ -109,18 +111,6 @@ class Engine {
   /// A sandbox prepared by the zygote (ServeOptions::zygote), or null (the runner then clones
   /// init from this process; a zygote that failed is logged).
   runner::PreparedSandboxPtr preparedSandbox();
-  /// The workflow's limits with `overrides` applied (400 naming what loosens).
-  std::expected<runner::Limits, ApiError> limitsFor(const policy::Workflow& w,
-                                                    const runner::LimitOverrides& overrides);
-  /// Extra files a sandbox of `w` needs (the CA bundle when it inspects TLS).
-  std::vector<std::pair<std::string, std::string>> extraFilesFor(const policy::Workflow& w);
-  /// Builds the receipt of a finished execution, stores it durably (with `caller` and, for a
-  /// session exec, `session_id`) and returns it with its hash.
-  std::expected<nlohmann::json, ApiError> commit(const runner::RunSpec& spec,
-                                                 const runner::RunResult& result,
-                                                 const runner::ReceiptContext& ctx,
-                                                 const Caller& caller,
-                                                 const std::string& session_id);
   static std::string newId(const char* prefix);
   /// What every execution of this daemon runs with (execution/sandbox.hpp).
   execution::Services& services() { return services_; }
@@ -131,13 +121,6 @@ class Engine {
       execution::Sandbox& sandbox, const Caller& caller, const execution::Command& cmd,
       const std::function<void(std::string)>& lines, int stop_fd,
       std::optional<std::chrono::steady_clock::time_point> asked, bool once = false);
-  /// The runner hooks that hand a sandbox's proxy listeners and DNS sockets to the shared proxy
-  /// under `identity` (given a fresh synthetic-name map when it has none).
-  struct NetworkHooks {
-    runner::ListenerCallback on_listener;
-    runner::DnsCallback on_dns;
-  };
-  NetworkHooks networkHooks(proxy::ListenerIdentity identity);
   /// Largest file a session download returns.
   std::uint64_t maxFileBytes() const { return options_.max_body_bytes; }
 
@@ -145,7 +128,7 @@ class Engine {
   explicit Engine(const ServeOptions& options, Metrics& metrics);
 
   std::expected<nlohmann::json, ApiError> runPrepared(
-      const Caller& caller, const RunRequest& request, std::unique_ptr<Prepared> p,
+      const Caller& caller, const RunRequest& request, std::unique_ptr<execution::Sandbox> p,
       const std::function<void(std::string)>& lines, int stop_fd,
       std::shared_ptr<void>* after_answer, std::chrono::steady_clock::time_point asked);
 

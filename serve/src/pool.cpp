@@ -3,40 +3,13 @@
 
 #include <spdlog/spdlog.h>
 
-#include "sluice/execution/wiring.hpp"
-#include "sluice/policy/matcher.hpp"
-
 namespace sluice::serve {
-namespace rn = sluice::runner;
 namespace pol = sluice::policy;
 
-std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
-    Engine& engine, const std::string& id, std::shared_ptr<const pol::Workflow> w) {
-  auto p = std::make_unique<Prepared>();
-  p->id = id;
-  p->workflow = w;
-  auto limits = sluice::execution::workflowLimits(*w, {});
-  if (!limits)
-    return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "limits", limits.error()});
-  p->limits = *limits;
-  const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
-  if (network_proxy) p->placeholders = proxy::makePlaceholders(*w);
-  rn::SessionSpec spec;
-  spec.session_id = id;
-  spec.limits = p->limits;
-  spec.network_proxy = network_proxy;
-  spec.extra_files = engine.extraFilesFor(*w);
-  for (const auto& ph : p->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
-  Engine::NetworkHooks net;
-  if (network_proxy)
-    net = engine.networkHooks({id, pol::Matcher::compile(w), engine.secrets(), p->placeholders});
-  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns, engine.preparedSandbox());
-  if (!box) {
-    if (network_proxy) engine.proxy().closeExecution(id);
-    return std::unexpected(box.error());
-  }
-  p->box = std::move(*box);
-  return p;
+base::Result<std::unique_ptr<Prepared>> prepare(Engine& engine, const std::string& id,
+                                                std::shared_ptr<const pol::Workflow> w) {
+  return sluice::execution::Sandbox::open(
+      engine.services(), {std::move(w), sluice::execution::SandboxKind::kSession, id});
 }
 
 Pool::Pool(Engine& engine, std::size_t per_workflow)
@@ -67,10 +40,7 @@ void Pool::stop() {
 }
 
 void Pool::drop(std::unique_ptr<Prepared> p) {
-  if (!p) return;
-  p->box->end();
-  if (p->workflow->sandbox.network == pol::NetworkMode::kProxy)
-    engine_.proxy().closeExecution(p->id);
+  if (p) p->close();
 }
 
 std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
@@ -82,7 +52,7 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
     while (it != ready_.end() && !it->second.empty()) {
       auto candidate = std::move(it->second.front());
       it->second.pop_front();
-      if (candidate->workflow->sha256 == w.sha256) {
+      if (candidate->workflow().sha256 == w.sha256) {
         p = std::move(candidate);
         break;
       }
@@ -177,8 +147,8 @@ void Pool::refill() {
     auto made = prepare(engine_, Engine::newId("sb-"), want);
     lock.lock();
     if (!made) {
-      spdlog::warn("pool: cannot prepare a sandbox for workflow '{}': {}: {}", want->name,
-                   made.error().step, made.error().message);
+      spdlog::warn("pool: cannot prepare a sandbox for workflow '{}': {}", want->name,
+                   made.error().text());
       cv_.wait_for(lock, std::chrono::seconds(1));
       continue;
     }

@@ -17,24 +17,18 @@
 #include <vector>
 
 #include "engine.hpp"
-#include "sluice/runner/session.hpp"
+#include "sluice/execution/sandbox.hpp"
 
 namespace sluice::serve {
 
-/// One prepared sandbox and what it was built with.
-struct Prepared {
-  // Its listener's id, so the id of whatever takes it: the execution id of a run, or the id of
-  // a session ("sb-" + 16 hex digits: prepared before anyone knew which).
-  std::string id;
-  std::shared_ptr<const policy::Workflow> workflow;
-  std::vector<proxy::Placeholder> placeholders;
-  runner::Limits limits;
-  std::unique_ptr<runner::SandboxSession> box;
-};
+/// One prepared sandbox: a session sandbox opened on its workflow, whose id (its listeners')
+/// becomes the id of whatever takes it: the execution id of a run, or the id of a session
+/// ("sb-" + 16 hex digits: prepared before anyone knew which).
+using Prepared = execution::Sandbox;
 
-/// Builds a prepared sandbox of `w` whose listener (if any) is `id` (engine's proxy).
-std::expected<std::unique_ptr<Prepared>, runner::SetupError> prepare(
-    Engine& engine, const std::string& id, std::shared_ptr<const policy::Workflow> w);
+/// Opens a prepared sandbox of `w` whose listener (if any) is `id` (engine's proxy).
+base::Result<std::unique_ptr<Prepared>> prepare(Engine& engine, const std::string& id,
+                                                std::shared_ptr<const policy::Workflow> w);
 
 class Pool {
  public:

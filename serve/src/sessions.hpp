@@ -32,7 +32,7 @@ class SessionManager {
   std::expected<nlohmann::json, ApiError> create(const Caller& caller, const nlohmann::json& body);
   /// POST /v1/sessions/{id}/exec -> the exec's receipt (blocking; run on a thread of its own).
   std::expected<nlohmann::json, ApiError> exec(const Caller& caller, const std::string& id,
-                                               const nlohmann::json& body,
+                                               const execution::Command& cmd,
                                                const std::function<void(std::string)>& lines,
                                                int stop_fd);
   /// PUT /v1/sessions/{id}/files/{path} -> {"path","bytes","sha256"}.

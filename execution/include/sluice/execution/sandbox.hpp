@@ -82,7 +82,7 @@ struct Command {
   std::vector<runner::SandboxFile> files;  ///< placed under /work, /tmp or /output first
   std::vector<runner::Input> inputs;       ///< read-only under /input (one-shot only)
   std::filesystem::path output_dir;        ///< where /output is copied (one-shot only)
-  std::string cwd;                         ///< session execs; "" = /work
+  std::optional<std::string> cwd;          ///< session execs; none: /work
   runner::LimitOverrides limits;           ///< a session's exec: only `timeout`
 };
 
