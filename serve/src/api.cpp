@@ -345,7 +345,9 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
 Api::Work Api::makeSessionCreate(Caller caller, json body) {
   return [this, caller = std::move(caller), body = std::move(body)](
              const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
-    auto r = sessions_.create(caller, body);
+    auto request = parseSessionRequest(body);
+    if (!request) return std::unexpected(request.error());
+    auto r = sessions_.create(caller, *request);
     if (!r) return std::unexpected(r.error());
     return Answer{201, kJson, base::dumpJson(*r)};
   };

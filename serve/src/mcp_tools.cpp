@@ -159,7 +159,7 @@ std::expected<std::string, std::string> McpTools::open() {
   std::lock_guard lock(mu_);
   if (!opened_) {
     opened_ = true;
-    auto created = sessions_.create(caller_, json{{"workflow", workflow_}});
+    auto created = sessions_.create(caller_, SessionRequest{workflow_, {}, {}});
     if (created)
       session_id_ = (*created)["id"];
     else

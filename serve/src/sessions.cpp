@@ -109,26 +109,37 @@ std::size_t SessionManager::active() const {
   return sessions_.size();
 }
 
-std::expected<json, ApiError> SessionManager::create(const Caller& caller, const json& body) {
+std::expected<SessionRequest, ApiError> parseSessionRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
   for (const auto& [key, v] : body.items())
     if (key != "workflow" && key != "idle_timeout" && key != "ttl")
       return std::unexpected(bad(key + ": unknown field"));
   if (!body.contains("workflow") || !body["workflow"].is_string())
     return std::unexpected(bad("workflow: is required (a string)"));
-  const std::string name = body["workflow"];
+  SessionRequest r;
+  r.workflow = body["workflow"];
+  for (auto [key, dst] : {std::pair{"idle_timeout", &r.idle_timeout}, std::pair{"ttl", &r.ttl}}) {
+    if (!body.contains(key)) continue;
+    auto d = duration(body, key, {});
+    if (!d) return std::unexpected(d.error());
+    *dst = *d;
+  }
+  return r;
+}
+
+std::expected<json, ApiError> SessionManager::create(const Caller& caller,
+                                                     const SessionRequest& request) {
+  const std::string& name = request.workflow;
   auto w = engine_.workflow(name);
   if (!w)
     return std::unexpected(ApiError{404, "not_found", "workflow '" + name + "' is not served", ""});
   // Defaults within the ceiling; an explicit value above it is refused, not cut, so the
   // caller is not surprised by a session that ends early.
-  auto idle = duration(body, "idle_timeout",
-                       std::min<std::chrono::milliseconds>(std::chrono::minutes(5), max_ttl_));
-  if (!idle) return std::unexpected(idle.error());
-  auto ttl =
-      duration(body, "ttl", std::min<std::chrono::milliseconds>(std::chrono::hours(1), max_ttl_));
-  if (!ttl) return std::unexpected(ttl.error());
-  for (const auto& [key, d] : {std::pair{"idle_timeout", *idle}, std::pair{"ttl", *ttl}})
+  const auto idle = request.idle_timeout.value_or(
+      std::min<std::chrono::milliseconds>(std::chrono::minutes(5), max_ttl_));
+  const auto ttl =
+      request.ttl.value_or(std::min<std::chrono::milliseconds>(std::chrono::hours(1), max_ttl_));
+  for (const auto& [key, d] : {std::pair{"idle_timeout", idle}, std::pair{"ttl", ttl}})
     if (d > max_ttl_)
       return std::unexpected(bad(std::string(key) + ": " + spoken(d) +
                                  " is longer than this daemon allows (--max-session-ttl " +
@@ -140,12 +151,12 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   s->hold = std::move(*hold);
   s->caller = caller.name;
   s->workflow = w;
-  s->idle_timeout = *idle;
+  s->idle_timeout = idle;
   s->created_at = std::chrono::system_clock::now();
   s->expires_at =
-      s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(*ttl);
+      s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(ttl);
   s->last_used = std::chrono::steady_clock::now();
-  s->deadline = s->last_used + *ttl;
+  s->deadline = s->last_used + ttl;
   if (auto started = startSandbox(*s); !started) return std::unexpected(started.error());
   engine_.approvals().attribute(s->id, {"", s->id, s->caller});
   {
