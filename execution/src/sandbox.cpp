@@ -339,7 +339,7 @@ base::Result<Receipt> Sandbox::State::execInSession(const Command& cmd, const Ex
     if (auto w = box->writeFile(f.path, f.content); !w)
       return std::unexpected(invalid("files." + f.path, w.error()));
   if (auto gate = beforeStart(io); !gate)
-    return base::fail(Code::kUnavailable, gate.error().message, gate.error().step);
+    return base::fail(Code::kIo, gate.error().message, gate.error().step);
   rn::ExecSpec spec;
   spec.argv = cmd.argv;
   spec.env = cmd.env;

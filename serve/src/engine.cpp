@@ -87,14 +87,16 @@ std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides
 }  // namespace
 
 ApiError apiError(const base::Error& e) {
-  switch (e.code) {
-    case base::Code::kInvalidArgument:
-      return ApiError{400, "bad_request", e.text(), ""};
-    case base::Code::kNotFound:
-      return ApiError{404, "not_found", e.text(), ""};
-    default:
-      return ApiError{500, "internal", e.text(), ""};
-  }
+  // The API's reason words (schemas/api.v1.yaml) for the statuses an execution's error maps
+  // to; a finer reason the error carries (a quota's "too_many_runs") is kept as it is.
+  static const std::map<int, std::string> kWords = {
+      {400, "bad_request"}, {401, "unauthorized"}, {403, "forbidden"},
+      {404, "not_found"},   {409, "conflict"},     {413, "payload_too_large"}};
+  const int status = base::httpStatus(e.code);
+  if (!e.reason.empty()) return ApiError{status, e.reason, e.text(), ""};
+  if (auto it = kWords.find(status); it != kWords.end())
+    return ApiError{status, it->second, e.text(), ""};
+  return ApiError{500, "internal", e.text(), ""};
 }
 
 std::expected<bool, ApiError> parseCommandField(const std::string& key, const json& v,

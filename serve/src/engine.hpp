@@ -38,8 +38,9 @@ struct ApiError {
   unsigned retry_after = 0;  // seconds, sent as Retry-After (429)
 };
 
-/// The API's rendering of an execution's error: 400 bad_request for a refused command, 404
-/// not_found, 500 internal for the rest; the message is the error's text.
+/// The API's rendering of an execution's error: the status from base::httpStatus, the API's
+/// reason word for it (bad_request, not_found, ...; 500 internal for a status the API has no
+/// word for); the message is the error's text.
 ApiError apiError(const base::Error& e);
 
 /// A run as the API asks for it (POST /v1/runs): which workflow, and the typed command.
