@@ -24,14 +24,12 @@
 #include "sluice/execution/sandbox.hpp"
 #include "sluice/execution/wiring.hpp"
 #include "sluice/policy/loader.hpp"
-#include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/proxy/resolver.hpp"
 #include "sluice/runner/cgroup.hpp"
-#include "sluice/runner/environment.hpp"
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
 #include "sluice/runner/sandbox.hpp"
@@ -214,6 +212,7 @@ class RunJob {
   std::shared_ptr<const pol::Workflow> workflow_;
   execution::Command command_;
   std::string id_;
+  bool full_isolation_ = false;  // root with cgroups
   // Secrets are read only once the sandbox's init exists (loadSecrets(), from the runner's
   // hooks): where init is cloned from this process (the unprivileged path) it would otherwise
   // inherit the copies of the values that parsing leaves in freed heap memory. A bad or
@@ -278,12 +277,16 @@ int RunJob::openSandbox() {
   sandbox_ = std::move(*opened);
   if (auto ok = sandbox_->check(command_); !ok) {
     const auto& e = ok.error();
-    if (e.where == "env") return fail("environment", "--env " + e.message);
+    // The runner's own messages already name the flag ("--env NAME: ...").
+    if (e.where == "env")
+      return fail("environment",
+                  e.message.starts_with("--env ") ? e.message : "--env " + e.message);
     return fail(e.where, e.message);
   }
   std::string warning;
   auto isolated = execution::checkIsolation(&warning);
   if (!isolated) return fail(isolated.error().where, isolated.error().message);
+  full_isolation_ = *isolated;
   if (!warning.empty()) std::cerr << "sluice run: warning: " << warning << "\n";
   return 0;
 }
@@ -358,7 +361,7 @@ std::expected<void, rn::SetupError> RunJob::beforeStart() {
     return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "secrets", s.error()});
   // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
   auto t = std::chrono::steady_clock::now();
-  if (rn::sandboxSupported()) (void)rn::collectGarbage();
+  if (full_isolation_) (void)rn::collectGarbage();
   gc_us_ = elapsedUs(t);
   if (!store_) return {};
   t = std::chrono::steady_clock::now();
