@@ -21,16 +21,15 @@
 #include "sluice/audit/store.hpp"
 #include "sluice/base/json.hpp"
 #include "sluice/execution/approve_with.hpp"
+#include "sluice/execution/sandbox.hpp"
 #include "sluice/execution/wiring.hpp"
 #include "sluice/policy/loader.hpp"
-#include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/proxy/resolver.hpp"
 #include "sluice/runner/cgroup.hpp"
-#include "sluice/runner/environment.hpp"
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
 #include "sluice/runner/sandbox.hpp"
@@ -82,8 +81,8 @@ std::expected<std::shared_ptr<const pol::Workflow>, std::string> loadWorkflow(co
   return it->second;
 }
 
-std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w,
-                                                       const RunOptions& o) {
+// The limit flags as overrides (the sandbox refuses one that would loosen the workflow's).
+std::expected<rn::LimitOverrides, std::string> limitOverrides(const RunOptions& o) {
   rn::LimitOverrides ov;
   // One parser per kind of value; the shared wrapper skips unset options and names the
   // option in errors.
@@ -119,7 +118,7 @@ std::expected<rn::Limits, std::string> effectiveLimits(const pol::Workflow& w,
                  size("file-size", o.file_size, ov.file_size),
                  count("open-files", o.open_files, ov.open_files)})
     if (!r) return std::unexpected(r.error());
-  return execution::workflowLimits(w, ov);
+  return ov;
 }
 
 std::expected<std::vector<rn::Input>, std::string> parseInputs(const std::vector<std::string>& in) {
@@ -188,9 +187,10 @@ std::int64_t elapsedUs(std::chrono::steady_clock::time_point since) {
       .count();
 }
 
-// One `sluice run`: the state its runner hooks share, and each step as a member. run() is the
-// table of contents; the order of its steps is what keeps secrets and keys out of the sandbox
-// and the slow parts (proxy start, store open, commit) overlapped with the sandbox's own.
+// One `sluice run`: an execution::Sandbox opened on the workflow, the services it runs with
+// (a proxy and an audit store for this execution alone), and one exec. run() is the table of
+// contents; the order of its steps is what keeps secrets and keys out of the sandbox and the
+// slow parts (proxy start, store open, commit) overlapped with the sandbox's own.
 class RunJob {
  public:
   explicit RunJob(const RunOptions& o) : o_(o) {}
@@ -199,19 +199,20 @@ class RunJob {
  private:
   int prepare();
   int startAuditStore();
+  int openSandbox();
   const std::expected<void, std::string>& loadSecrets();
-  std::expected<void, std::string> onListener(int fd);
-  std::expected<void, std::string> onDns(int udp, int tcp, int blocked);
+  base::Result<void> startNetwork();
   std::expected<void, rn::SetupError> beforeStart();
-  void startReceipt(const rn::RunResult& r);
-  rn::RunHooks hooks();
-  void recordFailure(const rn::SetupError& e);
-  int output();
+  execution::ExecIo io();
+  void reportFailure(const rn::SetupError& e);
+  int output(execution::Receipt& receipt);
 
   const RunOptions& o_;
   PhaseTimer timer_;
   std::shared_ptr<const pol::Workflow> workflow_;
-  bool full_isolation_ = false;
+  execution::Command command_;
+  std::string id_;
+  bool full_isolation_ = false;  // root with cgroups
   // Secrets are read only once the sandbox's init exists (loadSecrets(), from the runner's
   // hooks): where init is cloned from this process (the unprivileged path) it would otherwise
   // inherit the copies of the values that parsing leaves in freed heap memory. A bad or
@@ -220,79 +221,73 @@ class RunJob {
   // name secrets, never values.
   std::shared_ptr<const pol::SecretStore> secrets_;
   std::optional<std::expected<void, std::string>> secrets_loaded_;
-  // Placeholders: the sandbox gets VAR=<random token> per rule with inject.placeholder_env;
-  // the proxy swaps the token for the secret only on that rule's requests.
-  std::vector<proxy::Placeholder> placeholders_;
-  rn::RunSpec spec_;
-  std::shared_ptr<proxy::CertificateAuthority> ca_;
+  rn::PreparedSandboxPtr prepared_;
   std::shared_ptr<audit::Store> store_;
   std::unique_ptr<proxy::Proxy> px_;
-  // The execution's synthetic DNS names: written by its DNS server, read by its listeners.
-  std::shared_ptr<proxy::SyntheticNames> names_ = std::make_shared<proxy::SyntheticNames>();
+  execution::Services services_;
   // Ask rules wait for --approve-with's answer; without it nobody can answer, and they are
   // refused at once (approval_unavailable). Declared after the proxy: destroyed before it.
-  std::shared_ptr<proxy::ApprovalDesk> approvals_;
   std::unique_ptr<execution::ApproveWith> approver_;
-  std::shared_ptr<const pol::Matcher> matcher_;
-  rn::ReceiptContext ctx_;
-  nlohmann::json receipt_;
-  audit::ExecutionRecord rec_;
-  std::optional<audit::PendingExecution> commit_;
-  std::int64_t proxy_start_us_ = 0, gc_us_ = 0, audit_wait_us_ = 0, receipt_us_ = 0;
+  std::unique_ptr<execution::Sandbox> sandbox_;
+  std::int64_t proxy_start_us_ = 0, gc_us_ = 0, audit_wait_us_ = 0;
 };
 
-// Policy, limits, inputs, environment and the spec: everything decided before the sandbox
+// Policy, the command, limits, inputs and the CA: everything decided before the sandbox
 // exists. Returns 0, or the exit status of a failure it reported.
 int RunJob::prepare() {
   auto workflow = loadWorkflow(o_);
   if (!workflow) return fail("policy", workflow.error());
   workflow_ = std::move(*workflow);
   const pol::Workflow& w = *workflow_;
-  auto limits = effectiveLimits(w, o_);
-  if (!limits) return fail("limits", limits.error());
+  auto overrides = limitOverrides(o_);
+  if (!overrides) return fail("limits", overrides.error());
   auto inputs = parseInputs(o_.inputs);
   if (!inputs) return fail("input", inputs.error());
-  const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
-  for (const std::string& f : o_.upstream_cas) {
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(f, ec) || ::access(f.c_str(), R_OK) != 0)
-      return fail("upstream CA", f + ": not a readable file");
-  }
-  if (network_proxy) placeholders_ = proxy::makePlaceholders(w);
-  auto sandbox_env = execution::sandboxEnvironment(o_.env, placeholders_, network_proxy);
-  if (!sandbox_env) return fail("environment", "--env " + sandbox_env.error());
-  std::string why;
-  full_isolation_ = rn::sandboxSupported(&why);
-  if (!full_isolation_) {
-    if (::geteuid() == 0) return fail("sandbox", why);
-    // Unprivileged: user namespaces still give every namespace, seccomp and Landlock, but no
-    // cgroups. Say what is not enforced.
-    std::cerr << "sluice run: warning: not root: running in a user namespace without cgroups; "
-                 "the memory limit is not enforced, pids is enforced by RLIMIT_NPROC only, and "
-                 "cpu_time per process only\n";
-  }
-  timer_.mark("cli: load policy, limits, checks");
-  spec_.argv = o_.command;
-  spec_.env = std::move(*sandbox_env);
-  spec_.limits = *limits;
-  spec_.network_proxy = network_proxy;
-  spec_.inputs = std::move(*inputs);
-  spec_.output_dir = o_.output_dir;
-  spec_.execution_id = execution::newExecutionId();
+  if (auto cas = execution::checkUpstreamCas(o_.upstream_cas); !cas)
+    return fail(cas.error().where, cas.error().message);
+  command_.argv = o_.command;
+  command_.env = o_.env;
+  command_.limits = *overrides;
+  command_.inputs = std::move(*inputs);
+  command_.output_dir = o_.output_dir;
+  id_ = execution::newExecutionId();
   // TLS inspection: a CA for this execution alone, its key only in this process's memory (the
   // sandbox's processes descend from the helper forked first, before the key existed); the
   // sandbox trusts it through the bundle the runner's SSL_CERT_FILE & co. point at.
-  if (network_proxy && execution::inspectsTls(w)) {
-    auto made = proxy::CertificateAuthority::createEphemeral(
-        "sluice execution CA " + spec_.execution_id, kExecutionCaValidity);
+  if (w.sandbox.network == pol::NetworkMode::kProxy && execution::inspectsTls(w)) {
+    auto made = proxy::CertificateAuthority::createEphemeral("sluice execution CA " + id_,
+                                                             kExecutionCaValidity);
     if (!made) return fail("certificate authority", made.error());
-    ca_ = std::move(*made);
-    spec_.extra_files = execution::caBundleFiles(w, *ca_);
+    services_.ca = std::move(*made);
   }
-  timer_.mark("cli: execution CA");
-  ctx_.workflow = w.name;
-  ctx_.policy_sha256 = w.sha256;
-  ctx_.network_mode = network_proxy ? "proxy" : "none";
+  timer_.mark("cli: load policy, limits, checks, execution CA");
+  return 0;
+}
+
+// The sandbox, opened on the workflow (placeholders, CA bundle), and the command checked
+// against it (placeholder variables, limits that would loosen), before anything is started.
+int RunJob::openSandbox() {
+  services_.start_network = [this] { return startNetwork(); };
+  services_.proxy_per_execution = true;
+  services_.answer_unrecorded = true;
+  services_.prepared = [this] { return std::move(prepared_); };
+  auto opened =
+      execution::Sandbox::open(services_, {workflow_, execution::SandboxKind::kOneShot, id_});
+  if (!opened) return fail(opened.error().where, opened.error().message);
+  sandbox_ = std::move(*opened);
+  if (auto ok = sandbox_->check(command_); !ok) {
+    const auto& e = ok.error();
+    // The runner's own messages already name the flag ("--env NAME: ...").
+    if (e.where == "env")
+      return fail("environment",
+                  e.message.starts_with("--env ") ? e.message : "--env " + e.message);
+    return fail(e.where, e.message);
+  }
+  std::string warning;
+  auto isolated = execution::checkIsolation(&warning);
+  if (!isolated) return fail(isolated.error().where, isolated.error().message);
+  full_isolation_ = *isolated;
+  if (!warning.empty()) std::cerr << "sluice run: warning: " << warning << "\n";
   return 0;
 }
 
@@ -318,6 +313,7 @@ int RunJob::startAuditStore() {
   }
   store_ = audit::Store::openAsync(o_.audit_db, store_options);
   store_->recordPolicy(workflow_->sha256, workflow_->name, workflow_->yaml_text);
+  services_.store = store_;
   return 0;
 }
 
@@ -340,53 +336,23 @@ const std::expected<void, std::string>& RunJob::loadSecrets() {
   return *secrets_loaded_;
 }
 
-// The proxy is made while the sandbox's init builds its namespaces and mounts (the runner
-// calls this, then beforeStart): off the critical path.
-std::expected<void, std::string> RunJob::onListener(int fd) {
-  if (!loadSecrets()) {  // reported by beforeStart, as step 'secrets'
-    ::close(fd);
-    return {};
-  }
+// The proxy is made when the sandbox's first listener arrives, while its init builds its
+// namespaces and mounts: off the critical path.
+base::Result<void> RunJob::startNetwork() {
+  if (const auto& s = loadSecrets(); !s)
+    return base::fail(base::Code::kInvalidArgument, s.error(), "secrets");
+  services_.secrets = secrets_;
   const auto t = std::chrono::steady_clock::now();
-  if (!px_) {  // called twice (127.0.0.1:3128, then [::1]:3128): one proxy adopts both
-    proxy::ProxyOptions popts;
-    popts.threads = 1;
-    popts.ca = ca_;
-    popts.upstream_ca_files = o_.upstream_cas;
-    auto p = proxy::Proxy::create(popts, store_, proxy::systemResolver());
-    if (!p) {
-      ::close(fd);
-      return std::unexpected(p.error().message);
-    }
-    px_ = std::move(*p);
-    px_->start();
-  }
-  if (!matcher_) matcher_ = pol::Matcher::compile(workflow_);
-  proxy::ListenerIdentity identity{spec_.execution_id, matcher_, secrets_, placeholders_};
-  identity.names = names_;  // redirected connections are decided by the names DNS gave out
-  identity.approvals = approvals_;
-  auto r = px_->adoptListener(fd, identity);
+  proxy::ProxyOptions popts;
+  popts.threads = 1;
+  popts.ca = services_.ca;
+  popts.upstream_ca_files = o_.upstream_cas;
+  auto p = proxy::Proxy::create(popts, store_, proxy::systemResolver());
+  if (!p) return base::fail(base::Code::kInternal, p.error().message, "proxy listener");
+  px_ = std::move(*p);
+  px_->start();
+  services_.proxy = px_.get();
   proxy_start_us_ += elapsedUs(t);
-  if (!r) return std::unexpected(r.error().message);
-  return {};
-}
-
-std::expected<void, std::string> RunJob::onDns(int udp, int tcp, int blocked) {
-  if (!px_) {  // the listener callback failed (secrets): reported by beforeStart
-    ::close(udp);
-    ::close(tcp);
-    ::close(blocked);
-    return {};
-  }
-  proxy::ListenerIdentity identity{spec_.execution_id, matcher_, secrets_, placeholders_};
-  identity.names = names_;
-  if (auto r = px_->adoptBlockedLog(blocked, identity); !r) {
-    ::close(udp);
-    ::close(tcp);
-    return std::unexpected(r.error().message);
-  }
-  auto r = px_->adoptDns(udp, tcp, identity);
-  if (!r) return std::unexpected(r.error().message);
   return {};
 }
 
@@ -407,70 +373,40 @@ std::expected<void, rn::SetupError> RunJob::beforeStart() {
   return {};
 }
 
-// The receipt is built, and its durable commit started, as soon as the runner's result is
-// final (on_result), so the commit's fsync overlaps the sandbox's teardown.
-void RunJob::startReceipt(const rn::RunResult& r) {
-  const auto t = std::chrono::steady_clock::now();
-  if (px_) {
-    // The sandbox is gone: close what is left of its connections, then stop the proxy so
-    // that every connection row is queued before the execution row.
-    if (approvals_) approvals_->endExecution(spec_.execution_id);
-    px_->closeExecution(spec_.execution_id);
-    execution::addNetwork(ctx_, px_->stats(spec_.execution_id));
-    px_->stop();
-  }
-  receipt_ = rn::buildReceipt(spec_, r, ctx_);
-  if (store_) {
-    rec_ = execution::executionRecord(receipt_, r, ctx_);
-    commit_.emplace(store_->beginRecordExecution(rec_));
-  }
-  receipt_us_ = elapsedUs(t);
-}
-
-rn::RunHooks RunJob::hooks() {
-  rn::RunHooks h;
-  if (spec_.network_proxy) {
-    h.on_listener = [this](int fd) { return onListener(fd); };
-    h.on_dns = [this](int udp, int tcp, int blocked) { return onDns(udp, tcp, blocked); };
-  }
+execution::ExecIo RunJob::io() {
+  execution::ExecIo io;
   if (!o_.json)
-    h.live = [](int stream, std::string_view data) {
+    io.live = [](int stream, std::string_view data) {
       std::FILE* f = stream == 1 ? stdout : stderr;
       std::fwrite(data.data(), 1, data.size(), f);
       std::fflush(f);
     };
-  h.before_start = [this] { return beforeStart(); };
-  h.on_result = [this](const rn::RunResult& r) { startReceipt(r); };
-  return h;
+  io.before_start = [this] { return beforeStart(); };
+  return io;
 }
 
 // Still an execution, with a receipt (exit 125 for a failed setup step, 126/127 for a command
 // that cannot start), so the agent (--json) and the audit trail see what was attempted and why
 // it did not run. A store that failed to open cannot record it.
-void RunJob::recordFailure(const rn::SetupError& e) {
-  if (px_) px_->stop();
+void RunJob::reportFailure(const rn::SetupError& e) {
   const bool setup = e.kind == rn::SetupError::Kind::kSetup;
   std::cerr << "sluice run: "
             << (setup ? "setup failed at step '" + e.step + "': " + e.message : e.message) << "\n";
-  if (setup && store_ && !store_->healthy()) {
-    store_.reset();
-    commit_.reset();
-  }
 }
 
-// The durable commit's end, then the receipt where it was asked for.
-int RunJob::output() {
-  if (commit_) {
-    auto hash = commit_->wait();
-    if (!hash) return fail("audit store", hash.error().message);
-    receipt_["hash"] = *hash;
-  }
+// The receipt where it was asked for, and the summary.
+int RunJob::output(execution::Receipt& receipt) {
   timer_.mark("cli: durable audit commit (rest of)");
   if (!o_.receipt_file.empty()) {
     std::ofstream out(o_.receipt_file);
-    out << base::dumpJson(receipt_, 2) << "\n";
+    out << base::dumpJson(receipt.json, 2) << "\n";
     if (!out) return fail("receipt", o_.receipt_file + ": cannot write");
   }
+  if (o_.json)
+    std::cout << base::dumpJson(receipt.json) << std::endl;
+  else
+    std::cerr << summaryLine(receipt.result, receipt.json) << "\n";
+  timer_.mark("cli: output receipt");
   return 0;
 }
 
@@ -479,8 +415,10 @@ int RunJob::run() {
   // starts building the sandbox's namespaces alongside everything below (runner/sandbox.hpp).
   auto prepared = rn::prepareSandbox();
   if (!prepared) return fail("sandbox", prepared.error().message);
+  prepared_ = std::move(*prepared);
   timer_.mark("cli: fork namespace helper");
   if (int rc = prepare(); rc != 0) return rc;
+  if (int rc = openSandbox(); rc != 0) return rc;
   if (int rc = startAuditStore(); rc != 0) return rc;
   timer_.mark("cli: start opening audit store");
   // The program's own output goes to our stdout/stderr: keep the components' info logs out of
@@ -489,40 +427,29 @@ int RunJob::run() {
     spdlog::set_level(spdlog::level::from_str(lvl));
   else
     spdlog::set_level(spdlog::level::warn);
-  if (spec_.network_proxy && !o_.approve_with.empty()) {
-    approvals_ = std::make_shared<proxy::ApprovalDesk>(store_);
-    approver_ =
-        std::make_unique<execution::ApproveWith>(approvals_, o_.approve_with, spec_.execution_id);
+  if (sandbox_->networkProxy() && !o_.approve_with.empty()) {
+    services_.approvals = std::make_shared<proxy::ApprovalDesk>(store_);
+    approver_ = std::make_unique<execution::ApproveWith>(services_.approvals, o_.approve_with, id_);
   }
   rn::installStopHandlers();
   // A reader that goes away (sluice run ... | head) must not kill sluice mid-run and leave the
   // sandbox to PR_SET_PDEATHSIG: ignore SIGPIPE; the program gets the default back.
   std::signal(SIGPIPE, SIG_IGN);
-  auto result = rn::runSandboxed(spec_, hooks(), std::move(*prepared));
+  auto receipt = sandbox_->exec(command_, io());
   timer_.add("cli: (during clone) proxy start + matcher compile", proxy_start_us_);
   timer_.add("cli: (during clone) gc of leftovers", gc_us_);
   timer_.add("cli: (during clone) waiting for the audit store to open", audit_wait_us_);
-  if (result) {
-    for (const auto& [phase, us] : result->phases) timer_.add(phase, us);
-    timer_.add("cli: (before teardown) proxy stats + stop, receipt, commit queued", receipt_us_);
-  }
+  if (!receipt) return fail(receipt.error().where, receipt.error().message);
+  for (const auto& [phase, us] : receipt->result.phases) timer_.add(phase, us);
   timer_.reset();
-  if (!result) {
-    recordFailure(result.error());
-    result = execution::failedResult(result.error(), spec_, full_isolation_);
-    startReceipt(*result);
-  }
-  if (int rc = output(); rc != 0) return rc;
-  if (o_.json)
-    std::cout << base::dumpJson(receipt_) << std::endl;
-  else
-    std::cerr << summaryLine(*result, receipt_) << "\n";
-  timer_.mark("cli: output receipt");
+  if (receipt->not_run) reportFailure(*receipt->not_run);
+  if (int rc = output(*receipt); rc != 0) return rc;
+  sandbox_.reset();
   px_.reset();
   timer_.mark("cli: proxy teardown");
   store_.reset();
   timer_.mark("cli: close audit store");
-  return result->sluiceExitStatus();
+  return receipt->result.sluiceExitStatus();
 }
 
 int doRun(const RunOptions& o) { return RunJob(o).run(); }

@@ -140,6 +140,36 @@ class ApproveWith::Impl {
       why = "pipe: " + std::string(std::strerror(errno));
       return false;
     }
+    const pid_t pid = spawn(in, outp, why);
+    if (pid < 0) return false;
+    const std::string json = proxy::approvalJson(a) + "\n";
+    // The command may not read its stdin at all: never block on it (a full pipe is its loss).
+    (void)!::send(in.w, json.data(), json.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::close(in.w);
+    in.w = -1;
+    bool timed_out = readAnswer(a, outp.r, out, settled);
+    if (timed_out || settled || out.size() >= 4096) ::kill(-pid, SIGKILL);
+    const int status = reap(a, pid, timed_out);
+    if (timed_out) {
+      // Left to the desk, whose own timer refuses it as approval_timeout: answering deny here
+      // would race that timer and record a timeout as an approver's refusal.
+      spdlog::warn("--approve-with: approval {} ({}:{}): no answer before it expired", a.id,
+                   displayHost(a), a.port);
+      settled = true;
+      return false;
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      why = "the command failed (" +
+            (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
+                               : "signal " + std::to_string(WTERMSIG(status))) +
+            ")";
+      return false;
+    }
+    return true;
+  }
+
+  // `/bin/sh -c CMD` with `in` as its stdin and `outp` as its stdout; -1 (and `why`) on failure.
+  pid_t spawn(Pipe& in, Pipe& outp, std::string& why) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in.r, 0);
@@ -157,7 +187,7 @@ class ApproveWith::Impl {
     posix_spawn_file_actions_destroy(&fa);
     if (rc != 0) {
       why = "cannot start /bin/sh: " + std::string(std::strerror(rc));
-      return false;
+      return -1;
     }
     {
       std::lock_guard lock(mu_);
@@ -167,37 +197,38 @@ class ApproveWith::Impl {
     in.r = -1;
     ::close(outp.w);
     outp.w = -1;
-    const std::string json = proxy::approvalJson(a) + "\n";
-    // The command may not read its stdin at all: never block on it (a full pipe is its loss).
-    (void)!::send(in.w, json.data(), json.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-    ::close(in.w);
-    in.w = -1;
-    bool timed_out = false;
+    return pid;
+  }
+
+  // The answer is the first line: read until it is complete (a child the command left behind
+  // may hold its stdout open for ever). True when the approval expired first; `settled` when
+  // it was decided some other way meanwhile.
+  bool readAnswer(const proxy::Approval& a, int fd, std::string& out, bool& settled) {
     char buf[512];
-    // The answer is the first line: read until it is complete (a child the command left behind
-    // may hold its stdout open for ever), then wait for the command itself to exit.
     while (out.size() < 4096 && out.find('\n') == std::string::npos) {
       const std::int64_t left = a.expires_at_ms - base::nowMs();
-      if (left <= 0) {
-        timed_out = true;
-        break;
-      }
-      pollfd p{outp.r, POLLIN, 0};
+      if (left <= 0) return true;
+      pollfd p{fd, POLLIN, 0};
       int n = ::poll(&p, 1, static_cast<int>(std::min<std::int64_t>(left, 100)));
       if (n < 0 && errno == EINTR) continue;
       if (n == 0) {
         if (!desk_->find(a.id)) {
           settled = true;
-          break;
+          return false;
         }
         continue;
       }
-      ssize_t got = ::read(outp.r, buf, sizeof buf);
+      ssize_t got = ::read(fd, buf, sizeof buf);
       if (got < 0 && errno == EINTR) continue;
       if (got <= 0) break;
       out.append(buf, static_cast<std::size_t>(got));
     }
-    if (timed_out || settled || out.size() >= 4096) ::kill(-pid, SIGKILL);
+    return false;
+  }
+
+  // Waits for the command to exit (killed once the approval expires; `timed_out` then set),
+  // kills whatever it left in its group, and returns its wait status.
+  int reap(const proxy::Approval& a, pid_t pid, bool& timed_out) {
     int status = 0;
     for (int delay_us = 100;;) {
       pid_t r = ::waitpid(pid, &status, WNOHANG);
@@ -217,22 +248,7 @@ class ApproveWith::Impl {
       std::lock_guard lock(mu_);
       std::erase(running_, pid);
     }
-    if (timed_out) {
-      // Left to the desk, whose own timer refuses it as approval_timeout: answering deny here
-      // would race that timer and record a timeout as an approver's refusal.
-      spdlog::warn("--approve-with: approval {} ({}:{}): no answer before it expired", a.id,
-                   displayHost(a), a.port);
-      settled = true;
-      return false;
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      why = "the command failed (" +
-            (WIFEXITED(status) ? "exit " + std::to_string(WEXITSTATUS(status))
-                               : "signal " + std::to_string(WTERMSIG(status))) +
-            ")";
-      return false;
-    }
-    return true;
+    return status;
   }
 
   std::shared_ptr<proxy::ApprovalDesk> desk_;

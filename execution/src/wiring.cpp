@@ -1,4 +1,4 @@
-// One execution's wiring (execution.hpp).
+// One execution's wiring (wiring.hpp).
 #include "sluice/execution/wiring.hpp"
 
 #include <sys/random.h>

@@ -202,7 +202,6 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     slot->finish(json());
   });
 
-  bool streaming = false, client_gone = false;
   // A client that goes away while nothing is written (a quiet program) ends its run too.
   reply.watchClose([slot] {
     slot->requestStop();
@@ -212,13 +211,28 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     Reply& r;
     ~Unwatch() { r.stopWatching(); }
   } unwatch{reply};
+  bool streaming = false;
+  const bool client_here = co_await pumpLines(reply, *slot, streaming);
+  // The work is done (its thread no longer touches `answer`): what waited for the answer is
+  // released when this returns, whichever way, and before drain can see the slot gone.
+  struct ReleaseAfter {
+    std::expected<Answer, ApiError>& a;
+    ~ReleaseAfter() {
+      if (a) a->after.reset();
+    }
+  } release_after{*answer};
+  if (client_here) co_await sendAnswer(reply, *answer, stream, streaming);
+}
+
+net::awaitable<bool> Api::pumpLines(Reply& reply, RunSlot& slot, bool& streaming) {
+  bool client_gone = false;
   for (;;) {
     std::deque<std::string> lines;
     bool done = false;
     {
-      std::lock_guard lock(slot->mu);
-      lines.swap(slot->lines);
-      done = slot->done;
+      std::lock_guard lock(slot.mu);
+      lines.swap(slot.lines);
+      done = slot.done;
     }
     for (auto& line : lines) {
       if (client_gone) break;
@@ -228,24 +242,19 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
       }
       if (!client_gone && !co_await reply.chunk(line + "\n")) client_gone = true;
       // A client that went away ends its execution (the receipt is still stored).
-      if (client_gone) slot->requestStop();
+      if (client_gone) slot.requestStop();
     }
-    if (done) break;
+    if (done) co_return !client_gone;
     ErrorCode ec;
-    co_await slot->wake.async_wait(net::redirect_error(net::use_awaitable, ec));
-    slot->wake.expires_at(net::steady_timer::time_point::max());
+    co_await slot.wake.async_wait(net::redirect_error(net::use_awaitable, ec));
+    slot.wake.expires_at(net::steady_timer::time_point::max());
   }
-  // The work is done (its thread no longer touches `answer`): what waited for the answer is
-  // released when this returns, whichever way, and before drain can see the slot gone.
-  struct ReleaseAfter {
-    std::expected<Answer, ApiError>& a;
-    ~ReleaseAfter() {
-      if (a) a->after.reset();
-    }
-  } release_after{*answer};
-  if (client_gone) co_return;
-  if (!*answer) {
-    const ApiError& e = answer->error();
+}
+
+net::awaitable<void> Api::sendAnswer(Reply& reply, std::expected<Answer, ApiError>& answer,
+                                     bool stream, bool streaming) {
+  if (!answer) {
+    const ApiError& e = answer.error();
     if (streaming) {
       json j = {{"type", "error"}, {"error", e.message}, {"reason", e.reason}};
       if (co_await reply.chunk(base::dumpJson(j) + "\n")) co_await reply.endStream();
@@ -256,13 +265,12 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
   }
   if (stream) {
     if (!streaming && !co_await reply.beginStream(http::status::ok, kNdjson)) co_return;
-    json receipt = json::parse((*answer)->body, nullptr, false);
+    json receipt = json::parse(answer->body, nullptr, false);
     json last = {{"type", "receipt"}, {"receipt", receipt}};
     if (co_await reply.chunk(base::dumpJson(last) + "\n")) co_await reply.endStream();
     co_return;
   }
-  co_await reply.send(toStatus((*answer)->status), (*answer)->content_type,
-                      std::move((*answer)->body));
+  co_await reply.send(toStatus(answer->status), answer->content_type, std::move(answer->body));
 }
 
 net::awaitable<void> Api::postRun(Request& req, Reply& reply) {
@@ -337,7 +345,9 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
 Api::Work Api::makeSessionCreate(Caller caller, json body) {
   return [this, caller = std::move(caller), body = std::move(body)](
              const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
-    auto r = sessions_.create(caller, body);
+    auto request = parseSessionRequest(body);
+    if (!request) return std::unexpected(request.error());
+    auto r = sessions_.create(caller, *request);
     if (!r) return std::unexpected(r.error());
     return Answer{201, kJson, base::dumpJson(*r)};
   };
@@ -347,7 +357,9 @@ Api::Work Api::makeSessionExec(Caller caller, std::string id, json body) {
   return [this, caller = std::move(caller), id = std::move(id), body = std::move(body)](
              const std::function<void(std::string)>& lines,
              int stop_fd) -> std::expected<Answer, ApiError> {
-    auto r = sessions_.exec(caller, id, body, lines, stop_fd);
+    auto cmd = parseExecRequest(body);
+    if (!cmd) return std::unexpected(cmd.error());
+    auto r = sessions_.exec(caller, id, *cmd, lines, stop_fd);
     if (!r) return std::unexpected(r.error());
     return Answer{200, kJson, base::dumpJson(*r)};
   };

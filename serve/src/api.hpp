@@ -53,6 +53,12 @@ class Api {
   /// Runs `work` on a thread of its own (the runner blocks) and answers with its result; with
   /// `stream`, NDJSON lines as they come and the receipt last. Drain waits for it.
   net::awaitable<void> offload(Reply& reply, Work work, bool stream);
+  /// Writes the lines `slot` receives as an NDJSON stream until its work is done; false once
+  /// the client is gone (its execution is then stopped). `streaming`: the stream has begun.
+  net::awaitable<bool> pumpLines(Reply& reply, RunSlot& slot, bool& streaming);
+  /// The work's answer: a reply, or the last line of a stream.
+  net::awaitable<void> sendAnswer(Reply& reply, std::expected<Answer, ApiError>& answer,
+                                  bool stream, bool streaming);
   net::awaitable<void> sessionRoute(Request& req, Reply& reply, const std::string& rest);
   net::awaitable<void> postRun(Request& req, Reply& reply);
   net::awaitable<void> approvals(Request& req, Reply& reply, const std::string& path);

@@ -86,8 +86,21 @@ std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides
 
 }  // namespace
 
+ApiError apiError(const base::Error& e) {
+  // The API's reason words (schemas/api.v1.yaml) for the statuses an execution's error maps
+  // to; a finer reason the error carries (a quota's "too_many_runs") is kept as it is.
+  static const std::map<int, std::string> kWords = {
+      {400, "bad_request"}, {401, "unauthorized"}, {403, "forbidden"},
+      {404, "not_found"},   {409, "conflict"},     {413, "payload_too_large"}};
+  const int status = base::httpStatus(e.code);
+  if (!e.reason.empty()) return ApiError{status, e.reason, e.text(), ""};
+  if (auto it = kWords.find(status); it != kWords.end())
+    return ApiError{status, it->second, e.text(), ""};
+  return ApiError{500, "internal", e.text(), ""};
+}
+
 std::expected<bool, ApiError> parseCommandField(const std::string& key, const json& v,
-                                                CommandFields& out) {
+                                                sluice::execution::Command& out) {
   if (key == "argv") {
     if (!v.is_array() || v.empty())
       return std::unexpected(badField("argv", "must be a non-empty array of strings"));
@@ -113,9 +126,8 @@ std::expected<bool, ApiError> parseCommandField(const std::string& key, const js
 std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
   RunRequest r;
-  CommandFields cmd;
   for (const auto& [key, v] : body.items()) {
-    auto common = parseCommandField(key, v, cmd);
+    auto common = parseCommandField(key, v, r.command);
     if (!common) return std::unexpected(common.error());
     if (*common) continue;
     if (key == "workflow") {
@@ -128,20 +140,41 @@ std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
           return std::unexpected(badField("files." + path, "must be a base64 string"));
         auto bytes = base64Decode(content.get<std::string>());
         if (!bytes) return std::unexpected(badField("files." + path, bytes.error()));
-        r.files.push_back(rn::SandboxFile{path, std::move(*bytes), 0644});
+        r.command.files.push_back(rn::SandboxFile{path, std::move(*bytes), 0644});
       }
     } else if (key == "limits") {
-      if (auto ok = parseLimits(v, r.limits); !ok) return std::unexpected(ok.error());
+      if (auto ok = parseLimits(v, r.command.limits); !ok) return std::unexpected(ok.error());
     } else {
       return std::unexpected(badField(key, "unknown field"));
     }
   }
-  r.argv = std::move(cmd.argv);
-  r.stdin_data = std::move(cmd.stdin_data);
-  r.env = std::move(cmd.env);
   if (r.workflow.empty()) return std::unexpected(badField("workflow", "is required"));
-  if (r.argv.empty()) return std::unexpected(badField("argv", "is required"));
+  if (r.command.argv.empty()) return std::unexpected(badField("argv", "is required"));
   return r;
+}
+
+std::expected<sluice::execution::Command, ApiError> parseExecRequest(const json& body) {
+  if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
+  sluice::execution::Command cmd;
+  for (const auto& [key, v] : body.items()) {
+    auto common = parseCommandField(key, v, cmd);
+    if (!common) return std::unexpected(common.error());
+    if (*common) continue;
+    if (key == "cwd") {
+      if (!v.is_string()) return std::unexpected(badField("cwd", "must be a string"));
+      cmd.cwd = v.get<std::string>();
+    } else if (key == "timeout") {
+      if (!v.is_string()) return std::unexpected(badField("timeout", "must be a string"));
+      auto d = pol::parseDuration(v.get<std::string>());
+      if (!d) return std::unexpected(badField("timeout", d.error()));
+      if (d->count() <= 0) return std::unexpected(badField("timeout", "must be positive"));
+      cmd.limits.timeout = *d;
+    } else {
+      return std::unexpected(badField(key, "unknown field"));
+    }
+  }
+  if (cmd.argv.empty()) return std::unexpected(badField("argv", "is required"));
+  return cmd;
 }
 
 Engine::Engine(const ServeOptions& options, Metrics& metrics)
@@ -154,6 +187,14 @@ Engine::~Engine() {
 std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOptions& options,
                                                                    Metrics& metrics) {
   std::unique_ptr<Engine> e(new Engine(options, metrics));
+  // The same checks as `sluice run`'s: a readable file per upstream CA, and root only with
+  // full isolation (unprivileged: a warning of what is not enforced).
+  if (auto cas = sluice::execution::checkUpstreamCas(options.upstream_cas); !cas)
+    return std::unexpected("--upstream-ca " + cas.error().message);
+  std::string warning;
+  if (auto isolated = sluice::execution::checkIsolation(&warning); !isolated)
+    return std::unexpected("sandbox: " + isolated.error().message);
+  if (!warning.empty()) spdlog::warn("{}", warning);
   if (!options.secrets.empty()) {
     auto loaded = pol::loadSecretsFile(options.secrets);
     if (!loaded) return std::unexpected("--secrets: " + loaded.error());
@@ -196,6 +237,13 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   if (!px) return std::unexpected("proxy: " + px.error().message);
   e->proxy_ = std::move(*px);
   e->proxy_->start();
+  e->services_.proxy = e->proxy_.get();
+  e->services_.store = e->store_;
+  e->services_.approvals = e->approvals_;
+  e->services_.secrets = e->secrets_;
+  e->services_.ca = e->ca_;
+  e->services_.prepared = [engine = e.get()] { return engine->preparedSandbox(); };
+  e->services_.on_committed = [&metrics] { metrics.runFinished(); };
   return e;
 }
 
@@ -234,17 +282,6 @@ void Engine::flush() {
   if (store_) (void)store_->flush();
 }
 
-std::expected<rn::Limits, ApiError> Engine::limitsFor(const pol::Workflow& w,
-                                                      const rn::LimitOverrides& overrides) {
-  auto limits = sluice::execution::workflowLimits(w, overrides);
-  if (!limits) return std::unexpected(badField("limits", limits.error()));
-  return *limits;
-}
-
-std::vector<std::pair<std::string, std::string>> Engine::extraFilesFor(const pol::Workflow& w) {
-  return sluice::execution::caBundleFiles(w, *ca_);
-}
-
 std::string Engine::newId(const char* prefix) { return sluice::execution::newExecutionId(prefix); }
 
 rn::PreparedSandboxPtr Engine::preparedSandbox() {
@@ -258,21 +295,6 @@ rn::PreparedSandboxPtr Engine::preparedSandbox() {
   return nullptr;
 }
 
-std::expected<json, ApiError> Engine::commit(const rn::RunSpec& spec, const rn::RunResult& r,
-                                             const rn::ReceiptContext& ctx, const Caller& caller,
-                                             const std::string& session_id) {
-  json receipt = rn::buildReceipt(spec, r, ctx);
-  receipt["caller"] = caller.name;
-  if (!session_id.empty()) receipt["session_id"] = session_id;
-  audit::ExecutionRecord rec = sluice::execution::executionRecord(receipt, r, ctx);
-  auto hash = store_->recordExecution(rec);
-  metrics_.runFinished();
-  if (!hash)
-    return std::unexpected(ApiError{500, "internal", "audit store: " + hash.error().message, ""});
-  receipt["hash"] = *hash;
-  return receipt;
-}
-
 std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest& request,
                                           const std::function<void(std::string)>& lines,
                                           int stop_fd, std::shared_ptr<void>* after_answer) {
@@ -281,162 +303,63 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
   if (!w)
     return std::unexpected(
         ApiError{404, "not_found", "workflow '" + request.workflow + "' is not served", ""});
-  auto limits = limitsFor(*w, request.limits);
-  if (!limits) return std::unexpected(limits.error());
-  const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
   // A prepared sandbox has the workflow's session-wide limits: only a run that tightens nothing
   // but its timeout can take one.
-  const auto& o = request.limits;
+  const auto& o = request.command.limits;
   const bool poolable =
       !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk && !o.file_size && !o.open_files;
   if (pool_ && poolable)
     if (auto p = pool_->take(*w))
       return runPrepared(caller, request, std::move(p), lines, stop_fd, after_answer, asked);
+  auto sandbox = sluice::execution::Sandbox::open(
+      services_, {w, sluice::execution::SandboxKind::kOneShot, ""});
+  if (!sandbox) return std::unexpected(apiError(sandbox.error()));
+  return execute(**sandbox, caller, request.command, lines, stop_fd, asked);
+}
 
-  rn::RunSpec spec;
-  spec.argv = request.argv;
-  spec.limits = *limits;
-  spec.network_proxy = network_proxy;
-  spec.stdin_data = request.stdin_data;
-  spec.files = request.files;
-  spec.execution_id = sluice::execution::newExecutionId();
-  spec.extra_files = extraFilesFor(*w);
-  std::vector<proxy::Placeholder> placeholders;
-  if (network_proxy) placeholders = proxy::makePlaceholders(*w);
-  auto env = sluice::execution::sandboxEnvironment(request.env, placeholders, network_proxy);
-  if (!env) return std::unexpected(badField("env", env.error()));
-  spec.env = std::move(*env);
-
-  rn::RunHooks hooks;
-  hooks.stop_fd = stop_fd;
-  auto matcher = pol::Matcher::compile(w);
-  if (network_proxy) {
-    auto net = networkHooks({spec.execution_id, matcher, secrets_, placeholders});
-    hooks.on_listener = std::move(net.on_listener);
-    hooks.on_dns = std::move(net.on_dns);
-  }
+std::expected<json, ApiError> Engine::execute(
+    sluice::execution::Sandbox& sandbox, const Caller& caller,
+    const sluice::execution::Command& cmd, const std::function<void(std::string)>& lines,
+    int stop_fd, std::optional<std::chrono::steady_clock::time_point> asked, bool once) {
+  sluice::execution::ExecIo io;
+  io.caller = caller.name;
+  io.record_caller = true;
+  io.stop_fd = stop_fd;
+  if (asked)
+    io.before_start = [this, asked]() -> std::expected<void, rn::SetupError> {
+      metrics_.runStart(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - *asked).count());
+      return {};
+    };
+  // The run's network decisions (and approvals) and its output, as NDJSON lines.
+  const std::string exec_id = sandbox.nextExecutionId();
   if (lines) {
-    tee_->subscribe(spec.execution_id, lines);
-    hooks.live = [&](int stream, std::string_view data) {
+    tee_->subscribe(exec_id, lines);
+    io.live = [&lines](int stream, std::string_view data) {
       json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
       lines(base::dumpJson(j));
     };
   }
-  hooks.before_start = [&]() -> std::expected<void, rn::SetupError> {
-    metrics_.runStart(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-    if (!store_->healthy())
-      return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "audit store",
-                                            "the audit store has failed; refusing to run "
-                                            "unaudited"});
-    return {};
-  };
-  rn::ReceiptContext ctx;
-  ctx.workflow = w->name;
-  ctx.policy_sha256 = w->sha256;
-  ctx.network_mode = network_proxy ? "proxy" : "none";
-  store_->recordPolicy(w->sha256, w->name, w->yaml_text);
-  approvals_->attribute(spec.execution_id, {"", "", caller.name});
-
-  auto result = rn::runSandboxed(spec, hooks, preparedSandbox());
-  if (!result)
-    result = sluice::execution::failedResult(result.error(), spec, rn::sandboxSupported());
-  approvals_->endExecution(spec.execution_id);  // pending ones: refused, execution_ended
-  if (network_proxy) {
-    proxy_->closeExecution(spec.execution_id);
-    sluice::execution::addNetwork(ctx, proxy_->stats(spec.execution_id));
-  }
-  tee_->unsubscribe(spec.execution_id);
-  return commit(spec, *result, ctx, caller, "");
+  auto receipt = once ? sandbox.runOnce(cmd, io) : sandbox.exec(cmd, io);
+  if (lines) tee_->unsubscribe(exec_id);
+  if (!receipt) return std::unexpected(apiError(receipt.error()));
+  return std::move(receipt->json);
 }
 
-Engine::NetworkHooks Engine::networkHooks(proxy::ListenerIdentity identity) {
-  // One map of synthetic DNS names per execution, shared by its DNS and its listeners.
-  if (!identity.names) identity.names = std::make_shared<proxy::SyntheticNames>();
-  if (!identity.approvals) identity.approvals = approvals_;
-  NetworkHooks h;
-  h.on_listener = [this, identity](int fd) -> std::expected<void, std::string> {
-    auto r = proxy_->adoptListener(fd, identity);  // twice: 127.0.0.1 and [::1]
-    if (!r) return std::unexpected(r.error().message);
-    return {};
-  };
-  h.on_dns = [this, identity](int udp, int tcp, int blocked) -> std::expected<void, std::string> {
-    if (auto r = proxy_->adoptBlockedLog(blocked, identity); !r) {
-      ::close(udp);
-      ::close(tcp);
-      return std::unexpected(r.error().message);
-    }
-    auto r = proxy_->adoptDns(udp, tcp, identity);
-    if (!r) return std::unexpected(r.error().message);
-    return {};
-  };
-  return h;
-}
-
-// A run in a prepared sandbox: its files written, one exec, then the sandbox ends.
+// A run in a prepared sandbox: one exec, then the sandbox ends.
 std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const RunRequest& request,
-                                                  std::unique_ptr<Prepared> p,
+                                                  std::unique_ptr<sluice::execution::Sandbox> p,
                                                   const std::function<void(std::string)>& lines,
                                                   int stop_fd, std::shared_ptr<void>* after_answer,
                                                   std::chrono::steady_clock::time_point asked) {
-  const pol::Workflow& w = *p->workflow;
-  const bool network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
   // The sandbox is used once, whatever happens. It is retired (torn down, and its replacement
   // built) once the last holder lets go: at the end of this call, or once the answer is out.
-  std::shared_ptr<Prepared> held(
-      p.release(), [pool = pool_](Prepared* q) { pool->retire(std::unique_ptr<Prepared>(q)); });
+  std::shared_ptr<sluice::execution::Sandbox> held(
+      p.release(), [pool = pool_](sluice::execution::Sandbox* q) {
+        pool->retire(std::unique_ptr<sluice::execution::Sandbox>(q));
+      });
   if (after_answer) *after_answer = held;
-  Prepared* const prep = held.get();
-  auto env = sluice::execution::sandboxEnvironment(request.env, {}, network_proxy);
-  if (!env) return std::unexpected(badField("env", env.error()));
-  for (const auto& ph : prep->placeholders)
-    for (const std::string& kv : request.env)
-      if (kv.substr(0, kv.find('=')) == ph.env)
-        return std::unexpected(badField(
-            "env." + ph.env, "is set by rule '" + ph.rule_id + "' (inject.placeholder_env)"));
-  for (const auto& f : request.files)
-    if (auto w_ = prep->box->writeFile(f.path, f.content); !w_)
-      return std::unexpected(badField("files." + f.path, w_.error()));
-  rn::ExecSpec spec;
-  spec.argv = request.argv;
-  spec.env = request.env;
-  spec.stdin_data = request.stdin_data;
-  spec.timeout = request.limits.timeout;
-  spec.execution_id = prep->id;
-  rn::ExecHooks hooks;
-  hooks.stop_fd = stop_fd;
-  if (lines) {
-    tee_->subscribe(prep->id, lines);
-    hooks.live = [&](int stream, std::string_view data) {
-      json j = {{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}};
-      lines(base::dumpJson(j));
-    };
-  }
-  store_->recordPolicy(w.sha256, w.name, w.yaml_text);
-  metrics_.runStart(
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count());
-  rn::RunSpec mirror;  // what the receipt describes
-  mirror.argv = request.argv;
-  mirror.limits = prep->limits;
-  if (request.limits.timeout) mirror.limits.timeout = *request.limits.timeout;
-  mirror.network_proxy = network_proxy;
-  mirror.execution_id = prep->id;
-  approvals_->attribute(prep->id, {"", "", caller.name});
-  auto result = prep->box->exec(spec, hooks);
-  if (!result)
-    result = sluice::execution::failedResult(result.error(), mirror, rn::sandboxSupported());
-  approvals_->endExecution(prep->id);
-  if (result->artifacts.empty()) result->artifacts = prep->box->artifacts();
-  rn::ReceiptContext ctx;
-  ctx.workflow = w.name;
-  ctx.policy_sha256 = w.sha256;
-  ctx.network_mode = network_proxy ? "proxy" : "none";
-  if (network_proxy) {
-    proxy_->closeExecution(prep->id);
-    sluice::execution::addNetwork(ctx, proxy_->stats(prep->id));
-  }
-  if (lines) tee_->unsubscribe(prep->id);
-  return commit(mirror, *result, ctx, caller, "");
+  return execute(*held, caller, request.command, lines, stop_fd, asked, true);
 }
 
 std::optional<json> Engine::execution(const Caller& caller, const std::string& id) {

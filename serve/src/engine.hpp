@@ -19,6 +19,7 @@
 #include "event_tee.hpp"
 #include "metrics.hpp"
 #include "sluice/audit/store.hpp"
+#include "sluice/execution/sandbox.hpp"
 #include "sluice/policy/workflow.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/runner/limits.hpp"
@@ -37,28 +38,27 @@ struct ApiError {
   unsigned retry_after = 0;  // seconds, sent as Retry-After (429)
 };
 
-/// A run as the API asks for it (POST /v1/runs, or one exec of a session).
+/// The API's rendering of an execution's error: the status from base::httpStatus, the API's
+/// reason word for it (bad_request, not_found, ...; 500 internal for a status the API has no
+/// word for); the message is the error's text.
+ApiError apiError(const base::Error& e);
+
+/// A run as the API asks for it (POST /v1/runs): which workflow, and the typed command.
 struct RunRequest {
   std::string workflow;
-  std::vector<std::string> argv;
-  std::string stdin_data;
-  std::vector<std::string> env;  // K=V
-  std::vector<runner::SandboxFile> files;
-  runner::LimitOverrides limits;
+  execution::Command command;
 };
 
-/// The fields a run and a session exec share: argv, stdin, env.
-struct CommandFields {
-  std::vector<std::string> argv;
-  std::string stdin_data;
-  std::vector<std::string> env;  // K=V
-};
-/// Parses `key` into `out` if it is one of CommandFields' (true), false for another key.
+/// Parses `key` into `out` if it is a field a run and a session exec share (argv, stdin, env):
+/// true; false for another key.
 std::expected<bool, ApiError> parseCommandField(const std::string& key, const nlohmann::json& v,
-                                                CommandFields& out);
+                                                execution::Command& out);
 
 /// Parses a RunRequest from the body of POST /v1/runs (field errors name the field).
 std::expected<RunRequest, ApiError> parseRunRequest(const nlohmann::json& body);
+
+/// Parses the command of POST /v1/sessions/{id}/exec (argv, stdin, env, cwd, timeout).
+std::expected<execution::Command, ApiError> parseExecRequest(const nlohmann::json& body);
 
 struct WorkflowInfo {
   std::string name;
@@ -67,7 +67,6 @@ struct WorkflowInfo {
 };
 
 class Pool;
-struct Prepared;
 
 class Engine {
  public:
@@ -113,26 +112,16 @@ class Engine {
   /// A sandbox prepared by the zygote (ServeOptions::zygote), or null (the runner then clones
   /// init from this process; a zygote that failed is logged).
   runner::PreparedSandboxPtr preparedSandbox();
-  /// The workflow's limits with `overrides` applied (400 naming what loosens).
-  std::expected<runner::Limits, ApiError> limitsFor(const policy::Workflow& w,
-                                                    const runner::LimitOverrides& overrides);
-  /// Extra files a sandbox of `w` needs (the CA bundle when it inspects TLS).
-  std::vector<std::pair<std::string, std::string>> extraFilesFor(const policy::Workflow& w);
-  /// Builds the receipt of a finished execution, stores it durably (with `caller` and, for a
-  /// session exec, `session_id`) and returns it with its hash.
-  std::expected<nlohmann::json, ApiError> commit(const runner::RunSpec& spec,
-                                                 const runner::RunResult& result,
-                                                 const runner::ReceiptContext& ctx,
-                                                 const Caller& caller,
-                                                 const std::string& session_id);
   static std::string newId(const char* prefix);
-  /// The runner hooks that hand a sandbox's proxy listeners and DNS sockets to the shared proxy
-  /// under `identity` (given a fresh synthetic-name map when it has none).
-  struct NetworkHooks {
-    runner::ListenerCallback on_listener;
-    runner::DnsCallback on_dns;
-  };
-  NetworkHooks networkHooks(proxy::ListenerIdentity identity);
+  /// What every execution of this daemon runs with (execution/sandbox.hpp).
+  execution::Services& services() { return services_; }
+  /// Runs `cmd` in `sandbox` for `caller` (runOnce when `once`): `lines` gets its NDJSON
+  /// events, `stop_fd` stops it; `asked`, when given, is when the run was asked for (the
+  /// start-latency metric).
+  std::expected<nlohmann::json, ApiError> execute(
+      execution::Sandbox& sandbox, const Caller& caller, const execution::Command& cmd,
+      const std::function<void(std::string)>& lines, int stop_fd,
+      std::optional<std::chrono::steady_clock::time_point> asked, bool once = false);
   /// Largest file a session download returns.
   std::uint64_t maxFileBytes() const { return options_.max_body_bytes; }
 
@@ -140,7 +129,7 @@ class Engine {
   explicit Engine(const ServeOptions& options, Metrics& metrics);
 
   std::expected<nlohmann::json, ApiError> runPrepared(
-      const Caller& caller, const RunRequest& request, std::unique_ptr<Prepared> p,
+      const Caller& caller, const RunRequest& request, std::unique_ptr<execution::Sandbox> p,
       const std::function<void(std::string)>& lines, int stop_fd,
       std::shared_ptr<void>* after_answer, std::chrono::steady_clock::time_point asked);
 
@@ -157,6 +146,7 @@ class Engine {
   std::shared_ptr<proxy::ApprovalDesk> approvals_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const policy::Workflow>> workflows_;
+  execution::Services services_;
 };
 
 }  // namespace sluice::serve

@@ -22,6 +22,7 @@
 #include "metrics.hpp"
 #include "sessions.hpp"
 #include "sluice/base/json.hpp"
+#include "sluice/base/loop.hpp"
 #include "sluice/base/strict_json.hpp"
 #include "sluice/execution/approve_with.hpp"
 #include "sluice/execution/wiring.hpp"
@@ -94,7 +95,7 @@ class McpServerImpl final : public McpServer {
 
   void serve(int in_fd, int out_fd) override {
     out_fd_ = out_fd;
-    writer_ = std::thread([this] { writeLoop(); });
+    writer_.start();
     worker_ = std::thread([this] { workLoop(); });
     LineReader reader(in_fd, wake_[0], options_.max_line_bytes);
     for (;;) {
@@ -124,12 +125,7 @@ class McpServerImpl final : public McpServer {
     }
     tools_->close(stopped ? "shutdown" : "client");
     engine_->flush();
-    {
-      std::lock_guard lock(out_mu_);
-      out_done_ = true;
-    }
-    out_cv_.notify_all();
-    writer_.join();
+    writer_.stop();  // what is queued is written first
   }
 
   void stop() override {
@@ -149,34 +145,33 @@ class McpServerImpl final : public McpServer {
   // to read (the reader and worker may; a proxy thread's watcher may not).
   void send(const json& message, bool may_wait) {
     std::string line = base::dumpJson(message) + "\n";
-    std::unique_lock lock(out_mu_);
-    if (may_wait)
-      out_cv_.wait(lock, [&] { return out_bytes_ < options_.max_pending_output || out_broken_; });
-    if (out_broken_) return;
-    out_bytes_ += line.size();
-    out_.push_back(std::move(line));
-    out_cv_.notify_all();
+    const std::size_t bytes = line.size();
+    {
+      std::unique_lock lock(out_mu_);
+      if (may_wait)
+        out_cv_.wait(lock, [&] { return out_bytes_ < options_.max_pending_output || out_broken_; });
+      if (out_broken_) return;
+      out_bytes_ += bytes;
+    }
+    if (!writer_.post([this, line = std::move(line)] { writeOne(line); })) {
+      std::lock_guard lock(out_mu_);  // the writer has stopped: nobody reads any more
+      out_bytes_ -= bytes;
+    }
   }
 
-  void writeLoop() {
-    std::unique_lock lock(out_mu_);
-    for (;;) {
-      out_cv_.wait(lock, [&] { return !out_.empty() || out_done_; });
-      if (out_.empty()) return;
-      std::string line = std::move(out_.front());
-      out_.pop_front();
-      lock.unlock();
-      bool ok = writeAll(line);
-      lock.lock();
-      out_bytes_ -= line.size();
-      if (!ok) {
-        // The client stopped reading for good: drop what is queued and all that follows.
-        out_broken_ = true;
-        out_.clear();
-        out_bytes_ = 0;
-      }
-      out_cv_.notify_all();
+  // On the writer loop, in order.
+  void writeOne(const std::string& line) {
+    bool broken = false;
+    {
+      std::lock_guard lock(out_mu_);
+      broken = out_broken_;
     }
+    // The client stopped reading for good: what is queued and all that follows is dropped.
+    const bool ok = !broken && writeAll(line);
+    std::lock_guard lock(out_mu_);
+    out_bytes_ -= line.size();
+    if (!ok) out_broken_ = true;
+    out_cv_.notify_all();
   }
 
   bool writeAll(const std::string& s) {
@@ -420,12 +415,10 @@ class McpServerImpl final : public McpServer {
   int out_fd_ = -1;
 
   std::mutex out_mu_;
-  std::condition_variable out_cv_;
-  std::deque<std::string> out_;
-  std::size_t out_bytes_ = 0;
-  bool out_done_ = false;
+  std::condition_variable out_cv_;  // out_bytes_ went down, or the client is gone
+  std::size_t out_bytes_ = 0;       // queued on writer_, not yet written
   bool out_broken_ = false;
-  std::thread writer_;
+  base::BackgroundLoop writer_{"sluice-mcp-out"};
 
   std::mutex work_mu_;
   std::condition_variable work_cv_;

@@ -9,6 +9,7 @@
 #include "sluice/base/digest.hpp"
 #include "sluice/policy/explain.hpp"
 #include "sluice/policy/explain_json.hpp"
+#include "sluice/policy/units.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -85,6 +86,21 @@ bool isUtf8(const std::string& s) {
 }
 
 // What the model reads of a receipt: how it ended, its output, its network refusals.
+// run_command's `timeout`: seconds (a number), or a duration string ("90s", "1500ms").
+std::expected<std::chrono::milliseconds, std::string> timeoutArgument(const json& t) {
+  if (t.is_number()) {
+    const double seconds = t.get<double>();
+    if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 1e9)
+      return std::unexpected(std::string("timeout: must be a positive number of seconds"));
+    return std::chrono::milliseconds(std::max<long long>(1, std::llround(seconds * 1000)));
+  }
+  if (!t.is_string()) return std::unexpected(std::string("timeout: must be a string"));
+  auto d = pol::parseDuration(t.get<std::string>());
+  if (!d) return std::unexpected("timeout: " + d.error());
+  if (d->count() <= 0) return std::unexpected(std::string("timeout: must be positive"));
+  return *d;
+}
+
 std::string receiptText(const json& r) {
   std::string out;
   const json& exit = r["exit"];
@@ -143,7 +159,7 @@ std::expected<std::string, std::string> McpTools::open() {
   std::lock_guard lock(mu_);
   if (!opened_) {
     opened_ = true;
-    auto created = sessions_.create(caller_, json{{"workflow", workflow_}});
+    auto created = sessions_.create(caller_, SessionRequest{workflow_, {}, {}});
     if (created)
       session_id_ = (*created)["id"];
     else
@@ -172,24 +188,18 @@ void McpTools::close(const std::string& ended_by) {
 }
 
 json McpTools::runCommand(const json& args, int stop_fd) {
-  json body = json::object();
-  if (args.contains("command"))
-    body["argv"] = json::array({"/bin/sh", "-c", args["command"]});
-  else
-    body["argv"] = args["argv"];
-  if (args.contains("stdin")) body["stdin"] = args["stdin"];
+  sluice::execution::Command cmd;
+  const json argv =
+      args.contains("command") ? json::array({"/bin/sh", "-c", args["command"]}) : args["argv"];
+  if (auto ok = parseCommandField("argv", argv, cmd); !ok) return failure(ok.error());
+  if (args.contains("stdin"))
+    if (auto ok = parseCommandField("stdin", args["stdin"], cmd); !ok) return failure(ok.error());
   if (args.contains("timeout")) {
-    const json& t = args["timeout"];
-    if (t.is_number()) {
-      const double seconds = t.get<double>();
-      if (!(seconds > 0) || !std::isfinite(seconds) || seconds > 1e9)
-        return failure("timeout: must be a positive number of seconds");
-      body["timeout"] = std::to_string(std::max<long long>(1, std::llround(seconds * 1000))) + "ms";
-    } else {
-      body["timeout"] = t;
-    }
+    auto timeout = timeoutArgument(args["timeout"]);
+    if (!timeout) return failure(timeout.error());
+    cmd.limits.timeout = *timeout;
   }
-  auto receipt = sessions_.exec(caller_, session_id_, body, nullptr, stop_fd);
+  auto receipt = sessions_.exec(caller_, session_id_, cmd, nullptr, stop_fd);
   if (!receipt) return failure(receipt.error());
   return success(receiptText(*receipt), *receipt);
 }

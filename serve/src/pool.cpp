@@ -3,45 +3,18 @@
 
 #include <spdlog/spdlog.h>
 
-#include "sluice/execution/wiring.hpp"
-#include "sluice/policy/matcher.hpp"
-
 namespace sluice::serve {
-namespace rn = sluice::runner;
 namespace pol = sluice::policy;
 
-std::expected<std::unique_ptr<Prepared>, rn::SetupError> prepare(
-    Engine& engine, const std::string& id, std::shared_ptr<const pol::Workflow> w) {
-  auto p = std::make_unique<Prepared>();
-  p->id = id;
-  p->workflow = w;
-  auto limits = sluice::execution::workflowLimits(*w, {});
-  if (!limits)
-    return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "limits", limits.error()});
-  p->limits = *limits;
-  const bool network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
-  if (network_proxy) p->placeholders = proxy::makePlaceholders(*w);
-  rn::SessionSpec spec;
-  spec.session_id = id;
-  spec.limits = p->limits;
-  spec.network_proxy = network_proxy;
-  spec.extra_files = engine.extraFilesFor(*w);
-  for (const auto& ph : p->placeholders) spec.env.push_back(ph.env + "=" + ph.token);
-  Engine::NetworkHooks net;
-  if (network_proxy)
-    net = engine.networkHooks({id, pol::Matcher::compile(w), engine.secrets(), p->placeholders});
-  auto box = rn::SandboxSession::start(spec, net.on_listener, net.on_dns, engine.preparedSandbox());
-  if (!box) {
-    if (network_proxy) engine.proxy().closeExecution(id);
-    return std::unexpected(box.error());
-  }
-  p->box = std::move(*box);
-  return p;
+base::Result<std::unique_ptr<Prepared>> prepare(Engine& engine, const std::string& id,
+                                                std::shared_ptr<const pol::Workflow> w) {
+  return sluice::execution::Sandbox::open(
+      engine.services(), {std::move(w), sluice::execution::SandboxKind::kSession, id});
 }
 
 Pool::Pool(Engine& engine, std::size_t per_workflow)
     : engine_(engine), per_workflow_(per_workflow) {
-  filler_ = std::thread([this] { refill(); });
+  filler_.start([this] { refill(); }, kRefillAfter);
 }
 
 Pool::~Pool() { stop(); }
@@ -50,12 +23,11 @@ void Pool::stop() {
   std::map<std::string, std::deque<std::unique_ptr<Prepared>>> left;
   {
     std::lock_guard lock(mu_);
-    if (stopping_ && !filler_.joinable()) return;
+    if (stopping_ && !filler_.running()) return;
     stopping_ = true;
     left.swap(ready_);
   }
-  cv_.notify_all();
-  if (filler_.joinable()) filler_.join();
+  filler_.stop();
   for (auto& [name, q] : left)
     for (auto& p : q) drop(std::move(p));
   std::vector<std::unique_ptr<Prepared>> retired;
@@ -67,10 +39,7 @@ void Pool::stop() {
 }
 
 void Pool::drop(std::unique_ptr<Prepared> p) {
-  if (!p) return;
-  p->box->end();
-  if (p->workflow->sandbox.network == pol::NetworkMode::kProxy)
-    engine_.proxy().closeExecution(p->id);
+  if (p) p->close();
 }
 
 std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
@@ -82,7 +51,7 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
     while (it != ready_.end() && !it->second.empty()) {
       auto candidate = std::move(it->second.front());
       it->second.pop_front();
-      if (candidate->workflow->sha256 == w.sha256) {
+      if (candidate->workflow().sha256 == w.sha256) {
         p = std::move(candidate);
         break;
       }
@@ -96,7 +65,7 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
     last_take_ = std::chrono::steady_clock::now();
     if (!p) ++asked_;
   }
-  cv_.notify_all();
+  filler_.wake();
   return p;
 }
 
@@ -105,7 +74,7 @@ void Pool::replenish() {
     std::lock_guard lock(mu_);
     ++asked_;
   }
-  cv_.notify_all();
+  filler_.wake();
 }
 
 void Pool::retire(std::unique_ptr<Prepared> p) {
@@ -115,7 +84,7 @@ void Pool::retire(std::unique_ptr<Prepared> p) {
     if (!stopping_) {
       retired_.push_back(std::move(p));
       ++asked_;  // its taker is done: build the replacement now
-      cv_.notify_all();
+      filler_.wake();
       return;
     }
   }
@@ -132,66 +101,71 @@ void Pool::reload() {
       asked_ += q.size();  // replaced at once: nobody is using them
     }
   }
-  cv_.notify_all();
+  filler_.wake();
   for (auto& [name, q] : old)
     for (auto& p : q) drop(std::move(p));
 }
 
+// One round of the filler (every kRefillAfter, and when woken): used sandboxes are ended
+// first (their teardown is what a run did not wait for), then replacements are built while a
+// workflow is short of its share.
 void Pool::refill() {
-  std::unique_lock lock(mu_);
-  while (!stopping_) {
-    // Used sandboxes are ended first: their teardown is what a run did not wait for.
-    if (!retired_.empty()) {
-      auto done = std::move(retired_);
-      retired_.clear();
-      lock.unlock();
-      for (auto& p : done) drop(std::move(p));
-      lock.lock();
-      continue;
+  endRetired();
+  while (auto want = due()) {
+    auto made = prepare(engine_, Engine::newId("sb-"), want);
+    if (!made) {
+      spdlog::warn("pool: cannot prepare a sandbox for workflow '{}': {}", want->name,
+                   made.error().text());
+      std::lock_guard lock(mu_);
+      retry_after_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+      return;
     }
-    // The first workflow short of its share, if any.
-    std::shared_ptr<const pol::Workflow> want;
-    for (const auto& info : engine_.workflows()) {
-      auto w = engine_.workflow(info.name);
-      // sandbox.pool in the workflow, else --pool.
-      const std::size_t share = w && w->sandbox.pool ? *w->sandbox.pool : per_workflow_;
-      if (w && ready_[info.name].size() < share) {
-        want = w;
-        break;
+    {
+      std::lock_guard lock(mu_);
+      if (!stopping_) {
+        auto& q = ready_[want->name];
+        q.push_back(std::move(*made));
+        engine_.metrics().poolReady(want->name, static_cast<std::int64_t>(q.size()));
       }
     }
-    if (!want) {
-      asked_ = 0;  // every share is full: no credit carries over to the next take
-      cv_.wait(lock);
-      continue;
-    }
-    // Taken just now, and its taker not done yet: wait for it (retire(), replenish()), but not
-    // for ever (a session may never exec).
-    if (const auto waited = std::chrono::steady_clock::now() - last_take_;
-        asked_ == 0 && waited < kRefillAfter) {
-      cv_.wait_for(lock, kRefillAfter - waited);
-      continue;
-    }
-    if (asked_ > 0) --asked_;
-    lock.unlock();
-    auto made = prepare(engine_, Engine::newId("sb-"), want);
-    lock.lock();
-    if (!made) {
-      spdlog::warn("pool: cannot prepare a sandbox for workflow '{}': {}: {}", want->name,
-                   made.error().step, made.error().message);
-      cv_.wait_for(lock, std::chrono::seconds(1));
-      continue;
-    }
-    if (stopping_) {
-      lock.unlock();
-      drop(std::move(*made));
-      lock.lock();
-      continue;
-    }
-    auto& q = ready_[want->name];
-    q.push_back(std::move(*made));
-    engine_.metrics().poolReady(want->name, static_cast<std::int64_t>(q.size()));
+    if (*made) drop(std::move(*made));  // stopped meanwhile
+    endRetired();
   }
+}
+
+void Pool::endRetired() {
+  std::vector<std::unique_ptr<Prepared>> done;
+  {
+    std::lock_guard lock(mu_);
+    done.swap(retired_);
+  }
+  for (auto& p : done) drop(std::move(p));
+}
+
+// The first workflow short of its share (sandbox.pool in the workflow, else --pool), if its
+// replacement is due now.
+std::shared_ptr<const pol::Workflow> Pool::due() {
+  std::lock_guard lock(mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (stopping_ || now < retry_after_) return nullptr;
+  std::shared_ptr<const pol::Workflow> want;
+  for (const auto& info : engine_.workflows()) {
+    auto w = engine_.workflow(info.name);
+    const std::size_t share = w && w->sandbox.pool ? *w->sandbox.pool : per_workflow_;
+    if (w && ready_[info.name].size() < share) {
+      want = w;
+      break;
+    }
+  }
+  if (!want) {
+    asked_ = 0;  // every share is full: no credit carries over to the next take
+    return nullptr;
+  }
+  // Taken just now, and its taker not done yet: wait for it (retire(), replenish()), but not
+  // for ever (a session may never exec): a later round builds it.
+  if (asked_ == 0 && now - last_take_ < kRefillAfter) return nullptr;
+  if (asked_ > 0) --asked_;
+  return want;
 }
 
 }  // namespace sluice::serve

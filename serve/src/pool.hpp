@@ -1,40 +1,33 @@
 // The warm pool (`--pool N`): per served workflow, N sandboxes built ahead of time (namespaces,
 // mounts, cgroup, the proxy listener attached; nothing run in them yet). A one-shot run takes
 // one, runs in it once and ends it; a new session takes one and keeps it until the session
-// ends; a background thread builds the replacement, after the taker's first work is done (so
+// ends; a background loop builds the replacement, after the taker's first work is done (so
 // that building it does not compete with that work for the CPU). A sandbox is never used twice,
 // and a policy reload drops every sandbox built on the old policy.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "engine.hpp"
-#include "sluice/runner/session.hpp"
+#include "sluice/base/loop.hpp"
+#include "sluice/execution/sandbox.hpp"
 
 namespace sluice::serve {
 
-/// One prepared sandbox and what it was built with.
-struct Prepared {
-  // Its listener's id, so the id of whatever takes it: the execution id of a run, or the id of
-  // a session ("sb-" + 16 hex digits: prepared before anyone knew which).
-  std::string id;
-  std::shared_ptr<const policy::Workflow> workflow;
-  std::vector<proxy::Placeholder> placeholders;
-  runner::Limits limits;
-  std::unique_ptr<runner::SandboxSession> box;
-};
+/// One prepared sandbox: a session sandbox opened on its workflow, whose id (its listeners')
+/// becomes the id of whatever takes it: the execution id of a run, or the id of a session
+/// ("sb-" + 16 hex digits: prepared before anyone knew which).
+using Prepared = execution::Sandbox;
 
-/// Builds a prepared sandbox of `w` whose listener (if any) is `id` (engine's proxy).
-std::expected<std::unique_ptr<Prepared>, runner::SetupError> prepare(
-    Engine& engine, const std::string& id, std::shared_ptr<const policy::Workflow> w);
+/// Opens a prepared sandbox of `w` whose listener (if any) is `id` (engine's proxy).
+base::Result<std::unique_ptr<Prepared>> prepare(Engine& engine, const std::string& id,
+                                                std::shared_ptr<const policy::Workflow> w);
 
 class Pool {
  public:
@@ -56,18 +49,20 @@ class Pool {
 
  private:
   void refill();
+  void endRetired();
+  std::shared_ptr<const policy::Workflow> due();
   void drop(std::unique_ptr<Prepared> p);
 
   Engine& engine_;
   std::size_t per_workflow_;
   std::mutex mu_;
-  std::condition_variable cv_;
   bool stopping_ = false;
   std::map<std::string, std::deque<std::unique_ptr<Prepared>>> ready_;  // by workflow name
   std::vector<std::unique_ptr<Prepared>> retired_;                      // to end
   std::chrono::steady_clock::time_point last_take_{};
   std::size_t asked_ = 0;  // replacements asked for (retire, replenish, an empty pool, reload)
-  std::thread filler_;
+  std::chrono::steady_clock::time_point retry_after_{};  // a prepare failed: not before then
+  base::BackgroundLoop filler_{"sluice-pool"};
 };
 
 }  // namespace sluice::serve

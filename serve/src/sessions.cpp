@@ -31,22 +31,6 @@ std::expected<std::chrono::milliseconds, ApiError> duration(const json& body, co
   return *d;
 }
 
-// One exec's share of its session's traffic: the counters since `before`, and the denials
-// recorded after it.
-proxy::Stats statsSince(const proxy::Stats& before, const proxy::Stats& after) {
-  proxy::Stats delta;
-  delta.allowed = after.allowed - before.allowed;
-  delta.denied = after.denied - before.denied;
-  delta.bytes_out = after.bytes_out - before.bytes_out;
-  delta.bytes_in = after.bytes_in - before.bytes_in;
-  delta.dns_queries = after.dns_queries - before.dns_queries;
-  delta.dns_denied = after.dns_denied - before.dns_denied;
-  const std::size_t seen = std::min(before.denials.size(), after.denials.size());
-  delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(seen),
-                       after.denials.end());
-  return delta;
-}
-
 // "24h", "90m", "30s" or "1500ms": the largest unit that says it exactly.
 std::string spoken(std::chrono::milliseconds d) {
   using namespace std::chrono;
@@ -94,15 +78,12 @@ struct SessionManager::Session {
   std::string id;
   std::string caller;
   std::shared_ptr<const pol::Workflow> workflow;
-  std::shared_ptr<const pol::Matcher> matcher;
-  std::vector<proxy::Placeholder> placeholders;
-  rn::Limits limits;
-  bool network_proxy = false;
   std::chrono::system_clock::time_point created_at, expires_at;
   std::chrono::milliseconds idle_timeout{};
   std::chrono::steady_clock::time_point last_used;
   std::chrono::steady_clock::time_point deadline;  // TTL
-  std::unique_ptr<rn::SandboxSession> box;
+  std::unique_ptr<sluice::execution::Sandbox> sandbox;
+  rn::SandboxSession* box = nullptr;  // the sandbox's, for file operations
   std::vector<std::string> execs;
   bool pooled = false;  // its sandbox came from the warm pool (replenished after its first exec)
   std::mutex op;        // one exec or file operation at a time
@@ -128,26 +109,37 @@ std::size_t SessionManager::active() const {
   return sessions_.size();
 }
 
-std::expected<json, ApiError> SessionManager::create(const Caller& caller, const json& body) {
+std::expected<SessionRequest, ApiError> parseSessionRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
   for (const auto& [key, v] : body.items())
     if (key != "workflow" && key != "idle_timeout" && key != "ttl")
       return std::unexpected(bad(key + ": unknown field"));
   if (!body.contains("workflow") || !body["workflow"].is_string())
     return std::unexpected(bad("workflow: is required (a string)"));
-  const std::string name = body["workflow"];
+  SessionRequest r;
+  r.workflow = body["workflow"];
+  for (auto [key, dst] : {std::pair{"idle_timeout", &r.idle_timeout}, std::pair{"ttl", &r.ttl}}) {
+    if (!body.contains(key)) continue;
+    auto d = duration(body, key, {});
+    if (!d) return std::unexpected(d.error());
+    *dst = *d;
+  }
+  return r;
+}
+
+std::expected<json, ApiError> SessionManager::create(const Caller& caller,
+                                                     const SessionRequest& request) {
+  const std::string& name = request.workflow;
   auto w = engine_.workflow(name);
   if (!w)
     return std::unexpected(ApiError{404, "not_found", "workflow '" + name + "' is not served", ""});
   // Defaults within the ceiling; an explicit value above it is refused, not cut, so the
   // caller is not surprised by a session that ends early.
-  auto idle = duration(body, "idle_timeout",
-                       std::min<std::chrono::milliseconds>(std::chrono::minutes(5), max_ttl_));
-  if (!idle) return std::unexpected(idle.error());
-  auto ttl =
-      duration(body, "ttl", std::min<std::chrono::milliseconds>(std::chrono::hours(1), max_ttl_));
-  if (!ttl) return std::unexpected(ttl.error());
-  for (const auto& [key, d] : {std::pair{"idle_timeout", *idle}, std::pair{"ttl", *ttl}})
+  const auto idle = request.idle_timeout.value_or(
+      std::min<std::chrono::milliseconds>(std::chrono::minutes(5), max_ttl_));
+  const auto ttl =
+      request.ttl.value_or(std::min<std::chrono::milliseconds>(std::chrono::hours(1), max_ttl_));
+  for (const auto& [key, d] : {std::pair{"idle_timeout", idle}, std::pair{"ttl", ttl}})
     if (d > max_ttl_)
       return std::unexpected(bad(std::string(key) + ": " + spoken(d) +
                                  " is longer than this daemon allows (--max-session-ttl " +
@@ -159,15 +151,12 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
   s->hold = std::move(*hold);
   s->caller = caller.name;
   s->workflow = w;
-  s->matcher = pol::Matcher::compile(w);
-  s->network_proxy = w->sandbox.network == pol::NetworkMode::kProxy;
-  s->idle_timeout = *idle;
+  s->idle_timeout = idle;
   s->created_at = std::chrono::system_clock::now();
   s->expires_at =
-      s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(*ttl);
+      s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(ttl);
   s->last_used = std::chrono::steady_clock::now();
-  s->deadline = s->last_used + *ttl;
-  engine_.store().recordPolicy(w->sha256, w->name, w->yaml_text);
+  s->deadline = s->last_used + ttl;
   if (auto started = startSandbox(*s); !started) return std::unexpected(started.error());
   engine_.approvals().attribute(s->id, {"", s->id, s->caller});
   {
@@ -184,41 +173,24 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller, const
 // The session's sandbox: a prepared one from the warm pool when it has one of this very policy
 // (the session then takes its id, which its listeners were attached with), else one built now.
 std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
-  const pol::Workflow& w = *s.workflow;
   if (Pool* pool = engine_.pool())
-    if (auto p = pool->take(w)) {
+    if (auto p = pool->take(*s.workflow)) {
       s.pooled = true;
-      s.id = p->id;
-      s.limits = p->limits;
-      s.placeholders = p->placeholders;  // the tokens its environment already holds
-      s.box = std::move(p->box);
-      return {};
+      s.sandbox = std::move(p);
     }
-  s.id = Engine::newId("se-");
-  auto limits = engine_.limitsFor(w, {});
-  if (!limits) return std::unexpected(limits.error());
-  s.limits = *limits;
-  if (s.network_proxy) s.placeholders = proxy::makePlaceholders(w);
-  rn::SessionSpec spec;
-  spec.session_id = s.id;
-  spec.limits = s.limits;
-  spec.network_proxy = s.network_proxy;
-  spec.extra_files = engine_.extraFilesFor(w);
-  for (const auto& ph : s.placeholders) spec.env.push_back(ph.env + "=" + ph.token);
-  // The session's listeners and DNS, under the session's id (its budgets); while an exec runs,
-  // their audit rows name the exec (Proxy::setCurrentExecution).
-  Engine::NetworkHooks net;
-  if (s.network_proxy)
-    net = engine_.networkHooks({s.id, s.matcher, engine_.secrets(), s.placeholders});
-  auto box =
-      rn::SandboxSession::start(spec, net.on_listener, net.on_dns, engine_.preparedSandbox());
-  if (!box) {
-    if (s.network_proxy) engine_.proxy().closeExecution(s.id);
-    const auto& e = box.error();
-    return std::unexpected(ApiError{
-        500, "internal", "session setup failed at step '" + e.step + "': " + e.message, ""});
+  if (!s.sandbox) {
+    auto opened = sluice::execution::Sandbox::open(
+        engine_.services(),
+        {s.workflow, sluice::execution::SandboxKind::kSession, Engine::newId("se-")});
+    if (!opened) {
+      const auto& e = opened.error();
+      return std::unexpected(ApiError{
+          500, "internal", "session setup failed at step '" + e.where + "': " + e.message, ""});
+    }
+    s.sandbox = std::move(*opened);
   }
-  s.box = std::move(*box);
+  s.id = s.sandbox->id();
+  s.box = s.sandbox->session();
   return {};
 }
 
@@ -233,88 +205,23 @@ std::expected<std::shared_ptr<SessionManager::Session>, ApiError> SessionManager
 }
 
 std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const std::string& id,
-                                                   const json& body,
+                                                   const sluice::execution::Command& cmd,
                                                    const std::function<void(std::string)>& lines,
                                                    int stop_fd) {
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   Session& s = **found;
-  if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
-  rn::ExecSpec spec;
-  CommandFields cmd;
-  for (const auto& [key, v] : body.items()) {
-    auto common = parseCommandField(key, v, cmd);
-    if (!common) return std::unexpected(common.error());
-    if (*common) continue;
-    if (key == "cwd") {
-      if (!v.is_string()) return std::unexpected(bad("cwd: must be a string"));
-      spec.cwd = v.get<std::string>();
-    } else if (key == "timeout") {
-      auto d = duration(body, "timeout", {});
-      if (!d) return std::unexpected(d.error());
-      if (s.limits.timeout.count() > 0 && *d > s.limits.timeout)
-        return std::unexpected(bad("timeout: looser than the workflow's (may only tighten)"));
-      spec.timeout = *d;
-    } else {
-      return std::unexpected(bad(key + ": unknown field"));
-    }
-  }
-  spec.argv = std::move(cmd.argv);
-  spec.stdin_data = std::move(cmd.stdin_data);
-  spec.env = std::move(cmd.env);
-  if (spec.argv.empty()) return std::unexpected(bad("argv: is required"));
-  for (const auto& ph : s.placeholders)
-    for (const std::string& kv : spec.env)
-      if (kv.substr(0, kv.find('=')) == ph.env)
-        return std::unexpected(bad("env." + ph.env + ": is set by rule '" + ph.rule_id +
-                                   "' (inject.placeholder_env)"));
-  if (auto env = rn::buildEnvironment(spec.env, s.network_proxy); !env)
-    return std::unexpected(bad("env: " + env.error()));
-  spec.execution_id = Engine::newId("ex-");
-
   std::lock_guard op(s.op);
   if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
   {
     std::lock_guard lock(mu_);
     ++s.busy;
   }
-  proxy::Stats before;
-  if (s.network_proxy) before = engine_.proxy().stats(s.id);
-  rn::ExecHooks hooks;
-  hooks.stop_fd = stop_fd;
-  if (lines) {
-    engine_.tee().subscribe(spec.execution_id, lines);
-    hooks.live = [&](int stream, std::string_view data) {
-      lines(base::dumpJson(
-          json{{"type", stream == 1 ? "stdout" : "stderr"}, {"data", std::string(data)}}));
-    };
-  }
-  // Approvals raised while this exec runs name it; those still pending when it ends are refused.
-  // The exec's network rows (and approvals) name it, not the session.
-  engine_.approvals().attribute(s.id, {spec.execution_id, s.id, s.caller});
-  if (s.network_proxy) engine_.proxy().setCurrentExecution(s.id, spec.execution_id);
-  auto result = s.box->exec(spec, hooks);
-  engine_.approvals().endExecution(spec.execution_id);
-  if (s.network_proxy) engine_.proxy().setCurrentExecution(s.id, "");
-  engine_.approvals().attribute(s.id, {"", s.id, s.caller});
-  if (lines) engine_.tee().unsubscribe(spec.execution_id);
-  rn::RunSpec mirror;  // what the receipt describes
-  mirror.argv = spec.argv;
-  mirror.limits = s.limits;
-  if (spec.timeout) mirror.limits.timeout = *spec.timeout;
-  mirror.network_proxy = s.network_proxy;
-  mirror.execution_id = spec.execution_id;
-  if (!result)
-    result = sluice::execution::failedResult(result.error(), mirror, rn::sandboxSupported());
-  rn::ReceiptContext ctx;
-  ctx.workflow = s.workflow->name;
-  ctx.policy_sha256 = s.workflow->sha256;
-  ctx.network_mode = s.network_proxy ? "proxy" : "none";
-  if (s.network_proxy) {
-    sluice::execution::addNetwork(ctx, statsSince(before, engine_.proxy().stats(s.id)));
-  }
-  auto receipt = engine_.commit(mirror, *result, ctx, Caller{s.caller, false}, s.id);
-  s.execs.push_back(spec.execution_id);
+  const std::string exec_id = s.sandbox->nextExecutionId();
+  auto receipt =
+      engine_.execute(*s.sandbox, Caller{s.caller, false}, cmd, lines, stop_fd, std::nullopt);
+  // A refused command ran nothing: it is not one of the session's execs.
+  if (receipt || receipt.error().status != 400) s.execs.push_back(exec_id);
   // The pool builds this session's replacement now that its first exec has answered.
   if (s.pooled && s.execs.size() == 1)
     if (Pool* pool = engine_.pool()) pool->replenish();
@@ -371,7 +278,7 @@ std::expected<std::uint64_t, ApiError> SessionManager::uploadLimit(const Caller&
                                                                    const std::string& id) {
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
-  return (*found)->limits.disk;
+  return (*found)->sandbox->limits().disk;
 }
 
 std::expected<SessionManager::FileBody, ApiError> SessionManager::getFile(const Caller& caller,
@@ -402,13 +309,8 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   json artifacts = json::array();
   for (const auto& a : s.box->artifacts())
     artifacts.push_back({{"path", a.path}, {"bytes", a.bytes}, {"sha256", a.sha256}});
-  s.box->end();
-  engine_.approvals().endExecution(s.id);
-  proxy::Stats net;
-  if (s.network_proxy) {
-    engine_.proxy().closeExecution(s.id);
-    net = engine_.proxy().stats(s.id);
-  }
+  s.sandbox->close();
+  const proxy::Stats net = s.sandbox->networkStats();
   json denials = json::array();
   for (const auto& d : net.denials)
     denials.push_back({{"host", d.host}, {"port", d.port}, {"rule", d.rule}, {"reason", d.reason}});

@@ -13,12 +13,22 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "engine.hpp"
 #include "quotas.hpp"
 
 namespace sluice::serve {
+
+/// A session as the API asks for it (POST /v1/sessions), parsed at the edge.
+struct SessionRequest {
+  std::string workflow;
+  std::optional<std::chrono::milliseconds> idle_timeout, ttl;  ///< none: the defaults
+};
+
+/// Parses the body of POST /v1/sessions (field errors name the field).
+std::expected<SessionRequest, ApiError> parseSessionRequest(const nlohmann::json& body);
 
 class SessionManager {
  public:
@@ -29,10 +39,11 @@ class SessionManager {
   ~SessionManager();
 
   /// POST /v1/sessions -> 201 {"id","workflow","created_at","expires_at"}.
-  std::expected<nlohmann::json, ApiError> create(const Caller& caller, const nlohmann::json& body);
+  std::expected<nlohmann::json, ApiError> create(const Caller& caller,
+                                                 const SessionRequest& request);
   /// POST /v1/sessions/{id}/exec -> the exec's receipt (blocking; run on a thread of its own).
   std::expected<nlohmann::json, ApiError> exec(const Caller& caller, const std::string& id,
-                                               const nlohmann::json& body,
+                                               const execution::Command& cmd,
                                                const std::function<void(std::string)>& lines,
                                                int stop_fd);
   /// PUT /v1/sessions/{id}/files/{path} -> {"path","bytes","sha256"}.

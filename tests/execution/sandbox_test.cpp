@@ -1,0 +1,93 @@
+// execution::Sandbox's checks, the same for every surface (sluice run, serve's runs, pooled
+// runs and session execs, sluice mcp): a command may not set a placeholder's variable or
+// loosen a limit, and an upstream CA must be a readable file (serve used to hand a FIFO to
+// OpenSSL and hang at start-up; now it is refused as `sluice run` refuses it).
+#include "sluice/execution/sandbox.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "sluice/policy/loader.hpp"
+
+namespace sluice::execution {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kPolicy =
+    "apiVersion: sluice/v1\nkind: Workflow\nname: placeholders\n"
+    "sandbox:\n  timeout: 60s\n  memory: 256MiB\n  network: proxy\n"
+    "egress:\n  rules:\n"
+    "    - id: api\n      action: allow\n      hosts: [api.example.com]\n      tls: inspect\n"
+    "      inject:\n        headers:\n"
+    "          Authorization: \"Bearer ${secret:api_token}\"\n"
+    "        placeholder_env: API_TOKEN\n";
+
+class SandboxCheck : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto w = policy::parseWorkflow(kPolicy, "placeholders.yaml");
+    ASSERT_TRUE(w) << w.error().str();
+    auto opened = Sandbox::open(services_, {std::make_shared<const policy::Workflow>(std::move(*w)),
+                                            SandboxKind::kOneShot, ""});
+    ASSERT_TRUE(opened) << opened.error().text();
+    sandbox_ = std::move(*opened);
+  }
+
+  Services services_;  // no proxy, store or CA: nothing here runs
+  std::unique_ptr<Sandbox> sandbox_;
+};
+
+TEST_F(SandboxCheck, APlaceholdersVariableCannotBeGiven) {
+  Command cmd;
+  cmd.argv = {"/bin/true"};
+  cmd.env = {"OTHER=1", "API_TOKEN=mine"};
+  auto r = sandbox_->check(cmd);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, base::Code::kInvalidArgument);
+  EXPECT_EQ(r.error().where, "env");
+  EXPECT_NE(r.error().message.find("API_TOKEN: set by rule 'api'"), std::string::npos)
+      << r.error().message;
+  // Refused by exec too, before anything runs.
+  auto ran = sandbox_->exec(cmd);
+  ASSERT_FALSE(ran);
+  EXPECT_EQ(ran.error().where, "env");
+  cmd.env = {"OTHER=1"};
+  EXPECT_TRUE(sandbox_->check(cmd)) << sandbox_->check(cmd).error().text();
+}
+
+TEST_F(SandboxCheck, ARunnerVariableAndALooserLimitAreRefused) {
+  Command cmd;
+  cmd.argv = {"/bin/true"};
+  cmd.env = {"HTTPS_PROXY=http://elsewhere:3128"};
+  EXPECT_FALSE(sandbox_->check(cmd));
+  cmd.env.clear();
+  cmd.limits.timeout = std::chrono::minutes(5);  // the workflow says 60s
+  auto r = sandbox_->check(cmd);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().where, "limits");
+  cmd.limits.timeout = std::chrono::seconds(5);
+  EXPECT_TRUE(sandbox_->check(cmd));
+}
+
+TEST(UpstreamCas, EachMustBeAReadableRegularFile) {
+  const fs::path dir = fs::temp_directory_path() / ("sluice-exec-ca-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "ca.pem") << "not parsed here\n";
+  ASSERT_EQ(::mkfifo((dir / "fifo").c_str(), 0600), 0);
+  EXPECT_TRUE(checkUpstreamCas({(dir / "ca.pem").string()}));
+  for (const fs::path& bad : {dir / "missing.pem", dir / "fifo", dir}) {
+    auto r = checkUpstreamCas({(dir / "ca.pem").string(), bad.string()});
+    ASSERT_FALSE(r) << bad;
+    EXPECT_EQ(r.error().where, "upstream CA");
+    EXPECT_NE(r.error().message.find(bad.string()), std::string::npos) << r.error().message;
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace sluice::execution
