@@ -7,6 +7,7 @@
 #include <array>
 #include <string>
 
+#include "rows.hpp"
 #include "schema.hpp"
 #include "sqlite_db.hpp"
 
@@ -36,18 +37,6 @@ bool contains(const std::array<std::string_view, N>& list, std::string_view s) {
   return false;
 }
 
-/// Columns whose text is JSON.
-bool isJsonColumn(std::string_view name) {
-  return name == "argv" || name == "usage" || name == "artifacts" || name == "receipt" ||
-         name == "injected_secrets";
-}
-
-/// Columns holding epoch milliseconds, shown as RFC 3339 by query and show.
-bool isTimeColumn(std::string_view name) {
-  return name == "started_at" || name == "ended_at" || name == "ts" || name == "loaded_at" ||
-         name == "asked_at" || name == "decided_at";
-}
-
 /// A bound parameter. (Not a std::variant: g++ 12 warns falsely about its string member.)
 struct Bind {
   bool is_text = false;
@@ -56,6 +45,122 @@ struct Bind {
 };
 Bind textBind(std::string s) { return Bind{true, 0, std::move(s)}; }
 Bind intBind(std::int64_t i) { return Bind{false, i, {}}; }
+
+/// The SQL of `sluice audit query` for a filter: one statement per kind, its parameters bound
+/// in order. The event kinds list their table's columns from the row descriptions (rows.hpp).
+class QuerySql {
+ public:
+  explicit QuerySql(const QueryFilter& f) : f_(f) {}
+
+  /// "?N" for a new parameter.
+  std::string param(Bind b) {
+    binds_.push_back(std::move(b));
+    return fmt::format("?{}", binds_.size());
+  }
+  const std::vector<Bind>& binds() const { return binds_; }
+
+  /// Each execution with a summary of its connections.
+  std::string executions() {
+    std::string sql =
+        "SELECT e.id, e.workflow, e.started_at, e.ended_at - e.started_at AS duration_ms,"
+        " e.exit_code, e.signal, e.limit_hit,"
+        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
+        "   AND c.decision = 'allow') AS allowed,"
+        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
+        "   AND c.decision = 'deny') AS denied,"
+        " (SELECT coalesce(sum(c.bytes_up), 0) FROM connections c"
+        "   WHERE c.execution_id = e.id) AS bytes_out,"
+        " (SELECT coalesce(sum(c.bytes_down), 0) FROM connections c"
+        "   WHERE c.execution_id = e.id) AS bytes_in,"
+        " (SELECT group_concat(h, ' ') FROM (SELECT DISTINCT c.host || ':' || c.port AS h"
+        "   FROM connections c WHERE c.execution_id = e.id ORDER BY h)) AS hosts"
+        " FROM executions e WHERE 1";
+    if (f_.workflow) sql += " AND e.workflow = " + param(textBind(*f_.workflow));
+    if (f_.execution) sql += " AND e.id = " + param(textBind(*f_.execution));
+    if (f_.since_ms) sql += " AND e.started_at >= " + param(intBind(*f_.since_ms));
+    if (f_.until_ms) sql += " AND e.started_at < " + param(intBind(*f_.until_ms));
+    // --decision and --host together mean one connection with both (e.g. allowed to host Y).
+    if (f_.decision || f_.host) {
+      sql += " AND EXISTS (SELECT 1 FROM connections c WHERE c.execution_id = e.id";
+      if (f_.decision) sql += " AND c.decision = " + param(textBind(*f_.decision));
+      if (f_.host) sql += " AND c.host = " + param(textBind(*f_.host));
+      sql += ")";
+    }
+    return sql;
+  }
+
+  /// The rows of one event kind (or connections and requests interleaved); "" for an unknown
+  /// kind.
+  std::string events(std::string_view kind) {
+    if (kind == "connections") {
+      return "SELECT t.seq, " + columns("connections", {"policy_sha256"}) + " FROM connections t" +
+             where();
+    }
+    if (kind == "requests")
+      return "SELECT t.id, " + columns("requests") + " FROM requests t" + where();
+    if (kind == "forwards") {
+      // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
+      return "SELECT t.id, " + columns("forwards") +
+             ", EXISTS (SELECT 1 FROM requests r WHERE r.execution_id IS t.execution_id"
+             "   AND r.workflow = t.workflow AND r.ts = t.ts AND r.method IS t.method"
+             "   AND r.host IS t.host AND r.path IS t.path AND r.seq > t.seq) AS completed"
+             " FROM (SELECT seq AS id, * FROM forwards) t" +
+             where();
+    }
+    if (kind == "dns") {
+      // sluice's DNS: one row per query; --host matches the queried name.
+      return "SELECT t.id, " + columns("dns_queries") +
+             " FROM (SELECT seq AS id, name AS host, * FROM dns_queries) t" + where();
+    }
+    if (kind == "approvals") {
+      // Decided approvals of `ask` rules; --since/--until apply to when it was asked.
+      return "SELECT t.seq, " + columns("approvals") +
+             " FROM (SELECT asked_at AS ts, * FROM approvals) t" + where();
+    }
+    if (kind == "events") return interleaved();
+    return {};
+  }
+
+ private:
+  static std::string columns(std::string_view table,
+                             std::initializer_list<std::string_view> omit = {}) {
+    return detail::columnList(*detail::findChainTable(table), "t.", omit);
+  }
+
+  /// Conditions on an event row aliased `t` (time column `ts`).
+  std::string where() {
+    std::string w = " WHERE 1";
+    if (f_.workflow) w += " AND t.workflow = " + param(textBind(*f_.workflow));
+    if (f_.execution) w += " AND t.execution_id = " + param(textBind(*f_.execution));
+    if (f_.decision) w += " AND t.decision = " + param(textBind(*f_.decision));
+    if (f_.host) w += " AND t.host = " + param(textBind(*f_.host));
+    if (f_.since_ms) w += " AND t.ts >= " + param(intBind(*f_.since_ms));
+    if (f_.until_ms) w += " AND t.ts < " + param(intBind(*f_.until_ms));
+    return w;
+  }
+
+  /// Connections and requests in one list, in chain order.
+  std::string interleaved() {
+    std::string conn_where = where();
+    std::string req_where = where();
+    return "SELECT * FROM (SELECT t.seq, 'connection' AS type, t.ts, t.execution_id, t.workflow,"
+           " t.decision, t.rule_id, t.reason, t.host, t.port, NULL AS method, NULL AS path,"
+           " NULL AS status, t.detail, NULL AS injected_secrets FROM connections t" +
+           conn_where +
+           " UNION ALL SELECT t.seq, 'request', t.ts, t.execution_id, t.workflow, t.decision,"
+           " t.rule_id, t.reason, t.host, NULL, t.method, t.path, t.status, NULL,"
+           " t.injected_secrets FROM requests t" +
+           req_where + ")";
+  }
+
+  const QueryFilter& f_;
+  std::vector<Bind> binds_;
+};
+
+/// A table's hashed columns for `show`, leaving out `omit`.
+std::string columnsOf(std::string_view table, std::initializer_list<std::string_view> omit) {
+  return detail::columnList(*detail::findChainTable(table), "", omit);
+}
 
 }  // namespace
 
@@ -174,8 +279,9 @@ std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
   std::vector<bool> time_col(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     std::string name = sqlite3_column_name(s, i);
-    table.json_columns.push_back(isJsonColumn(name));
-    time_col[static_cast<std::size_t>(i)] = format_times && isTimeColumn(name);
+    const detail::ColumnKind kind = detail::columnKind(name);
+    table.json_columns.push_back(kind == detail::ColumnKind::kJson);
+    time_col[static_cast<std::size_t>(i)] = format_times && kind == detail::ColumnKind::kTime;
     table.columns.push_back(std::move(name));
   }
   while ((rc = stmt.step()) == SQLITE_ROW) {
@@ -229,122 +335,29 @@ std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
   if (f.decision && *f.decision != "allow" && *f.decision != "deny") {
     return std::unexpected(Error{"--decision must be allow or deny, not '" + *f.decision + "'"});
   }
-  std::vector<Bind> binds;
-  auto param = [&](Bind b) {
-    binds.push_back(std::move(b));
-    return fmt::format("?{}", binds.size());
-  };
-  // Conditions on a connections/requests row aliased `t` (time column `ts`).
-  auto eventWhere = [&] {
-    std::string w = " WHERE 1";
-    if (f.workflow) w += " AND t.workflow = " + param(textBind(*f.workflow));
-    if (f.execution) w += " AND t.execution_id = " + param(textBind(*f.execution));
-    if (f.decision) w += " AND t.decision = " + param(textBind(*f.decision));
-    if (f.host) w += " AND t.host = " + param(textBind(*f.host));
-    if (f.since_ms) w += " AND t.ts >= " + param(intBind(*f.since_ms));
-    if (f.until_ms) w += " AND t.ts < " + param(intBind(*f.until_ms));
-    return w;
-  };
-  std::string sql;
-  if (kind == "executions") {
-    sql =
-        "SELECT e.id, e.workflow, e.started_at, e.ended_at - e.started_at AS duration_ms,"
-        " e.exit_code, e.signal, e.limit_hit,"
-        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
-        "   AND c.decision = 'allow') AS allowed,"
-        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
-        "   AND c.decision = 'deny') AS denied,"
-        " (SELECT coalesce(sum(c.bytes_up), 0) FROM connections c"
-        "   WHERE c.execution_id = e.id) AS bytes_out,"
-        " (SELECT coalesce(sum(c.bytes_down), 0) FROM connections c"
-        "   WHERE c.execution_id = e.id) AS bytes_in,"
-        " (SELECT group_concat(h, ' ') FROM (SELECT DISTINCT c.host || ':' || c.port AS h"
-        "   FROM connections c WHERE c.execution_id = e.id ORDER BY h)) AS hosts"
-        " FROM executions e WHERE 1";
-    if (f.workflow) sql += " AND e.workflow = " + param(textBind(*f.workflow));
-    if (f.execution) sql += " AND e.id = " + param(textBind(*f.execution));
-    if (f.since_ms) sql += " AND e.started_at >= " + param(intBind(*f.since_ms));
-    if (f.until_ms) sql += " AND e.started_at < " + param(intBind(*f.until_ms));
-    // --decision and --host together mean one connection with both (e.g. allowed to host Y).
-    if (f.decision || f.host) {
-      sql += " AND EXISTS (SELECT 1 FROM connections c WHERE c.execution_id = e.id";
-      if (f.decision) sql += " AND c.decision = " + param(textBind(*f.decision));
-      if (f.host) sql += " AND c.host = " + param(textBind(*f.host));
-      sql += ")";
-    }
-  } else if (kind == "connections") {
-    sql =
-        "SELECT t.seq, t.id, t.execution_id, t.workflow, t.ts, t.kind, t.host, t.port,"
-        " t.resolved_ip, t.decision, t.rule_id, t.reason, t.detail, t.tls, t.bytes_up,"
-        " t.bytes_down, t.duration_ms FROM connections t";
-    sql += eventWhere();
-  } else if (kind == "requests") {
-    sql =
-        "SELECT t.id, t.connection_id, t.execution_id, t.workflow, t.ts, t.method, t.host,"
-        " t.path, t.status, t.decision, t.rule_id, t.reason, t.injected_secrets"
-        " FROM requests t";
-    sql += eventWhere();
-  } else if (kind == "forwards") {
-    if (f.decision) {
-      return std::unexpected(
-          Error{"--decision does not apply to forwards (every forward was "
-                "allowed; its outcome is the matching request)"});
-    }
-    // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
-    sql =
-        "SELECT t.id, t.connection_id, t.execution_id, t.workflow, t.ts, t.method, t.host,"
-        " t.path, t.rule_id, t.attempt, t.injected_secrets,"
-        " EXISTS (SELECT 1 FROM requests r WHERE r.execution_id IS t.execution_id"
-        "   AND r.workflow = t.workflow AND r.ts = t.ts AND r.method IS t.method"
-        "   AND r.host IS t.host AND r.path IS t.path AND r.seq > t.seq) AS completed"
-        " FROM (SELECT seq AS id, * FROM forwards) t";
-    sql += eventWhere();
-  } else if (kind == "dns") {
-    // sluice's DNS: one row per query; --host matches the queried name.
-    sql =
-        "SELECT t.id, t.execution_id, t.workflow, t.ts, t.name, t.qtype, t.answer, t.decision,"
-        " t.rule_id, t.reason FROM (SELECT seq AS id, name AS host, * FROM dns_queries) t";
-    sql += eventWhere();
-  } else if (kind == "approvals") {
-    // Decided approvals of `ask` rules; --since/--until apply to when it was asked.
-    sql =
-        "SELECT t.seq, t.id, t.execution_id, t.session_id, t.workflow, t.caller, t.rule_id,"
-        " t.host, t.port, t.method, t.path, t.decision, t.reason, t.scope, t.decided_by,"
-        " t.asked_at, t.decided_at FROM (SELECT asked_at AS ts, * FROM approvals) t";
-    sql += eventWhere();
-  } else if (kind == "events") {
-    std::string conn_where = eventWhere();
-    std::string req_where = eventWhere();
-    sql =
-        "SELECT * FROM (SELECT t.seq, 'connection' AS type, t.ts, t.execution_id, t.workflow,"
-        " t.decision, t.rule_id, t.reason, t.host, t.port, NULL AS method, NULL AS path,"
-        " NULL AS status, t.detail, NULL AS injected_secrets FROM connections t" +
-        conn_where +
-        " UNION ALL SELECT t.seq, 'request', t.ts, t.execution_id, t.workflow, t.decision,"
-        " t.rule_id, t.reason, t.host, NULL, t.method, t.path, t.status, NULL,"
-        " t.injected_secrets FROM requests t" +
-        req_where + ")";
-  } else {
+  if (kind == "forwards" && f.decision) {
+    return std::unexpected(
+        Error{"--decision does not apply to forwards (every forward was "
+              "allowed; its outcome is the matching request)"});
+  }
+  QuerySql q(f);
+  std::string sql = kind == "executions" ? q.executions() : q.events(kind);
+  if (sql.empty()) {
     return std::unexpected(
         Error{"unknown query kind '" + kind +
               "' (executions, connections, requests, forwards, dns, approvals or events)"});
   }
-  if (kind == "executions") {
-    sql += " ORDER BY e.seq";
-  } else {
-    sql += " ORDER BY seq";
-  }
-  if (f.limit) sql += " LIMIT " + param(intBind(*f.limit));
-  return impl_->run(sql, binds, true, false);
+  sql += kind == "executions" ? " ORDER BY e.seq" : " ORDER BY seq";
+  if (f.limit) sql += " LIMIT " + q.param(intBind(*f.limit));
+  return impl_->run(sql, q.binds(), true, false);
 }
 
 std::expected<std::optional<ExecutionDetail>, Error> Reader::show(std::string_view id) {
   std::vector<Bind> binds{textBind(std::string(id))};
-  auto exec = impl_->run(
-      "SELECT seq, id, workflow, policy_sha256, argv, started_at, ended_at, exit_code, signal,"
-      " limit_hit, usage, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated,"
-      " artifacts, hash FROM executions WHERE id = ?1",
-      binds, true, false);
+  // The receipt is read apart, unformatted; the rest as `query` shows it.
+  auto exec = impl_->run("SELECT seq, " + columnsOf("executions", {"receipt"}) +
+                             ", hash FROM executions WHERE id = ?1",
+                         binds, true, false);
   if (!exec) return std::unexpected(exec.error());
   if (exec->rows.empty()) return std::optional<ExecutionDetail>{};
   ExecutionDetail d;
@@ -354,16 +367,16 @@ std::expected<std::optional<ExecutionDetail>, Error> Reader::show(std::string_vi
   if (!receipt->rows.empty()) {
     if (auto* s = std::get_if<std::string>(&receipt->rows[0][0])) d.receipt_json = *s;
   }
+  // The execution's connections and requests, without the columns the execution gives.
   auto conns = impl_->run(
-      "SELECT seq, id, ts, kind, host, port, resolved_ip, decision, rule_id, reason, detail, tls,"
-      " bytes_up, bytes_down, duration_ms FROM connections WHERE execution_id = ?1 ORDER BY seq",
+      "SELECT seq, " + columnsOf("connections", {"execution_id", "workflow", "policy_sha256"}) +
+          " FROM connections WHERE execution_id = ?1 ORDER BY seq",
       binds, true, false);
   if (!conns) return std::unexpected(conns.error());
   d.connections = std::move(*conns);
-  auto reqs = impl_->run(
-      "SELECT id, connection_id, ts, method, host, path, status, decision, rule_id, reason,"
-      " injected_secrets FROM requests WHERE execution_id = ?1 ORDER BY seq",
-      binds, true, false);
+  auto reqs = impl_->run("SELECT id, " + columnsOf("requests", {"execution_id", "workflow"}) +
+                             " FROM requests WHERE execution_id = ?1 ORDER BY seq",
+                         binds, true, false);
   if (!reqs) return std::unexpected(reqs.error());
   d.requests = std::move(*reqs);
   return std::optional<ExecutionDetail>{std::move(d)};

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "row_hash.hpp"
+#include "rows.hpp"
 #include "schema_sql.hpp"
 #include "sqlite_db.hpp"
 
@@ -156,23 +157,19 @@ std::expected<void, Error> chainVersion5Policies(const std::filesystem::path& pa
                      "SELECT sha256, workflow, yaml, loaded_at FROM policies_v5 "
                      "ORDER BY loaded_at, sha256");
   if (!old) return std::unexpected(old.error());
-  auto insert = prepare(path, db,
-                        "INSERT INTO policies (seq, prev_hash, hash, sha256, workflow, yaml, "
-                        "loaded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  const auto& policies = rowOf<PolicyRecord>();
+  auto insert = prepare(path, db, insertSql(policies.table));
   if (!insert) return std::unexpected(insert.error());
   RowHasher hasher;
+  RowScratch scratch;
+  std::array<Value, kMaxColumns> buffer;
   int rc;
   while ((rc = old->step()) == SQLITE_ROW) {
-    const std::array<Value, kPolicyColumns.size()> values = {
-        Value{old->columnText(0)}, Value{old->columnText(1)}, Value{old->columnText(2)},
-        Value{old->columnInt(3)}};
-    std::string hash = hasher.hash("policies", seq + 1, prev, values);
-    insert->bindInt(1, seq + 1);
-    insert->bindText(2, prev);
-    insert->bindText(3, hash);
-    for (std::size_t i = 0; i < 3; ++i)
-      insert->bindText(static_cast<int>(i + 4), old->columnText(static_cast<int>(i)));
-    insert->bindInt(7, old->columnInt(3));
+    const PolicyRecord policy{std::string(old->columnText(0)), std::string(old->columnText(1)),
+                              std::string(old->columnText(2)), old->columnInt(3)};
+    const auto values = rowValues(policies, policy, scratch, buffer);
+    std::string hash = hasher.hash(policies.table.name, seq + 1, prev, values);
+    bindRow(*insert, seq + 1, prev, hash, values);
     int step_rc = insert->step();
     insert->reset();
     if (step_rc != SQLITE_DONE)

@@ -29,6 +29,7 @@
 #include "checkpointer.hpp"
 #include "merkle.hpp"
 #include "row_hash.hpp"
+#include "rows.hpp"
 #include "schema.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/base/clock.hpp"
@@ -61,11 +62,6 @@ Error explainOpenFailure(const std::filesystem::path& path, Error error) {
   return error;
 }
 
-std::int64_t clampU64(std::uint64_t v) {
-  return static_cast<std::int64_t>(std::min<std::uint64_t>(
-      v, static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())));
-}
-
 /// Where a producer that needs an answer (recordExecution, flush) waits. The writer sets the
 /// result and notifies while holding the mutex, so the waiter may destroy it as soon as it
 /// wakes: the writer never touches it after unlocking.
@@ -89,10 +85,7 @@ struct Waiter {
   }
 };
 
-struct PolicyItem {
-  std::string sha256, workflow, yaml;
-  std::int64_t loaded_at = 0;
-};
+using PolicyItem = detail::PolicyRecord;
 struct ExecutionItem {
   const ExecutionRecord* record;
   Waiter* waiter;
@@ -113,28 +106,13 @@ bool isSync(const Item& item) {
   return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item);
 }
 
-template <std::size_t N>
-std::string insertSql(std::string_view table, const std::array<std::string_view, N>& columns,
-                      std::string_view verb = "INSERT") {
-  std::string cols = "seq, prev_hash, hash";
-  std::string params = "?1, ?2, ?3";
-  for (std::size_t i = 0; i < N; ++i) {
-    cols += ", ";
-    cols += columns[i];
-    params += fmt::format(", ?{}", i + 4);
-  }
-  return fmt::format("{} INTO {} ({}) VALUES ({})", verb, table, cols, params);
-}
-
-void bindValue(Stmt& stmt, int index, const Value& v) {
-  if (auto* i = std::get_if<std::int64_t>(&v)) {
-    stmt.bindInt(index, *i);
-  } else if (auto* s = std::get_if<std::string_view>(&v)) {
-    stmt.bindText(index, *s);
-  } else {
-    stmt.bindNull(index);
-  }
-}
+/// What a batch tells the producers waiting on its items (ExecutionItem, FlushItem): per item,
+/// the error that refused it, and an executions row's hash.
+struct ItemOutcomes {
+  explicit ItemOutcomes(std::size_t n) : errors(n), hashes(n) {}
+  std::vector<std::optional<Error>> errors;
+  std::vector<std::string> hashes;
+};
 
 }  // namespace
 
@@ -214,9 +192,31 @@ class Store::Impl {
   std::expected<void, Error> insertCheckpoint(const detail::CheckpointRow& row);
   void finalCheckpoint();
   void processBatch(std::span<Item> batch);
-  std::expected<void, Error> writeBatch(std::span<Item> batch, bool durable,
-                                        std::vector<std::optional<Error>>& item_errors,
-                                        std::vector<std::string>& item_hashes);
+  // One batch, one transaction: writeBatch() and its steps (see the definitions).
+  std::expected<void, Error> writeBatch(std::span<Item> batch, bool durable, ItemOutcomes& out);
+  std::expected<void, Error> beginBatch(bool durable);
+  std::expected<void, Error> readTip();
+  std::expected<void, Error> writeItem(const PolicyItem& policy, std::size_t index,
+                                       ItemOutcomes& out);
+  std::expected<void, Error> writeItem(const ExecutionItem& execution, std::size_t index,
+                                       ItemOutcomes& out);
+  std::expected<void, Error> writeItem(const CheckpointItem& checkpoint, std::size_t index,
+                                       ItemOutcomes& out);
+  std::expected<void, Error> writeItem(const FlushItem&, std::size_t, ItemOutcomes&) { return {}; }
+  template <typename Event>
+  std::expected<void, Error> writeItem(const Event& event, std::size_t index, ItemOutcomes& out) {
+    return insertRow(detail::rowOf<Event>(), event, index, out);
+  }
+  template <typename Event>
+  std::expected<void, Error> insertRow(const detail::RowDescription<Event>& row, const Event& event,
+                                       std::size_t index, ItemOutcomes& out) {
+    return insertChained(row.table, detail::rowValues(row, event, scratch_, values_), index, out);
+  }
+  std::expected<void, Error> insertChained(const detail::ChainTable& table,
+                                           std::span<const Value> values, std::size_t index,
+                                           ItemOutcomes& out);
+  std::expected<void, Error> commitBatch();
+  void rollback();
   std::expected<void, Error> setSynchronous(bool full);
   void fail(Error error);
   Error stepError(int rc, std::string_view what) {
@@ -228,10 +228,18 @@ class Store::Impl {
   Db db_;
   bool writable_ = false;  // set before the writer thread starts, never changed after
   bool synchronous_full_ = false;
-  Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_dns_,
-      insert_approval_, insert_policy_, insert_checkpoint_, read_chain_after_;
+  std::array<Stmt, detail::kChainTableCount> insert_;  // by ChainTable::index (insertSql)
+  Stmt insert_checkpoint_, read_chain_after_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
-  detail::RowHasher hasher_;  // writer thread only
+  // Writer thread only: the hasher, the row being written, and the chain's tip (the last row's
+  // seq and hash) while a batch's transaction is open.
+  detail::RowHasher hasher_;
+  detail::RowScratch scratch_;
+  std::array<Value, detail::kMaxColumns> values_;
+  struct {
+    std::int64_t seq = 0;
+    detail::HexDigest hash;
+  } tip_;
   // With a signing key: the thread keeping the Merkle tree and signing checkpoints; the writer
   // hands it each committed row's hash. tree_size_ counts the rows handed over (or about to be:
   // new_leaves_ holds those of the open transaction). Writer thread only.
@@ -373,15 +381,11 @@ std::expected<void, Error> Store::Impl::openWriter() {
     out = std::move(*s);
     return {};
   };
+  for (const auto& t : detail::chainTables()) {
+    if (auto r = prep(insert_[t.index], detail::insertSql(t)); !r) return r;
+  }
   for (auto r :
-       {prep(insert_execution_, insertSql("executions", detail::kExecutionColumns)),
-        prep(insert_connection_, insertSql("connections", detail::kConnectionColumns)),
-        prep(insert_request_, insertSql("requests", detail::kRequestColumns)),
-        prep(insert_forward_, insertSql("forwards", detail::kForwardColumns)),
-        prep(insert_dns_, insertSql("dns_queries", detail::kDnsColumns)),
-        prep(insert_approval_, insertSql("approvals", detail::kApprovalColumns)),
-        prep(insert_policy_, insertSql("policies", detail::kPolicyColumns, "INSERT OR IGNORE")),
-        prep(read_head_, "SELECT seq, hash FROM chain_head WHERE id = 0"),
+       {prep(read_head_, "SELECT seq, hash FROM chain_head WHERE id = 0"),
         prep(write_head_, "UPDATE chain_head SET seq = ?1, hash = ?2 WHERE id = 0"),
         prep(begin_, "BEGIN IMMEDIATE"), prep(commit_, "COMMIT"), prep(rollback_, "ROLLBACK")}) {
     if (!r) return r;
@@ -594,7 +598,6 @@ void Store::Impl::finalCheckpoint() {
   // Not durable (no fsync): a checkpoint lost in a crash leaves its rows unsigned until the
   // next writer signs them, and `sluice run` should not wait for a disk flush on its way out.
   if (synchronous_full_) (void)setSynchronous(false);
-  sqlite3* raw = db_.get();
   int rc = begin_.step();
   begin_.reset();
   if (rc != SQLITE_DONE) {
@@ -635,10 +638,7 @@ void Store::Impl::finalCheckpoint() {
     if (rc != SQLITE_DONE) r = std::unexpected(stepError(rc, "cannot commit a checkpoint"));
   }
   if (!r) {
-    if (!sqlite3_get_autocommit(raw)) {
-      rollback_.step();
-      rollback_.reset();
-    }
+    rollback();
     fail(r.error());
   }
 }
@@ -756,8 +756,7 @@ void Store::Impl::writerLoop() {
 }
 
 void Store::Impl::processBatch(std::span<Item> batch) {
-  std::vector<std::optional<Error>> item_errors(batch.size());
-  std::vector<std::string> item_hashes(batch.size());
+  ItemOutcomes out(batch.size());
   std::optional<Error> batch_error;
   if (failed_.load(std::memory_order_acquire)) {
     batch_error = failure().value_or(Error{path_.string() + ": store failed"});
@@ -765,228 +764,136 @@ void Store::Impl::processBatch(std::span<Item> batch) {
     bool durable = std::any_of(batch.begin(), batch.end(), [](const Item& item) {
       return std::holds_alternative<ExecutionItem>(item);
     });
-    auto r = writeBatch(batch, durable, item_errors, item_hashes);
+    auto r = writeBatch(batch, durable, out);
     if (!r) {
       fail(r.error());
       batch_error = r.error();
     }
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::optional<Error> err = batch_error ? batch_error : item_errors[i];
+    std::optional<Error> err = batch_error ? batch_error : out.errors[i];
     if (auto* e = std::get_if<ExecutionItem>(&batch[i])) {
-      e->waiter->finish(std::move(err), std::move(item_hashes[i]));
+      e->waiter->finish(std::move(err), std::move(out.hashes[i]));
     } else if (auto* f = std::get_if<FlushItem>(&batch[i])) {
       f->waiter->finish(std::move(err));
     }
   }
 }
 
+// One transaction: each item's row appended to the chain, then the new head. An item refused
+// on its own (a duplicate execution id) is reported in `out`; any other error rolls it all back.
 std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool durable,
-                                                   std::vector<std::optional<Error>>& item_errors,
-                                                   std::vector<std::string>& item_hashes) {
-  if (durable != synchronous_full_) {
-    if (auto r = setSynchronous(durable); !r) return r;
-  }
-  sqlite3* raw = db_.get();
-  auto rollback = [&] {
-    // A failed COMMIT (SQLITE_FULL, SQLITE_IOERR) may already have rolled back.
-    if (!sqlite3_get_autocommit(raw)) {
-      rollback_.step();
-      rollback_.reset();
-    }
-  };
-  int rc = begin_.step();
-  begin_.reset();
-  if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot begin a transaction"));
-
-  // The head is re-read in every transaction: another process with its own writer (two
-  // `sluice run` sharing a database) may have extended the chain since our last commit.
-  rc = read_head_.step();
-  if (rc != SQLITE_ROW) {
-    Error e = rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
-                                : stepError(rc, "cannot read the chain head");
-    read_head_.reset();
-    rollback();
-    return std::unexpected(e);
-  }
-  std::int64_t seq = read_head_.columnInt(0);
-  detail::HexDigest prev;
-  if (!prev.assign(read_head_.columnText(1))) {
-    read_head_.reset();
-    rollback();
-    return std::unexpected(Error{path_.string() + ": chain_head holds a malformed hash"});
-  }
-  read_head_.reset();
-  if (checkpointer_) {
-    new_leaves_.clear();
-    if (auto r = catchUpTree(seq); !r) {
-      rollback();
-      return r;
-    }
-  }
-
-  std::string json_buf;
-  std::array<Value, detail::kExecutionColumns.size()> ev;
-  std::array<Value, detail::kConnectionColumns.size()> cv;
-  std::array<Value, detail::kRequestColumns.size()> rv;
-  std::array<Value, detail::kForwardColumns.size()> fv;
-  std::array<Value, detail::kDnsColumns.size()> dv;
-  std::array<Value, detail::kApprovalColumns.size()> av;
-  std::array<Value, detail::kPolicyColumns.size()> pv;
-
-  // Inserts one chained row; on a constraint violation (duplicate execution id) the row is
-  // skipped and reported to its producer; any other error fails the batch.
-  auto insertChained = [&](Stmt& stmt, std::string_view table, std::span<const Value> values,
-                           std::size_t index) -> std::expected<void, Error> {
-    detail::HexDigest hash;
-    detail::Digest raw_hash;
-    hasher_.hash(table, seq + 1, prev.view(), values, hash, raw_hash.data());
-    stmt.bindInt(1, seq + 1);
-    stmt.bindText(2, prev.view());
-    stmt.bindText(3, hash.view());
-    for (std::size_t i = 0; i < values.size(); ++i)
-      bindValue(stmt, static_cast<int>(i + 4), values[i]);
-    int step_rc = stmt.step();
-    if (step_rc != SQLITE_DONE) {
-      Error e = stepError(step_rc, fmt::format("cannot insert into {}", table));
-      stmt.reset();
-      if ((step_rc & 0xff) == SQLITE_CONSTRAINT) {
-        item_errors[index] = std::move(e);
-        return {};
-      }
-      return std::unexpected(std::move(e));
-    }
-    stmt.reset();
-    // INSERT OR IGNORE of a policy text the store already holds (another process stored it):
-    // nothing was written, so the row takes no seq.
-    if (sqlite3_changes(raw) == 0) return {};
-    ++seq;
-    if (checkpointer_) {
-      new_leaves_.push_back(raw_hash);
-      ++tree_size_;
-    }
-    if (std::holds_alternative<ExecutionItem>(batch[index])) item_hashes[index] = hash.view();
-    prev = hash;
-    return {};
-  };
-
+                                                   ItemOutcomes& out) {
+  if (auto r = beginBatch(durable); !r) return r;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::expected<void, Error> r;
-    if (auto* p = std::get_if<PolicyItem>(&batch[i])) {
-      // policies is content-addressed and verify checks it: a key that is not the text's
-      // hash would make the whole database fail verification, so refuse it here.
-      if (hasher_.sha256(p->yaml) != p->sha256) {
-        logger().error(
-            "{}: not recording policy of workflow '{}': {} is not the SHA-256 of "
-            "its text",
-            path_.string(), p->workflow, p->sha256);
-        continue;
-      }
-      pv = {Value{std::string_view(p->sha256)}, Value{std::string_view(p->workflow)},
-            Value{std::string_view(p->yaml)}, Value{p->loaded_at}};
-      r = insertChained(insert_policy_, "policies", pv, i);
-    } else if (auto* c = std::get_if<ConnectionEvent>(&batch[i])) {
-      cv = {Value{std::string_view(c->id)},
-            detail::textOrNull(c->execution_id),
-            Value{std::string_view(c->workflow)},
-            detail::textOrNull(c->policy_sha256),
-            Value{c->ts_ms},
-            detail::textOrNull(c->kind),
-            Value{std::string_view(c->host)},
-            Value{static_cast<std::int64_t>(c->port)},
-            detail::textOrNull(c->resolved_ip),
-            Value{std::string_view(c->decision)},
-            detail::textOrNull(c->rule_id),
-            detail::textOrNull(c->reason),
-            detail::textOrNull(c->detail),
-            detail::textOrNull(c->tls),
-            Value{clampU64(c->bytes_up)},
-            Value{clampU64(c->bytes_down)},
-            Value{c->duration_ms}};
-      r = insertChained(insert_connection_, "connections", cv, i);
-    } else if (auto* q = std::get_if<RequestEvent>(&batch[i])) {
-      // Replace invalid UTF-8 rather than throw: nothing may kill the writer thread.
-      json_buf = base::dumpJson(nlohmann::json(q->injected_secrets));
-      rv = {detail::textOrNull(q->connection_id), detail::textOrNull(q->execution_id),
-            Value{std::string_view(q->workflow)}, Value{q->ts_ms},
-            detail::textOrNull(q->method),        detail::textOrNull(q->host),
-            detail::textOrNull(q->path),          Value{static_cast<std::int64_t>(q->status)},
-            Value{std::string_view(q->decision)}, detail::textOrNull(q->rule_id),
-            detail::textOrNull(q->reason),        Value{std::string_view(json_buf)}};
-      r = insertChained(insert_request_, "requests", rv, i);
-    } else if (auto* f = std::get_if<ForwardEvent>(&batch[i])) {
-      json_buf = base::dumpJson(nlohmann::json(f->injected_secrets));
-      fv = {detail::textOrNull(f->connection_id),
-            detail::textOrNull(f->execution_id),
-            Value{std::string_view(f->workflow)},
-            Value{f->ts_ms},
-            detail::textOrNull(f->method),
-            detail::textOrNull(f->host),
-            detail::textOrNull(f->path),
-            detail::textOrNull(f->rule_id),
-            Value{static_cast<std::int64_t>(f->attempt)},
-            Value{std::string_view(json_buf)}};
-      r = insertChained(insert_forward_, "forwards", fv, i);
-    } else if (auto* d = std::get_if<DnsEvent>(&batch[i])) {
-      dv = {detail::textOrNull(d->execution_id),
-            Value{std::string_view(d->workflow)},
-            Value{d->ts_ms},
-            detail::textOrNull(d->name),
-            detail::textOrNull(d->qtype),
-            detail::textOrNull(d->answer),
-            Value{std::string_view(d->decision)},
-            detail::textOrNull(d->rule_id),
-            detail::textOrNull(d->reason)};
-      r = insertChained(insert_dns_, "dns_queries", dv, i);
-    } else if (auto* k = std::get_if<CheckpointItem>(&batch[i])) {
-      r = insertCheckpoint(k->row);
-    } else if (auto* a = std::get_if<ApprovalEvent>(&batch[i])) {
-      av = {Value{std::string_view(a->id)},
-            detail::textOrNull(a->execution_id),
-            detail::textOrNull(a->session_id),
-            Value{std::string_view(a->workflow)},
-            detail::textOrNull(a->caller),
-            detail::textOrNull(a->rule_id),
-            Value{std::string_view(a->host)},
-            Value{static_cast<std::int64_t>(a->port)},
-            detail::textOrNull(a->method),
-            detail::textOrNull(a->path),
-            Value{std::string_view(a->decision)},
-            detail::textOrNull(a->reason),
-            detail::textOrNull(a->scope),
-            detail::textOrNull(a->decided_by),
-            Value{a->asked_at_ms},
-            Value{a->decided_at_ms}};
-      r = insertChained(insert_approval_, "approvals", av, i);
-    } else if (auto* x = std::get_if<ExecutionItem>(&batch[i])) {
-      const ExecutionRecord& e = *x->record;
-      ev = {Value{std::string_view(e.id)},
-            Value{std::string_view(e.workflow)},
-            detail::textOrNull(e.policy_sha256),
-            detail::textOrNull(e.argv_json),
-            Value{e.started_at_ms},
-            Value{e.ended_at_ms},
-            Value{static_cast<std::int64_t>(e.exit_code)},
-            Value{static_cast<std::int64_t>(e.signal)},
-            detail::textOrNull(e.limit_hit),
-            detail::textOrNull(e.usage_json),
-            Value{clampU64(e.stdout_bytes)},
-            Value{clampU64(e.stderr_bytes)},
-            Value{std::int64_t{e.stdout_truncated ? 1 : 0}},
-            Value{std::int64_t{e.stderr_truncated ? 1 : 0}},
-            detail::textOrNull(e.artifacts_json),
-            detail::textOrNull(e.receipt_json)};
-      r = insertChained(insert_execution_, "executions", ev, i);
-    }
+    auto r = std::visit([&](const auto& item) { return writeItem(item, i, out); }, batch[i]);
     if (!r) {
       rollback();
       return r;
     }
   }
+  return commitBatch();
+}
 
-  write_head_.bindInt(1, seq);
-  write_head_.bindText(2, prev.view());
-  rc = write_head_.step();
+// Opens the batch's transaction (synchronous=FULL when it holds a receipt) and reads the tip.
+std::expected<void, Error> Store::Impl::beginBatch(bool durable) {
+  if (durable != synchronous_full_) {
+    if (auto r = setSynchronous(durable); !r) return r;
+  }
+  const int rc = begin_.step();
+  begin_.reset();
+  if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot begin a transaction"));
+  auto r = readTip();
+  if (r && checkpointer_) {
+    new_leaves_.clear();
+    r = catchUpTree(tip_.seq);
+  }
+  if (!r) rollback();
+  return r;
+}
+
+// The head is re-read in every transaction: another process with its own writer (two
+// `sluice run` sharing a database) may have extended the chain since our last commit.
+std::expected<void, Error> Store::Impl::readTip() {
+  const int rc = read_head_.step();
+  std::expected<void, Error> r;
+  if (rc != SQLITE_ROW) {
+    r = std::unexpected(rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
+                                          : stepError(rc, "cannot read the chain head"));
+  } else {
+    tip_.seq = read_head_.columnInt(0);
+    if (!tip_.hash.assign(read_head_.columnText(1)))
+      r = std::unexpected(Error{path_.string() + ": chain_head holds a malformed hash"});
+  }
+  read_head_.reset();
+  return r;
+}
+
+std::expected<void, Error> Store::Impl::writeItem(const PolicyItem& policy, std::size_t index,
+                                                  ItemOutcomes& out) {
+  // policies is content-addressed and verify checks it: a key that is not the text's hash
+  // would make the whole database fail verification, so refuse it here.
+  if (hasher_.sha256(policy.yaml) != policy.sha256) {
+    logger().error(
+        "{}: not recording policy of workflow '{}': {} is not the SHA-256 of "
+        "its text",
+        path_.string(), policy.workflow, policy.sha256);
+    return {};
+  }
+  return insertRow(detail::rowOf<detail::PolicyRecord>(), policy, index, out);
+}
+
+std::expected<void, Error> Store::Impl::writeItem(const ExecutionItem& execution, std::size_t index,
+                                                  ItemOutcomes& out) {
+  const std::int64_t before = tip_.seq;
+  auto r = insertRow(detail::rowOf<ExecutionRecord>(), *execution.record, index, out);
+  if (r && tip_.seq != before) out.hashes[index] = tip_.hash.view();  // the receipt's audit hash
+  return r;
+}
+
+std::expected<void, Error> Store::Impl::writeItem(const CheckpointItem& checkpoint, std::size_t,
+                                                  ItemOutcomes&) {
+  return insertCheckpoint(checkpoint.row);
+}
+
+// Appends one row to the chain (the tip moves on). On a constraint violation (duplicate
+// execution id) the row is skipped and reported to its producer; any other error fails the
+// batch.
+std::expected<void, Error> Store::Impl::insertChained(const detail::ChainTable& table,
+                                                      std::span<const Value> values,
+                                                      std::size_t index, ItemOutcomes& out) {
+  detail::HexDigest hash;
+  detail::Digest raw_hash;
+  hasher_.hash(table.name, tip_.seq + 1, tip_.hash.view(), values, hash, raw_hash.data());
+  Stmt& stmt = insert_[table.index];
+  detail::bindRow(stmt, tip_.seq + 1, tip_.hash.view(), hash.view(), values);
+  const int rc = stmt.step();
+  if (rc != SQLITE_DONE) {
+    Error e = stepError(rc, fmt::format("cannot insert into {}", table.name));
+    stmt.reset();
+    if ((rc & 0xff) != SQLITE_CONSTRAINT) return std::unexpected(std::move(e));
+    out.errors[index] = std::move(e);
+    return {};
+  }
+  stmt.reset();
+  // INSERT OR IGNORE of a policy text the store already holds (another process stored it):
+  // nothing was written, so the row takes no seq.
+  if (sqlite3_changes(db_.get()) == 0) return {};
+  ++tip_.seq;
+  tip_.hash = hash;
+  if (checkpointer_) {
+    new_leaves_.push_back(raw_hash);
+    ++tree_size_;
+  }
+  return {};
+}
+
+// The new head, the commit, and then (never for a row that might still roll back) the rows'
+// hashes to the Merkle tree.
+std::expected<void, Error> Store::Impl::commitBatch() {
+  write_head_.bindInt(1, tip_.seq);
+  write_head_.bindText(2, tip_.hash.view());
+  int rc = write_head_.step();
   write_head_.reset();
   if (rc != SQLITE_DONE) {
     Error e = stepError(rc, "cannot update the chain head");
@@ -1000,9 +907,16 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
     rollback();
     return std::unexpected(e);
   }
-  // Committed: the rows' hashes go to the tree (never a row that might still roll back).
   if (checkpointer_) checkpointer_->add(new_leaves_);
   return {};
+}
+
+void Store::Impl::rollback() {
+  // A failed COMMIT (SQLITE_FULL, SQLITE_IOERR) may already have rolled back.
+  if (!sqlite3_get_autocommit(db_.get())) {
+    rollback_.step();
+    rollback_.reset();
+  }
 }
 
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

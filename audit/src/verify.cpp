@@ -6,6 +6,7 @@
 // can be refused, and a kept checkpoint must be extended (consistency.hpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -70,37 +71,22 @@ struct Cursor {
   /// "connections seq 57 (id c-1)", "policies seq 3 (sha256 ab12...)": how a broken row is
   /// named.
   std::string name() const {
-    const std::string_view t = table->name;
-    std::string id = t == "requests" || t == "forwards" || t == "dns_queries"
-                         ? std::to_string(seq)
-                         : std::string(stmt.columnText(3));
-    return fmt::format("{} seq {} ({} {})", t, seq, t == "policies" ? "sha256" : "id", id);
+    const auto& cols = table->columns;
+    const auto key = std::find(cols.begin(), cols.end(), table->key_column);
+    if (table->key_column.empty() || key == cols.end())
+      return fmt::format("{} seq {} (id {})", table->name, seq, seq);
+    return fmt::format("{} seq {} ({} {})", table->name, seq, table->key_column,
+                       stmt.columnText(static_cast<int>(key - cols.begin()) + 3));
   }
 };
 
-/// The generated (VIRTUAL) columns of a table as a condition that holds when each equals its
-/// definition; "1" when there are none. They are not stored, but their definitions are (in the
-/// schema), and a rewritten definition would change what `audit query` shows.
-std::string_view generatedColumnsCheck(std::string_view table) {
-  // Guarded by json_valid: reading caller from a receipt that is not JSON would fail the
-  // statement; such a receipt fails the row's hash anyway.
-  if (table == "executions") {
-    return "CASE WHEN json_valid(receipt) THEN caller IS json_extract(receipt, '$.caller') AND "
-           "session_id IS json_extract(receipt, '$.session_id') ELSE 1 END";
-  }
-  if (table == "requests") return "id IS seq";
-  return "1";
-}
-
-/// chainSelectSql's columns, then whether the generated columns hold (generatedColumnsCheck).
+/// chainSelectSql's columns, then whether the generated columns hold (generated_check).
 std::string verifySelectSql(const detail::ChainTable& t) {
-  std::string sql = "SELECT seq, prev_hash, hash";
-  for (auto c : t.columns) sql += fmt::format(", {}", c);
-  return fmt::format("{}, {} FROM {} WHERE seq > ?1 ORDER BY seq", sql,
-                     generatedColumnsCheck(t.name), t.name);
+  return fmt::format("SELECT seq, prev_hash, hash, {}, {} FROM {} WHERE seq > ?1 ORDER BY seq",
+                     detail::columnList(t, ""), t.generated_check, t.name);
 }
 
-/// A policies row's values (kPolicyColumns): sha256 is the SHA-256 of yaml, both text.
+/// A policies row's values (rows.cpp): sha256 is the SHA-256 of yaml, both text.
 bool policyTextMatches(detail::RowHasher& hasher, const std::vector<Value>& values) {
   const auto* sha = std::get_if<std::string_view>(&values[0]);
   const auto* yaml = std::get_if<std::string_view>(&values[2]);
