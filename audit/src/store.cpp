@@ -131,6 +131,11 @@ class Store::Impl {
   ~Impl() { checkpointer_.reset(); }
 
   std::expected<void, Error> openWriter();
+  std::expected<void, Error> connectWriter();
+  std::expected<void, Error> initSchema();
+  std::expected<void, Error> enableWal();
+  std::expected<void, Error> prepareStatements();
+  std::expected<void, Error> prepareInto(Stmt& out, std::string_view sql);
   std::expected<void, Error> openReader();
   // Starts the writer thread on a database openWriter() has opened.
   void start() {
@@ -310,6 +315,8 @@ std::expected<void, Error> createPrivately(const std::filesystem::path& path,
 
 }  // namespace
 
+// Opens the write connection and readies it: schema checked (created, migrated), WAL, the
+// statements of the writer loop, and with a signing key the Merkle tree.
 std::expected<void, Error> Store::Impl::openWriter() {
   // SQLite's allocation statistics take a global mutex around every malloc; at 200k rows/s
   // that is measurable and we never read them. Only possible before SQLite initialises; a
@@ -317,6 +324,31 @@ std::expected<void, Error> Store::Impl::openWriter() {
   static std::once_flag once;
   std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); });
   if (auto r = createPrivately(path_, options_); !r) return r;
+  if (auto r = connectWriter(); !r) return r;
+  // Check (and create or migrate) the schema before touching the journal mode: a foreign
+  // database must not be rewritten, not even its header.
+  if (auto r = initSchema(); !r) return r;
+  if (auto r = enableWal(); !r) return r;
+  if (auto r = setSynchronous(false); !r) return r;
+  // A bigger page cache keeps the index pages of recent rows in memory (inserts otherwise
+  // re-read them), and a larger autocheckpoint interval means fewer checkpoint fsyncs at
+  // 200k rows/s. Readers are unaffected: WAL lets them read while the WAL grows.
+  if (auto r = detail::exec(path_, db_.get(),
+                            fmt::format("PRAGMA cache_size=-{}; PRAGMA wal_autocheckpoint=4096",
+                                        std::max(64u, options_.cache_kib)));
+      !r) {
+    return r;
+  }
+  if (auto r = prepareStatements(); !r) return r;
+  if (options_.signing_key) {
+    if (auto r = loadTree(); !r) return r;
+  }
+  logger().debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
+  return {};
+}
+
+// The write connection, refused when SQLite could only open the file read-only.
+std::expected<void, Error> Store::Impl::connectWriter() {
   // NOMUTEX: the connection is used by this thread until start(), then only by the writer.
   auto db = detail::openDb(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            static_cast<int>(options_.busy_timeout.count()));
@@ -337,17 +369,21 @@ std::expected<void, Error> Store::Impl::openWriter() {
                                                   "file system is read-only",
                                  SQLITE_READONLY});
   }
-  // Check (and create or migrate) the schema before touching the journal mode: a foreign
-  // database must not be rewritten, not even its header.
+  return {};
+}
+
+// Creates, checks or migrates the schema in a transaction of its own.
+std::expected<void, Error> Store::Impl::initSchema() {
+  sqlite3* raw = db_.get();
   if (auto r = detail::exec(path_, raw, "BEGIN IMMEDIATE"); !r) return r;
-  if (auto r = detail::initOrMigrate(path_, raw); !r) {
-    detail::exec(path_, raw, "ROLLBACK");
-    return r;
-  }
-  if (auto r = detail::exec(path_, raw, "COMMIT"); !r) {
-    detail::exec(path_, raw, "ROLLBACK");
-    return r;
-  }
+  auto r = detail::initOrMigrate(path_, raw);
+  if (r) r = detail::exec(path_, raw, "COMMIT");
+  if (!r) detail::exec(path_, raw, "ROLLBACK");
+  return r;
+}
+
+std::expected<void, Error> Store::Impl::enableWal() {
+  sqlite3* raw = db_.get();
   {
     auto stmt = detail::prepare(path_, raw, "PRAGMA journal_mode=WAL");
     if (!stmt) return std::unexpected(stmt.error());
@@ -358,42 +394,34 @@ std::expected<void, Error> Store::Impl::openWriter() {
                                    std::string(stmt->columnText(0)) + ")"});
     }
   }
-  // With a persistent WAL (above) the frames of the previous session stay valid on disk, so
-  // recovery at open counts them as not yet checkpointed and the next write would append
-  // after them: the WAL would grow without end. Checkpointing them now (a no-op copy: the
-  // previous close already did) lets the first write restart the WAL from its start.
+  // With a persistent WAL (connectWriter) the frames of the previous session stay valid on
+  // disk, so recovery at open counts them as not yet checkpointed and the next write would
+  // append after them: the WAL would grow without end. Checkpointing them now (a no-op copy:
+  // the previous close already did) lets the first write restart the WAL from its start.
   // PASSIVE never waits; if another connection is busy the WAL simply restarts later.
   sqlite3_wal_checkpoint_v2(raw, "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-  if (auto r = setSynchronous(false); !r) return r;
-  // A bigger page cache keeps the index pages of recent rows in memory (inserts otherwise
-  // re-read them), and a larger autocheckpoint interval means fewer checkpoint fsyncs at
-  // 200k rows/s. Readers are unaffected: WAL lets them read while the WAL grows.
-  if (auto r = detail::exec(path_, raw,
-                            fmt::format("PRAGMA cache_size=-{}; PRAGMA wal_autocheckpoint=4096",
-                                        std::max(64u, options_.cache_kib)));
-      !r) {
-    return r;
-  }
+  return {};
+}
 
-  auto prep = [&](Stmt& out, std::string_view sql) -> std::expected<void, Error> {
-    auto s = detail::prepare(path_, raw, sql);
-    if (!s) return std::unexpected(s.error());
-    out = std::move(*s);
-    return {};
-  };
+std::expected<void, Error> Store::Impl::prepareInto(Stmt& out, std::string_view sql) {
+  auto s = detail::prepare(path_, db_.get(), sql);
+  if (!s) return std::unexpected(s.error());
+  out = std::move(*s);
+  return {};
+}
+
+// The statements of the writer loop: one INSERT per chained table (rows.hpp), the head, and
+// the transaction's.
+std::expected<void, Error> Store::Impl::prepareStatements() {
   for (const auto& t : detail::chainTables()) {
-    if (auto r = prep(insert_[t.index], detail::insertSql(t)); !r) return r;
+    if (auto r = prepareInto(insert_[t.index], detail::insertSql(t)); !r) return r;
   }
-  for (auto r :
-       {prep(read_head_, "SELECT seq, hash FROM chain_head WHERE id = 0"),
-        prep(write_head_, "UPDATE chain_head SET seq = ?1, hash = ?2 WHERE id = 0"),
-        prep(begin_, "BEGIN IMMEDIATE"), prep(commit_, "COMMIT"), prep(rollback_, "ROLLBACK")}) {
+  for (auto r : {prepareInto(read_head_, "SELECT seq, hash FROM chain_head WHERE id = 0"),
+                 prepareInto(write_head_, "UPDATE chain_head SET seq = ?1, hash = ?2 WHERE id = 0"),
+                 prepareInto(begin_, "BEGIN IMMEDIATE"), prepareInto(commit_, "COMMIT"),
+                 prepareInto(rollback_, "ROLLBACK")}) {
     if (!r) return r;
   }
-  if (options_.signing_key) {
-    if (auto r = loadTree(); !r) return r;
-  }
-  logger().debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
   return {};
 }
 
@@ -401,25 +429,19 @@ std::expected<void, Error> Store::Impl::openWriter() {
 // tree of the newest checkpoint (newestTree) or, without one, on an empty tree that
 // catchUpTree() fills with every row.
 std::expected<void, Error> Store::Impl::loadTree() {
-  sqlite3* raw = db_.get();
-  auto prep = [&](Stmt& out, std::string_view sql) -> std::expected<void, Error> {
-    auto st = detail::prepare(path_, raw, sql);
-    if (!st) return std::unexpected(st.error());
-    out = std::move(*st);
-    return {};
-  };
-  if (auto r = prep(insert_checkpoint_,
-                    // Checkpoints are numbered in position order (verify checks it): one at or
-                    // before the newest one's position (another signing writer got there first)
-                    // adds nothing that one does not cover, and is left out.
-                    "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) "
-                    "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE ?1 > "
-                    "(SELECT coalesce(max(position), 0) FROM checkpoints)");
+  if (auto r =
+          prepareInto(insert_checkpoint_,
+                      // Checkpoints are numbered in position order (verify checks it): one at or
+                      // before the newest one's position (another signing writer got there first)
+                      // adds nothing that one does not cover, and is left out.
+                      "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) "
+                      "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE ?1 > "
+                      "(SELECT coalesce(max(position), 0) FROM checkpoints)");
       !r) {
     return r;
   }
   // Every chained row's (seq, hash) in (?1, ?2].
-  if (auto r = prep(read_chain_after_, detail::chainHashesSql("seq > ?1 AND seq <= ?2")); !r)
+  if (auto r = prepareInto(read_chain_after_, detail::chainHashesSql("seq > ?1 AND seq <= ?2")); !r)
     return r;
   auto tree = newestTree();
   if (!tree) return std::unexpected(tree.error());
