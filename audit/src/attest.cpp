@@ -34,8 +34,8 @@ std::string requestUri(std::string_view kind, std::string_view host, std::int64_
 
 /// What one execution fetched, as resolved dependencies: each allowed request's method + URL
 /// (first occurrence, chain order), then each allowed tunnel whose requests were not seen.
-std::expected<Json, Error> fetchedUrls(const std::filesystem::path& db, sqlite3* raw,
-                                       std::string_view execution_id) {
+std::expected<Json, base::Error> fetchedUrls(const std::filesystem::path& db, sqlite3* raw,
+                                             std::string_view execution_id) {
   auto st = detail::prepare(
       db, raw,
       "SELECT r.method, r.host, r.path, r.status,"
@@ -160,10 +160,11 @@ Json provenance(const detail::Stmt& row, std::string_view execution_id, const Si
 }
 
 /// The DSSE envelope of `payload`, signed with `key`, as one line of JSON.
-std::expected<std::string, Error> signedEnvelope(const std::string& payload,
-                                                 const SigningKey& key) {
+std::expected<std::string, base::Error> signedEnvelope(const std::string& payload,
+                                                       const SigningKey& key) {
   const std::string sig = key.sign(dssePae(kInTotoPayloadType, payload));
-  if (sig.empty()) return std::unexpected(Error{"cannot sign the attestation"});
+  if (sig.empty())
+    return std::unexpected(base::Error{base::Code::kInternal, "cannot sign the attestation"});
   Json envelope = Json::object();
   envelope["payloadType"] = kInTotoPayloadType;
   envelope["payload"] = base64Encode(payload);
@@ -178,9 +179,9 @@ std::string dssePae(std::string_view payload_type, std::string_view payload) {
                      payload);
 }
 
-std::expected<std::string, Error> attestExecution(const std::filesystem::path& db,
-                                                  std::string_view execution_id,
-                                                  const SigningKey& key) {
+std::expected<std::string, base::Error> attestExecution(const std::filesystem::path& db,
+                                                        std::string_view execution_id,
+                                                        const SigningKey& key) {
   auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
@@ -190,11 +191,13 @@ std::expected<std::string, Error> attestExecution(const std::filesystem::path& d
   row->bindText(1, execution_id);
   if (row->step() != SQLITE_ROW) {
     return std::unexpected(
-        Error{fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
+        base::Error{base::Code::kNotFound,
+                    fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
   }
   Json subjects = artifactSubjects(row->columnText(8));
   if (subjects.empty()) {
-    return std::unexpected(Error{
+    return std::unexpected(base::Error{
+        base::Code::kNotFound,
         fmt::format("{}: execution {} left no /output artifacts with a digest; nothing to attest",
                     db.string(), execution_id)});
   }

@@ -168,9 +168,9 @@ class Reader::Impl {
  public:
   explicit Impl(std::filesystem::path path) : path_(std::move(path)) {}
 
-  std::expected<void, Error> open();
-  std::expected<ResultTable, Error> run(std::string_view sql, const std::vector<Bind>& binds,
-                                        bool format_times, bool single_statement);
+  std::expected<void, base::Error> open();
+  std::expected<ResultTable, base::Error> run(std::string_view sql, const std::vector<Bind>& binds,
+                                              bool format_times, bool single_statement);
   const std::filesystem::path& path() const { return path_; }
 
  private:
@@ -218,10 +218,10 @@ int Reader::Impl::authorize(void* self, int action, const char* a, const char* b
   }
 }
 
-std::expected<void, Error> Reader::Impl::open() {
+std::expected<void, base::Error> Reader::Impl::open() {
   std::error_code ec;
   if (!std::filesystem::exists(path_, ec)) {
-    return std::unexpected(Error{path_.string() + ": no such file"});
+    return std::unexpected(base::Error{base::Code::kNotFound, path_.string() + ": no such file"});
   }
   // READONLY never creates the file; query_only and the authorizer refuse writes even if
   // something slipped past the open flags.
@@ -238,9 +238,10 @@ std::expected<void, Error> Reader::Impl::open() {
   return {};
 }
 
-std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
-                                                    const std::vector<Bind>& binds,
-                                                    bool format_times, bool single_statement) {
+std::expected<ResultTable, base::Error> Reader::Impl::run(std::string_view sql,
+                                                          const std::vector<Bind>& binds,
+                                                          bool format_times,
+                                                          bool single_statement) {
   sqlite3* raw = db_.get();
   sqlite3_stmt* s = nullptr;
   const char* tail = nullptr;
@@ -249,22 +250,29 @@ std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
   Stmt stmt(s);
   if (rc != SQLITE_OK) {
     if ((rc & 0xff) == SQLITE_AUTH) {
-      return std::unexpected(Error{
+      return std::unexpected(detail::sqliteCoded(
+          base::Code::kPermissionDenied,
           fmt::format("{}: refused: the audit database is read-only here ({} are not allowed)",
                       path_.string(), refused_),
-          rc});
+          rc));
     }
-    return std::unexpected(detail::sqliteError(path_, raw, rc, "invalid SQL"));
+    base::Error e = detail::sqliteError(path_, raw, rc, "invalid SQL");
+    if ((rc & 0xff) == SQLITE_ERROR) e.code = base::Code::kInvalidArgument;  // the caller's SQL
+    return std::unexpected(std::move(e));
   }
-  if (!stmt) return std::unexpected(Error{path_.string() + ": empty SQL statement"});
+  if (!stmt)
+    return std::unexpected(
+        base::Error{base::Code::kInvalidArgument, path_.string() + ": empty SQL statement"});
   if (single_statement && tail) {
     std::string_view rest(tail, static_cast<std::size_t>(sql.data() + sql.size() - tail));
     if (rest.find_first_not_of(" \t\r\n;") != std::string_view::npos) {
-      return std::unexpected(Error{path_.string() + ": exactly one SQL statement is allowed"});
+      return std::unexpected(base::Error{
+          base::Code::kInvalidArgument, path_.string() + ": exactly one SQL statement is allowed"});
     }
   }
   if (!sqlite3_stmt_readonly(s)) {
-    return std::unexpected(Error{path_.string() + ": refused: only read-only statements"});
+    return std::unexpected(base::Error{base::Code::kPermissionDenied,
+                                       path_.string() + ": refused: only read-only statements"});
   }
   for (std::size_t i = 0; i < binds.size(); ++i) {
     int idx = static_cast<int>(i + 1);
@@ -319,40 +327,43 @@ std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
 Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Reader::~Reader() = default;
 
-std::expected<std::unique_ptr<Reader>, Error> Reader::open(const std::filesystem::path& db) {
+std::expected<std::unique_ptr<Reader>, base::Error> Reader::open(const std::filesystem::path& db) {
   auto impl = std::make_unique<Impl>(db);
   if (auto r = impl->open(); !r) return std::unexpected(r.error());
   return std::unique_ptr<Reader>(new Reader(std::move(impl)));
 }
 
-std::expected<ResultTable, Error> Reader::sql(std::string_view statement) {
+std::expected<ResultTable, base::Error> Reader::sql(std::string_view statement) {
   return impl_->run(statement, {}, false, true);
 }
 
-std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
+std::expected<ResultTable, base::Error> Reader::query(const QueryFilter& f) {
   std::string kind = f.kind;
   if (kind.empty()) kind = (f.decision || f.host) ? "events" : "executions";
   if (f.decision && *f.decision != "allow" && *f.decision != "deny") {
-    return std::unexpected(Error{"--decision must be allow or deny, not '" + *f.decision + "'"});
+    return std::unexpected(
+        base::Error{base::Code::kInvalidArgument,
+                    "--decision must be allow or deny, not '" + *f.decision + "'"});
   }
   if (kind == "forwards" && f.decision) {
-    return std::unexpected(
-        Error{"--decision does not apply to forwards (every forward was "
-              "allowed; its outcome is the matching request)"});
+    return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                       "--decision does not apply to forwards (every forward was "
+                                       "allowed; its outcome is the matching request)"});
   }
   QuerySql q(f);
   std::string sql = kind == "executions" ? q.executions() : q.events(kind);
   if (sql.empty()) {
-    return std::unexpected(
-        Error{"unknown query kind '" + kind +
-              "' (executions, connections, requests, forwards, dns, approvals or events)"});
+    return std::unexpected(base::Error{
+        base::Code::kInvalidArgument,
+        "unknown query kind '" + kind +
+            "' (executions, connections, requests, forwards, dns, approvals or events)"});
   }
   sql += kind == "executions" ? " ORDER BY e.seq" : " ORDER BY seq";
   if (f.limit) sql += " LIMIT " + q.param(intBind(*f.limit));
   return impl_->run(sql, q.binds(), true, false);
 }
 
-std::expected<std::optional<ExecutionDetail>, Error> Reader::show(std::string_view id) {
+std::expected<std::optional<ExecutionDetail>, base::Error> Reader::show(std::string_view id) {
   std::vector<Bind> binds{textBind(std::string(id))};
   // The receipt is read apart, unformatted; the rest as `query` shows it.
   auto exec = impl_->run("SELECT seq, " + columnsOf("executions", {"receipt"}) +

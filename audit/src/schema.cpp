@@ -146,11 +146,13 @@ DROP TABLE checkpoints_order;
 /// The end of migration 5 -> 6: appends each version-5 policy row (not chained then) to the
 /// chain, in the order the store first saw them, keeping its loaded_at; the chain head moves
 /// on. Rows and checkpoints already there keep their hashes: the chain simply goes on.
-std::expected<void, Error> chainVersion5Policies(const std::filesystem::path& path, sqlite3* db) {
+std::expected<void, base::Error> chainVersion5Policies(const std::filesystem::path& path,
+                                                       sqlite3* db) {
   auto head = prepare(path, db, "SELECT seq, hash FROM chain_head WHERE id = 0");
   if (!head) return std::unexpected(head.error());
   if (head->step() != SQLITE_ROW)
-    return std::unexpected(Error{path.string() + ": chain_head row is missing"});
+    return std::unexpected(
+        base::Error{base::Code::kIntegrity, path.string() + ": chain_head row is missing"});
   std::int64_t seq = head->columnInt(0);
   std::string prev(head->columnText(1));
   auto old = prepare(path, db,
@@ -197,7 +199,7 @@ struct Header {
   std::int64_t objects = 0;  // rows of sqlite_master
 };
 
-std::expected<Header, Error> readHeader(const std::filesystem::path& path, sqlite3* db) {
+std::expected<Header, base::Error> readHeader(const std::filesystem::path& path, sqlite3* db) {
   Header h;
   // The first statement that reads the file is where a corrupt or non-SQLite file shows up
   // (SQLITE_NOTADB "file is not a database").
@@ -213,15 +215,17 @@ std::expected<Header, Error> readHeader(const std::filesystem::path& path, sqlit
   return h;
 }
 
-Error foreign(const std::filesystem::path& path, const Header& h) {
-  return Error{
+base::Error foreign(const std::filesystem::path& path, const Header& h) {
+  return base::Error{
+      base::Code::kInvalidArgument,
       fmt::format("{}: not a sluice audit database (application_id {:#x}, user_version "
                   "{}, {} schema objects); refusing to modify it",
                   path.string(), h.application_id, h.user_version, h.objects)};
 }
 
-Error newer(const std::filesystem::path& path, const Header& h) {
-  return Error{
+base::Error newer(const std::filesystem::path& path, const Header& h) {
+  return base::Error{
+      base::Code::kConflict,
       fmt::format("{}: audit schema version {} is newer than this sluice supports ({}); "
                   "upgrade sluice",
                   path.string(), h.user_version, kSchemaVersion)};
@@ -229,7 +233,7 @@ Error newer(const std::filesystem::path& path, const Header& h) {
 
 }  // namespace
 
-std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqlite3* db) {
+std::expected<void, base::Error> initOrMigrate(const std::filesystem::path& path, sqlite3* db) {
   auto h = readHeader(path, db);
   if (!h) return std::unexpected(h.error());
   if (h->application_id == 0 && h->user_version == 0 && h->objects == 0) {
@@ -246,25 +250,27 @@ std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqli
   return {};
 }
 
-std::expected<void, Error> checkReadable(const std::filesystem::path& path, sqlite3* db) {
+std::expected<void, base::Error> checkReadable(const std::filesystem::path& path, sqlite3* db) {
   auto h = readHeader(path, db);
   if (!h) return std::unexpected(h.error());
   if (h->application_id != kApplicationId || h->user_version < 1)
     return std::unexpected(foreign(path, *h));
   if (h->user_version > kSchemaVersion) return std::unexpected(newer(path, *h));
   if (h->user_version < kSchemaVersion) {
-    return std::unexpected(Error{fmt::format(
-        "{}: audit schema version {} is older than {}; open it once with a writer (sluice run "
-        "or sluice proxy --audit) to migrate it",
-        path.string(), h->user_version, kSchemaVersion)});
+    return std::unexpected(base::Error{
+        base::Code::kConflict,
+        fmt::format(
+            "{}: audit schema version {} is older than {}; open it once with a writer (sluice run "
+            "or sluice proxy --audit) to migrate it",
+            path.string(), h->user_version, kSchemaVersion)});
   }
   return {};
 }
 
-std::expected<Db, Error> openReadSnapshot(const std::filesystem::path& path) {
+std::expected<Db, base::Error> openReadSnapshot(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
-    return std::unexpected(Error{path.string() + ": no such file"});
+    return std::unexpected(base::Error{base::Code::kNotFound, path.string() + ": no such file"});
   auto conn = openDb(path, SQLITE_OPEN_READONLY, 5000);
   if (!conn) return std::unexpected(conn.error());
   if (auto r = checkReadable(path, conn->get()); !r) return std::unexpected(r.error());

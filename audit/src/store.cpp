@@ -48,7 +48,7 @@ spdlog::logger& logger() { return base::logger(base::LoggerId::kAudit); }
 
 /// SQLite reports a failed create as "unable to open database file" with the errno of its
 /// last fallback attempt (often ENOENT); find the real cause for the message.
-Error explainOpenFailure(const std::filesystem::path& path, Error error) {
+base::Error explainOpenFailure(const std::filesystem::path& path, base::Error error) {
   std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -69,10 +69,10 @@ struct Waiter {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  std::optional<Error> error;
+  std::optional<base::Error> error;
   std::string hash;
 
-  void finish(std::optional<Error> e, std::string h = {}) {
+  void finish(std::optional<base::Error> e, std::string h = {}) {
     std::lock_guard lock(mu);
     error = std::move(e);
     hash = std::move(h);
@@ -110,7 +110,7 @@ bool isSync(const Item& item) {
 /// the error that refused it, and an executions row's hash.
 struct ItemOutcomes {
   explicit ItemOutcomes(std::size_t n) : errors(n), hashes(n) {}
-  std::vector<std::optional<Error>> errors;
+  std::vector<std::optional<base::Error>> errors;
   std::vector<std::string> hashes;
 };
 
@@ -130,13 +130,13 @@ class Store::Impl {
   // The checkpointer's thread pushes into our queue: stop it before any member goes.
   ~Impl() { checkpointer_.reset(); }
 
-  std::expected<void, Error> openWriter();
-  std::expected<void, Error> connectWriter();
-  std::expected<void, Error> initSchema();
-  std::expected<void, Error> enableWal();
-  std::expected<void, Error> prepareStatements();
-  std::expected<void, Error> prepareInto(Stmt& out, std::string_view sql);
-  std::expected<void, Error> openReader();
+  std::expected<void, base::Error> openWriter();
+  std::expected<void, base::Error> connectWriter();
+  std::expected<void, base::Error> initSchema();
+  std::expected<void, base::Error> enableWal();
+  std::expected<void, base::Error> prepareStatements();
+  std::expected<void, base::Error> prepareInto(Stmt& out, std::string_view sql);
+  std::expected<void, base::Error> openReader();
   // Starts the writer thread on a database openWriter() has opened.
   void start() {
     writable_ = true;
@@ -162,7 +162,7 @@ class Store::Impl {
     });
     pthread_setname_np(writer_.native_handle(), "sluice-audit");
   }
-  std::expected<void, Error> ready() {
+  std::expected<void, base::Error> ready() {
     std::unique_lock lock(mu_);
     opened_cv_.wait(lock, [this] { return opened_; });
     if (open_error_) return std::unexpected(*open_error_);
@@ -176,11 +176,11 @@ class Store::Impl {
     return policies_seen_.insert(sha256).second;
   }
   // Queues the record; nullopt when queued (the writer then finishes `waiter`), else the error.
-  std::optional<Error> beginRecordExecution(const ExecutionRecord& record, Waiter& waiter);
-  std::expected<void, Error> flush();
+  std::optional<base::Error> beginRecordExecution(const ExecutionRecord& record, Waiter& waiter);
+  std::expected<void, base::Error> flush();
 
   bool healthy() const { return writable_ && !failed_.load(std::memory_order_acquire); }
-  std::optional<Error> failure() const {
+  std::optional<base::Error> failure() const {
     std::lock_guard lock(mu_);
     return failure_;
   }
@@ -189,42 +189,47 @@ class Store::Impl {
  private:
   void writerLoop();
   // Signed checkpoints (options_.signing_key): see the definitions.
-  std::expected<void, Error> loadTree();
-  std::expected<detail::MerkleFrontier, Error> newestTree();
+  std::expected<void, base::Error> loadTree();
+  std::expected<detail::MerkleFrontier, base::Error> newestTree();
   std::expected<void, std::string> bindToRows(const detail::MerkleFrontier& tree,
                                               Stmt& checkpoint_at_or_before, const PublicKey& own);
-  std::expected<void, Error> catchUpTree(std::int64_t head_seq);
-  std::expected<void, Error> insertCheckpoint(const detail::CheckpointRow& row);
+  std::expected<void, base::Error> catchUpTree(std::int64_t head_seq);
+  std::expected<void, base::Error> insertCheckpoint(const detail::CheckpointRow& row);
   void finalCheckpoint();
   void processBatch(std::span<Item> batch);
   // One batch, one transaction: writeBatch() and its steps (see the definitions).
-  std::expected<void, Error> writeBatch(std::span<Item> batch, bool durable, ItemOutcomes& out);
-  std::expected<void, Error> beginBatch(bool durable);
-  std::expected<void, Error> readTip();
-  std::expected<void, Error> writeItem(const PolicyItem& policy, std::size_t index,
-                                       ItemOutcomes& out);
-  std::expected<void, Error> writeItem(const ExecutionItem& execution, std::size_t index,
-                                       ItemOutcomes& out);
-  std::expected<void, Error> writeItem(const CheckpointItem& checkpoint, std::size_t index,
-                                       ItemOutcomes& out);
-  std::expected<void, Error> writeItem(const FlushItem&, std::size_t, ItemOutcomes&) { return {}; }
+  std::expected<void, base::Error> writeBatch(std::span<Item> batch, bool durable,
+                                              ItemOutcomes& out);
+  std::expected<void, base::Error> beginBatch(bool durable);
+  std::expected<void, base::Error> readTip();
+  std::expected<void, base::Error> writeItem(const PolicyItem& policy, std::size_t index,
+                                             ItemOutcomes& out);
+  std::expected<void, base::Error> writeItem(const ExecutionItem& execution, std::size_t index,
+                                             ItemOutcomes& out);
+  std::expected<void, base::Error> writeItem(const CheckpointItem& checkpoint, std::size_t index,
+                                             ItemOutcomes& out);
+  std::expected<void, base::Error> writeItem(const FlushItem&, std::size_t, ItemOutcomes&) {
+    return {};
+  }
   template <typename Event>
-  std::expected<void, Error> writeItem(const Event& event, std::size_t index, ItemOutcomes& out) {
+  std::expected<void, base::Error> writeItem(const Event& event, std::size_t index,
+                                             ItemOutcomes& out) {
     return insertRow(detail::rowOf<Event>(), event, index, out);
   }
   template <typename Event>
-  std::expected<void, Error> insertRow(const detail::RowDescription<Event>& row, const Event& event,
-                                       std::size_t index, ItemOutcomes& out) {
+  std::expected<void, base::Error> insertRow(const detail::RowDescription<Event>& row,
+                                             const Event& event, std::size_t index,
+                                             ItemOutcomes& out) {
     return insertChained(row.table, detail::rowValues(row, event, scratch_, values_), index, out);
   }
-  std::expected<void, Error> insertChained(const detail::ChainTable& table,
-                                           std::span<const Value> values, std::size_t index,
-                                           ItemOutcomes& out);
-  std::expected<void, Error> commitBatch();
+  std::expected<void, base::Error> insertChained(const detail::ChainTable& table,
+                                                 std::span<const Value> values, std::size_t index,
+                                                 ItemOutcomes& out);
+  std::expected<void, base::Error> commitBatch();
   void rollback();
-  std::expected<void, Error> setSynchronous(bool full);
-  void fail(Error error);
-  Error stepError(int rc, std::string_view what) {
+  std::expected<void, base::Error> setSynchronous(bool full);
+  void fail(base::Error error);
+  base::Error stepError(int rc, std::string_view what) {
     return detail::sqliteError(path_, db_.get(), rc, what);
   }
 
@@ -261,15 +266,15 @@ class Store::Impl {
   bool writer_waiting_ = false;
   bool stopping_ = false;
   std::atomic<bool> failed_{false};
-  std::optional<Error> failure_;     // guarded by mu_
-  bool opened_ = true;               // guarded by mu_; false while openAsync runs
-  std::optional<Error> open_error_;  // guarded by mu_
+  std::optional<base::Error> failure_;     // guarded by mu_
+  bool opened_ = true;                     // guarded by mu_; false while openAsync runs
+  std::optional<base::Error> open_error_;  // guarded by mu_
   std::condition_variable opened_cv_;
   std::unordered_set<std::string> policies_seen_;  // guarded by mu_
   std::thread writer_;
 };
 
-std::expected<void, Error> Store::Impl::openReader() {
+std::expected<void, base::Error> Store::Impl::openReader() {
   auto db =
       detail::openDb(path_, SQLITE_OPEN_READONLY, static_cast<int>(options_.busy_timeout.count()));
   if (!db) return std::unexpected(db.error());
@@ -283,8 +288,8 @@ namespace {
 /// would create it 0644 less the umask, readable by every user, and give its -wal and -shm
 /// files the same mode. An existing file is left as it is, with a warning if others can read
 /// it.
-std::expected<void, Error> createPrivately(const std::filesystem::path& path,
-                                           const StoreOptions& o) {
+std::expected<void, base::Error> createPrivately(const std::filesystem::path& path,
+                                                 const StoreOptions& o) {
   const mode_t mode = o.group >= 0 ? 0640 : static_cast<mode_t>(o.file_mode & 0777);
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
@@ -306,9 +311,9 @@ std::expected<void, Error> createPrivately(const std::filesystem::path& path,
   ::close(fd);
   if (rc != 0) {
     ::unlink(path.c_str());
-    return std::unexpected(
-        Error{fmt::format("{}: cannot set the audit database's mode or group: {}", path.string(),
-                          std::strerror(err))});
+    return std::unexpected(base::Error{
+        base::Code::kIo, fmt::format("{}: cannot set the audit database's mode or group: {}",
+                                     path.string(), std::strerror(err))});
   }
   return {};
 }
@@ -317,7 +322,7 @@ std::expected<void, Error> createPrivately(const std::filesystem::path& path,
 
 // Opens the write connection and readies it: schema checked (created, migrated), WAL, the
 // statements of the writer loop, and with a signing key the Merkle tree.
-std::expected<void, Error> Store::Impl::openWriter() {
+std::expected<void, base::Error> Store::Impl::openWriter() {
   // SQLite's allocation statistics take a global mutex around every malloc; at 200k rows/s
   // that is measurable and we never read them. Only possible before SQLite initialises; a
   // later call is refused harmlessly (SQLITE_MISUSE).
@@ -348,7 +353,7 @@ std::expected<void, Error> Store::Impl::openWriter() {
 }
 
 // The write connection, refused when SQLite could only open the file read-only.
-std::expected<void, Error> Store::Impl::connectWriter() {
+std::expected<void, base::Error> Store::Impl::connectWriter() {
   // NOMUTEX: the connection is used by this thread until start(), then only by the writer.
   auto db = detail::openDb(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            static_cast<int>(options_.busy_timeout.count()));
@@ -365,15 +370,17 @@ std::expected<void, Error> Store::Impl::connectWriter() {
   // SQLite silently falls back to read-only when the file exists but cannot be opened for
   // writing (read-only file system, no write permission); a writer must refuse that now.
   if (sqlite3_db_readonly(raw, "main") == 1) {
-    return std::unexpected(Error{path_.string() + ": cannot open for writing: the file or its "
-                                                  "file system is read-only",
-                                 SQLITE_READONLY});
+    return std::unexpected(detail::sqliteCoded(base::Code::kIo,
+                                               path_.string() +
+                                                   ": cannot open for writing: the file or its "
+                                                   "file system is read-only",
+                                               SQLITE_READONLY));
   }
   return {};
 }
 
 // Creates, checks or migrates the schema in a transaction of its own.
-std::expected<void, Error> Store::Impl::initSchema() {
+std::expected<void, base::Error> Store::Impl::initSchema() {
   sqlite3* raw = db_.get();
   if (auto r = detail::exec(path_, raw, "BEGIN IMMEDIATE"); !r) return r;
   auto r = detail::initOrMigrate(path_, raw);
@@ -382,7 +389,7 @@ std::expected<void, Error> Store::Impl::initSchema() {
   return r;
 }
 
-std::expected<void, Error> Store::Impl::enableWal() {
+std::expected<void, base::Error> Store::Impl::enableWal() {
   sqlite3* raw = db_.get();
   {
     auto stmt = detail::prepare(path_, raw, "PRAGMA journal_mode=WAL");
@@ -390,8 +397,9 @@ std::expected<void, Error> Store::Impl::enableWal() {
     int rc = stmt->step();
     if (rc != SQLITE_ROW) return std::unexpected(stepError(rc, "cannot enable WAL"));
     if (stmt->columnText(0) != "wal") {
-      return std::unexpected(Error{path_.string() + ": cannot enable WAL (journal mode is " +
-                                   std::string(stmt->columnText(0)) + ")"});
+      return std::unexpected(
+          base::Error{base::Code::kIo, path_.string() + ": cannot enable WAL (journal mode is " +
+                                           std::string(stmt->columnText(0)) + ")"});
     }
   }
   // With a persistent WAL (connectWriter) the frames of the previous session stay valid on
@@ -403,7 +411,7 @@ std::expected<void, Error> Store::Impl::enableWal() {
   return {};
 }
 
-std::expected<void, Error> Store::Impl::prepareInto(Stmt& out, std::string_view sql) {
+std::expected<void, base::Error> Store::Impl::prepareInto(Stmt& out, std::string_view sql) {
   auto s = detail::prepare(path_, db_.get(), sql);
   if (!s) return std::unexpected(s.error());
   out = std::move(*s);
@@ -412,7 +420,7 @@ std::expected<void, Error> Store::Impl::prepareInto(Stmt& out, std::string_view 
 
 // The statements of the writer loop: one INSERT per chained table (rows.hpp), the head, and
 // the transaction's.
-std::expected<void, Error> Store::Impl::prepareStatements() {
+std::expected<void, base::Error> Store::Impl::prepareStatements() {
   for (const auto& t : detail::chainTables()) {
     if (auto r = prepareInto(insert_[t.index], detail::insertSql(t)); !r) return r;
   }
@@ -428,7 +436,7 @@ std::expected<void, Error> Store::Impl::prepareStatements() {
 // With a signing key: prepares the checkpoint statements and starts the Checkpointer on the
 // tree of the newest checkpoint (newestTree) or, without one, on an empty tree that
 // catchUpTree() fills with every row.
-std::expected<void, Error> Store::Impl::loadTree() {
+std::expected<void, base::Error> Store::Impl::loadTree() {
   if (auto r =
           prepareInto(insert_checkpoint_,
                       // Checkpoints are numbered in position order (verify checks it): one at or
@@ -476,7 +484,7 @@ detail::StoredCheckpoint storedCheckpoint(const Stmt& st) {
 // database's rows (bindToRows). That is enough, and cheap (one Ed25519 verification, a few
 // rows): only a holder of the key signs, and a store signs only trees it verified this way or
 // built from the rows. `audit verify` recomputes the whole tree.
-std::expected<detail::MerkleFrontier, Error> Store::Impl::newestTree() {
+std::expected<detail::MerkleFrontier, base::Error> Store::Impl::newestTree() {
   // The newest checkpoint at or before position ?1 (bindToRows looks for the one before).
   auto st = detail::prepare(path_, db_.get(),
                             "SELECT seq, position, root, signature, key_id, ts, frontier "
@@ -496,11 +504,13 @@ std::expected<detail::MerkleFrontier, Error> Store::Impl::newestTree() {
     if (!bound) tree = std::unexpected(bound.error());
   }
   if (!tree) {
-    return std::unexpected(Error{fmt::format(
-        "{}: checkpoint seq {} (position {}) {}; refusing to write and sign over a tree that "
-        "cannot be verified: investigate with sluice audit verify --db {} --pubkey <the log's "
-        "public key>",
-        path_.string(), c.seq, c.position, tree.error(), path_.string())});
+    return std::unexpected(base::Error{
+        base::Code::kIntegrity,
+        fmt::format(
+            "{}: checkpoint seq {} (position {}) {}; refusing to write and sign over a tree that "
+            "cannot be verified: investigate with sluice audit verify --db {} --pubkey <the log's "
+            "public key>",
+            path_.string(), c.seq, c.position, tree.error(), path_.string())});
   }
   return std::move(*tree);
 }
@@ -559,14 +569,16 @@ std::expected<void, std::string> Store::Impl::bindToRows(const detail::MerkleFro
 }
 
 // Extends the tree to the chain head (rows another writer, or an earlier session, added).
-std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
+std::expected<void, base::Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
   const std::int64_t size = tree_size_;
   if (size == head_seq) return {};
   if (size > head_seq) {
-    return std::unexpected(Error{fmt::format(
-        "{}: the chain ends at seq {} but a checkpoint already covers seq {} (rows deleted); "
-        "refusing to sign: run sluice audit verify --pubkey",
-        path_.string(), head_seq, size)});
+    return std::unexpected(base::Error{
+        base::Code::kIntegrity,
+        fmt::format(
+            "{}: the chain ends at seq {} but a checkpoint already covers seq {} (rows deleted); "
+            "refusing to sign: run sluice audit verify --pubkey",
+            path_.string(), head_seq, size)});
   }
   read_chain_after_.bindInt(1, size);
   read_chain_after_.bindInt(2, head_seq);
@@ -576,10 +588,12 @@ std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
     auto digest = detail::fromHex(read_chain_after_.columnText(1));
     if (seq != tree_size_ + 1 || !digest) {
       read_chain_after_.reset();
-      return std::unexpected(Error{fmt::format(
-          "{}: the chain is broken at seq {} (a gap or a malformed hash); refusing to sign it: "
-          "run sluice audit verify",
-          path_.string(), tree_size_ + 1)});
+      return std::unexpected(base::Error{
+          base::Code::kIntegrity,
+          fmt::format(
+              "{}: the chain is broken at seq {} (a gap or a malformed hash); refusing to sign it: "
+              "run sluice audit verify",
+              path_.string(), tree_size_ + 1)});
     }
     new_leaves_.push_back(*digest);
     ++tree_size_;
@@ -587,15 +601,16 @@ std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
   read_chain_after_.reset();
   if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot read the chain"));
   if (tree_size_ != head_seq) {
-    return std::unexpected(
-        Error{fmt::format("{}: chain_head says seq {} but the rows end at seq {}; refusing to sign",
-                          path_.string(), head_seq, tree_size_)});
+    return std::unexpected(base::Error{
+        base::Code::kIntegrity,
+        fmt::format("{}: chain_head says seq {} but the rows end at seq {}; refusing to sign",
+                    path_.string(), head_seq, tree_size_)});
   }
   return {};
 }
 
 // Inside an open transaction: one checkpoints row (signed by the Checkpointer).
-std::expected<void, Error> Store::Impl::insertCheckpoint(const detail::CheckpointRow& row) {
+std::expected<void, base::Error> Store::Impl::insertCheckpoint(const detail::CheckpointRow& row) {
   insert_checkpoint_.bindInt(1, row.position);
   insert_checkpoint_.bindText(2, row.root);
   insert_checkpoint_.bindText(3, row.signature);
@@ -627,12 +642,14 @@ void Store::Impl::finalCheckpoint() {
     fail(stepError(rc, "cannot begin a transaction"));
     return;
   }
-  std::expected<void, Error> r;
+  std::expected<void, base::Error> r;
   new_leaves_.clear();
   rc = read_head_.step();
   if (rc != SQLITE_ROW) {
-    r = std::unexpected(rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
-                                          : stepError(rc, "cannot read the chain head"));
+    r = std::unexpected(
+        rc == SQLITE_DONE
+            ? base::Error{base::Code::kIntegrity, path_.string() + ": chain_head row is missing"}
+            : stepError(rc, "cannot read the chain head"));
   } else {
     std::int64_t head = read_head_.columnInt(0);
     read_head_.reset();
@@ -665,7 +682,7 @@ void Store::Impl::finalCheckpoint() {
   }
 }
 
-std::expected<void, Error> Store::Impl::setSynchronous(bool full) {
+std::expected<void, base::Error> Store::Impl::setSynchronous(bool full) {
   // WAL + NORMAL: a commit is atomic but not synced; the WAL is synced at checkpoints. FULL
   // also syncs the WAL at commit, which makes everything before it in the WAL durable too.
   auto r = detail::exec(path_, db_.get(),
@@ -712,27 +729,34 @@ bool Store::Impl::push(Item&& item) {
   return true;
 }
 
-std::optional<Error> Store::Impl::beginRecordExecution(const ExecutionRecord& record,
-                                                       Waiter& waiter) {
-  if (!writable_) return Error{path_.string() + ": store is open read-only"};
-  if (record.id.empty()) return Error{path_.string() + ": execution record has an empty id"};
+std::optional<base::Error> Store::Impl::beginRecordExecution(const ExecutionRecord& record,
+                                                             Waiter& waiter) {
+  if (!writable_)
+    return base::Error{base::Code::kConflict, path_.string() + ": store is open read-only"};
+  if (record.id.empty())
+    return base::Error{base::Code::kInvalidArgument,
+                       path_.string() + ": execution record has an empty id"};
   if (!push(ExecutionItem{&record, &waiter}))
-    return failure().value_or(Error{path_.string() + ": store failed"});
+    return failure().value_or(
+        base::Error{base::Code::kUnavailable, path_.string() + ": store failed"});
   return std::nullopt;
 }
 
-std::expected<void, Error> Store::Impl::flush() {
-  if (!writable_) return std::unexpected(Error{path_.string() + ": store is open read-only"});
+std::expected<void, base::Error> Store::Impl::flush() {
+  if (!writable_)
+    return std::unexpected(
+        base::Error{base::Code::kConflict, path_.string() + ": store is open read-only"});
   Waiter waiter;
   if (!push(FlushItem{&waiter})) {
-    return std::unexpected(failure().value_or(Error{path_.string() + ": store failed"}));
+    return std::unexpected(failure().value_or(
+        base::Error{base::Code::kUnavailable, path_.string() + ": store failed"}));
   }
   waiter.wait();
   if (waiter.error) return std::unexpected(*waiter.error);
   return {};
 }
 
-void Store::Impl::fail(Error error) {
+void Store::Impl::fail(base::Error error) {
   logger().error("audit store failed, refusing further events: {}", error.message);
   {
     std::lock_guard lock(mu_);
@@ -779,9 +803,10 @@ void Store::Impl::writerLoop() {
 
 void Store::Impl::processBatch(std::span<Item> batch) {
   ItemOutcomes out(batch.size());
-  std::optional<Error> batch_error;
+  std::optional<base::Error> batch_error;
   if (failed_.load(std::memory_order_acquire)) {
-    batch_error = failure().value_or(Error{path_.string() + ": store failed"});
+    batch_error = failure().value_or(
+        base::Error{base::Code::kUnavailable, path_.string() + ": store failed"});
   } else {
     bool durable = std::any_of(batch.begin(), batch.end(), [](const Item& item) {
       return std::holds_alternative<ExecutionItem>(item);
@@ -793,7 +818,7 @@ void Store::Impl::processBatch(std::span<Item> batch) {
     }
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::optional<Error> err = batch_error ? batch_error : out.errors[i];
+    std::optional<base::Error> err = batch_error ? batch_error : out.errors[i];
     if (auto* e = std::get_if<ExecutionItem>(&batch[i])) {
       e->waiter->finish(std::move(err), std::move(out.hashes[i]));
     } else if (auto* f = std::get_if<FlushItem>(&batch[i])) {
@@ -804,8 +829,8 @@ void Store::Impl::processBatch(std::span<Item> batch) {
 
 // One transaction: each item's row appended to the chain, then the new head. An item refused
 // on its own (a duplicate execution id) is reported in `out`; any other error rolls it all back.
-std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool durable,
-                                                   ItemOutcomes& out) {
+std::expected<void, base::Error> Store::Impl::writeBatch(std::span<Item> batch, bool durable,
+                                                         ItemOutcomes& out) {
   if (auto r = beginBatch(durable); !r) return r;
   for (std::size_t i = 0; i < batch.size(); ++i) {
     auto r = std::visit([&](const auto& item) { return writeItem(item, i, out); }, batch[i]);
@@ -818,7 +843,7 @@ std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool d
 }
 
 // Opens the batch's transaction (synchronous=FULL when it holds a receipt) and reads the tip.
-std::expected<void, Error> Store::Impl::beginBatch(bool durable) {
+std::expected<void, base::Error> Store::Impl::beginBatch(bool durable) {
   if (durable != synchronous_full_) {
     if (auto r = setSynchronous(durable); !r) return r;
   }
@@ -836,23 +861,26 @@ std::expected<void, Error> Store::Impl::beginBatch(bool durable) {
 
 // The head is re-read in every transaction: another process with its own writer (two
 // `sluice run` sharing a database) may have extended the chain since our last commit.
-std::expected<void, Error> Store::Impl::readTip() {
+std::expected<void, base::Error> Store::Impl::readTip() {
   const int rc = read_head_.step();
-  std::expected<void, Error> r;
+  std::expected<void, base::Error> r;
   if (rc != SQLITE_ROW) {
-    r = std::unexpected(rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
-                                          : stepError(rc, "cannot read the chain head"));
+    r = std::unexpected(
+        rc == SQLITE_DONE
+            ? base::Error{base::Code::kIntegrity, path_.string() + ": chain_head row is missing"}
+            : stepError(rc, "cannot read the chain head"));
   } else {
     tip_.seq = read_head_.columnInt(0);
     if (!tip_.hash.assign(read_head_.columnText(1)))
-      r = std::unexpected(Error{path_.string() + ": chain_head holds a malformed hash"});
+      r = std::unexpected(base::Error{base::Code::kIntegrity,
+                                      path_.string() + ": chain_head holds a malformed hash"});
   }
   read_head_.reset();
   return r;
 }
 
-std::expected<void, Error> Store::Impl::writeItem(const PolicyItem& policy, std::size_t index,
-                                                  ItemOutcomes& out) {
+std::expected<void, base::Error> Store::Impl::writeItem(const PolicyItem& policy, std::size_t index,
+                                                        ItemOutcomes& out) {
   // policies is content-addressed and verify checks it: a key that is not the text's hash
   // would make the whole database fail verification, so refuse it here.
   if (hasher_.sha256(policy.yaml) != policy.sha256) {
@@ -865,25 +893,25 @@ std::expected<void, Error> Store::Impl::writeItem(const PolicyItem& policy, std:
   return insertRow(detail::rowOf<detail::PolicyRecord>(), policy, index, out);
 }
 
-std::expected<void, Error> Store::Impl::writeItem(const ExecutionItem& execution, std::size_t index,
-                                                  ItemOutcomes& out) {
+std::expected<void, base::Error> Store::Impl::writeItem(const ExecutionItem& execution,
+                                                        std::size_t index, ItemOutcomes& out) {
   const std::int64_t before = tip_.seq;
   auto r = insertRow(detail::rowOf<ExecutionRecord>(), *execution.record, index, out);
   if (r && tip_.seq != before) out.hashes[index] = tip_.hash.view();  // the receipt's audit hash
   return r;
 }
 
-std::expected<void, Error> Store::Impl::writeItem(const CheckpointItem& checkpoint, std::size_t,
-                                                  ItemOutcomes&) {
+std::expected<void, base::Error> Store::Impl::writeItem(const CheckpointItem& checkpoint,
+                                                        std::size_t, ItemOutcomes&) {
   return insertCheckpoint(checkpoint.row);
 }
 
 // Appends one row to the chain (the tip moves on). On a constraint violation (duplicate
 // execution id) the row is skipped and reported to its producer; any other error fails the
 // batch.
-std::expected<void, Error> Store::Impl::insertChained(const detail::ChainTable& table,
-                                                      std::span<const Value> values,
-                                                      std::size_t index, ItemOutcomes& out) {
+std::expected<void, base::Error> Store::Impl::insertChained(const detail::ChainTable& table,
+                                                            std::span<const Value> values,
+                                                            std::size_t index, ItemOutcomes& out) {
   detail::HexDigest hash;
   detail::Digest raw_hash;
   hasher_.hash(table.name, tip_.seq + 1, tip_.hash.view(), values, hash, raw_hash.data());
@@ -891,7 +919,7 @@ std::expected<void, Error> Store::Impl::insertChained(const detail::ChainTable& 
   detail::bindRow(stmt, tip_.seq + 1, tip_.hash.view(), hash.view(), values);
   const int rc = stmt.step();
   if (rc != SQLITE_DONE) {
-    Error e = stepError(rc, fmt::format("cannot insert into {}", table.name));
+    base::Error e = stepError(rc, fmt::format("cannot insert into {}", table.name));
     stmt.reset();
     if ((rc & 0xff) != SQLITE_CONSTRAINT) return std::unexpected(std::move(e));
     out.errors[index] = std::move(e);
@@ -912,20 +940,20 @@ std::expected<void, Error> Store::Impl::insertChained(const detail::ChainTable& 
 
 // The new head, the commit, and then (never for a row that might still roll back) the rows'
 // hashes to the Merkle tree.
-std::expected<void, Error> Store::Impl::commitBatch() {
+std::expected<void, base::Error> Store::Impl::commitBatch() {
   write_head_.bindInt(1, tip_.seq);
   write_head_.bindText(2, tip_.hash.view());
   int rc = write_head_.step();
   write_head_.reset();
   if (rc != SQLITE_DONE) {
-    Error e = stepError(rc, "cannot update the chain head");
+    base::Error e = stepError(rc, "cannot update the chain head");
     rollback();
     return std::unexpected(e);
   }
   rc = commit_.step();
   commit_.reset();
   if (rc != SQLITE_DONE) {
-    Error e = stepError(rc, "cannot commit");
+    base::Error e = stepError(rc, "cannot commit");
     rollback();
     return std::unexpected(e);
   }
@@ -945,8 +973,8 @@ Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Store::~Store() { impl_->stop(); }
 
-std::expected<std::unique_ptr<Store>, Error> Store::open(const std::filesystem::path& db,
-                                                         StoreOptions options) {
+std::expected<std::unique_ptr<Store>, base::Error> Store::open(const std::filesystem::path& db,
+                                                               StoreOptions options) {
   auto impl = std::make_unique<Impl>(db, options);
   auto r = options.read_only ? impl->openReader() : impl->openWriter();
   if (!r) return std::unexpected(r.error());
@@ -961,11 +989,11 @@ std::unique_ptr<Store> Store::openAsync(const std::filesystem::path& db, StoreOp
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
-std::expected<void, Error> Store::ready() { return impl_->ready(); }
+std::expected<void, base::Error> Store::ready() { return impl_->ready(); }
 
 struct PendingExecution::State {
   Waiter waiter;
-  std::optional<Error> refused;  // not queued at all
+  std::optional<base::Error> refused;  // not queued at all
   bool waited = false;
 };
 
@@ -982,7 +1010,7 @@ PendingExecution::~PendingExecution() {
   if (state_) (void)wait();
 }
 
-std::expected<std::string, Error> PendingExecution::wait() {
+std::expected<std::string, base::Error> PendingExecution::wait() {
   State& s = *state_;
   if (s.refused) return std::unexpected(*s.refused);
   if (!s.waited) {
@@ -999,11 +1027,11 @@ PendingExecution Store::beginRecordExecution(const ExecutionRecord& record) {
   return PendingExecution(std::move(state));
 }
 
-std::expected<std::string, Error> Store::recordExecution(const ExecutionRecord& record) {
+std::expected<std::string, base::Error> Store::recordExecution(const ExecutionRecord& record) {
   return beginRecordExecution(record).wait();
 }
 
-std::expected<void, Error> Store::flush() { return impl_->flush(); }
+std::expected<void, base::Error> Store::flush() { return impl_->flush(); }
 
 void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
                          const std::string& yaml_text) {
@@ -1022,7 +1050,7 @@ bool Store::healthy() const { return impl_->healthy(); }
 
 std::size_t Store::queueDepth() const { return impl_->queueDepth(); }
 
-std::optional<Error> Store::failure() const { return impl_->failure(); }
+std::optional<base::Error> Store::failure() const { return impl_->failure(); }
 
 const std::filesystem::path& Store::path() const { return impl_->path(); }
 

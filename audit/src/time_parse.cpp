@@ -22,17 +22,17 @@ bool digits(std::string_view s, std::size_t pos, std::size_t n, int& out) {
   return true;
 }
 
-Error bad(std::string_view text) {
-  return Error{
-      fmt::format("invalid time '{}': use RFC 3339 (2026-11-21T10:00:00Z) or a "
-                  "relative form (90s, 15m, 1h, 7d, 2w)",
-                  text)};
+base::Error bad(std::string_view text) {
+  return base::Error{base::Code::kInvalidArgument,
+                     fmt::format("invalid time '{}': use RFC 3339 (2026-11-21T10:00:00Z) or a "
+                                 "relative form (90s, 15m, 1h, 7d, 2w)",
+                                 text)};
 }
 
 /// The relative form: a count and a unit, meaning that long before `now_ms`. nullopt when `text`
 /// is not in that form (it may be RFC 3339); an error for a bad unit or an overflow.
-std::optional<std::expected<std::int64_t, Error>> parseRelative(std::string_view text,
-                                                                std::int64_t now_ms) {
+std::optional<std::expected<std::int64_t, base::Error>> parseRelative(std::string_view text,
+                                                                      std::int64_t now_ms) {
   std::int64_t n = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
   std::string_view unit(ptr, static_cast<std::size_t>(text.data() + text.size() - ptr));
@@ -109,7 +109,7 @@ bool parseZone(std::string_view text, std::size_t pos, Clock& c) {
 }
 
 /// RFC 3339: YYYY-MM-DD[(T|t| )HH:MM[:SS[.fff]](Z|z|+HH:MM|-HH:MM)]
-std::expected<std::int64_t, Error> parseRfc3339(std::string_view text) {
+std::expected<std::int64_t, base::Error> parseRfc3339(std::string_view text) {
   int year, month, day;
   if (!digits(text, 0, 4, year) || text.size() < 10 || text[4] != '-' ||
       !digits(text, 5, 2, month) || text[7] != '-' || !digits(text, 8, 2, day)) {
@@ -136,7 +136,7 @@ std::expected<std::int64_t, Error> parseRfc3339(std::string_view text) {
 
 }  // namespace
 
-std::expected<std::int64_t, Error> parseTime(std::string_view text, std::int64_t now_ms) {
+std::expected<std::int64_t, base::Error> parseTime(std::string_view text, std::int64_t now_ms) {
   if (text.empty()) return std::unexpected(bad(text));
   if (auto relative = parseRelative(text, now_ms)) return *relative;
   return parseRfc3339(text);

@@ -34,7 +34,7 @@ struct Cursor {
   bool has_row = false;
   std::int64_t seq = 0;
 
-  std::expected<void, Error> next(const std::filesystem::path& path, sqlite3* db) {
+  std::expected<void, base::Error> next(const std::filesystem::path& path, sqlite3* db) {
     int rc = stmt.step();
     if (rc == SQLITE_ROW) {
       has_row = true;
@@ -111,7 +111,7 @@ class ChainWalk {
             detail::ConsistencyCheck* consistency)
       : db_(db), pubkey_(pubkey), consistency_(consistency) {}
 
-  std::expected<VerifyResult, Error> run() {
+  std::expected<VerifyResult, base::Error> run() {
     auto conn = detail::openReadSnapshot(db_);
     if (!conn) return std::unexpected(conn.error());
     conn_ = std::move(*conn);
@@ -132,7 +132,7 @@ class ChainWalk {
 
  private:
   /// One cursor per chained table, on its first row.
-  std::expected<void, Error> openCursors() {
+  std::expected<void, base::Error> openCursors() {
     for (const auto& t : detail::chainTables()) {
       auto s = detail::prepare(db_, raw_, verifySelectSql(t));
       if (!s) return std::unexpected(s.error());
@@ -149,7 +149,7 @@ class ChainWalk {
 
   /// Checkpoints in position order: each is checked when the walk reaches its position. The
   /// tree is kept when there is one, or a key or a kept checkpoint asks for it.
-  std::expected<void, Error> openCheckpoints() {
+  std::expected<void, base::Error> openCheckpoints() {
     auto ckpt = detail::prepare(db_, raw_,
                                 "SELECT seq, position, root, signature, key_id, ts, frontier "
                                 "FROM checkpoints ORDER BY position, seq");
@@ -255,7 +255,7 @@ class ChainWalk {
   }
 
   /// After the last row: no checkpoint beyond it, and the head names it.
-  std::expected<VerifyResult, Error> checkEnd() {
+  std::expected<VerifyResult, base::Error> checkEnd() {
     if (ckpt_rc_ == SQLITE_ROW) {
       return broken(fmt::format(
           "{}: covers rows up to seq {} but the chain ends at seq {} (rows deleted from the end)",
@@ -309,24 +309,27 @@ class ChainWalk {
 
 }  // namespace
 
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
-                                          const PublicKey* pubkey) {
+std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
+                                                const PublicKey* pubkey) {
   VerifyOptions options;
   options.pubkey = pubkey;
   return verify(db, options);
 }
 
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
-                                          const VerifyOptions& options) {
+std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
+                                                const VerifyOptions& options) {
   const bool wal_missing = walMissing(db);
   std::optional<detail::ConsistencyCheck> consistency;
   if (options.consistent_with) {
     if (!options.pubkey) {
       return std::unexpected(
-          Error{"a kept checkpoint is only evidence with the public key that signed it"});
+          base::Error{base::Code::kInvalidArgument,
+                      "a kept checkpoint is only evidence with the public key that signed it"});
     }
     auto kept = detail::parseKeptCheckpoint(*options.consistent_with, *options.pubkey);
-    if (!kept) return std::unexpected(Error{options.consistent_with_name + ": " + kept.error()});
+    if (!kept)
+      return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                         options.consistent_with_name + ": " + kept.error()});
     consistency.emplace(std::move(*kept));
   }
   auto result = ChainWalk(db, options.pubkey, consistency ? &*consistency : nullptr).run();
