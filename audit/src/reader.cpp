@@ -171,6 +171,7 @@ class Reader::Impl {
   std::expected<void, base::Error> open();
   std::expected<ResultTable, base::Error> run(std::string_view sql, const std::vector<Bind>& binds,
                                               bool format_times, bool single_statement);
+  std::expected<Stmt, base::Error> prepareReadOnly(std::string_view sql, bool single_statement);
   const std::filesystem::path& path() const { return path_; }
 
  private:
@@ -238,10 +239,9 @@ std::expected<void, base::Error> Reader::Impl::open() {
   return {};
 }
 
-std::expected<ResultTable, base::Error> Reader::Impl::run(std::string_view sql,
-                                                          const std::vector<Bind>& binds,
-                                                          bool format_times,
-                                                          bool single_statement) {
+// One read-only statement of `sql` (exactly one when `single_statement`), or why not.
+std::expected<Stmt, base::Error> Reader::Impl::prepareReadOnly(std::string_view sql,
+                                                               bool single_statement) {
   sqlite3* raw = db_.get();
   sqlite3_stmt* s = nullptr;
   const char* tail = nullptr;
@@ -274,6 +274,19 @@ std::expected<ResultTable, base::Error> Reader::Impl::run(std::string_view sql,
     return std::unexpected(base::Error{base::Code::kPermissionDenied,
                                        path_.string() + ": refused: only read-only statements"});
   }
+  return stmt;
+}
+
+std::expected<ResultTable, base::Error> Reader::Impl::run(std::string_view sql,
+                                                          const std::vector<Bind>& binds,
+                                                          bool format_times,
+                                                          bool single_statement) {
+  auto prepared = prepareReadOnly(sql, single_statement);
+  if (!prepared) return std::unexpected(prepared.error());
+  Stmt& stmt = *prepared;
+  sqlite3_stmt* s = stmt.get();
+  sqlite3* raw = db_.get();
+  int rc;
   for (std::size_t i = 0; i < binds.size(); ++i) {
     int idx = static_cast<int>(i + 1);
     if (binds[i].is_text) {
