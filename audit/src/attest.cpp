@@ -34,8 +34,8 @@ std::string requestUri(std::string_view kind, std::string_view host, std::int64_
 
 /// What one execution fetched, as resolved dependencies: each allowed request's method + URL
 /// (first occurrence, chain order), then each allowed tunnel whose requests were not seen.
-std::expected<Json, Error> fetchedUrls(const std::filesystem::path& db, sqlite3* raw,
-                                       std::string_view execution_id) {
+std::expected<Json, base::Error> fetchedUrls(const std::filesystem::path& db, sqlite3* raw,
+                                             std::string_view execution_id) {
   auto st = detail::prepare(
       db, raw,
       "SELECT r.method, r.host, r.path, r.status,"
@@ -82,74 +82,57 @@ std::expected<Json, Error> fetchedUrls(const std::filesystem::path& db, sqlite3*
   return deps;
 }
 
-}  // namespace
+/// The executions row an attestation reads; the helpers below take their columns by index.
+constexpr std::string_view kExecutionSelect =
+    "SELECT seq, hash, workflow, policy_sha256, argv, started_at, ended_at, exit_code, artifacts, "
+    "receipt FROM executions WHERE id = ?1";
 
-std::string dssePae(std::string_view payload_type, std::string_view payload) {
-  return fmt::format("DSSEv1 {} {} {} {}", payload_type.size(), payload_type, payload.size(),
-                     payload);
+/// The subjects: each /output artifact (the row's artifacts JSON) with a sha256 digest.
+Json artifactSubjects(std::string_view artifacts_json) {
+  Json artifacts = Json::parse(artifacts_json, nullptr, false);
+  Json subjects = Json::array();
+  if (!artifacts.is_array()) return subjects;
+  for (const Json& a : artifacts) {
+    if (!a.is_object() || !a.contains("path") || !a["path"].is_string() || !a.contains("sha256") ||
+        !detail::isHexDigest(a["sha256"])) {
+      continue;
+    }
+    subjects.push_back({{"name", a["path"]}, {"digest", {{"sha256", a["sha256"]}}}});
+  }
+  return subjects;
 }
 
-std::expected<std::string, Error> attestExecution(const std::filesystem::path& db,
-                                                  std::string_view execution_id,
-                                                  const SigningKey& key) {
-  auto conn = detail::openReadSnapshot(db);
-  if (!conn) return std::unexpected(conn.error());
-  sqlite3* raw = conn->get();
-
-  auto row =
-      detail::prepare(db, raw,
-                      "SELECT seq, hash, workflow, policy_sha256, argv, started_at, "
-                      "ended_at, exit_code, artifacts, receipt FROM executions WHERE id = ?1");
-  if (!row) return std::unexpected(row.error());
-  row->bindText(1, execution_id);
-  if (row->step() != SQLITE_ROW) {
-    return std::unexpected(
-        Error{fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
-  }
-  Json artifacts = Json::parse(row->columnText(8), nullptr, false);
-  Json subjects = Json::array();
-  if (artifacts.is_array()) {
-    for (const Json& a : artifacts) {
-      if (!a.is_object() || !a.contains("path") || !a["path"].is_string() ||
-          !a.contains("sha256") || !detail::isHexDigest(a["sha256"])) {
-        continue;
-      }
-      subjects.push_back({{"name", a["path"]}, {"digest", {{"sha256", a["sha256"]}}}});
-    }
-  }
-  if (subjects.empty()) {
-    return std::unexpected(Error{
-        fmt::format("{}: execution {} left no /output artifacts with a digest; nothing to attest",
-                    db.string(), execution_id)});
-  }
-
+/// Resolved dependencies known from the row: its policy, then its inputs when the receipt lists
+/// them: the path the program read (inside the sandbox) with the digest taken at run time; the
+/// host path, and why a file has no digest, as annotations (an in-toto ResourceDescriptor's
+/// free-form map).
+Json policyAndInputs(const detail::Stmt& row) {
   Json deps = Json::array();
-  if (!row->columnText(3).empty()) {
-    deps.push_back({{"uri", fmt::format("urn:sluice:policy:{}", row->columnText(2))},
-                    {"digest", {{"sha256", std::string(row->columnText(3))}}}});
+  if (!row.columnText(3).empty()) {
+    deps.push_back({{"uri", fmt::format("urn:sluice:policy:{}", row.columnText(2))},
+                    {"digest", {{"sha256", std::string(row.columnText(3))}}}});
   }
-  // Inputs, when the receipt lists them: the path the program read (inside the sandbox) with
-  // the digest taken at run time; the host path, and why a file has no digest, as annotations
-  // (an in-toto ResourceDescriptor's free-form map).
-  Json receipt = Json::parse(row->columnText(9), nullptr, false);
-  if (receipt.is_object() && receipt.contains("inputs") && receipt["inputs"].is_array()) {
-    for (const Json& in : receipt["inputs"]) {
-      if (!in.is_object() || !in.contains("path") || !in["path"].is_string()) continue;
-      Json dep = {{"uri", "file://" + in["path"].get<std::string>()}};
-      if (in.contains("sha256") && detail::isHexDigest(in["sha256"]))
-        dep["digest"] = {{"sha256", in["sha256"]}};
-      Json notes = Json::object();
-      for (const char* k : {"source", "error"})
-        if (in.contains(k) && in[k].is_string()) notes[k] = in[k];
-      if (!notes.empty()) dep["annotations"] = std::move(notes);
-      deps.push_back(std::move(dep));
-    }
+  Json receipt = Json::parse(row.columnText(9), nullptr, false);
+  if (!receipt.is_object() || !receipt.contains("inputs") || !receipt["inputs"].is_array())
+    return deps;
+  for (const Json& in : receipt["inputs"]) {
+    if (!in.is_object() || !in.contains("path") || !in["path"].is_string()) continue;
+    Json dep = {{"uri", "file://" + in["path"].get<std::string>()}};
+    if (in.contains("sha256") && detail::isHexDigest(in["sha256"]))
+      dep["digest"] = {{"sha256", in["sha256"]}};
+    Json notes = Json::object();
+    for (const char* k : {"source", "error"})
+      if (in.contains(k) && in[k].is_string()) notes[k] = in[k];
+    if (!notes.empty()) dep["annotations"] = std::move(notes);
+    deps.push_back(std::move(dep));
   }
-  auto urls = fetchedUrls(db, raw, execution_id);
-  if (!urls) return std::unexpected(urls.error());
-  for (auto& u : *urls) deps.push_back(std::move(u));
+  return deps;
+}
 
-  Json argv = Json::parse(row->columnText(4), nullptr, false);
+/// The in-toto Statement with its SLSA provenance predicate.
+Json provenance(const detail::Stmt& row, std::string_view execution_id, const SigningKey& key,
+                Json subjects, Json deps) {
+  Json argv = Json::parse(row.columnText(4), nullptr, false);
   Json statement = Json::object();
   statement["_type"] = kStatementType;
   statement["subject"] = std::move(subjects);
@@ -158,30 +141,73 @@ std::expected<std::string, Error> attestExecution(const std::filesystem::path& d
       {"buildDefinition",
        {{"buildType", kBuildType},
         {"externalParameters",
-         {{"workflow", std::string(row->columnText(2))},
+         {{"workflow", std::string(row.columnText(2))},
           {"argv", argv.is_discarded() ? Json::array() : argv}}},
-        {"internalParameters", {{"policy_sha256", std::string(row->columnText(3))}}},
+        {"internalParameters", {{"policy_sha256", std::string(row.columnText(3))}}},
         {"resolvedDependencies", std::move(deps)}}},
       {"runDetails",
        {{"builder", {{"id", fmt::format("urn:sluice:audit-key:{}", key.keyId())}}},
         {"metadata",
          {{"invocationId", std::string(execution_id)},
-          {"startedOn", formatTime(row->columnInt(5))},
-          {"finishedOn", formatTime(row->columnInt(6))}}},
+          {"startedOn", formatTime(row.columnInt(5))},
+          {"finishedOn", formatTime(row.columnInt(6))}}},
         {"byproducts",
-         Json::array({{{"name", "sluice-audit-row"},
-                       {"digest", {{"sha256", std::string(row->columnText(1))}}},
-                       {"annotations",
-                        {{"seq", row->columnInt(0)}, {"exit_code", row->columnInt(7)}}}}})}}}};
+         Json::array(
+             {{{"name", "sluice-audit-row"},
+               {"digest", {{"sha256", std::string(row.columnText(1))}}},
+               {"annotations", {{"seq", row.columnInt(0)}, {"exit_code", row.columnInt(7)}}}}})}}}};
+  return statement;
+}
 
-  const std::string payload = base::dumpJson(statement);
+/// The DSSE envelope of `payload`, signed with `key`, as one line of JSON.
+std::expected<std::string, base::Error> signedEnvelope(const std::string& payload,
+                                                       const SigningKey& key) {
   const std::string sig = key.sign(dssePae(kInTotoPayloadType, payload));
-  if (sig.empty()) return std::unexpected(Error{"cannot sign the attestation"});
+  if (sig.empty())
+    return std::unexpected(base::Error{base::Code::kInternal, "cannot sign the attestation"});
   Json envelope = Json::object();
   envelope["payloadType"] = kInTotoPayloadType;
   envelope["payload"] = base64Encode(payload);
   envelope["signatures"] = Json::array({{{"keyid", key.keyId()}, {"sig", base64Encode(sig)}}});
   return base::dumpJson(envelope) + "\n";
+}
+
+}  // namespace
+
+std::string dssePae(std::string_view payload_type, std::string_view payload) {
+  return fmt::format("DSSEv1 {} {} {} {}", payload_type.size(), payload_type, payload.size(),
+                     payload);
+}
+
+std::expected<std::string, base::Error> attestExecution(const std::filesystem::path& db,
+                                                        std::string_view execution_id,
+                                                        const SigningKey& key) {
+  auto conn = detail::openReadSnapshot(db);
+  if (!conn) return std::unexpected(conn.error());
+  sqlite3* raw = conn->get();
+
+  auto row = detail::prepare(db, raw, std::string(kExecutionSelect));
+  if (!row) return std::unexpected(row.error());
+  row->bindText(1, execution_id);
+  if (row->step() != SQLITE_ROW) {
+    return std::unexpected(
+        base::Error{base::Code::kNotFound,
+                    fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
+  }
+  Json subjects = artifactSubjects(row->columnText(8));
+  if (subjects.empty()) {
+    return std::unexpected(base::Error{
+        base::Code::kNotFound,
+        fmt::format("{}: execution {} left no /output artifacts with a digest; nothing to attest",
+                    db.string(), execution_id)});
+  }
+  Json deps = policyAndInputs(*row);
+  auto urls = fetchedUrls(db, raw, execution_id);
+  if (!urls) return std::unexpected(urls.error());
+  for (auto& u : *urls) deps.push_back(std::move(u));
+  const std::string payload =
+      base::dumpJson(provenance(*row, execution_id, key, std::move(subjects), std::move(deps)));
+  return signedEnvelope(payload, key);
 }
 
 AttestationCheck verifyAttestation(std::string_view envelope_json, const PublicKey& key) {

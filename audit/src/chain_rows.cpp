@@ -7,26 +7,6 @@
 
 namespace sluice::audit::detail {
 
-const std::array<ChainTable, 7>& chainTables() {
-  static const std::array<ChainTable, 7> tables = {{
-      {"executions", kExecutionColumns, "started_at"},
-      {"connections", kConnectionColumns, "ts"},
-      {"requests", kRequestColumns, "ts"},
-      {"forwards", kForwardColumns, "ts"},
-      {"dns_queries", kDnsColumns, "ts"},
-      {"approvals", kApprovalColumns, "asked_at"},
-      {"policies", kPolicyColumns, "loaded_at"},
-  }};
-  return tables;
-}
-
-const ChainTable* findChainTable(std::string_view name) {
-  for (const auto& t : chainTables()) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
-}
-
 std::string chainSelectSql(const ChainTable& t) {
   std::string sql = "SELECT seq, prev_hash, hash";
   for (auto c : t.columns) {

@@ -1,5 +1,5 @@
-// The chained tables as data (name, hashed columns, time column) and a row's columns as JSON,
-// shared by export, inclusion proofs and attestations, so that what they print is exactly
+// Reading the chained tables (rows.hpp describes them): a row's columns as JSON, shared by
+// export, inclusion proofs and attestations, so that what they print is exactly
 // what the row hash covers and anyone can recompute it from the JSON alone.
 #pragma once
 
@@ -13,18 +13,9 @@
 #include <string_view>
 
 #include "row_hash.hpp"
+#include "rows.hpp"
 
 namespace sluice::audit::detail {
-
-struct ChainTable {
-  std::string_view name;
-  std::span<const std::string_view> columns;  // hashed columns, in encoding order
-  std::string_view time_column;               // epoch ms of the event
-};
-
-/// Every chained table, in no particular order (rows interleave by seq).
-const std::array<ChainTable, 7>& chainTables();
-const ChainTable* findChainTable(std::string_view name);
 
 /// "SELECT seq, prev_hash, hash, <columns> FROM <table> WHERE seq > ?1 ORDER BY seq".
 std::string chainSelectSql(const ChainTable& t);

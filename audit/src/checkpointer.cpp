@@ -1,7 +1,7 @@
 // The checkpoint signer's thread; see checkpointer.hpp.
 #include "checkpointer.hpp"
 
-#include <pthread.h>
+#include <algorithm>
 
 #include "sluice/audit/signing.hpp"
 #include "sluice/base/clock.hpp"
@@ -35,12 +35,11 @@ Checkpointer::Checkpointer(std::shared_ptr<const SigningKey> key, std::size_t ev
       emit_(std::move(emit)),
       tree_(std::move(tree)),
       last_position_(last_position) {
-  thread_ = std::thread([this] { loop(); });
-  pthread_setname_np(thread_.native_handle(), "sluice-audit-ck");
+  loop_.startScheduled([this] { return tick(); });
 }
 
 Checkpointer::~Checkpointer() {
-  if (thread_.joinable()) (void)finish();
+  if (loop_.running()) (void)finish();
 }
 
 void Checkpointer::add(std::vector<Digest>& row_hashes) {
@@ -52,13 +51,14 @@ void Checkpointer::add(std::vector<Digest>& row_hashes) {
     // not by every small commit, whose wake-up would compete with the committer on 2 cores.
     wake = pending_.empty() || pending_.size() + row_hashes.size() >= kBatch;
     if (pending_.empty()) {
+      pending_since_ = Clock::now();
       pending_.swap(row_hashes);
     } else {
       pending_.insert(pending_.end(), row_hashes.begin(), row_hashes.end());
     }
   }
   row_hashes.clear();
-  if (wake) cv_.notify_one();
+  if (wake) loop_.wake();
 }
 
 CheckpointRow Checkpointer::sign() {
@@ -70,40 +70,41 @@ CheckpointRow Checkpointer::sign() {
   row.key_id = key_->keyId();
   row.frontier = tree_.serialize();
   last_position_ = row.position;
-  last_time_ = std::chrono::steady_clock::now();
+  last_time_ = Clock::now();
   return row;
 }
 
-void Checkpointer::loop() {
-  std::vector<Digest> work;
-  std::unique_lock lock(mu_);
-  for (;;) {
-    const bool unsigned_rows = static_cast<std::int64_t>(tree_.size()) > last_position_;
-    auto ready = [this] { return !pending_.empty() || stopping_; };
-    if (unsigned_rows) {
-      if (!cv_.wait_until(lock, last_time_ + interval_, ready)) {
-        // The interval passed with rows unsigned and none coming: sign them now.
-        lock.unlock();
-        deliver(sign());
-        lock.lock();
-        continue;
-      }
-    } else {
-      cv_.wait(lock, ready);
-    }
-    if (pending_.empty() && stopping_) return;
+Checkpointer::Clock::time_point Checkpointer::tick() {
+  const auto now = Clock::now();
+  bool idle = false;  // no hashes waiting after this tick
+  Clock::time_point gathered{};
+  {
+    std::lock_guard lock(mu_);
     // Gather what the next commits bring (they do not wake us) before hashing: one wake-up per
     // kGather under a stream of small durable commits instead of one per commit.
-    if (!stopping_ && pending_.size() < kBatch)
-      cv_.wait_for(lock, kGather, [this] { return stopping_ || pending_.size() >= kBatch; });
-    work.swap(pending_);
-    lock.unlock();
-    for (const Digest& d : work) {
-      tree_.append(d);
-      if (tree_.size() - static_cast<std::uint64_t>(last_position_) >= every_rows_) deliver(sign());
+    if (!pending_.empty() && (pending_.size() >= kBatch || now >= pending_since_ + kGather)) {
+      work_.swap(pending_);
+    } else if (!pending_.empty()) {
+      gathered = pending_since_ + kGather;
     }
-    work.clear();
-    lock.lock();
+    idle = pending_.empty();
+  }
+  append(work_);
+  work_.clear();
+  // Hashes still gathering come first (the interval is checked after them, never in a spin).
+  if (!idle) return gathered;
+  // The interval passed with rows unsigned and none coming: sign them now.
+  const auto unsignedRows = [&] {
+    return static_cast<std::int64_t>(tree_.size()) > last_position_;
+  };
+  if (unsignedRows() && Clock::now() >= last_time_ + interval_) deliver(sign());
+  return unsignedRows() ? last_time_ + interval_ : Clock::time_point::max();
+}
+
+void Checkpointer::append(const std::vector<Digest>& row_hashes) {
+  for (const Digest& d : row_hashes) {
+    tree_.append(d);
+    if (tree_.size() - static_cast<std::uint64_t>(last_position_) >= every_rows_) deliver(sign());
   }
 }
 
@@ -123,8 +124,14 @@ std::vector<CheckpointRow> Checkpointer::finish() {
     std::lock_guard lock(mu_);
     stopping_ = true;
   }
-  cv_.notify_one();
-  if (thread_.joinable()) thread_.join();
+  loop_.stop();
+  // The loop has stopped: the hashes it had not taken yet go into the tree here.
+  std::vector<Digest> rest;
+  {
+    std::lock_guard lock(mu_);
+    rest.swap(pending_);
+  }
+  append(rest);
   std::vector<CheckpointRow> rows = std::move(collected_);
   collected_.clear();
   if (static_cast<std::int64_t>(tree_.size()) > last_position_) rows.push_back(sign());

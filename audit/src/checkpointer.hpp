@@ -4,7 +4,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <expected>
 #include <functional>
@@ -12,10 +11,10 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "merkle.hpp"
+#include "sluice/base/loop.hpp"
 
 namespace sluice::audit {
 class PublicKey;
@@ -47,7 +46,7 @@ std::expected<MerkleFrontier, std::string> resumableTree(const StoredCheckpoint&
 
 class Checkpointer {
  public:
-  /// The thread hashes in batches: it wakes for the first hashes after a drain, then gathers
+  /// The thread hashes in batches: it is woken by the first hashes after a drain, then gathers
   /// for up to kGather (or until kBatch hashes wait) before it takes them.
   static constexpr std::size_t kBatch = 4096;
   static constexpr std::chrono::milliseconds kGather{20};
@@ -68,7 +67,11 @@ class Checkpointer {
   std::vector<CheckpointRow> finish();
 
  private:
-  void loop();
+  using Clock = base::BackgroundLoop::Clock;
+  /// The loop's tick: hashes the rows due, signs what is due; returns when it is next due.
+  Clock::time_point tick();
+  /// Appends rows to the tree, signing every `every_rows_` rows.
+  void append(const std::vector<Digest>& row_hashes);
   CheckpointRow sign();
   /// To emit_, or kept for finish() once the writer is closing.
   void deliver(CheckpointRow row);
@@ -77,17 +80,19 @@ class Checkpointer {
   std::size_t every_rows_;
   std::chrono::milliseconds interval_;
   std::function<void(CheckpointRow)> emit_;
-  // Checkpointer thread only (and finish() after the join).
+  // The loop's thread only (and finish() after the loop stopped).
   MerkleFrontier tree_;
   std::int64_t last_position_ = 0;
-  std::chrono::steady_clock::time_point last_time_ = std::chrono::steady_clock::now();
+  Clock::time_point last_time_ = Clock::now();
+  std::vector<Digest> work_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
   std::vector<Digest> pending_;           // guarded by mu_
+  Clock::time_point pending_since_;       // guarded by mu_: when pending_ became non-empty
   bool stopping_ = false;                 // guarded by mu_
   std::vector<CheckpointRow> collected_;  // guarded by mu_
-  std::thread thread_;
+  // Last: stopped (joined) before the members it uses go.
+  base::BackgroundLoop loop_{"sluice-audit-ck"};
 };
 
 }  // namespace sluice::audit::detail

@@ -122,7 +122,7 @@ std::string ConsistencyCheck::verdict(std::uint64_t rows) const {
 
 namespace sluice::audit {
 
-std::expected<std::optional<std::string>, Error> latestCheckpointJson(
+std::expected<std::optional<std::string>, base::Error> latestCheckpointJson(
     const std::filesystem::path& db) {
   auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());

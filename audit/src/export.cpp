@@ -27,7 +27,8 @@ struct TableCursor {
   std::int64_t seq = 0;
 };
 
-std::expected<void, Error> step(const std::filesystem::path& db, sqlite3* raw, TableCursor& c) {
+std::expected<void, base::Error> step(const std::filesystem::path& db, sqlite3* raw,
+                                      TableCursor& c) {
   int rc = c.stmt.step();
   c.has_row = rc == SQLITE_ROW;
   if (c.has_row) c.seq = c.stmt.columnInt(0);
@@ -48,8 +49,8 @@ std::string csvField(std::string_view s) {
 }
 
 /// The first seq whose row's time is >= since (or none).
-std::expected<std::optional<std::int64_t>, Error> firstSeqSince(const std::filesystem::path& db,
-                                                                sqlite3* raw, std::int64_t since) {
+std::expected<std::optional<std::int64_t>, base::Error> firstSeqSince(
+    const std::filesystem::path& db, sqlite3* raw, std::int64_t since) {
   std::optional<std::int64_t> first;
   for (const auto& t : detail::chainTables()) {
     auto st = detail::prepare(
@@ -114,8 +115,9 @@ class Writer {
 
 }  // namespace
 
-std::expected<ExportStats, Error> exportChain(const std::filesystem::path& db,
-                                              const ExportOptions& options, std::ostream& out) {
+std::expected<ExportStats, base::Error> exportChain(const std::filesystem::path& db,
+                                                    const ExportOptions& options,
+                                                    std::ostream& out) {
   auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
@@ -165,12 +167,16 @@ std::expected<ExportStats, Error> exportChain(const std::filesystem::path& db,
     ++stats.rows;
     stats.last_seq = cur->seq;
     if (auto r = step(db, raw, *cur); !r) return std::unexpected(r.error());
-    if (!out) return std::unexpected(Error{"cannot write the export (output closed or full)"});
+    if (!out)
+      return std::unexpected(
+          base::Error{base::Code::kIo, "cannot write the export (output closed or full)"});
   }
   if (ckpt_rc != SQLITE_DONE)
     return std::unexpected(detail::sqliteError(db, raw, ckpt_rc, "cannot read checkpoints"));
   out.flush();
-  if (!out) return std::unexpected(Error{"cannot write the export (output closed or full)"});
+  if (!out)
+    return std::unexpected(
+        base::Error{base::Code::kIo, "cannot write the export (output closed or full)"});
   return stats;
 }
 

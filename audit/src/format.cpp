@@ -156,11 +156,13 @@ nlohmann::ordered_json jsonCell(const Cell& c, bool is_json) {
 
 }  // namespace
 
-std::expected<OutputFormat, Error> parseFormat(std::string_view name) {
+std::expected<OutputFormat, base::Error> parseFormat(std::string_view name) {
   if (name == "table") return OutputFormat::kTable;
   if (name == "json") return OutputFormat::kJson;
   if (name == "csv") return OutputFormat::kCsv;
-  return std::unexpected(Error{"unknown format '" + std::string(name) + "' (table, json or csv)"});
+  return std::unexpected(
+      base::Error{base::Code::kInvalidArgument,
+                  "unknown format '" + std::string(name) + "' (table, json or csv)"});
 }
 
 std::string formatResult(const ResultTable& t, OutputFormat format) {

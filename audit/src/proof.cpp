@@ -22,9 +22,10 @@ constexpr std::string_view kProofType = "sluice-inclusion-proof/v1";
 /// over their chain hashes in seq order, checking they form an unbroken sequence. Memory is
 /// O(log position) (InclusionPathBuilder): a proof against a checkpoint of ten million rows
 /// does not hold ten million leaves.
-std::expected<detail::InclusionPathBuilder, Error> streamPath(const std::filesystem::path& db,
-                                                              sqlite3* raw, std::int64_t position,
-                                                              std::int64_t index) {
+std::expected<detail::InclusionPathBuilder, base::Error> streamPath(const std::filesystem::path& db,
+                                                                    sqlite3* raw,
+                                                                    std::int64_t position,
+                                                                    std::int64_t index) {
   auto st = detail::prepare(db, raw, detail::chainHashesSql("seq <= ?1"));
   if (!st) return std::unexpected(st.error());
   st->bindInt(1, position);
@@ -35,8 +36,10 @@ std::expected<detail::InclusionPathBuilder, Error> streamPath(const std::filesys
   while ((rc = st->step()) == SQLITE_ROW) {
     auto d = detail::fromHex(st->columnText(1));
     if (st->columnInt(0) != rows + 1 || !d) {
-      return std::unexpected(Error{fmt::format(
-          "{}: the chain is broken at seq {}; run sluice audit verify", db.string(), rows + 1)});
+      return std::unexpected(
+          base::Error{base::Code::kIntegrity,
+                      fmt::format("{}: the chain is broken at seq {}; run sluice audit verify",
+                                  db.string(), rows + 1)});
     }
     tree.append(detail::leafHash(*d));
     ++rows;
@@ -44,17 +47,19 @@ std::expected<detail::InclusionPathBuilder, Error> streamPath(const std::filesys
   if (rc != SQLITE_DONE)
     return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read the chain"));
   if (rows != position) {
-    return std::unexpected(Error{fmt::format(
-        "{}: the chain ends at seq {} but the checkpoint covers {}; run sluice audit verify",
-        db.string(), rows, position)});
+    return std::unexpected(base::Error{
+        base::Code::kIntegrity,
+        fmt::format(
+            "{}: the chain ends at seq {} but the checkpoint covers {}; run sluice audit verify",
+            db.string(), rows, position)});
   }
   return tree;
 }
 
 }  // namespace
 
-std::expected<std::string, Error> proveExecution(const std::filesystem::path& db,
-                                                 std::string_view execution_id) {
+std::expected<std::string, base::Error> proveExecution(const std::filesystem::path& db,
+                                                       std::string_view execution_id) {
   auto conn = detail::openReadSnapshot(db);
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
@@ -67,7 +72,8 @@ std::expected<std::string, Error> proveExecution(const std::filesystem::path& db
   row->bindText(1, execution_id);
   if (row->step() != SQLITE_ROW) {
     return std::unexpected(
-        Error{fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
+        base::Error{base::Code::kNotFound,
+                    fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
   }
   const std::int64_t seq = row->columnInt(0);
 
@@ -76,22 +82,25 @@ std::expected<std::string, Error> proveExecution(const std::filesystem::path& db
       fmt::format("{} ORDER BY position DESC, seq DESC LIMIT 1", detail::kCheckpointSelect));
   if (!ckpt) return std::unexpected(ckpt.error());
   if (ckpt->step() != SQLITE_ROW || ckpt->columnInt(1) < seq) {
-    return std::unexpected(Error{fmt::format(
-        "{}: execution {} (seq {}) is not covered by a signed checkpoint yet{}; one is written "
-        "every N rows or T seconds and when the writer closes (a store opened with "
-        "--signing-key)",
-        db.string(), execution_id, seq,
-        sqlite3_column_type(ckpt->get(), 1) == SQLITE_INTEGER
-            ? fmt::format(" (the latest covers seq 1..{})", ckpt->columnInt(1))
-            : std::string(" (the database has no checkpoints)"))});
+    return std::unexpected(base::Error{
+        base::Code::kNotFound,
+        fmt::format(
+            "{}: execution {} (seq {}) is not covered by a signed checkpoint yet{}; one is written "
+            "every N rows or T seconds and when the writer closes (a store opened with "
+            "--signing-key)",
+            db.string(), execution_id, seq,
+            sqlite3_column_type(ckpt->get(), 1) == SQLITE_INTEGER
+                ? fmt::format(" (the latest covers seq 1..{})", ckpt->columnInt(1))
+                : std::string(" (the database has no checkpoints)"))});
   }
   const std::int64_t position = ckpt->columnInt(1);
   auto tree = streamPath(db, raw, position, seq - 1);
   if (!tree) return std::unexpected(tree.error());
   if (detail::toHex(tree->root()) != ckpt->columnText(2)) {
-    return std::unexpected(Error{fmt::format(
-        "{}: rows 1..{} do not match checkpoint seq {}'s root; run sluice audit verify --pubkey",
-        db.string(), position, ckpt->columnInt(0))});
+    return std::unexpected(base::Error{base::Code::kIntegrity,
+                                       fmt::format("{}: rows 1..{} do not match checkpoint seq "
+                                                   "{}'s root; run sluice audit verify --pubkey",
+                                                   db.string(), position, ckpt->columnInt(0))});
   }
   Json path = Json::array();
   for (const auto& d : tree->path()) path.push_back(detail::toHex(d));

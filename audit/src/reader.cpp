@@ -7,6 +7,7 @@
 #include <array>
 #include <string>
 
+#include "rows.hpp"
 #include "schema.hpp"
 #include "sqlite_db.hpp"
 
@@ -36,18 +37,6 @@ bool contains(const std::array<std::string_view, N>& list, std::string_view s) {
   return false;
 }
 
-/// Columns whose text is JSON.
-bool isJsonColumn(std::string_view name) {
-  return name == "argv" || name == "usage" || name == "artifacts" || name == "receipt" ||
-         name == "injected_secrets";
-}
-
-/// Columns holding epoch milliseconds, shown as RFC 3339 by query and show.
-bool isTimeColumn(std::string_view name) {
-  return name == "started_at" || name == "ended_at" || name == "ts" || name == "loaded_at" ||
-         name == "asked_at" || name == "decided_at";
-}
-
 /// A bound parameter. (Not a std::variant: g++ 12 warns falsely about its string member.)
 struct Bind {
   bool is_text = false;
@@ -57,15 +46,132 @@ struct Bind {
 Bind textBind(std::string s) { return Bind{true, 0, std::move(s)}; }
 Bind intBind(std::int64_t i) { return Bind{false, i, {}}; }
 
+/// The SQL of `sluice audit query` for a filter: one statement per kind, its parameters bound
+/// in order. The event kinds list their table's columns from the row descriptions (rows.hpp).
+class QuerySql {
+ public:
+  explicit QuerySql(const QueryFilter& f) : f_(f) {}
+
+  /// "?N" for a new parameter.
+  std::string param(Bind b) {
+    binds_.push_back(std::move(b));
+    return fmt::format("?{}", binds_.size());
+  }
+  const std::vector<Bind>& binds() const { return binds_; }
+
+  /// Each execution with a summary of its connections.
+  std::string executions() {
+    std::string sql =
+        "SELECT e.id, e.workflow, e.started_at, e.ended_at - e.started_at AS duration_ms,"
+        " e.exit_code, e.signal, e.limit_hit,"
+        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
+        "   AND c.decision = 'allow') AS allowed,"
+        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
+        "   AND c.decision = 'deny') AS denied,"
+        " (SELECT coalesce(sum(c.bytes_up), 0) FROM connections c"
+        "   WHERE c.execution_id = e.id) AS bytes_out,"
+        " (SELECT coalesce(sum(c.bytes_down), 0) FROM connections c"
+        "   WHERE c.execution_id = e.id) AS bytes_in,"
+        " (SELECT group_concat(h, ' ') FROM (SELECT DISTINCT c.host || ':' || c.port AS h"
+        "   FROM connections c WHERE c.execution_id = e.id ORDER BY h)) AS hosts"
+        " FROM executions e WHERE 1";
+    if (f_.workflow) sql += " AND e.workflow = " + param(textBind(*f_.workflow));
+    if (f_.execution) sql += " AND e.id = " + param(textBind(*f_.execution));
+    if (f_.since_ms) sql += " AND e.started_at >= " + param(intBind(*f_.since_ms));
+    if (f_.until_ms) sql += " AND e.started_at < " + param(intBind(*f_.until_ms));
+    // --decision and --host together mean one connection with both (e.g. allowed to host Y).
+    if (f_.decision || f_.host) {
+      sql += " AND EXISTS (SELECT 1 FROM connections c WHERE c.execution_id = e.id";
+      if (f_.decision) sql += " AND c.decision = " + param(textBind(*f_.decision));
+      if (f_.host) sql += " AND c.host = " + param(textBind(*f_.host));
+      sql += ")";
+    }
+    return sql;
+  }
+
+  /// The rows of one event kind (or connections and requests interleaved); "" for an unknown
+  /// kind.
+  std::string events(std::string_view kind) {
+    if (kind == "connections") {
+      return "SELECT t.seq, " + columns("connections", {"policy_sha256"}) + " FROM connections t" +
+             where();
+    }
+    if (kind == "requests")
+      return "SELECT t.id, " + columns("requests") + " FROM requests t" + where();
+    if (kind == "forwards") {
+      // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
+      return "SELECT t.id, " + columns("forwards") +
+             ", EXISTS (SELECT 1 FROM requests r WHERE r.execution_id IS t.execution_id"
+             "   AND r.workflow = t.workflow AND r.ts = t.ts AND r.method IS t.method"
+             "   AND r.host IS t.host AND r.path IS t.path AND r.seq > t.seq) AS completed"
+             " FROM (SELECT seq AS id, * FROM forwards) t" +
+             where();
+    }
+    if (kind == "dns") {
+      // sluice's DNS: one row per query; --host matches the queried name.
+      return "SELECT t.id, " + columns("dns_queries") +
+             " FROM (SELECT seq AS id, name AS host, * FROM dns_queries) t" + where();
+    }
+    if (kind == "approvals") {
+      // Decided approvals of `ask` rules; --since/--until apply to when it was asked.
+      return "SELECT t.seq, " + columns("approvals") +
+             " FROM (SELECT asked_at AS ts, * FROM approvals) t" + where();
+    }
+    if (kind == "events") return interleaved();
+    return {};
+  }
+
+ private:
+  static std::string columns(std::string_view table,
+                             std::initializer_list<std::string_view> omit = {}) {
+    return detail::columnList(*detail::findChainTable(table), "t.", omit);
+  }
+
+  /// Conditions on an event row aliased `t` (time column `ts`).
+  std::string where() {
+    std::string w = " WHERE 1";
+    if (f_.workflow) w += " AND t.workflow = " + param(textBind(*f_.workflow));
+    if (f_.execution) w += " AND t.execution_id = " + param(textBind(*f_.execution));
+    if (f_.decision) w += " AND t.decision = " + param(textBind(*f_.decision));
+    if (f_.host) w += " AND t.host = " + param(textBind(*f_.host));
+    if (f_.since_ms) w += " AND t.ts >= " + param(intBind(*f_.since_ms));
+    if (f_.until_ms) w += " AND t.ts < " + param(intBind(*f_.until_ms));
+    return w;
+  }
+
+  /// Connections and requests in one list, in chain order.
+  std::string interleaved() {
+    std::string conn_where = where();
+    std::string req_where = where();
+    return "SELECT * FROM (SELECT t.seq, 'connection' AS type, t.ts, t.execution_id, t.workflow,"
+           " t.decision, t.rule_id, t.reason, t.host, t.port, NULL AS method, NULL AS path,"
+           " NULL AS status, t.detail, NULL AS injected_secrets FROM connections t" +
+           conn_where +
+           " UNION ALL SELECT t.seq, 'request', t.ts, t.execution_id, t.workflow, t.decision,"
+           " t.rule_id, t.reason, t.host, NULL, t.method, t.path, t.status, NULL,"
+           " t.injected_secrets FROM requests t" +
+           req_where + ")";
+  }
+
+  const QueryFilter& f_;
+  std::vector<Bind> binds_;
+};
+
+/// A table's hashed columns for `show`, leaving out `omit`.
+std::string columnsOf(std::string_view table, std::initializer_list<std::string_view> omit) {
+  return detail::columnList(*detail::findChainTable(table), "", omit);
+}
+
 }  // namespace
 
 class Reader::Impl {
  public:
   explicit Impl(std::filesystem::path path) : path_(std::move(path)) {}
 
-  std::expected<void, Error> open();
-  std::expected<ResultTable, Error> run(std::string_view sql, const std::vector<Bind>& binds,
-                                        bool format_times, bool single_statement);
+  std::expected<void, base::Error> open();
+  std::expected<ResultTable, base::Error> run(std::string_view sql, const std::vector<Bind>& binds,
+                                              bool format_times, bool single_statement);
+  std::expected<Stmt, base::Error> prepareReadOnly(std::string_view sql, bool single_statement);
   const std::filesystem::path& path() const { return path_; }
 
  private:
@@ -113,10 +219,10 @@ int Reader::Impl::authorize(void* self, int action, const char* a, const char* b
   }
 }
 
-std::expected<void, Error> Reader::Impl::open() {
+std::expected<void, base::Error> Reader::Impl::open() {
   std::error_code ec;
   if (!std::filesystem::exists(path_, ec)) {
-    return std::unexpected(Error{path_.string() + ": no such file"});
+    return std::unexpected(base::Error{base::Code::kNotFound, path_.string() + ": no such file"});
   }
   // READONLY never creates the file; query_only and the authorizer refuse writes even if
   // something slipped past the open flags.
@@ -133,9 +239,9 @@ std::expected<void, Error> Reader::Impl::open() {
   return {};
 }
 
-std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
-                                                    const std::vector<Bind>& binds,
-                                                    bool format_times, bool single_statement) {
+// One read-only statement of `sql` (exactly one when `single_statement`), or why not.
+std::expected<Stmt, base::Error> Reader::Impl::prepareReadOnly(std::string_view sql,
+                                                               bool single_statement) {
   sqlite3* raw = db_.get();
   sqlite3_stmt* s = nullptr;
   const char* tail = nullptr;
@@ -144,23 +250,43 @@ std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
   Stmt stmt(s);
   if (rc != SQLITE_OK) {
     if ((rc & 0xff) == SQLITE_AUTH) {
-      return std::unexpected(Error{
+      return std::unexpected(detail::sqliteCoded(
+          base::Code::kPermissionDenied,
           fmt::format("{}: refused: the audit database is read-only here ({} are not allowed)",
                       path_.string(), refused_),
-          rc});
+          rc));
     }
-    return std::unexpected(detail::sqliteError(path_, raw, rc, "invalid SQL"));
+    base::Error e = detail::sqliteError(path_, raw, rc, "invalid SQL");
+    if ((rc & 0xff) == SQLITE_ERROR) e.code = base::Code::kInvalidArgument;  // the caller's SQL
+    return std::unexpected(std::move(e));
   }
-  if (!stmt) return std::unexpected(Error{path_.string() + ": empty SQL statement"});
+  if (!stmt)
+    return std::unexpected(
+        base::Error{base::Code::kInvalidArgument, path_.string() + ": empty SQL statement"});
   if (single_statement && tail) {
     std::string_view rest(tail, static_cast<std::size_t>(sql.data() + sql.size() - tail));
     if (rest.find_first_not_of(" \t\r\n;") != std::string_view::npos) {
-      return std::unexpected(Error{path_.string() + ": exactly one SQL statement is allowed"});
+      return std::unexpected(base::Error{
+          base::Code::kInvalidArgument, path_.string() + ": exactly one SQL statement is allowed"});
     }
   }
   if (!sqlite3_stmt_readonly(s)) {
-    return std::unexpected(Error{path_.string() + ": refused: only read-only statements"});
+    return std::unexpected(base::Error{base::Code::kPermissionDenied,
+                                       path_.string() + ": refused: only read-only statements"});
   }
+  return stmt;
+}
+
+std::expected<ResultTable, base::Error> Reader::Impl::run(std::string_view sql,
+                                                          const std::vector<Bind>& binds,
+                                                          bool format_times,
+                                                          bool single_statement) {
+  auto prepared = prepareReadOnly(sql, single_statement);
+  if (!prepared) return std::unexpected(prepared.error());
+  Stmt& stmt = *prepared;
+  sqlite3_stmt* s = stmt.get();
+  sqlite3* raw = db_.get();
+  int rc;
   for (std::size_t i = 0; i < binds.size(); ++i) {
     int idx = static_cast<int>(i + 1);
     if (binds[i].is_text) {
@@ -174,8 +300,9 @@ std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
   std::vector<bool> time_col(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     std::string name = sqlite3_column_name(s, i);
-    table.json_columns.push_back(isJsonColumn(name));
-    time_col[static_cast<std::size_t>(i)] = format_times && isTimeColumn(name);
+    const detail::ColumnKind kind = detail::columnKind(name);
+    table.json_columns.push_back(kind == detail::ColumnKind::kJson);
+    time_col[static_cast<std::size_t>(i)] = format_times && kind == detail::ColumnKind::kTime;
     table.columns.push_back(std::move(name));
   }
   while ((rc = stmt.step()) == SQLITE_ROW) {
@@ -213,138 +340,48 @@ std::expected<ResultTable, Error> Reader::Impl::run(std::string_view sql,
 Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Reader::~Reader() = default;
 
-std::expected<std::unique_ptr<Reader>, Error> Reader::open(const std::filesystem::path& db) {
+std::expected<std::unique_ptr<Reader>, base::Error> Reader::open(const std::filesystem::path& db) {
   auto impl = std::make_unique<Impl>(db);
   if (auto r = impl->open(); !r) return std::unexpected(r.error());
   return std::unique_ptr<Reader>(new Reader(std::move(impl)));
 }
 
-std::expected<ResultTable, Error> Reader::sql(std::string_view statement) {
+std::expected<ResultTable, base::Error> Reader::sql(std::string_view statement) {
   return impl_->run(statement, {}, false, true);
 }
 
-std::expected<ResultTable, Error> Reader::query(const QueryFilter& f) {
+std::expected<ResultTable, base::Error> Reader::query(const QueryFilter& f) {
   std::string kind = f.kind;
   if (kind.empty()) kind = (f.decision || f.host) ? "events" : "executions";
   if (f.decision && *f.decision != "allow" && *f.decision != "deny") {
-    return std::unexpected(Error{"--decision must be allow or deny, not '" + *f.decision + "'"});
-  }
-  std::vector<Bind> binds;
-  auto param = [&](Bind b) {
-    binds.push_back(std::move(b));
-    return fmt::format("?{}", binds.size());
-  };
-  // Conditions on a connections/requests row aliased `t` (time column `ts`).
-  auto eventWhere = [&] {
-    std::string w = " WHERE 1";
-    if (f.workflow) w += " AND t.workflow = " + param(textBind(*f.workflow));
-    if (f.execution) w += " AND t.execution_id = " + param(textBind(*f.execution));
-    if (f.decision) w += " AND t.decision = " + param(textBind(*f.decision));
-    if (f.host) w += " AND t.host = " + param(textBind(*f.host));
-    if (f.since_ms) w += " AND t.ts >= " + param(intBind(*f.since_ms));
-    if (f.until_ms) w += " AND t.ts < " + param(intBind(*f.until_ms));
-    return w;
-  };
-  std::string sql;
-  if (kind == "executions") {
-    sql =
-        "SELECT e.id, e.workflow, e.started_at, e.ended_at - e.started_at AS duration_ms,"
-        " e.exit_code, e.signal, e.limit_hit,"
-        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
-        "   AND c.decision = 'allow') AS allowed,"
-        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
-        "   AND c.decision = 'deny') AS denied,"
-        " (SELECT coalesce(sum(c.bytes_up), 0) FROM connections c"
-        "   WHERE c.execution_id = e.id) AS bytes_out,"
-        " (SELECT coalesce(sum(c.bytes_down), 0) FROM connections c"
-        "   WHERE c.execution_id = e.id) AS bytes_in,"
-        " (SELECT group_concat(h, ' ') FROM (SELECT DISTINCT c.host || ':' || c.port AS h"
-        "   FROM connections c WHERE c.execution_id = e.id ORDER BY h)) AS hosts"
-        " FROM executions e WHERE 1";
-    if (f.workflow) sql += " AND e.workflow = " + param(textBind(*f.workflow));
-    if (f.execution) sql += " AND e.id = " + param(textBind(*f.execution));
-    if (f.since_ms) sql += " AND e.started_at >= " + param(intBind(*f.since_ms));
-    if (f.until_ms) sql += " AND e.started_at < " + param(intBind(*f.until_ms));
-    // --decision and --host together mean one connection with both (e.g. allowed to host Y).
-    if (f.decision || f.host) {
-      sql += " AND EXISTS (SELECT 1 FROM connections c WHERE c.execution_id = e.id";
-      if (f.decision) sql += " AND c.decision = " + param(textBind(*f.decision));
-      if (f.host) sql += " AND c.host = " + param(textBind(*f.host));
-      sql += ")";
-    }
-  } else if (kind == "connections") {
-    sql =
-        "SELECT t.seq, t.id, t.execution_id, t.workflow, t.ts, t.kind, t.host, t.port,"
-        " t.resolved_ip, t.decision, t.rule_id, t.reason, t.detail, t.tls, t.bytes_up,"
-        " t.bytes_down, t.duration_ms FROM connections t";
-    sql += eventWhere();
-  } else if (kind == "requests") {
-    sql =
-        "SELECT t.id, t.connection_id, t.execution_id, t.workflow, t.ts, t.method, t.host,"
-        " t.path, t.status, t.decision, t.rule_id, t.reason, t.injected_secrets"
-        " FROM requests t";
-    sql += eventWhere();
-  } else if (kind == "forwards") {
-    if (f.decision) {
-      return std::unexpected(
-          Error{"--decision does not apply to forwards (every forward was "
-                "allowed; its outcome is the matching request)"});
-    }
-    // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
-    sql =
-        "SELECT t.id, t.connection_id, t.execution_id, t.workflow, t.ts, t.method, t.host,"
-        " t.path, t.rule_id, t.attempt, t.injected_secrets,"
-        " EXISTS (SELECT 1 FROM requests r WHERE r.execution_id IS t.execution_id"
-        "   AND r.workflow = t.workflow AND r.ts = t.ts AND r.method IS t.method"
-        "   AND r.host IS t.host AND r.path IS t.path AND r.seq > t.seq) AS completed"
-        " FROM (SELECT seq AS id, * FROM forwards) t";
-    sql += eventWhere();
-  } else if (kind == "dns") {
-    // sluice's DNS: one row per query; --host matches the queried name.
-    sql =
-        "SELECT t.id, t.execution_id, t.workflow, t.ts, t.name, t.qtype, t.answer, t.decision,"
-        " t.rule_id, t.reason FROM (SELECT seq AS id, name AS host, * FROM dns_queries) t";
-    sql += eventWhere();
-  } else if (kind == "approvals") {
-    // Decided approvals of `ask` rules; --since/--until apply to when it was asked.
-    sql =
-        "SELECT t.seq, t.id, t.execution_id, t.session_id, t.workflow, t.caller, t.rule_id,"
-        " t.host, t.port, t.method, t.path, t.decision, t.reason, t.scope, t.decided_by,"
-        " t.asked_at, t.decided_at FROM (SELECT asked_at AS ts, * FROM approvals) t";
-    sql += eventWhere();
-  } else if (kind == "events") {
-    std::string conn_where = eventWhere();
-    std::string req_where = eventWhere();
-    sql =
-        "SELECT * FROM (SELECT t.seq, 'connection' AS type, t.ts, t.execution_id, t.workflow,"
-        " t.decision, t.rule_id, t.reason, t.host, t.port, NULL AS method, NULL AS path,"
-        " NULL AS status, t.detail, NULL AS injected_secrets FROM connections t" +
-        conn_where +
-        " UNION ALL SELECT t.seq, 'request', t.ts, t.execution_id, t.workflow, t.decision,"
-        " t.rule_id, t.reason, t.host, NULL, t.method, t.path, t.status, NULL,"
-        " t.injected_secrets FROM requests t" +
-        req_where + ")";
-  } else {
     return std::unexpected(
-        Error{"unknown query kind '" + kind +
-              "' (executions, connections, requests, forwards, dns, approvals or events)"});
+        base::Error{base::Code::kInvalidArgument,
+                    "--decision must be allow or deny, not '" + *f.decision + "'"});
   }
-  if (kind == "executions") {
-    sql += " ORDER BY e.seq";
-  } else {
-    sql += " ORDER BY seq";
+  if (kind == "forwards" && f.decision) {
+    return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                       "--decision does not apply to forwards (every forward was "
+                                       "allowed; its outcome is the matching request)"});
   }
-  if (f.limit) sql += " LIMIT " + param(intBind(*f.limit));
-  return impl_->run(sql, binds, true, false);
+  QuerySql q(f);
+  std::string sql = kind == "executions" ? q.executions() : q.events(kind);
+  if (sql.empty()) {
+    return std::unexpected(base::Error{
+        base::Code::kInvalidArgument,
+        "unknown query kind '" + kind +
+            "' (executions, connections, requests, forwards, dns, approvals or events)"});
+  }
+  sql += kind == "executions" ? " ORDER BY e.seq" : " ORDER BY seq";
+  if (f.limit) sql += " LIMIT " + q.param(intBind(*f.limit));
+  return impl_->run(sql, q.binds(), true, false);
 }
 
-std::expected<std::optional<ExecutionDetail>, Error> Reader::show(std::string_view id) {
+std::expected<std::optional<ExecutionDetail>, base::Error> Reader::show(std::string_view id) {
   std::vector<Bind> binds{textBind(std::string(id))};
-  auto exec = impl_->run(
-      "SELECT seq, id, workflow, policy_sha256, argv, started_at, ended_at, exit_code, signal,"
-      " limit_hit, usage, stdout_bytes, stderr_bytes, stdout_truncated, stderr_truncated,"
-      " artifacts, hash FROM executions WHERE id = ?1",
-      binds, true, false);
+  // The receipt is read apart, unformatted; the rest as `query` shows it.
+  auto exec = impl_->run("SELECT seq, " + columnsOf("executions", {"receipt"}) +
+                             ", hash FROM executions WHERE id = ?1",
+                         binds, true, false);
   if (!exec) return std::unexpected(exec.error());
   if (exec->rows.empty()) return std::optional<ExecutionDetail>{};
   ExecutionDetail d;
@@ -354,16 +391,16 @@ std::expected<std::optional<ExecutionDetail>, Error> Reader::show(std::string_vi
   if (!receipt->rows.empty()) {
     if (auto* s = std::get_if<std::string>(&receipt->rows[0][0])) d.receipt_json = *s;
   }
+  // The execution's connections and requests, without the columns the execution gives.
   auto conns = impl_->run(
-      "SELECT seq, id, ts, kind, host, port, resolved_ip, decision, rule_id, reason, detail, tls,"
-      " bytes_up, bytes_down, duration_ms FROM connections WHERE execution_id = ?1 ORDER BY seq",
+      "SELECT seq, " + columnsOf("connections", {"execution_id", "workflow", "policy_sha256"}) +
+          " FROM connections WHERE execution_id = ?1 ORDER BY seq",
       binds, true, false);
   if (!conns) return std::unexpected(conns.error());
   d.connections = std::move(*conns);
-  auto reqs = impl_->run(
-      "SELECT id, connection_id, ts, method, host, path, status, decision, rule_id, reason,"
-      " injected_secrets FROM requests WHERE execution_id = ?1 ORDER BY seq",
-      binds, true, false);
+  auto reqs = impl_->run("SELECT id, " + columnsOf("requests", {"execution_id", "workflow"}) +
+                             " FROM requests WHERE execution_id = ?1 ORDER BY seq",
+                         binds, true, false);
   if (!reqs) return std::unexpected(reqs.error());
   d.requests = std::move(*reqs);
   return std::optional<ExecutionDetail>{std::move(d)};

@@ -26,30 +26,6 @@ using Value = std::variant<std::monostate, std::int64_t, std::string_view, Real,
 /// Text, or NULL when empty (optional columns store NULL rather than "").
 inline Value textOrNull(std::string_view s) { return s.empty() ? Value{} : Value{s}; }
 
-/// The hashed columns of each chained table, in encoding order (seq and prev_hash precede
-/// them; hash is the output). The INSERT statements and verify's SELECTs are built from these.
-inline constexpr auto kExecutionColumns = std::to_array<std::string_view>(
-    {"id", "workflow", "policy_sha256", "argv", "started_at", "ended_at", "exit_code", "signal",
-     "limit_hit", "usage", "stdout_bytes", "stderr_bytes", "stdout_truncated", "stderr_truncated",
-     "artifacts", "receipt"});
-inline constexpr auto kConnectionColumns = std::to_array<std::string_view>(
-    {"id", "execution_id", "workflow", "policy_sha256", "ts", "kind", "host", "port", "resolved_ip",
-     "decision", "rule_id", "reason", "detail", "tls", "bytes_up", "bytes_down", "duration_ms"});
-inline constexpr auto kRequestColumns = std::to_array<std::string_view>(
-    {"connection_id", "execution_id", "workflow", "ts", "method", "host", "path", "status",
-     "decision", "rule_id", "reason", "injected_secrets"});
-inline constexpr auto kForwardColumns =
-    std::to_array<std::string_view>({"connection_id", "execution_id", "workflow", "ts", "method",
-                                     "host", "path", "rule_id", "attempt", "injected_secrets"});
-inline constexpr auto kDnsColumns = std::to_array<std::string_view>(
-    {"execution_id", "workflow", "ts", "name", "qtype", "answer", "decision", "rule_id", "reason"});
-/// Version 6: policy texts are chained rows too, so their workflow and loaded_at are covered.
-inline constexpr auto kPolicyColumns =
-    std::to_array<std::string_view>({"sha256", "workflow", "yaml", "loaded_at"});
-inline constexpr auto kApprovalColumns = std::to_array<std::string_view>(
-    {"id", "execution_id", "session_id", "workflow", "caller", "rule_id", "host", "port", "method",
-     "path", "decision", "reason", "scope", "decided_by", "asked_at", "decided_at"});
-
 /// The chain's first prev_hash.
 inline constexpr std::string_view kGenesisHash =
     "0000000000000000000000000000000000000000000000000000000000000000";

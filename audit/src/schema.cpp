@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "row_hash.hpp"
+#include "rows.hpp"
 #include "schema_sql.hpp"
 #include "sqlite_db.hpp"
 
@@ -145,34 +146,32 @@ DROP TABLE checkpoints_order;
 /// The end of migration 5 -> 6: appends each version-5 policy row (not chained then) to the
 /// chain, in the order the store first saw them, keeping its loaded_at; the chain head moves
 /// on. Rows and checkpoints already there keep their hashes: the chain simply goes on.
-std::expected<void, Error> chainVersion5Policies(const std::filesystem::path& path, sqlite3* db) {
+std::expected<void, base::Error> chainVersion5Policies(const std::filesystem::path& path,
+                                                       sqlite3* db) {
   auto head = prepare(path, db, "SELECT seq, hash FROM chain_head WHERE id = 0");
   if (!head) return std::unexpected(head.error());
   if (head->step() != SQLITE_ROW)
-    return std::unexpected(Error{path.string() + ": chain_head row is missing"});
+    return std::unexpected(
+        base::Error{base::Code::kIntegrity, path.string() + ": chain_head row is missing"});
   std::int64_t seq = head->columnInt(0);
   std::string prev(head->columnText(1));
   auto old = prepare(path, db,
                      "SELECT sha256, workflow, yaml, loaded_at FROM policies_v5 "
                      "ORDER BY loaded_at, sha256");
   if (!old) return std::unexpected(old.error());
-  auto insert = prepare(path, db,
-                        "INSERT INTO policies (seq, prev_hash, hash, sha256, workflow, yaml, "
-                        "loaded_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  const auto& policies = rowOf<PolicyRecord>();
+  auto insert = prepare(path, db, insertSql(policies.table));
   if (!insert) return std::unexpected(insert.error());
   RowHasher hasher;
+  RowScratch scratch;
+  std::array<Value, kMaxColumns> buffer;
   int rc;
   while ((rc = old->step()) == SQLITE_ROW) {
-    const std::array<Value, kPolicyColumns.size()> values = {
-        Value{old->columnText(0)}, Value{old->columnText(1)}, Value{old->columnText(2)},
-        Value{old->columnInt(3)}};
-    std::string hash = hasher.hash("policies", seq + 1, prev, values);
-    insert->bindInt(1, seq + 1);
-    insert->bindText(2, prev);
-    insert->bindText(3, hash);
-    for (std::size_t i = 0; i < 3; ++i)
-      insert->bindText(static_cast<int>(i + 4), old->columnText(static_cast<int>(i)));
-    insert->bindInt(7, old->columnInt(3));
+    const PolicyRecord policy{std::string(old->columnText(0)), std::string(old->columnText(1)),
+                              std::string(old->columnText(2)), old->columnInt(3)};
+    const auto values = rowValues(policies, policy, scratch, buffer);
+    std::string hash = hasher.hash(policies.table.name, seq + 1, prev, values);
+    bindRow(*insert, seq + 1, prev, hash, values);
     int step_rc = insert->step();
     insert->reset();
     if (step_rc != SQLITE_DONE)
@@ -200,7 +199,7 @@ struct Header {
   std::int64_t objects = 0;  // rows of sqlite_master
 };
 
-std::expected<Header, Error> readHeader(const std::filesystem::path& path, sqlite3* db) {
+std::expected<Header, base::Error> readHeader(const std::filesystem::path& path, sqlite3* db) {
   Header h;
   // The first statement that reads the file is where a corrupt or non-SQLite file shows up
   // (SQLITE_NOTADB "file is not a database").
@@ -216,15 +215,17 @@ std::expected<Header, Error> readHeader(const std::filesystem::path& path, sqlit
   return h;
 }
 
-Error foreign(const std::filesystem::path& path, const Header& h) {
-  return Error{
+base::Error foreign(const std::filesystem::path& path, const Header& h) {
+  return base::Error{
+      base::Code::kInvalidArgument,
       fmt::format("{}: not a sluice audit database (application_id {:#x}, user_version "
                   "{}, {} schema objects); refusing to modify it",
                   path.string(), h.application_id, h.user_version, h.objects)};
 }
 
-Error newer(const std::filesystem::path& path, const Header& h) {
-  return Error{
+base::Error newer(const std::filesystem::path& path, const Header& h) {
+  return base::Error{
+      base::Code::kConflict,
       fmt::format("{}: audit schema version {} is newer than this sluice supports ({}); "
                   "upgrade sluice",
                   path.string(), h.user_version, kSchemaVersion)};
@@ -232,7 +233,7 @@ Error newer(const std::filesystem::path& path, const Header& h) {
 
 }  // namespace
 
-std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqlite3* db) {
+std::expected<void, base::Error> initOrMigrate(const std::filesystem::path& path, sqlite3* db) {
   auto h = readHeader(path, db);
   if (!h) return std::unexpected(h.error());
   if (h->application_id == 0 && h->user_version == 0 && h->objects == 0) {
@@ -249,25 +250,27 @@ std::expected<void, Error> initOrMigrate(const std::filesystem::path& path, sqli
   return {};
 }
 
-std::expected<void, Error> checkReadable(const std::filesystem::path& path, sqlite3* db) {
+std::expected<void, base::Error> checkReadable(const std::filesystem::path& path, sqlite3* db) {
   auto h = readHeader(path, db);
   if (!h) return std::unexpected(h.error());
   if (h->application_id != kApplicationId || h->user_version < 1)
     return std::unexpected(foreign(path, *h));
   if (h->user_version > kSchemaVersion) return std::unexpected(newer(path, *h));
   if (h->user_version < kSchemaVersion) {
-    return std::unexpected(Error{fmt::format(
-        "{}: audit schema version {} is older than {}; open it once with a writer (sluice run "
-        "or sluice proxy --audit) to migrate it",
-        path.string(), h->user_version, kSchemaVersion)});
+    return std::unexpected(base::Error{
+        base::Code::kConflict,
+        fmt::format(
+            "{}: audit schema version {} is older than {}; open it once with a writer (sluice run "
+            "or sluice proxy --audit) to migrate it",
+            path.string(), h->user_version, kSchemaVersion)});
   }
   return {};
 }
 
-std::expected<Db, Error> openReadSnapshot(const std::filesystem::path& path) {
+std::expected<Db, base::Error> openReadSnapshot(const std::filesystem::path& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
-    return std::unexpected(Error{path.string() + ": no such file"});
+    return std::unexpected(base::Error{base::Code::kNotFound, path.string() + ": no such file"});
   auto conn = openDb(path, SQLITE_OPEN_READONLY, 5000);
   if (!conn) return std::unexpected(conn.error());
   if (auto r = checkReadable(path, conn->get()); !r) return std::unexpected(r.error());

@@ -45,11 +45,12 @@ std::string opensslError() {
 }
 
 /// Lowercase hex SHA-256 of the raw public key: the key id.
-std::expected<std::string, Error> keyIdOf(EVP_PKEY* key) {
+std::expected<std::string, base::Error> keyIdOf(EVP_PKEY* key) {
   std::array<unsigned char, 32> raw{};
   std::size_t len = raw.size();
   if (EVP_PKEY_get_raw_public_key(key, raw.data(), &len) != 1 || len != raw.size())
-    return std::unexpected(Error{"cannot read the raw Ed25519 public key: " + opensslError()});
+    return std::unexpected(base::Error{
+        base::Code::kInternal, "cannot read the raw Ed25519 public key: " + opensslError()});
   detail::RowHasher hasher;
   return hasher.sha256(std::string_view(reinterpret_cast<const char*>(raw.data()), len));
 }
@@ -68,13 +69,13 @@ std::string pemOf(EVP_PKEY* key, bool private_key) {
 
 /// Reads a whole file through an open descriptor. The read buffer, and what was read when the
 /// read fails, are wiped: the file may be the private key.
-std::expected<std::string, Error> readFd(int fd, const std::filesystem::path& file) {
+std::expected<std::string, base::Error> readFd(int fd, const std::filesystem::path& file) {
   std::string out;
   char buf[4096];
   auto fail = [&](std::string why) {
     OPENSSL_cleanse(buf, sizeof buf);
     OPENSSL_cleanse(out.data(), out.size());
-    return std::unexpected(Error{file.string() + ": " + why});
+    return std::unexpected(base::Error{base::Code::kIo, file.string() + ": " + why});
   };
   for (;;) {
     ssize_t n = ::read(fd, buf, sizeof buf);
@@ -90,30 +91,36 @@ std::expected<std::string, Error> readFd(int fd, const std::filesystem::path& fi
 
 /// Opens a private key file and checks it is the current user's and private to them: a key
 /// others can read is no longer a secret, and one another user owns could be swapped.
-std::expected<std::string, Error> readPrivateFile(const std::filesystem::path& file) {
+std::expected<std::string, base::Error> readPrivateFile(const std::filesystem::path& file) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    return std::unexpected(Error{
+    return std::unexpected(base::Error{
+        base::Code::kIo,
         fmt::format("{}: cannot open the signing key: {}", file.string(), std::strerror(errno))});
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return std::unexpected(Error{file.string() + ": the signing key is not a regular file"});
+    return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                       file.string() + ": the signing key is not a regular file"});
   }
   if (st.st_uid != ::geteuid()) {
     ::close(fd);
-    return std::unexpected(Error{fmt::format(
-        "{}: the signing key is owned by uid {}, not by the user running sluice (uid {}); "
-        "refusing a key another user controls",
-        file.string(), st.st_uid, ::geteuid())});
+    return std::unexpected(base::Error{
+        base::Code::kPermissionDenied,
+        fmt::format(
+            "{}: the signing key is owned by uid {}, not by the user running sluice (uid {}); "
+            "refusing a key another user controls",
+            file.string(), st.st_uid, ::geteuid())});
   }
   if ((st.st_mode & 077) != 0) {
     ::close(fd);
-    return std::unexpected(Error{fmt::format(
-        "{}: the signing key has mode {:04o}: group or other users may read or change it; "
-        "chmod 600 {}",
-        file.string(), st.st_mode & 07777, file.string())});
+    return std::unexpected(base::Error{
+        base::Code::kPermissionDenied,
+        fmt::format(
+            "{}: the signing key has mode {:04o}: group or other users may read or change it; "
+            "chmod 600 {}",
+            file.string(), st.st_mode & 07777, file.string())});
   }
   auto text = readFd(fd, file);
   ::close(fd);
@@ -132,7 +139,7 @@ struct PublicKey::Raw {
 SigningKey::SigningKey(Raw* raw, std::string key_id) : raw_(raw), key_id_(std::move(key_id)) {}
 SigningKey::~SigningKey() { delete raw_; }
 
-std::expected<std::shared_ptr<const SigningKey>, Error> SigningKey::load(
+std::expected<std::shared_ptr<const SigningKey>, base::Error> SigningKey::load(
     const std::filesystem::path& file) {
   auto text = readPrivateFile(file);
   if (!text) return std::unexpected(text.error());
@@ -141,20 +148,26 @@ std::expected<std::shared_ptr<const SigningKey>, Error> SigningKey::load(
   OPENSSL_cleanse(text->data(), text->size());
   if (!key) {
     return std::unexpected(
-        Error{file.string() + ": not a PEM private key (" + opensslError() + ")"});
+        base::Error{base::Code::kInvalidArgument,
+                    file.string() + ": not a PEM private key (" + opensslError() + ")"});
   }
   if (EVP_PKEY_get_id(key.get()) != EVP_PKEY_ED25519) {
-    return std::unexpected(Error{file.string() + ": not an Ed25519 key (sluice audit keygen "
-                                                 "makes one)"});
+    return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                       file.string() + ": not an Ed25519 key (sluice audit keygen "
+                                                       "makes one)"});
   }
   auto id = keyIdOf(key.get());
-  if (!id) return std::unexpected(Error{file.string() + ": " + id.error().message});
+  if (!id)
+    return std::unexpected(
+        base::Error{base::Code::kInvalidArgument, file.string() + ": " + id.error().message});
   return std::shared_ptr<const SigningKey>(new SigningKey(new Raw{std::move(key)}, *id));
 }
 
-std::expected<std::shared_ptr<const SigningKey>, Error> SigningKey::generate() {
+std::expected<std::shared_ptr<const SigningKey>, base::Error> SigningKey::generate() {
   Pkey key(EVP_PKEY_Q_keygen(nullptr, nullptr, "ED25519"));
-  if (!key) return std::unexpected(Error{"cannot generate an Ed25519 key: " + opensslError()});
+  if (!key)
+    return std::unexpected(
+        base::Error{base::Code::kInternal, "cannot generate an Ed25519 key: " + opensslError()});
   auto id = keyIdOf(key.get());
   if (!id) return std::unexpected(id.error());
   return std::shared_ptr<const SigningKey>(new SigningKey(new Raw{std::move(key)}, *id));
@@ -181,26 +194,31 @@ std::string SigningKey::privateKeyPem() const { return pemOf(raw_->key.get(), tr
 PublicKey::PublicKey(Raw* raw, std::string key_id) : raw_(raw), key_id_(std::move(key_id)) {}
 PublicKey::~PublicKey() { delete raw_; }
 
-std::expected<std::shared_ptr<const PublicKey>, Error> PublicKey::fromPem(std::string_view pem,
-                                                                          std::string_view where) {
+std::expected<std::shared_ptr<const PublicKey>, base::Error> PublicKey::fromPem(
+    std::string_view pem, std::string_view where) {
   Bio bio(BIO_new_mem_buf(pem.data(), static_cast<int>(pem.size())));
   Pkey key(PEM_read_bio_PUBKEY(bio.get(), nullptr, nullptr, nullptr));
   if (!key) {
     return std::unexpected(
-        Error{fmt::format("{}: not a PEM public key ({})", where, opensslError())});
+        base::Error{base::Code::kInvalidArgument,
+                    fmt::format("{}: not a PEM public key ({})", where, opensslError())});
   }
   if (EVP_PKEY_get_id(key.get()) != EVP_PKEY_ED25519)
-    return std::unexpected(Error{fmt::format("{}: not an Ed25519 public key", where)});
+    return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                       fmt::format("{}: not an Ed25519 public key", where)});
   auto id = keyIdOf(key.get());
-  if (!id) return std::unexpected(Error{fmt::format("{}: {}", where, id.error().message)});
+  if (!id)
+    return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                       fmt::format("{}: {}", where, id.error().message)});
   return std::shared_ptr<const PublicKey>(new PublicKey(new Raw{std::move(key)}, *id));
 }
 
-std::expected<std::shared_ptr<const PublicKey>, Error> PublicKey::load(
+std::expected<std::shared_ptr<const PublicKey>, base::Error> PublicKey::load(
     const std::filesystem::path& file) {
   int fd = ::open(file.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY);
   if (fd < 0) {
-    return std::unexpected(Error{
+    return std::unexpected(base::Error{
+        base::Code::kIo,
         fmt::format("{}: cannot open the public key: {}", file.string(), std::strerror(errno))});
   }
   auto text = readFd(fd, file);
@@ -221,33 +239,36 @@ bool PublicKey::verify(std::string_view message, std::string_view signature) con
   return ok;
 }
 
-std::expected<std::string, Error> generateKeyFiles(const std::filesystem::path& dir) {
+std::expected<std::string, base::Error> generateKeyFiles(const std::filesystem::path& dir) {
   std::error_code ec;
   if (!std::filesystem::exists(dir, ec)) {
     if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-      return std::unexpected(Error{
+      return std::unexpected(base::Error{
+          base::Code::kIo,
           fmt::format("{}: cannot create the directory: {}", dir.string(), std::strerror(errno))});
     }
   } else if (!std::filesystem::is_directory(dir, ec)) {
-    return std::unexpected(Error{dir.string() + ": not a directory"});
+    return std::unexpected(
+        base::Error{base::Code::kInvalidArgument, dir.string() + ": not a directory"});
   }
   const auto key_path = dir / "audit.key";
   const auto pub_path = dir / "audit.pub";
   for (const auto& p : {key_path, pub_path}) {
     if (std::filesystem::exists(std::filesystem::symlink_status(p, ec))) {
-      return std::unexpected(Error{p.string() + ": already exists; refusing to overwrite a key "
-                                                "(move it away first)"});
+      return std::unexpected(base::Error{
+          base::Code::kConflict, p.string() + ": already exists; refusing to overwrite a key "
+                                              "(move it away first)"});
     }
   }
   auto key = SigningKey::generate();
   if (!key) return std::unexpected(key.error());
   auto writeFile = [](const std::filesystem::path& p, const std::string& text,
-                      mode_t mode) -> std::expected<void, Error> {
+                      mode_t mode) -> std::expected<void, base::Error> {
     // O_EXCL: never follow or replace something that appeared since the check above.
     int fd = ::open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
     if (fd < 0) {
-      return std::unexpected(
-          Error{fmt::format("{}: cannot create: {}", p.string(), std::strerror(errno))});
+      return std::unexpected(base::Error{
+          base::Code::kIo, fmt::format("{}: cannot create: {}", p.string(), std::strerror(errno))});
     }
     bool ok = ::fchmod(fd, mode) == 0;  // the umask may have taken bits off a public key
     std::size_t off = 0;
@@ -264,8 +285,8 @@ std::expected<std::string, Error> generateKeyFiles(const std::filesystem::path& 
     ::close(fd);
     if (!ok) {
       ::unlink(p.c_str());
-      return std::unexpected(
-          Error{fmt::format("{}: cannot write: {}", p.string(), std::strerror(err))});
+      return std::unexpected(base::Error{
+          base::Code::kIo, fmt::format("{}: cannot write: {}", p.string(), std::strerror(err))});
     }
     return {};
   };

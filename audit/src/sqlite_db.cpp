@@ -6,7 +6,32 @@
 
 namespace sluice::audit::detail {
 
-Error sqliteError(const std::filesystem::path& path, sqlite3* db, int rc, std::string_view what) {
+base::Code codeOf(int rc) {
+  switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+    case SQLITE_CORRUPT:
+      return base::Code::kIntegrity;
+    case SQLITE_CONSTRAINT:
+      return base::Code::kConflict;
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+      return base::Code::kUnavailable;
+    case SQLITE_AUTH:
+    case SQLITE_PERM:
+      return base::Code::kPermissionDenied;
+    default:
+      return base::Code::kIo;
+  }
+}
+
+base::Error sqliteCoded(base::Code code, std::string message, int rc) {
+  base::Error e{code, std::move(message)};
+  e.cause_code = rc;
+  return e;
+}
+
+base::Error sqliteError(const std::filesystem::path& path, sqlite3* db, int rc,
+                        std::string_view what) {
   std::string msg = path.string();
   msg += ": ";
   int primary = rc & 0xff;
@@ -19,15 +44,20 @@ Error sqliteError(const std::filesystem::path& path, sqlite3* db, int rc, std::s
   msg += db ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   // The OS-level cause (EACCES, EROFS, ENOSPC, ...) is only reachable through the connection;
   // SQLite's own text ("unable to open database file") does not say which.
+  int sys = 0;
   if (db) {
-    int sys = sqlite3_system_errno(db);
+    sys = sqlite3_system_errno(db);
     if (sys != 0 && (rc & 0xff) != SQLITE_CONSTRAINT && (rc & 0xff) != SQLITE_BUSY) {
       msg += " (";
       msg += std::strerror(sys);
       msg += ")";
+    } else {
+      sys = 0;  // stale: left over from an earlier call
     }
   }
-  return Error{std::move(msg), rc};
+  base::Error e = sqliteCoded(codeOf(rc), std::move(msg), rc);
+  e.sys_errno = sys;
+  return e;
 }
 
 Db& Db::operator=(Db&& other) noexcept {
@@ -40,7 +70,8 @@ Db& Db::operator=(Db&& other) noexcept {
 
 Db::~Db() { sqlite3_close_v2(db_); }
 
-std::expected<Db, Error> openDb(const std::filesystem::path& path, int flags, int busy_timeout_ms) {
+std::expected<Db, base::Error> openDb(const std::filesystem::path& path, int flags,
+                                      int busy_timeout_ms) {
   sqlite3* raw = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
   Db db(raw);
@@ -64,8 +95,8 @@ std::string_view Stmt::columnText(int i) const {
   return {reinterpret_cast<const char*>(p), static_cast<std::size_t>(sqlite3_column_bytes(s_, i))};
 }
 
-std::expected<Stmt, Error> prepare(const std::filesystem::path& path, sqlite3* db,
-                                   std::string_view sql) {
+std::expected<Stmt, base::Error> prepare(const std::filesystem::path& path, sqlite3* db,
+                                         std::string_view sql) {
   sqlite3_stmt* s = nullptr;
   int rc = sqlite3_prepare_v3(db, sql.data(), static_cast<int>(sql.size()),
                               SQLITE_PREPARE_PERSISTENT, &s, nullptr);
@@ -73,8 +104,8 @@ std::expected<Stmt, Error> prepare(const std::filesystem::path& path, sqlite3* d
   return Stmt(s);
 }
 
-std::expected<void, Error> exec(const std::filesystem::path& path, sqlite3* db,
-                                const std::string& sql) {
+std::expected<void, base::Error> exec(const std::filesystem::path& path, sqlite3* db,
+                                      const std::string& sql) {
   char* err = nullptr;
   int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
   sqlite3_free(err);
@@ -82,8 +113,8 @@ std::expected<void, Error> exec(const std::filesystem::path& path, sqlite3* db,
   return {};
 }
 
-std::expected<std::int64_t, Error> queryInt(const std::filesystem::path& path, sqlite3* db,
-                                            std::string_view sql) {
+std::expected<std::int64_t, base::Error> queryInt(const std::filesystem::path& path, sqlite3* db,
+                                                  std::string_view sql) {
   auto stmt = prepare(path, db, sql);
   if (!stmt) return std::unexpected(stmt.error());
   int rc = stmt->step();

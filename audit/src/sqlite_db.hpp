@@ -15,8 +15,18 @@
 
 namespace sluice::audit::detail {
 
-/// "PATH: what: sqlite message (OS errno text)". `db` may be null (open failures).
-Error sqliteError(const std::filesystem::path& path, sqlite3* db, int rc, std::string_view what);
+/// The code of an error SQLite reported as `rc`: kIntegrity for a corrupt file or not a
+/// database, kConflict for a constraint, kUnavailable for a lock held too long, kPermissionDenied
+/// for an authorizer's refusal, kIo for the rest (I/O, disk full, read-only, cannot open).
+base::Code codeOf(int rc);
+
+/// An Error with `code` and `message` carrying SQLite's extended result code `rc`.
+base::Error sqliteCoded(base::Code code, std::string message, int rc);
+
+/// "PATH: what: sqlite message (OS errno text)". `db` may be null (open failures). The code is
+/// codeOf(rc), cause_code the extended result code, sys_errno the OS error SQLite saw.
+base::Error sqliteError(const std::filesystem::path& path, sqlite3* db, int rc,
+                        std::string_view what);
 
 /// An owned sqlite3 connection.
 class Db {
@@ -37,7 +47,8 @@ class Db {
 };
 
 /// Opens `path` with `flags` (SQLITE_OPEN_*), sets the busy timeout and extended result codes.
-std::expected<Db, Error> openDb(const std::filesystem::path& path, int flags, int busy_timeout_ms);
+std::expected<Db, base::Error> openDb(const std::filesystem::path& path, int flags,
+                                      int busy_timeout_ms);
 
 /// An owned prepared statement.
 class Stmt {
@@ -69,15 +80,15 @@ class Stmt {
   sqlite3_stmt* s_ = nullptr;
 };
 
-std::expected<Stmt, Error> prepare(const std::filesystem::path& path, sqlite3* db,
-                                   std::string_view sql);
+std::expected<Stmt, base::Error> prepare(const std::filesystem::path& path, sqlite3* db,
+                                         std::string_view sql);
 
 /// Runs one or more statements that return no rows.
-std::expected<void, Error> exec(const std::filesystem::path& path, sqlite3* db,
-                                const std::string& sql);
+std::expected<void, base::Error> exec(const std::filesystem::path& path, sqlite3* db,
+                                      const std::string& sql);
 
 /// Runs a single-value query (e.g. a PRAGMA) and returns the first column of the first row.
-std::expected<std::int64_t, Error> queryInt(const std::filesystem::path& path, sqlite3* db,
-                                            std::string_view sql);
+std::expected<std::int64_t, base::Error> queryInt(const std::filesystem::path& path, sqlite3* db,
+                                                  std::string_view sql);
 
 }  // namespace sluice::audit::detail

@@ -29,6 +29,7 @@
 #include "checkpointer.hpp"
 #include "merkle.hpp"
 #include "row_hash.hpp"
+#include "rows.hpp"
 #include "schema.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/base/clock.hpp"
@@ -47,7 +48,7 @@ spdlog::logger& logger() { return base::logger(base::LoggerId::kAudit); }
 
 /// SQLite reports a failed create as "unable to open database file" with the errno of its
 /// last fallback attempt (often ENOENT); find the real cause for the message.
-Error explainOpenFailure(const std::filesystem::path& path, Error error) {
+base::Error explainOpenFailure(const std::filesystem::path& path, base::Error error) {
   std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
@@ -61,11 +62,6 @@ Error explainOpenFailure(const std::filesystem::path& path, Error error) {
   return error;
 }
 
-std::int64_t clampU64(std::uint64_t v) {
-  return static_cast<std::int64_t>(std::min<std::uint64_t>(
-      v, static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())));
-}
-
 /// Where a producer that needs an answer (recordExecution, flush) waits. The writer sets the
 /// result and notifies while holding the mutex, so the waiter may destroy it as soon as it
 /// wakes: the writer never touches it after unlocking.
@@ -73,10 +69,10 @@ struct Waiter {
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
-  std::optional<Error> error;
+  std::optional<base::Error> error;
   std::string hash;
 
-  void finish(std::optional<Error> e, std::string h = {}) {
+  void finish(std::optional<base::Error> e, std::string h = {}) {
     std::lock_guard lock(mu);
     error = std::move(e);
     hash = std::move(h);
@@ -89,10 +85,7 @@ struct Waiter {
   }
 };
 
-struct PolicyItem {
-  std::string sha256, workflow, yaml;
-  std::int64_t loaded_at = 0;
-};
+using PolicyItem = detail::PolicyRecord;
 struct ExecutionItem {
   const ExecutionRecord* record;
   Waiter* waiter;
@@ -113,28 +106,13 @@ bool isSync(const Item& item) {
   return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item);
 }
 
-template <std::size_t N>
-std::string insertSql(std::string_view table, const std::array<std::string_view, N>& columns,
-                      std::string_view verb = "INSERT") {
-  std::string cols = "seq, prev_hash, hash";
-  std::string params = "?1, ?2, ?3";
-  for (std::size_t i = 0; i < N; ++i) {
-    cols += ", ";
-    cols += columns[i];
-    params += fmt::format(", ?{}", i + 4);
-  }
-  return fmt::format("{} INTO {} ({}) VALUES ({})", verb, table, cols, params);
-}
-
-void bindValue(Stmt& stmt, int index, const Value& v) {
-  if (auto* i = std::get_if<std::int64_t>(&v)) {
-    stmt.bindInt(index, *i);
-  } else if (auto* s = std::get_if<std::string_view>(&v)) {
-    stmt.bindText(index, *s);
-  } else {
-    stmt.bindNull(index);
-  }
-}
+/// What a batch tells the producers waiting on its items (ExecutionItem, FlushItem): per item,
+/// the error that refused it, and an executions row's hash.
+struct ItemOutcomes {
+  explicit ItemOutcomes(std::size_t n) : errors(n), hashes(n) {}
+  std::vector<std::optional<base::Error>> errors;
+  std::vector<std::string> hashes;
+};
 
 }  // namespace
 
@@ -152,8 +130,13 @@ class Store::Impl {
   // The checkpointer's thread pushes into our queue: stop it before any member goes.
   ~Impl() { checkpointer_.reset(); }
 
-  std::expected<void, Error> openWriter();
-  std::expected<void, Error> openReader();
+  std::expected<void, base::Error> openWriter();
+  std::expected<void, base::Error> connectWriter();
+  std::expected<void, base::Error> initSchema();
+  std::expected<void, base::Error> enableWal();
+  std::expected<void, base::Error> prepareStatements();
+  std::expected<void, base::Error> prepareInto(Stmt& out, std::string_view sql);
+  std::expected<void, base::Error> openReader();
   // Starts the writer thread on a database openWriter() has opened.
   void start() {
     writable_ = true;
@@ -179,7 +162,7 @@ class Store::Impl {
     });
     pthread_setname_np(writer_.native_handle(), "sluice-audit");
   }
-  std::expected<void, Error> ready() {
+  std::expected<void, base::Error> ready() {
     std::unique_lock lock(mu_);
     opened_cv_.wait(lock, [this] { return opened_; });
     if (open_error_) return std::unexpected(*open_error_);
@@ -193,11 +176,11 @@ class Store::Impl {
     return policies_seen_.insert(sha256).second;
   }
   // Queues the record; nullopt when queued (the writer then finishes `waiter`), else the error.
-  std::optional<Error> beginRecordExecution(const ExecutionRecord& record, Waiter& waiter);
-  std::expected<void, Error> flush();
+  std::optional<base::Error> beginRecordExecution(const ExecutionRecord& record, Waiter& waiter);
+  std::expected<void, base::Error> flush();
 
   bool healthy() const { return writable_ && !failed_.load(std::memory_order_acquire); }
-  std::optional<Error> failure() const {
+  std::optional<base::Error> failure() const {
     std::lock_guard lock(mu_);
     return failure_;
   }
@@ -206,20 +189,47 @@ class Store::Impl {
  private:
   void writerLoop();
   // Signed checkpoints (options_.signing_key): see the definitions.
-  std::expected<void, Error> loadTree();
-  std::expected<detail::MerkleFrontier, Error> newestTree();
+  std::expected<void, base::Error> loadTree();
+  std::expected<detail::MerkleFrontier, base::Error> newestTree();
   std::expected<void, std::string> bindToRows(const detail::MerkleFrontier& tree,
                                               Stmt& checkpoint_at_or_before, const PublicKey& own);
-  std::expected<void, Error> catchUpTree(std::int64_t head_seq);
-  std::expected<void, Error> insertCheckpoint(const detail::CheckpointRow& row);
+  std::expected<void, base::Error> catchUpTree(std::int64_t head_seq);
+  std::expected<void, base::Error> insertCheckpoint(const detail::CheckpointRow& row);
   void finalCheckpoint();
   void processBatch(std::span<Item> batch);
-  std::expected<void, Error> writeBatch(std::span<Item> batch, bool durable,
-                                        std::vector<std::optional<Error>>& item_errors,
-                                        std::vector<std::string>& item_hashes);
-  std::expected<void, Error> setSynchronous(bool full);
-  void fail(Error error);
-  Error stepError(int rc, std::string_view what) {
+  // One batch, one transaction: writeBatch() and its steps (see the definitions).
+  std::expected<void, base::Error> writeBatch(std::span<Item> batch, bool durable,
+                                              ItemOutcomes& out);
+  std::expected<void, base::Error> beginBatch(bool durable);
+  std::expected<void, base::Error> readTip();
+  std::expected<void, base::Error> writeItem(const PolicyItem& policy, std::size_t index,
+                                             ItemOutcomes& out);
+  std::expected<void, base::Error> writeItem(const ExecutionItem& execution, std::size_t index,
+                                             ItemOutcomes& out);
+  std::expected<void, base::Error> writeItem(const CheckpointItem& checkpoint, std::size_t index,
+                                             ItemOutcomes& out);
+  std::expected<void, base::Error> writeItem(const FlushItem&, std::size_t, ItemOutcomes&) {
+    return {};
+  }
+  template <typename Event>
+  std::expected<void, base::Error> writeItem(const Event& event, std::size_t index,
+                                             ItemOutcomes& out) {
+    return insertRow(detail::rowOf<Event>(), event, index, out);
+  }
+  template <typename Event>
+  std::expected<void, base::Error> insertRow(const detail::RowDescription<Event>& row,
+                                             const Event& event, std::size_t index,
+                                             ItemOutcomes& out) {
+    return insertChained(row.table, detail::rowValues(row, event, scratch_, values_), index, out);
+  }
+  std::expected<void, base::Error> insertChained(const detail::ChainTable& table,
+                                                 std::span<const Value> values, std::size_t index,
+                                                 ItemOutcomes& out);
+  std::expected<void, base::Error> commitBatch();
+  void rollback();
+  std::expected<void, base::Error> setSynchronous(bool full);
+  void fail(base::Error error);
+  base::Error stepError(int rc, std::string_view what) {
     return detail::sqliteError(path_, db_.get(), rc, what);
   }
 
@@ -228,10 +238,18 @@ class Store::Impl {
   Db db_;
   bool writable_ = false;  // set before the writer thread starts, never changed after
   bool synchronous_full_ = false;
-  Stmt insert_execution_, insert_connection_, insert_request_, insert_forward_, insert_dns_,
-      insert_approval_, insert_policy_, insert_checkpoint_, read_chain_after_;
+  std::array<Stmt, detail::kChainTableCount> insert_;  // by ChainTable::index (insertSql)
+  Stmt insert_checkpoint_, read_chain_after_;
   Stmt read_head_, write_head_, begin_, commit_, rollback_;
-  detail::RowHasher hasher_;  // writer thread only
+  // Writer thread only: the hasher, the row being written, and the chain's tip (the last row's
+  // seq and hash) while a batch's transaction is open.
+  detail::RowHasher hasher_;
+  detail::RowScratch scratch_;
+  std::array<Value, detail::kMaxColumns> values_;
+  struct {
+    std::int64_t seq = 0;
+    detail::HexDigest hash;
+  } tip_;
   // With a signing key: the thread keeping the Merkle tree and signing checkpoints; the writer
   // hands it each committed row's hash. tree_size_ counts the rows handed over (or about to be:
   // new_leaves_ holds those of the open transaction). Writer thread only.
@@ -248,15 +266,15 @@ class Store::Impl {
   bool writer_waiting_ = false;
   bool stopping_ = false;
   std::atomic<bool> failed_{false};
-  std::optional<Error> failure_;     // guarded by mu_
-  bool opened_ = true;               // guarded by mu_; false while openAsync runs
-  std::optional<Error> open_error_;  // guarded by mu_
+  std::optional<base::Error> failure_;     // guarded by mu_
+  bool opened_ = true;                     // guarded by mu_; false while openAsync runs
+  std::optional<base::Error> open_error_;  // guarded by mu_
   std::condition_variable opened_cv_;
   std::unordered_set<std::string> policies_seen_;  // guarded by mu_
   std::thread writer_;
 };
 
-std::expected<void, Error> Store::Impl::openReader() {
+std::expected<void, base::Error> Store::Impl::openReader() {
   auto db =
       detail::openDb(path_, SQLITE_OPEN_READONLY, static_cast<int>(options_.busy_timeout.count()));
   if (!db) return std::unexpected(db.error());
@@ -270,8 +288,8 @@ namespace {
 /// would create it 0644 less the umask, readable by every user, and give its -wal and -shm
 /// files the same mode. An existing file is left as it is, with a warning if others can read
 /// it.
-std::expected<void, Error> createPrivately(const std::filesystem::path& path,
-                                           const StoreOptions& o) {
+std::expected<void, base::Error> createPrivately(const std::filesystem::path& path,
+                                                 const StoreOptions& o) {
   const mode_t mode = o.group >= 0 ? 0640 : static_cast<mode_t>(o.file_mode & 0777);
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode);
   if (fd < 0) {
@@ -293,22 +311,49 @@ std::expected<void, Error> createPrivately(const std::filesystem::path& path,
   ::close(fd);
   if (rc != 0) {
     ::unlink(path.c_str());
-    return std::unexpected(
-        Error{fmt::format("{}: cannot set the audit database's mode or group: {}", path.string(),
-                          std::strerror(err))});
+    return std::unexpected(base::Error{
+        base::Code::kIo, fmt::format("{}: cannot set the audit database's mode or group: {}",
+                                     path.string(), std::strerror(err))});
   }
   return {};
 }
 
 }  // namespace
 
-std::expected<void, Error> Store::Impl::openWriter() {
+// Opens the write connection and readies it: schema checked (created, migrated), WAL, the
+// statements of the writer loop, and with a signing key the Merkle tree.
+std::expected<void, base::Error> Store::Impl::openWriter() {
   // SQLite's allocation statistics take a global mutex around every malloc; at 200k rows/s
   // that is measurable and we never read them. Only possible before SQLite initialises; a
   // later call is refused harmlessly (SQLITE_MISUSE).
   static std::once_flag once;
   std::call_once(once, [] { sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0); });
   if (auto r = createPrivately(path_, options_); !r) return r;
+  if (auto r = connectWriter(); !r) return r;
+  // Check (and create or migrate) the schema before touching the journal mode: a foreign
+  // database must not be rewritten, not even its header.
+  if (auto r = initSchema(); !r) return r;
+  if (auto r = enableWal(); !r) return r;
+  if (auto r = setSynchronous(false); !r) return r;
+  // A bigger page cache keeps the index pages of recent rows in memory (inserts otherwise
+  // re-read them), and a larger autocheckpoint interval means fewer checkpoint fsyncs at
+  // 200k rows/s. Readers are unaffected: WAL lets them read while the WAL grows.
+  if (auto r = detail::exec(path_, db_.get(),
+                            fmt::format("PRAGMA cache_size=-{}; PRAGMA wal_autocheckpoint=4096",
+                                        std::max(64u, options_.cache_kib)));
+      !r) {
+    return r;
+  }
+  if (auto r = prepareStatements(); !r) return r;
+  if (options_.signing_key) {
+    if (auto r = loadTree(); !r) return r;
+  }
+  logger().debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
+  return {};
+}
+
+// The write connection, refused when SQLite could only open the file read-only.
+std::expected<void, base::Error> Store::Impl::connectWriter() {
   // NOMUTEX: the connection is used by this thread until start(), then only by the writer.
   auto db = detail::openDb(path_, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            static_cast<int>(options_.busy_timeout.count()));
@@ -325,97 +370,86 @@ std::expected<void, Error> Store::Impl::openWriter() {
   // SQLite silently falls back to read-only when the file exists but cannot be opened for
   // writing (read-only file system, no write permission); a writer must refuse that now.
   if (sqlite3_db_readonly(raw, "main") == 1) {
-    return std::unexpected(Error{path_.string() + ": cannot open for writing: the file or its "
-                                                  "file system is read-only",
-                                 SQLITE_READONLY});
+    return std::unexpected(detail::sqliteCoded(base::Code::kIo,
+                                               path_.string() +
+                                                   ": cannot open for writing: the file or its "
+                                                   "file system is read-only",
+                                               SQLITE_READONLY));
   }
-  // Check (and create or migrate) the schema before touching the journal mode: a foreign
-  // database must not be rewritten, not even its header.
+  return {};
+}
+
+// Creates, checks or migrates the schema in a transaction of its own.
+std::expected<void, base::Error> Store::Impl::initSchema() {
+  sqlite3* raw = db_.get();
   if (auto r = detail::exec(path_, raw, "BEGIN IMMEDIATE"); !r) return r;
-  if (auto r = detail::initOrMigrate(path_, raw); !r) {
-    detail::exec(path_, raw, "ROLLBACK");
-    return r;
-  }
-  if (auto r = detail::exec(path_, raw, "COMMIT"); !r) {
-    detail::exec(path_, raw, "ROLLBACK");
-    return r;
-  }
+  auto r = detail::initOrMigrate(path_, raw);
+  if (r) r = detail::exec(path_, raw, "COMMIT");
+  if (!r) detail::exec(path_, raw, "ROLLBACK");
+  return r;
+}
+
+std::expected<void, base::Error> Store::Impl::enableWal() {
+  sqlite3* raw = db_.get();
   {
     auto stmt = detail::prepare(path_, raw, "PRAGMA journal_mode=WAL");
     if (!stmt) return std::unexpected(stmt.error());
     int rc = stmt->step();
     if (rc != SQLITE_ROW) return std::unexpected(stepError(rc, "cannot enable WAL"));
     if (stmt->columnText(0) != "wal") {
-      return std::unexpected(Error{path_.string() + ": cannot enable WAL (journal mode is " +
-                                   std::string(stmt->columnText(0)) + ")"});
+      return std::unexpected(
+          base::Error{base::Code::kIo, path_.string() + ": cannot enable WAL (journal mode is " +
+                                           std::string(stmt->columnText(0)) + ")"});
     }
   }
-  // With a persistent WAL (above) the frames of the previous session stay valid on disk, so
-  // recovery at open counts them as not yet checkpointed and the next write would append
-  // after them: the WAL would grow without end. Checkpointing them now (a no-op copy: the
-  // previous close already did) lets the first write restart the WAL from its start.
+  // With a persistent WAL (connectWriter) the frames of the previous session stay valid on
+  // disk, so recovery at open counts them as not yet checkpointed and the next write would
+  // append after them: the WAL would grow without end. Checkpointing them now (a no-op copy:
+  // the previous close already did) lets the first write restart the WAL from its start.
   // PASSIVE never waits; if another connection is busy the WAL simply restarts later.
   sqlite3_wal_checkpoint_v2(raw, "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-  if (auto r = setSynchronous(false); !r) return r;
-  // A bigger page cache keeps the index pages of recent rows in memory (inserts otherwise
-  // re-read them), and a larger autocheckpoint interval means fewer checkpoint fsyncs at
-  // 200k rows/s. Readers are unaffected: WAL lets them read while the WAL grows.
-  if (auto r = detail::exec(path_, raw,
-                            fmt::format("PRAGMA cache_size=-{}; PRAGMA wal_autocheckpoint=4096",
-                                        std::max(64u, options_.cache_kib)));
-      !r) {
-    return r;
-  }
+  return {};
+}
 
-  auto prep = [&](Stmt& out, std::string_view sql) -> std::expected<void, Error> {
-    auto s = detail::prepare(path_, raw, sql);
-    if (!s) return std::unexpected(s.error());
-    out = std::move(*s);
-    return {};
-  };
-  for (auto r :
-       {prep(insert_execution_, insertSql("executions", detail::kExecutionColumns)),
-        prep(insert_connection_, insertSql("connections", detail::kConnectionColumns)),
-        prep(insert_request_, insertSql("requests", detail::kRequestColumns)),
-        prep(insert_forward_, insertSql("forwards", detail::kForwardColumns)),
-        prep(insert_dns_, insertSql("dns_queries", detail::kDnsColumns)),
-        prep(insert_approval_, insertSql("approvals", detail::kApprovalColumns)),
-        prep(insert_policy_, insertSql("policies", detail::kPolicyColumns, "INSERT OR IGNORE")),
-        prep(read_head_, "SELECT seq, hash FROM chain_head WHERE id = 0"),
-        prep(write_head_, "UPDATE chain_head SET seq = ?1, hash = ?2 WHERE id = 0"),
-        prep(begin_, "BEGIN IMMEDIATE"), prep(commit_, "COMMIT"), prep(rollback_, "ROLLBACK")}) {
+std::expected<void, base::Error> Store::Impl::prepareInto(Stmt& out, std::string_view sql) {
+  auto s = detail::prepare(path_, db_.get(), sql);
+  if (!s) return std::unexpected(s.error());
+  out = std::move(*s);
+  return {};
+}
+
+// The statements of the writer loop: one INSERT per chained table (rows.hpp), the head, and
+// the transaction's.
+std::expected<void, base::Error> Store::Impl::prepareStatements() {
+  for (const auto& t : detail::chainTables()) {
+    if (auto r = prepareInto(insert_[t.index], detail::insertSql(t)); !r) return r;
+  }
+  for (auto r : {prepareInto(read_head_, "SELECT seq, hash FROM chain_head WHERE id = 0"),
+                 prepareInto(write_head_, "UPDATE chain_head SET seq = ?1, hash = ?2 WHERE id = 0"),
+                 prepareInto(begin_, "BEGIN IMMEDIATE"), prepareInto(commit_, "COMMIT"),
+                 prepareInto(rollback_, "ROLLBACK")}) {
     if (!r) return r;
   }
-  if (options_.signing_key) {
-    if (auto r = loadTree(); !r) return r;
-  }
-  logger().debug("audit store {}: schema version {}, WAL", path_.string(), kSchemaVersion);
   return {};
 }
 
 // With a signing key: prepares the checkpoint statements and starts the Checkpointer on the
 // tree of the newest checkpoint (newestTree) or, without one, on an empty tree that
 // catchUpTree() fills with every row.
-std::expected<void, Error> Store::Impl::loadTree() {
-  sqlite3* raw = db_.get();
-  auto prep = [&](Stmt& out, std::string_view sql) -> std::expected<void, Error> {
-    auto st = detail::prepare(path_, raw, sql);
-    if (!st) return std::unexpected(st.error());
-    out = std::move(*st);
-    return {};
-  };
-  if (auto r = prep(insert_checkpoint_,
-                    // Checkpoints are numbered in position order (verify checks it): one at or
-                    // before the newest one's position (another signing writer got there first)
-                    // adds nothing that one does not cover, and is left out.
-                    "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) "
-                    "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE ?1 > "
-                    "(SELECT coalesce(max(position), 0) FROM checkpoints)");
+std::expected<void, base::Error> Store::Impl::loadTree() {
+  if (auto r =
+          prepareInto(insert_checkpoint_,
+                      // Checkpoints are numbered in position order (verify checks it): one at or
+                      // before the newest one's position (another signing writer got there first)
+                      // adds nothing that one does not cover, and is left out.
+                      "INSERT INTO checkpoints (position, root, signature, key_id, ts, frontier) "
+                      "SELECT ?1, ?2, ?3, ?4, ?5, ?6 WHERE ?1 > "
+                      "(SELECT coalesce(max(position), 0) FROM checkpoints)");
       !r) {
     return r;
   }
   // Every chained row's (seq, hash) in (?1, ?2].
-  if (auto r = prep(read_chain_after_, detail::chainHashesSql("seq > ?1 AND seq <= ?2")); !r)
+  if (auto r = prepareInto(read_chain_after_, detail::chainHashesSql("seq > ?1 AND seq <= ?2")); !r)
     return r;
   auto tree = newestTree();
   if (!tree) return std::unexpected(tree.error());
@@ -450,7 +484,7 @@ detail::StoredCheckpoint storedCheckpoint(const Stmt& st) {
 // database's rows (bindToRows). That is enough, and cheap (one Ed25519 verification, a few
 // rows): only a holder of the key signs, and a store signs only trees it verified this way or
 // built from the rows. `audit verify` recomputes the whole tree.
-std::expected<detail::MerkleFrontier, Error> Store::Impl::newestTree() {
+std::expected<detail::MerkleFrontier, base::Error> Store::Impl::newestTree() {
   // The newest checkpoint at or before position ?1 (bindToRows looks for the one before).
   auto st = detail::prepare(path_, db_.get(),
                             "SELECT seq, position, root, signature, key_id, ts, frontier "
@@ -470,11 +504,13 @@ std::expected<detail::MerkleFrontier, Error> Store::Impl::newestTree() {
     if (!bound) tree = std::unexpected(bound.error());
   }
   if (!tree) {
-    return std::unexpected(Error{fmt::format(
-        "{}: checkpoint seq {} (position {}) {}; refusing to write and sign over a tree that "
-        "cannot be verified: investigate with sluice audit verify --db {} --pubkey <the log's "
-        "public key>",
-        path_.string(), c.seq, c.position, tree.error(), path_.string())});
+    return std::unexpected(base::Error{
+        base::Code::kIntegrity,
+        fmt::format(
+            "{}: checkpoint seq {} (position {}) {}; refusing to write and sign over a tree that "
+            "cannot be verified: investigate with sluice audit verify --db {} --pubkey <the log's "
+            "public key>",
+            path_.string(), c.seq, c.position, tree.error(), path_.string())});
   }
   return std::move(*tree);
 }
@@ -533,14 +569,16 @@ std::expected<void, std::string> Store::Impl::bindToRows(const detail::MerkleFro
 }
 
 // Extends the tree to the chain head (rows another writer, or an earlier session, added).
-std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
+std::expected<void, base::Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
   const std::int64_t size = tree_size_;
   if (size == head_seq) return {};
   if (size > head_seq) {
-    return std::unexpected(Error{fmt::format(
-        "{}: the chain ends at seq {} but a checkpoint already covers seq {} (rows deleted); "
-        "refusing to sign: run sluice audit verify --pubkey",
-        path_.string(), head_seq, size)});
+    return std::unexpected(base::Error{
+        base::Code::kIntegrity,
+        fmt::format(
+            "{}: the chain ends at seq {} but a checkpoint already covers seq {} (rows deleted); "
+            "refusing to sign: run sluice audit verify --pubkey",
+            path_.string(), head_seq, size)});
   }
   read_chain_after_.bindInt(1, size);
   read_chain_after_.bindInt(2, head_seq);
@@ -550,10 +588,12 @@ std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
     auto digest = detail::fromHex(read_chain_after_.columnText(1));
     if (seq != tree_size_ + 1 || !digest) {
       read_chain_after_.reset();
-      return std::unexpected(Error{fmt::format(
-          "{}: the chain is broken at seq {} (a gap or a malformed hash); refusing to sign it: "
-          "run sluice audit verify",
-          path_.string(), tree_size_ + 1)});
+      return std::unexpected(base::Error{
+          base::Code::kIntegrity,
+          fmt::format(
+              "{}: the chain is broken at seq {} (a gap or a malformed hash); refusing to sign it: "
+              "run sluice audit verify",
+              path_.string(), tree_size_ + 1)});
     }
     new_leaves_.push_back(*digest);
     ++tree_size_;
@@ -561,15 +601,16 @@ std::expected<void, Error> Store::Impl::catchUpTree(std::int64_t head_seq) {
   read_chain_after_.reset();
   if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot read the chain"));
   if (tree_size_ != head_seq) {
-    return std::unexpected(
-        Error{fmt::format("{}: chain_head says seq {} but the rows end at seq {}; refusing to sign",
-                          path_.string(), head_seq, tree_size_)});
+    return std::unexpected(base::Error{
+        base::Code::kIntegrity,
+        fmt::format("{}: chain_head says seq {} but the rows end at seq {}; refusing to sign",
+                    path_.string(), head_seq, tree_size_)});
   }
   return {};
 }
 
 // Inside an open transaction: one checkpoints row (signed by the Checkpointer).
-std::expected<void, Error> Store::Impl::insertCheckpoint(const detail::CheckpointRow& row) {
+std::expected<void, base::Error> Store::Impl::insertCheckpoint(const detail::CheckpointRow& row) {
   insert_checkpoint_.bindInt(1, row.position);
   insert_checkpoint_.bindText(2, row.root);
   insert_checkpoint_.bindText(3, row.signature);
@@ -594,7 +635,6 @@ void Store::Impl::finalCheckpoint() {
   // Not durable (no fsync): a checkpoint lost in a crash leaves its rows unsigned until the
   // next writer signs them, and `sluice run` should not wait for a disk flush on its way out.
   if (synchronous_full_) (void)setSynchronous(false);
-  sqlite3* raw = db_.get();
   int rc = begin_.step();
   begin_.reset();
   if (rc != SQLITE_DONE) {
@@ -602,12 +642,14 @@ void Store::Impl::finalCheckpoint() {
     fail(stepError(rc, "cannot begin a transaction"));
     return;
   }
-  std::expected<void, Error> r;
+  std::expected<void, base::Error> r;
   new_leaves_.clear();
   rc = read_head_.step();
   if (rc != SQLITE_ROW) {
-    r = std::unexpected(rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
-                                          : stepError(rc, "cannot read the chain head"));
+    r = std::unexpected(
+        rc == SQLITE_DONE
+            ? base::Error{base::Code::kIntegrity, path_.string() + ": chain_head row is missing"}
+            : stepError(rc, "cannot read the chain head"));
   } else {
     std::int64_t head = read_head_.columnInt(0);
     read_head_.reset();
@@ -635,15 +677,12 @@ void Store::Impl::finalCheckpoint() {
     if (rc != SQLITE_DONE) r = std::unexpected(stepError(rc, "cannot commit a checkpoint"));
   }
   if (!r) {
-    if (!sqlite3_get_autocommit(raw)) {
-      rollback_.step();
-      rollback_.reset();
-    }
+    rollback();
     fail(r.error());
   }
 }
 
-std::expected<void, Error> Store::Impl::setSynchronous(bool full) {
+std::expected<void, base::Error> Store::Impl::setSynchronous(bool full) {
   // WAL + NORMAL: a commit is atomic but not synced; the WAL is synced at checkpoints. FULL
   // also syncs the WAL at commit, which makes everything before it in the WAL durable too.
   auto r = detail::exec(path_, db_.get(),
@@ -690,27 +729,34 @@ bool Store::Impl::push(Item&& item) {
   return true;
 }
 
-std::optional<Error> Store::Impl::beginRecordExecution(const ExecutionRecord& record,
-                                                       Waiter& waiter) {
-  if (!writable_) return Error{path_.string() + ": store is open read-only"};
-  if (record.id.empty()) return Error{path_.string() + ": execution record has an empty id"};
+std::optional<base::Error> Store::Impl::beginRecordExecution(const ExecutionRecord& record,
+                                                             Waiter& waiter) {
+  if (!writable_)
+    return base::Error{base::Code::kConflict, path_.string() + ": store is open read-only"};
+  if (record.id.empty())
+    return base::Error{base::Code::kInvalidArgument,
+                       path_.string() + ": execution record has an empty id"};
   if (!push(ExecutionItem{&record, &waiter}))
-    return failure().value_or(Error{path_.string() + ": store failed"});
+    return failure().value_or(
+        base::Error{base::Code::kUnavailable, path_.string() + ": store failed"});
   return std::nullopt;
 }
 
-std::expected<void, Error> Store::Impl::flush() {
-  if (!writable_) return std::unexpected(Error{path_.string() + ": store is open read-only"});
+std::expected<void, base::Error> Store::Impl::flush() {
+  if (!writable_)
+    return std::unexpected(
+        base::Error{base::Code::kConflict, path_.string() + ": store is open read-only"});
   Waiter waiter;
   if (!push(FlushItem{&waiter})) {
-    return std::unexpected(failure().value_or(Error{path_.string() + ": store failed"}));
+    return std::unexpected(failure().value_or(
+        base::Error{base::Code::kUnavailable, path_.string() + ": store failed"}));
   }
   waiter.wait();
   if (waiter.error) return std::unexpected(*waiter.error);
   return {};
 }
 
-void Store::Impl::fail(Error error) {
+void Store::Impl::fail(base::Error error) {
   logger().error("audit store failed, refusing further events: {}", error.message);
   {
     std::lock_guard lock(mu_);
@@ -756,261 +802,179 @@ void Store::Impl::writerLoop() {
 }
 
 void Store::Impl::processBatch(std::span<Item> batch) {
-  std::vector<std::optional<Error>> item_errors(batch.size());
-  std::vector<std::string> item_hashes(batch.size());
-  std::optional<Error> batch_error;
+  ItemOutcomes out(batch.size());
+  std::optional<base::Error> batch_error;
   if (failed_.load(std::memory_order_acquire)) {
-    batch_error = failure().value_or(Error{path_.string() + ": store failed"});
+    batch_error = failure().value_or(
+        base::Error{base::Code::kUnavailable, path_.string() + ": store failed"});
   } else {
     bool durable = std::any_of(batch.begin(), batch.end(), [](const Item& item) {
       return std::holds_alternative<ExecutionItem>(item);
     });
-    auto r = writeBatch(batch, durable, item_errors, item_hashes);
+    auto r = writeBatch(batch, durable, out);
     if (!r) {
       fail(r.error());
       batch_error = r.error();
     }
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::optional<Error> err = batch_error ? batch_error : item_errors[i];
+    std::optional<base::Error> err = batch_error ? batch_error : out.errors[i];
     if (auto* e = std::get_if<ExecutionItem>(&batch[i])) {
-      e->waiter->finish(std::move(err), std::move(item_hashes[i]));
+      e->waiter->finish(std::move(err), std::move(out.hashes[i]));
     } else if (auto* f = std::get_if<FlushItem>(&batch[i])) {
       f->waiter->finish(std::move(err));
     }
   }
 }
 
-std::expected<void, Error> Store::Impl::writeBatch(std::span<Item> batch, bool durable,
-                                                   std::vector<std::optional<Error>>& item_errors,
-                                                   std::vector<std::string>& item_hashes) {
-  if (durable != synchronous_full_) {
-    if (auto r = setSynchronous(durable); !r) return r;
-  }
-  sqlite3* raw = db_.get();
-  auto rollback = [&] {
-    // A failed COMMIT (SQLITE_FULL, SQLITE_IOERR) may already have rolled back.
-    if (!sqlite3_get_autocommit(raw)) {
-      rollback_.step();
-      rollback_.reset();
-    }
-  };
-  int rc = begin_.step();
-  begin_.reset();
-  if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot begin a transaction"));
-
-  // The head is re-read in every transaction: another process with its own writer (two
-  // `sluice run` sharing a database) may have extended the chain since our last commit.
-  rc = read_head_.step();
-  if (rc != SQLITE_ROW) {
-    Error e = rc == SQLITE_DONE ? Error{path_.string() + ": chain_head row is missing"}
-                                : stepError(rc, "cannot read the chain head");
-    read_head_.reset();
-    rollback();
-    return std::unexpected(e);
-  }
-  std::int64_t seq = read_head_.columnInt(0);
-  detail::HexDigest prev;
-  if (!prev.assign(read_head_.columnText(1))) {
-    read_head_.reset();
-    rollback();
-    return std::unexpected(Error{path_.string() + ": chain_head holds a malformed hash"});
-  }
-  read_head_.reset();
-  if (checkpointer_) {
-    new_leaves_.clear();
-    if (auto r = catchUpTree(seq); !r) {
-      rollback();
-      return r;
-    }
-  }
-
-  std::string json_buf;
-  std::array<Value, detail::kExecutionColumns.size()> ev;
-  std::array<Value, detail::kConnectionColumns.size()> cv;
-  std::array<Value, detail::kRequestColumns.size()> rv;
-  std::array<Value, detail::kForwardColumns.size()> fv;
-  std::array<Value, detail::kDnsColumns.size()> dv;
-  std::array<Value, detail::kApprovalColumns.size()> av;
-  std::array<Value, detail::kPolicyColumns.size()> pv;
-
-  // Inserts one chained row; on a constraint violation (duplicate execution id) the row is
-  // skipped and reported to its producer; any other error fails the batch.
-  auto insertChained = [&](Stmt& stmt, std::string_view table, std::span<const Value> values,
-                           std::size_t index) -> std::expected<void, Error> {
-    detail::HexDigest hash;
-    detail::Digest raw_hash;
-    hasher_.hash(table, seq + 1, prev.view(), values, hash, raw_hash.data());
-    stmt.bindInt(1, seq + 1);
-    stmt.bindText(2, prev.view());
-    stmt.bindText(3, hash.view());
-    for (std::size_t i = 0; i < values.size(); ++i)
-      bindValue(stmt, static_cast<int>(i + 4), values[i]);
-    int step_rc = stmt.step();
-    if (step_rc != SQLITE_DONE) {
-      Error e = stepError(step_rc, fmt::format("cannot insert into {}", table));
-      stmt.reset();
-      if ((step_rc & 0xff) == SQLITE_CONSTRAINT) {
-        item_errors[index] = std::move(e);
-        return {};
-      }
-      return std::unexpected(std::move(e));
-    }
-    stmt.reset();
-    // INSERT OR IGNORE of a policy text the store already holds (another process stored it):
-    // nothing was written, so the row takes no seq.
-    if (sqlite3_changes(raw) == 0) return {};
-    ++seq;
-    if (checkpointer_) {
-      new_leaves_.push_back(raw_hash);
-      ++tree_size_;
-    }
-    if (std::holds_alternative<ExecutionItem>(batch[index])) item_hashes[index] = hash.view();
-    prev = hash;
-    return {};
-  };
-
+// One transaction: each item's row appended to the chain, then the new head. An item refused
+// on its own (a duplicate execution id) is reported in `out`; any other error rolls it all back.
+std::expected<void, base::Error> Store::Impl::writeBatch(std::span<Item> batch, bool durable,
+                                                         ItemOutcomes& out) {
+  if (auto r = beginBatch(durable); !r) return r;
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::expected<void, Error> r;
-    if (auto* p = std::get_if<PolicyItem>(&batch[i])) {
-      // policies is content-addressed and verify checks it: a key that is not the text's
-      // hash would make the whole database fail verification, so refuse it here.
-      if (hasher_.sha256(p->yaml) != p->sha256) {
-        logger().error(
-            "{}: not recording policy of workflow '{}': {} is not the SHA-256 of "
-            "its text",
-            path_.string(), p->workflow, p->sha256);
-        continue;
-      }
-      pv = {Value{std::string_view(p->sha256)}, Value{std::string_view(p->workflow)},
-            Value{std::string_view(p->yaml)}, Value{p->loaded_at}};
-      r = insertChained(insert_policy_, "policies", pv, i);
-    } else if (auto* c = std::get_if<ConnectionEvent>(&batch[i])) {
-      cv = {Value{std::string_view(c->id)},
-            detail::textOrNull(c->execution_id),
-            Value{std::string_view(c->workflow)},
-            detail::textOrNull(c->policy_sha256),
-            Value{c->ts_ms},
-            detail::textOrNull(c->kind),
-            Value{std::string_view(c->host)},
-            Value{static_cast<std::int64_t>(c->port)},
-            detail::textOrNull(c->resolved_ip),
-            Value{std::string_view(c->decision)},
-            detail::textOrNull(c->rule_id),
-            detail::textOrNull(c->reason),
-            detail::textOrNull(c->detail),
-            detail::textOrNull(c->tls),
-            Value{clampU64(c->bytes_up)},
-            Value{clampU64(c->bytes_down)},
-            Value{c->duration_ms}};
-      r = insertChained(insert_connection_, "connections", cv, i);
-    } else if (auto* q = std::get_if<RequestEvent>(&batch[i])) {
-      // Replace invalid UTF-8 rather than throw: nothing may kill the writer thread.
-      json_buf = base::dumpJson(nlohmann::json(q->injected_secrets));
-      rv = {detail::textOrNull(q->connection_id), detail::textOrNull(q->execution_id),
-            Value{std::string_view(q->workflow)}, Value{q->ts_ms},
-            detail::textOrNull(q->method),        detail::textOrNull(q->host),
-            detail::textOrNull(q->path),          Value{static_cast<std::int64_t>(q->status)},
-            Value{std::string_view(q->decision)}, detail::textOrNull(q->rule_id),
-            detail::textOrNull(q->reason),        Value{std::string_view(json_buf)}};
-      r = insertChained(insert_request_, "requests", rv, i);
-    } else if (auto* f = std::get_if<ForwardEvent>(&batch[i])) {
-      json_buf = base::dumpJson(nlohmann::json(f->injected_secrets));
-      fv = {detail::textOrNull(f->connection_id),
-            detail::textOrNull(f->execution_id),
-            Value{std::string_view(f->workflow)},
-            Value{f->ts_ms},
-            detail::textOrNull(f->method),
-            detail::textOrNull(f->host),
-            detail::textOrNull(f->path),
-            detail::textOrNull(f->rule_id),
-            Value{static_cast<std::int64_t>(f->attempt)},
-            Value{std::string_view(json_buf)}};
-      r = insertChained(insert_forward_, "forwards", fv, i);
-    } else if (auto* d = std::get_if<DnsEvent>(&batch[i])) {
-      dv = {detail::textOrNull(d->execution_id),
-            Value{std::string_view(d->workflow)},
-            Value{d->ts_ms},
-            detail::textOrNull(d->name),
-            detail::textOrNull(d->qtype),
-            detail::textOrNull(d->answer),
-            Value{std::string_view(d->decision)},
-            detail::textOrNull(d->rule_id),
-            detail::textOrNull(d->reason)};
-      r = insertChained(insert_dns_, "dns_queries", dv, i);
-    } else if (auto* k = std::get_if<CheckpointItem>(&batch[i])) {
-      r = insertCheckpoint(k->row);
-    } else if (auto* a = std::get_if<ApprovalEvent>(&batch[i])) {
-      av = {Value{std::string_view(a->id)},
-            detail::textOrNull(a->execution_id),
-            detail::textOrNull(a->session_id),
-            Value{std::string_view(a->workflow)},
-            detail::textOrNull(a->caller),
-            detail::textOrNull(a->rule_id),
-            Value{std::string_view(a->host)},
-            Value{static_cast<std::int64_t>(a->port)},
-            detail::textOrNull(a->method),
-            detail::textOrNull(a->path),
-            Value{std::string_view(a->decision)},
-            detail::textOrNull(a->reason),
-            detail::textOrNull(a->scope),
-            detail::textOrNull(a->decided_by),
-            Value{a->asked_at_ms},
-            Value{a->decided_at_ms}};
-      r = insertChained(insert_approval_, "approvals", av, i);
-    } else if (auto* x = std::get_if<ExecutionItem>(&batch[i])) {
-      const ExecutionRecord& e = *x->record;
-      ev = {Value{std::string_view(e.id)},
-            Value{std::string_view(e.workflow)},
-            detail::textOrNull(e.policy_sha256),
-            detail::textOrNull(e.argv_json),
-            Value{e.started_at_ms},
-            Value{e.ended_at_ms},
-            Value{static_cast<std::int64_t>(e.exit_code)},
-            Value{static_cast<std::int64_t>(e.signal)},
-            detail::textOrNull(e.limit_hit),
-            detail::textOrNull(e.usage_json),
-            Value{clampU64(e.stdout_bytes)},
-            Value{clampU64(e.stderr_bytes)},
-            Value{std::int64_t{e.stdout_truncated ? 1 : 0}},
-            Value{std::int64_t{e.stderr_truncated ? 1 : 0}},
-            detail::textOrNull(e.artifacts_json),
-            detail::textOrNull(e.receipt_json)};
-      r = insertChained(insert_execution_, "executions", ev, i);
-    }
+    auto r = std::visit([&](const auto& item) { return writeItem(item, i, out); }, batch[i]);
     if (!r) {
       rollback();
       return r;
     }
   }
+  return commitBatch();
+}
 
-  write_head_.bindInt(1, seq);
-  write_head_.bindText(2, prev.view());
-  rc = write_head_.step();
+// Opens the batch's transaction (synchronous=FULL when it holds a receipt) and reads the tip.
+std::expected<void, base::Error> Store::Impl::beginBatch(bool durable) {
+  if (durable != synchronous_full_) {
+    if (auto r = setSynchronous(durable); !r) return r;
+  }
+  const int rc = begin_.step();
+  begin_.reset();
+  if (rc != SQLITE_DONE) return std::unexpected(stepError(rc, "cannot begin a transaction"));
+  auto r = readTip();
+  if (r && checkpointer_) {
+    new_leaves_.clear();
+    r = catchUpTree(tip_.seq);
+  }
+  if (!r) rollback();
+  return r;
+}
+
+// The head is re-read in every transaction: another process with its own writer (two
+// `sluice run` sharing a database) may have extended the chain since our last commit.
+std::expected<void, base::Error> Store::Impl::readTip() {
+  const int rc = read_head_.step();
+  std::expected<void, base::Error> r;
+  if (rc != SQLITE_ROW) {
+    r = std::unexpected(
+        rc == SQLITE_DONE
+            ? base::Error{base::Code::kIntegrity, path_.string() + ": chain_head row is missing"}
+            : stepError(rc, "cannot read the chain head"));
+  } else {
+    tip_.seq = read_head_.columnInt(0);
+    if (!tip_.hash.assign(read_head_.columnText(1)))
+      r = std::unexpected(base::Error{base::Code::kIntegrity,
+                                      path_.string() + ": chain_head holds a malformed hash"});
+  }
+  read_head_.reset();
+  return r;
+}
+
+std::expected<void, base::Error> Store::Impl::writeItem(const PolicyItem& policy, std::size_t index,
+                                                        ItemOutcomes& out) {
+  // policies is content-addressed and verify checks it: a key that is not the text's hash
+  // would make the whole database fail verification, so refuse it here.
+  if (hasher_.sha256(policy.yaml) != policy.sha256) {
+    logger().error(
+        "{}: not recording policy of workflow '{}': {} is not the SHA-256 of "
+        "its text",
+        path_.string(), policy.workflow, policy.sha256);
+    return {};
+  }
+  return insertRow(detail::rowOf<detail::PolicyRecord>(), policy, index, out);
+}
+
+std::expected<void, base::Error> Store::Impl::writeItem(const ExecutionItem& execution,
+                                                        std::size_t index, ItemOutcomes& out) {
+  const std::int64_t before = tip_.seq;
+  auto r = insertRow(detail::rowOf<ExecutionRecord>(), *execution.record, index, out);
+  if (r && tip_.seq != before) out.hashes[index] = tip_.hash.view();  // the receipt's audit hash
+  return r;
+}
+
+std::expected<void, base::Error> Store::Impl::writeItem(const CheckpointItem& checkpoint,
+                                                        std::size_t, ItemOutcomes&) {
+  return insertCheckpoint(checkpoint.row);
+}
+
+// Appends one row to the chain (the tip moves on). On a constraint violation (duplicate
+// execution id) the row is skipped and reported to its producer; any other error fails the
+// batch.
+std::expected<void, base::Error> Store::Impl::insertChained(const detail::ChainTable& table,
+                                                            std::span<const Value> values,
+                                                            std::size_t index, ItemOutcomes& out) {
+  detail::HexDigest hash;
+  detail::Digest raw_hash;
+  hasher_.hash(table.name, tip_.seq + 1, tip_.hash.view(), values, hash, raw_hash.data());
+  Stmt& stmt = insert_[table.index];
+  detail::bindRow(stmt, tip_.seq + 1, tip_.hash.view(), hash.view(), values);
+  const int rc = stmt.step();
+  if (rc != SQLITE_DONE) {
+    base::Error e = stepError(rc, fmt::format("cannot insert into {}", table.name));
+    stmt.reset();
+    if ((rc & 0xff) != SQLITE_CONSTRAINT) return std::unexpected(std::move(e));
+    out.errors[index] = std::move(e);
+    return {};
+  }
+  stmt.reset();
+  // INSERT OR IGNORE of a policy text the store already holds (another process stored it):
+  // nothing was written, so the row takes no seq.
+  if (sqlite3_changes(db_.get()) == 0) return {};
+  ++tip_.seq;
+  tip_.hash = hash;
+  if (checkpointer_) {
+    new_leaves_.push_back(raw_hash);
+    ++tree_size_;
+  }
+  return {};
+}
+
+// The new head, the commit, and then (never for a row that might still roll back) the rows'
+// hashes to the Merkle tree.
+std::expected<void, base::Error> Store::Impl::commitBatch() {
+  write_head_.bindInt(1, tip_.seq);
+  write_head_.bindText(2, tip_.hash.view());
+  int rc = write_head_.step();
   write_head_.reset();
   if (rc != SQLITE_DONE) {
-    Error e = stepError(rc, "cannot update the chain head");
+    base::Error e = stepError(rc, "cannot update the chain head");
     rollback();
     return std::unexpected(e);
   }
   rc = commit_.step();
   commit_.reset();
   if (rc != SQLITE_DONE) {
-    Error e = stepError(rc, "cannot commit");
+    base::Error e = stepError(rc, "cannot commit");
     rollback();
     return std::unexpected(e);
   }
-  // Committed: the rows' hashes go to the tree (never a row that might still roll back).
   if (checkpointer_) checkpointer_->add(new_leaves_);
   return {};
+}
+
+void Store::Impl::rollback() {
+  // A failed COMMIT (SQLITE_FULL, SQLITE_IOERR) may already have rolled back.
+  if (!sqlite3_get_autocommit(db_.get())) {
+    rollback_.step();
+    rollback_.reset();
+  }
 }
 
 Store::Store(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 Store::~Store() { impl_->stop(); }
 
-std::expected<std::unique_ptr<Store>, Error> Store::open(const std::filesystem::path& db,
-                                                         StoreOptions options) {
+std::expected<std::unique_ptr<Store>, base::Error> Store::open(const std::filesystem::path& db,
+                                                               StoreOptions options) {
   auto impl = std::make_unique<Impl>(db, options);
   auto r = options.read_only ? impl->openReader() : impl->openWriter();
   if (!r) return std::unexpected(r.error());
@@ -1025,11 +989,11 @@ std::unique_ptr<Store> Store::openAsync(const std::filesystem::path& db, StoreOp
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
-std::expected<void, Error> Store::ready() { return impl_->ready(); }
+std::expected<void, base::Error> Store::ready() { return impl_->ready(); }
 
 struct PendingExecution::State {
   Waiter waiter;
-  std::optional<Error> refused;  // not queued at all
+  std::optional<base::Error> refused;  // not queued at all
   bool waited = false;
 };
 
@@ -1046,7 +1010,7 @@ PendingExecution::~PendingExecution() {
   if (state_) (void)wait();
 }
 
-std::expected<std::string, Error> PendingExecution::wait() {
+std::expected<std::string, base::Error> PendingExecution::wait() {
   State& s = *state_;
   if (s.refused) return std::unexpected(*s.refused);
   if (!s.waited) {
@@ -1063,11 +1027,11 @@ PendingExecution Store::beginRecordExecution(const ExecutionRecord& record) {
   return PendingExecution(std::move(state));
 }
 
-std::expected<std::string, Error> Store::recordExecution(const ExecutionRecord& record) {
+std::expected<std::string, base::Error> Store::recordExecution(const ExecutionRecord& record) {
   return beginRecordExecution(record).wait();
 }
 
-std::expected<void, Error> Store::flush() { return impl_->flush(); }
+std::expected<void, base::Error> Store::flush() { return impl_->flush(); }
 
 void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
                          const std::string& yaml_text) {
@@ -1086,7 +1050,7 @@ bool Store::healthy() const { return impl_->healthy(); }
 
 std::size_t Store::queueDepth() const { return impl_->queueDepth(); }
 
-std::optional<Error> Store::failure() const { return impl_->failure(); }
+std::optional<base::Error> Store::failure() const { return impl_->failure(); }
 
 const std::filesystem::path& Store::path() const { return impl_->path(); }
 

@@ -6,6 +6,7 @@
 // can be refused, and a kept checkpoint must be extended (consistency.hpp).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -33,7 +34,7 @@ struct Cursor {
   bool has_row = false;
   std::int64_t seq = 0;
 
-  std::expected<void, Error> next(const std::filesystem::path& path, sqlite3* db) {
+  std::expected<void, base::Error> next(const std::filesystem::path& path, sqlite3* db) {
     int rc = stmt.step();
     if (rc == SQLITE_ROW) {
       has_row = true;
@@ -70,37 +71,22 @@ struct Cursor {
   /// "connections seq 57 (id c-1)", "policies seq 3 (sha256 ab12...)": how a broken row is
   /// named.
   std::string name() const {
-    const std::string_view t = table->name;
-    std::string id = t == "requests" || t == "forwards" || t == "dns_queries"
-                         ? std::to_string(seq)
-                         : std::string(stmt.columnText(3));
-    return fmt::format("{} seq {} ({} {})", t, seq, t == "policies" ? "sha256" : "id", id);
+    const auto& cols = table->columns;
+    const auto key = std::find(cols.begin(), cols.end(), table->key_column);
+    if (table->key_column.empty() || key == cols.end())
+      return fmt::format("{} seq {} (id {})", table->name, seq, seq);
+    return fmt::format("{} seq {} ({} {})", table->name, seq, table->key_column,
+                       stmt.columnText(static_cast<int>(key - cols.begin()) + 3));
   }
 };
 
-/// The generated (VIRTUAL) columns of a table as a condition that holds when each equals its
-/// definition; "1" when there are none. They are not stored, but their definitions are (in the
-/// schema), and a rewritten definition would change what `audit query` shows.
-std::string_view generatedColumnsCheck(std::string_view table) {
-  // Guarded by json_valid: reading caller from a receipt that is not JSON would fail the
-  // statement; such a receipt fails the row's hash anyway.
-  if (table == "executions") {
-    return "CASE WHEN json_valid(receipt) THEN caller IS json_extract(receipt, '$.caller') AND "
-           "session_id IS json_extract(receipt, '$.session_id') ELSE 1 END";
-  }
-  if (table == "requests") return "id IS seq";
-  return "1";
-}
-
-/// chainSelectSql's columns, then whether the generated columns hold (generatedColumnsCheck).
+/// chainSelectSql's columns, then whether the generated columns hold (generated_check).
 std::string verifySelectSql(const detail::ChainTable& t) {
-  std::string sql = "SELECT seq, prev_hash, hash";
-  for (auto c : t.columns) sql += fmt::format(", {}", c);
-  return fmt::format("{}, {} FROM {} WHERE seq > ?1 ORDER BY seq", sql,
-                     generatedColumnsCheck(t.name), t.name);
+  return fmt::format("SELECT seq, prev_hash, hash, {}, {} FROM {} WHERE seq > ?1 ORDER BY seq",
+                     detail::columnList(t, ""), t.generated_check, t.name);
 }
 
-/// A policies row's values (kPolicyColumns): sha256 is the SHA-256 of yaml, both text.
+/// A policies row's values (rows.cpp): sha256 is the SHA-256 of yaml, both text.
 bool policyTextMatches(detail::RowHasher& hasher, const std::vector<Value>& values) {
   const auto* sha = std::get_if<std::string_view>(&values[0]);
   const auto* yaml = std::get_if<std::string_view>(&values[2]);
@@ -118,196 +104,235 @@ bool walMissing(const std::filesystem::path& db) {
 }
 
 /// The chain walk, the checkpoints where it reaches them, the head and the policies; feeds
-/// `consistency` (when given) the tree after every row.
-std::expected<VerifyResult, Error> walkChain(const std::filesystem::path& db,
-                                             const PublicKey* pubkey,
-                                             detail::ConsistencyCheck* consistency) {
-  auto conn = detail::openReadSnapshot(db);
-  if (!conn) return std::unexpected(conn.error());
-  sqlite3* raw = conn->get();
+/// `consistency` (when given) the tree after every row. One use: run() once.
+class ChainWalk {
+ public:
+  ChainWalk(const std::filesystem::path& db, const PublicKey* pubkey,
+            detail::ConsistencyCheck* consistency)
+      : db_(db), pubkey_(pubkey), consistency_(consistency) {}
 
-  std::vector<Cursor> cursors;
-  for (const auto& t : detail::chainTables()) {
-    auto s = detail::prepare(db, raw, verifySelectSql(t));
-    if (!s) return std::unexpected(s.error());
-    Cursor c;
-    c.table = &t;
-    c.stmt = std::move(*s);
-    // Every row, even one inserted at seq <= 0 (which the walk reports as a duplicate).
-    c.stmt.bindInt(1, std::numeric_limits<std::int64_t>::min());
-    if (auto r = c.next(db, raw); !r) return std::unexpected(r.error());
-    cursors.push_back(std::move(c));
+  std::expected<VerifyResult, base::Error> run() {
+    auto conn = detail::openReadSnapshot(db_);
+    if (!conn) return std::unexpected(conn.error());
+    conn_ = std::move(*conn);
+    raw_ = conn_.get();
+    if (auto r = openCursors(); !r) return std::unexpected(r.error());
+    if (auto r = openCheckpoints(); !r) return std::unexpected(r.error());
+    if (ckpt_rc_ == SQLITE_ROW && ckpt_.columnInt(1) < 1)
+      return broken(fmt::format("{}: covers no rows", checkpointName()));
+    while (Cursor* cur = nextRow()) {
+      if (std::string why = checkRow(*cur); !why.empty()) return broken(std::move(why));
+      if (std::string why = checkCheckpointsHere(); !why.empty()) return broken(std::move(why));
+      ++expected_seq_;
+      ++result_.rows;
+      if (auto r = cur->next(db_, raw_); !r) return std::unexpected(r.error());
+    }
+    return checkEnd();
   }
 
-  // Checkpoints in position order: each is checked when the walk reaches its position.
-  auto ckpt = detail::prepare(db, raw,
-                              "SELECT seq, position, root, signature, key_id, ts, frontier "
-                              "FROM checkpoints ORDER BY position, seq");
-  if (!ckpt) return std::unexpected(ckpt.error());
-  int ckpt_rc = ckpt->step();
-  auto ckptName = [&] {
-    return fmt::format("checkpoint seq {} (position {})", ckpt->columnInt(0), ckpt->columnInt(1));
-  };
-  std::optional<detail::MerkleFrontier> tree;
-  if (ckpt_rc == SQLITE_ROW || pubkey || consistency) tree.emplace();
+ private:
+  /// One cursor per chained table, on its first row.
+  std::expected<void, base::Error> openCursors() {
+    for (const auto& t : detail::chainTables()) {
+      auto s = detail::prepare(db_, raw_, verifySelectSql(t));
+      if (!s) return std::unexpected(s.error());
+      Cursor c;
+      c.table = &t;
+      c.stmt = std::move(*s);
+      // Every row, even one inserted at seq <= 0 (which the walk reports as a duplicate).
+      c.stmt.bindInt(1, std::numeric_limits<std::int64_t>::min());
+      if (auto r = c.next(db_, raw_); !r) return r;
+      cursors_.push_back(std::move(c));
+    }
+    return {};
+  }
 
-  detail::RowHasher hasher;
-  VerifyResult result;
-  std::string prev(detail::kGenesisHash);
-  std::int64_t expected_seq = 1;
-  std::vector<Value> values;
-  const detail::ChainTable* policies = detail::findChainTable("policies");
-  std::int64_t next_checkpoint = 1;  // checkpoints are numbered 1, 2, ... in position order
-  auto broken = [&](std::string why) {
-    result.ok = false;
-    result.failure = VerifyFailure::kBroken;
-    result.first_broken = std::move(why);
-    return result;
-  };
+  /// Checkpoints in position order: each is checked when the walk reaches its position. The
+  /// tree is kept when there is one, or a key or a kept checkpoint asks for it.
+  std::expected<void, base::Error> openCheckpoints() {
+    auto ckpt = detail::prepare(db_, raw_,
+                                "SELECT seq, position, root, signature, key_id, ts, frontier "
+                                "FROM checkpoints ORDER BY position, seq");
+    if (!ckpt) return std::unexpected(ckpt.error());
+    ckpt_ = std::move(*ckpt);
+    ckpt_rc_ = ckpt_.step();
+    if (ckpt_rc_ == SQLITE_ROW || pubkey_ || consistency_) tree_.emplace();
+    return {};
+  }
 
-  // The checkpoint under the cursor, against the tree of the rows walked so far; "" when good.
-  auto checkCheckpoint = [&]() -> std::string {
-    const std::int64_t position = ckpt->columnInt(1);
-    const std::string root(ckpt->columnText(2));
-    if (ckpt->columnInt(0) != next_checkpoint) {
+  /// The cursor with the lowest seq (the chain's next row), or null at the end.
+  Cursor* nextRow() {
+    Cursor* cur = nullptr;
+    for (auto& c : cursors_) {
+      if (c.has_row && (!cur || c.seq < cur->seq)) cur = &c;
+    }
+    return cur;
+  }
+
+  /// The row under `cur` against the chain so far; "" when good (then it extends the chain).
+  std::string checkRow(const Cursor& cur) {
+    if (cur.seq > expected_seq_) {
+      return fmt::format("{}: sequence gap: rows {}..{} are missing (deleted)", cur.name(),
+                         expected_seq_, cur.seq - 1);
+    }
+    if (cur.seq < expected_seq_)
+      return fmt::format("{}: seq {} appears twice (a row was inserted)", cur.name(), cur.seq);
+    values_.clear();
+    for (std::size_t i = 0; i < cur.table->columns.size(); ++i) values_.push_back(cur.value(i));
+    const std::string_view stored_prev = cur.stmt.columnText(1);
+    const std::string_view stored_hash = cur.stmt.columnText(2);
+    if (hasher_.hash(cur.table->name, cur.seq, stored_prev, values_) != stored_hash) {
+      return fmt::format(
+          "{}: hash does not match the row's contents (row edited, inserted or moved)", cur.name());
+    }
+    if (stored_prev != prev_) {
+      return fmt::format(
+          "{}: prev_hash does not match the hash of the row before it (a row was deleted, "
+          "inserted or reordered)",
+          cur.name());
+    }
+    if (cur.stmt.columnInt(static_cast<int>(cur.table->columns.size() + 3)) != 1) {
+      return fmt::format(
+          "{}: a generated column does not equal its definition (the schema was edited)",
+          cur.name());
+    }
+    // Policy rows are content-addressed too: the key must be the text's SHA-256.
+    if (cur.table->name == "policies" && !policyTextMatches(hasher_, values_))
+      return fmt::format("{}: the policy text does not match its sha256 (edited)", cur.name());
+    prev_ = std::string(stored_hash);
+    if (tree_) {
+      tree_->append(*detail::fromHex(stored_hash));  // a valid hash: it matched the computed one
+      if (consistency_) consistency_->observe(*tree_);
+    }
+    return {};
+  }
+
+  /// The checkpoints at the row just walked; "" when they hold.
+  std::string checkCheckpointsHere() {
+    while (tree_ && ckpt_rc_ == SQLITE_ROW && ckpt_.columnInt(1) == expected_seq_) {
+      if (std::string why = checkCheckpoint(); !why.empty()) return why;
+      ckpt_rc_ = ckpt_.step();
+    }
+    return {};
+  }
+
+  /// The checkpoint under the cursor, against the tree of the rows walked so far; "" when good.
+  std::string checkCheckpoint() {
+    const std::int64_t position = ckpt_.columnInt(1);
+    const std::string root(ckpt_.columnText(2));
+    if (ckpt_.columnInt(0) != next_checkpoint_) {
       return fmt::format(
           "{}: checkpoints are not numbered 1, 2, ... in position order (expected seq {} here: "
           "a checkpoint was deleted, renumbered or moved)",
-          ckptName(), next_checkpoint);
+          checkpointName(), next_checkpoint_);
     }
-    ++next_checkpoint;
-    if (root != detail::toHex(tree->root())) {
+    ++next_checkpoint_;
+    if (root != detail::toHex(tree_->root())) {
       return fmt::format(
           "{}: its root is not the Merkle root of rows 1..{} (a row it covers was changed, "
           "deleted or re-hashed, or the checkpoint was edited)",
-          ckptName(), position);
+          checkpointName(), position);
     }
     // Not signed, so re-derived: the next writer resumes its tree from it.
-    if (ckpt->columnText(6) != tree->serialize())
+    if (ckpt_.columnText(6) != tree_->serialize())
       return fmt::format("{}: its frontier is not the Merkle tree's right edge at {} (edited)",
-                         ckptName(), position);
-    if (pubkey) {
-      if (ckpt->columnText(4) != pubkey->keyId()) {
-        return fmt::format("{}: signed by key {}, not by the given public key {}", ckptName(),
-                           ckpt->columnText(4), pubkey->keyId());
+                         checkpointName(), position);
+    if (pubkey_) {
+      if (ckpt_.columnText(4) != pubkey_->keyId()) {
+        return fmt::format("{}: signed by key {}, not by the given public key {}", checkpointName(),
+                           ckpt_.columnText(4), pubkey_->keyId());
       }
-      auto sig = base64Decode(ckpt->columnText(3));
-      if (!sig || !pubkey->verify(checkpointSignedText(position, root, ckpt->columnInt(5)), *sig)) {
+      auto sig = base64Decode(ckpt_.columnText(3));
+      if (!sig ||
+          !pubkey_->verify(checkpointSignedText(position, root, ckpt_.columnInt(5)), *sig)) {
         return fmt::format("{}: the signature does not verify (forged or altered checkpoint)",
-                           ckptName());
+                           checkpointName());
       }
-      result.last_signed_position = position;
+      result_.last_signed_position = position;
     }
-    ++result.checkpoints;
+    ++result_.checkpoints;
     return {};
-  };
-  if (ckpt_rc == SQLITE_ROW && ckpt->columnInt(1) < 1)
-    return broken(fmt::format("{}: covers no rows", ckptName()));
+  }
 
-  for (;;) {
-    Cursor* cur = nullptr;
-    for (auto& c : cursors) {
-      if (c.has_row && (!cur || c.seq < cur->seq)) cur = &c;
-    }
-    if (!cur) break;
-    if (cur->seq > expected_seq) {
-      return broken(fmt::format("{}: sequence gap: rows {}..{} are missing (deleted)", cur->name(),
-                                expected_seq, cur->seq - 1));
-    }
-    if (cur->seq < expected_seq) {
-      return broken(
-          fmt::format("{}: seq {} appears twice (a row was inserted)", cur->name(), cur->seq));
-    }
-    values.clear();
-    for (std::size_t i = 0; i < cur->table->columns.size(); ++i) values.push_back(cur->value(i));
-    std::string_view stored_prev = cur->stmt.columnText(1);
-    std::string_view stored_hash = cur->stmt.columnText(2);
-    std::string computed = hasher.hash(cur->table->name, cur->seq, stored_prev, values);
-    if (computed != stored_hash) {
-      return broken(
-          fmt::format("{}: hash does not match the row's contents (row edited, "
-                      "inserted or moved)",
-                      cur->name()));
-    }
-    if (stored_prev != prev) {
-      return broken(
-          fmt::format("{}: prev_hash does not match the hash of the row before it "
-                      "(a row was deleted, inserted or reordered)",
-                      cur->name()));
-    }
-    if (cur->stmt.columnInt(static_cast<int>(cur->table->columns.size() + 3)) != 1) {
+  /// After the last row: no checkpoint beyond it, and the head names it.
+  std::expected<VerifyResult, base::Error> checkEnd() {
+    if (ckpt_rc_ == SQLITE_ROW) {
       return broken(fmt::format(
-          "{}: a generated column does not equal its definition (the schema was edited)",
-          cur->name()));
+          "{}: covers rows up to seq {} but the chain ends at seq {} (rows deleted from the end)",
+          checkpointName(), ckpt_.columnInt(1), expected_seq_ - 1));
     }
-    // Policy rows are content-addressed too: the key must be the text's SHA-256.
-    if (cur->table == policies && !policyTextMatches(hasher, values)) {
-      return broken(
-          fmt::format("{}: the policy text does not match its sha256 (edited)", cur->name()));
-    }
-    prev = std::string(stored_hash);
-    if (tree) {
-      tree->append(*detail::fromHex(stored_hash));  // a valid hash: it matched `computed`
-      if (consistency) consistency->observe(*tree);
-      while (ckpt_rc == SQLITE_ROW && ckpt->columnInt(1) == expected_seq) {
-        if (std::string why = checkCheckpoint(); !why.empty()) return broken(std::move(why));
-        ckpt_rc = ckpt->step();
-      }
-    }
-    ++expected_seq;
-    ++result.rows;
-    if (auto r = cur->next(db, raw); !r) return std::unexpected(r.error());
-  }
-
-  if (ckpt_rc == SQLITE_ROW) {
-    return broken(fmt::format(
-        "{}: covers rows up to seq {} but the chain ends at seq {} (rows deleted from the end)",
-        ckptName(), ckpt->columnInt(1), expected_seq - 1));
-  }
-  if (ckpt_rc != SQLITE_DONE && ckpt_rc != SQLITE_ROW)
-    return std::unexpected(detail::sqliteError(db, raw, ckpt_rc, "cannot read checkpoints"));
-  result.signatures_checked = pubkey != nullptr;
-  result.unsigned_tail = result.rows - static_cast<std::uint64_t>(result.last_signed_position);
-  {
-    auto head = detail::prepare(db, raw, "SELECT seq, hash FROM chain_head WHERE id = 0");
+    if (ckpt_rc_ != SQLITE_DONE)
+      return std::unexpected(detail::sqliteError(db_, raw_, ckpt_rc_, "cannot read checkpoints"));
+    result_.signatures_checked = pubkey_ != nullptr;
+    result_.unsigned_tail = result_.rows - static_cast<std::uint64_t>(result_.last_signed_position);
+    auto head = detail::prepare(db_, raw_, "SELECT seq, hash FROM chain_head WHERE id = 0");
     if (!head) return std::unexpected(head.error());
-    int rc = head->step();
-    if (rc != SQLITE_ROW) return broken("chain_head: the row is missing");
-    std::int64_t head_seq = head->columnInt(0);
-    if (head_seq != expected_seq - 1 || head->columnText(1) != prev) {
+    if (head->step() != SQLITE_ROW) return broken("chain_head: the row is missing");
+    const std::int64_t head_seq = head->columnInt(0);
+    if (head_seq != expected_seq_ - 1 || head->columnText(1) != prev_) {
       return broken(
           fmt::format("chain_head: records seq {} but the chain ends at seq {} (rows "
                       "deleted from the end, or the head was edited)",
-                      head_seq, expected_seq - 1));
+                      head_seq, expected_seq_ - 1));
     }
+    result_.ok = true;
+    return result_;
   }
-  result.ok = true;
-  return result;
-}
+
+  std::string checkpointName() const {
+    return fmt::format("checkpoint seq {} (position {})", ckpt_.columnInt(0), ckpt_.columnInt(1));
+  }
+
+  VerifyResult broken(std::string why) {
+    result_.ok = false;
+    result_.failure = VerifyFailure::kBroken;
+    result_.first_broken = std::move(why);
+    return result_;
+  }
+
+  const std::filesystem::path& db_;
+  const PublicKey* pubkey_;
+  detail::ConsistencyCheck* consistency_;
+  detail::Db conn_;  // before the statements: they are finalized first
+  sqlite3* raw_ = nullptr;
+  std::vector<Cursor> cursors_;
+  Stmt ckpt_;
+  int ckpt_rc_ = SQLITE_DONE;
+  std::optional<detail::MerkleFrontier> tree_;
+  detail::RowHasher hasher_;
+  VerifyResult result_;
+  std::string prev_{detail::kGenesisHash};
+  std::int64_t expected_seq_ = 1;
+  std::int64_t next_checkpoint_ = 1;  // checkpoints are numbered 1, 2, ... in position order
+  std::vector<Value> values_;
+};
 
 }  // namespace
 
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
-                                          const PublicKey* pubkey) {
+std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
+                                                const PublicKey* pubkey) {
   VerifyOptions options;
   options.pubkey = pubkey;
   return verify(db, options);
 }
 
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
-                                          const VerifyOptions& options) {
+std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
+                                                const VerifyOptions& options) {
   const bool wal_missing = walMissing(db);
   std::optional<detail::ConsistencyCheck> consistency;
   if (options.consistent_with) {
     if (!options.pubkey) {
       return std::unexpected(
-          Error{"a kept checkpoint is only evidence with the public key that signed it"});
+          base::Error{base::Code::kInvalidArgument,
+                      "a kept checkpoint is only evidence with the public key that signed it"});
     }
     auto kept = detail::parseKeptCheckpoint(*options.consistent_with, *options.pubkey);
-    if (!kept) return std::unexpected(Error{options.consistent_with_name + ": " + kept.error()});
+    if (!kept)
+      return std::unexpected(base::Error{base::Code::kInvalidArgument,
+                                         options.consistent_with_name + ": " + kept.error()});
     consistency.emplace(std::move(*kept));
   }
-  auto result = walkChain(db, options.pubkey, consistency ? &*consistency : nullptr);
+  auto result = ChainWalk(db, options.pubkey, consistency ? &*consistency : nullptr).run();
   if (!result) return result;
   result->wal_missing = wal_missing;
   if (!result->ok) return result;

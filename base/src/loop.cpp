@@ -18,13 +18,13 @@ struct BackgroundLoop::State {
   bool started = false;
   bool stopping = false;
   bool woken = false;
-  std::function<void()> tick;
-  std::chrono::milliseconds period{0};
+  // The tick returns when it is next due; max: only after a wake().
+  std::function<Clock::time_point()> tick;
+  Clock::time_point next_tick = Clock::time_point::max();
   std::thread thread;
 
   void run() {
     std::unique_lock lock(mu);
-    auto next_tick = std::chrono::steady_clock::now() + period;
     for (;;) {
       if (!tasks.empty()) {
         auto task = std::move(tasks.front());
@@ -35,18 +35,17 @@ struct BackgroundLoop::State {
         continue;
       }
       if (stopping) return;
-      bool due =
-          tick && (woken || (period.count() > 0 && std::chrono::steady_clock::now() >= next_tick));
-      if (due) {
+      if (tick && (woken || Clock::now() >= next_tick)) {
         woken = false;
         lock.unlock();
-        tick();
+        const auto next = tick();
         lock.lock();
-        next_tick = std::chrono::steady_clock::now() + period;
+        next_tick = next;
         continue;
       }
       auto ready = [&] { return !tasks.empty() || stopping || woken; };
-      if (tick && period.count() > 0)
+      // Never wait_until(max): the condition variable converts it to another clock and overflows.
+      if (tick && next_tick != Clock::time_point::max())
         cv.wait_until(lock, next_tick, ready);
       else
         cv.wait(lock, ready);
@@ -61,11 +60,28 @@ BackgroundLoop::BackgroundLoop(std::string name) : state_(std::make_shared<State
 BackgroundLoop::~BackgroundLoop() { stop(); }
 
 void BackgroundLoop::start(std::function<void()> tick, std::chrono::milliseconds period) {
+  if (!tick) return startScheduled({});
+  const bool periodic = period.count() > 0;
   std::lock_guard lock(state_->mu);
   if (state_->started) return;
+  // A periodic tick is first due one period after the start.
+  state_->next_tick = periodic ? Clock::now() + period : Clock::time_point::max();
+  startLocked([tick = std::move(tick), period, periodic] {
+    tick();
+    return periodic ? Clock::now() + period : Clock::time_point::max();
+  });
+}
+
+void BackgroundLoop::startScheduled(std::function<Clock::time_point()> tick) {
+  std::lock_guard lock(state_->mu);
+  if (state_->started) return;
+  state_->next_tick = Clock::time_point::min();  // due at once
+  startLocked(std::move(tick));
+}
+
+void BackgroundLoop::startLocked(std::function<Clock::time_point()> tick) {
   state_->started = true;
   state_->tick = std::move(tick);
-  state_->period = period;
   state_->thread = std::thread([s = state_] {
     // Linux keeps 15 bytes of a thread's name; longer names are refused whole.
     pthread_setname_np(pthread_self(), s->name.substr(0, 15).c_str());

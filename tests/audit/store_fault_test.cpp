@@ -47,9 +47,14 @@ TEST(StoreFaultTest, CorruptFileIsRefused) {
   ASSERT_FALSE(s.has_value());
   EXPECT_TRUE(contains(s.error().message, db.string())) << s.error().message;
   EXPECT_TRUE(contains(s.error().message, "not a database")) << s.error().message;
+  // The one error type: a class a caller can act on, and SQLite's own code beside the message.
+  EXPECT_EQ(s.error().code, base::Code::kIntegrity);
+  EXPECT_EQ(s.error().cause_code, SQLITE_NOTADB);
   auto v = verify(db);
   ASSERT_FALSE(v.has_value());
   EXPECT_TRUE(contains(v.error().message, "not a database")) << v.error().message;
+  EXPECT_EQ(v.error().code, base::Code::kIntegrity);
+  EXPECT_EQ(v.error().cause_code, SQLITE_NOTADB);
 }
 
 TEST(StoreFaultTest, CorruptPagesAreReportedByVerify) {
@@ -128,6 +133,8 @@ TEST(StoreFaultTest, ReadOnlyFileSystem) {
   ASSERT_FALSE(s.has_value());
   EXPECT_TRUE(contains(s.error().message, db.string())) << s.error().message;
   EXPECT_TRUE(contains(s.error().message, "read-only")) << s.error().message;
+  EXPECT_EQ(s.error().code, base::Code::kIo);
+  EXPECT_NE(s.error().cause_code, 0);
   auto fresh = Store::open(fs.path() / "new.db");
   ASSERT_FALSE(fresh.has_value());
   EXPECT_TRUE(contains(fresh.error().message, "Read-only file system")) << fresh.error().message;

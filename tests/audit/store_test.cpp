@@ -236,6 +236,8 @@ TEST(StoreTest, DuplicateExecutionIdIsAnErrorButTheStoreStaysHealthy) {
   auto again = store->recordExecution(testing::sampleExecution("exec-1"));
   ASSERT_FALSE(again.has_value());
   EXPECT_NE(again.error().message.find("UNIQUE"), std::string::npos) << again.error().message;
+  EXPECT_EQ(again.error().code, base::Code::kConflict);
+  EXPECT_EQ(again.error().cause_code, SQLITE_CONSTRAINT_UNIQUE);  // lost before: only in the text
   EXPECT_TRUE(store->healthy());
   EXPECT_TRUE(store->recordExecution(testing::sampleExecution("exec-2")).has_value());
   store.reset();

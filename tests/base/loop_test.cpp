@@ -76,6 +76,26 @@ TEST(LoopTest, PeriodicTickRunsRepeatedly) {
   EXPECT_GE(ticks.load(), 3);
 }
 
+TEST(LoopTest, ScheduledTickRunsAtOnceThenWhenItAsksThenOnlyOnWake) {
+  std::atomic<int> ticks{0};
+  std::promise<void> three, four;
+  BackgroundLoop loop("scheduled");
+  loop.startScheduled([&] {
+    const int n = ++ticks;
+    if (n == 3) three.set_value();
+    if (n == 4) four.set_value();
+    // Due again in 1 ms for the first three runs; then never, unless woken.
+    return n < 3 ? BackgroundLoop::Clock::now() + std::chrono::milliseconds(1)
+                 : BackgroundLoop::Clock::time_point::max();
+  });
+  three.get_future().wait();  // runs 1 (at start), 2 and 3 (when due): no wake() yet
+  EXPECT_EQ(ticks.load(), 3);
+  loop.wake();
+  four.get_future().wait();  // a hang here is the failure
+  loop.stop();
+  EXPECT_EQ(ticks.load(), 4);
+}
+
 TEST(LoopTest, PostBeforeStartIsRefused) {
   BackgroundLoop loop("idle");
   EXPECT_FALSE(loop.post([] {}));

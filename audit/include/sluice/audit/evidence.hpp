@@ -40,8 +40,9 @@ struct ExportStats {
 /// Streams every chained table's rows in seq order, each checkpoint right after the row at its
 /// position, to `out`. Constant memory: one cursor per table, one read transaction (a
 /// consistent snapshot while writers go on).
-std::expected<ExportStats, Error> exportChain(const std::filesystem::path& db,
-                                              const ExportOptions& options, std::ostream& out);
+std::expected<ExportStats, base::Error> exportChain(const std::filesystem::path& db,
+                                                    const ExportOptions& options,
+                                                    std::ostream& out);
 
 struct ExportVerifyResult {
   bool ok = false;
@@ -66,8 +67,8 @@ ExportVerifyResult verifyExport(std::istream& in, const PublicKey* key);
 /// The inclusion proof of execution `execution_id`'s row against the latest checkpoint, as
 /// JSON text: the row (table, seq, prev_hash, hash, columns), leaf_index, tree_size,
 /// audit_path and the checkpoint (seq, position, root, ts, key_id, signature).
-std::expected<std::string, Error> proveExecution(const std::filesystem::path& db,
-                                                 std::string_view execution_id);
+std::expected<std::string, base::Error> proveExecution(const std::filesystem::path& db,
+                                                       std::string_view execution_id);
 
 struct ProofCheck {
   bool ok = false;
@@ -86,7 +87,7 @@ ProofCheck checkProof(std::string_view proof_json, const PublicKey& key);
 /// The newest checkpoint of `db` (by position) as one line of JSON, to keep off the box and
 /// pass later to verify's `consistent_with`: {seq, position, root, ts, key_id, signature,
 /// frontier}. nullopt when the database has no checkpoint. Its signature is not checked here.
-std::expected<std::optional<std::string>, Error> latestCheckpointJson(
+std::expected<std::optional<std::string>, base::Error> latestCheckpointJson(
     const std::filesystem::path& db);
 
 /// Checks a checkpoint's JSON (latestCheckpointJson's, or a proof's) on its own: signed by `key`,
@@ -103,9 +104,9 @@ std::string dssePae(std::string_view payload_type, std::string_view payload);
 /// An in-toto Statement v1 with an SLSA provenance v1 predicate for one execution (subjects:
 /// its /output artifacts; resolved dependencies: its policy and the URLs its requests rows
 /// show it fetched), in a DSSE envelope signed with `key`. JSON text.
-std::expected<std::string, Error> attestExecution(const std::filesystem::path& db,
-                                                  std::string_view execution_id,
-                                                  const SigningKey& key);
+std::expected<std::string, base::Error> attestExecution(const std::filesystem::path& db,
+                                                        std::string_view execution_id,
+                                                        const SigningKey& key);
 
 struct AttestationCheck {
   bool ok = false;

@@ -31,7 +31,7 @@ struct ResultTable {
 enum class OutputFormat { kTable, kJson, kCsv };
 
 /// "table" | "json" | "csv".
-std::expected<OutputFormat, Error> parseFormat(std::string_view name);
+std::expected<OutputFormat, base::Error> parseFormat(std::string_view name);
 
 /// table: aligned columns for a terminal (NULL shown empty; long cells cut at 80 characters
 /// with "..."; newlines shown as \n). json: one JSON array of objects. csv: RFC 4180 (header
@@ -69,17 +69,17 @@ struct ExecutionDetail {
 /// refuses every write, schema change, transaction, ATTACH and state-changing pragma.
 class Reader {
  public:
-  static std::expected<std::unique_ptr<Reader>, Error> open(const std::filesystem::path& db);
+  static std::expected<std::unique_ptr<Reader>, base::Error> open(const std::filesystem::path& db);
   ~Reader();
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
 
   /// Runs exactly one read-only statement.
-  std::expected<ResultTable, Error> sql(std::string_view statement);
+  std::expected<ResultTable, base::Error> sql(std::string_view statement);
   /// `sluice audit query`. Rows are in chain (insertion) order; times as RFC 3339 UTC.
-  std::expected<ResultTable, Error> query(const QueryFilter& filter);
+  std::expected<ResultTable, base::Error> query(const QueryFilter& filter);
   /// nullopt when no execution has this id.
-  std::expected<std::optional<ExecutionDetail>, Error> show(std::string_view execution_id);
+  std::expected<std::optional<ExecutionDetail>, base::Error> show(std::string_view execution_id);
 
   class Impl;
 
@@ -91,7 +91,7 @@ class Reader {
 /// Parses a time for --since/--until: RFC 3339 ("2026-11-21T10:00:00Z", "...+02:00",
 /// fractional seconds; a bare date "2026-11-21" is midnight UTC) or a relative form meaning
 /// that long before `now_ms` ("90s", "15m", "1h", "7d", "2w"). Returns epoch milliseconds.
-std::expected<std::int64_t, Error> parseTime(std::string_view text, std::int64_t now_ms);
+std::expected<std::int64_t, base::Error> parseTime(std::string_view text, std::int64_t now_ms);
 
 /// Epoch milliseconds as RFC 3339 UTC with milliseconds ("2026-11-21T10:00:00.123Z").
 std::string formatTime(std::int64_t ms);

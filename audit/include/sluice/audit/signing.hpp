@@ -22,10 +22,10 @@ class SigningKey {
   /// Loads a PEM PKCS#8 Ed25519 private key. Refused, with a message naming the file, when the
   /// file is not owned by the current user or grants any permission to group or others (chmod
   /// 600 it), or is not an Ed25519 private key.
-  static std::expected<std::shared_ptr<const SigningKey>, Error> load(
+  static std::expected<std::shared_ptr<const SigningKey>, base::Error> load(
       const std::filesystem::path& file);
   /// A fresh key from OpenSSL's CSPRNG.
-  static std::expected<std::shared_ptr<const SigningKey>, Error> generate();
+  static std::expected<std::shared_ptr<const SigningKey>, base::Error> generate();
 
   ~SigningKey();
   SigningKey(const SigningKey&) = delete;
@@ -52,10 +52,10 @@ class SigningKey {
 class PublicKey {
  public:
   /// Loads a PEM public key (SubjectPublicKeyInfo) from `file`; errors name the file.
-  static std::expected<std::shared_ptr<const PublicKey>, Error> load(
+  static std::expected<std::shared_ptr<const PublicKey>, base::Error> load(
       const std::filesystem::path& file);
-  static std::expected<std::shared_ptr<const PublicKey>, Error> fromPem(std::string_view pem,
-                                                                        std::string_view where);
+  static std::expected<std::shared_ptr<const PublicKey>, base::Error> fromPem(
+      std::string_view pem, std::string_view where);
   ~PublicKey();
   PublicKey(const PublicKey&) = delete;
   PublicKey& operator=(const PublicKey&) = delete;
@@ -75,7 +75,7 @@ class PublicKey {
 /// `sluice audit keygen --out DIR`: writes DIR/audit.key (0600, created exclusively: an
 /// existing file is never overwritten) and DIR/audit.pub (0644); creates DIR (0700) if missing.
 /// Returns the new key's id.
-std::expected<std::string, Error> generateKeyFiles(const std::filesystem::path& dir);
+std::expected<std::string, base::Error> generateKeyFiles(const std::filesystem::path& dir);
 
 /// The exact bytes a checkpoint's signature covers (docs/audit.md, "Signed checkpoints"):
 /// "sluice-checkpoint v1\n<position>\n<root hex>\n<ts ms>\n".

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "sluice/audit/event_sink.hpp"
+#include "sluice/base/error.hpp"
 
 namespace sluice::audit {
 
@@ -22,14 +23,6 @@ inline constexpr int kSchemaVersion = 6;
 
 class SigningKey;  // sluice/audit/signing.hpp
 class PublicKey;
-
-/// A control-plane error of the store. `message` names the database path and the cause
-/// ("/var/lib/sluice/audit.db: database or disk is full"); `sqlite_code` is the SQLite result
-/// code when SQLite produced the error (0 otherwise).
-struct Error {
-  std::string message;
-  int sqlite_code = 0;
-};
 
 struct StoreOptions {
   /// Events the queue holds before producers block (backpressure; never dropped).
@@ -118,7 +111,7 @@ class PendingExecution {
   PendingExecution& operator=(PendingExecution&&) noexcept;
   ~PendingExecution();
   /// Waits for the commit: the executions row's hash (hex SHA-256), or the error.
-  std::expected<std::string, Error> wait();
+  std::expected<std::string, base::Error> wait();
 
   struct State;
 
@@ -139,8 +132,8 @@ class Store final : public EventSink {
  public:
   /// Opens (creating if missing, unless read_only) the database at `db`, applies WAL mode,
   /// checks or migrates the schema and starts the writer thread.
-  static std::expected<std::unique_ptr<Store>, Error> open(const std::filesystem::path& db,
-                                                           StoreOptions options = {});
+  static std::expected<std::unique_ptr<Store>, base::Error> open(const std::filesystem::path& db,
+                                                                 StoreOptions options = {});
 
   /// Like open() for a writer, but returns at once: the writer thread opens, checks and
   /// migrates the database while the caller goes on (`sluice run` overlaps it with building
@@ -151,7 +144,7 @@ class Store final : public EventSink {
                                           StoreOptions options = {});
 
   /// Waits until the database is open (at once for open()); the open's error, if it failed.
-  std::expected<void, Error> ready();
+  std::expected<void, base::Error> ready();
 
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
@@ -160,14 +153,14 @@ class Store final : public EventSink {
 
   /// Durable: returns only after the executions row, and every event queued before it, is
   /// committed with synchronous=FULL. Returns the row's hash (hex SHA-256) for the receipt.
-  std::expected<std::string, Error> recordExecution(const ExecutionRecord& record);
+  std::expected<std::string, base::Error> recordExecution(const ExecutionRecord& record);
 
   /// recordExecution() in two halves: queued now, waited for later, so the caller can do other
   /// work while the commit's fsync runs (`sluice run` tears the sandbox down meanwhile).
   PendingExecution beginRecordExecution(const ExecutionRecord& record);
 
   /// Waits until everything queued before the call is committed (synchronous=NORMAL).
-  std::expected<void, Error> flush();
+  std::expected<void, base::Error> flush();
 
   // EventSink. These block when the queue is full (backpressure) and never drop an event
   // while the store is healthy.
@@ -183,7 +176,7 @@ class Store final : public EventSink {
   /// Events queued and not yet taken by the writer (a gauge for `sluice serve`'s metrics).
   std::size_t queueDepth() const;
   /// Why the store failed, if it did.
-  std::optional<Error> failure() const;
+  std::optional<base::Error> failure() const;
 
   /// The database path given to open().
   const std::filesystem::path& path() const;
@@ -198,11 +191,11 @@ class Store final : public EventSink {
 /// Walks the hash chain of the database at `db` (opened read-only; never created) in global
 /// sequence order, and recomputes every checkpoint's Merkle root where the walk reaches its
 /// position. With `pubkey`, every checkpoint must also carry a valid signature by that key
-/// (a checkpoint by another key is a break). Returns an Error only when the file cannot be
+/// (a checkpoint by another key is a break). Returns a base::Error only when the file cannot be
 /// read as a sluice audit database; a broken chain or checkpoint is a VerifyResult with
 /// ok = false naming the first bad row or checkpoint.
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
-                                          const PublicKey* pubkey = nullptr);
+std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
+                                                const PublicKey* pubkey = nullptr);
 
 /// What verify establishes besides an intact chain (`sluice audit verify` flags).
 struct VerifyOptions {
@@ -213,11 +206,11 @@ struct VerifyOptions {
   bool require_signed_tail = false;
   /// A checkpoint kept off the box (`sluice audit checkpoint --json`), which must be signed by
   /// `pubkey`: the log must extend it (its rows 1..position have the kept root). A malformed or
-  /// unsigned kept checkpoint is an Error naming `consistent_with_name`.
+  /// unsigned kept checkpoint is a base::Error naming `consistent_with_name`.
   std::optional<std::string> consistent_with;
   std::string consistent_with_name = "the kept checkpoint";
 };
-std::expected<VerifyResult, Error> verify(const std::filesystem::path& db,
-                                          const VerifyOptions& options);
+std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
+                                                const VerifyOptions& options);
 
 }  // namespace sluice::audit

@@ -21,6 +21,10 @@ class BackgroundLoop {
   /// Starts the thread. `tick`, when given, runs every `period` (and after each wake()).
   void start(std::function<void()> tick = {},
              std::chrono::milliseconds period = std::chrono::milliseconds{0});
+  /// Starts the thread with a tick that says when it is next due (time_point::max(): only after
+  /// a wake()). It runs once at start, then when due or after each wake(), whichever is first.
+  using Clock = std::chrono::steady_clock;
+  void startScheduled(std::function<Clock::time_point()> tick);
   /// Runs `task` on the loop's thread after the tasks posted before it. Dropped after stop().
   /// Returns false when the loop is stopped (the task will not run).
   bool post(std::function<void()> task);
@@ -31,6 +35,7 @@ class BackgroundLoop {
   bool running() const;
 
  private:
+  void startLocked(std::function<Clock::time_point()> tick);  // state_->mu held
   struct State;
   std::shared_ptr<State> state_;
 };
