@@ -28,6 +28,7 @@ EXIT_RE = re.compile(r"#\s*exit (\d+)\b")
 PRINTS_RE = re.compile(r"#\s*prints (?:\"([^\"]+)\"|`([^`]+)`|(.+?)\s*$)")
 HEREDOC_RE = re.compile(r"<<-?\s*['\"]?(\w+)['\"]?")
 ELLIPSIS_RE = re.compile(r"\.\.\.|…")
+ASSIGN_RE = re.compile(r"^(?:export\s+)?([A-Za-z_]\w*)=")
 BLOCK_TIMEOUT = 300
 DAEMON_READY_SECONDS = 30
 # The system paths the docs name, each an overlay in the checker's own mount namespace: the
@@ -222,6 +223,7 @@ __ready() {  # PID LINE ADDRESS...: the daemon accepts connections on one of its
   __fail "line $line: the daemon did not listen on $* within ${DAEMON_READY_SECONDS}s"
 }
 __trap
+[ ! -f "$DOCS_CHECK_DIR/vars" ] || . "$DOCS_CHECK_DIR/vars"
 """
 
 
@@ -273,6 +275,10 @@ def script_for(cmds, transcript):
             s += checked_lines(cmd, capture=False)
         else:
             s += cmd.text + "\n"
+    # Shell variables a block sets carry over to the page's later blocks.
+    names = sorted({m.group(1) for c in cmds if (m := ASSIGN_RE.match(c.text))})
+    if names:
+        s += f'declare -p {" ".join(names)} >>"$DOCS_CHECK_DIR/vars"\n'
     return s
 
 
