@@ -453,11 +453,14 @@ def run_page(page, source, scratch, env, sluice, counts, skips):
 
 
 def make_audit_store(cwd, env, sluice):
-    """audit.db, the store the pages query: one receipt of a run that left an artifact."""
-    subprocess.run([sluice, "run", "--audit", "audit.db", "--policy",
-                    "examples/workflows/data-analysis.yaml", "--", "sh", "-c",
-                    "echo 42 > /output/answer"], cwd=cwd, env=env, check=True,
-                   stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
+    """audit.db, the store the pages query: one receipt of a run that left an artifact,
+    signed with audit.key (audit.pub beside it)."""
+    for argv in (["audit", "keygen", "--out", "."],
+                 ["run", "--audit", "audit.db", "--signing-key", "audit.key", "--policy",
+                  "examples/workflows/data-analysis.yaml", "--", "sh", "-c",
+                  "echo 42 > /output/answer"]):
+        subprocess.run([sluice, *argv], cwd=cwd, env=env, check=True,
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=120)
 
 
 # ---------------------------------------------------------------- the namespace
