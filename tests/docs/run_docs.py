@@ -127,11 +127,16 @@ def code_part(line):
     return line.rstrip()
 
 
+def continues(line):
+    """A line the shell continues on the next: a trailing backslash, pipe, && or ||."""
+    return code_part(line).endswith(("\\", "|", "&&"))
+
+
 def take_command(lines, i, prefix=""):
     """One command starting at lines[i]: continuation lines and here-document bodies."""
     first = lines[i][len(prefix):]
     taken, k = [first], i + 1
-    while code_part(taken[-1]).endswith("\\") and k < len(lines):
+    while continues(taken[-1]) and k < len(lines):
         taken.append(lines[k])
         k += 1
     for word in HEREDOC_RE.findall("\n".join(code_part(l) for l in taken)):
@@ -173,7 +178,7 @@ def head_of(taken):
     """The command's lines before any here-document body."""
     head = [taken[0]]
     for line in taken[1:]:
-        if not code_part(head[-1]).endswith("\\"):
+        if not continues(head[-1]):
             break
         head.append(line)
     return head
