@@ -205,8 +205,11 @@ base::Result<Receipt> Sandbox::State::complete(Pending& p) {
   auto hash = p.commit->wait();
   if (sv.on_committed) sv.on_committed();
   if (!hash) {
-    base::Error e{Code::kIo, hash.error().message, "audit store"};
-    e.cause_code = hash.error().sqlite_code;
+    // The store's own code may be finer (kConflict ...); to a caller an unrecorded receipt is
+    // an I/O failure of sluice (500, exit 125), with SQLite's code and errno kept beside it.
+    base::Error e = std::move(hash.error());
+    e.code = Code::kIo;
+    e.where = "audit store";
     return std::unexpected(std::move(e));
   }
   p.receipt.json["hash"] = *hash;
