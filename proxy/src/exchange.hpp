@@ -2,8 +2,8 @@
 // HTTP, plain HTTP inside a CONNECT tunnel, an inspected TLS tunnel; fresh, kept-alive or
 // pipelined), goes through Exchange::next():
 //   read the header (deadline, size limit, raw syntax checks) -> canonical request ->
-//   decide (one Matcher::decide call with target, method, path and the vetted address) ->
-//   record (the requests row exists before anything goes upstream) -> inject -> forward ->
+//   admit (admission.hpp: the one Matcher::decide call with target, method, path and the
+//   vetted address, an approval, the budget, a connection when none is open) -> record (the requests row exists before anything goes upstream) -> inject -> forward ->
 //   response (1xx and final, redacted) -> complete the row.
 // What differs between carriers is the client stream type and the UpstreamLink.
 #pragma once
@@ -72,9 +72,8 @@ class Exchange {
   net::awaitable<ReadStatus> readHeader(bool first, std::size_t& header_len, Refusal& refusal);
   std::optional<Refusal> parseHeader(std::size_t header_len);
   std::expected<Located, Refusal> locate();
-  net::awaitable<bool> handle();
   net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
-                               policy::Decision d, bool ws);
+                               const policy::Decision& d, bool ws);
   net::awaitable<bool> upgrade(RespParser& rp);
   net::awaitable<bool> writeClient(std::string_view bytes);
   void redact(http::response_header<PmrFields>& head, const std::string& authority);

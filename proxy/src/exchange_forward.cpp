@@ -5,6 +5,7 @@
 #include <limits>
 #include <sstream>
 
+#include "admission.hpp"
 #include "exchange.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
@@ -58,7 +59,7 @@ net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> wat
 template <typename Client, typename Upstream>
 net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& target,
                                                          const policy::HttpRequest& canon,
-                                                         policy::Decision d, bool ws) {
+                                                         const policy::Decision& d, bool ws) {
   auto& ctx = *conn_.ctx;
   auto& parser = *req_parser_;
   auto& req = parser.get();
@@ -197,7 +198,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
       if (stale) {
         policy::Query q{target, policy::Visibility::kPlainHttp, &canon, nullptr,
                         carrier_ != Carrier::kInspected};
-        auto opened = co_await link_->open(q, d.rule_id);
+        auto opened = co_await reconnect(conn_, q, d.rule_id, *link_);
         if (opened && opened->rule == d.rule) {
           rec.setConnection(link_->row().id);
           continue;
@@ -324,9 +325,9 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
 }
 
 using SslStream = beast::ssl_stream<tcp::socket>;
-#define SLUICE_INSTANTIATE(C, U)                                                  \
-  template net::awaitable<bool> Exchange<C, U>::forward(                          \
-      const policy::Target&, const policy::HttpRequest&, policy::Decision, bool); \
+#define SLUICE_INSTANTIATE(C, U)                                                         \
+  template net::awaitable<bool> Exchange<C, U>::forward(                                 \
+      const policy::Target&, const policy::HttpRequest&, const policy::Decision&, bool); \
   template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&);
 SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
 SLUICE_INSTANTIATE(SslStream, SslStream)

@@ -2,6 +2,7 @@
 // one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry.
 #include "session.hpp"
 
+#include "admission.hpp"
 #include "approval_wait.hpp"
 #include "audit_rows.hpp"
 #include "exchange.hpp"
@@ -58,6 +59,30 @@ struct TunnelUpstream {
   audit::ConnectionEvent row;
   FixedLink<tcp::socket> link;
   Clock::time_point started;
+};
+
+// Where a tunnel goes out: always a new connection, dialled on a socket of its own.
+struct TunnelDial final : Outlet {
+  TunnelDial(ConnState& c, const net::any_io_executor& ex, std::shared_ptr<void> k)
+      : conn(c), socket(ex), watch(ex), keep(std::move(k)) {}
+  const policy::IpAddress* openTo(const policy::Target&) override { return nullptr; }
+  std::optional<Refusal> cannotDial(const std::string&) const override { return std::nullopt; }
+  net::awaitable<std::expected<VettedAddress, Refusal>> dial(
+      const std::vector<VettedAddress>& addrs, const policy::Target& target,
+      const std::string& rule_id) override {
+    // A refused dial's row names the first address tried.
+    tried = addrs.front().endpoint.address().to_string();
+    auto r = co_await dialVetted(conn.ctx, socket, watch, addrs, target, rule_id, keep);
+    watch.timer.cancel();
+    if (r) dialled = *r;
+    co_return r;
+  }
+  ConnState& conn;
+  tcp::socket socket;
+  Watch watch;
+  std::shared_ptr<void> keep;
+  std::string tried;
+  VettedAddress dialled;
 };
 
 // The account a client connection is charged to (per client on a standalone listener).
@@ -206,54 +231,6 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     co_await writeClient(text);
   }
 
-  // Everything about a CONNECT that needs no I/O: Host, body, audit health, the provisional
-  // decision (no address yet), inspection, limits. On success a connection slot is taken.
-  // (Kept out of the coroutine so no temporaries sit in co_await expressions: g++ 12 can
-  // destroy those twice.)
-  std::expected<policy::Decision, Refusal> connectPrecheck(const policy::Target& target,
-                                                           bool transparent) {
-    const auto& parser = exchange_.parser();
-    if (!transparent) {
-      if (auto problem = checkHostAgrees(parser.get(), target, target.port))
-        return std::unexpected(refusal(Reason::kHostMismatch, *problem));
-      if (!parser.is_done())
-        return std::unexpected(refusal(Reason::kInvalidRequest, "CONNECT request with a body"));
-    }
-    if (!conn_.ctx->auditHealthy())
-      return std::unexpected(refusal(Reason::kAuditUnavailable,
-                                     "the audit store has failed; refusing to run unaudited"));
-    auto d = conn_.matcher->decide({target, policy::Visibility::kTunnel});
-    if (!d.allowed && d.reason == Reason::kInspectionRequired) {
-      // Only rules with methods/paths (and no tls: inspect) allow this host and port: a
-      // tunnel that carries plain HTTP can be judged request by request, TLS cannot.
-      auto plain = conn_.matcher->decide({target, policy::Visibility::kPlainHttp});
-      if (plain.allowed) {
-        http_only_refusal_ = denialRefusal(d);
-        plain.request_rules = true;
-        d = std::move(plain);
-      }
-    }
-    if (!d.allowed && !d.ask) return std::unexpected(denialRefusal(d));
-    if (d.tls == policy::TlsMode::kInspect && !conn_.ctx->tls) {
-      // Tunnelling blindly would skip the rule's method/path/injection conditions.
-      return std::unexpected(
-          refusal(Reason::kInspectionRequired,
-                  "rule " + d.rule_id +
-                      " asks for tls: inspect, but this proxy has no CA (sluice "
-                      "proxy --ca-dir DIR); refusing rather than tunnelling unseen",
-                  d.rule_id));
-    }
-    const auto& limits = conn_.workflow().limits;
-    if (conn_.account().bytesExhausted(limits))
-      return std::unexpected(
-          limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent"));
-    if (!conn_.account().acquireConnection(limits))
-      return std::unexpected(limitRefusal("workflow limit max_connections (" +
-                                          std::to_string(limits.max_connections) +
-                                          " concurrent) reached"));
-    return d;
-  }
-
   // A redirected connection: the name from the DNS map, else the first bytes (SNI, Host; a
   // client that speaks first), else the address itself; then as a CONNECT that needs no answer.
   net::awaitable<bool> handleTransparent(tcp::endpoint dst) {
@@ -319,7 +296,22 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_await refuseConnect(ev, r);
       co_return false;
     }
+    if (auto r = connectSyntax(*target)) {
+      ev.host = target->host;
+      ev.port = target->port;
+      co_await refuseConnect(ev, *r);
+      co_return false;
+    }
     co_return co_await openTunnel(*target, std::move(ev), false);
+  }
+
+  // What the CONNECT request itself must get right: a Host naming its target, no body.
+  std::optional<Refusal> connectSyntax(const policy::Target& target) {
+    const auto& parser = exchange_.parser();
+    if (auto problem = checkHostAgrees(parser.get(), target, target.port))
+      return refusal(Reason::kHostMismatch, *problem);
+    if (!parser.is_done()) return refusal(Reason::kInvalidRequest, "CONNECT request with a body");
+    return std::nullopt;
   }
 
   // The tunnel to `target` (a CONNECT, or a redirected connection when `transparent`: no
@@ -329,46 +321,22 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     const policy::Target* target = &target_value;
     ev.host = target->host;
     ev.port = target->port;
-    auto pre = connectPrecheck(*target, transparent);
-    if (!pre) {
-      co_await refuseConnect(ev, pre.error());
+    TunnelDial up(conn_, client_.get_executor(), shared_from_this());
+    const Candidate tunnel{*target};
+    auto admitted = co_await admit(conn_, client_, tunnel, up);
+    if (!admitted) {
+      if (!up.tried.empty()) ev.resolved_ip = up.tried;
+      co_await refuseConnect(ev, admitted.error());
       co_return false;
     }
-    Slot slot(&conn_.account());
-    std::string approved;  // the ask rule an approver allowed this tunnel by
-    if (pre->ask) {
-      // A passthrough tunnel the proxy will not see into: held here until an approver answers.
-      auto answer = co_await awaitApproval(conn_, *pre, *target, nullptr, nullptr, client_);
-      if (!answer) {
-        co_await refuseConnect(ev, answer.error());
-        co_return false;
-      }
-      approved = pre->rule_id;
-      *pre = std::move(*answer);
-      // The row names the approval (and, when a remembered answer decided, that grant), as the
-      // approvals row of that id does.
-      ev.detail = pre->detail;
-    }
-    policy::Query q{
-        *target, http_only_refusal_ ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel};
-    q.approved_rule = approved;
-    auto vetted = co_await vetAddresses(conn_.ctx, conn_.matcher, q, pre->rule_id);
-    if (!vetted) {
-      co_await refuseConnect(ev, vetted.error());
-      co_return false;
-    }
-    tcp::socket upstream(client_.get_executor());
-    Watch upstream_watch(client_.get_executor());
-    auto dialled = co_await dialVetted(conn_.ctx, upstream, upstream_watch, *vetted, *target,
-                                       pre->rule_id, shared_from_this());
-    upstream_watch.timer.cancel();
-    if (!dialled) {
-      ev.resolved_ip = vetted->front().endpoint.address().to_string();
-      co_await refuseConnect(ev, dialled.error());
-      co_return false;
-    }
-    const policy::Decision& d = dialled->decision;
-    ev.resolved_ip = dialled->endpoint.address().to_string();
+    Slot slot(&conn_.account());  // taken by the admission; handed on below or released
+    http_only_refusal_ = std::move(admitted->http_only);
+    // The row names the approval (and, when a remembered answer decided, that grant), as the
+    // approvals row of that id does.
+    if (!admitted->approval.empty()) ev.detail = admitted->approval;
+    tcp::socket upstream = std::move(up.socket);
+    const policy::Decision& d = admitted->decision;
+    ev.resolved_ip = up.dialled.endpoint.address().to_string();
     ev.decision = "allow";
     ev.rule_id = d.rule_id;
     ev.reason = std::string(policy::reasonName(Reason::kAllowed));
@@ -396,7 +364,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     if (opening == Opening::kTls && inspect) {
       slot.release();
       handed_off_ = true;
-      InspectStart start{*target, d, dialled->endpoint, ev, takeBuffered(), conn_.budget};
+      InspectStart start{*target, d, up.dialled.endpoint, ev, takeBuffered(), conn_.budget};
       startInspection(conn_.ctx, conn_.listener, conn_.matcher, std::move(client_),
                       std::move(upstream), std::move(start));
       co_return false;
@@ -409,8 +377,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     if (opening == Opening::kHttp) {
       slot.release();  // held by tunnel_up_ until the session ends
       ev.tls = "none";
-      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target, dialled->address,
-                                                    std::move(ev));
+      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target,
+                                                    up.dialled.address, std::move(ev));
       exchange_.carry(Carrier::kHttpInTunnel, &tunnel_up_->link, &tunnel_up_->target);
       co_return true;
     }
