@@ -10,6 +10,7 @@
 #include "inspect.hpp"
 #include "log.hpp"
 #include "origin_link.hpp"
+#include "sniff.hpp"
 #include "transparent.hpp"
 #include "tunnel.hpp"
 
@@ -19,29 +20,9 @@ namespace {
 
 using policy::Reason;
 
-// What the first bytes a client sends into a tunnel are.
-enum class Opening { kTls, kHttp, kOther, kMore };
-
 // How long a redirected connection's client gets to speak first (TLS, HTTP) before it is taken
 // for a server-first protocol (ssh) and decided by its address alone.
 constexpr auto kTransparentPeek = std::chrono::milliseconds(300);
-
-Opening classify(std::string_view b) {
-  if (b.empty()) return Opening::kMore;
-  // A TLS record of type handshake (ClientHello): 0x16, then the version's major byte 3.
-  if (static_cast<unsigned char>(b[0]) == 0x16) {
-    if (b.size() < 2) return Opening::kMore;
-    return b[1] == 0x03 ? Opening::kTls : Opening::kOther;
-  }
-  // An HTTP request line: a method token of letters, then a space.
-  for (std::size_t i = 0; i < b.size() && i < 24; ++i) {
-    char c = b[i];
-    if (c == ' ') return i > 0 ? Opening::kHttp : Opening::kOther;
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '-' || c == '_'))
-      return Opening::kOther;
-  }
-  return b.size() < 24 ? Opening::kMore : Opening::kOther;
-}
 
 // The upstream of a CONNECT tunnel that turned out to carry plain HTTP.
 struct TunnelUpstream {
@@ -404,7 +385,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   net::awaitable<Opening> peek(Clock::time_point deadline) {
     for (;;) {
       auto data = buf_.data();
-      auto kind = classify(std::string_view(static_cast<const char*>(data.data()), data.size()));
+      auto kind =
+          classifyOpening(std::string_view(static_cast<const char*>(data.data()), data.size()));
       if (kind != Opening::kMore) co_return kind;
       if (!co_await readMore(deadline, 1024))
         co_return buf_.size() ? Opening::kOther : Opening::kMore;
