@@ -176,7 +176,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     {
       Deadline d(client_watch_, client_.next_layer(),
                  Clock::now() + conn_.ctx->options.header_timeout, conn_.keep_alive);
-      // The ClientHello the session peeked at goes to OpenSSL first.
+      // The ClientHello the client connection peeked at goes to OpenSSL first.
       co_await client_.async_handshake(ssl::stream_base::server, net::buffer(start_.early),
                                        net::redirect_error(net::use_awaitable, ec));
     }

@@ -1,6 +1,7 @@
-// Client sessions: the request loop of one accepted connection (each request goes through the
-// one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry.
-#include "session.hpp"
+// Client connections: the request loop of one accepted connection (each request goes through
+// the one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry. (The word
+// "session" belongs to `sluice serve`.)
+#include "client_connection.hpp"
 
 #include "admission.hpp"
 #include "approval_wait.hpp"
@@ -73,9 +74,10 @@ std::shared_ptr<Account> chargedTo(Listener& listener, const tcp::socket& client
   return listener.accountFor(peer);
 }
 
-class Session : public std::enable_shared_from_this<Session>, public Closable {
+class ClientConnection : public std::enable_shared_from_this<ClientConnection>, public Closable {
  public:
-  Session(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener, tcp::socket socket)
+  ClientConnection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
+                   tcp::socket socket)
       : client_(std::move(socket)),
         watch_(client_.get_executor()),
         conn_{ctx,   listener, listener->matcher(), chargedTo(*listener, client_), {}, {},
@@ -88,7 +90,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     ctx->live.fetch_add(1);
   }
 
-  ~Session() override {
+  ~ClientConnection() override {
     endTunnelUpstream();
     origin_.close();  // writes the origin connection's row
     conn_.account().unregisterLive(live_id_);
@@ -99,7 +101,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     live_id_ = conn_.account().registerLive(weak_from_this());
     ErrorCode ec;
     client_.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(client_.get_executor(), run(shared_from_this()), LogEscapedException{"session"});
+    net::co_spawn(client_.get_executor(), run(shared_from_this()),
+                  LogEscapedException{"client connection"});
   }
 
   void closeIfIdle() override {
@@ -125,7 +128,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
  private:
-  static net::awaitable<void> run(std::shared_ptr<Session> self) {
+  static net::awaitable<void> run(std::shared_ptr<ClientConnection> self) {
     co_await self->loop();
     if (!self->handed_off_) {
       ErrorCode ec;
@@ -135,7 +138,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       if (!ec && !self->conn_.aborted) co_await self->linger();
       self->client_.close(ec);
     }
-    // Pending deadline timers hold a reference to the session: release them now.
+    // Pending deadline timers hold a reference to the connection: release them now.
     self->watch_.timer.cancel();
     self->origin_.abort();
     if (self->tunnel_up_) self->tunnel_up_->watch.timer.cancel();
@@ -265,7 +268,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
   // Decides, vets and dials a CONNECT, answers it, then finds out what the tunnel carries.
-  // Returns true when the session goes on serving plain HTTP inside the tunnel.
+  // Returns true when the connection goes on serving plain HTTP inside the tunnel.
   net::awaitable<bool> handleConnect() {
     auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(), "connect");
     std::string raw_target(exchange_.parser().get().target());
@@ -356,7 +359,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_return false;
     }
     if (opening == Opening::kHttp) {
-      slot.release();  // held by tunnel_up_ until the session ends
+      slot.release();  // held by tunnel_up_ until the connection ends
       ev.tls = "none";
       tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target,
                                                     up.dialled.address, std::move(ev));
@@ -431,9 +434,10 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
 }  // namespace
 
-void startSession(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-                  tcp::socket socket) {
-  auto s = std::make_shared<Session>(std::move(ctx), std::move(listener), std::move(socket));
+void startClientConnection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
+                           tcp::socket socket) {
+  auto s =
+      std::make_shared<ClientConnection>(std::move(ctx), std::move(listener), std::move(socket));
   s->begin();
 }
 
