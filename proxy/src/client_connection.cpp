@@ -329,6 +329,16 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     conn_.account().noteAllowed();
     conn_.account().noteUpstreamConnection();
     log().debug("allow connect {} -> {} rule={}", target->authority(), ev.resolved_ip, d.rule_id);
+    co_return co_await carry(*target, d, up.dialled, std::move(upstream), std::move(ev), slot);
+  }
+
+  // What an established tunnel turns out to carry: relayed as it is when no rule judges its
+  // requests, else inspected TLS, relayed TLS or plain HTTP through the pipeline (true: the
+  // connection goes on serving that HTTP), or refused. `slot` is handed on or released.
+  net::awaitable<bool> carry(const policy::Target& target_ref, const policy::Decision& d,
+                             const VettedAddress& dialled, tcp::socket upstream,
+                             audit::ConnectionEvent ev, Slot& slot) {
+    const policy::Target* target = &target_ref;
     const bool inspect = d.tls == policy::TlsMode::kInspect;
     if (!inspect && !d.request_rules) {
       // No rule judges requests to this host and port: bytes are relayed as they are.
@@ -348,7 +358,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     if (opening == Opening::kTls && inspect) {
       slot.release();
       handed_off_ = true;
-      InspectStart start{*target, d, up.dialled.endpoint, ev, takeBuffered(), conn_.budget};
+      InspectStart start{*target, d, dialled.endpoint, ev, takeBuffered(), conn_.budget};
       startInspection(conn_.ctx, conn_.listener, conn_.matcher, std::move(client_),
                       std::move(upstream), std::move(start));
       co_return false;
@@ -361,8 +371,8 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     if (opening == Opening::kHttp) {
       slot.release();  // held by tunnel_up_ until the connection ends
       ev.tls = "none";
-      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target,
-                                                    up.dialled.address, std::move(ev));
+      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target, dialled.address,
+                                                    std::move(ev));
       exchange_.carry(Carrier::kHttpInTunnel, &tunnel_up_->link, &tunnel_up_->target);
       co_return true;
     }
