@@ -320,10 +320,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     if (!admitted->approval.empty()) ev.detail = admitted->approval;
     tcp::socket upstream = std::move(up.socket);
     const policy::Decision& d = admitted->decision;
-    ev.resolved_ip = up.dialled.endpoint.address().to_string();
-    ev.decision = "allow";
-    ev.rule_id = d.rule_id;
-    ev.reason = std::string(policy::reasonName(Reason::kAllowed));
+    allowConnection(ev, up.dialled.endpoint, d.rule_id);
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!transparent && !co_await writeClient(kEstablished)) co_return false;  // slot released
     conn_.account().noteAllowed();

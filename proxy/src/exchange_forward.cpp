@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "admission.hpp"
+#include "audit_rows.hpp"
 #include "exchange.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
@@ -187,9 +188,7 @@ auto Exchange<Client, Upstream>::sendFailed(const RelayResult& sent) -> std::opt
         refusal(Reason::kInvalidRequest, "malformed request body: " + sent.ec.message())};
   }
   if (sent.fail == RelayFail::kLimit) {
-    auto& row = link_->row();
-    row.reason = std::string(policy::reasonName(Reason::kLimitExceeded));
-    row.detail = "workflow limit max_bytes_out reached";
+    endConnection(link_->row(), Reason::kLimitExceeded, "workflow limit max_bytes_out reached");
     link_->close();
     return Failure{limitRefusal("workflow limit max_bytes_out reached")};
   }
@@ -328,14 +327,11 @@ net::awaitable<bool> Exchange<Client, Upstream>::failMidResponse(RequestRecord& 
                                                                  const RelayResult& got,
                                                                  const policy::Target& target,
                                                                  const policy::Decision& d) {
-  auto& row = link_->row();
-  if (got.fail == RelayFail::kLimit) {
-    row.reason = std::string(policy::reasonName(Reason::kLimitExceeded));
-    row.detail = "workflow limit max_bytes_in reached";
-  } else if (got.fail == RelayFail::kInput) {
-    row.reason = std::string(policy::reasonName(Reason::kUpstreamError));
-    row.detail = "upstream failed mid-response: " + got.ec.message();
-  }
+  if (got.fail == RelayFail::kLimit)
+    endConnection(link_->row(), Reason::kLimitExceeded, "workflow limit max_bytes_in reached");
+  else if (got.fail == RelayFail::kInput)
+    endConnection(link_->row(), Reason::kUpstreamError,
+                  "upstream failed mid-response: " + got.ec.message());
   link_->close();
   if (got.header_written) co_return false;
   Refusal r =

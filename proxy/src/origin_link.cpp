@@ -48,10 +48,7 @@ net::awaitable<std::expected<VettedAddress, Refusal>> OriginLink::dial(
   o->event = connectionRow(*ctx_, *listener_, matcher_->workflow(), "http");
   o->event.host = target.host;
   o->event.port = target.port;
-  o->event.resolved_ip = dialled->endpoint.address().to_string();
-  o->event.decision = "allow";
-  o->event.rule_id = dialled->decision.rule_id;
-  o->event.reason = std::string(policy::reasonName(policy::Reason::kAllowed));
+  allowConnection(o->event, dialled->endpoint, dialled->decision.rule_id);
   account_->noteUpstreamConnection();
   origin_ = std::move(o);
   co_return dialled;
