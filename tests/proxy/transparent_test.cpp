@@ -263,5 +263,89 @@ TEST_F(TransparentNetnsTest, ListenerWithoutNamesTakesNoConnectionForARedirected
   EXPECT_EQ(up_.httpLog().accepted.load(), 0);
 }
 
+// The one admission over transparent capture (the other paths are in admission_test.cpp): of
+// two checks that both fail, the earlier one's refusal is the connection's row (the client gets a
+// reset). The pairs here need no earlier connection to spend a budget or hold a slot.
+enum class Check { kAudit, kDecide, kAsk, kVet, kDial };
+struct OrderCase {
+  Check first;
+  Check second;
+  const char* name;
+};
+
+class TransparentAdmissionTest : public TransparentNetnsTest,
+                                 public ::testing::WithParamInterface<OrderCase> {
+ protected:
+  std::string policyYaml() override {
+    return "apiVersion: sluice/v1\nkind: Workflow\nname: transparent\negress:\n  rules:\n"
+           "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n"
+           "    - {id: public, action: allow, hosts: [metadata.test], ports: [\"1-65535\"]}\n"
+           "    - {id: blocked, action: deny, hosts: [blocked.test], ports: [\"1-65535\"]}\n"
+           "    - {id: gate, action: ask, hosts: [ask.test, askpriv.test], ports: [\"1-65535\"]}\n";
+  }
+  bool fails(Check c) const { return GetParam().first == c || GetParam().second == c; }
+  std::string host() const {
+    if (fails(Check::kDecide)) return "blocked.test";
+    if (fails(Check::kAsk)) return fails(Check::kVet) ? "askpriv.test" : "ask.test";
+    return fails(Check::kVet) ? "metadata.test" : "upstream.test";
+  }
+  static const char* reason(Check c) {
+    switch (c) {
+      case Check::kAudit:
+        return "audit_unavailable";
+      case Check::kDecide:
+        return "denied_by_rule";
+      case Check::kAsk:
+        return "approval_unavailable";
+      case Check::kVet:
+        return "private_address";
+      case Check::kDial:
+        return "upstream_error";
+    }
+    return "";
+  }
+};
+
+TEST_P(TransparentAdmissionTest, TheEarlierCheckIsTheRow) {
+  const auto metadata = *policy::parseIpLiteral("169.254.169.254");
+  resolver_->add("blocked.test", {metadata});
+  resolver_->add("askpriv.test", {metadata});
+  resolver_->add("ask.test", {*policy::parseIpLiteral("127.0.0.1")});
+  // A port nothing listens on (bound once, then closed): dialling it is refused.
+  net::io_context ioc;
+  tcp::acceptor probe(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  const std::uint16_t closed = probe.local_endpoint().port();
+  probe.close();
+  const std::uint16_t port = fails(Check::kDial) ? closed : up_.httpPort();
+  const auto [id, synthetic] = identityWithNames();
+  if (fails(Check::kAudit)) sink_->setHealthy(false);
+  const std::string name = host() + ":" + std::to_string(port);
+  auto r = probeFromRedirectedNetns(
+      id, 1, [&] { return std::vector<int>{getFrom("203.0.113.9", port, name)}; });
+  sink_->setHealthy(true);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_LT(r[0], 0) << "a refused redirected connection gets a reset";
+  const std::string h = host();
+  auto row = sink_->waitConnection([&](const auto& e) { return e.host == h; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->kind, "transparent");
+  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(row->reason, reason(GetParam().first));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transparent, TransparentAdmissionTest,
+    ::testing::Values(OrderCase{Check::kAudit, Check::kDecide, "AuditBeforeDecide"},
+                      OrderCase{Check::kAudit, Check::kAsk, "AuditBeforeAsk"},
+                      OrderCase{Check::kAudit, Check::kVet, "AuditBeforeVet"},
+                      OrderCase{Check::kAudit, Check::kDial, "AuditBeforeDial"},
+                      OrderCase{Check::kDecide, Check::kVet, "DecideBeforeVet"},
+                      OrderCase{Check::kDecide, Check::kDial, "DecideBeforeDial"},
+                      OrderCase{Check::kAsk, Check::kVet, "AskBeforeVet"},
+                      OrderCase{Check::kAsk, Check::kDial, "AskBeforeDial"},
+                      OrderCase{Check::kVet, Check::kDial, "VetBeforeDial"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 }  // namespace
 }  // namespace sluice::proxy::testing
