@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 #include <vector>
@@ -277,6 +278,34 @@ TEST_P(AdmissionOrderTest, TheEarlierCheckRefuses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryPath, AdmissionOrderTest, ::testing::ValuesIn(allCases()), caseName);
+
+// A GET with a body that no rule allows (body_not_allowed) is refused with the decision, before
+// an approval is raised for it (an approver is never asked about a request that cannot go).
+class BodyBeforeAskTest : public ProxyFixture {
+ protected:
+  std::string policyYaml() override {
+    return "apiVersion: sluice/v1\nkind: Workflow\nname: body\negress:\n  rules:\n"
+           "    - {id: gate, action: ask, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n";
+  }
+  bool wantApprovals() const override { return true; }
+  void approve(const Approval& a) override {
+    asked_.fetch_add(1);
+    approvals_->answer(a.id, true, Scope::kOnce, "tester");
+  }
+  std::atomic<int> asked_{0};
+};
+
+TEST_F(BodyBeforeAskTest, ABodyOnAGetIsRefusedBeforeAnyoneIsAsked) {
+  auto r = roundTrip(getRequest(upstream(), "/x", "Content-Length: 5\r\n") + "hello");
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.header("x-sluice-reason"), "body_not_allowed");
+  EXPECT_EQ(asked_.load(), 0) << "no approval raised";
+  auto row = sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/x"; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->reason, "body_not_allowed");
+  EXPECT_TRUE(sink_->approvals().empty());
+}
 
 }  // namespace
 }  // namespace sluice::proxy::testing
