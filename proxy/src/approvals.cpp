@@ -7,26 +7,29 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstdio>
 #include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "sluice/base/clock.hpp"
 #include "sluice/base/hex.hpp"
 #include "sluice/base/json.hpp"
+#include "sluice/base/loop.hpp"
 
 namespace sluice::proxy {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How often the desk looks for approvals past their deadline: an unanswered approval is refused
+// at most this late (ask.timeout is at least a good part of a second in practice).
+constexpr std::chrono::milliseconds kExpiryTick{50};
 
 std::string newApprovalId() {
   unsigned char b[8];
@@ -184,7 +187,7 @@ std::string approvalJson(const Approval& a) {
 class ApprovalDesk::Impl {
  public:
   explicit Impl(std::shared_ptr<audit::EventSink> sink) : sink_(std::move(sink)) {
-    worker_ = std::thread([this] { loop(); });
+    loop_.start([this] { expire(); }, kExpiryTick);
   }
 
   ~Impl() {
@@ -197,8 +200,7 @@ class ApprovalDesk::Impl {
             take(p, ApprovalOutcome{false, "approval_unavailable", "shutdown"}, Scope::kOnce));
       pending_.clear();
     }
-    cv_.notify_all();
-    worker_.join();
+    loop_.stop();  // decisions already queued are delivered first
     for (auto& r : left) finish(r);
   }
 
@@ -219,9 +221,8 @@ class ApprovalDesk::Impl {
       // Decided at once, on the desk thread: covered by an earlier `scope: execution` or
       // `scope: host` answer, or nobody can answer any more.
       auto decideNow = [&](Resolved res) {
-        jobs_.push_back(std::move(res));
         lock.unlock();
-        cv_.notify_all();
+        later(std::move(res));
         return a;
       };
       if (const Remembered* m = grantFor(owner, a))
@@ -238,7 +239,6 @@ class ApprovalDesk::Impl {
         if (w.first.empty() || w.first == owner || w.first == a.execution_id)
           to_tell.emplace_back(h, w.second);
     }
-    cv_.notify_all();  // a new, possibly earliest, deadline
     for (auto& [h, w] : to_tell) w(a);
     return a;
   }
@@ -435,53 +435,36 @@ class ApprovalDesk::Impl {
     }
   }
 
-  void loop() {
-    std::unique_lock lock(mu_);
-    for (;;) {
-      if (!jobs_.empty()) {
-        std::deque<Resolved> jobs;
-        jobs.swap(jobs_);
-        lock.unlock();
-        for (auto& r : jobs) finish(r);
-        lock.lock();
-        continue;
-      }
-      if (stopping_) return;
-      // Expire what is due; wait for the earliest deadline otherwise.
-      auto now = Clock::now();
-      Clock::time_point next = Clock::time_point::max();
-      std::vector<Resolved> expired;
+  // On the desk thread, after what was queued before it: the row, then the waiter.
+  void later(Resolved r) {
+    auto job = std::make_shared<Resolved>(std::move(r));
+    if (!loop_.post([this, job] { finish(*job); })) finish(*job);  // the desk is stopping
+  }
+
+  // The desk thread's tick: refuses what waited past its deadline (at most kExpiryTick late).
+  void expire() {
+    std::vector<Resolved> expired;
+    {
+      std::lock_guard lock(mu_);
+      const auto now = Clock::now();
       for (auto it = pending_.begin(); it != pending_.end();) {
-        if (it->second.deadline <= now) {
-          expired.push_back(take(std::move(it->second),
-                                 ApprovalOutcome{false, "approval_timeout", "timeout"},
-                                 Scope::kOnce));
-          it = pending_.erase(it);
-        } else {
-          next = std::min(next, it->second.deadline);
+        if (it->second.deadline > now) {
           ++it;
+          continue;
         }
-      }
-      if (!expired.empty()) {
-        lock.unlock();
-        for (auto& r : expired) finish(r);
-        lock.lock();
-        continue;
-      }
-      if (next == Clock::time_point::max()) {
-        cv_.wait(lock);
-      } else {
-        cv_.wait_until(lock, next);
+        expired.push_back(take(std::move(it->second),
+                               ApprovalOutcome{false, "approval_timeout", "timeout"},
+                               Scope::kOnce));
+        it = pending_.erase(it);
       }
     }
+    for (auto& r : expired) finish(r);
   }
 
   std::shared_ptr<audit::EventSink> sink_;
   mutable std::mutex mu_;
-  std::condition_variable cv_;
   bool stopping_ = false;
   std::map<std::string, Pending> pending_;
-  std::deque<Resolved> jobs_;
   // owner -> rememberKey -> grants.
   std::unordered_map<std::string, std::unordered_map<std::string, Grants>> remembered_;
   std::uint64_t grants_ = 0;
@@ -493,7 +476,9 @@ class ApprovalDesk::Impl {
   std::map<std::uint64_t, std::pair<std::string, Watcher>> watchers_;
   std::unordered_map<std::string, Attribution> attributions_;
   std::uint64_t next_watch_ = 0;
-  std::thread worker_;
+  // The desk thread: decisions are delivered on it in order, and expiry is its tick. Last, so
+  // it stops before what it touches goes.
+  base::BackgroundLoop loop_{"approvals"};
 };
 
 ApprovalDesk::ApprovalDesk(std::shared_ptr<audit::EventSink> sink)

@@ -19,12 +19,29 @@ audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
   return ev;
 }
 
-void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
-                            const Refusal& r, bool count) {
+void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
+                     const std::string& rule_id) {
+  ev.resolved_ip = at.address().to_string();
+  ev.decision = "allow";
+  ev.rule_id = rule_id;
+  ev.reason = std::string(policy::reasonName(policy::Reason::kAllowed));
+}
+
+void denyConnection(audit::ConnectionEvent& ev, const Refusal& r) {
   ev.decision = "deny";
   ev.rule_id = r.rule;
   ev.reason = std::string(r.reasonText());
   ev.detail = r.detail;
+}
+
+void endConnection(audit::ConnectionEvent& ev, policy::Reason reason, std::string detail) {
+  ev.reason = std::string(policy::reasonName(reason));
+  ev.detail = std::move(detail);
+}
+
+void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
+                            const Refusal& r, bool count) {
+  denyConnection(ev, r);
   if (count) account.noteDenied(ev.host, ev.port, r.rule, ev.reason);
   log().info("deny {} {}:{} rule={} reason={}: {}", ev.kind, ev.host, ev.port,
              r.rule.empty() ? "-" : r.rule, ev.reason, r.detail);

@@ -16,6 +16,16 @@ namespace sluice::proxy {
 audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
                                      const policy::Workflow& workflow, std::string kind);
 
+/// Marks a connection row allowed by `rule_id`, dialled to `at`.
+void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
+                     const std::string& rule_id);
+
+/// Marks a connection row denied by `r` (decision, rule, reason, detail).
+void denyConnection(audit::ConnectionEvent& ev, const Refusal& r);
+
+/// Says why a connection ended early; its decision stays.
+void endConnection(audit::ConnectionEvent& ev, policy::Reason reason, std::string detail);
+
 /// Writes a refused connection's row (and counts the denial for the receipt).
 /// `count` false when the refusal is counted elsewhere (a refused request's own row).
 void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,

@@ -8,7 +8,7 @@ void armWatch(Watch& w, Clock::time_point at, std::shared_ptr<void> keep) {
   auto g = ++w.arm_gen;
   w.timer.expires_at(at);
   w.timer.async_wait([&w, g, keep = std::move(keep)](ErrorCode ec) mutable {
-    // Aborted (re-armed earlier, cancelled at session end, or the Watch destroyed): `w` must
+    // Aborted (re-armed earlier, cancelled at connection end, or the Watch destroyed): `w` must
     // not be touched.
     if (ec || w.arm_gen != g) return;
     w.armed_at = Clock::time_point::max();

@@ -5,7 +5,7 @@
 #include <boost/asio/ssl.hpp>
 #include <boost/beast/ssl.hpp>
 
-#include "approval_wait.hpp"
+#include "admission.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
 #include "injection.hpp"
@@ -27,8 +27,8 @@ bool isWebSocketUpgrade(const http::request_header<PmrFields>& req) {
   return false;
 }
 
-// RFC 9110 9.3: these methods define no meaning for a body, and an upstream that ignores one
-// reads it as the next request (a smuggling shape), so a body needs a rule's allow_get_body.
+// RFC 9110 9.3: these methods define no meaning for a body (the admission refuses one unless a
+// rule allows it).
 bool bodylessMethod(http::verb v) {
   return v == http::verb::get || v == http::verb::head || v == http::verb::options ||
          v == http::verb::trace;
@@ -82,8 +82,36 @@ net::awaitable<typename Exchange<Client, Upstream>::Next> Exchange<Client, Upstr
     co_await refuse(tunnel_target_, "CONNECT", "", r, false);
     co_return Next::kClose;
   }
-  bool keep = co_await handle();
-  co_return keep ? Next::kContinue : Next::kClose;
+  const auto& req = req_parser_->get();
+  auto loc = locate();
+  if (!loc) {
+    co_await refuse(tunnel_target_, clip(req.method_string()), clip(req.target()), loc.error(),
+                    false);
+    co_return Next::kClose;
+  }
+  const auto method = req.method_string();
+  auto canon =
+      policy::canonicalRequest(std::string_view(method.data(), method.size()), loc->origin);
+  if (!canon) {
+    Refusal r = refusal(canon.error().reason, canon.error().detail);
+    co_await refuse(&loc->target, clip(method), clip(loc->origin), r, false);
+    co_return Next::kClose;
+  }
+  // From here on the request itself is well-formed: a refusal can keep the connection when
+  // no request body is left unread.
+  const bool keep = req.keep_alive() && !ctx.draining.load() && req_parser_->is_done();
+  const Candidate c{loc->target, &*canon, carrier_ != Carrier::kInspected,
+                    !req_parser_->is_done() && bodylessMethod(req.method())};
+  auto admitted = co_await admit(conn_, beast::get_lowest_layer(client_), c, *link_);
+  if (!admitted) {
+    // A failed audit store does not come back for this connection's next request.
+    const bool go_on = keep && admitted.error().reason != Reason::kAuditUnavailable;
+    co_await refuse(&loc->target, canon->method, canon->path, admitted.error(), go_on);
+    co_return go_on ? Next::kContinue : Next::kClose;
+  }
+  const bool more =
+      co_await forward(loc->target, *canon, admitted->decision, isWebSocketUpgrade(req));
+  co_return more ? Next::kContinue : Next::kClose;
 }
 
 // Reads one request header into buf_, enforcing the deadline, the size limit and the raw
@@ -228,106 +256,6 @@ auto Exchange<Client, Upstream>::locate() -> std::expected<Located, Refusal> {
         Reason::kHostMismatch,
         "request target '" + clip(raw) + "' does not name the CONNECT target " + t.authority()));
   return Located{t, url->query.empty() ? url->path : url->path + "?" + url->query};
-}
-
-// Decides one request: everything up to the first byte sent upstream.
-template <typename Client, typename Upstream>
-net::awaitable<bool> Exchange<Client, Upstream>::handle() {
-  auto& ctx = *conn_.ctx;
-  auto& parser = *req_parser_;
-  auto& req = parser.get();
-  const std::string raw_method(req.method_string());
-  auto loc = locate();
-  if (!loc) {
-    co_await refuse(tunnel_target_, clip(raw_method), clip(req.target()), loc.error(), false);
-    co_return false;
-  }
-  const policy::Target& target = loc->target;
-  auto canon = policy::canonicalRequest(raw_method, loc->origin);
-  if (!canon) {
-    Refusal r = refusal(canon.error().reason, canon.error().detail);
-    co_await refuse(&target, clip(raw_method), clip(loc->origin), r, false);
-    co_return false;
-  }
-  const std::string& method = canon->method;
-  const std::string& path = canon->path;
-  if (!ctx.auditHealthy()) {
-    Refusal r =
-        refusal(Reason::kAuditUnavailable, "the audit store has failed; refusing to run unaudited");
-    co_await refuse(&target, method, path, r, false);
-    co_return false;
-  }
-  // From here on the request itself is well-formed: a refusal can keep the connection when
-  // no request body is left unread.
-  const bool keep = req.keep_alive() && !ctx.draining.load() && parser.is_done();
-  const auto& limits = conn_.workflow().limits;
-  // An execution's budget counts every request it makes; a shared listener's client spends
-  // its budget only on requests that are allowed (refusals cannot lock it out).
-  const bool per_client = conn_.listener->clients != nullptr;
-  auto overBudget = [&]() -> std::optional<Refusal> {
-    if (conn_.account().countRequest(limits)) return std::nullopt;
-    return limitRefusal("workflow limit max_requests (" + std::to_string(limits.max_requests) +
-                        ") reached" + (per_client ? " for this client" : ""));
-  };
-  if (!per_client) {
-    if (auto r = overBudget()) {
-      co_await refuse(&target, method, path, *r, keep);
-      co_return keep;
-    }
-  }
-  // One decision with everything known: the vetted address of the connection it would go
-  // out on, when one is open (a reused connection is judged like a fresh one).
-  const policy::IpAddress* addr = link_->openTo(target);
-  policy::Query q{target, policy::Visibility::kPlainHttp, &*canon, addr,
-                  carrier_ != Carrier::kInspected};
-  policy::Decision d = conn_.matcher->decide(q);
-  std::string approved;  // the ask rule an approver allowed this request by
-  if (d.ask) {
-    auto answer =
-        co_await awaitApproval(conn_, d, target, &method, &path, beast::get_lowest_layer(client_));
-    if (!answer) {
-      co_await refuse(&target, method, path, answer.error(), keep);
-      co_return keep;
-    }
-    approved = d.rule_id;
-    q.approved_rule = approved;
-    d = std::move(*answer);
-  }
-  if (!d.allowed) {
-    Refusal r = denialRefusal(d);
-    co_await refuse(&target, method, path, r, keep);
-    co_return keep;
-  }
-  if (per_client) {
-    if (auto r = overBudget()) {
-      co_await refuse(&target, method, path, *r, keep);
-      co_return keep;
-    }
-  }
-  if (!parser.is_done() && bodylessMethod(req.method()) && !(d.rule && d.rule->allow_get_body)) {
-    Refusal r = refusal(Reason::kBodyNotAllowed,
-                        method +
-                            " request with a body (an upstream that ignores it would read "
-                            "it as the next request); a rule may set allow_get_body: true");
-    co_await refuse(&target, method, path, r, false);
-    co_return false;
-  }
-  if (conn_.account().bytesExhausted(limits)) {
-    Refusal r = limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent");
-    co_await refuse(&target, method, path, r, keep);
-    co_return keep;
-  }
-  if (!addr) {
-    // Provisionally allowed: dialling decides again at every resolved address.
-    auto opened = co_await link_->open(q, d.rule_id);
-    if (!opened) {
-      co_await refuse(&target, method, path, opened.error(), keep);
-      co_return keep;
-    }
-    d = std::move(*opened);
-  }
-  const bool ws = isWebSocketUpgrade(req);
-  co_return co_await forward(target, *canon, std::move(d), ws);
 }
 
 template <typename Client, typename Upstream>

@@ -2,9 +2,10 @@
 // HTTP, plain HTTP inside a CONNECT tunnel, an inspected TLS tunnel; fresh, kept-alive or
 // pipelined), goes through Exchange::next():
 //   read the header (deadline, size limit, raw syntax checks) -> canonical request ->
-//   decide (one Matcher::decide call with target, method, path and the vetted address) ->
-//   record (the requests row exists before anything goes upstream) -> inject -> forward ->
-//   response (1xx and final, redacted) -> complete the row.
+//   admit (admission.hpp: the one Matcher::decide call with target, method, path and the
+//   vetted address, an approval, the budget, a connection when none is open) -> record (the
+//   requests row exists before anything goes upstream) -> inject -> forward -> response (1xx and
+//   final, redacted) -> complete the row.
 // What differs between carriers is the client stream type and the UpstreamLink.
 #pragma once
 
@@ -19,6 +20,8 @@
 #include "relay.hpp"
 
 namespace sluice::proxy {
+
+struct InjectionResult;  // injection.hpp
 
 /// How requests reach this exchange.
 enum class Carrier {
@@ -72,9 +75,41 @@ class Exchange {
   net::awaitable<ReadStatus> readHeader(bool first, std::size_t& header_len, Refusal& refusal);
   std::optional<Refusal> parseHeader(std::size_t header_len);
   std::expected<Located, Refusal> locate();
-  net::awaitable<bool> handle();
+  // Forwarding (exchange_forward.cpp): forward() and its steps.
+  struct Failure {  // why forwarding stopped
+    Refusal refusal;
+    bool count_denied = true;  // a denial for the receipt
+    bool answer = true;        // the client is still there to be told
+  };
+  struct ResponseHead {
+    RespParser* rp = nullptr;
+    ErrorCode ec;
+    bool timed_out = false;
+    bool client_gone = false;  // an interim response could not be passed on
+  };
   net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
-                               policy::Decision d, bool ws);
+                               const policy::Decision& d, bool ws);
+  InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,
+                          const policy::Decision& d, bool ws);
+  net::awaitable<RelayResult> sendRequest(RequestRecord& rec);
+  std::optional<Failure> sendFailed(const RelayResult& sent);
+  net::awaitable<ResponseHead> readResponseHead(RequestRecord& rec, const policy::Target& target,
+                                                bool is_head);
+  Failure upstreamFailed(const policy::Target& target, const policy::Decision& d,
+                         const ResponseHead& h);
+  net::awaitable<std::optional<Failure>> redial(RequestRecord& rec, const policy::Target& target,
+                                                const policy::HttpRequest& canon,
+                                                const policy::Decision& d);
+  net::awaitable<bool> switchProtocols(RequestRecord& rec, RespParser& rp,
+                                       const policy::Target& target,
+                                       const policy::HttpRequest& canon, const policy::Decision& d,
+                                       bool ws);
+  bool shapeResponse(RespParser& rp, const policy::Target& target, bool is_head, bool& client_keep);
+  net::awaitable<RelayResult> relayResponse(RespParser& rp);
+  net::awaitable<bool> failMidResponse(RequestRecord& rec, const RelayResult& got,
+                                       const policy::Target& target, const policy::Decision& d);
+  net::awaitable<bool> fail(RequestRecord& rec, const policy::Target& target,
+                            const policy::HttpRequest& canon, const Failure& f);
   net::awaitable<bool> upgrade(RespParser& rp);
   net::awaitable<bool> writeClient(std::string_view bytes);
   void redact(http::response_header<PmrFields>& head, const std::string& authority);

@@ -5,6 +5,8 @@
 #include <limits>
 #include <sstream>
 
+#include "admission.hpp"
+#include "audit_rows.hpp"
 #include "exchange.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
@@ -54,41 +56,92 @@ net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> wat
 
 }  // namespace
 
+// Wipes the header fields that hold injected secrets when the request is done with.
+struct WipeOnExit {
+  PmrFields& fields;
+  const std::vector<std::string>& names;
+  ~WipeOnExit() { wipeFields(fields, names); }
+};
+
 // Injects, records and forwards a decided request, then relays the response.
 template <typename Client, typename Upstream>
 net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& target,
                                                          const policy::HttpRequest& canon,
-                                                         policy::Decision d, bool ws) {
-  auto& ctx = *conn_.ctx;
+                                                         const policy::Decision& d, bool ws) {
   auto& parser = *req_parser_;
-  auto& req = parser.get();
-  auto& fields = static_cast<PmrFields&>(req);
-  const auto& limits = conn_.workflow().limits;
-  const auto timeout = ctx.options.upstream_timeout;
+  auto& fields = static_cast<PmrFields&>(parser.get());
+  // What the client asked for, before the request is rewritten for the upstream.
   const bool body_pending = !parser.is_done();
-  bool client_keep = req.keep_alive() && !ctx.draining.load();
-  const bool expect_continue = iequals(req[http::field::expect], "100-continue");
-  const bool is_head = req.method() == http::verb::head;
-  auto keep_alive = [this] { return conn_.keep_alive(); };
-  // Hop-by-hop fields go first, so a client's `Connection: Authorization` cannot strip what
-  // is injected next.
-  stripHopByHop(req);
-  req.erase(http::field::expect);
-  auto inj =
-      applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
+  bool client_keep = parser.get().keep_alive() && !conn_.ctx->draining.load();
+  const bool expect_continue = iequals(parser.get()[http::field::expect], "100-continue");
+  const bool is_head = parser.get().method() == http::verb::head;
+  auto inj = rewrite(target, canon, d, ws);
   if (inj.error) {
     wipeFields(fields, inj.touched);
     Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
     co_await refuse(&target, canon.method, canon.path, r, false);
     co_return false;
   }
+  // The row exists before the first byte goes upstream, and is written on every path out.
+  RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.workflow(), link_->row().id, canon.method,
+                    target.host, canon.path);
+  rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
+  rec.injected(inj.secrets);
+  rec.setPort(target.port);
+  WipeOnExit wipe{fields, inj.touched};
+  if (expect_continue && body_pending && !co_await writeClient(kContinue)) co_return false;
+  for (int attempt = 0;; ++attempt) {
+    const bool reused = link_->reused();
+    auto sent = co_await sendRequest(rec);
+    if (auto f = sendFailed(sent)) co_return co_await fail(rec, target, canon, *f);
+    ResponseHead head{nullptr, sent.ec, sent.timed_out};
+    if (sent.fail == RelayFail::kNone) head = co_await readResponseHead(rec, target, is_head);
+    if (head.client_gone) co_return false;
+    if (sent.fail != RelayFail::kNone || head.ec) {
+      // A reused keep-alive connection the origin had already closed: send again once on a
+      // fresh one when the request had no body (safe to resend).
+      const bool stale = reused && attempt == 0 && !body_pending && !head.timed_out &&
+                         (!head.rp || !head.rp->got_some()) && link_->canRedial();
+      link_->close();
+      if (!stale) co_return co_await fail(rec, target, canon, upstreamFailed(target, d, head));
+      if (auto f = co_await redial(rec, target, canon, d))
+        co_return co_await fail(rec, target, canon, *f);
+      continue;
+    }
+    RespParser& rp = *head.rp;
+    if (rp.get().result_int() == 101)
+      co_return co_await switchProtocols(rec, rp, target, canon, d, ws);
+    const bool upstream_keep = shapeResponse(rp, target, is_head, client_keep);
+    auto got = co_await relayResponse(rp);
+    rec.outcome(rp.get().result_int());
+    conn_.account().noteAllowed();
+    if (got.fail != RelayFail::kNone) co_return co_await failMidResponse(rec, got, target, d);
+    if (!upstream_keep) link_->close();
+    co_return client_keep;
+  }
+}
+
+// Strips hop-by-hop fields, injects, and sets exactly the request the policy judged: the
+// canonical target, the target's authority as Host.
+template <typename Client, typename Upstream>
+InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target,
+                                                    const policy::HttpRequest& canon,
+                                                    const policy::Decision& d, bool ws) {
+  auto& req = req_parser_->get();
+  auto& fields = static_cast<PmrFields&>(req);
+  // Hop-by-hop fields go first, so a client's `Connection: Authorization` cannot strip what
+  // is injected next.
+  stripHopByHop(req);
+  req.erase(http::field::expect);
+  auto inj =
+      applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
+  if (inj.error) return inj;
   if (inj.placeholder_leak)
     log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced", canon.method,
                target.authority(), canon.path, d.rule_id);
   for (const auto& s : inj.secrets)
     if (std::find(conn_.injected.begin(), conn_.injected.end(), s) == conn_.injected.end())
       conn_.injected.push_back(s);
-  // Exactly the request the policy judged: the canonical target, the target's authority.
   req.target(canon.target());
   req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
   req.keep_alive(true);
@@ -96,198 +149,220 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     req.set(http::field::connection, "Upgrade");
     req.set(http::field::upgrade, "websocket");
   }
-  // The row exists before the first byte goes upstream, and is written on every path out.
-  RequestRecord rec(ctx, *conn_.listener, conn_.workflow(), link_->row().id, canon.method,
-                    target.host, canon.path);
-  rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
-  rec.injected(inj.secrets);
-  rec.setPort(target.port);
-  struct Wipe {
-    PmrFields& f;
-    const std::vector<std::string>& names;
-    ~Wipe() { wipeFields(f, names); }
-  } wipe{fields, inj.touched};
-  auto fail = [&](Refusal r, bool count_denied) -> Refusal {
-    rec.outcome(static_cast<int>(r.status), r.reason);
-    if (count_denied)
-      conn_.account().noteDenied(target.host, target.port, r.rule, std::string(r.reasonText()));
-    log().info("refused {} {}{} rule={} reason={}: {}", canon.method, target.authority(),
-               canon.path, r.rule.empty() ? "-" : r.rule, r.reasonText(), r.detail);
-    return r;
-  };
-  if (expect_continue && body_pending && !co_await writeClient(kContinue)) co_return false;
+  return inj;
+}
 
-  for (int attempt = 0;; ++attempt) {
-    const bool reused = link_->reused();
-    link_->used();
-    auto* row = &link_->row();
-    auto count_out = [this, row, &limits](std::size_t n) {
-      row->bytes_up += n;
-      return conn_.account().addBytesOut(n, limits);
-    };
-    Endpoint<Client> from_client{client_, watch_, buf_};
-    Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
-    rec.forwarding();  // on record before the first byte leaves
-    auto sent = co_await relayMessage<true>(from_client, parser, to_upstream, timeout, count_out,
-                                            keep_alive);
-    if (sent.fail == RelayFail::kInput) {
-      // The upstream has part of a request: that connection is done.
-      link_->close();
-      if (peerGone(sent.ec) || sent.timed_out) {
-        fail(refusal(Reason::kInvalidRequest, "client stopped sending the request body"), false);
-        co_return false;
-      }
-      Refusal r = fail(
-          sent.ec == http::error::body_limit
-              ? refusal(
-                    Reason::kBodyTooLarge,
-                    "request body exceeds " + std::to_string(ctx.options.max_body_bytes) + " bytes")
-              : refusal(Reason::kInvalidRequest, "malformed request body: " + sent.ec.message()),
-          true);
-      std::string text = renderRefusal(r, conn_.workflow().name, false);
-      co_await writeClient(text);
-      co_return false;
-    }
-    if (sent.fail == RelayFail::kLimit) {
-      row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
-      row->detail = "workflow limit max_bytes_out reached";
-      link_->close();
-      Refusal r = fail(limitRefusal("workflow limit max_bytes_out reached"), true);
-      std::string text = renderRefusal(r, conn_.workflow().name, false);
-      co_await writeClient(text);
-      co_return false;
-    }
-    ErrorCode ec = sent.ec;
-    bool timed_out = sent.timed_out;
-    RespParser* rp = nullptr;
-    if (sent.fail == RelayFail::kNone) {
-      // Interim 1xx responses (other than 101) are passed on, redacted; then the real one.
-      for (;;) {
-        rp = &resp_parser_.emplace(std::piecewise_construct, std::make_tuple(),
-                                   std::make_tuple(PmrAllocator(&pool_)));
-        rp->body_limit(std::numeric_limits<std::uint64_t>::max());
-        if (is_head) rp->skip(true);
-        {
-          Deadline dl(link_->watch(), beast::get_lowest_layer(link_->stream()),
-                      Clock::now() + timeout, keep_alive);
-          co_await http::async_read_header(link_->stream(), link_->buffer(), *rp,
-                                           net::redirect_error(net::use_awaitable, ec));
-          if (ec && dl.fired()) timed_out = true;
-        }
-        if (ec) break;
-        auto code = rp->get().result_int();
-        if (code < 100 || code >= 200 || code == 101) break;
-        redact(rp->get(), target.authority());
-        std::ostringstream interim_stream;
-        interim_stream << rp->get().base();
-        std::string interim = interim_stream.str();
-        rec.outcome(code);
-        if (!co_await writeClient(interim)) {
-          link_->close();
-          co_return false;
-        }
-      }
-    }
-    if (sent.fail != RelayFail::kNone || ec) {
-      // A reused keep-alive connection the origin had already closed: send again once on a
-      // fresh one when the request had no body (safe to resend).
-      const bool stale = reused && attempt == 0 && !body_pending && !timed_out &&
-                         (!rp || !rp->got_some()) && link_->canRedial();
-      link_->close();
-      if (stale) {
-        policy::Query q{target, policy::Visibility::kPlainHttp, &canon, nullptr,
-                        carrier_ != Carrier::kInspected};
-        auto opened = co_await link_->open(q, d.rule_id);
-        if (opened && opened->rule == d.rule) {
-          rec.setConnection(link_->row().id);
-          continue;
-        }
-        Refusal r = fail(opened ? refusal(Reason::kUpstreamError,
-                                          "upstream " + target.authority() +
-                                              " closed a kept-alive connection and its address "
-                                              "now falls under another rule",
-                                          d.rule_id)
-                                : opened.error(),
-                         true);
-        std::string text = renderRefusal(r, conn_.workflow().name, false);
-        co_await writeClient(text);
-        co_return false;
-      }
-      Refusal r =
-          fail(timed_out ? refusal(Reason::kUpstreamTimeout,
-                                   "upstream " + target.authority() + " did not answer within " +
-                                       std::to_string(timeout.count()) + " ms",
-                                   d.rule_id)
-                         : refusal(Reason::kUpstreamError,
-                                   "upstream " + target.authority() +
-                                       " failed before answering: " + ec.message(),
-                                   d.rule_id),
-               true);
-      std::string text = renderRefusal(r, conn_.workflow().name, false);
-      co_await writeClient(text);
-      co_return false;
-    }
-    auto& resp = rp->get();
-    const int status = resp.result_int();
-    if (status == 101) {
-      if (!ws) {
-        link_->close();
-        Refusal r = fail(refusal(Reason::kUpstreamError,
-                                 "upstream switched protocols without being asked to", d.rule_id),
-                         true);
-        std::string text = renderRefusal(r, conn_.workflow().name, false);
-        co_await writeClient(text);
-        co_return false;
-      }
-      rec.outcome(101);
-      rec.finish();
-      conn_.account().noteAllowed();
-      co_return co_await upgrade(*rp);
-    }
-    const bool delimited = rp->chunked() || rp->content_length().has_value() || is_head ||
-                           status == 204 || status == 304 || rp->is_done();
-    const bool upstream_keep = resp.keep_alive() && delimited;
-    client_keep = client_keep && delimited && (upstream_keep || carrier_ == Carrier::kPlainHttp);
-    stripHopByHop(resp);
-    redact(resp, target.authority());
-    resp.keep_alive(client_keep);
-    auto count_in = [this, row, &limits](std::size_t n) {
-      row->bytes_down += n;
-      return conn_.account().addBytesIn(n, limits);
-    };
-    Endpoint<Upstream> from_upstream{link_->stream(), link_->watch(), link_->buffer()};
-    Endpoint<Client> to_client{client_, watch_, buf_};
-    auto got =
-        co_await relayMessage<false>(from_upstream, *rp, to_client, timeout, count_in, keep_alive);
-    rec.outcome(status);
-    conn_.account().noteAllowed();
-    if (got.fail != RelayFail::kNone) {
-      if (got.fail == RelayFail::kLimit) {
-        row->reason = std::string(policy::reasonName(Reason::kLimitExceeded));
-        row->detail = "workflow limit max_bytes_in reached";
-      } else if (got.fail == RelayFail::kInput) {
-        row->reason = std::string(policy::reasonName(Reason::kUpstreamError));
-        row->detail = "upstream failed mid-response: " + got.ec.message();
-      }
-      link_->close();
-      if (!got.header_written) {
-        // Nothing reached the client yet: it can still get an answer.
-        Refusal r = got.fail == RelayFail::kLimit
-                        ? limitRefusal("workflow limit max_bytes_in reached")
-                        : refusal(Reason::kUpstreamError,
-                                  "upstream " + target.authority() +
-                                      " failed mid-response: " + got.ec.message(),
-                                  d.rule_id);
-        rec.outcome(static_cast<int>(r.status), r.reason);
-        std::string text = renderRefusal(r, conn_.workflow().name, false);
-        co_await writeClient(text);
-      }
-      // Headers already went out: the only honest signal left is closing the connection.
-      co_return false;
-    }
-    if (!upstream_keep) link_->close();
-    co_return client_keep;
+// Sends the request (header and body) on the link's connection, counting its bytes. Not a
+// coroutine itself: it hands back relayMessage's, so the request costs no extra frame.
+template <typename Client, typename Upstream>
+net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecord& rec) {
+  link_->used();
+  auto* row = &link_->row();
+  // Captured by value: the relay's frame outlives this function.
+  auto count_out = [this, row, limits = &conn_.workflow().limits](std::size_t n) {
+    row->bytes_up += n;
+    return conn_.account().addBytesOut(n, *limits);
+  };
+  auto keep_alive = [this] { return conn_.keep_alive(); };
+  Endpoint<Client> from_client{client_, watch_, buf_};
+  Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
+  rec.forwarding();  // on record before the first byte leaves
+  return relayMessage<true>(from_client, *req_parser_, to_upstream,
+                            conn_.ctx->options.upstream_timeout, count_out, keep_alive);
+}
+
+// Why sending stopped because of the client's side or a limit (the upstream has part of a
+// request: that connection is done), or nullopt.
+template <typename Client, typename Upstream>
+auto Exchange<Client, Upstream>::sendFailed(const RelayResult& sent) -> std::optional<Failure> {
+  if (sent.fail == RelayFail::kInput) {
+    link_->close();
+    if (peerGone(sent.ec) || sent.timed_out)
+      return Failure{refusal(Reason::kInvalidRequest, "client stopped sending the request body"),
+                     false, false};
+    if (sent.ec == http::error::body_limit)
+      return Failure{refusal(
+          Reason::kBodyTooLarge,
+          "request body exceeds " + std::to_string(conn_.ctx->options.max_body_bytes) + " bytes")};
+    return Failure{
+        refusal(Reason::kInvalidRequest, "malformed request body: " + sent.ec.message())};
   }
+  if (sent.fail == RelayFail::kLimit) {
+    endConnection(link_->row(), Reason::kLimitExceeded, "workflow limit max_bytes_out reached");
+    link_->close();
+    return Failure{limitRefusal("workflow limit max_bytes_out reached")};
+  }
+  return std::nullopt;
+}
+
+// Reads the response header; interim 1xx responses (other than 101) are passed on, redacted.
+template <typename Client, typename Upstream>
+auto Exchange<Client, Upstream>::readResponseHead(RequestRecord& rec, const policy::Target& target,
+                                                  bool is_head) -> net::awaitable<ResponseHead> {
+  ResponseHead head;
+  for (;;) {
+    head.rp = &resp_parser_.emplace(std::piecewise_construct, std::make_tuple(),
+                                    std::make_tuple(PmrAllocator(&pool_)));
+    head.rp->body_limit(std::numeric_limits<std::uint64_t>::max());
+    if (is_head) head.rp->skip(true);
+    {
+      Deadline dl(link_->watch(), beast::get_lowest_layer(link_->stream()),
+                  Clock::now() + conn_.ctx->options.upstream_timeout,
+                  [this] { return conn_.keep_alive(); });
+      co_await http::async_read_header(link_->stream(), link_->buffer(), *head.rp,
+                                       net::redirect_error(net::use_awaitable, head.ec));
+      if (head.ec && dl.fired()) head.timed_out = true;
+    }
+    if (head.ec) co_return head;
+    auto code = head.rp->get().result_int();
+    if (code < 100 || code >= 200 || code == 101) co_return head;
+    redact(head.rp->get(), target.authority());
+    std::ostringstream interim_stream;
+    interim_stream << head.rp->get().base();
+    std::string interim = interim_stream.str();
+    rec.outcome(code);
+    if (!co_await writeClient(interim)) {
+      link_->close();
+      head.client_gone = true;
+      co_return head;
+    }
+  }
+}
+
+// The refusal for an upstream that failed before its answer (or timed out).
+template <typename Client, typename Upstream>
+auto Exchange<Client, Upstream>::upstreamFailed(const policy::Target& target,
+                                                const policy::Decision& d, const ResponseHead& h)
+    -> Failure {
+  const auto timeout = conn_.ctx->options.upstream_timeout;
+  if (h.timed_out)
+    return Failure{refusal(Reason::kUpstreamTimeout,
+                           "upstream " + target.authority() + " did not answer within " +
+                               std::to_string(timeout.count()) + " ms",
+                           d.rule_id)};
+  return Failure{refusal(
+      Reason::kUpstreamError,
+      "upstream " + target.authority() + " failed before answering: " + h.ec.message(), d.rule_id)};
+}
+
+// A new connection for a request whose kept-alive one went stale: nullopt when it may be sent
+// again on it (the address still falls under the rule that allowed it).
+template <typename Client, typename Upstream>
+auto Exchange<Client, Upstream>::redial(RequestRecord& rec, const policy::Target& target,
+                                        const policy::HttpRequest& canon, const policy::Decision& d)
+    -> net::awaitable<std::optional<Failure>> {
+  policy::Query q{target, policy::Visibility::kPlainHttp, &canon, nullptr,
+                  carrier_ != Carrier::kInspected};
+  auto opened = co_await reconnect(conn_, q, d.rule_id, *link_);
+  if (opened && opened->rule == d.rule) {
+    rec.setConnection(link_->row().id);
+    co_return std::nullopt;
+  }
+  if (!opened) co_return Failure{std::move(opened.error())};
+  co_return Failure{refusal(Reason::kUpstreamError,
+                            "upstream " + target.authority() +
+                                " closed a kept-alive connection and its address now falls under "
+                                "another rule",
+                            d.rule_id)};
+}
+
+// A 101 answer: relayed as a WebSocket when the client asked for one, else refused.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::switchProtocols(RequestRecord& rec, RespParser& rp,
+                                                                 const policy::Target& target,
+                                                                 const policy::HttpRequest& canon,
+                                                                 const policy::Decision& d,
+                                                                 bool ws) {
+  if (!ws) {
+    link_->close();
+    const Failure f{refusal(Reason::kUpstreamError,
+                            "upstream switched protocols without being asked to", d.rule_id)};
+    co_return co_await fail(rec, target, canon, f);
+  }
+  rec.outcome(101);
+  rec.finish();
+  conn_.account().noteAllowed();
+  co_return co_await upgrade(rp);
+}
+
+// Readies the response header for the client: framing decides whether either side can keep
+// its connection; hop-by-hop fields go, injected secrets are redacted. True when the upstream
+// connection can carry another request.
+template <typename Client, typename Upstream>
+bool Exchange<Client, Upstream>::shapeResponse(RespParser& rp, const policy::Target& target,
+                                               bool is_head, bool& client_keep) {
+  auto& resp = rp.get();
+  const int status = resp.result_int();
+  const bool delimited = rp.chunked() || rp.content_length().has_value() || is_head ||
+                         status == 204 || status == 304 || rp.is_done();
+  const bool upstream_keep = resp.keep_alive() && delimited;
+  client_keep = client_keep && delimited && (upstream_keep || carrier_ == Carrier::kPlainHttp);
+  stripHopByHop(resp);
+  redact(resp, target.authority());
+  resp.keep_alive(client_keep);
+  return upstream_keep;
+}
+
+// Relays the response (header and body) to the client, counting its bytes (like sendRequest,
+// without a frame of its own).
+template <typename Client, typename Upstream>
+net::awaitable<RelayResult> Exchange<Client, Upstream>::relayResponse(RespParser& rp) {
+  auto* row = &link_->row();
+  // Captured by value: the relay's frame outlives this function.
+  auto count_in = [this, row, limits = &conn_.workflow().limits](std::size_t n) {
+    row->bytes_down += n;
+    return conn_.account().addBytesIn(n, *limits);
+  };
+  auto keep_alive = [this] { return conn_.keep_alive(); };
+  Endpoint<Upstream> from_upstream{link_->stream(), link_->watch(), link_->buffer()};
+  Endpoint<Client> to_client{client_, watch_, buf_};
+  return relayMessage<false>(from_upstream, rp, to_client, conn_.ctx->options.upstream_timeout,
+                             count_in, keep_alive);
+}
+
+// The response broke off (a limit, the upstream): the row says why; a client that has no
+// header yet still gets an answer, otherwise closing the connection is the only honest signal.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::failMidResponse(RequestRecord& rec,
+                                                                 const RelayResult& got,
+                                                                 const policy::Target& target,
+                                                                 const policy::Decision& d) {
+  if (got.fail == RelayFail::kLimit)
+    endConnection(link_->row(), Reason::kLimitExceeded, "workflow limit max_bytes_in reached");
+  else if (got.fail == RelayFail::kInput)
+    endConnection(link_->row(), Reason::kUpstreamError,
+                  "upstream failed mid-response: " + got.ec.message());
+  link_->close();
+  if (got.header_written) co_return false;
+  Refusal r =
+      got.fail == RelayFail::kLimit
+          ? limitRefusal("workflow limit max_bytes_in reached")
+          : refusal(Reason::kUpstreamError,
+                    "upstream " + target.authority() + " failed mid-response: " + got.ec.message(),
+                    d.rule_id);
+  rec.outcome(static_cast<int>(r.status), r.reason);
+  std::string text = renderRefusal(r, conn_.workflow().name, false);
+  co_await writeClient(text);
+  co_return false;
+}
+
+// Records why forwarding stopped and, unless the client is gone, answers with the refusal.
+// Always false: the connection ends.
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::fail(RequestRecord& rec,
+                                                      const policy::Target& target,
+                                                      const policy::HttpRequest& canon,
+                                                      const Failure& f) {
+  const Refusal& r = f.refusal;
+  rec.outcome(static_cast<int>(r.status), r.reason);
+  if (f.count_denied)
+    conn_.account().noteDenied(target.host, target.port, r.rule, std::string(r.reasonText()));
+  log().info("refused {} {}{} rule={} reason={}: {}", canon.method, target.authority(), canon.path,
+             r.rule.empty() ? "-" : r.rule, r.reasonText(), r.detail);
+  if (!f.answer) co_return false;
+  std::string text = renderRefusal(r, conn_.workflow().name, false);
+  co_await writeClient(text);
+  co_return false;
 }
 
 // After a 101: frames both ways until either side ends.
@@ -324,9 +399,9 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
 }
 
 using SslStream = beast::ssl_stream<tcp::socket>;
-#define SLUICE_INSTANTIATE(C, U)                                                  \
-  template net::awaitable<bool> Exchange<C, U>::forward(                          \
-      const policy::Target&, const policy::HttpRequest&, policy::Decision, bool); \
+#define SLUICE_INSTANTIATE(C, U)                                                         \
+  template net::awaitable<bool> Exchange<C, U>::forward(                                 \
+      const policy::Target&, const policy::HttpRequest&, const policy::Decision&, bool); \
   template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&);
 SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
 SLUICE_INSTANTIATE(SslStream, SslStream)

@@ -9,6 +9,7 @@
 #include <boost/beast/ssl.hpp>
 
 #include "approval_wait.hpp"
+#include "audit_rows.hpp"
 #include "exchange.hpp"
 #include "log.hpp"
 #include "tls_context.hpp"
@@ -95,10 +96,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     event_.tls = "inspect";
     if (!co_await clientHandshake()) co_return;
     if (auto refused = co_await upstreamHandshake()) {
-      event_.decision = "deny";
-      event_.rule_id = refused->rule;
-      event_.reason = std::string(refused->reasonText());
-      event_.detail = refused->detail;
+      denyConnection(event_, *refused);
       log().info("deny connect {} rule={} reason={}: {}", target().authority(),
                  refused->rule.empty() ? "-" : refused->rule, event_.reason, refused->detail);
       link_.fail(std::move(*refused));
@@ -158,16 +156,15 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     const auto& t = target();
     auto leaf = conn_.ctx->tls->ca->leafFor(t.host);
     if (!leaf) {
-      event_.reason = std::string(policy::reasonName(Reason::kTlsError));
-      event_.detail = "cannot mint a certificate for " + t.host + ": " + leaf.error();
+      endConnection(event_, Reason::kTlsError,
+                    "cannot mint a certificate for " + t.host + ": " + leaf.error());
       log().error("{}", event_.detail);
       co_return false;
     }
     SSL* ssl = client_.native_handle();
     if (SSL_use_certificate(ssl, (*leaf)->certificate()) != 1 ||
         SSL_use_PrivateKey(ssl, (*leaf)->privateKey()) != 1) {
-      event_.reason = std::string(policy::reasonName(Reason::kTlsError));
-      event_.detail = "cannot use the minted certificate: " + sslError();
+      endConnection(event_, Reason::kTlsError, "cannot use the minted certificate: " + sslError());
       co_return false;
     }
     sni_.expected = t.ip ? std::string() : t.host;
@@ -176,7 +173,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     {
       Deadline d(client_watch_, client_.next_layer(),
                  Clock::now() + conn_.ctx->options.header_timeout, conn_.keep_alive);
-      // The ClientHello the session peeked at goes to OpenSSL first.
+      // The ClientHello the client connection peeked at goes to OpenSSL first.
       co_await client_.async_handshake(ssl::stream_base::server, net::buffer(start_.early),
                                        net::redirect_error(net::use_awaitable, ec));
     }
@@ -184,15 +181,16 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     ERR_clear_error();
     if (!ec) co_return true;
     if (sni_.mismatch) {
-      event_.decision = "deny";
-      event_.reason = std::string(policy::reasonName(Reason::kHostMismatch));
-      event_.detail = "TLS SNI '" + sni_.seen + "' does not name the CONNECT target " +
-                      t.authority() + " (domain fronting refused)";
+      denyConnection(event_,
+                     refusal(Reason::kHostMismatch,
+                             "TLS SNI '" + sni_.seen + "' does not name the CONNECT target " +
+                                 t.authority() + " (domain fronting refused)",
+                             event_.rule_id));
       conn_.account().noteDenied(t.host, t.port, event_.rule_id, event_.reason);
       log().info("deny connect {}: {}", t.authority(), event_.detail);
     } else {
-      event_.reason = std::string(policy::reasonName(Reason::kTlsHandshakeFailed));
-      event_.detail = "client TLS handshake failed: " + ec.message();
+      endConnection(event_, Reason::kTlsHandshakeFailed,
+                    "client TLS handshake failed: " + ec.message());
     }
     co_return false;
   }

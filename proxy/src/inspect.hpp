@@ -12,7 +12,7 @@
 
 namespace sluice::proxy {
 
-/// Everything the session learned before handing an inspected CONNECT over.
+/// Everything the client connection learned before handing an inspected CONNECT over.
 struct InspectStart {
   policy::Target target;
   policy::Decision decision;

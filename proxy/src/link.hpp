@@ -7,27 +7,38 @@
 #include <expected>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "audit_rows.hpp"
 #include "upstream_dial.hpp"
 
 namespace sluice::proxy {
 
-template <typename Stream>
-class UpstreamLink {
+/// Where an admitted tunnel or request goes out (admission.hpp): an open connection it may
+/// reuse, or a new one dialled to the addresses the admission vetted.
+class Outlet {
  public:
-  virtual ~UpstreamLink() = default;
+  virtual ~Outlet() = default;
 
   /// The vetted address of an open connection to `target` that may carry the next request,
   /// or null. A connection that received bytes no request asked for is closed here (an
   /// upstream that answered a request it read out of a body must not answer the next one).
   virtual const policy::IpAddress* openTo(const policy::Target& target) = 0;
 
-  /// Opens a connection for `q` (whose target openTo() refused): resolves, decides `q` at
-  /// every address, dials. Returns the decision for the dialled address, or the refusal.
-  virtual net::awaitable<std::expected<policy::Decision, Refusal>> open(policy::Query q,
-                                                                        std::string rule_id) = 0;
+  /// Why no new connection can be opened here (a tunnel whose one upstream has ended), or
+  /// nullopt. Asked before a slot is taken or an address vetted.
+  virtual std::optional<Refusal> cannotDial(const std::string& rule_id) const = 0;
 
+  /// Dials `addrs` (vetted, in order) for `target`. On success the outlet holds the connection
+  /// slot the admission took for it.
+  virtual net::awaitable<std::expected<VettedAddress, Refusal>> dial(
+      const std::vector<VettedAddress>& addrs, const policy::Target& target,
+      const std::string& rule_id) = 0;
+};
+
+template <typename Stream>
+class UpstreamLink : public Outlet {
+ public:
   virtual Stream& stream() = 0;
   virtual Watch& watch() = 0;
   virtual beast::flat_buffer& buffer() = 0;
@@ -48,8 +59,8 @@ class UpstreamLink {
 
 /// The upstream of a tunnel: one connection to the CONNECT target, dialled and vetted before
 /// the tunnel was established. It cannot be redialled; once closed, the tunnel is over, and a
-/// link that failed at set-up (an upstream certificate that does not verify) answers every
-/// open() with that refusal.
+/// link that failed at set-up (an upstream certificate that does not verify) gives every
+/// request that would need a new connection that refusal.
 template <typename Stream>
 class FixedLink final : public UpstreamLink<Stream> {
  public:
@@ -68,13 +79,16 @@ class FixedLink final : public UpstreamLink<Stream> {
     }
     return &vetted_;
   }
-  net::awaitable<std::expected<policy::Decision, Refusal>> open(policy::Query,
-                                                                std::string rule_id) override {
-    if (failure_) co_return std::unexpected(*failure_);
-    co_return std::unexpected(
-        refusal(policy::Reason::kUpstreamError,
-                "the upstream connection of this tunnel to " + target_.authority() + " has ended",
-                std::move(rule_id)));
+  std::optional<Refusal> cannotDial(const std::string& rule_id) const override {
+    if (failure_) return failure_;
+    return refusal(
+        policy::Reason::kUpstreamError,
+        "the upstream connection of this tunnel to " + target_.authority() + " has ended", rule_id);
+  }
+  net::awaitable<std::expected<VettedAddress, Refusal>> dial(const std::vector<VettedAddress>&,
+                                                             const policy::Target&,
+                                                             const std::string& rule_id) override {
+    co_return std::unexpected(*cannotDial(rule_id));  // never asked: cannotDial() refuses first
   }
   Stream& stream() override { return stream_; }
   Watch& watch() override { return watch_; }

@@ -35,36 +35,23 @@ const policy::IpAddress* OriginLink::openTo(const policy::Target& target) {
   return &origin_->address;
 }
 
-net::awaitable<std::expected<policy::Decision, Refusal>> OriginLink::open(policy::Query q,
-                                                                          std::string rule_id) {
+net::awaitable<std::expected<VettedAddress, Refusal>> OriginLink::dial(
+    const std::vector<VettedAddress>& addrs, const policy::Target& target,
+    const std::string& rule_id) {
   close();
-  const auto& limits = matcher_->workflow().limits;
-  Account& account = *account_;
-  if (!account.acquireConnection(limits))
-    co_return std::unexpected(limitRefusal("workflow limit max_connections (" +
-                                           std::to_string(limits.max_connections) +
-                                           " concurrent) reached"));
-  Slot slot(&account);
-  auto vetted = co_await vetAddresses(ctx_, matcher_, q, rule_id);
-  if (!vetted) co_return std::unexpected(std::move(vetted.error()));
   auto o = std::make_unique<Origin>(ex_);
-  auto dialled =
-      co_await dialVetted(ctx_, o->socket, o->watch, *vetted, q.target, rule_id, keep_());
-  if (!dialled) co_return std::unexpected(std::move(dialled.error()));
-  o->target = q.target;
+  auto dialled = co_await dialVetted(ctx_, o->socket, o->watch, addrs, target, rule_id, keep_());
+  if (!dialled) co_return dialled;
+  o->target = target;
   o->address = dialled->address;
   o->started = Clock::now();
   o->event = connectionRow(*ctx_, *listener_, matcher_->workflow(), "http");
-  o->event.host = q.target.host;
-  o->event.port = q.target.port;
-  o->event.resolved_ip = dialled->endpoint.address().to_string();
-  o->event.decision = "allow";
-  o->event.rule_id = dialled->decision.rule_id;
-  o->event.reason = std::string(policy::reasonName(policy::Reason::kAllowed));
-  account.noteUpstreamConnection();
-  slot.release();
+  o->event.host = target.host;
+  o->event.port = target.port;
+  allowConnection(o->event, dialled->endpoint, dialled->decision.rule_id);
+  account_->noteUpstreamConnection();
   origin_ = std::move(o);
-  co_return std::move(dialled->decision);
+  co_return dialled;
 }
 
 void OriginLink::close() {

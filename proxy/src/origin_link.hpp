@@ -1,6 +1,7 @@
 // The upstream side of plain HTTP from a client connection: one kept-alive origin connection
-// at a time, (re)dialled on demand to whatever target a request names, each dial vetted by
-// the policy at every resolved address. Each origin connection gets its own connections row.
+// at a time, (re)dialled on demand to whatever target a request names, once the admission
+// (admission.hpp) has vetted every resolved address. Each origin connection gets its own
+// connections row.
 #pragma once
 
 #include <memory>
@@ -17,12 +18,15 @@ class OriginLink final : public UpstreamLink<tcp::socket> {
              std::function<std::shared_ptr<void>()> keep);
   ~OriginLink() override;
 
-  /// The matcher that vets dials (refreshed per request by the owner, for SIGHUP reloads).
+  /// The matcher whose workflow names the rows (refreshed per request by the owner, for SIGHUP
+  /// reloads).
   void setMatcher(std::shared_ptr<const policy::Matcher> m) { matcher_ = std::move(m); }
 
   const policy::IpAddress* openTo(const policy::Target& target) override;
-  net::awaitable<std::expected<policy::Decision, Refusal>> open(policy::Query q,
-                                                                std::string rule_id) override;
+  std::optional<Refusal> cannotDial(const std::string&) const override { return std::nullopt; }
+  net::awaitable<std::expected<VettedAddress, Refusal>> dial(
+      const std::vector<VettedAddress>& addrs, const policy::Target& target,
+      const std::string& rule_id) override;
   tcp::socket& stream() override { return origin_->socket; }
   Watch& watch() override { return origin_->watch; }
   beast::flat_buffer& buffer() override { return origin_->buf; }

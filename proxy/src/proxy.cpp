@@ -12,10 +12,10 @@
 #include <thread>
 
 #include "blocked_log.hpp"
+#include "client_connection.hpp"
 #include "context.hpp"
 #include "dns_server.hpp"
 #include "log.hpp"
-#include "session.hpp"
 #include "sluice/base/net.hpp"
 #include "tls_context.hpp"
 
@@ -55,7 +55,7 @@ net::awaitable<void> acceptLoop(std::shared_ptr<Context> ctx, std::shared_ptr<Li
       continue;
     }
     if (ctx->draining.load()) continue;  // socket closes as it goes out of scope
-    startSession(ctx, l, std::move(s));
+    startClientConnection(ctx, l, std::move(s));
   }
 }
 

@@ -1,18 +1,16 @@
-// Transparent capture, proxy side: the SNI and Host parsers on real and hostile bytes, and
+// Transparent capture, proxy side: which name a redirected connection is decided by, and
 // redirected connections end to end — a network namespace made by the test (only lo, a default
 // route via lo, an nftables REDIRECT of TCP to the proxy listener inside it) whose client
 // connects to a synthetic DNS address, to an address with an allowed Host, and to a denied one.
 #include "transparent.hpp"
 
 #include <gtest/gtest.h>
-#include <openssl/ssl.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 
 #include <cstring>
 #include <functional>
-#include <random>
 #include <vector>
 
 #include "isolation.hpp"
@@ -20,56 +18,6 @@
 
 namespace sluice::proxy::testing {
 namespace {
-
-// The first flight of a real TLS client (OpenSSL) with SNI `name` ("" = none).
-std::string clientHello(const std::string& name) {
-  SSL_CTX* ctx = SSL_CTX_new(TLS_client_method());
-  SSL* ssl = SSL_new(ctx);
-  BIO* rbio = BIO_new(BIO_s_mem());
-  BIO* wbio = BIO_new(BIO_s_mem());
-  SSL_set_bio(ssl, rbio, wbio);
-  if (!name.empty()) SSL_set_tlsext_host_name(ssl, name.c_str());
-  SSL_connect(ssl);  // wants to read: the ClientHello is in wbio
-  char* data = nullptr;
-  long n = BIO_get_mem_data(wbio, &data);
-  std::string out(data, static_cast<std::size_t>(n));
-  SSL_free(ssl);
-  SSL_CTX_free(ctx);
-  return out;
-}
-
-TEST(Transparent, SniOfARealClientHello) {
-  auto hello = clientHello("Upstream.Test");
-  auto found = sniOf(hello);
-  EXPECT_EQ(found.status, Peeked::kFound);
-  EXPECT_EQ(found.name, "upstream.test");
-  // Every prefix is "more", never a wrong answer.
-  for (std::size_t n = 0; n < hello.size(); ++n)
-    EXPECT_EQ(sniOf(hello.substr(0, n)).status, Peeked::kMore) << n;
-  EXPECT_EQ(sniOf(clientHello("")).status, Peeked::kAbsent);
-}
-
-TEST(Transparent, SniParserSurvivesHostileBytes) {
-  const auto hello = clientHello("a.example");
-  std::mt19937 rng(20261123);
-  for (int i = 0; i < 20000; ++i) {
-    std::string b = hello;
-    for (int k = 0; k < 4; ++k) b[rng() % b.size()] = static_cast<char>(rng());
-    auto r = sniOf(b);  // must not crash or read out of bounds (ASan builds check)
-    if (r.status == Peeked::kFound) {
-      EXPECT_LE(r.name.size(), 253u);
-    }
-  }
-  EXPECT_EQ(sniOf(std::string("\x16\x03\x01\xff\xff", 5)).status, Peeked::kAbsent);
-  EXPECT_EQ(sniOf("GET / HTTP/1.1\r\n").status, Peeked::kAbsent);
-}
-
-TEST(Transparent, HostOfAnHttpHead) {
-  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nHost: Upstream.Test:8080\r\n\r\n").name, "upstream.test");
-  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nhost:[::1]:80\r\n\r\n").name, "::1");
-  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nHost: a\r\n").status, Peeked::kMore);
-  EXPECT_EQ(httpHostOf("GET / HTTP/1.1\r\nX: y\r\n\r\n").status, Peeked::kAbsent);
-}
 
 TEST(Transparent, TheNameComesFromTheMapThenTheOpeningThenTheAddress) {
   SyntheticNames names;
@@ -314,6 +262,90 @@ TEST_F(TransparentNetnsTest, ListenerWithoutNamesTakesNoConnectionForARedirected
   EXPECT_EQ(r[0], 400) << "answered as a proxy client (origin-form refused), not relayed";
   EXPECT_EQ(up_.httpLog().accepted.load(), 0);
 }
+
+// The one admission over transparent capture (the other paths are in admission_test.cpp): of
+// two checks that both fail, the earlier one's refusal is the connection's row (the client gets a
+// reset). The pairs here need no earlier connection to spend a budget or hold a slot.
+enum class Check { kAudit, kDecide, kAsk, kVet, kDial };
+struct OrderCase {
+  Check first;
+  Check second;
+  const char* name;
+};
+
+class TransparentAdmissionTest : public TransparentNetnsTest,
+                                 public ::testing::WithParamInterface<OrderCase> {
+ protected:
+  std::string policyYaml() override {
+    return "apiVersion: sluice/v1\nkind: Workflow\nname: transparent\negress:\n  rules:\n"
+           "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n"
+           "    - {id: public, action: allow, hosts: [metadata.test], ports: [\"1-65535\"]}\n"
+           "    - {id: blocked, action: deny, hosts: [blocked.test], ports: [\"1-65535\"]}\n"
+           "    - {id: gate, action: ask, hosts: [ask.test, askpriv.test], ports: [\"1-65535\"]}\n";
+  }
+  bool fails(Check c) const { return GetParam().first == c || GetParam().second == c; }
+  std::string host() const {
+    if (fails(Check::kDecide)) return "blocked.test";
+    if (fails(Check::kAsk)) return fails(Check::kVet) ? "askpriv.test" : "ask.test";
+    return fails(Check::kVet) ? "metadata.test" : "upstream.test";
+  }
+  static const char* reason(Check c) {
+    switch (c) {
+      case Check::kAudit:
+        return "audit_unavailable";
+      case Check::kDecide:
+        return "denied_by_rule";
+      case Check::kAsk:
+        return "approval_unavailable";
+      case Check::kVet:
+        return "private_address";
+      case Check::kDial:
+        return "upstream_error";
+    }
+    return "";
+  }
+};
+
+TEST_P(TransparentAdmissionTest, TheEarlierCheckIsTheRow) {
+  const auto metadata = *policy::parseIpLiteral("169.254.169.254");
+  resolver_->add("blocked.test", {metadata});
+  resolver_->add("askpriv.test", {metadata});
+  resolver_->add("ask.test", {*policy::parseIpLiteral("127.0.0.1")});
+  // A port nothing listens on (bound once, then closed): dialling it is refused.
+  net::io_context ioc;
+  tcp::acceptor probe(ioc, tcp::endpoint(net::ip::make_address("127.0.0.1"), 0));
+  const std::uint16_t closed = probe.local_endpoint().port();
+  probe.close();
+  const std::uint16_t port = fails(Check::kDial) ? closed : up_.httpPort();
+  const auto [id, synthetic] = identityWithNames();
+  if (fails(Check::kAudit)) sink_->setHealthy(false);
+  const std::string name = host() + ":" + std::to_string(port);
+  auto r = probeFromRedirectedNetns(
+      id, 1, [&] { return std::vector<int>{getFrom("203.0.113.9", port, name)}; });
+  sink_->setHealthy(true);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_LT(r[0], 0) << "a refused redirected connection gets a reset";
+  const std::string h = host();
+  auto row = sink_->waitConnection([&](const auto& e) { return e.host == h; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->kind, "transparent");
+  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(row->reason, reason(GetParam().first));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Transparent, TransparentAdmissionTest,
+    ::testing::Values(OrderCase{Check::kAudit, Check::kDecide, "AuditBeforeDecide"},
+                      OrderCase{Check::kAudit, Check::kAsk, "AuditBeforeAsk"},
+                      OrderCase{Check::kAudit, Check::kVet, "AuditBeforeVet"},
+                      OrderCase{Check::kAudit, Check::kDial, "AuditBeforeDial"},
+                      OrderCase{Check::kDecide, Check::kVet, "DecideBeforeVet"},
+                      OrderCase{Check::kDecide, Check::kDial, "DecideBeforeDial"},
+                      OrderCase{Check::kAsk, Check::kVet, "AskBeforeVet"},
+                      OrderCase{Check::kAsk, Check::kDial, "AskBeforeDial"},
+                      OrderCase{Check::kVet, Check::kDial, "VetBeforeDial"}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace sluice::proxy::testing

@@ -1,7 +1,9 @@
-// Client sessions: the request loop of one accepted connection (each request goes through the
-// one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry.
-#include "session.hpp"
+// Client connections: the request loop of one accepted connection (each request goes through
+// the one exchange pipeline), CONNECT handling, and what a tunnel turns out to carry. (The word
+// "session" belongs to `sluice serve`.)
+#include "client_connection.hpp"
 
+#include "admission.hpp"
 #include "approval_wait.hpp"
 #include "audit_rows.hpp"
 #include "exchange.hpp"
@@ -9,6 +11,7 @@
 #include "inspect.hpp"
 #include "log.hpp"
 #include "origin_link.hpp"
+#include "sniff.hpp"
 #include "transparent.hpp"
 #include "tunnel.hpp"
 
@@ -18,29 +21,9 @@ namespace {
 
 using policy::Reason;
 
-// What the first bytes a client sends into a tunnel are.
-enum class Opening { kTls, kHttp, kOther, kMore };
-
 // How long a redirected connection's client gets to speak first (TLS, HTTP) before it is taken
 // for a server-first protocol (ssh) and decided by its address alone.
 constexpr auto kTransparentPeek = std::chrono::milliseconds(300);
-
-Opening classify(std::string_view b) {
-  if (b.empty()) return Opening::kMore;
-  // A TLS record of type handshake (ClientHello): 0x16, then the version's major byte 3.
-  if (static_cast<unsigned char>(b[0]) == 0x16) {
-    if (b.size() < 2) return Opening::kMore;
-    return b[1] == 0x03 ? Opening::kTls : Opening::kOther;
-  }
-  // An HTTP request line: a method token of letters, then a space.
-  for (std::size_t i = 0; i < b.size() && i < 24; ++i) {
-    char c = b[i];
-    if (c == ' ') return i > 0 ? Opening::kHttp : Opening::kOther;
-    if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '-' || c == '_'))
-      return Opening::kOther;
-  }
-  return b.size() < 24 ? Opening::kMore : Opening::kOther;
-}
 
 // The upstream of a CONNECT tunnel that turned out to carry plain HTTP.
 struct TunnelUpstream {
@@ -60,6 +43,30 @@ struct TunnelUpstream {
   Clock::time_point started;
 };
 
+// Where a tunnel goes out: always a new connection, dialled on a socket of its own.
+struct TunnelDial final : Outlet {
+  TunnelDial(ConnState& c, const net::any_io_executor& ex, std::shared_ptr<void> k)
+      : conn(c), socket(ex), watch(ex), keep(std::move(k)) {}
+  const policy::IpAddress* openTo(const policy::Target&) override { return nullptr; }
+  std::optional<Refusal> cannotDial(const std::string&) const override { return std::nullopt; }
+  net::awaitable<std::expected<VettedAddress, Refusal>> dial(
+      const std::vector<VettedAddress>& addrs, const policy::Target& target,
+      const std::string& rule_id) override {
+    // A refused dial's row names the first address tried.
+    tried = addrs.front().endpoint.address().to_string();
+    auto r = co_await dialVetted(conn.ctx, socket, watch, addrs, target, rule_id, keep);
+    watch.timer.cancel();
+    if (r) dialled = *r;
+    co_return r;
+  }
+  ConnState& conn;
+  tcp::socket socket;
+  Watch watch;
+  std::shared_ptr<void> keep;
+  std::string tried;
+  VettedAddress dialled;
+};
+
 // The account a client connection is charged to (per client on a standalone listener).
 std::shared_ptr<Account> chargedTo(Listener& listener, const tcp::socket& client) {
   ErrorCode ec;
@@ -67,9 +74,10 @@ std::shared_ptr<Account> chargedTo(Listener& listener, const tcp::socket& client
   return listener.accountFor(peer);
 }
 
-class Session : public std::enable_shared_from_this<Session>, public Closable {
+class ClientConnection : public std::enable_shared_from_this<ClientConnection>, public Closable {
  public:
-  Session(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener, tcp::socket socket)
+  ClientConnection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
+                   tcp::socket socket)
       : client_(std::move(socket)),
         watch_(client_.get_executor()),
         conn_{ctx,   listener, listener->matcher(), chargedTo(*listener, client_), {}, {},
@@ -82,7 +90,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     ctx->live.fetch_add(1);
   }
 
-  ~Session() override {
+  ~ClientConnection() override {
     endTunnelUpstream();
     origin_.close();  // writes the origin connection's row
     conn_.account().unregisterLive(live_id_);
@@ -93,7 +101,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     live_id_ = conn_.account().registerLive(weak_from_this());
     ErrorCode ec;
     client_.set_option(tcp::no_delay(true), ec);
-    net::co_spawn(client_.get_executor(), run(shared_from_this()), LogEscapedException{"session"});
+    net::co_spawn(client_.get_executor(), run(shared_from_this()),
+                  LogEscapedException{"client connection"});
   }
 
   void closeIfIdle() override {
@@ -119,7 +128,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
  private:
-  static net::awaitable<void> run(std::shared_ptr<Session> self) {
+  static net::awaitable<void> run(std::shared_ptr<ClientConnection> self) {
     co_await self->loop();
     if (!self->handed_off_) {
       ErrorCode ec;
@@ -129,7 +138,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       if (!ec && !self->conn_.aborted) co_await self->linger();
       self->client_.close(ec);
     }
-    // Pending deadline timers hold a reference to the session: release them now.
+    // Pending deadline timers hold a reference to the connection: release them now.
     self->watch_.timer.cancel();
     self->origin_.abort();
     if (self->tunnel_up_) self->tunnel_up_->watch.timer.cancel();
@@ -206,54 +215,6 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     co_await writeClient(text);
   }
 
-  // Everything about a CONNECT that needs no I/O: Host, body, audit health, the provisional
-  // decision (no address yet), inspection, limits. On success a connection slot is taken.
-  // (Kept out of the coroutine so no temporaries sit in co_await expressions: g++ 12 can
-  // destroy those twice.)
-  std::expected<policy::Decision, Refusal> connectPrecheck(const policy::Target& target,
-                                                           bool transparent) {
-    const auto& parser = exchange_.parser();
-    if (!transparent) {
-      if (auto problem = checkHostAgrees(parser.get(), target, target.port))
-        return std::unexpected(refusal(Reason::kHostMismatch, *problem));
-      if (!parser.is_done())
-        return std::unexpected(refusal(Reason::kInvalidRequest, "CONNECT request with a body"));
-    }
-    if (!conn_.ctx->auditHealthy())
-      return std::unexpected(refusal(Reason::kAuditUnavailable,
-                                     "the audit store has failed; refusing to run unaudited"));
-    auto d = conn_.matcher->decide({target, policy::Visibility::kTunnel});
-    if (!d.allowed && d.reason == Reason::kInspectionRequired) {
-      // Only rules with methods/paths (and no tls: inspect) allow this host and port: a
-      // tunnel that carries plain HTTP can be judged request by request, TLS cannot.
-      auto plain = conn_.matcher->decide({target, policy::Visibility::kPlainHttp});
-      if (plain.allowed) {
-        http_only_refusal_ = denialRefusal(d);
-        plain.request_rules = true;
-        d = std::move(plain);
-      }
-    }
-    if (!d.allowed && !d.ask) return std::unexpected(denialRefusal(d));
-    if (d.tls == policy::TlsMode::kInspect && !conn_.ctx->tls) {
-      // Tunnelling blindly would skip the rule's method/path/injection conditions.
-      return std::unexpected(
-          refusal(Reason::kInspectionRequired,
-                  "rule " + d.rule_id +
-                      " asks for tls: inspect, but this proxy has no CA (sluice "
-                      "proxy --ca-dir DIR); refusing rather than tunnelling unseen",
-                  d.rule_id));
-    }
-    const auto& limits = conn_.workflow().limits;
-    if (conn_.account().bytesExhausted(limits))
-      return std::unexpected(
-          limitRefusal("workflow byte budget (max_bytes_out/max_bytes_in) spent"));
-    if (!conn_.account().acquireConnection(limits))
-      return std::unexpected(limitRefusal("workflow limit max_connections (" +
-                                          std::to_string(limits.max_connections) +
-                                          " concurrent) reached"));
-    return d;
-  }
-
   // A redirected connection: the name from the DNS map, else the first bytes (SNI, Host; a
   // client that speaks first), else the address itself; then as a CONNECT that needs no answer.
   net::awaitable<bool> handleTransparent(tcp::endpoint dst) {
@@ -307,7 +268,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   }
 
   // Decides, vets and dials a CONNECT, answers it, then finds out what the tunnel carries.
-  // Returns true when the session goes on serving plain HTTP inside the tunnel.
+  // Returns true when the connection goes on serving plain HTTP inside the tunnel.
   net::awaitable<bool> handleConnect() {
     auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(), "connect");
     std::string raw_target(exchange_.parser().get().target());
@@ -319,7 +280,22 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_await refuseConnect(ev, r);
       co_return false;
     }
+    if (auto r = connectSyntax(*target)) {
+      ev.host = target->host;
+      ev.port = target->port;
+      co_await refuseConnect(ev, *r);
+      co_return false;
+    }
     co_return co_await openTunnel(*target, std::move(ev), false);
+  }
+
+  // What the CONNECT request itself must get right: a Host naming its target, no body.
+  std::optional<Refusal> connectSyntax(const policy::Target& target) {
+    const auto& parser = exchange_.parser();
+    if (auto problem = checkHostAgrees(parser.get(), target, target.port))
+      return refusal(Reason::kHostMismatch, *problem);
+    if (!parser.is_done()) return refusal(Reason::kInvalidRequest, "CONNECT request with a body");
+    return std::nullopt;
   }
 
   // The tunnel to `target` (a CONNECT, or a redirected connection when `transparent`: no
@@ -329,54 +305,37 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     const policy::Target* target = &target_value;
     ev.host = target->host;
     ev.port = target->port;
-    auto pre = connectPrecheck(*target, transparent);
-    if (!pre) {
-      co_await refuseConnect(ev, pre.error());
+    TunnelDial up(conn_, client_.get_executor(), shared_from_this());
+    const Candidate tunnel{*target};
+    auto admitted = co_await admit(conn_, client_, tunnel, up);
+    if (!admitted) {
+      if (!up.tried.empty()) ev.resolved_ip = up.tried;
+      co_await refuseConnect(ev, admitted.error());
       co_return false;
     }
-    Slot slot(&conn_.account());
-    std::string approved;  // the ask rule an approver allowed this tunnel by
-    if (pre->ask) {
-      // A passthrough tunnel the proxy will not see into: held here until an approver answers.
-      auto answer = co_await awaitApproval(conn_, *pre, *target, nullptr, nullptr, client_);
-      if (!answer) {
-        co_await refuseConnect(ev, answer.error());
-        co_return false;
-      }
-      approved = pre->rule_id;
-      *pre = std::move(*answer);
-      // The row names the approval (and, when a remembered answer decided, that grant), as the
-      // approvals row of that id does.
-      ev.detail = pre->detail;
-    }
-    policy::Query q{
-        *target, http_only_refusal_ ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel};
-    q.approved_rule = approved;
-    auto vetted = co_await vetAddresses(conn_.ctx, conn_.matcher, q, pre->rule_id);
-    if (!vetted) {
-      co_await refuseConnect(ev, vetted.error());
-      co_return false;
-    }
-    tcp::socket upstream(client_.get_executor());
-    Watch upstream_watch(client_.get_executor());
-    auto dialled = co_await dialVetted(conn_.ctx, upstream, upstream_watch, *vetted, *target,
-                                       pre->rule_id, shared_from_this());
-    upstream_watch.timer.cancel();
-    if (!dialled) {
-      ev.resolved_ip = vetted->front().endpoint.address().to_string();
-      co_await refuseConnect(ev, dialled.error());
-      co_return false;
-    }
-    const policy::Decision& d = dialled->decision;
-    ev.resolved_ip = dialled->endpoint.address().to_string();
-    ev.decision = "allow";
-    ev.rule_id = d.rule_id;
-    ev.reason = std::string(policy::reasonName(Reason::kAllowed));
+    Slot slot(&conn_.account());  // taken by the admission; handed on below or released
+    http_only_refusal_ = std::move(admitted->http_only);
+    // The row names the approval (and, when a remembered answer decided, that grant), as the
+    // approvals row of that id does.
+    if (!admitted->approval.empty()) ev.detail = admitted->approval;
+    tcp::socket upstream = std::move(up.socket);
+    const policy::Decision& d = admitted->decision;
+    allowConnection(ev, up.dialled.endpoint, d.rule_id);
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!transparent && !co_await writeClient(kEstablished)) co_return false;  // slot released
     conn_.account().noteAllowed();
     conn_.account().noteUpstreamConnection();
     log().debug("allow connect {} -> {} rule={}", target->authority(), ev.resolved_ip, d.rule_id);
+    co_return co_await carry(*target, d, up.dialled, std::move(upstream), std::move(ev), slot);
+  }
+
+  // What an established tunnel turns out to carry: relayed as it is when no rule judges its
+  // requests, else inspected TLS, relayed TLS or plain HTTP through the pipeline (true: the
+  // connection goes on serving that HTTP), or refused. `slot` is handed on or released.
+  net::awaitable<bool> carry(const policy::Target& target_ref, const policy::Decision& d,
+                             const VettedAddress& dialled, tcp::socket upstream,
+                             audit::ConnectionEvent ev, Slot& slot) {
+    const policy::Target* target = &target_ref;
     const bool inspect = d.tls == policy::TlsMode::kInspect;
     if (!inspect && !d.request_rules) {
       // No rule judges requests to this host and port: bytes are relayed as they are.
@@ -396,7 +355,7 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
     if (opening == Opening::kTls && inspect) {
       slot.release();
       handed_off_ = true;
-      InspectStart start{*target, d, dialled->endpoint, ev, takeBuffered(), conn_.budget};
+      InspectStart start{*target, d, dialled.endpoint, ev, takeBuffered(), conn_.budget};
       startInspection(conn_.ctx, conn_.listener, conn_.matcher, std::move(client_),
                       std::move(upstream), std::move(start));
       co_return false;
@@ -407,9 +366,9 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
       co_return false;
     }
     if (opening == Opening::kHttp) {
-      slot.release();  // held by tunnel_up_ until the session ends
+      slot.release();  // held by tunnel_up_ until the connection ends
       ev.tls = "none";
-      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target, dialled->address,
+      tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target, dialled.address,
                                                     std::move(ev));
       exchange_.carry(Carrier::kHttpInTunnel, &tunnel_up_->link, &tunnel_up_->target);
       co_return true;
@@ -436,7 +395,8 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
   net::awaitable<Opening> peek(Clock::time_point deadline) {
     for (;;) {
       auto data = buf_.data();
-      auto kind = classify(std::string_view(static_cast<const char*>(data.data()), data.size()));
+      auto kind =
+          classifyOpening(std::string_view(static_cast<const char*>(data.data()), data.size()));
       if (kind != Opening::kMore) co_return kind;
       if (!co_await readMore(deadline, 1024))
         co_return buf_.size() ? Opening::kOther : Opening::kMore;
@@ -481,9 +441,10 @@ class Session : public std::enable_shared_from_this<Session>, public Closable {
 
 }  // namespace
 
-void startSession(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-                  tcp::socket socket) {
-  auto s = std::make_shared<Session>(std::move(ctx), std::move(listener), std::move(socket));
+void startClientConnection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
+                           tcp::socket socket) {
+  auto s =
+      std::make_shared<ClientConnection>(std::move(ctx), std::move(listener), std::move(socket));
   s->begin();
 }
 

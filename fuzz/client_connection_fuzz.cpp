@@ -1,9 +1,9 @@
-// libFuzzer target: arbitrary client bytes through the real proxy session code (the one
-// exchange pipeline: plain HTTP, pipelined requests, CONNECT with plain HTTP inside the
-// tunnel), against a recording upstream on loopback. Properties, beyond "no crash" (ASan,
-// UBSan): the upstream never receives a request the policy forbids (a path under /v1/admin
+// libFuzzer target: arbitrary client bytes through the real proxy client-connection code
+// (ClientConnection) (the one exchange pipeline: plain HTTP, pipelined requests, CONNECT with plain
+// HTTP inside the tunnel), against a recording upstream on loopback. Properties, beyond "no crash"
+// (ASan, UBSan): the upstream never receives a request the policy forbids (a path under /v1/admin
 // or outside /v1, or a method other than GET/POST), nor a request target that is not in
-// canonical form; and every exchange ends (the session closes after the client's EOF).
+// canonical form; and every exchange ends (the client connection closes after the client's EOF).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <spdlog/spdlog.h>
@@ -181,7 +181,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     ssize_t n = ::recv(fd, buf, sizeof buf, 0);
     if (n == 0) break;
     if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK) violated("session did not end after EOF", in);
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        violated("client connection did not end after EOF", in);
       break;
     }
   }

@@ -10,9 +10,9 @@
 namespace sluice::proxy::testing {
 namespace {
 
-using SessionTest = ProxyFixture;
+using ClientConnectionTest = ProxyFixture;
 
-TEST_F(SessionTest, ForwardsAbsoluteFormAndAuditsTheRequest) {
+TEST_F(ClientConnectionTest, ForwardsAbsoluteFormAndAuditsTheRequest) {
   auto r = roundTrip(getRequest(upstream(), "/hello?x=1"));
   ASSERT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("GET /hello?x=1"), std::string::npos) << r.body;
@@ -37,7 +37,7 @@ TEST_F(SessionTest, ForwardsAbsoluteFormAndAuditsTheRequest) {
   EXPECT_GT(conn->bytes_up, 0u);
 }
 
-TEST_F(SessionTest, KeepAliveOnBothSides) {
+TEST_F(ClientConnectionTest, KeepAliveOnBothSides) {
   Client c(port_);
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(c.send(getRequest(upstream(), "/k" + std::to_string(i))));
@@ -49,7 +49,7 @@ TEST_F(SessionTest, KeepAliveOnBothSides) {
   EXPECT_EQ(up_.httpLog().accepted.load(), 1);
 }
 
-TEST_F(SessionTest, PipelinedRequestsAreAnsweredInOrder) {
+TEST_F(ClientConnectionTest, PipelinedRequestsAreAnsweredInOrder) {
   Client c(port_);
   ASSERT_TRUE(c.send(getRequest(upstream(), "/first") + getRequest(upstream(), "/second")));
   auto a = c.readResponse();
@@ -60,7 +60,7 @@ TEST_F(SessionTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_NE(b.body.find("/second"), std::string::npos);
 }
 
-TEST_F(SessionTest, Http10ClientGetsItsConnectionClosed) {
+TEST_F(ClientConnectionTest, Http10ClientGetsItsConnectionClosed) {
   Client c(port_);
   ASSERT_TRUE(
       c.send("GET http://" + upstream() + "/old HTTP/1.0\r\nHost: " + upstream() + "\r\n\r\n"));
@@ -69,7 +69,7 @@ TEST_F(SessionTest, Http10ClientGetsItsConnectionClosed) {
   EXPECT_TRUE(c.waitClosed());
 }
 
-TEST_F(SessionTest, SwitchingToAnotherOriginOpensANewConnection) {
+TEST_F(ClientConnectionTest, SwitchingToAnotherOriginOpensANewConnection) {
   Client c(port_);
   ASSERT_TRUE(c.send(getRequest(upstream(), "/a")));
   ASSERT_EQ(c.readResponse().status, 200);
@@ -84,7 +84,7 @@ TEST_F(SessionTest, SwitchingToAnotherOriginOpensANewConnection) {
       [](const auto& e) { return e.kind == "http" && e.decision == "allow"; }));
 }
 
-TEST_F(SessionTest, ChunkedResponseAndRequestBodiesStream) {
+TEST_F(ClientConnectionTest, ChunkedResponseAndRequestBodiesStream) {
   auto r = roundTrip(getRequest(upstream(), "/chunked"));
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.body, "hello world");
@@ -100,13 +100,13 @@ TEST_F(SessionTest, ChunkedResponseAndRequestBodiesStream) {
   EXPECT_NE(q.body.find("body-bytes: 5"), std::string::npos) << q.body;
 }
 
-TEST_F(SessionTest, LargeResponseArrivesWhole) {
+TEST_F(ClientConnectionTest, LargeResponseArrivesWhole) {
   auto r = roundTrip(getRequest(upstream(), "/big/3000000"));
   ASSERT_EQ(r.status, 200);
   EXPECT_EQ(r.body.size(), 3000000u);
 }
 
-TEST_F(SessionTest, HeadResponseHasNoBody) {
+TEST_F(ClientConnectionTest, HeadResponseHasNoBody) {
   Client c(port_);
   ASSERT_TRUE(c.send(getRequest(upstream(), "/h", "", "HEAD")));
   auto r = c.readResponse(true);
@@ -118,7 +118,7 @@ TEST_F(SessionTest, HeadResponseHasNoBody) {
   EXPECT_NE(r2.body.find("/after-head"), std::string::npos);
 }
 
-TEST_F(SessionTest, StripsHopByHopFieldsBothWays) {
+TEST_F(ClientConnectionTest, StripsHopByHopFieldsBothWays) {
   auto r = roundTrip(getRequest(upstream(), "/hop",
                                 "Connection: keep-alive, X-Hop-Secret\r\n"
                                 "X-Hop-Secret: 1\r\nProxy-Authorization: Basic Zm9vOmJhcg==\r\n"
@@ -135,7 +135,7 @@ TEST_F(SessionTest, StripsHopByHopFieldsBothWays) {
   EXPECT_EQ(r.header("keep-alive"), "");
 }
 
-TEST_F(SessionTest, ConnectionListCannotStripFraming) {
+TEST_F(ClientConnectionTest, ConnectionListCannotStripFraming) {
   std::string req = "POST http://" + upstream() + "/p HTTP/1.1\r\nHost: " + upstream() +
                     "\r\nConnection: Content-Length\r\nContent-Length: 5\r\n\r\nhello";
   auto r = roundTrip(req);
@@ -143,7 +143,7 @@ TEST_F(SessionTest, ConnectionListCannotStripFraming) {
   EXPECT_NE(r.body.find("body-bytes: 5"), std::string::npos) << r.body;
 }
 
-TEST_F(SessionTest, AbsoluteFormTargetWinsOverADifferingHost) {
+TEST_F(ClientConnectionTest, AbsoluteFormTargetWinsOverADifferingHost) {
   // RFC 9112 3.2.2: a proxy ignores the Host of an absolute-form request and sends the
   // target's authority upstream (wrk and some libraries send the proxy's address as Host).
   std::string req = "GET http://" + upstream() + "/ HTTP/1.1\r\nHost: other.test\r\n\r\n";
@@ -251,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
                        400}),
     [](const auto& info) { return std::string(info.param.name); });
 
-TEST_F(SessionTest, OversizedHeaderGets431) {
+TEST_F(ClientConnectionTest, OversizedHeaderGets431) {
   std::string big(10 * 1024, 'a');
   auto r = roundTrip(getRequest(upstream(), "/", "X-Big: " + big + "\r\n"));
   EXPECT_EQ(r.status, 431);
@@ -263,7 +263,7 @@ TEST_F(SessionTest, OversizedHeaderGets431) {
   EXPECT_EQ(c.readResponse().status, 431);
 }
 
-TEST_F(SessionTest, TrickledHeaderIsCutOffAtTheDeadline) {
+TEST_F(ClientConnectionTest, TrickledHeaderIsCutOffAtTheDeadline) {
   Client c(port_);
   ASSERT_TRUE(c.send("GET http://" + upstream() + "/ HTTP/1.1\r\n"));
   // Keep sending a byte now and then, never finishing (bounded: at most 30 x 100 ms).
@@ -280,7 +280,7 @@ TEST_F(SessionTest, TrickledHeaderIsCutOffAtTheDeadline) {
   EXPECT_EQ(up_.httpLog().accepted.load(), 0);
 }
 
-TEST_F(SessionTest, BodyOverTheLimitGets413) {
+TEST_F(ClientConnectionTest, BodyOverTheLimitGets413) {
   std::string req = "POST http://" + upstream() + "/ HTTP/1.1\r\nHost: " + upstream() +
                     "\r\nContent-Length: 2000000\r\n\r\n";
   auto r = roundTrip(req);
@@ -288,7 +288,7 @@ TEST_F(SessionTest, BodyOverTheLimitGets413) {
   EXPECT_EQ(up_.httpLog().accepted.load(), 0);
 }
 
-TEST_F(SessionTest, PolicyDenialIsReadableAndAudited) {
+TEST_F(ClientConnectionTest, PolicyDenialIsReadableAndAudited) {
   auto r = roundTrip(getRequest("nothing.test:80", "/x"));
   EXPECT_EQ(r.status, 403);
   EXPECT_EQ(r.header("x-sluice-reason"), "no_matching_rule");
@@ -314,7 +314,7 @@ TEST_F(SessionTest, PolicyDenialIsReadableAndAudited) {
   EXPECT_EQ(stats.denials[0].reason, "no_matching_rule");
 }
 
-TEST_F(SessionTest, MethodAndPathDenyRulesApplyToPlainHttp) {
+TEST_F(ClientConnectionTest, MethodAndPathDenyRulesApplyToPlainHttp) {
   auto del = roundTrip(getRequest(upstream(), "/thing", "", "DELETE"));
   EXPECT_EQ(del.status, 403);
   EXPECT_EQ(del.header("x-sluice-reason"), "denied_by_rule");
@@ -331,7 +331,7 @@ TEST_F(SessionTest, MethodAndPathDenyRulesApplyToPlainHttp) {
   EXPECT_EQ(c.readResponse().status, 200);
 }
 
-TEST_F(SessionTest, UnreachableUpstreamGets502WithWhy) {
+TEST_F(ClientConnectionTest, UnreachableUpstreamGets502WithWhy) {
   // A port nobody listens on: bind one, close it.
   std::uint16_t dead;
   {
@@ -351,14 +351,14 @@ TEST_F(SessionTest, UnreachableUpstreamGets502WithWhy) {
   EXPECT_NE(r2.body.find("resolve"), std::string::npos) << r2.body;
 }
 
-TEST_F(SessionTest, SilentUpstreamGets504) {
+TEST_F(ClientConnectionTest, SilentUpstreamGets504) {
   auto r = roundTrip(getRequest(upstream(), "/slow"));
   EXPECT_EQ(r.status, 504);
   EXPECT_EQ(r.header("x-sluice-reason"), "upstream_timeout");
   EXPECT_TRUE(sink_->waitRequest([](const auto& e) { return e.status == 504; }));
 }
 
-TEST_F(SessionTest, UpstreamResetMidResponseClosesTheClient) {
+TEST_F(ClientConnectionTest, UpstreamResetMidResponseClosesTheClient) {
   Client c(port_);
   ASSERT_TRUE(c.send(getRequest(upstream(), "/reset")));
   auto r = c.readResponse();
@@ -369,7 +369,7 @@ TEST_F(SessionTest, UpstreamResetMidResponseClosesTheClient) {
   EXPECT_EQ(conn->decision, "allow");
 }
 
-TEST_F(SessionTest, ExpectContinueIsAnsweredByTheProxy) {
+TEST_F(ClientConnectionTest, ExpectContinueIsAnsweredByTheProxy) {
   Client c(port_);
   ASSERT_TRUE(c.send("POST http://" + upstream() + "/e HTTP/1.1\r\nHost: " + upstream() +
                      "\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n"));
@@ -382,7 +382,7 @@ TEST_F(SessionTest, ExpectContinueIsAnsweredByTheProxy) {
   EXPECT_EQ(r.body.find("Expect"), std::string::npos);
 }
 
-TEST_F(SessionTest, UnhealthyAuditStoreFailsClosed) {
+TEST_F(ClientConnectionTest, UnhealthyAuditStoreFailsClosed) {
   sink_->setHealthy(false);
   EXPECT_EQ(roundTrip(getRequest(upstream(), "/")).status, 503);
   Client c(port_);

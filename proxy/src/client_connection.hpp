@@ -11,7 +11,7 @@
 namespace sluice::proxy {
 
 /// Serves `socket` (whose executor is its own strand) for `listener`.
-void startSession(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-                  tcp::socket socket);
+void startClientConnection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
+                           tcp::socket socket);
 
 }  // namespace sluice::proxy
