@@ -5,9 +5,10 @@
 
 namespace sluice::base {
 
-std::int64_t nowMs() {
-  using namespace std::chrono;
-  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+std::int64_t nowMs() { return epochMs(std::chrono::system_clock::now()); }
+
+std::int64_t epochMs(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
 std::int64_t steadyMs() {
