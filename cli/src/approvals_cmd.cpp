@@ -6,11 +6,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/local/stream_protocol.hpp>
-#include <boost/beast/core/flat_buffer.hpp>
-#include <boost/beast/http.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -18,6 +13,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "sluice/base/net.hpp"
 #include "sluice/base/strict_json.hpp"
 #include "sluice/proxy/approvals.hpp"
 

@@ -2,14 +2,12 @@
 // canonical form, the decision, refusals. Instantiated for plain TCP and for TLS streams.
 #include "exchange.hpp"
 
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/ssl.hpp>
-
 #include "admission.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
 #include "injection.hpp"
 #include "log.hpp"
+#include "sluice/base/net_tls.hpp"
 
 namespace sluice::proxy {
 

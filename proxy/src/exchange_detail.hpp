@@ -2,11 +2,10 @@
 // deciding; exchange_forward.cpp: forwarding and relaying).
 #pragma once
 
-#include <boost/asio/ssl/error.hpp>
 #include <string>
 #include <string_view>
 
-#include "sluice/base/net.hpp"
+#include "sluice/base/net_tls.hpp"
 
 namespace sluice::proxy::exchange_detail {
 

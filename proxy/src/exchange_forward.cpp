@@ -1,7 +1,5 @@
 // The one request pipeline, second half (exchange.hpp): injection, forwarding, the response
 // (interim and final, redacted), WebSocket upgrades. Instantiated for plain TCP and TLS.
-#include <boost/asio/ssl.hpp>
-#include <boost/beast/ssl.hpp>
 #include <limits>
 #include <sstream>
 
@@ -12,6 +10,7 @@
 #include "http_rules.hpp"
 #include "injection.hpp"
 #include "log.hpp"
+#include "sluice/base/net_tls.hpp"
 
 namespace sluice::proxy {
 

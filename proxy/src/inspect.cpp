@@ -6,12 +6,11 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 
-#include <boost/beast/ssl.hpp>
-
 #include "approval_wait.hpp"
 #include "audit_rows.hpp"
 #include "exchange.hpp"
 #include "log.hpp"
+#include "sluice/base/net_tls.hpp"
 #include "tls_context.hpp"
 #include "upstream_dial.hpp"
 

@@ -5,12 +5,11 @@
 
 #include <openssl/ssl.h>
 
-#include <boost/asio/ssl.hpp>
 #include <expected>
 #include <memory>
 #include <string>
 
-#include "sluice/base/net.hpp"
+#include "sluice/base/net_tls.hpp"
 #include "sluice/proxy/proxy.hpp"
 
 namespace sluice::proxy {
