@@ -18,19 +18,6 @@
 namespace sluice::policy {
 namespace {
 
-std::size_t editDistance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
-
 bool isHttpToken(std::string_view s) {
   if (s.empty()) return false;
   static constexpr std::string_view kExtra = "!#$%&'*+-.^_`|~";
@@ -636,7 +623,7 @@ class Parser {
     if (https_only) checkEnforceableThroughTls(n, r);
     checkNoEffect(n, r);
     checkPathOptions(n, r);
-    if (r.hasRequestConditions() && r.tls == TlsMode::kPassthrough && !https_only) {
+    if (passesTlsUnjudged(r) && !https_only) {
       // Not an error: plain HTTP to these ports (also inside a CONNECT tunnel) is judged
       // per request. But TLS tunnelled through cannot be, and a reviewer should know.
       const char* key = n["methods"] ? "methods" : "paths";
@@ -645,6 +632,32 @@ class Parser {
                           " is judged per request, but TLS tunnelled through to them is not; "
                           "add 'tls: inspect' to enforce it on HTTPS");
     }
+  }
+
+  // Whether TLS that another rule tunnels through escapes this rule's request conditions.
+  // Only a deny rule's: an allow or ask rule with conditions never grants a passthrough TLS
+  // tunnel (it is refused, inspection_required), so nothing escapes it. And not on a rule for
+  // port 80 only: TLS is not spoken there.
+  static bool passesTlsUnjudged(const Rule& r) {
+    if (r.action != Action::kDeny || !r.hasRequestConditions()) return false;
+    if (r.tls != TlsMode::kPassthrough) return false;
+    return std::any_of(r.ports.begin(), r.ports.end(),
+                       [](const PortRange& p) { return p.lo != 80 || p.hi != 80; });
+  }
+
+  // A workflow whose traffic goes to the proxy but that has no allow or ask rule: every
+  // connection is refused. Likely a forgotten rule, or a workflow that wants network: none.
+  void checkReachesSomething(const YAML::Node& root, const Workflow& w) {
+    if (w.sandbox.network != NetworkMode::kProxy) return;
+    if (std::any_of(w.rules.begin(), w.rules.end(),
+                    [](const Rule& r) { return r.action != Action::kDeny; })) {
+      return;
+    }
+    YAML::Node at = root["egress"] ? root["egress"] : root["name"] ? root["name"] : root;
+    warning(at, "workflow '" + w.name +
+                    "' can reach nothing: it has no allow or ask rule, so every connection "
+                    "is refused; add a rule, or set 'sandbox: {network: none}' if it needs "
+                    "no network");
   }
 
   // A rule for port 443 only, tunnelled through: its requests are encrypted, so conditions
@@ -726,6 +739,7 @@ class Parser {
     }
     if (auto v = root["sandbox"]) parseSandbox(v, w.sandbox);
     if (auto v = root["egress"]) parseEgress(v, w);
+    checkReachesSomething(root, w);
   }
 
  private:
@@ -771,6 +785,14 @@ std::expected<Workflow, LoadError> loadWorkflowFile(const std::filesystem::path&
   std::ostringstream ss;
   ss << in.rdbuf();
   return parseWorkflow(ss.str(), path.string());
+}
+
+std::string PolicySet::unknownWorkflow(std::string_view name, std::string_view dir) const {
+  std::string names;
+  for (const auto& [n, w] : workflows) names += (names.empty() ? "" : ", ") + n;
+  if (names.empty()) names = "none";
+  return "--workflow " + std::string(name) + ": no such workflow in " + std::string(dir) +
+         " (it has: " + names + ")";
 }
 
 const Workflow* PolicySet::find(std::string_view name) const {

@@ -217,14 +217,18 @@ TEST(Loader, PathsCaseAndPathParams) {
 }
 
 TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
-  std::string deny = std::string(kHead) +
-                     "egress:\n  rules:\n    - id: d\n      action: deny\n"
+  // (An allow rule first: a workflow that allows nothing is warned about too.)
+  const std::string allow_first =
+      "egress:\n  rules:\n    - id: a\n      action: allow\n"
+      "      hosts: [b.example]\n";
+  std::string deny = std::string(kHead) + allow_first +
+                     "    - id: d\n      action: deny\n"
                      "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
   auto w = parseWorkflow(deny, "p.yaml");
   ASSERT_TRUE(w) << w.error().str();
   ASSERT_EQ(w->warnings.size(), 1u);
   EXPECT_EQ(w->warnings[0].str(),
-            "p.yaml:9:14: warning: deny rule 'd' names paths without 'paths_case': a "
+            "p.yaml:12:14: warning: deny rule 'd' names paths without 'paths_case': a "
             "case-insensitive upstream would route /V1/ADMIN as /v1/admin, which this rule does "
             "not deny; set 'paths_case: insensitive' to deny every spelling, or 'paths_case: "
             "sensitive' if the upstream is case-sensitive");
@@ -234,8 +238,8 @@ TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
     EXPECT_TRUE(chosen->warnings.empty()) << choice;
   }
   // An ask rule a spelling misses lets an allow rule next to it decide without the approver.
-  std::string ask = std::string(kHead) +
-                    "egress:\n  rules:\n    - id: q\n      action: ask\n"
+  std::string ask = std::string(kHead) + allow_first +
+                    "    - id: q\n      action: ask\n"
                     "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
   auto asked = parseWorkflow(ask, "p.yaml");
   ASSERT_TRUE(asked) << asked.error().str();
@@ -248,6 +252,65 @@ TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
       rule("      hosts: [a.example]\n      paths: [/x]\n      tls: inspect\n"), "p.yaml");
   ASSERT_TRUE(allow);
   EXPECT_TRUE(allow->warnings.empty());
+}
+
+// Only what is true: TLS escapes a deny rule's request conditions (another rule tunnels it
+// through unseen), but an allow or ask rule's passthrough TLS tunnel is refused
+// (inspection_required), and a rule for port 80 only sees no TLS.
+TEST(Loader, WarnsAboutTlsOnlyWhereItEscapesTheRule) {
+  const std::string head = std::string(kHead) + "egress:\n  rules:\n";
+  const std::string allow_other =
+      "    - id: other\n      action: allow\n      hosts: [b.example]\n";
+  for (const char* action : {"allow", "ask"}) {
+    auto w = parseWorkflow(head + "    - id: r\n      action: " + action +
+                               "\n      hosts: [a.example]\n      methods: [GET]\n",
+                           "p.yaml");
+    ASSERT_TRUE(w) << w.error().str();
+    EXPECT_TRUE(w->warnings.empty()) << action << ": " << w->warnings[0].str();
+  }
+  auto port80 = parseWorkflow(head + allow_other +
+                                  "    - id: d\n      action: deny\n      hosts: [a.example]\n"
+                                  "      ports: [80]\n      methods: [POST]\n",
+                              "p.yaml");
+  ASSERT_TRUE(port80) << port80.error().str();
+  EXPECT_TRUE(port80->warnings.empty()) << port80->warnings[0].str();
+  auto deny = parseWorkflow(head + allow_other +
+                                "    - id: d\n      action: deny\n      hosts: [a.example]\n"
+                                "      methods: [POST]\n",
+                            "p.yaml");
+  ASSERT_TRUE(deny) << deny.error().str();
+  ASSERT_EQ(deny->warnings.size(), 1u);
+  EXPECT_EQ(deny->warnings[0].str(),
+            "p.yaml:12:16: warning: rule 'd' restricts methods with tls: passthrough: plain HTTP "
+            "to ports [80, 443] is judged per request, but TLS tunnelled through to them is not; "
+            "add 'tls: inspect' to enforce it on HTTPS");
+}
+
+TEST(Loader, WarnsAboutAWorkflowThatCanReachNothing) {
+  const std::string deny_only = std::string(kHead) +
+                                "egress:\n  rules:\n    - id: d\n      action: deny\n"
+                                "      hosts: [a.example]\n";
+  for (const std::string& yaml : {std::string(kHead), deny_only}) {
+    auto w = parseWorkflow(yaml, "p.yaml");
+    ASSERT_TRUE(w) << w.error().str();
+    ASSERT_EQ(w->warnings.size(), 1u) << yaml;
+    EXPECT_NE(w->warnings[0].str().find(
+                  "warning: workflow 'wf' can reach nothing: it has no allow or ask rule, so "
+                  "every connection is refused; add a rule, or set 'sandbox: {network: none}' "
+                  "if it needs no network"),
+              std::string::npos)
+        << w->warnings[0].str();
+  }
+  // network: none says it on purpose; one allow or ask rule reaches something.
+  auto none = parseWorkflow(std::string(kHead) + "sandbox:\n  network: none\n", "p.yaml");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->warnings.empty());
+  auto ask = parseWorkflow(std::string(kHead) +
+                               "egress:\n  rules:\n    - id: q\n      action: ask\n"
+                               "      hosts: [a.example]\n",
+                           "p.yaml");
+  ASSERT_TRUE(ask);
+  EXPECT_TRUE(ask->warnings.empty()) << ask->warnings[0].str();
 }
 
 TEST(Loader, AllowPrivateNeedsCidrs) {
