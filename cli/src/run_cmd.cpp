@@ -277,6 +277,7 @@ int RunJob::prepare() {
   spec_.limits = *limits;
   spec_.network_proxy = network_proxy;
   spec_.inputs = std::move(*inputs);
+  for (const auto& m : w.sandbox.mounts) spec_.mounts.push_back({m.source, m.target});
   spec_.output_dir = o_.output_dir;
   spec_.execution_id = execution::newExecutionId();
   // TLS inspection: a CA for this execution alone, its key only in this process's memory (the

@@ -13,6 +13,7 @@
 
 #include "host_pattern.hpp"
 #include "sluice/base/digest.hpp"
+#include "sluice/policy/host_mounts.hpp"
 #include "sluice/policy/units.hpp"
 
 namespace sluice::policy {
@@ -199,7 +200,7 @@ class Parser {
   void parseSandbox(const YAML::Node& n, SandboxLimits& s) {
     if (!checkMap(n, "sandbox",
                   {"timeout", "cpu_time", "memory", "pids", "output", "disk", "file_size",
-                   "open_files", "network", "pool"})) {
+                   "open_files", "network", "pool", "mounts"})) {
       return;
     }
     if (auto v = n["timeout"]) {
@@ -229,6 +230,9 @@ class Parser {
     if (auto v = n["pool"]) {
       if (auto x = count(v, "sandbox.pool", true)) s.pool = *x;
     }
+    if (auto v = n["mounts"]) {
+      list(v, "sandbox.mounts", [&](const YAML::Node& m) { parseMount(m, s.mounts); });
+    }
     if (auto v = n["network"]) {
       auto x = str(v, "sandbox.network");
       if (x == "none") {
@@ -239,6 +243,42 @@ class Parser {
         error(v, "sandbox.network must be 'none' or 'proxy' (got '" + *x + "')");
       }
     }
+  }
+
+  // One `sandbox.mounts` entry: {source, target[, read_only: true]}; read-only always.
+  void parseMount(const YAML::Node& n, std::vector<HostMount>& mounts) {
+    if (!checkMap(n, "a sandbox.mounts entry", {"source", "target", "read_only"})) return;
+    HostMount m;
+    const bool ok = mountPath(n, "source", m.source) & mountPath(n, "target", m.target);
+    if (auto v = n["read_only"]) {
+      if (auto ro = boolean(v, "read_only"); ro && !*ro)
+        error(v, "sandbox.mounts are read-only always: leave out 'read_only: false'");
+    }
+    if (!ok) return;
+    for (const HostMount& other : mounts) {
+      if (other.target == m.target)
+        error(n["target"], "sandbox.mounts: target '" + m.target + "' is given twice");
+    }
+    mounts.push_back(std::move(m));
+  }
+
+  // A mount's `source` or `target`, checked by the rules of host_mounts.hpp.
+  bool mountPath(const YAML::Node& n, const char* key, std::string& out) {
+    const YAML::Node v = n[key];
+    if (!v) {
+      error(n, std::string("a sandbox.mounts entry needs '") + key + "'");
+      return false;
+    }
+    auto s = str(v, std::string("sandbox.mounts ") + key);
+    if (!s) return false;
+    auto problem =
+        std::string_view(key) == "source" ? mountSourceProblem(*s) : mountTargetProblem(*s);
+    if (problem) {
+      error(v, std::string("sandbox.mounts ") + key + " '" + *s + "' " + *problem);
+      return false;
+    }
+    out = *s;
+    return true;
   }
 
   void parseLimits(const YAML::Node& n, EgressLimits& l) {

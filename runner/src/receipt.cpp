@@ -93,6 +93,13 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
         {"cgroup", r.isolation.cgroup}}},
       {"hash", hash ? json(*hash) : json(nullptr)},
   };
+  // Only a policy with sandbox.mounts lists them: the host paths the program could read.
+  if (!spec.mounts.empty()) {
+    json mounts = json::array();
+    for (const HostMount& m : spec.mounts)
+      mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", true}});
+    receipt["mounts"] = std::move(mounts);
+  }
   // Only a run given --input lists its inputs (sessions and `sluice serve` have none).
   if (!spec.inputs.empty()) {
     json inputs = json::array();

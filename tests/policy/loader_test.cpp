@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sluice/policy/host_mounts.hpp"
+
 namespace sluice::policy {
 namespace {
 
@@ -311,6 +313,88 @@ TEST(Loader, WarnsAboutAWorkflowThatCanReachNothing) {
                            "p.yaml");
   ASSERT_TRUE(ask);
   EXPECT_TRUE(ask->warnings.empty()) << ask->warnings[0].str();
+}
+
+TEST(Loader, SandboxMountsAreReadOnlyHostPaths) {
+  auto w = parseWorkflow(std::string(kHead) +
+                             "sandbox:\n  network: none\n  mounts:\n"
+                             "    - {source: /etc/apt, target: /etc/apt}\n"
+                             "    - {source: /var/lib/apt/lists, target: /var/lib/apt/lists, "
+                             "read_only: true}\n",
+                         "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  ASSERT_EQ(w->sandbox.mounts.size(), 2u);
+  EXPECT_EQ(w->sandbox.mounts[0].source, "/etc/apt");
+  EXPECT_EQ(w->sandbox.mounts[1].target, "/var/lib/apt/lists");
+  EXPECT_EQ(
+      problems(std::string(kHead) + "sandbox:\n  mounts:\n"
+                                    "    - {source: /etc/apt, target: /etc/apt, read_only: false}\n"
+                                    "    - {source: /etc/shadow, target: /srv/s}\n"
+                                    "    - {source: /etc/../root, target: /proc/x}\n"
+                                    "    - {source: /etc, target: /work/etc, mode: ro}\n"
+                                    "    - {source: opt, target: /etc/ssl}\n"
+                                    "    - {source: /opt, target: /etc/apt}\n"
+                                    "    - {target: /srv}\n"),
+      "p.yaml:6:55: sandbox.mounts are read-only always: leave out 'read_only: false'\n"
+      "p.yaml:7:16: sandbox.mounts source '/etc/shadow' is (or is under) /etc/shadow, which "
+      "holds secrets or host state\n"
+      "p.yaml:8:16: sandbox.mounts source '/etc/../root' must be normalised (no '//', '.' or "
+      "'..' parts)\n"
+      "p.yaml:8:38: sandbox.mounts target '/proc/x' would hide or replace the sandbox's "
+      "/proc\n"
+      "p.yaml:9:16: sandbox.mounts source '/etc' contains /etc/shadow, which holds secrets "
+      "or host state\n"
+      "p.yaml:9:30: sandbox.mounts target '/work/etc' would hide or replace the sandbox's "
+      "/work\n"
+      "p.yaml:9:41: unknown key 'mode' in a sandbox.mounts entry (expected one of: source "
+      "target read_only)\n"
+      "p.yaml:10:16: sandbox.mounts source 'opt' must be an absolute path\n"
+      "p.yaml:10:29: sandbox.mounts target '/etc/ssl' would hide or replace the sandbox's "
+      "/etc/ssl/certs/ca-certificates.crt\n"
+      "p.yaml:11:30: sandbox.mounts: target '/etc/apt' is given twice\n"
+      "p.yaml:12:7: a sandbox.mounts entry needs 'source'\n");
+}
+
+// The rules, by name: what a mount may show and where.
+TEST(HostMounts, SourcesHoldNoSecretsTargetsHideNothing) {
+  for (const char* ok : {"/etc/apt", "/var/lib/apt/lists", "/opt/tools", "/etc/ssl/certs"})
+    EXPECT_EQ(mountSourceProblem(ok), std::nullopt) << ok;
+  for (const char* bad :
+       {"/", "/etc", "/var", "/var/lib", "/run", "/etc/ssh/sshd_config", "/etc/ssl/private",
+        "/etc/sudoers.d", "/root/.ssh", "/var/lib/sluice/audit.db", "/etc/sluice", "/proc/1",
+        "/sys", "/dev/sda", "/etc/gshadow-", "/opt/", "/opt//x", "/opt/./x", "relative"})
+    EXPECT_NE(mountSourceProblem(bad), std::nullopt) << bad;
+  EXPECT_NE(mountSourceProblem("/srv/keys", {"/srv/keys"}), std::nullopt);
+  EXPECT_NE(mountSourceProblem("/srv", {"/srv/keys"}), std::nullopt);
+  for (const char* ok : {"/etc/apt", "/var/lib/apt/lists", "/opt/tools", "/home/x", "/srv",
+                         "/etc/ssl/certs/extra.pem", "/run/x"})
+    EXPECT_EQ(mountTargetProblem(ok), std::nullopt) << ok;
+  for (const char* bad : {"/",
+                          "/etc",
+                          "/usr",
+                          "/usr/local",
+                          "/bin",
+                          "/lib/x",
+                          "/work",
+                          "/work/a",
+                          "/tmp/a",
+                          "/output",
+                          "/input/x",
+                          "/var",
+                          "/var/tmp",
+                          "/var/cache/apt",
+                          "/dev/shm",
+                          "/proc/x",
+                          "/sys",
+                          "/etc/passwd",
+                          "/etc/group",
+                          "/etc/hosts",
+                          "/etc/resolv.conf",
+                          "/etc/ssl",
+                          "/etc/ssl/certs",
+                          "/etc/ssl/certs/ca-certificates.crt",
+                          "/etc/ld.so.cache"})
+    EXPECT_NE(mountTargetProblem(bad), std::nullopt) << bad;
 }
 
 TEST(Loader, AllowPrivateNeedsCidrs) {
