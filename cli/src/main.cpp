@@ -2,12 +2,33 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <initializer_list>
+#include <iostream>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "commands.hpp"
+#include "sluice/policy/diagnostics.hpp"
+
+namespace {
+
+// `sluice bogus`: CLI11 would only say "A subcommand is required". Names the nearest commands
+// (or all of them when none is near) and returns the usage status, 2.
+int unknownCommand(std::string_view word, const std::vector<std::string_view>& commands) {
+  auto near = sluice::policy::nearestNames(word, commands);
+  std::string list;
+  for (std::string_view c : near.empty() ? commands : std::vector<std::string_view>()) {
+    list += (list.empty() ? "" : ", ") + std::string(c);
+  }
+  for (const auto& c : near) list += (list.empty() ? "'" : ", '") + c + "'";
+  std::cerr << "sluice: unknown command '" << word << "' ("
+            << (near.empty() ? "commands: " + list : "did you mean " + list + "?")
+            << "); see sluice --help\n";
+  return 2;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -51,6 +72,12 @@ int main(int argc, char** argv) {
       {{"serve"}, sluice::cli::addServeCommands},
       {{"mcp"}, sluice::cli::addMcpCommands},
       {{"approvals"}, sluice::cli::addApprovalsCommands}};
+  std::vector<std::string_view> commands;
+  for (const Group& g : groups) commands.insert(commands.end(), g.names.begin(), g.names.end());
+  if (!first.empty() && first.front() != '-' &&
+      std::find(commands.begin(), commands.end(), first) == commands.end()) {
+    return unknownCommand(first, commands);
+  }
   bool added = false;
   for (const Group& g : groups) {
     if (std::find(g.names.begin(), g.names.end(), first) != g.names.end()) {

@@ -106,7 +106,7 @@ std::expected<Matchers, std::string> loadMatchers(const ProxyArgs& args, bool ha
   for (const auto& name : args.workflows) {
     auto it = set->workflows.find(name);
     if (it == set->workflows.end())
-      return std::unexpected("workflow '" + name + "' not found in " + args.policy_dir);
+      return std::unexpected(set->unknownWorkflow(name, args.policy_dir));
     const policy::Workflow& w = *it->second;
     if (!have_ca)
       for (const policy::Rule& r : w.rules)

@@ -148,6 +148,7 @@ base::Result<void> Sandbox::State::build() {
   spec.limits = limits;
   spec.network_proxy = network_proxy;
   spec.extra_files = extra_files;
+  spec.mounts = hostMounts(*workflow);
   for (const auto& ph : placeholders) spec.env.push_back(ph.env + "=" + ph.token);
   rn::ListenerCallback on_listener;
   rn::DnsCallback on_dns;
@@ -227,6 +228,7 @@ rn::RunSpec Sandbox::State::describe(const Command& cmd, const std::string& exec
   spec.limits = limits;
   if (cmd.limits.timeout) spec.limits.timeout = *cmd.limits.timeout;
   spec.network_proxy = network_proxy;
+  spec.mounts = hostMounts(*workflow);  // the session's binds, for the receipt
   spec.execution_id = exec_id;
   return spec;
 }
@@ -295,6 +297,7 @@ base::Result<Receipt> Sandbox::State::execOneShot(const Command& cmd, const Exec
   spec.limits = *workflowLimits(*workflow, cmd.limits);  // check() passed
   spec.network_proxy = network_proxy;
   spec.inputs = cmd.inputs;
+  spec.mounts = hostMounts(*workflow);
   spec.output_dir = cmd.output_dir;
   spec.execution_id = id;
   spec.extra_files = extra_files;

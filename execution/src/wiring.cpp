@@ -26,6 +26,12 @@ std::int64_t epochMs(std::chrono::system_clock::time_point t) {
 }
 }  // namespace
 
+std::vector<rn::HostMount> hostMounts(const pol::Workflow& w) {
+  std::vector<rn::HostMount> out;
+  for (const auto& m : w.sandbox.mounts) out.push_back({m.source, m.target});
+  return out;
+}
+
 std::expected<rn::Limits, std::string> workflowLimits(const pol::Workflow& w,
                                                       const rn::LimitOverrides& overrides) {
   rn::Limits base;

@@ -13,23 +13,11 @@
 
 #include "host_pattern.hpp"
 #include "sluice/base/digest.hpp"
+#include "sluice/policy/host_mounts.hpp"
 #include "sluice/policy/units.hpp"
 
 namespace sluice::policy {
 namespace {
-
-std::size_t editDistance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    cur[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
-    }
-    std::swap(prev, cur);
-  }
-  return prev[b.size()];
-}
 
 bool isHttpToken(std::string_view s) {
   if (s.empty()) return false;
@@ -212,7 +200,7 @@ class Parser {
   void parseSandbox(const YAML::Node& n, SandboxLimits& s) {
     if (!checkMap(n, "sandbox",
                   {"timeout", "cpu_time", "memory", "pids", "output", "disk", "file_size",
-                   "open_files", "network", "pool"})) {
+                   "open_files", "network", "pool", "mounts"})) {
       return;
     }
     if (auto v = n["timeout"]) {
@@ -242,6 +230,9 @@ class Parser {
     if (auto v = n["pool"]) {
       if (auto x = count(v, "sandbox.pool", true)) s.pool = *x;
     }
+    if (auto v = n["mounts"]) {
+      list(v, "sandbox.mounts", [&](const YAML::Node& m) { parseMount(m, s.mounts); });
+    }
     if (auto v = n["network"]) {
       auto x = str(v, "sandbox.network");
       if (x == "none") {
@@ -252,6 +243,42 @@ class Parser {
         error(v, "sandbox.network must be 'none' or 'proxy' (got '" + *x + "')");
       }
     }
+  }
+
+  // One `sandbox.mounts` entry: {source, target[, read_only: true]}; read-only always.
+  void parseMount(const YAML::Node& n, std::vector<HostMount>& mounts) {
+    if (!checkMap(n, "a sandbox.mounts entry", {"source", "target", "read_only"})) return;
+    HostMount m;
+    const bool ok = mountPath(n, "source", m.source) & mountPath(n, "target", m.target);
+    if (auto v = n["read_only"]) {
+      if (auto ro = boolean(v, "read_only"); ro && !*ro)
+        error(v, "sandbox.mounts are read-only always: leave out 'read_only: false'");
+    }
+    if (!ok) return;
+    for (const HostMount& other : mounts) {
+      if (other.target == m.target)
+        error(n["target"], "sandbox.mounts: target '" + m.target + "' is given twice");
+    }
+    mounts.push_back(std::move(m));
+  }
+
+  // A mount's `source` or `target`, checked by the rules of host_mounts.hpp.
+  bool mountPath(const YAML::Node& n, const char* key, std::string& out) {
+    const YAML::Node v = n[key];
+    if (!v) {
+      error(n, std::string("a sandbox.mounts entry needs '") + key + "'");
+      return false;
+    }
+    auto s = str(v, std::string("sandbox.mounts ") + key);
+    if (!s) return false;
+    auto problem =
+        std::string_view(key) == "source" ? mountSourceProblem(*s) : mountTargetProblem(*s);
+    if (problem) {
+      error(v, std::string("sandbox.mounts ") + key + " '" + *s + "' " + *problem);
+      return false;
+    }
+    out = *s;
+    return true;
   }
 
   void parseLimits(const YAML::Node& n, EgressLimits& l) {
@@ -636,7 +663,7 @@ class Parser {
     if (https_only) checkEnforceableThroughTls(n, r);
     checkNoEffect(n, r);
     checkPathOptions(n, r);
-    if (r.hasRequestConditions() && r.tls == TlsMode::kPassthrough && !https_only) {
+    if (passesTlsUnjudged(r) && !https_only) {
       // Not an error: plain HTTP to these ports (also inside a CONNECT tunnel) is judged
       // per request. But TLS tunnelled through cannot be, and a reviewer should know.
       const char* key = n["methods"] ? "methods" : "paths";
@@ -645,6 +672,32 @@ class Parser {
                           " is judged per request, but TLS tunnelled through to them is not; "
                           "add 'tls: inspect' to enforce it on HTTPS");
     }
+  }
+
+  // Whether TLS that another rule tunnels through escapes this rule's request conditions.
+  // Only a deny rule's: an allow or ask rule with conditions never grants a passthrough TLS
+  // tunnel (it is refused, inspection_required), so nothing escapes it. And not on a rule for
+  // port 80 only: TLS is not spoken there.
+  static bool passesTlsUnjudged(const Rule& r) {
+    if (r.action != Action::kDeny || !r.hasRequestConditions()) return false;
+    if (r.tls != TlsMode::kPassthrough) return false;
+    return std::any_of(r.ports.begin(), r.ports.end(),
+                       [](const PortRange& p) { return p.lo != 80 || p.hi != 80; });
+  }
+
+  // A workflow whose traffic goes to the proxy but that has no allow or ask rule: every
+  // connection is refused. Likely a forgotten rule, or a workflow that wants network: none.
+  void checkReachesSomething(const YAML::Node& root, const Workflow& w) {
+    if (w.sandbox.network != NetworkMode::kProxy) return;
+    if (std::any_of(w.rules.begin(), w.rules.end(),
+                    [](const Rule& r) { return r.action != Action::kDeny; })) {
+      return;
+    }
+    YAML::Node at = root["egress"] ? root["egress"] : root["name"] ? root["name"] : root;
+    warning(at, "workflow '" + w.name +
+                    "' can reach nothing: it has no allow or ask rule, so every connection "
+                    "is refused; add a rule, or set 'sandbox: {network: none}' if it needs "
+                    "no network");
   }
 
   // A rule for port 443 only, tunnelled through: its requests are encrypted, so conditions
@@ -726,6 +779,7 @@ class Parser {
     }
     if (auto v = root["sandbox"]) parseSandbox(v, w.sandbox);
     if (auto v = root["egress"]) parseEgress(v, w);
+    checkReachesSomething(root, w);
   }
 
  private:
@@ -771,6 +825,14 @@ std::expected<Workflow, LoadError> loadWorkflowFile(const std::filesystem::path&
   std::ostringstream ss;
   ss << in.rdbuf();
   return parseWorkflow(ss.str(), path.string());
+}
+
+std::string PolicySet::unknownWorkflow(std::string_view name, std::string_view dir) const {
+  std::string names;
+  for (const auto& [n, w] : workflows) names += (names.empty() ? "" : ", ") + n;
+  if (names.empty()) names = "none";
+  return "--workflow " + std::string(name) + ": no such workflow in " + std::string(dir) +
+         " (it has: " + names + ")";
 }
 
 const Workflow* PolicySet::find(std::string_view name) const {

@@ -249,13 +249,46 @@ std::unexpected<SetupError> err(std::string step, std::string msg) {
   return std::unexpected(SetupError{SetupError::Kind::kSetup, std::move(step), std::move(msg)});
 }
 
+// A policy's read-only host paths (RunSpec::mounts), after the default /etc so that they may
+// add to it (/etc/apt). The loader checked both paths by name; here the source must exist and
+// be its own real path, so no symlink leads the bind somewhere the loader did not see.
+std::expected<void, SetupError> planHostMounts(const RunSpec& spec, PlanBuilder& b) {
+  using K = MountOp::Kind;
+  for (const HostMount& m : spec.mounts) {
+    const std::string what = "sandbox.mounts source " + m.source;
+    if (!m.target.starts_with("/") || !safeRelative(m.target.substr(1)))
+      return err("mount", "sandbox.mounts target " + m.target + ": not a normalised absolute path");
+    struct stat st {};
+    if (::lstat(m.source.c_str(), &st) != 0)
+      return err("mount", what + ": " + std::strerror(errno));
+    std::error_code ec;
+    const fs::path real = fs::canonical(m.source, ec);
+    if (ec) return err("mount", what + ": " + ec.message());
+    if (real.string() != m.source)
+      return err("mount", what + " resolves to " + real.string() + ": name the real path");
+    b.parents(m.target);
+    if (S_ISDIR(st.st_mode)) {
+      b.mkdir(m.target);
+    } else if (S_ISREG(st.st_mode)) {
+      b.add(K::kTouch, m.target, {}, "create host mount point");
+    } else {
+      return err("mount", what + ": neither a regular file nor a directory");
+    }
+    b.add(K::kBindRo, m.target, m.source, "bind host path read-only");
+  }
+  return {};
+}
+
 // Where the sandbox's mounts are staged: a directory that hides nothing the plan binds from
 // the host (an input under it would vanish behind the staging tmpfs).
 std::expected<std::string, SetupError> chooseStage(const RunSpec& spec, bool user_namespace) {
   auto hides = [&](const std::string& dir) {
-    for (const Input& in : spec.inputs) {
-      std::error_code ec;  // where the input really is: its symlinks resolved
-      const std::string h = fs::weakly_canonical(fs::absolute(in.host), ec).string();
+    std::vector<fs::path> hosts;
+    for (const Input& in : spec.inputs) hosts.push_back(in.host);
+    for (const HostMount& m : spec.mounts) hosts.emplace_back(m.source);
+    for (const fs::path& host : hosts) {
+      std::error_code ec;  // where the path really is: its symlinks resolved
+      const std::string h = fs::weakly_canonical(fs::absolute(host), ec).string();
       if (h == dir || h.starts_with(dir + "/")) return true;
     }
     return false;
@@ -491,6 +524,7 @@ std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool us
   using K = MountOp::Kind;
   planSystemDirs(b);
   if (auto r = planEtc(spec, b); !r) return std::unexpected(r.error());
+  if (auto r = planHostMounts(spec, b); !r) return std::unexpected(r.error());
   planProcAndDev(b, user_namespace);
   std::vector<MountOp> stage_ops = planScratch(spec, plan.scratch, b);
   if (auto r = planInputs(spec, plan.stage, user_namespace, b, stage_ops); !r)

@@ -20,6 +20,38 @@ std::string formatTimestamp(std::chrono::system_clock::time_point t) {
   return out;
 }
 
+namespace {
+
+// What the run could read of the host beyond the default sandbox: the policy's mounts and the
+// --input files. Each list is present only when there is one (sessions and `sluice serve`
+// have no inputs).
+void addHostPaths(nlohmann::json& receipt, const RunSpec& spec, const RunResult& r) {
+  using nlohmann::json;
+  // Only a policy with sandbox.mounts lists them: the host paths the program could read.
+  if (!spec.mounts.empty()) {
+    json mounts = json::array();
+    for (const HostMount& m : spec.mounts)
+      mounts.push_back({{"source", m.source}, {"target", m.target}, {"read_only", true}});
+    receipt["mounts"] = std::move(mounts);
+  }
+  // Only a run given --input lists its inputs.
+  if (!spec.inputs.empty()) {
+    json inputs = json::array();
+    for (const InputFile& f : r.inputs) {
+      json entry = {{"path", f.path}, {"source", f.source}, {"bytes", f.bytes}};
+      if (f.error.empty())
+        entry["sha256"] = f.sha256;
+      else
+        entry["error"] = f.error;
+      inputs.push_back(std::move(entry));
+    }
+    receipt["inputs"] = std::move(inputs);
+    receipt["inputs_truncated"] = r.inputs_truncated;
+  }
+}
+
+}  // namespace
+
 nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const ReceiptContext& ctx,
                             const std::optional<std::string>& hash) {
   using nlohmann::json;
@@ -93,20 +125,7 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
         {"cgroup", r.isolation.cgroup}}},
       {"hash", hash ? json(*hash) : json(nullptr)},
   };
-  // Only a run given --input lists its inputs (sessions and `sluice serve` have none).
-  if (!spec.inputs.empty()) {
-    json inputs = json::array();
-    for (const InputFile& f : r.inputs) {
-      json entry = {{"path", f.path}, {"source", f.source}, {"bytes", f.bytes}};
-      if (f.error.empty())
-        entry["sha256"] = f.sha256;
-      else
-        entry["error"] = f.error;
-      inputs.push_back(std::move(entry));
-    }
-    receipt["inputs"] = std::move(inputs);
-    receipt["inputs_truncated"] = r.inputs_truncated;
-  }
+  addHostPaths(receipt, spec, r);
   return receipt;
 }
 

@@ -47,6 +47,7 @@ RunSpec runSpecOf(const SessionSpec& s) {
   r.limits = s.limits;
   r.network_proxy = s.network_proxy;
   r.inputs = s.inputs;
+  r.mounts = s.mounts;
   r.extra_files = s.extra_files;
   r.execution_id = s.session_id;
   r.uid = s.uid;

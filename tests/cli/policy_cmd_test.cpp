@@ -76,6 +76,11 @@ TEST_F(PolicyCli, CheckReportsEveryProblemWithPosition) {
 TEST_F(PolicyCli, CheckExamplesDirectory) {
   auto r = sluice(std::string("policy check ") + SLUICE_SOURCE_DIR + "/examples/workflows");
   EXPECT_EQ(r.status, 0) << r.out;
+  // The shipped examples are what users copy: each checks clean, without a single warning.
+  EXPECT_EQ(r.out.find("warning"), std::string::npos) << r.out;
+  std::size_t oks = 0;
+  for (std::size_t at = 0; (at = r.out.find("ok ", at)) != std::string::npos; ++at) ++oks;
+  EXPECT_EQ(oks, 4u) << r.out;
 }
 
 TEST_F(PolicyCli, ExplainAllowJson) {

@@ -180,7 +180,11 @@ TEST_F(ProxyCmdTest, UnknownWorkflowAndBadListenFail) {
                       "127.0.0.1:0", "--workflow", "nope"});
     EXPECT_EQ(cmd.wait(), 1);
     cmd.waitFor("x", std::chrono::milliseconds(100));
-    EXPECT_NE(cmd.output().find("nope"), std::string::npos) << cmd.output();
+    // Names the workflows the directory has, as `sluice mcp` does.
+    EXPECT_NE(cmd.output().find("--workflow nope: no such workflow in " +
+                                (dir_ / "policies").string() + " (it has: cli)"),
+              std::string::npos)
+        << cmd.output();
   }
   {
     ProxyCommand cmd({"proxy", "--policy-dir", (dir_ / "policies").string(), "--listen",

@@ -13,9 +13,11 @@
 // - npm installs a small real package from the registry the host's own npm is configured with
 //   (`npm config get registry`: no registry host is named here), over a passthrough TLS rule
 //   for that host; skipped, whatever the environment, when the host cannot reach it.
-//
-// Not here: `apt-get download` needs the host's /etc/apt, which the sandbox never carries; it
-// waits for a policy's read-only `sandbox.mounts`.
+// - apt-get downloads a small package from the Debian mirror the host's apt is configured with
+//   (`apt-get download --print-uris`: no mirror host is named here), with the host's /etc/apt,
+//   package lists and dpkg database given read-only by the policy's `sandbox.mounts`, under a
+//   method/path rule allowing only GET of the mirror's pool; skipped when the host cannot
+//   reach the mirror or its lists lack the package.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -46,7 +48,10 @@ constexpr char kIndexAddress[] = "10.237.0.2";
 constexpr char kIndexPackage[] = "sluicedemo";
 constexpr char kIndexVersion[] = "1.2.3";
 
-enum class Network { kNone, kLocalIndex, kNpmRegistry };
+enum class Network { kNone, kLocalIndex, kNpmRegistry, kDebianMirror };
+
+// The package apt-get downloads: tiny, in Debian's main for every release.
+constexpr char kAptPackage[] = "hello";
 
 struct EverydayCase {
   const char* name;
@@ -138,6 +143,20 @@ console.log(isNumber(5), isNumber("five"), require("is-number/package.json").ver
 )SH",
      "true false 7.0.0\n"},
 
+    // The host's apt configuration comes from the policy's read-only sandbox.mounts. The rule
+    // allows GET of the mirror's pool only: `apt-get update` (its dists/) is refused.
+    {"apt_get_download", "command -v apt-get && command -v dpkg-deb", Network::kDebianMirror,
+     R"SH(set -e
+cd /work
+apt-get download hello >&2
+ls hello_*.deb | wc -l
+dpkg-deb -f hello_*.deb Package
+(echo x > /etc/apt/sluice-test) 2>/dev/null || echo "/etc/apt read-only"
+mkdir -p /work/lists/partial
+apt-get -q -o Dir::State::Lists=/work/lists update > /dev/null 2>&1 || echo "update refused"
+)SH",
+     "1\nhello\n/etc/apt read-only\nupdate refused\n"},
+
     {"node", "command -v node", Network::kNone,
      R"SH(set -e
 node -e 'const squares = [1, 2, 3, 4].map((x) => x * x);
@@ -227,10 +246,12 @@ class EverydayProgram : public ::testing::TestWithParam<EverydayCase> {
 
   /// Writes policy.yaml: a default sandbox (longer timeouts: a venv or an npm install on a
   /// loaded machine takes a while) with `rules` (YAML list items, may be empty).
-  std::string writePolicy(const std::string& rules) {
+  /// `mounts`: sandbox.mounts list items, may be empty.
+  std::string writePolicy(const std::string& rules, const std::string& mounts = "") {
     const fs::path p = dir_ / "policy.yaml";
     std::ofstream(p) << "apiVersion: sluice/v1\nkind: Workflow\nname: everyday\n"
                         "sandbox:\n  timeout: 180s\n  cpu_time: 120s\n  network: proxy\n"
+                     << (mounts.empty() ? "" : "  mounts:\n" + mounts)
                      << (rules.empty() ? "" : "egress:\n  rules:\n" + rules);
     return p.string();
   }
@@ -277,16 +298,16 @@ std::string hostNpmRegistry(const fs::path& dir, NpmRegistry& reg) {
   return "";
 }
 
-/// The rule allowing the registry. Where this machine reaches it at a non-global address (a
-/// mirror in a test network: the SSRF guard refuses those, `policy explain --ip` says so), the
-/// rule must name those addresses with allow_private, as it would for any private mirror.
-std::string npmRegistryRule(const NpmRegistry& reg, const fs::path& dir) {
-  std::string rule = "    - id: npm-registry\n      action: allow\n      hosts: [\"" + reg.host +
-                     "\"]\n      ports: [" + reg.port + "]\n";
-  std::ofstream(dir / "npm-probe.yaml")
-      << "apiVersion: sluice/v1\nkind: Workflow\nname: npm-probe\negress:\n  rules:\n"
-      << rule;
-  auto [rc, addrs] = shellOutput("getent ahosts " + reg.host + " | awk '{print $1}' | sort -u");
+/// `rule` (allowing `host`:`port`), and where this machine reaches the host at a non-global
+/// address (a mirror in a test network: the SSRF guard refuses those, `policy explain --ip`
+/// says so), those addresses as its cidrs with allow_private, as for any private mirror.
+std::string reachableRule(std::string rule, const std::string& host, const std::string& port,
+                          const fs::path& dir) {
+  // The probe names only host and port: its question is the address, not a request.
+  std::ofstream(dir / "probe.yaml")
+      << "apiVersion: sluice/v1\nkind: Workflow\nname: probe\negress:\n  rules:\n"
+      << "    - {id: probe, action: allow, hosts: [\"" << host << "\"], ports: [" << port << "]}\n";
+  auto [rc, addrs] = shellOutput("getent ahosts " + host + " | awk '{print $1}' | sort -u");
   std::istringstream in(addrs);
   std::vector<std::string> cidrs;
   bool guarded = false;
@@ -294,8 +315,8 @@ std::string npmRegistryRule(const NpmRegistry& reg, const fs::path& dir) {
     if (a.empty()) continue;
     cidrs.push_back(a.find(':') == std::string::npos ? a + "/32" : a + "/128");
     auto [erc, why] = shellOutput(std::string(SLUICE_BINARY) + " policy explain --policy " +
-                                  (dir / "npm-probe.yaml").string() + " --connect " + reg.host +
-                                  ":" + reg.port + " --ip " + a);
+                                  (dir / "probe.yaml").string() + " --connect " + host + ":" +
+                                  port + " --ip " + a);
     guarded = guarded || why.find("private_address") != std::string::npos;
   }
   if (!guarded) return rule;
@@ -303,6 +324,56 @@ std::string npmRegistryRule(const NpmRegistry& reg, const fs::path& dir) {
   for (std::size_t i = 0; i < cidrs.size(); ++i) rule += (i ? ", \"" : "\"") + cidrs[i] + "\"";
   return rule + "]\n";
 }
+
+std::string npmRegistryRule(const NpmRegistry& reg, const fs::path& dir) {
+  return reachableRule("    - id: npm-registry\n      action: allow\n      hosts: [\"" + reg.host +
+                           "\"]\n      ports: [" + reg.port + "]\n",
+                       reg.host, reg.port, dir);
+}
+
+/// The rule for the Debian mirror the host's apt downloads kAptPackage from: GET of its pool
+/// only. Returns "" and fills `rule`, or why the case cannot run here. apt names the mirror
+/// (`apt-get download --print-uris`); the host downloading the package proves it reachable.
+std::string hostDebianMirrorRule(const fs::path& dir, std::string& rule) {
+  auto [rc, line] = shellOutput(std::string("apt-get download --print-uris ") + kAptPackage +
+                                " 2>/dev/null | head -1");
+  if (rc != 0 || line.rfind("'", 0) != 0)
+    return std::string("the host's apt lists have no package ") + kAptPackage + ": " + line;
+  const std::string url = line.substr(1, line.find('\'', 1) - 1);  // 'URL' FILE SIZE HASH
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) return "apt printed no URL: " + line;
+  const bool https = url.starts_with("https://");
+  std::string authority = url.substr(scheme_end + 3);
+  const std::string path = authority.substr(authority.find('/'));
+  authority = authority.substr(0, authority.find('/'));
+  if (authority.find('@') != std::string::npos) return "the host's apt mirror URL has credentials";
+  const auto pool = path.find("/pool/");
+  if (pool == std::string::npos) return "the host's apt mirror has no /pool/: " + url;
+  const auto colon = authority.rfind(':');
+  const std::string host = authority.substr(0, colon);
+  const std::string port =
+      colon != std::string::npos ? authority.substr(colon + 1) : (https ? "443" : "80");
+  fs::create_directories(dir / "host-apt");
+  auto [drc, dout] = shellOutput("cd " + (dir / "host-apt").string() +
+                                 " && timeout 60 apt-get download " + kAptPackage + " 2>&1");
+  fs::remove_all(dir / "host-apt");
+  if (drc != 0) return "the host's apt mirror is unreachable from this machine: " + dout;
+  // Methods and paths over HTTPS need the proxy to see the requests: tls: inspect.
+  rule = reachableRule("    - id: debian-mirror\n      action: allow\n      hosts: [\"" + host +
+                           "\"]\n      ports: [" + port +
+                           "]\n      methods: [GET]\n"
+                           "      paths: [\"" +
+                           path.substr(0, pool) + "/pool/*\"]\n" +
+                           (https ? "      tls: inspect\n" : ""),
+                       host, port, dir);
+  return "";
+}
+
+// What apt reads, read-only: its configuration and keys, the package lists, dpkg's database.
+constexpr char kAptMounts[] =
+    "    - {source: /etc/apt, target: /etc/apt}\n"
+    "    - {source: /var/lib/apt/lists, target: /var/lib/apt/lists}\n"
+    "    - {source: /var/lib/dpkg, target: /var/lib/dpkg}\n";
 
 TEST_P(EverydayProgram, PrintsWhatItPrintsOnTheHost) {
   const EverydayCase& c = GetParam();
@@ -327,8 +398,17 @@ TEST_P(EverydayProgram, PrintsWhatItPrintsOnTheHost) {
     rules = npmRegistryRule(reg, dir_);
     env = {"npm_config_registry=" + reg.url, "npm_config_update_notifier=false"};
   }
-  Outcome o = run(writePolicy(rules), env, c.script);
-  EXPECT_EQ(o.status, 0) << o.err;
+  std::string mounts;
+  if (c.network == Network::kDebianMirror) {
+    if (const std::string why = hostDebianMirrorRule(dir_, rules); !why.empty())
+      GTEST_SKIP() << why;
+    mounts = kAptMounts;
+  }
+  const std::string policy = writePolicy(rules, mounts);
+  Outcome o = run(policy, env, c.script);
+  EXPECT_EQ(o.status, 0) << o.err << "policy:\n"
+                         << std::string(
+                                std::istreambuf_iterator<char>(std::ifstream(policy).rdbuf()), {});
   EXPECT_EQ(o.out, c.expected) << "stderr (the program's, then sluice's):\n" << o.err;
 }
 

@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "sluice/policy/host_mounts.hpp"
+
 namespace sluice::policy {
 namespace {
 
@@ -217,14 +219,18 @@ TEST(Loader, PathsCaseAndPathParams) {
 }
 
 TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
-  std::string deny = std::string(kHead) +
-                     "egress:\n  rules:\n    - id: d\n      action: deny\n"
+  // (An allow rule first: a workflow that allows nothing is warned about too.)
+  const std::string allow_first =
+      "egress:\n  rules:\n    - id: a\n      action: allow\n"
+      "      hosts: [b.example]\n";
+  std::string deny = std::string(kHead) + allow_first +
+                     "    - id: d\n      action: deny\n"
                      "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
   auto w = parseWorkflow(deny, "p.yaml");
   ASSERT_TRUE(w) << w.error().str();
   ASSERT_EQ(w->warnings.size(), 1u);
   EXPECT_EQ(w->warnings[0].str(),
-            "p.yaml:9:14: warning: deny rule 'd' names paths without 'paths_case': a "
+            "p.yaml:12:14: warning: deny rule 'd' names paths without 'paths_case': a "
             "case-insensitive upstream would route /V1/ADMIN as /v1/admin, which this rule does "
             "not deny; set 'paths_case: insensitive' to deny every spelling, or 'paths_case: "
             "sensitive' if the upstream is case-sensitive");
@@ -234,8 +240,8 @@ TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
     EXPECT_TRUE(chosen->warnings.empty()) << choice;
   }
   // An ask rule a spelling misses lets an allow rule next to it decide without the approver.
-  std::string ask = std::string(kHead) +
-                    "egress:\n  rules:\n    - id: q\n      action: ask\n"
+  std::string ask = std::string(kHead) + allow_first +
+                    "    - id: q\n      action: ask\n"
                     "      hosts: [a.example]\n      paths: [/admin/*]\n      tls: inspect\n";
   auto asked = parseWorkflow(ask, "p.yaml");
   ASSERT_TRUE(asked) << asked.error().str();
@@ -248,6 +254,147 @@ TEST(Loader, DenyOrAskRuleWithPathsWarnsUntilPathsCaseIsChosen) {
       rule("      hosts: [a.example]\n      paths: [/x]\n      tls: inspect\n"), "p.yaml");
   ASSERT_TRUE(allow);
   EXPECT_TRUE(allow->warnings.empty());
+}
+
+// Only what is true: TLS escapes a deny rule's request conditions (another rule tunnels it
+// through unseen), but an allow or ask rule's passthrough TLS tunnel is refused
+// (inspection_required), and a rule for port 80 only sees no TLS.
+TEST(Loader, WarnsAboutTlsOnlyWhereItEscapesTheRule) {
+  const std::string head = std::string(kHead) + "egress:\n  rules:\n";
+  const std::string allow_other =
+      "    - id: other\n      action: allow\n      hosts: [b.example]\n";
+  for (const char* action : {"allow", "ask"}) {
+    auto w = parseWorkflow(head + "    - id: r\n      action: " + action +
+                               "\n      hosts: [a.example]\n      methods: [GET]\n",
+                           "p.yaml");
+    ASSERT_TRUE(w) << w.error().str();
+    EXPECT_TRUE(w->warnings.empty()) << action << ": " << w->warnings[0].str();
+  }
+  auto port80 = parseWorkflow(head + allow_other +
+                                  "    - id: d\n      action: deny\n      hosts: [a.example]\n"
+                                  "      ports: [80]\n      methods: [POST]\n",
+                              "p.yaml");
+  ASSERT_TRUE(port80) << port80.error().str();
+  EXPECT_TRUE(port80->warnings.empty()) << port80->warnings[0].str();
+  auto deny = parseWorkflow(head + allow_other +
+                                "    - id: d\n      action: deny\n      hosts: [a.example]\n"
+                                "      methods: [POST]\n",
+                            "p.yaml");
+  ASSERT_TRUE(deny) << deny.error().str();
+  ASSERT_EQ(deny->warnings.size(), 1u);
+  EXPECT_EQ(deny->warnings[0].str(),
+            "p.yaml:12:16: warning: rule 'd' restricts methods with tls: passthrough: plain HTTP "
+            "to ports [80, 443] is judged per request, but TLS tunnelled through to them is not; "
+            "add 'tls: inspect' to enforce it on HTTPS");
+}
+
+TEST(Loader, WarnsAboutAWorkflowThatCanReachNothing) {
+  const std::string deny_only = std::string(kHead) +
+                                "egress:\n  rules:\n    - id: d\n      action: deny\n"
+                                "      hosts: [a.example]\n";
+  for (const std::string& yaml : {std::string(kHead), deny_only}) {
+    auto w = parseWorkflow(yaml, "p.yaml");
+    ASSERT_TRUE(w) << w.error().str();
+    ASSERT_EQ(w->warnings.size(), 1u) << yaml;
+    EXPECT_NE(w->warnings[0].str().find(
+                  "warning: workflow 'wf' can reach nothing: it has no allow or ask rule, so "
+                  "every connection is refused; add a rule, or set 'sandbox: {network: none}' "
+                  "if it needs no network"),
+              std::string::npos)
+        << w->warnings[0].str();
+  }
+  // network: none says it on purpose; one allow or ask rule reaches something.
+  auto none = parseWorkflow(std::string(kHead) + "sandbox:\n  network: none\n", "p.yaml");
+  ASSERT_TRUE(none);
+  EXPECT_TRUE(none->warnings.empty());
+  auto ask = parseWorkflow(std::string(kHead) +
+                               "egress:\n  rules:\n    - id: q\n      action: ask\n"
+                               "      hosts: [a.example]\n",
+                           "p.yaml");
+  ASSERT_TRUE(ask);
+  EXPECT_TRUE(ask->warnings.empty()) << ask->warnings[0].str();
+}
+
+TEST(Loader, SandboxMountsAreReadOnlyHostPaths) {
+  auto w = parseWorkflow(std::string(kHead) +
+                             "sandbox:\n  network: none\n  mounts:\n"
+                             "    - {source: /etc/apt, target: /etc/apt}\n"
+                             "    - {source: /var/lib/apt/lists, target: /var/lib/apt/lists, "
+                             "read_only: true}\n",
+                         "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  ASSERT_EQ(w->sandbox.mounts.size(), 2u);
+  EXPECT_EQ(w->sandbox.mounts[0].source, "/etc/apt");
+  EXPECT_EQ(w->sandbox.mounts[1].target, "/var/lib/apt/lists");
+  EXPECT_EQ(
+      problems(std::string(kHead) + "sandbox:\n  mounts:\n"
+                                    "    - {source: /etc/apt, target: /etc/apt, read_only: false}\n"
+                                    "    - {source: /etc/shadow, target: /srv/s}\n"
+                                    "    - {source: /etc/../root, target: /proc/x}\n"
+                                    "    - {source: /etc, target: /work/etc, mode: ro}\n"
+                                    "    - {source: opt, target: /etc/ssl}\n"
+                                    "    - {source: /opt, target: /etc/apt}\n"
+                                    "    - {target: /srv}\n"),
+      "p.yaml:6:55: sandbox.mounts are read-only always: leave out 'read_only: false'\n"
+      "p.yaml:7:16: sandbox.mounts source '/etc/shadow' is (or is under) /etc/shadow, which "
+      "holds secrets or host state\n"
+      "p.yaml:8:16: sandbox.mounts source '/etc/../root' must be normalised (no '//', '.' or "
+      "'..' parts)\n"
+      "p.yaml:8:38: sandbox.mounts target '/proc/x' would hide or replace the sandbox's "
+      "/proc\n"
+      "p.yaml:9:16: sandbox.mounts source '/etc' contains /etc/shadow, which holds secrets "
+      "or host state\n"
+      "p.yaml:9:30: sandbox.mounts target '/work/etc' would hide or replace the sandbox's "
+      "/work\n"
+      "p.yaml:9:41: unknown key 'mode' in a sandbox.mounts entry (expected one of: source "
+      "target read_only)\n"
+      "p.yaml:10:16: sandbox.mounts source 'opt' must be an absolute path\n"
+      "p.yaml:10:29: sandbox.mounts target '/etc/ssl' would hide or replace the sandbox's "
+      "/etc/ssl/certs/ca-certificates.crt\n"
+      "p.yaml:11:30: sandbox.mounts: target '/etc/apt' is given twice\n"
+      "p.yaml:12:7: a sandbox.mounts entry needs 'source'\n");
+}
+
+// The rules, by name: what a mount may show and where.
+TEST(HostMounts, SourcesHoldNoSecretsTargetsHideNothing) {
+  for (const char* ok : {"/etc/apt", "/var/lib/apt/lists", "/opt/tools", "/etc/ssl/certs"})
+    EXPECT_EQ(mountSourceProblem(ok), std::nullopt) << ok;
+  for (const char* bad :
+       {"/", "/etc", "/var", "/var/lib", "/run", "/etc/ssh/sshd_config", "/etc/ssl/private",
+        "/etc/sudoers.d", "/root/.ssh", "/var/lib/sluice/audit.db", "/etc/sluice", "/proc/1",
+        "/sys", "/dev/sda", "/etc/gshadow-", "/opt/", "/opt//x", "/opt/./x", "relative"})
+    EXPECT_NE(mountSourceProblem(bad), std::nullopt) << bad;
+  EXPECT_NE(mountSourceProblem("/srv/keys", {"/srv/keys"}), std::nullopt);
+  EXPECT_NE(mountSourceProblem("/srv", {"/srv/keys"}), std::nullopt);
+  for (const char* ok : {"/etc/apt", "/var/lib/apt/lists", "/opt/tools", "/home/x", "/srv",
+                         "/etc/ssl/certs/extra.pem", "/run/x"})
+    EXPECT_EQ(mountTargetProblem(ok), std::nullopt) << ok;
+  for (const char* bad : {"/",
+                          "/etc",
+                          "/usr",
+                          "/usr/local",
+                          "/bin",
+                          "/lib/x",
+                          "/work",
+                          "/work/a",
+                          "/tmp/a",
+                          "/output",
+                          "/input/x",
+                          "/var",
+                          "/var/tmp",
+                          "/var/cache/apt",
+                          "/dev/shm",
+                          "/proc/x",
+                          "/sys",
+                          "/etc/passwd",
+                          "/etc/group",
+                          "/etc/hosts",
+                          "/etc/resolv.conf",
+                          "/etc/ssl",
+                          "/etc/ssl/certs",
+                          "/etc/ssl/certs/ca-certificates.crt",
+                          "/etc/ld.so.cache"})
+    EXPECT_NE(mountTargetProblem(bad), std::nullopt) << bad;
 }
 
 TEST(Loader, AllowPrivateNeedsCidrs) {

@@ -190,4 +190,47 @@ TEST(MountPlan, UserNamespaceStagingAvoidsInputs) {
   }
 }
 
+// A policy's host mounts: read-only binds after the default /etc (so /etc/apt adds to it), a
+// directory or a file; a missing source, or one reached through a symlink, is a setup error
+// naming it.
+TEST(MountPlan, HostMountsAreReadOnlyBindsAfterTheDefaultEtc) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("sluice-hostmount-" + std::to_string(::getpid()));
+  fs::create_directories(dir / "conf");
+  std::ofstream(dir / "file.txt") << "x\n";
+  RunSpec s = spec();
+  s.mounts = {{(dir / "conf").string(), "/etc/apt"}, {(dir / "file.txt").string(), "/opt/f.txt"}};
+  auto p = buildMountPlan(s, false);
+  ASSERT_TRUE(p) << p.error().message;
+  const MountOp* apt = find(*p, MountOp::Kind::kBindRo, "/root/etc/apt");
+  ASSERT_NE(apt, nullptr);
+  EXPECT_EQ(apt->source, (dir / "conf").string());
+  const MountOp* file = find(*p, MountOp::Kind::kBindRo, "/root/opt/f.txt");
+  ASSERT_NE(file, nullptr);
+  EXPECT_NE(find(*p, MountOp::Kind::kTouch, "/root/opt/f.txt"), nullptr);
+  // After every op of the default /etc.
+  auto index = [&](const MountOp* op) { return op - p->ops.data(); };
+  const MountOp* passwd = find(*p, MountOp::Kind::kWriteFile, "/root/etc/passwd");
+  ASSERT_NE(passwd, nullptr);
+  EXPECT_GT(index(apt), index(passwd));
+  const MountOp* mtab = find(*p, MountOp::Kind::kSymlink, "/root/etc/mtab");
+  ASSERT_NE(mtab, nullptr);
+  EXPECT_GT(index(apt), index(mtab));
+
+  s.mounts = {{(dir / "missing").string(), "/etc/apt"}};
+  auto missing = buildMountPlan(s, false);
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().step, "mount");
+  EXPECT_EQ(missing.error().message,
+            "sandbox.mounts source " + (dir / "missing").string() + ": No such file or directory");
+
+  fs::create_directory_symlink(dir / "conf", dir / "link");
+  s.mounts = {{(dir / "link").string(), "/etc/apt"}};
+  auto link = buildMountPlan(s, false);
+  ASSERT_FALSE(link);
+  EXPECT_NE(link.error().message.find("resolves to " + (dir / "conf").string()), std::string::npos)
+      << link.error().message;
+  fs::remove_all(dir);
+}
+
 }  // namespace

@@ -54,6 +54,17 @@ TEST(Receipt, CarriesTheDesignFields) {
   EXPECT_EQ(j["hash"], std::string(64, '0'));
 }
 
+// A policy's read-only host paths are listed; a run without them has no `mounts` key.
+TEST(Receipt, ListsThePolicysHostMounts) {
+  RunSpec spec = sampleSpec();
+  EXPECT_FALSE(buildReceipt(spec, sampleResult(), {}, std::nullopt).contains("mounts"));
+  spec.mounts = {{"/etc/apt", "/etc/apt"}, {"/var/lib/apt/lists", "/var/lib/apt/lists"}};
+  auto j = buildReceipt(spec, sampleResult(), {}, std::nullopt);
+  EXPECT_EQ(j["mounts"].dump(),
+            R"([{"read_only":true,"source":"/etc/apt","target":"/etc/apt"},)"
+            R"({"read_only":true,"source":"/var/lib/apt/lists","target":"/var/lib/apt/lists"}])");
+}
+
 TEST(Receipt, ExitStatusMapping) {
   RunResult r;
   EXPECT_EQ(r.sluiceExitStatus(), 0);
@@ -80,12 +91,14 @@ TEST(Receipt, ValidatesAgainstSchema) {
     GTEST_SKIP() << "python3-jsonschema not installed";
   }
   const std::string file = "/tmp/sluice-receipt-" + std::to_string(::getpid()) + ".json";
+  RunSpec with_mounts = sampleSpec();
+  with_mounts.mounts = {{"/etc/apt", "/etc/apt"}};
   for (bool with_hash : {false, true}) {
     ReceiptContext ctx;
     ctx.workflow = "w";
     ctx.policy_sha256 = std::string(64, 'a');
     auto j =
-        buildReceipt(sampleSpec(), sampleResult(), ctx,
+        buildReceipt(with_hash ? with_mounts : sampleSpec(), sampleResult(), ctx,
                      with_hash ? std::optional<std::string>(std::string(64, 'b')) : std::nullopt);
     std::ofstream(file) << j.dump();
     const std::string cmd =

@@ -175,6 +175,25 @@ TEST(SandboxView, EverydayEtcAndVarWithoutSecrets) {
   EXPECT_NE(out.find("var-readonly\nalternatives-readonly\n"), std::string::npos) << out;
 }
 
+// A policy's host mount is there, read-only, and nothing else of its parent.
+TEST(SandboxView, HostMountsAreReadOnly) {
+  REQUIRE_SANDBOX();
+  const fs::path base = fs::canonical(fs::temp_directory_path()) /
+                        ("sluice-view-mount-" + std::to_string(::getpid()));
+  fs::create_directories(base / "conf" / "sub");
+  std::ofstream(base / "conf" / "sub" / "a.conf") << "setting 1\n";
+  std::ofstream(base / "sibling") << "not shown\n";
+  RunSpec s = bash(
+      "cat /etc/extra/sub/a.conf; "
+      "(echo x > /etc/extra/new) 2>/dev/null && echo WROTE; "
+      "(echo x >> /etc/extra/sub/a.conf) 2>/dev/null && echo WROTE; "
+      "ls /etc/extra; grep ' /etc/extra ' /proc/self/mountinfo | grep -c 'ro,nosuid,nodev'");
+  s.mounts = {{(base / "conf").string(), "/etc/extra"}};
+  const std::string out = mustRun(s);
+  fs::remove_all(base);
+  EXPECT_EQ(out, "setting 1\nsub\n1\n");
+}
+
 TEST(SandboxView, MountTableNamesNoHostInputPath) {
   REQUIRE_SANDBOX();
   const fs::path base = fs::canonical(fs::temp_directory_path()) /

@@ -20,6 +20,10 @@
 
 namespace sluice::execution {
 
+/// The workflow's read-only host paths (`sandbox.mounts`, checked by the loader) as the
+/// runner binds them.
+std::vector<runner::HostMount> hostMounts(const policy::Workflow& w);
+
 /// The workflow's sandbox limits with `overrides` applied; the error names what would loosen.
 std::expected<runner::Limits, std::string> workflowLimits(const policy::Workflow& w,
                                                           const runner::LimitOverrides& overrides);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "sluice/base/error.hpp"
@@ -37,5 +38,14 @@ struct LoadError {
   /// last newline (each line carries its own position: print `message`, not text()).
   base::Error toError() const;
 };
+
+/// Levenshtein distance: how far a misspelt key or command is from a known one.
+std::size_t editDistance(std::string_view a, std::string_view b);
+
+/// The candidates nearest to `word` (several on a tie), within a distance that still reads as
+/// a typo: at most 2, and at most a third of the candidate's length (at least 1). Empty when
+/// none is that near.
+std::vector<std::string> nearestNames(std::string_view word,
+                                      const std::vector<std::string_view>& candidates);
 
 }  // namespace sluice::policy

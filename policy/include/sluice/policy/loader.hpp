@@ -24,6 +24,9 @@ std::expected<Workflow, LoadError> loadWorkflowFile(const std::filesystem::path&
 struct PolicySet {
   std::map<std::string, std::shared_ptr<const Workflow>> workflows;
   const Workflow* find(std::string_view name) const;
+  /// The message for a workflow name not in this set, naming the ones it has:
+  /// `--workflow NAME: no such workflow in DIR (it has: a, b)`.
+  std::string unknownWorkflow(std::string_view name, std::string_view dir) const;
 };
 std::expected<PolicySet, LoadError> loadPolicyDir(const std::filesystem::path& dir);
 

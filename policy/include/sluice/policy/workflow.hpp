@@ -88,6 +88,13 @@ struct Rule {
   std::string portsText() const;  // "[80, 443]" or "[8000-8100]"
 };
 
+/// A host path shown read-only in the sandbox (`sandbox.mounts`); both absolute and
+/// normalised, checked by host_mounts.hpp's rules.
+struct HostMount {
+  std::string source;  // on the host
+  std::string target;  // in the sandbox
+};
+
 /// Resource limits for one execution (DESIGN.md `sandbox:`).
 struct SandboxLimits {
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
@@ -101,6 +108,8 @@ struct SandboxLimits {
   NetworkMode network = NetworkMode::kProxy;
   /// Prepared sandboxes `sluice serve` keeps for this workflow; unset: serve's --pool.
   std::optional<std::uint64_t> pool;
+  /// Read-only host paths added to the sandbox, in the policy's order.
+  std::vector<HostMount> mounts;
 };
 
 /// Per-execution egress limits (DESIGN.md `egress.limits`). Always > 0 (the loader refuses 0).

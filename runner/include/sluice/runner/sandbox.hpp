@@ -41,6 +41,14 @@ struct Input {
   std::string sandbox;  // path relative to /input (no "..", no leading "/")
 };
 
+/// A host path shown read-only (nosuid, nodev) in the sandbox, after its default /etc (a
+/// policy's `sandbox.mounts`). The policy loader has checked both paths; the runner refuses a
+/// source that is missing or is not its own real path (a symlink on the way).
+struct HostMount {
+  std::string source;  // absolute host path
+  std::string target;  // absolute sandbox path
+};
+
 /// A file placed in the sandbox's scratch space before the program starts.
 struct SandboxFile {
   std::string path;  // absolute sandbox path under /work, /tmp or /output; no "." or ".." parts
@@ -57,6 +65,7 @@ struct RunSpec {
   /// TCP connection redirected to them (docs/sandbox.md "How traffic leaves").
   bool network_proxy = false;
   std::vector<Input> inputs;
+  std::vector<HostMount> mounts;     // read-only host paths (listed in the receipt)
   std::filesystem::path output_dir;  // empty: /output is discarded after the run
   std::string execution_id;          // [A-Za-z0-9._-]+; names the cgroup
   /// Extra files placed in the sandbox, sandbox absolute path -> content (e.g. the proxy's CA

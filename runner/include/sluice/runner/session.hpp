@@ -29,6 +29,7 @@ struct SessionSpec {
   Limits limits{};
   bool network_proxy = false;
   std::vector<Input> inputs{};
+  std::vector<HostMount> mounts{};                                 // as RunSpec
   std::vector<std::pair<std::string, std::string>> extra_files{};  // as RunSpec (/etc only)
   std::vector<std::string> env{};                                  // base environment, K=V
   uid_t uid = 65534;
