@@ -290,7 +290,7 @@ rn::PreparedSandboxPtr Engine::preparedSandbox() {
   if (p) return std::move(*p);
   // Warned once: a zygote that is gone stays gone, and every sandbox would say so again.
   spdlog::log(zygote_warned_.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
-              "{}: {}; building the sandbox from the daemon itself", p.error().step,
+              "{}: {}; building the sandbox from the daemon itself", p.error().where,
               p.error().message);
   return nullptr;
 }
@@ -326,7 +326,7 @@ std::expected<json, ApiError> Engine::execute(
   io.record_caller = true;
   io.stop_fd = stop_fd;
   if (asked)
-    io.before_start = [this, asked]() -> std::expected<void, rn::SetupError> {
+    io.before_start = [this, asked]() -> base::Result<void> {
       metrics_.runStart(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - *asked).count());
       return {};
