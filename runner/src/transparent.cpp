@@ -165,7 +165,7 @@ Fd boundSocket(const sockaddr* addr, socklen_t len, int type) {
 base::Result<Fd> blockedLogSocket() {
   constexpr char kStep[] = "blocked-attempt log (nfnetlink_log)";
   auto fd = openNftSocket();
-  if (!fd) return std::unexpected(stepError(kStep, fd.error().err));
+  if (!fd) return std::unexpected(stepError(kStep, fd.error().sys_errno));
   Fd nl(*fd);
   sockaddr_nl self{};
   self.nl_family = AF_NETLINK;
@@ -348,10 +348,10 @@ base::Result<void> installCaptureRules() {
                 .reject(NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED));
 
   auto fd = openNftSocket();
-  if (!fd) return std::unexpected(setupError("nftables rules", fd.error().message()));
+  if (!fd) return std::unexpected(setupError("nftables rules", fd.error().message));
   Fd nl(*fd);
   if (auto r = b.commit(nl.get()); !r)
-    return std::unexpected(setupError("nftables rules", r.error().message()));
+    return std::unexpected(setupError("nftables rules", r.error().message));
   return {};
 }
 

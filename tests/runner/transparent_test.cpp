@@ -610,12 +610,12 @@ TEST(CaptureRules, AFailedBatchNamesTheRefusedRuleAndLeavesNothingBehind) {
     // An expression the kernel does not know: the batch fails at the second rule.
     b.addRule(NFPROTO_INET, "t", "c", detail::NftRule("bogus").raw("no-such-expression", ""));
     auto fd = detail::openNftSocket();
-    ASSERT_TRUE(fd) << fd.error().message();
+    ASSERT_TRUE(fd) << fd.error().message;
     auto r = b.commit(*fd);
     ::close(*fd);
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.error().object, "rule 2 in chain c (bogus)");
-    EXPECT_EQ(r.error().err, ENOENT) << r.error().message();
+    EXPECT_EQ(r.error().where, "rule 2 in chain c (bogus)");
+    EXPECT_EQ(r.error().sys_errno, ENOENT) << r.error().message;
     // All or nothing: not even the table stayed.
     EXPECT_EQ(runCommand("nft list ruleset"), "");
   });
