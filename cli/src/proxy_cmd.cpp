@@ -84,7 +84,7 @@ sigset_t blockDaemonSignals() {
 std::shared_ptr<runner::SandboxZygote> startZygote(const char* command) {
   auto zygote = runner::SandboxZygote::start();
   if (!zygote) {
-    std::fprintf(stderr, "sluice %s: %s: %s\n", command, zygote.error().step.c_str(),
+    std::fprintf(stderr, "sluice %s: %s: %s\n", command, zygote.error().where.c_str(),
                  zygote.error().message.c_str());
     return nullptr;
   }

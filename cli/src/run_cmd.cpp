@@ -202,9 +202,9 @@ class RunJob {
   int openSandbox();
   const std::expected<void, std::string>& loadSecrets();
   base::Result<void> startNetwork();
-  std::expected<void, rn::SetupError> beforeStart();
+  base::Result<void> beforeStart();
   execution::ExecIo io();
-  void reportFailure(const rn::SetupError& e);
+  void reportFailure(const base::Error& e);
   int output(execution::Receipt& receipt);
 
   const RunOptions& o_;
@@ -339,8 +339,7 @@ const std::expected<void, std::string>& RunJob::loadSecrets() {
 // The proxy is made when the sandbox's first listener arrives, while its init builds its
 // namespaces and mounts: off the critical path.
 base::Result<void> RunJob::startNetwork() {
-  if (const auto& s = loadSecrets(); !s)
-    return base::fail(base::Code::kInvalidArgument, s.error(), "secrets");
+  if (const auto& s = loadSecrets(); !s) return base::fail(base::Code::kIo, s.error(), "secrets");
   services_.secrets = secrets_;
   const auto t = std::chrono::steady_clock::now();
   proxy::ProxyOptions popts;
@@ -356,9 +355,8 @@ base::Result<void> RunJob::startNetwork() {
   return {};
 }
 
-std::expected<void, rn::SetupError> RunJob::beforeStart() {
-  if (const auto& s = loadSecrets(); !s)
-    return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "secrets", s.error()});
+base::Result<void> RunJob::beforeStart() {
+  if (const auto& s = loadSecrets(); !s) return base::fail(base::Code::kIo, s.error(), "secrets");
   // Start-up garbage collection: leftovers of a sluice that was SIGKILLed.
   auto t = std::chrono::steady_clock::now();
   if (full_isolation_) (void)rn::collectGarbage();
@@ -367,9 +365,7 @@ std::expected<void, rn::SetupError> RunJob::beforeStart() {
   t = std::chrono::steady_clock::now();
   auto r = store_->ready();
   audit_wait_us_ = elapsedUs(t);
-  if (!r)
-    return std::unexpected(
-        rn::SetupError{rn::SetupError::Kind::kSetup, "audit store", r.error().message});
+  if (!r) return std::unexpected(rn::setupFailure("audit store", r.error()));
   return {};
 }
 
@@ -388,10 +384,10 @@ execution::ExecIo RunJob::io() {
 // Still an execution, with a receipt (exit 125 for a failed setup step, 126/127 for a command
 // that cannot start), so the agent (--json) and the audit trail see what was attempted and why
 // it did not run. A store that failed to open cannot record it.
-void RunJob::reportFailure(const rn::SetupError& e) {
-  const bool setup = e.kind == rn::SetupError::Kind::kSetup;
+void RunJob::reportFailure(const base::Error& e) {
+  const bool setup = !rn::commandNotStarted(e);
   std::cerr << "sluice run: "
-            << (setup ? "setup failed at step '" + e.step + "': " + e.message : e.message) << "\n";
+            << (setup ? "setup failed at step '" + e.where + "': " + e.message : e.message) << "\n";
 }
 
 // The receipt where it was asked for, and the summary.

@@ -37,8 +37,10 @@ proxy::Stats statsSince(const proxy::Stats& before, const proxy::Stats& after) {
   return delta;
 }
 
-rn::SetupError setupError(const base::Error& e) {
-  return rn::SetupError{rn::SetupError::Kind::kSetup, e.where, e.message};
+// `e` under the code this boundary answers with (its message, errno and cause_code kept).
+base::Error recoded(base::Error e, Code code) {
+  e.code = code;
+  return e;
 }
 
 }  // namespace
@@ -77,7 +79,7 @@ struct Sandbox::State {
   proxy::ListenerIdentity identity();
   std::expected<void, std::string> onListener(int fd);
   std::expected<void, std::string> onDns(int udp, int tcp, int blocked);
-  std::expected<void, rn::SetupError> beforeStart(const ExecIo& io);
+  base::Result<void> beforeStart(const ExecIo& io);
   base::Result<void> build();
   base::Result<void> checkEnv(const std::vector<std::string>& env) const;
   rn::ReceiptContext context() const;
@@ -131,13 +133,13 @@ std::expected<void, std::string> Sandbox::State::onDns(int udp, int tcp, int blo
 }
 
 // Nothing runs unaudited: the program starts only once the store is healthy.
-std::expected<void, rn::SetupError> Sandbox::State::beforeStart(const ExecIo& io) {
-  if (network_error) return std::unexpected(setupError(*network_error));
+base::Result<void> Sandbox::State::beforeStart(const ExecIo& io) {
+  if (network_error) return std::unexpected(rn::setupFailure(network_error->where, *network_error));
   if (io.before_start)
     if (auto r = io.before_start(); !r) return r;
   if (sv.store && !sv.store->healthy())
-    return std::unexpected(rn::SetupError{rn::SetupError::Kind::kSetup, "audit store",
-                                          "the audit store has failed; refusing to run unaudited"});
+    return base::fail(Code::kIo, "the audit store has failed; refusing to run unaudited",
+                      "audit store");
   return {};
 }
 
@@ -158,10 +160,11 @@ base::Result<void> Sandbox::State::build() {
   }
   auto box =
       rn::SandboxSession::start(spec, on_listener, on_dns, sv.prepared ? sv.prepared() : nullptr);
-  if (box && network_error) box = std::unexpected(setupError(*network_error));
+  if (box && network_error)
+    box = std::unexpected(rn::setupFailure(network_error->where, *network_error));
   if (!box) {
     if (network_proxy && sv.proxy) sv.proxy->closeExecution(id);
-    return base::fail(Code::kInternal, box.error().message, box.error().step);
+    return std::unexpected(recoded(std::move(box.error()), Code::kInternal));
   }
   this->box = std::move(*box);
   return {};
@@ -194,8 +197,8 @@ void Sandbox::State::settle(const rn::RunSpec& described, const rn::RunResult& r
   if (in_session) out.receipt.json["session_id"] = id;
   if (!sv.store) return;
   // A run the failed store itself refused cannot be recorded in it.
-  if (sv.answer_unrecorded && out.receipt.not_run &&
-      out.receipt.not_run->kind == rn::SetupError::Kind::kSetup && !sv.store->healthy())
+  if (sv.answer_unrecorded && out.receipt.not_run && !rn::commandNotStarted(*out.receipt.not_run) &&
+      !sv.store->healthy())
     return;
   out.record = std::make_unique<audit::ExecutionRecord>(executionRecord(out.receipt.json, r, ctx));
   out.commit.emplace(sv.store->beginRecordExecution(*out.record));
@@ -345,7 +348,7 @@ base::Result<Receipt> Sandbox::State::execInSession(const Command& cmd, const Ex
     if (auto w = box->writeFile(f.path, f.content); !w)
       return std::unexpected(invalid("files." + f.path, w.error()));
   if (auto gate = beforeStart(io); !gate)
-    return base::fail(Code::kIo, gate.error().message, gate.error().step);
+    return std::unexpected(recoded(std::move(gate.error()), Code::kIo));
   rn::ExecSpec spec;
   spec.argv = cmd.argv;
   spec.env = cmd.env;

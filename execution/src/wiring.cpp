@@ -84,13 +84,13 @@ void addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
     ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
 }
 
-rn::RunResult failedResult(const rn::SetupError& e, const rn::RunSpec& spec, bool full_isolation) {
-  const bool setup = e.kind == rn::SetupError::Kind::kSetup;
+rn::RunResult failedResult(const base::Error& e, const rn::RunSpec& spec, bool full_isolation) {
+  const bool setup = !rn::commandNotStarted(e);
   rn::RunResult failed;
-  failed.exit_code = e.exitStatus();
+  failed.exit_code = base::exitStatus(e.code);
   failed.started_at = failed.ended_at = std::chrono::system_clock::now();
   failed.err.text =
-      "sluice: " + (setup ? "setup failed at step '" + e.step + "': " + e.message : e.message) +
+      "sluice: " + (setup ? "setup failed at step '" + e.where + "': " + e.message : e.message) +
       "\n";
   failed.err.bytes = failed.err.text.size();
   failed.isolation.namespaces = {"mount", "pid", "net", "ipc", "uts", "cgroup"};

@@ -49,8 +49,8 @@ std::optional<std::uint64_t> readNumber(const fs::path& file) {
   }
 }
 
-SetupError cgError(std::string step, std::string message) {
-  return SetupError{SetupError::Kind::kSetup, "cgroup " + std::move(step), std::move(message)};
+base::Error cgError(std::string step, std::string message) {
+  return base::Error{base::Code::kIo, std::move(message), "cgroup " + std::move(step)};
 }
 
 // Creates `dir` (and its parent) if missing. v1 hierarchies and the v2 parent are shared by
@@ -112,12 +112,12 @@ std::expected<CgroupLayout, std::string> detectCgroupLayout(const fs::path& root
   return layout;
 }
 
-std::expected<Cgroup, SetupError> Cgroup::create(const CgroupLayout& layout, std::string_view name,
-                                                 const Limits& limits) {
+base::Result<Cgroup> Cgroup::create(const CgroupLayout& layout, std::string_view name,
+                                    const Limits& limits) {
   Cgroup cg;
   cg.version_ = layout.version;
   cg.removed_ = false;
-  auto fail = [&](std::string step, std::string msg) -> std::unexpected<SetupError> {
+  auto fail = [&](std::string step, std::string msg) -> std::unexpected<base::Error> {
     (void)cg.remove();
     return std::unexpected(cgError(std::move(step), std::move(msg)));
   };
@@ -183,7 +183,7 @@ Cgroup& Cgroup::operator=(Cgroup&& other) noexcept {
 
 Cgroup::~Cgroup() { (void)remove(); }
 
-std::expected<void, SetupError> Cgroup::addProcess(pid_t pid) const {
+base::Result<void> Cgroup::addProcess(pid_t pid) const {
   const std::string text = std::to_string(pid);
   for (const fs::path& d : dirs_)
     if (auto r = writeFile(d / "cgroup.procs", text); !r)

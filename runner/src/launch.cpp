@@ -108,10 +108,9 @@ void findOwnArgv(ChildPlan& plan) {
 
 // User-namespace mode: the sandbox uid/gid map to the caller's own (the only mapping an
 // unprivileged process may write); setgroups must be denied first.
-std::expected<void, SetupError> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
+base::Result<void> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
   const std::string base = "/proc/" + std::to_string(pid) + "/";
-  auto put = [&](const std::string& file,
-                 const std::string& text) -> std::expected<void, SetupError> {
+  auto put = [&](const std::string& file, const std::string& text) -> base::Result<void> {
     Fd fd(::open((base + file).c_str(), O_WRONLY | O_CLOEXEC));
     if (!fd) return std::unexpected(setupError("user namespace " + file, std::strerror(errno)));
     if (::write(fd.get(), text.data(), text.size()) != static_cast<ssize_t>(text.size()))
@@ -127,9 +126,8 @@ std::expected<void, SetupError> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
 // The prepared path: the helper has built the namespaces meanwhile. Unprivileged, it says when
 // its user namespace exists (pid 0), and its uid/gid maps, which init will share, go in first.
 // Then the plan goes to it and init's pid comes back.
-std::expected<void, SetupError> startFromHelper(const RunSpec& spec, const ChildPlan& plan,
-                                                PreparedSandboxState& prep, Launched& l,
-                                                bool& id_maps_written) {
+base::Result<void> startFromHelper(const RunSpec& spec, const ChildPlan& plan,
+                                   PreparedSandboxState& prep, Launched& l, bool& id_maps_written) {
   l.pipes.closeChildEnds();  // the helper has its copies; EOF on the error pipe if it dies
   ssize_t got = sizeof l.init;
   if (l.user_namespace) {
@@ -152,8 +150,8 @@ std::expected<void, SetupError> startFromHelper(const RunSpec& spec, const Child
   got = sent ? ::read(prep.pid_r.get(), &init, sizeof init) : -1;
   prep.reapHelper(got != static_cast<ssize_t>(sizeof init));
   if (got != static_cast<ssize_t>(sizeof init) || init <= 0) {
-    SetupError e = l.childFailure("prepare namespaces");
-    if (l.user_namespace && e.step == "unshare namespaces")
+    base::Error e = l.childFailure("prepare namespaces");
+    if (l.user_namespace && e.where == "unshare namespaces")
       e.message += " (not root, and unprivileged user namespaces are unavailable)";
     return std::unexpected(std::move(e));
   }
@@ -164,7 +162,7 @@ std::expected<void, SetupError> startFromHelper(const RunSpec& spec, const Child
 // Without a prepared sandbox: a raw clone (fork-like, no new stack) whose child, the first
 // process of the new pid namespace, is init. The cgroup namespace is unshared by init itself
 // once it sits in its cgroup.
-std::expected<void, SetupError> cloneInit(const ChildPlan& plan, Launched& l) {
+base::Result<void> cloneInit(const ChildPlan& plan, Launched& l) {
   const unsigned long flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                               CLONE_NEWUTS | SIGCHLD | (l.user_namespace ? CLONE_NEWUSER : 0);
   const pid_t init = static_cast<pid_t>(::syscall(SYS_clone, flags, 0, 0, 0, 0));
@@ -197,8 +195,7 @@ bool readable(int fd) {
 // The sockets of the sandbox's network to the caller: init's IPv4 proxy listener, the IPv6
 // one and the DNS sockets of transparent capture (`capture`: null without it). A socket no hook
 // takes is closed: connections to it are refused.
-std::expected<void, SetupError> handSockets(const RunHooks& hooks, Fd listener4,
-                                            CaptureSockets* capture) {
+base::Result<void> handSockets(const RunHooks& hooks, Fd listener4, CaptureSockets* capture) {
   Fd listeners[] = {std::move(listener4), capture ? std::move(capture->listener6) : Fd()};
   for (Fd& fd : listeners)
     if (fd && hooks.on_listener)
@@ -215,9 +212,9 @@ std::expected<void, SetupError> handSockets(const RunHooks& hooks, Fd listener4,
 // Init is running: into the cgroup (or its uid/gid maps), 'G', the proxy listeners and DNS
 // sockets to the caller once transparent capture is set up, the start gate, then 'A'. Any
 // failure leaves `l` to kill init.
-std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& hooks, Launched& l,
-                                         bool id_maps_written, std::future<CaptureResult>& capture,
-                                         PhaseClock& clock) {
+base::Result<void> handOver(const RunSpec& spec, const RunHooks& hooks, Launched& l,
+                            bool id_maps_written, std::future<CaptureResult>& capture,
+                            PhaseClock& clock) {
   if (l.cgroup) {
     if (auto r = l.cgroup->addProcess(l.init); !r) return std::unexpected(r.error());
   } else if (!id_maps_written) {
@@ -233,7 +230,7 @@ std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& ho
     if (capture.valid()) {
       const auto waited = Clock::now();
       captured.emplace(capture.get());
-      if (!*captured && captured->error().step == kHelperGone)  // too late there: init's
+      if (!*captured && captured->error().where == kHelperGone)  // too late there: init's
         captured.emplace(startCapture(l.init, static_cast<bool>(hooks.on_dns)).get());
       if (!*captured) return std::unexpected(captured->error());
       clock.add("runner: (during clone) transparent capture: routes, nft rules, sockets",
@@ -256,7 +253,7 @@ std::expected<void, SetupError> handOver(const RunSpec& spec, const RunHooks& ho
 }
 
 // Before planning: root needs a cgroup hierarchy and the staging directory.
-std::expected<void, SetupError> prepareHost(Launched& l) {
+base::Result<void> prepareHost(Launched& l) {
   // Not root: a user namespace gives us the capabilities to build the sandbox, but no cgroups
   // (memory and pids are then not enforced by the kernel's cgroup limits; see docs/sandbox.md).
   l.user_namespace = ::geteuid() != 0;
@@ -292,8 +289,8 @@ long threadCount() {
   return threads;
 }
 
-SetupError setupError(std::string step, std::string message) {
-  return SetupError{SetupError::Kind::kSetup, std::move(step), std::move(message)};
+base::Error setupError(std::string step, std::string message) {
+  return base::Error{base::Code::kIo, std::move(message), std::move(step)};
 }
 
 void PhaseClock::markAt(const char* phase, Clock::time_point t) {
@@ -302,7 +299,7 @@ void PhaseClock::markAt(const char* phase, Clock::time_point t) {
   last_ = t;
 }
 
-std::expected<void, SetupError> Pipes::make() {
+base::Result<void> Pipes::make() {
   if (!makePipe(go_r, go_w) || !makePipe(err_r, err_w) || !makePipe(rep_r, rep_w) ||
       !makePipe(ctl_r, ctl_w) || !makePipe(out_r, out_w) || !makePipe(errs_r, errs_w) ||
       !makePipe(in_r, in_w))
@@ -362,14 +359,14 @@ void Launched::teardown() {
   }
 }
 
-SetupError Launched::childFailure(const char* fallback_step) const {
+base::Error Launched::childFailure(const char* fallback_step) const {
   ChildMessage m;
   if (::read(pipes.err_r.get(), &m, sizeof m) == static_cast<ssize_t>(sizeof m))
     return setupError(std::string(m.step, strnlen(m.step, sizeof m.step)), childMessageText(m));
   return setupError(fallback_step, "the sandbox's init exited during setup");
 }
 
-std::expected<void, SetupError> validateRunSpec(const RunSpec& spec) {
+base::Result<void> validateRunSpec(const RunSpec& spec) {
   if (spec.argv.empty()) return std::unexpected(setupError("command", "no command given"));
   if (!validExecutionId(spec.execution_id))
     return std::unexpected(
@@ -377,8 +374,7 @@ std::expected<void, SetupError> validateRunSpec(const RunSpec& spec) {
   return {};
 }
 
-std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_namespace,
-                                               ChildPlan& plan) {
+base::Result<void> buildChildPlan(const RunSpec& spec, bool user_namespace, ChildPlan& plan) {
   auto mounts = buildMountPlan(spec, user_namespace);
   if (!mounts) return std::unexpected(mounts.error());
   plan.mounts = std::move(*mounts);
@@ -413,11 +409,9 @@ std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_na
   return {};
 }
 
-std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec& spec,
-                                                                   const RunHooks& hooks,
-                                                                   PreparedSandboxPtr prepared,
-                                                                   PhaseClock& clock,
-                                                                   bool session) {
+base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const RunHooks& hooks,
+                                                      PreparedSandboxPtr prepared,
+                                                      PhaseClock& clock, bool session) {
   if (auto r = validateRunSpec(spec); !r) return std::unexpected(r.error());
   auto l = std::make_unique<Launched>();
   if (auto r = prepareHost(*l); !r) return std::unexpected(r.error());
@@ -469,7 +463,7 @@ std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec
   return l;
 }
 
-std::expected<PreparedSandboxPtr, SetupError> newPreparedSandbox(Fd& plan_r, Fd& pid_w) {
+base::Result<PreparedSandboxPtr> newPreparedSandbox(Fd& plan_r, Fd& pid_w) {
   PreparedSandboxPtr p(new PreparedSandbox);
   p->user_namespace = ::geteuid() != 0;
   if (auto r = p->pipes.make(); !r) return std::unexpected(r.error());
@@ -480,7 +474,7 @@ std::expected<PreparedSandboxPtr, SetupError> newPreparedSandbox(Fd& plan_r, Fd&
 
 }  // namespace detail
 
-std::expected<PreparedSandboxPtr, SetupError> prepareSandbox() {
+base::Result<PreparedSandboxPtr> prepareSandbox() {
   // The helper may allocate only because nothing else runs in this process when it is forked;
   // called later, say so by preparing nothing (runSandboxed then clones init itself).
   if (detail::threadCount() != 1) return PreparedSandboxPtr{};

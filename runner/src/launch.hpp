@@ -25,7 +25,7 @@ namespace sluice::runner::detail {
 
 using Clock = std::chrono::steady_clock;
 
-SetupError setupError(std::string step, std::string message);
+base::Error setupError(std::string step, std::string message);
 
 /// The component's logger ("runner").
 inline spdlog::logger& runnerLog() { return base::logger(base::LoggerId::kRunner); }
@@ -51,7 +51,7 @@ struct Pipes {
   Fd in_r, in_w;  // the program's stdin (RunSpec::stdin_data)
   Fd chan_parent, chan_child;
 
-  std::expected<void, SetupError> make();
+  base::Result<void> make();
   ChildFds childFds() const;
   void closeChildEnds();
 };
@@ -83,7 +83,7 @@ long threadCount();
 
 /// A prepared sandbox's parent side before its helper exists: the pipes, the plan pipe (the
 /// helper's end in `plan_r`) and the pid pipe (the helper's end in `pid_w`).
-std::expected<PreparedSandboxPtr, SetupError> newPreparedSandbox(Fd& plan_r, Fd& pid_w);
+base::Result<PreparedSandboxPtr> newPreparedSandbox(Fd& plan_r, Fd& pid_w);
 
 /// What the parent keeps of a sandbox whose init runs. Destroying it while init lives kills
 /// init (and with it the namespaces) and removes the cgroup: every early return is safe.
@@ -107,25 +107,22 @@ struct Launched {
   /// init, removes the cgroup.
   void teardown();
   /// Reads init's (or the program's) ChildMessage after a failure; `fallback_step` if none.
-  SetupError childFailure(const char* fallback_step) const;
+  base::Error childFailure(const char* fallback_step) const;
 };
 
 /// The checks every execution's spec passes first: a command, a valid execution id.
-std::expected<void, SetupError> validateRunSpec(const RunSpec& spec);
+base::Result<void> validateRunSpec(const RunSpec& spec);
 
 /// Builds the child plan for `spec`: mounts (with RunSpec::files), seccomp, environment, argv,
 /// rlimits and privileges. Pointers point into the plan's own storage: it must not move after.
-std::expected<void, SetupError> buildChildPlan(const RunSpec& spec, bool user_namespace,
-                                               ChildPlan& plan);
+base::Result<void> buildChildPlan(const RunSpec& spec, bool user_namespace, ChildPlan& plan);
 
 /// Validates, plans, creates the cgroup and starts init, then hands over: init joins the
 /// cgroup, the proxy listener goes to hooks.on_listener, hooks.before_start passes, and init
 /// is told to go on ('A'): to start the program, or with `session` to serve a session's execs
 /// (it then keeps the listener channel as its control socket; see session_init.cpp).
-std::expected<std::unique_ptr<Launched>, SetupError> launchSandbox(const RunSpec& spec,
-                                                                   const RunHooks& hooks,
-                                                                   PreparedSandboxPtr prepared,
-                                                                   PhaseClock& clock,
-                                                                   bool session = false);
+base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const RunHooks& hooks,
+                                                      PreparedSandboxPtr prepared,
+                                                      PhaseClock& clock, bool session = false);
 
 }  // namespace sluice::runner::detail

@@ -187,11 +187,10 @@ void planProcMasks(PlanBuilder& b) {
 // file is bound out of an overlay of its directory mounted in the staging tmpfs (root
 // "/<name>"). A directory with a mount beneath, or a file that is a mount point, is bound as
 // before: an overlay would show what lies under the mount.
-std::expected<void, SetupError> planInputs(const RunSpec& spec, const std::string& stage,
-                                           bool user_namespace, PlanBuilder& b,
-                                           std::vector<MountOp>& stage_ops) {
+base::Result<void> planInputs(const RunSpec& spec, const std::string& stage, bool user_namespace,
+                              PlanBuilder& b, std::vector<MountOp>& stage_ops) {
   auto err = [](std::string msg) {
-    return std::unexpected(SetupError{SetupError::Kind::kSetup, "input", std::move(msg)});
+    return std::unexpected(base::Error{base::Code::kIo, std::move(msg), "input"});
   };
   using K = MountOp::Kind;
   b.mkdir("/input");
@@ -245,8 +244,8 @@ std::expected<void, SetupError> planInputs(const RunSpec& spec, const std::strin
   return {};
 }
 
-std::unexpected<SetupError> err(std::string step, std::string msg) {
-  return std::unexpected(SetupError{SetupError::Kind::kSetup, std::move(step), std::move(msg)});
+std::unexpected<base::Error> err(std::string step, std::string msg) {
+  return std::unexpected(base::Error{base::Code::kIo, std::move(msg), std::move(step)});
 }
 
 // A policy's read-only host paths (RunSpec::mounts), after the default /etc so that they may
@@ -281,7 +280,7 @@ std::expected<void, SetupError> planHostMounts(const RunSpec& spec, PlanBuilder&
 
 // Where the sandbox's mounts are staged: a directory that hides nothing the plan binds from
 // the host (an input under it would vanish behind the staging tmpfs).
-std::expected<std::string, SetupError> chooseStage(const RunSpec& spec, bool user_namespace) {
+base::Result<std::string> chooseStage(const RunSpec& spec, bool user_namespace) {
   auto hides = [&](const std::string& dir) {
     std::vector<fs::path> hosts;
     for (const Input& in : spec.inputs) hosts.push_back(in.host);
@@ -382,7 +381,7 @@ void planHostEtcEntry(PlanBuilder& b, const char* path) {
   }
 }
 
-std::expected<void, SetupError> planEtc(const RunSpec& spec, PlanBuilder& b) {
+base::Result<void> planEtc(const RunSpec& spec, PlanBuilder& b) {
   using K = MountOp::Kind;
   // A minimal generated /etc: only what name services, TLS and the dynamic loader need.
   b.mkdir("/etc");
@@ -513,7 +512,7 @@ std::vector<MountOp> planScratch(const RunSpec& spec, const std::string& s, Plan
 
 }  // namespace
 
-std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool user_namespace) {
+base::Result<MountPlan> buildMountPlan(const RunSpec& spec, bool user_namespace) {
   MountPlan plan;
   auto stage = chooseStage(spec, user_namespace);
   if (!stage) return std::unexpected(stage.error());

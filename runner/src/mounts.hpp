@@ -62,7 +62,7 @@ inline constexpr const char* kStageDir = "/run/sluice";
 
 /// Builds the plan (parent side): reads the host's /usr, /lib* layout, ld.so.cache etc.
 /// `user_namespace`: no mknod (device nodes are bound from the host's /dev instead).
-std::expected<MountPlan, SetupError> buildMountPlan(const RunSpec& spec, bool user_namespace);
+base::Result<MountPlan> buildMountPlan(const RunSpec& spec, bool user_namespace);
 
 /// Applies the plan and pivots into the new root (child side; no allocation). Scratch dirs
 /// (/work, /output) are owned by uid/gid.

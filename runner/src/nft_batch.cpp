@@ -84,8 +84,9 @@ const char* familyName(std::uint8_t family) {
 
 }  // namespace
 
-std::string NftError::message() const {
-  return object + ": " + std::strerror(err) + " (errno " + std::to_string(err) + ")";
+base::Error nftError(std::string object, int err) {
+  std::string message = object + ": " + std::strerror(err) + " (errno " + std::to_string(err) + ")";
+  return base::Error{base::Code::kIo, std::move(message), std::move(object), err};
 }
 
 NftRule& NftRule::meta(std::uint32_t key, std::uint32_t dreg) {
@@ -239,7 +240,7 @@ void NftBatch::addRule(std::uint8_t family, std::string_view table, std::string_
   end(at);
 }
 
-std::expected<void, NftError> NftBatch::commit(int fd) {
+base::Result<void> NftBatch::commit(int fd) {
   std::string msg = buf_;
   {
     // END is not an object: the batch ends there and nothing acks it.
@@ -262,8 +263,10 @@ std::expected<void, NftError> NftBatch::commit(int fd) {
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
   if (::sendto(fd, msg.data(), msg.size(), 0, reinterpret_cast<sockaddr*>(&kernel),
-               sizeof kernel) != static_cast<ssize_t>(msg.size()))
-    return std::unexpected(NftError{"send the nftables batch", errno});
+               sizeof kernel) != static_cast<ssize_t>(msg.size())) {
+    const int err = errno;  // read before the message's strings are built
+    return std::unexpected(nftError("send the nftables batch", err));
+  }
   const std::size_t expected = objects_.size() - 1;
   std::size_t acked = 0;
   std::uint32_t failed_seq = 0;
@@ -273,21 +276,22 @@ std::expected<void, NftError> NftBatch::commit(int fd) {
     const ssize_t n = ::recv(fd, reply, sizeof reply, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
+      const int err = errno == EAGAIN ? ETIMEDOUT : errno;
       if (failed_err != 0) break;  // report what was refused even if an ack went missing
-      return std::unexpected(NftError{"the kernel's answer to the nftables batch (" +
+      return std::unexpected(nftError("the kernel's answer to the nftables batch (" +
                                           std::to_string(acked) + " of " +
                                           std::to_string(expected) + " objects acknowledged)",
-                                      errno == EAGAIN ? ETIMEDOUT : errno});
+                                      err));
     }
     int left = static_cast<int>(n);
     for (auto* h = reinterpret_cast<nlmsghdr*>(reply); NLMSG_OK(h, left); h = NLMSG_NEXT(h, left)) {
       if (h->nlmsg_type != NLMSG_ERROR) continue;
       if (h->nlmsg_len < NLMSG_LENGTH(sizeof(nlmsgerr)))
-        return std::unexpected(NftError{"the kernel's answer to the nftables batch", EPROTO});
+        return std::unexpected(nftError("the kernel's answer to the nftables batch", EPROTO));
       const int err = -static_cast<const nlmsgerr*>(NLMSG_DATA(h))->error;
       const std::uint32_t seq = h->nlmsg_seq;
       if (seq < first_seq_ || seq > seq_) continue;  // not this batch's
-      if (seq == first_seq_) return std::unexpected(NftError{"batch", err != 0 ? err : EPROTO});
+      if (seq == first_seq_) return std::unexpected(nftError("batch", err != 0 ? err : EPROTO));
       ++acked;
       if (err != 0 && (failed_err == 0 || seq < failed_seq)) {
         failed_seq = seq;
@@ -296,13 +300,16 @@ std::expected<void, NftError> NftBatch::commit(int fd) {
     }
   }
   if (failed_err != 0)
-    return std::unexpected(NftError{objects_[failed_seq - first_seq_], failed_err});
+    return std::unexpected(nftError(objects_[failed_seq - first_seq_], failed_err));
   return {};
 }
 
-std::expected<int, NftError> openNftSocket() {
+base::Result<int> openNftSocket() {
   const int fd = ::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_NETFILTER);
-  if (fd < 0) return std::unexpected(NftError{"netfilter netlink socket", errno});
+  if (fd < 0) {
+    const int err = errno;
+    return std::unexpected(nftError("netfilter netlink socket", err));
+  }
   // Acks without a copy of the (large) request they answer.
   const int one = 1;
   ::setsockopt(fd, SOL_NETLINK, NETLINK_CAP_ACK, &one, sizeof one);

@@ -16,16 +16,15 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/base/error.hpp"
+
 namespace sluice::runner::detail {
 
-/// Why a batch failed: the kernel's errno and the object it refused ("table inet sluice",
+/// Why a batch failed (kIo): `where` is the object the kernel refused ("table inet sluice",
 /// "rule 3 in chain filter_output (reject with tcp reset)"; "batch" when the kernel refused the
-/// batch as a whole, e.g. EPERM without CAP_NET_ADMIN).
-struct NftError {
-  std::string object;
-  int err = 0;
-  std::string message() const;  // "<object>: <strerror> (errno N)"
-};
+/// batch as a whole, e.g. EPERM without CAP_NET_ADMIN), `sys_errno` its errno, and the message
+/// "<object>: <strerror> (errno N)".
+base::Error nftError(std::string object, int err);
 
 /// The expressions of one rule, in order. Registers are the 16-byte NFT_REG_1.. (0 = verdict).
 class NftRule {
@@ -66,7 +65,7 @@ class NftBatch {
                const NftRule& rule);
   /// Sends the batch and reads one ack per object (at most 1 s). The first refused object
   /// (in batch order) is the error.
-  std::expected<void, NftError> commit(int netlink_fd);
+  base::Result<void> commit(int netlink_fd);
 
   std::size_t objects() const { return objects_.size(); }
 
@@ -83,6 +82,6 @@ class NftBatch {
 };
 
 /// Opens a NETLINK_NETFILTER socket in the calling thread's network namespace.
-std::expected<int, NftError> openNftSocket();
+base::Result<int> openNftSocket();
 
 }  // namespace sluice::runner::detail

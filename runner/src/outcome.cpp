@@ -97,7 +97,7 @@ Isolation isolationOf(const Launched& l, uid_t uid, gid_t gid) {
   return iso;
 }
 
-SetupError failureOf(const Supervised& sup) {
+base::Error failureOf(const Supervised& sup) {
   if (sup.child_error) return *sup.child_error;
   if (sup.stop == StopReason::kRequest)
     return setupError("stopped", "sluice was asked to stop during setup");

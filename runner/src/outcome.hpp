@@ -39,6 +39,6 @@ Isolation isolationOf(const Launched& l, uid_t uid, gid_t gid);
 
 /// The error a supervision that ended without a report stands for (a setup failure, a stop
 /// during setup, or init's death).
-SetupError failureOf(const Supervised& sup);
+base::Error failureOf(const Supervised& sup);
 
 }  // namespace sluice::runner::detail

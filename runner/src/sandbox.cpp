@@ -40,7 +40,7 @@ detail::Supervised superviseRun(const RunSpec& spec, const RunHooks& hooks, deta
 
 // /output and the scratch's fill level, read through init's root while its mount namespace
 // lives (init, the only process left, idles on the control pipe).
-std::expected<bool, SetupError> collectScratch(const RunSpec& spec, pid_t init, RunResult& result) {
+base::Result<bool> collectScratch(const RunSpec& spec, pid_t init, RunResult& result) {
   const bool disk_full = detail::scratchFull(init);
   const std::string output = "/proc/" + std::to_string(init) + "/root/output";
   auto arts = detail::collectArtifacts(output, spec.output_dir, spec.limits.disk);
@@ -52,10 +52,9 @@ std::expected<bool, SetupError> collectScratch(const RunSpec& spec, pid_t init, 
 
 // After the program: the result is made final before the teardown, so the caller may start
 // committing it (on_result) while the namespaces and cgroups go away.
-std::expected<RunResult, SetupError> finishRun(const RunSpec& spec, const RunHooks& hooks,
-                                               detail::Launched& l, detail::Supervised& sup,
-                                               detail::PhaseClock& clock,
-                                               detail::InputDigester& digester, RunResult& result) {
+base::Result<RunResult> finishRun(const RunSpec& spec, const RunHooks& hooks, detail::Launched& l,
+                                  detail::Supervised& sup, detail::PhaseClock& clock,
+                                  detail::InputDigester& digester, RunResult& result) {
   bool disk_full = false;
   if (sup.have_report && !sup.child_error) {
     auto full = collectScratch(spec, l.init, result);
@@ -129,16 +128,14 @@ int RunResult::sluiceExitStatus() const {
   return exit_code;
 }
 
-int SetupError::exitStatus() const {
-  switch (kind) {
-    case Kind::kNotFound:
-      return 127;
-    case Kind::kCannotExec:
-      return 126;
-    case Kind::kSetup:
-      return 125;
-  }
-  return 125;
+bool commandNotStarted(const base::Error& e) {
+  return e.code == base::Code::kCommandNotFound || e.code == base::Code::kCannotExecute;
+}
+
+base::Error setupFailure(std::string where, base::Error cause) {
+  if (base::exitStatus(cause.code) != 125) cause.code = base::Code::kIo;
+  cause.where = std::move(where);
+  return cause;
 }
 
 bool sandboxSupported(std::string* why) {
@@ -154,8 +151,8 @@ bool sandboxSupported(std::string* why) {
   return true;
 }
 
-std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec, const RunHooks& hooks,
-                                                  PreparedSandboxPtr prepared) {
+base::Result<RunResult> runSandboxed(const RunSpec& spec, const RunHooks& hooks,
+                                     PreparedSandboxPtr prepared) {
   RunResult result;
   result.started_at = std::chrono::system_clock::now();
   const auto t0 = Clock::now();

@@ -35,10 +35,9 @@ std::expected<ScratchPath, std::string> parseScratchPath(std::string_view path) 
   return out;
 }
 
-std::expected<void, SetupError> planSandboxFiles(const std::vector<SandboxFile>& files,
-                                                 MountPlan& plan) {
+base::Result<void> planSandboxFiles(const std::vector<SandboxFile>& files, MountPlan& plan) {
   auto refuse = [](std::string msg) {
-    return std::unexpected(SetupError{SetupError::Kind::kSetup, "sandbox file", std::move(msg)});
+    return std::unexpected(base::Error{base::Code::kIo, std::move(msg), "sandbox file"});
   };
   using K = MountOp::Kind;
   std::set<std::string> dirs, written;

@@ -33,7 +33,6 @@ std::expected<ScratchPath, std::string> parseScratchPath(std::string_view path);
 /// all owned by the sandbox uid/gid. Errors (step "sandbox file"): a path parseScratchPath
 /// refuses, a path naming a scratch directory itself, a path given twice or used both as a
 /// file and as a directory, a mode outside 07777.
-std::expected<void, SetupError> planSandboxFiles(const std::vector<SandboxFile>& files,
-                                                 MountPlan& plan);
+base::Result<void> planSandboxFiles(const std::vector<SandboxFile>& files, MountPlan& plan);
 
 }  // namespace sluice::runner::detail

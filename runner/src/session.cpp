@@ -37,7 +37,7 @@ namespace {
 using detail::Fd;
 using detail::setupError;
 
-SetupError sessionError(std::string message) { return setupError("session", std::move(message)); }
+base::Error sessionError(std::string message) { return setupError("session", std::move(message)); }
 
 // The sandbox of a session is that of a run whose program never starts.
 RunSpec runSpecOf(const SessionSpec& s) {
@@ -56,7 +56,7 @@ RunSpec runSpecOf(const SessionSpec& s) {
 }
 
 // Init says 'R' on the report pipe once it serves; a setup failure comes on the error pipe.
-std::expected<void, SetupError> waitUntilServing(detail::Launched& l) {
+base::Result<void> waitUntilServing(detail::Launched& l) {
   char c = 0;
   ssize_t n;
   do n = ::read(l.pipes.rep_r.get(), &c, 1);
@@ -66,8 +66,7 @@ std::expected<void, SetupError> waitUntilServing(detail::Launched& l) {
 }
 
 // The session's environment with the exec's added; a name in both: the exec's value.
-std::expected<std::vector<std::string>, SetupError> execEnvironment(const SessionSpec& s,
-                                                                    const ExecSpec& e) {
+base::Result<std::vector<std::string>> execEnvironment(const SessionSpec& s, const ExecSpec& e) {
   std::set<std::string> names;
   for (const std::string& kv : e.env) names.insert(kv.substr(0, kv.find('=')));
   std::vector<std::string> merged;
@@ -79,7 +78,7 @@ std::expected<std::vector<std::string>, SetupError> execEnvironment(const Sessio
   return *env;
 }
 
-std::expected<void, SetupError> checkExecSpec(const ExecSpec& e) {
+base::Result<void> checkExecSpec(const ExecSpec& e) {
   RunSpec probe;
   probe.argv = e.argv;
   probe.execution_id = e.execution_id.empty() ? "exec" : e.execution_id;
@@ -97,7 +96,7 @@ struct ExecPipes {
   Fd blob, out_r, out_w, errs_r, errs_w, err_r, err_w, rep_r, rep_w, in_r, in_w;
 };
 
-std::expected<ExecPipes, SetupError> makeExecPipes(const std::string& blob, bool with_stdin) {
+base::Result<ExecPipes> makeExecPipes(const std::string& blob, bool with_stdin) {
   ExecPipes p;
   p.blob.reset(::memfd_create("sluice-exec", MFD_CLOEXEC));
   if (!p.blob || !detail::writeAll(p.blob.get(), blob))
@@ -111,7 +110,7 @@ std::expected<ExecPipes, SetupError> makeExecPipes(const std::string& blob, bool
 }
 
 // Hands the exec to init: the request and the fds of its side (closed here once sent).
-std::expected<void, SetupError> sendExec(int control, ExecPipes& p, int seq) {
+base::Result<void> sendExec(int control, ExecPipes& p, int seq) {
   int fds[] = {p.blob.get(),  p.out_w.get(), p.errs_w.get(),
                p.err_w.get(), p.rep_w.get(), p.in_r.get()};
   detail::ExecRequest req;
@@ -158,7 +157,7 @@ struct SandboxSession::State {
   // and what the caller writes is charged to the caller): the next exec's starting point.
   CgroupStats counters;
 
-  std::expected<void, SetupError> usable() const {
+  base::Result<void> usable() const {
     std::lock_guard lock(mu);
     if (ended) return std::unexpected(sessionError("the session has ended"));
     if (!broken.empty()) return std::unexpected(sessionError(broken));
@@ -228,13 +227,13 @@ SandboxSession::SandboxSession(std::unique_ptr<State> state) : s_(std::move(stat
 
 SandboxSession::~SandboxSession() { end(); }
 
-std::expected<std::unique_ptr<SandboxSession>, SetupError> SandboxSession::start(
+base::Result<std::unique_ptr<SandboxSession>> SandboxSession::start(
     const SessionSpec& spec, const ListenerCallback& on_listener, const DnsCallback& on_dns,
     PreparedSandboxPtr prepared) {
   auto st = std::make_unique<State>();
   st->spec = spec;
   const RunSpec rs = runSpecOf(spec);
-  using Launch = std::expected<std::unique_ptr<detail::Launched>, SetupError>;
+  using Launch = base::Result<std::unique_ptr<detail::Launched>>;
   std::promise<Launch> launched;
   auto future = launched.get_future();
   State* raw = st.get();
@@ -267,8 +266,7 @@ std::expected<std::unique_ptr<SandboxSession>, SetupError> SandboxSession::start
   return session;
 }
 
-std::expected<RunResult, SetupError> SandboxSession::exec(const ExecSpec& spec,
-                                                          const ExecHooks& hooks) {
+base::Result<RunResult> SandboxSession::exec(const ExecSpec& spec, const ExecHooks& hooks) {
   std::lock_guard serial(s_->exec_mu);
   if (auto r = s_->usable(); !r) return std::unexpected(r.error());
   if (auto r = checkExecSpec(spec); !r) return std::unexpected(r.error());

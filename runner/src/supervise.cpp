@@ -143,13 +143,14 @@ class Supervisor {
     ChildMessage m;
     const ssize_t got = ::read(s_.err_r, &m, sizeof m);
     if (got == static_cast<ssize_t>(sizeof m)) {
-      SetupError e = setupError(
+      base::Error e = setupError(
           std::string(m.step, strnlen(m.step, sizeof m.step)),
           std::string(m.step, strnlen(m.step, sizeof m.step)) + ": " + std::strerror(m.err));
       if (m.kind == ChildMessage::kExecFailed) {
-        e.kind = m.err == ENOENT ? SetupError::Kind::kNotFound : SetupError::Kind::kCannotExec;
+        e.code = m.err == ENOENT ? base::Code::kCommandNotFound : base::Code::kCannotExecute;
         e.message = std::string(s_.program) + ": " + std::strerror(m.err);
       }
+      e.sys_errno = m.err;
       r_.child_error = std::move(e);
     } else if (got <= 0 && !(got < 0 && errno == EINTR)) {
       errpipe_open_ = false;  // the program exec'd (or is gone)

@@ -45,7 +45,7 @@ struct Supervised {
   int stop_signal = 0;  // kRequest: the signal requestStop() named, SIGTERM for stop_fd
   bool have_report = false;
   InitReport report;
-  std::optional<SetupError> child_error;
+  std::optional<base::Error> child_error;
   std::uint64_t pids_sampled = 0;  // the highest pids.current seen
   StreamCapture out, err;
   Clock::time_point exec_at = Clock::time_point::max();  // when the error pipe closed

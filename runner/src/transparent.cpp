@@ -32,7 +32,7 @@
 namespace sluice::runner::detail {
 namespace {
 
-SetupError stepError(const char* step, int err) { return setupError(step, std::strerror(err)); }
+base::Error stepError(const char* step, int err) { return setupError(step, std::strerror(err)); }
 
 std::expected<struct stat, int> statNetns(const char* path) {
   struct stat st {};
@@ -77,7 +77,7 @@ class RouteRequest {
     }
   }
   // Sends every message, then reads one ack each; the first refusal is the error.
-  std::expected<void, SetupError> send(int nl) {
+  base::Result<void> send(int nl) {
     const std::size_t len = used();
     if (::send(nl, buf_, len, 0) != static_cast<ssize_t>(len))
       return std::unexpected(stepError("send the routes", errno));
@@ -128,7 +128,7 @@ class RouteRequest {
   const char* steps_[3] = {};
 };
 
-std::expected<void, SetupError> addRoutes() {
+base::Result<void> addRoutes() {
   Fd nl(::socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
   if (!nl) return std::unexpected(stepError("route netlink socket", errno));
   const int lo = static_cast<int>(::if_nametoindex("lo"));
@@ -162,10 +162,10 @@ Fd boundSocket(const sockaddr* addr, socklen_t len, int type) {
 // packet with a sequence number, sent as soon as logged (NFULA_SEQ: a gap is packets the kernel
 // dropped because the socket's buffer was full). One config message, acknowledged; the instance
 // lives as long as the socket.
-std::expected<Fd, SetupError> blockedLogSocket() {
+base::Result<Fd> blockedLogSocket() {
   constexpr char kStep[] = "blocked-attempt log (nfnetlink_log)";
   auto fd = openNftSocket();
-  if (!fd) return std::unexpected(stepError(kStep, fd.error().err));
+  if (!fd) return std::unexpected(stepError(kStep, fd.error().sys_errno));
   Fd nl(*fd);
   sockaddr_nl self{};
   self.nl_family = AF_NETLINK;
@@ -223,7 +223,7 @@ std::expected<Fd, SetupError> blockedLogSocket() {
   return nl;
 }
 
-std::expected<void, SetupError> makeSockets(bool dns, CaptureSockets& out) {
+base::Result<void> makeSockets(bool dns, CaptureSockets& out) {
   sockaddr_in6 v6{};
   v6.sin6_family = AF_INET6;
   v6.sin6_port = htons(kProxyPort);
@@ -260,7 +260,7 @@ CaptureResult setUp(int netns, bool dns) {
   return out;
 }
 
-std::future<CaptureResult> failed(SetupError e) {
+std::future<CaptureResult> failed(base::Error e) {
   std::promise<CaptureResult> p;
   p.set_value(std::unexpected(std::move(e)));
   return p.get_future();
@@ -293,7 +293,7 @@ std::future<CaptureResult> failed(SetupError e) {
 // logged to nfnetlink_log group kBlockedLogGroup (its first 128 bytes): sluice reads that
 // group's socket (made with the DNS sockets) and writes one audit row per blocked attempt.
 // Without a socket bound to the group the kernel drops the copy.
-std::expected<void, SetupError> installCaptureRules() {
+base::Result<void> installCaptureRules() {
   constexpr char kTable[] = "sluice";
   constexpr std::uint32_t kReg = NFT_REG_1;
   const char port[2] = {static_cast<char>(kProxyPort >> 8), static_cast<char>(kProxyPort & 0xff)};
@@ -348,10 +348,10 @@ std::expected<void, SetupError> installCaptureRules() {
                 .reject(NFT_REJECT_ICMPX_UNREACH, NFT_REJECT_ICMPX_ADMIN_PROHIBITED));
 
   auto fd = openNftSocket();
-  if (!fd) return std::unexpected(setupError("nftables rules", fd.error().message()));
+  if (!fd) return std::unexpected(setupError("nftables rules", fd.error().message));
   Fd nl(*fd);
   if (auto r = b.commit(nl.get()); !r)
-    return std::unexpected(setupError("nftables rules", r.error().message()));
+    return std::unexpected(setupError("nftables rules", r.error().message));
   return {};
 }
 

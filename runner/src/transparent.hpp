@@ -39,7 +39,7 @@ struct CaptureSockets {
   std::int64_t took_us = 0;  // the set-up thread's own time (SLUICE_TIMING)
 };
 
-using CaptureResult = std::expected<CaptureSockets, SetupError>;
+using CaptureResult = base::Result<CaptureSockets>;
 
 /// Starts setting up transparent capture in the network namespace of `init` (the sandbox's
 /// init, in the sandbox's namespace from birth) on a thread of its own; get() the future before
@@ -57,6 +57,6 @@ inline constexpr char kHelperGone[] = "namespace helper gone";
 /// Installs table inet sluice (the capture rules) in the calling thread's network namespace:
 /// one nftables netlink batch, all or nothing. Fails (step "nftables rules", the kernel's
 /// errno and the object it refused) if the table exists already.
-std::expected<void, SetupError> installCaptureRules();
+base::Result<void> installCaptureRules();
 
 }  // namespace sluice::runner::detail

@@ -73,7 +73,7 @@ SandboxZygote::~SandboxZygote() {
   }
 }
 
-std::expected<std::unique_ptr<SandboxZygote>, SetupError> SandboxZygote::start() {
+base::Result<std::unique_ptr<SandboxZygote>> SandboxZygote::start() {
   if (detail::threadCount() != 1)
     return std::unexpected(detail::setupError(
         "sandbox zygote", "must be started while the process is single-threaded"));
@@ -95,7 +95,7 @@ std::expected<std::unique_ptr<SandboxZygote>, SetupError> SandboxZygote::start()
   return std::unique_ptr<SandboxZygote>(new SandboxZygote(std::move(impl)));
 }
 
-std::expected<PreparedSandboxPtr, SetupError> SandboxZygote::prepare() {
+base::Result<PreparedSandboxPtr> SandboxZygote::prepare() {
   detail::Fd plan_r, pid_w;
   auto made = detail::newPreparedSandbox(plan_r, pid_w);
   if (!made) return std::unexpected(made.error());

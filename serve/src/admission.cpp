@@ -6,7 +6,8 @@
 namespace sluice::serve {
 namespace {
 
-Refusal refusalOf(const ApiError& e) {
+Refusal refusalOf(const base::Error& error) {
+  const ApiError e = apiError(error);
   return Refusal{e.status, e.reason, e.message, e.retry_after};
 }
 
@@ -15,7 +16,7 @@ Refusal refusalOf(const ApiError& e) {
 Admission::Admission(SessionManager& sessions, const Shares& shares, std::size_t max_body_bytes)
     : sessions_(sessions),
       runs_(shares.runs, shares.runs_per_caller, "executions running", "--max-runs",
-            "too_many_runs", kRunRetryAfter),
+            "too_many_runs"),
       max_body_bytes_(max_body_bytes) {}
 
 BodyPlan Admission::plan(const Request& head) {

@@ -16,8 +16,6 @@ class Admission {
  public:
   /// Bodies of small JSON requests (sessions, approvals, anything unlisted).
   static constexpr std::size_t kSmallBodyBytes = 64 * 1024;
-  /// Retry-After of a full execution quota: executions are short.
-  static constexpr unsigned kRunRetryAfter = 1;
 
   /// Runs and execs may carry `max_body_bytes`; uploads their session's disk limit (spooled).
   Admission(SessionManager& sessions, const Shares& shares, std::size_t max_body_bytes);

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "sluice/base/json.hpp"
+#include "sluice/base/log.hpp"
 #include "sluice/base/strict_json.hpp"
 #include "sluice/runner/receipt.hpp"
 
@@ -97,6 +98,25 @@ struct Api::RunSlot {
   std::deque<std::string> lines;
   bool done = false;
 };
+
+namespace {
+
+// The edge's rendering of an error; a server error is logged with what its body leaves out:
+// the errno and the underlying library's code (SQLite's, for an audit commit that failed).
+ApiError rendered(const base::Error& e) {
+  ApiError a = apiError(e);
+  if (a.status >= 500)
+    base::logger(base::LoggerId::kServe)
+        .error("answered {} {}: {} (errno {}, cause code {})", a.status, a.reason, e.text(),
+               e.sys_errno, e.cause_code);
+  return a;
+}
+
+}  // namespace
+
+net::awaitable<void> Api::error(Reply& reply, const base::Error& e) {
+  co_await error(reply, rendered(e));
+}
 
 net::awaitable<void> Api::error(Reply& reply, const ApiError& e) {
   if (e.status == 429) metrics_.refused(e.reason);
@@ -191,7 +211,7 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
       api->idle_.notify_all();
     }
   } done_guard{this, slot};
-  auto answer = std::make_shared<std::expected<Answer, ApiError>>();
+  auto answer = std::make_shared<base::Result<Answer>>();
   // A worker thread: the runner blocks (and a sandbox is tied to the thread that made it until
   // its job is done).
   workers_.run([slot, answer, work = std::move(work), stream] {
@@ -216,7 +236,7 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
   // The work is done (its thread no longer touches `answer`): what waited for the answer is
   // released when this returns, whichever way, and before drain can see the slot gone.
   struct ReleaseAfter {
-    std::expected<Answer, ApiError>& a;
+    base::Result<Answer>& a;
     ~ReleaseAfter() {
       if (a) a->after.reset();
     }
@@ -251,10 +271,10 @@ net::awaitable<bool> Api::pumpLines(Reply& reply, RunSlot& slot, bool& streaming
   }
 }
 
-net::awaitable<void> Api::sendAnswer(Reply& reply, std::expected<Answer, ApiError>& answer,
-                                     bool stream, bool streaming) {
+net::awaitable<void> Api::sendAnswer(Reply& reply, base::Result<Answer>& answer, bool stream,
+                                     bool streaming) {
   if (!answer) {
-    const ApiError& e = answer.error();
+    const ApiError e = rendered(answer.error());
     if (streaming) {
       json j = {{"type", "error"}, {"error", e.message}, {"reason", e.reason}};
       if (co_await reply.chunk(base::dumpJson(j) + "\n")) co_await reply.endStream();
@@ -291,7 +311,7 @@ net::awaitable<void> Api::postRun(Request& req, Reply& reply) {
   const bool stream = req.accept.find(kNdjson) != std::string::npos;
   Work work = [this, caller = req.caller, request = std::move(*request)](
                   const std::function<void(std::string)>& lines,
-                  int stop_fd) -> std::expected<Answer, ApiError> {
+                  int stop_fd) -> base::Result<Answer> {
     std::shared_ptr<void> after;
     auto r = engine_.run(caller, request, lines, stop_fd, &after);
     if (!r) return std::unexpected(r.error());
@@ -344,7 +364,7 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
 
 Api::Work Api::makeSessionCreate(Caller caller, json body) {
   return [this, caller = std::move(caller), body = std::move(body)](
-             const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
+             const std::function<void(std::string)>&, int) -> base::Result<Answer> {
     auto request = parseSessionRequest(body);
     if (!request) return std::unexpected(request.error());
     auto r = sessions_.create(caller, *request);
@@ -355,8 +375,7 @@ Api::Work Api::makeSessionCreate(Caller caller, json body) {
 
 Api::Work Api::makeSessionExec(Caller caller, std::string id, json body) {
   return [this, caller = std::move(caller), id = std::move(id), body = std::move(body)](
-             const std::function<void(std::string)>& lines,
-             int stop_fd) -> std::expected<Answer, ApiError> {
+             const std::function<void(std::string)>& lines, int stop_fd) -> base::Result<Answer> {
     auto cmd = parseExecRequest(body);
     if (!cmd) return std::unexpected(cmd.error());
     auto r = sessions_.exec(caller, id, *cmd, lines, stop_fd);
@@ -367,7 +386,7 @@ Api::Work Api::makeSessionExec(Caller caller, std::string id, json body) {
 
 Api::Work Api::makeSessionEnd(Caller caller, std::string id) {
   return [this, caller = std::move(caller), id = std::move(id)](
-             const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
+             const std::function<void(std::string)>&, int) -> base::Result<Answer> {
     auto r = sessions_.end(caller, id);
     if (!r) return std::unexpected(r.error());
     return Answer{200, kJson, base::dumpJson(*r)};
@@ -379,7 +398,7 @@ Api::Work Api::makeFilePut(Caller caller, std::string id, std::string path,
                            std::shared_ptr<SpooledBody> data) {
   return [this, caller = std::move(caller), id = std::move(id), path = std::move(path),
           data = std::move(data)](const std::function<void(std::string)>&,
-                                  int) -> std::expected<Answer, ApiError> {
+                                  int) -> base::Result<Answer> {
     auto r = data ? sessions_.putFileFrom(caller, id, path, data->fd)
                   : sessions_.putFile(caller, id, path, "");
     if (!r) return std::unexpected(r.error());
@@ -389,7 +408,7 @@ Api::Work Api::makeFilePut(Caller caller, std::string id, std::string path,
 
 Api::Work Api::makeFileGet(Caller caller, std::string id, std::string path) {
   return [this, caller = std::move(caller), id = std::move(id), path = std::move(path)](
-             const std::function<void(std::string)>&, int) -> std::expected<Answer, ApiError> {
+             const std::function<void(std::string)>&, int) -> base::Result<Answer> {
     auto f = sessions_.getFile(caller, id, path);
     if (!f) return std::unexpected(f.error());
     return Answer{200, f->content_type, std::move(f->body)};

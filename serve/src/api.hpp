@@ -48,8 +48,8 @@ class Api {
     /// compete with the answer (Engine::run's `after_answer`).
     std::shared_ptr<void> after{};
   };
-  using Work = std::function<std::expected<Answer, ApiError>(
-      const std::function<void(std::string)>& lines, int stop_fd)>;
+  using Work = std::function<base::Result<Answer>(const std::function<void(std::string)>& lines,
+                                                  int stop_fd)>;
   /// Runs `work` on a thread of its own (the runner blocks) and answers with its result; with
   /// `stream`, NDJSON lines as they come and the receipt last. Drain waits for it.
   net::awaitable<void> offload(Reply& reply, Work work, bool stream);
@@ -57,8 +57,8 @@ class Api {
   /// the client is gone (its execution is then stopped). `streaming`: the stream has begun.
   net::awaitable<bool> pumpLines(Reply& reply, RunSlot& slot, bool& streaming);
   /// The work's answer: a reply, or the last line of a stream.
-  net::awaitable<void> sendAnswer(Reply& reply, std::expected<Answer, ApiError>& answer,
-                                  bool stream, bool streaming);
+  net::awaitable<void> sendAnswer(Reply& reply, base::Result<Answer>& answer, bool stream,
+                                  bool streaming);
   net::awaitable<void> sessionRoute(Request& req, Reply& reply, const std::string& rest);
   net::awaitable<void> postRun(Request& req, Reply& reply);
   net::awaitable<void> approvals(Request& req, Reply& reply, const std::string& path);
@@ -70,6 +70,8 @@ class Api {
   Work makeFileGet(Caller caller, std::string id, std::string path);
   net::awaitable<void> getExecution(Request& req, Reply& reply, const std::string& id);
   net::awaitable<void> error(Reply& reply, const ApiError& e);
+  /// Answers with the edge's rendering of `e` (apiError), logging a server error's causes.
+  net::awaitable<void> error(Reply& reply, const base::Error& e);
 
   Engine& engine_;
   Metrics& metrics_;

@@ -9,6 +9,7 @@
 #include <chrono>
 
 #include "pool.hpp"
+#include "quotas.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/base/json.hpp"
@@ -28,8 +29,8 @@ using nlohmann::json;
 
 namespace {
 
-ApiError badField(const std::string& field, const std::string& why) {
-  return ApiError{400, "bad_request", field + ": " + why, ""};
+base::Error badField(const std::string& field, const std::string& why) {
+  return apiFail(base::Code::kInvalidArgument, "bad_request", field + ": " + why);
 }
 
 std::expected<std::string, std::string> base64Decode(const std::string& in) {
@@ -50,11 +51,11 @@ std::expected<std::string, std::string> base64Decode(const std::string& in) {
 }
 
 // One limit override: a duration or size string, or a count.
-std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides& ov) {
+base::Result<void> parseLimits(const json& limits, rn::LimitOverrides& ov) {
   if (!limits.is_object()) return std::unexpected(badField("limits", "must be an object"));
   for (const auto& [key, v] : limits.items()) {
     const std::string field = "limits." + key;
-    auto text = [&]() -> std::expected<std::string, ApiError> {
+    auto text = [&]() -> base::Result<std::string> {
       if (v.is_string()) return v.get<std::string>();
       if (v.is_number_unsigned()) return std::to_string(v.get<std::uint64_t>());
       return std::unexpected(badField(field, "must be a string or a whole number"));
@@ -86,21 +87,27 @@ std::expected<void, ApiError> parseLimits(const json& limits, rn::LimitOverrides
 
 }  // namespace
 
+base::Error apiFail(base::Code code, std::string reason, std::string message) {
+  base::Error e(code, std::move(message));
+  e.reason = std::move(reason);
+  return e;
+}
+
 ApiError apiError(const base::Error& e) {
-  // The API's reason words (schemas/api.v1.yaml) for the statuses an execution's error maps
-  // to; a finer reason the error carries (a quota's "too_many_runs") is kept as it is.
+  // The API's reason words (schemas/api.v1.yaml) for the statuses an error's code maps to; a
+  // finer reason the error carries (a quota's "too_many_runs") is kept as it is.
   static const std::map<int, std::string> kWords = {
       {400, "bad_request"}, {401, "unauthorized"}, {403, "forbidden"},
       {404, "not_found"},   {409, "conflict"},     {413, "payload_too_large"}};
   const int status = base::httpStatus(e.code);
-  if (!e.reason.empty()) return ApiError{status, e.reason, e.text(), ""};
+  if (!e.reason.empty()) return ApiError{status, e.reason, e.text(), "", retryAfter(e.reason)};
   if (auto it = kWords.find(status); it != kWords.end())
-    return ApiError{status, it->second, e.text(), ""};
-  return ApiError{500, "internal", e.text(), ""};
+    return ApiError{status, it->second, e.text(), "", 0};
+  return ApiError{500, "internal", e.text(), "", 0};
 }
 
-std::expected<bool, ApiError> parseCommandField(const std::string& key, const json& v,
-                                                sluice::execution::Command& out) {
+base::Result<bool> parseCommandField(const std::string& key, const json& v,
+                                     sluice::execution::Command& out) {
   if (key == "argv") {
     if (!v.is_array() || v.empty())
       return std::unexpected(badField("argv", "must be a non-empty array of strings"));
@@ -123,7 +130,7 @@ std::expected<bool, ApiError> parseCommandField(const std::string& key, const js
   return true;
 }
 
-std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
+base::Result<RunRequest> parseRunRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
   RunRequest r;
   for (const auto& [key, v] : body.items()) {
@@ -153,7 +160,7 @@ std::expected<RunRequest, ApiError> parseRunRequest(const json& body) {
   return r;
 }
 
-std::expected<sluice::execution::Command, ApiError> parseExecRequest(const json& body) {
+base::Result<sluice::execution::Command> parseExecRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(badField("body", "must be a JSON object"));
   sluice::execution::Command cmd;
   for (const auto& [key, v] : body.items()) {
@@ -290,19 +297,19 @@ rn::PreparedSandboxPtr Engine::preparedSandbox() {
   if (p) return std::move(*p);
   // Warned once: a zygote that is gone stays gone, and every sandbox would say so again.
   spdlog::log(zygote_warned_.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
-              "{}: {}; building the sandbox from the daemon itself", p.error().step,
+              "{}: {}; building the sandbox from the daemon itself", p.error().where,
               p.error().message);
   return nullptr;
 }
 
-std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest& request,
-                                          const std::function<void(std::string)>& lines,
-                                          int stop_fd, std::shared_ptr<void>* after_answer) {
+base::Result<json> Engine::run(const Caller& caller, const RunRequest& request,
+                               const std::function<void(std::string)>& lines, int stop_fd,
+                               std::shared_ptr<void>* after_answer) {
   const auto asked = std::chrono::steady_clock::now();
   auto w = workflow(request.workflow);
   if (!w)
-    return std::unexpected(
-        ApiError{404, "not_found", "workflow '" + request.workflow + "' is not served", ""});
+    return std::unexpected(apiFail(base::Code::kNotFound, "not_found",
+                                   "workflow '" + request.workflow + "' is not served"));
   // A prepared sandbox has the workflow's session-wide limits: only a run that tightens nothing
   // but its timeout can take one.
   const auto& o = request.command.limits;
@@ -313,20 +320,21 @@ std::expected<json, ApiError> Engine::run(const Caller& caller, const RunRequest
       return runPrepared(caller, request, std::move(p), lines, stop_fd, after_answer, asked);
   auto sandbox = sluice::execution::Sandbox::open(
       services_, {w, sluice::execution::SandboxKind::kOneShot, ""});
-  if (!sandbox) return std::unexpected(apiError(sandbox.error()));
+  if (!sandbox) return std::unexpected(sandbox.error());
   return execute(**sandbox, caller, request.command, lines, stop_fd, asked);
 }
 
-std::expected<json, ApiError> Engine::execute(
-    sluice::execution::Sandbox& sandbox, const Caller& caller,
-    const sluice::execution::Command& cmd, const std::function<void(std::string)>& lines,
-    int stop_fd, std::optional<std::chrono::steady_clock::time_point> asked, bool once) {
+base::Result<json> Engine::execute(sluice::execution::Sandbox& sandbox, const Caller& caller,
+                                   const sluice::execution::Command& cmd,
+                                   const std::function<void(std::string)>& lines, int stop_fd,
+                                   std::optional<std::chrono::steady_clock::time_point> asked,
+                                   bool once) {
   sluice::execution::ExecIo io;
   io.caller = caller.name;
   io.record_caller = true;
   io.stop_fd = stop_fd;
   if (asked)
-    io.before_start = [this, asked]() -> std::expected<void, rn::SetupError> {
+    io.before_start = [this, asked]() -> base::Result<void> {
       metrics_.runStart(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - *asked).count());
       return {};
@@ -342,16 +350,16 @@ std::expected<json, ApiError> Engine::execute(
   }
   auto receipt = once ? sandbox.runOnce(cmd, io) : sandbox.exec(cmd, io);
   if (lines) tee_->unsubscribe(exec_id);
-  if (!receipt) return std::unexpected(apiError(receipt.error()));
+  if (!receipt) return std::unexpected(receipt.error());
   return std::move(receipt->json);
 }
 
 // A run in a prepared sandbox: one exec, then the sandbox ends.
-std::expected<json, ApiError> Engine::runPrepared(const Caller& caller, const RunRequest& request,
-                                                  std::unique_ptr<sluice::execution::Sandbox> p,
-                                                  const std::function<void(std::string)>& lines,
-                                                  int stop_fd, std::shared_ptr<void>* after_answer,
-                                                  std::chrono::steady_clock::time_point asked) {
+base::Result<json> Engine::runPrepared(const Caller& caller, const RunRequest& request,
+                                       std::unique_ptr<sluice::execution::Sandbox> p,
+                                       const std::function<void(std::string)>& lines, int stop_fd,
+                                       std::shared_ptr<void>* after_answer,
+                                       std::chrono::steady_clock::time_point asked) {
   // The sandbox is used once, whatever happens. It is retired (torn down, and its replacement
   // built) once the last holder lets go: at the end of this call, or once the answer is out.
   std::shared_ptr<sluice::execution::Sandbox> held(

@@ -29,7 +29,13 @@
 
 namespace sluice::serve {
 
-/// An API error: HTTP status, machine reason (schemas/api.v1.yaml `Error.reason`), message.
+/// An error of the API as serve's functions return it: `code` gives the HTTP status
+/// (base::httpStatus), `reason` the API's word for it (schemas/api.v1.yaml `Error.reason`).
+base::Error apiFail(base::Code code, std::string reason, std::string message);
+
+/// How the HTTP edge answers an error (api.cpp, admission.cpp): status, reason word, message,
+/// Retry-After. Built only by apiError() below, or by the edge itself for what no code names
+/// (415 for a body that is not JSON, 405).
 struct ApiError {
   int status = 400;
   std::string reason = "bad_request";
@@ -38,9 +44,9 @@ struct ApiError {
   unsigned retry_after = 0;  // seconds, sent as Retry-After (429)
 };
 
-/// The API's rendering of an execution's error: the status from base::httpStatus, the API's
-/// reason word for it (bad_request, not_found, ...; 500 internal for a status the API has no
-/// word for); the message is the error's text.
+/// The one rendering of a base::Error for the API: the status from base::httpStatus, the
+/// error's reason or the API's word for the status (bad_request, not_found, ...; 500 internal
+/// for a status the API has no word for), the error's text, and a quota's Retry-After.
 ApiError apiError(const base::Error& e);
 
 /// A run as the API asks for it (POST /v1/runs): which workflow, and the typed command.
@@ -51,14 +57,14 @@ struct RunRequest {
 
 /// Parses `key` into `out` if it is a field a run and a session exec share (argv, stdin, env):
 /// true; false for another key.
-std::expected<bool, ApiError> parseCommandField(const std::string& key, const nlohmann::json& v,
-                                                execution::Command& out);
+base::Result<bool> parseCommandField(const std::string& key, const nlohmann::json& v,
+                                     execution::Command& out);
 
 /// Parses a RunRequest from the body of POST /v1/runs (field errors name the field).
-std::expected<RunRequest, ApiError> parseRunRequest(const nlohmann::json& body);
+base::Result<RunRequest> parseRunRequest(const nlohmann::json& body);
 
 /// Parses the command of POST /v1/sessions/{id}/exec (argv, stdin, env, cwd, timeout).
-std::expected<execution::Command, ApiError> parseExecRequest(const nlohmann::json& body);
+base::Result<execution::Command> parseExecRequest(const nlohmann::json& body);
 
 struct WorkflowInfo {
   std::string name;
@@ -82,10 +88,9 @@ class Engine {
   /// stops the run. Returns the receipt, committed to the audit store. What may wait until the
   /// answer is out (the teardown of a warm-pool sandbox, so that it does not compete with the
   /// answer for the CPU) is left in `after_answer` when given: it runs once that is released.
-  std::expected<nlohmann::json, ApiError> run(const Caller& caller, const RunRequest& request,
-                                              const std::function<void(std::string)>& lines,
-                                              int stop_fd,
-                                              std::shared_ptr<void>* after_answer = nullptr);
+  base::Result<nlohmann::json> run(const Caller& caller, const RunRequest& request,
+                                   const std::function<void(std::string)>& lines, int stop_fd,
+                                   std::shared_ptr<void>* after_answer = nullptr);
 
   /// The stored receipt of execution `id`, if `caller` owns it.
   std::optional<nlohmann::json> execution(const Caller& caller, const std::string& id);
@@ -118,20 +123,22 @@ class Engine {
   /// Runs `cmd` in `sandbox` for `caller` (runOnce when `once`): `lines` gets its NDJSON
   /// events, `stop_fd` stops it; `asked`, when given, is when the run was asked for (the
   /// start-latency metric).
-  std::expected<nlohmann::json, ApiError> execute(
-      execution::Sandbox& sandbox, const Caller& caller, const execution::Command& cmd,
-      const std::function<void(std::string)>& lines, int stop_fd,
-      std::optional<std::chrono::steady_clock::time_point> asked, bool once = false);
+  base::Result<nlohmann::json> execute(execution::Sandbox& sandbox, const Caller& caller,
+                                       const execution::Command& cmd,
+                                       const std::function<void(std::string)>& lines, int stop_fd,
+                                       std::optional<std::chrono::steady_clock::time_point> asked,
+                                       bool once = false);
   /// Largest file a session download returns.
   std::uint64_t maxFileBytes() const { return options_.max_body_bytes; }
 
  private:
   explicit Engine(const ServeOptions& options, Metrics& metrics);
 
-  std::expected<nlohmann::json, ApiError> runPrepared(
-      const Caller& caller, const RunRequest& request, std::unique_ptr<execution::Sandbox> p,
-      const std::function<void(std::string)>& lines, int stop_fd,
-      std::shared_ptr<void>* after_answer, std::chrono::steady_clock::time_point asked);
+  base::Result<nlohmann::json> runPrepared(const Caller& caller, const RunRequest& request,
+                                           std::unique_ptr<execution::Sandbox> p,
+                                           const std::function<void(std::string)>& lines,
+                                           int stop_fd, std::shared_ptr<void>* after_answer,
+                                           std::chrono::steady_clock::time_point asked);
 
   ServeOptions options_;
   Metrics& metrics_;

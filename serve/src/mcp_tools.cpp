@@ -31,11 +31,12 @@ json failure(const std::string& text) {
   return json{{"content", textContent(text)}, {"isError", true}};
 }
 
-json failure(const ApiError& e) { return failure(e.message); }
+json failure(const base::Error& e) { return failure(e.text()); }
 
 // A file error, naming the path once (the session's own messages usually name it already).
-json failure(const std::string& path, const ApiError& e) {
-  return failure(e.message.find(path) != std::string::npos ? e.message : path + ": " + e.message);
+json failure(const std::string& path, const base::Error& e) {
+  const std::string text = e.text();
+  return failure(text.find(path) != std::string::npos ? text : path + ": " + text);
 }
 
 // The sandbox path of a tool's `path`: absolute as given, relative under /work.
@@ -163,7 +164,7 @@ std::expected<std::string, std::string> McpTools::open() {
     if (created)
       session_id_ = (*created)["id"];
     else
-      open_error_ = "the sandbox session could not start: " + created.error().message;
+      open_error_ = "the sandbox session could not start: " + created.error().text();
   }
   if (session_id_.empty()) return std::unexpected(open_error_);
   return session_id_;

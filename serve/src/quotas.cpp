@@ -25,28 +25,34 @@ Shares sharesFor(const ServeOptions& o, std::size_t known_callers) {
 struct Quota::State {
   std::size_t total = 0, per_caller = 0;
   std::string what, flag, reason;
-  unsigned retry_after = 1;
   mutable std::mutex mu;
   std::size_t held = 0;                        // guarded by mu
   std::map<std::string, std::size_t> callers;  // guarded by mu; no zero entries
 };
 
+unsigned retryAfter(std::string_view reason) {
+  if (reason.starts_with("too_many_runs")) return kRunRetryAfter;
+  if (reason.starts_with("too_many_sessions")) return kSessionRetryAfter;
+  return 0;
+}
+
 Quota::Quota(std::size_t total, std::size_t per_caller, std::string what, std::string flag,
-             std::string reason, unsigned retry_after)
+             std::string reason)
     : state_(std::make_shared<State>()) {
   state_->total = total;
   state_->per_caller = per_caller;
   state_->what = std::move(what);
   state_->flag = std::move(flag);
   state_->reason = std::move(reason);
-  state_->retry_after = retry_after;
 }
 
-std::expected<std::shared_ptr<void>, ApiError> Quota::acquire(const std::string& caller) {
+base::Result<std::shared_ptr<void>> Quota::acquire(const std::string& caller) {
   State& s = *state_;
   std::lock_guard lock(s.mu);
   auto full = [&](const std::string& reason, const std::string& message) {
-    return std::unexpected(ApiError{429, reason, message, "", s.retry_after});
+    base::Error e(base::Code::kResourceExhausted, message);
+    e.reason = reason;
+    return std::unexpected(std::move(e));
   };
   if (s.held >= s.total)
     return full(s.reason,

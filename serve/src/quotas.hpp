@@ -8,8 +8,9 @@
 #include <expected>
 #include <memory>
 #include <string>
+#include <string_view>
 
-#include "engine.hpp"
+#include "sluice/base/error.hpp"
 #include "sluice/serve/server.hpp"
 
 namespace sluice::serve {
@@ -26,6 +27,14 @@ struct Shares {
 /// --approver-uid values and one for a Unix listener (its owner).
 Shares sharesFor(const ServeOptions& o, std::size_t known_callers);
 
+/// Retry-After of a full quota, by its reason: runs end soon; sessions end by their client,
+/// idle timeout or TTL.
+inline constexpr unsigned kRunRetryAfter = 1;
+inline constexpr unsigned kSessionRetryAfter = 5;
+
+/// The Retry-After (seconds) of a refusal with this reason: a quota's, or 0 for any other.
+unsigned retryAfter(std::string_view reason);
+
 /// Units of one kind (a session open, an execution running) held per caller, under a total
 /// and a per-caller cap. Thread-safe.
 class Quota {
@@ -33,10 +42,10 @@ class Quota {
   /// `what` names a unit in messages ("sessions open"), `flag` the option setting the total
   /// ("--max-sessions"); reasons are `reason` and `reason`_for_caller.
   Quota(std::size_t total, std::size_t per_caller, std::string what, std::string flag,
-        std::string reason, unsigned retry_after);
+        std::string reason);
   /// Holds one unit for `caller` until the returned pointer's last copy goes; or the refusal
-  /// (429 + Retry-After).
-  std::expected<std::shared_ptr<void>, ApiError> acquire(const std::string& caller);
+  /// (kResourceExhausted with the quota's reason: 429 + retryAfter(reason)).
+  base::Result<std::shared_ptr<void>> acquire(const std::string& caller);
   /// Units held now, by everyone.
   std::size_t held() const;
 

@@ -19,10 +19,12 @@ using nlohmann::json;
 
 namespace {
 
-ApiError bad(const std::string& what) { return ApiError{400, "bad_request", what, ""}; }
+base::Error bad(const std::string& what) {
+  return apiFail(base::Code::kInvalidArgument, "bad_request", what);
+}
 
-std::expected<std::chrono::milliseconds, ApiError> duration(const json& body, const char* key,
-                                                            std::chrono::milliseconds dflt) {
+base::Result<std::chrono::milliseconds> duration(const json& body, const char* key,
+                                                 std::chrono::milliseconds dflt) {
   if (!body.contains(key)) return dflt;
   if (!body[key].is_string()) return std::unexpected(bad(std::string(key) + ": must be a string"));
   auto d = pol::parseDuration(body[key].get<std::string>());
@@ -42,7 +44,7 @@ std::string spoken(std::chrono::milliseconds d) {
 }
 
 // A file path of the API ("work/data.csv") as a sandbox path ("/work/data.csv"), %XX decoded.
-std::expected<std::string, ApiError> sandboxPath(const std::string& url_path) {
+base::Result<std::string> sandboxPath(const std::string& url_path) {
   std::string out = "/";
   for (std::size_t i = 0; i < url_path.size(); ++i) {
     char c = url_path[i];
@@ -61,15 +63,15 @@ std::expected<std::string, ApiError> sandboxPath(const std::string& url_path) {
 
 // Maps a runner file error to the API's: a missing file is 404, one over the sandbox's disk or
 // file-size limit 413, anything refused 400.
-ApiError fileError(const std::string& message) {
+base::Error fileError(const std::string& message) {
   if (message.find("No such file") != std::string::npos ||
       message.find("not found") != std::string::npos)
-    return ApiError{404, "not_found", message, ""};
+    return apiFail(base::Code::kNotFound, "not_found", message);
   if (message.find("No space") != std::string::npos ||
       message.find("too large") != std::string::npos ||
       message.find("File too large") != std::string::npos)
-    return ApiError{413, "payload_too_large", message, ""};
-  return ApiError{400, "bad_request", message, ""};
+    return apiFail(base::Code::kTooLarge, "payload_too_large", message);
+  return apiFail(base::Code::kInvalidArgument, "bad_request", message);
 }
 
 }  // namespace
@@ -92,14 +94,11 @@ struct SessionManager::Session {
   std::shared_ptr<void> hold;  // its unit of the manager's Quota, given back by finish()
 };
 
-// Retry-After of a full session quota: sessions end by their client, idle timeout or TTL.
-constexpr unsigned kSessionRetryAfter = 5;
-
 SessionManager::SessionManager(Engine& engine, std::size_t max_sessions, std::size_t per_caller,
                                std::chrono::milliseconds max_ttl)
     : engine_(engine),
       quota_(max_sessions, per_caller == 0 ? max_sessions : per_caller, "sessions open",
-             "--max-sessions", "too_many_sessions", kSessionRetryAfter),
+             "--max-sessions", "too_many_sessions"),
       max_ttl_(max_ttl) {}
 
 SessionManager::~SessionManager() { endAll("shutdown"); }
@@ -109,7 +108,7 @@ std::size_t SessionManager::active() const {
   return sessions_.size();
 }
 
-std::expected<SessionRequest, ApiError> parseSessionRequest(const json& body) {
+base::Result<SessionRequest> parseSessionRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
   for (const auto& [key, v] : body.items())
     if (key != "workflow" && key != "idle_timeout" && key != "ttl")
@@ -127,12 +126,12 @@ std::expected<SessionRequest, ApiError> parseSessionRequest(const json& body) {
   return r;
 }
 
-std::expected<json, ApiError> SessionManager::create(const Caller& caller,
-                                                     const SessionRequest& request) {
+base::Result<json> SessionManager::create(const Caller& caller, const SessionRequest& request) {
   const std::string& name = request.workflow;
   auto w = engine_.workflow(name);
   if (!w)
-    return std::unexpected(ApiError{404, "not_found", "workflow '" + name + "' is not served", ""});
+    return std::unexpected(
+        apiFail(base::Code::kNotFound, "not_found", "workflow '" + name + "' is not served"));
   // Defaults within the ceiling; an explicit value above it is refused, not cut, so the
   // caller is not surprised by a session that ends early.
   const auto idle = request.idle_timeout.value_or(
@@ -172,7 +171,7 @@ std::expected<json, ApiError> SessionManager::create(const Caller& caller,
 
 // The session's sandbox: a prepared one from the warm pool when it has one of this very policy
 // (the session then takes its id, which its listeners were attached with), else one built now.
-std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
+base::Result<void> SessionManager::startSandbox(Session& s) {
   if (Pool* pool = engine_.pool())
     if (auto p = pool->take(*s.workflow)) {
       s.pooled = true;
@@ -184,8 +183,9 @@ std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
         {s.workflow, sluice::execution::SandboxKind::kSession, Engine::newId("se-")});
     if (!opened) {
       const auto& e = opened.error();
-      return std::unexpected(ApiError{
-          500, "internal", "session setup failed at step '" + e.where + "': " + e.message, ""});
+      return std::unexpected(
+          apiFail(base::Code::kInternal, "internal",
+                  "session setup failed at step '" + e.where + "': " + e.message));
     }
     s.sandbox = std::move(*opened);
   }
@@ -194,25 +194,26 @@ std::expected<void, ApiError> SessionManager::startSandbox(Session& s) {
   return {};
 }
 
-std::expected<std::shared_ptr<SessionManager::Session>, ApiError> SessionManager::find(
-    const Caller& caller, const std::string& id) {
+base::Result<std::shared_ptr<SessionManager::Session>> SessionManager::find(const Caller& caller,
+                                                                            const std::string& id) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(id);
   // Another caller's session does not exist, for this caller.
   if (it == sessions_.end() || it->second->caller != caller.name)
-    return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+    return std::unexpected(apiFail(base::Code::kNotFound, "not_found", "no session " + id));
   return it->second;
 }
 
-std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const std::string& id,
-                                                   const sluice::execution::Command& cmd,
-                                                   const std::function<void(std::string)>& lines,
-                                                   int stop_fd) {
+base::Result<json> SessionManager::exec(const Caller& caller, const std::string& id,
+                                        const sluice::execution::Command& cmd,
+                                        const std::function<void(std::string)>& lines,
+                                        int stop_fd) {
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   Session& s = **found;
   std::lock_guard op(s.op);
-  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  if (s.ended)
+    return std::unexpected(apiFail(base::Code::kNotFound, "not_found", "no session " + id));
   {
     std::lock_guard lock(mu_);
     ++s.busy;
@@ -221,7 +222,7 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
   auto receipt =
       engine_.execute(*s.sandbox, Caller{s.caller, false}, cmd, lines, stop_fd, std::nullopt);
   // A refused command ran nothing: it is not one of the session's execs.
-  if (receipt || receipt.error().status != 400) s.execs.push_back(exec_id);
+  if (receipt || base::httpStatus(receipt.error().code) != 400) s.execs.push_back(exec_id);
   // The pool builds this session's replacement now that its first exec has answered.
   if (s.pooled && s.execs.size() == 1)
     if (Pool* pool = engine_.pool()) pool->replenish();
@@ -234,15 +235,16 @@ std::expected<json, ApiError> SessionManager::exec(const Caller& caller, const s
 // A file operation on a live session of `caller`, at sandbox path `path` (URL form), one at a
 // time with its execs; it counts as activity (idle timeout).
 template <typename T, typename Fn>
-std::expected<T, ApiError> SessionManager::onFile(const Caller& caller, const std::string& id,
-                                                  const std::string& path, Fn fn) {
+base::Result<T> SessionManager::onFile(const Caller& caller, const std::string& id,
+                                       const std::string& path, Fn fn) {
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   auto p = sandboxPath(path);
   if (!p) return std::unexpected(p.error());
   Session& s = **found;
   std::lock_guard op(s.op);
-  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  if (s.ended)
+    return std::unexpected(apiFail(base::Code::kNotFound, "not_found", "no session " + id));
   {
     std::lock_guard lock(mu_);
     s.last_used = std::chrono::steady_clock::now();
@@ -250,46 +252,45 @@ std::expected<T, ApiError> SessionManager::onFile(const Caller& caller, const st
   return fn(s, *p);
 }
 
-std::expected<json, ApiError> SessionManager::putFile(const Caller& caller, const std::string& id,
-                                                      const std::string& path,
-                                                      const std::string& data) {
+base::Result<json> SessionManager::putFile(const Caller& caller, const std::string& id,
+                                           const std::string& path, const std::string& data) {
   return onFile<json>(
-      caller, id, path, [&](Session& s, const std::string& p) -> std::expected<json, ApiError> {
+      caller, id, path, [&](Session& s, const std::string& p) -> base::Result<json> {
         auto info = s.box->writeFile(p, data);
         if (!info) return std::unexpected(fileError(info.error()));
         return json{{"path", info->path}, {"bytes", info->bytes}, {"sha256", info->sha256}};
       });
 }
 
-std::expected<json, ApiError> SessionManager::putFileFrom(const Caller& caller,
-                                                          const std::string& id,
-                                                          const std::string& path, int fd) {
+base::Result<json> SessionManager::putFileFrom(const Caller& caller, const std::string& id,
+                                               const std::string& path, int fd) {
   return onFile<json>(
-      caller, id, path, [&](Session& s, const std::string& p) -> std::expected<json, ApiError> {
+      caller, id, path, [&](Session& s, const std::string& p) -> base::Result<json> {
         if (::lseek(fd, 0, SEEK_SET) != 0)
-          return std::unexpected(ApiError{500, "internal", "the spooled upload is gone", ""});
+          return std::unexpected(
+              apiFail(base::Code::kInternal, "internal", "the spooled upload is gone"));
         auto info = s.box->writeFileFrom(p, fd);
         if (!info) return std::unexpected(fileError(info.error()));
         return json{{"path", info->path}, {"bytes", info->bytes}, {"sha256", info->sha256}};
       });
 }
 
-std::expected<std::uint64_t, ApiError> SessionManager::uploadLimit(const Caller& caller,
-                                                                   const std::string& id) {
+base::Result<std::uint64_t> SessionManager::uploadLimit(const Caller& caller,
+                                                        const std::string& id) {
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   return (*found)->sandbox->limits().disk;
 }
 
-std::expected<SessionManager::FileBody, ApiError> SessionManager::getFile(const Caller& caller,
-                                                                          const std::string& id,
-                                                                          const std::string& path) {
+base::Result<SessionManager::FileBody> SessionManager::getFile(const Caller& caller,
+                                                               const std::string& id,
+                                                               const std::string& path) {
   return onFile<FileBody>(caller, id, path,
                           [&](Session& s, const std::string& p) { return readOrList(s, p); });
 }
 
-std::expected<SessionManager::FileBody, ApiError> SessionManager::readOrList(
-    Session& s, const std::string& path) {
+base::Result<SessionManager::FileBody> SessionManager::readOrList(Session& s,
+                                                                  const std::string& path) {
   if (auto listing = s.box->listDir(path)) {
     json arr = json::array();
     for (const auto& f : *listing) {
@@ -347,12 +348,13 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   return summary;
 }
 
-std::expected<json, ApiError> SessionManager::end(const Caller& caller, const std::string& id) {
+base::Result<json> SessionManager::end(const Caller& caller, const std::string& id) {
   auto found = find(caller, id);
   if (!found) return std::unexpected(found.error());
   Session& s = **found;
   std::lock_guard op(s.op);
-  if (s.ended) return std::unexpected(ApiError{404, "not_found", "no session " + id, ""});
+  if (s.ended)
+    return std::unexpected(apiFail(base::Code::kNotFound, "not_found", "no session " + id));
   {
     std::lock_guard lock(mu_);
     sessions_.erase(id);

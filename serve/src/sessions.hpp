@@ -28,7 +28,7 @@ struct SessionRequest {
 };
 
 /// Parses the body of POST /v1/sessions (field errors name the field).
-std::expected<SessionRequest, ApiError> parseSessionRequest(const nlohmann::json& body);
+base::Result<SessionRequest> parseSessionRequest(const nlohmann::json& body);
 
 class SessionManager {
  public:
@@ -39,30 +39,28 @@ class SessionManager {
   ~SessionManager();
 
   /// POST /v1/sessions -> 201 {"id","workflow","created_at","expires_at"}.
-  std::expected<nlohmann::json, ApiError> create(const Caller& caller,
-                                                 const SessionRequest& request);
+  base::Result<nlohmann::json> create(const Caller& caller, const SessionRequest& request);
   /// POST /v1/sessions/{id}/exec -> the exec's receipt (blocking; run on a thread of its own).
-  std::expected<nlohmann::json, ApiError> exec(const Caller& caller, const std::string& id,
-                                               const execution::Command& cmd,
-                                               const std::function<void(std::string)>& lines,
-                                               int stop_fd);
+  base::Result<nlohmann::json> exec(const Caller& caller, const std::string& id,
+                                    const execution::Command& cmd,
+                                    const std::function<void(std::string)>& lines, int stop_fd);
   /// PUT /v1/sessions/{id}/files/{path} -> {"path","bytes","sha256"}.
-  std::expected<nlohmann::json, ApiError> putFile(const Caller& caller, const std::string& id,
-                                                  const std::string& path, const std::string& data);
+  base::Result<nlohmann::json> putFile(const Caller& caller, const std::string& id,
+                                       const std::string& path, const std::string& data);
   /// As putFile, the content read from `fd` (a spooled upload) from its start, in chunks.
-  std::expected<nlohmann::json, ApiError> putFileFrom(const Caller& caller, const std::string& id,
-                                                      const std::string& path, int fd);
+  base::Result<nlohmann::json> putFileFrom(const Caller& caller, const std::string& id,
+                                           const std::string& path, int fd);
   /// The largest upload session `id` of `caller` can hold (its disk limit), or 404.
-  std::expected<std::uint64_t, ApiError> uploadLimit(const Caller& caller, const std::string& id);
+  base::Result<std::uint64_t> uploadLimit(const Caller& caller, const std::string& id);
   struct FileBody {
     std::string content_type;
     std::string body;
   };
   /// GET /v1/sessions/{id}/files/{path}: the bytes, or a JSON listing for a directory.
-  std::expected<FileBody, ApiError> getFile(const Caller& caller, const std::string& id,
-                                            const std::string& path);
+  base::Result<FileBody> getFile(const Caller& caller, const std::string& id,
+                                 const std::string& path);
   /// DELETE /v1/sessions/{id} -> the session's summary receipt.
-  std::expected<nlohmann::json, ApiError> end(const Caller& caller, const std::string& id);
+  base::Result<nlohmann::json> end(const Caller& caller, const std::string& id);
 
   /// Ends sessions past their idle timeout or TTL (ended_by idle | ttl).
   void reap();
@@ -72,14 +70,13 @@ class SessionManager {
 
  private:
   struct Session;
-  std::expected<void, ApiError> startSandbox(Session& s);
-  std::expected<std::shared_ptr<Session>, ApiError> find(const Caller& caller,
-                                                         const std::string& id);
+  base::Result<void> startSandbox(Session& s);
+  base::Result<std::shared_ptr<Session>> find(const Caller& caller, const std::string& id);
   nlohmann::json finish(Session& s, const std::string& ended_by);
   template <typename T, typename Fn>
-  std::expected<T, ApiError> onFile(const Caller& caller, const std::string& id,
-                                    const std::string& path, Fn fn);
-  std::expected<FileBody, ApiError> readOrList(Session& s, const std::string& path);
+  base::Result<T> onFile(const Caller& caller, const std::string& id, const std::string& path,
+                         Fn fn);
+  base::Result<FileBody> readOrList(Session& s, const std::string& path);
 
   Engine& engine_;
   Quota quota_;

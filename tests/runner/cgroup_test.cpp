@@ -150,8 +150,8 @@ TEST_F(FakeCgroupFs, V2CreateFailureNamesTheFileAndCleansUp) {
   ASSERT_TRUE(first);
   auto second = Cgroup::create(*layout, "dup", Limits{});
   ASSERT_FALSE(second);
-  EXPECT_NE(second.error().step.find("cgroup"), std::string::npos);
-  EXPECT_EQ(second.error().exitStatus(), 125);
+  EXPECT_NE(second.error().where.find("cgroup"), std::string::npos);
+  EXPECT_EQ(sluice::base::exitStatus(second.error().code), 125);
   emptyDirs(*first);
 }
 

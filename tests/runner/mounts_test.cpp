@@ -152,7 +152,7 @@ TEST(MountPlan, RefusesEscapingInputsAndMissingSources) {
     s.inputs = {{"/usr", bad}};
     auto p = buildMountPlan(s, false);
     ASSERT_FALSE(p) << bad;
-    EXPECT_EQ(p.error().step, "input");
+    EXPECT_EQ(p.error().where, "input");
   }
   s.inputs = {{"/no/such/path", "x"}};
   EXPECT_FALSE(buildMountPlan(s, false));

@@ -111,7 +111,7 @@ TEST(PreparedSandbox, RunsLikeAnyOtherAndLeavesNothing) {
                          "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; touch /output/made",
                          "runs"),
                    RunHooks{}, std::move(*prepared));
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(r->exit_code, 0) << r->err.text;
   EXPECT_EQ(r->out.text, "sandbox\nsluice-init\n2\n65534\nlo\n") << r->err.text;
   // Helper and init are both reaped: no child of ours is left, not even a zombie.
@@ -154,7 +154,7 @@ TEST(PreparedSandbox, InitHoldsNothingLoadedAfterPreparing) {
   std::string* held = new std::string(marker);  // on the heap, like a parsed secret
   bool init_seen = false, init_holds = true;
   std::size_t init_scanned = 0;
-  StartGate gate = [&]() -> std::expected<void, SetupError> {
+  StartGate gate = [&]() -> sluice::base::Result<void> {
     auto inits = sluice::testing::waitForChildrenNamed(::getpid(), "sluice-init", 2s);
     init_seen = inits.size() == 1;
     if (init_seen) {
@@ -166,14 +166,14 @@ TEST(PreparedSandbox, InitHoldsNothingLoadedAfterPreparing) {
   };
   auto r =
       runSandboxed(shell("true", "holds"), RunHooks{.before_start = gate}, std::move(*prepared));
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   ASSERT_TRUE(init_seen);
   EXPECT_GT(init_scanned, 0u);
   EXPECT_FALSE(init_holds) << "the sandbox's init has a copy of memory the caller filled later";
   // The control: a sandbox cloned late (no preparation) does hold it — the scan works.
   init_seen = false;
   auto late = runSandboxed(shell("true", "holds-late"), RunHooks{.before_start = gate});
-  ASSERT_TRUE(late) << late.error().step << ": " << late.error().message;
+  ASSERT_TRUE(late) << late.error().where << ": " << late.error().message;
   ASSERT_TRUE(init_seen);
   EXPECT_TRUE(init_holds);
   delete held;

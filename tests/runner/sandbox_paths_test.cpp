@@ -60,7 +60,7 @@ TEST(SandboxFiles, AppearWithContentModeAndOwner) {
              {"/tmp/secret", "s", 0600},
              {"/output/o", "out", 0640}};
   auto r = runSandboxed(s);
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(r->exit_code, 0) << r->err.text;
   EXPECT_EQ(r->out.text,
             "from-file\n"
@@ -96,8 +96,8 @@ TEST(SandboxFiles, PathsOutsideTheScratchSpaceAreASetupError) {
     s.files = files;
     auto r = runSandboxed(s);
     ASSERT_FALSE(r) << files[0].path;
-    EXPECT_EQ(r.error().step, "sandbox file") << files[0].path;
-    EXPECT_EQ(r.error().exitStatus(), 125);
+    EXPECT_EQ(r.error().where, "sandbox file") << files[0].path;
+    EXPECT_EQ(sluice::base::exitStatus(r.error().code), 125);
   }
 }
 
@@ -108,7 +108,7 @@ TEST(SandboxFiles, MoreThanTheDiskLimitFailsNamingTheStep) {
   s.files = {{"/work/big", std::string(2 << 20, 'x')}};
   auto r = runSandboxed(s);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().step, "write sandbox file") << r.error().message;
+  EXPECT_EQ(r.error().where, "write sandbox file") << r.error().message;
 }
 
 }  // namespace

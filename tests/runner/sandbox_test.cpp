@@ -39,7 +39,7 @@ RunSpec bash(const std::string& script) {
 
 RunResult mustRun(const RunSpec& spec, const ListenerCallback& cb = {}) {
   auto r = runSandboxed(spec, RunHooks{.on_listener = cb});
-  EXPECT_TRUE(r) << (r ? "" : r.error().step + ": " + r.error().message);
+  EXPECT_TRUE(r) << (r ? "" : r.error().where + ": " + r.error().message);
   return r ? *r : RunResult{};
 }
 
@@ -90,12 +90,12 @@ TEST(Sandbox, MissingCommandIs127AndNonExecutableIs126) {
   s.argv = {"no-such-command-xyz"};
   auto r = runSandboxed(s);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().exitStatus(), 127);
+  EXPECT_EQ(sluice::base::exitStatus(r.error().code), 127);
   s.argv = {"/etc/passwd"};
   s.execution_id = uniqueId("noexec");
   r = runSandboxed(s);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().exitStatus(), 126);
+  EXPECT_EQ(sluice::base::exitStatus(r.error().code), 126);
 }
 
 TEST(Sandbox, SetupFailureNamesTheStep) {
@@ -104,8 +104,8 @@ TEST(Sandbox, SetupFailureNamesTheStep) {
   s.inputs.push_back({"/nonexistent/input/file", "x"});
   auto r = runSandboxed(s);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().exitStatus(), 125);
-  EXPECT_EQ(r.error().step, "input");
+  EXPECT_EQ(sluice::base::exitStatus(r.error().code), 125);
+  EXPECT_EQ(r.error().where, "input");
 }
 
 TEST(Sandbox, HostFilesAndEnvironmentAreNotVisible) {
@@ -268,8 +268,8 @@ TEST(Sandbox, ListenerCallbackErrorAbortsWith125) {
   };
   auto r = runSandboxed(s, hooks);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().exitStatus(), 125);
-  EXPECT_EQ(r.error().step, "proxy listener");
+  EXPECT_EQ(sluice::base::exitStatus(r.error().code), 125);
+  EXPECT_EQ(r.error().where, "proxy listener");
 }
 
 TEST(Sandbox, InputsAreReadOnlyAndOutputsAreCopiedWithHashes) {
@@ -376,7 +376,7 @@ TEST(SandboxLimits, MemoryIsNamedEvenWhenTheOomKillerTakesInit) {
   RunSpec s = bash("python3 -c 'a=[]\nwhile True: a.append(bytearray(8<<20))'");
   s.limits.memory = 64ull << 20;
   auto r = runSandboxed(s);
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(r->limit_hit, LimitHit::kMemory);
   EXPECT_EQ(r->sluiceExitStatus(), 124);
   EXPECT_GT(ballast[ballast.size() / 2], 0);

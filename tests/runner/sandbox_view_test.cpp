@@ -32,7 +32,7 @@ RunSpec bash(const std::string& script) {
 
 std::string mustRun(const RunSpec& spec) {
   auto r = runSandboxed(spec);
-  EXPECT_TRUE(r) << (r ? "" : r.error().step + ": " + r.error().message);
+  EXPECT_TRUE(r) << (r ? "" : r.error().where + ": " + r.error().message);
   if (!r) return {};
   EXPECT_EQ(r->exit_code, 0) << r->out.text << r->err.text;
   return r->out.text;

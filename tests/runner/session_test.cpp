@@ -35,7 +35,7 @@ SessionSpec sessionSpec(const char* tag = "sess") {
 
 std::unique_ptr<SandboxSession> mustStart(const SessionSpec& spec) {
   auto s = SandboxSession::start(spec);
-  EXPECT_TRUE(s) << (s ? "" : s.error().step + ": " + s.error().message);
+  EXPECT_TRUE(s) << (s ? "" : s.error().where + ": " + s.error().message);
   return s ? std::move(*s) : nullptr;
 }
 
@@ -48,7 +48,7 @@ ExecSpec sh(const std::string& script) {
 
 RunResult mustExec(SandboxSession& s, const ExecSpec& e, const ExecHooks& h = {}) {
   auto r = s.exec(e, h);
-  EXPECT_TRUE(r) << (r ? "" : r.error().step + ": " + r.error().message);
+  EXPECT_TRUE(r) << (r ? "" : r.error().where + ": " + r.error().message);
   return r ? *r : RunResult{};
 }
 
@@ -124,12 +124,12 @@ TEST(Session, EachExecHasItsOwnStdinEnvCwdAndTimeout) {
   // Not found is 127 and leaves the session usable.
   auto missing = s->exec(ExecSpec{.argv = {"no-such-command-xyz"}});
   ASSERT_FALSE(missing);
-  EXPECT_EQ(missing.error().exitStatus(), 127);
+  EXPECT_EQ(sluice::base::exitStatus(missing.error().code), 127);
   ExecSpec bad_cwd = sh("true");
   bad_cwd.cwd = "/nonexistent";
   auto bad = s->exec(bad_cwd);
   ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().step, "chdir to the working directory");
+  EXPECT_EQ(bad.error().where, "chdir to the working directory");
   EXPECT_EQ(mustExec(*s, sh("echo still")).out.text, "still\n");
 }
 
@@ -458,7 +458,7 @@ TEST(Session, EndLeavesNoProcessMountOrCgroup) {
   EXPECT_EQ(::waitpid(-1, &st, WNOHANG), -1);
   auto after = s->exec(sh("true"));
   ASSERT_FALSE(after);
-  EXPECT_EQ(after.error().step, "session");
+  EXPECT_EQ(after.error().where, "session");
   EXPECT_FALSE(s->readFile("/work/a", 10));
   EXPECT_TRUE(s->artifacts().empty());
   s.reset();
@@ -470,12 +470,12 @@ TEST(Session, StartFailureNamesTheStepAndLeavesNothing) {
   spec.inputs.push_back({"/nonexistent/input", "x"});
   auto s = SandboxSession::start(spec);
   ASSERT_FALSE(s);
-  EXPECT_EQ(s.error().step, "input");
+  EXPECT_EQ(s.error().where, "input");
   spec.inputs.clear();
   spec.session_id = "bad id";
   s = SandboxSession::start(spec);
   ASSERT_FALSE(s);
-  EXPECT_EQ(s.error().step, "execution id");
+  EXPECT_EQ(s.error().where, "execution id");
   int st = 0;
   EXPECT_EQ(::waitpid(-1, &st, WNOHANG), -1);
 }

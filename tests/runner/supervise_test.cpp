@@ -44,7 +44,7 @@ TEST(Stdin, ReachesTheProgramThenEof) {
   RunSpec s = shell("cat; echo; echo eof");
   s.stdin_data = "line one\nline two";
   auto r = runSandboxed(s);
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(r->out.text, "line one\nline two\neof\n");
 }
 
@@ -87,7 +87,7 @@ TEST(StopFd, StopsOneRunWhileAnotherInAnotherThreadCompletes) {
   REQUIRE_SANDBOX();
   const int stop = ::eventfd(0, EFD_CLOEXEC);
   ASSERT_GE(stop, 0);
-  std::expected<RunResult, SetupError> stopped = std::unexpected(SetupError{}), other = stopped;
+  sluice::base::Result<RunResult> stopped = std::unexpected(sluice::base::Error{}), other = stopped;
   const auto t0 = std::chrono::steady_clock::now();
   std::thread a([&] {
     RunHooks h;
@@ -102,13 +102,13 @@ TEST(StopFd, StopsOneRunWhileAnotherInAnotherThreadCompletes) {
   const auto stopped_after = std::chrono::steady_clock::now() - t0;
   b.join();
   ::close(stop);
-  ASSERT_TRUE(stopped) << stopped.error().step << ": " << stopped.error().message;
+  ASSERT_TRUE(stopped) << stopped.error().where << ": " << stopped.error().message;
   EXPECT_TRUE(stopped->stopped_by_request);
   EXPECT_EQ(stopped->stop_signal, SIGTERM);
   EXPECT_EQ(stopped->sluiceExitStatus(), 128 + SIGTERM);
   EXPECT_EQ(stopped->out.text, "started\n");
   EXPECT_LT(stopped_after, 5s);
-  ASSERT_TRUE(other) << other.error().step << ": " << other.error().message;
+  ASSERT_TRUE(other) << other.error().where << ": " << other.error().message;
   EXPECT_FALSE(other->stopped_by_request);
   EXPECT_EQ(other->exit_code, 0);
   EXPECT_EQ(other->out.text, "done\n");
@@ -123,7 +123,7 @@ TEST(StopFd, ReadableBeforeTheProgramStartsRunsNothing) {
   auto r = runSandboxed(shell("echo ran"), h);
   ::close(stop);
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().step, "stopped");
+  EXPECT_EQ(r.error().where, "stopped");
 }
 
 TEST(Concurrent, EightRunsFromEightThreadsAllSucceedWithDistinctReceipts) {
@@ -137,15 +137,15 @@ TEST(Concurrent, EightRunsFromEightThreadsAllSucceedWithDistinctReceipts) {
     specs.back().stdin_data = "stdin-" + std::to_string(i) + "\n";
     specs.back().files = {{"/work/id", std::to_string(i)}};
   }
-  std::vector<std::expected<RunResult, SetupError>> results(
-      kRuns, std::unexpected(SetupError{SetupError::Kind::kSetup, "not run", ""}));
+  std::vector<sluice::base::Result<RunResult>> results(
+      kRuns, std::unexpected(sluice::base::Error{sluice::base::Code::kInternal, "", "not run"}));
   std::vector<std::vector<std::string>> cgroups(kRuns);
   std::vector<std::thread> threads;
   for (int i = 0; i < kRuns; ++i)
     threads.emplace_back([&, i] {
       RunHooks h;
       // While it runs, the run's own cgroup directories exist, named by its execution id.
-      h.before_start = [&, i]() -> std::expected<void, SetupError> {
+      h.before_start = [&, i]() -> sluice::base::Result<void> {
         for (const auto& name : sluice::testing::sluiceCgroupNames())
           if (name.ends_with("." + specs[i].execution_id)) cgroups[i].push_back(name);
         return {};
@@ -155,7 +155,7 @@ TEST(Concurrent, EightRunsFromEightThreadsAllSucceedWithDistinctReceipts) {
   for (auto& t : threads) t.join();
   std::set<std::string> ids, hashes, cgroup_names;
   for (int i = 0; i < kRuns; ++i) {
-    ASSERT_TRUE(results[i]) << i << ": " << results[i].error().step << ": "
+    ASSERT_TRUE(results[i]) << i << ": " << results[i].error().where << ": "
                             << results[i].error().message;
     const RunResult& r = *results[i];
     EXPECT_EQ(r.exit_code, 0) << r.err.text;

@@ -305,7 +305,7 @@ TEST(TransparentCapture, TcpToAnyAddressReachesTheListenersWithItsOriginalDestin
   REQUIRE_SANDBOX();
   FakeProxy proxy;
   auto r = runSandboxed(python(kConnectScript), RunHooks{.on_listener = proxy.callback()});
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(r->out.text, "ORIG 192.0.2.1:80\nORIG [2001:db8::1]:443\n") << r->err.text;
   std::lock_guard lock(proxy.mu);
   EXPECT_EQ(proxy.families, (std::vector<int>{AF_INET, AF_INET6}));
@@ -316,7 +316,7 @@ TEST(TransparentCapture, UdpIcmpAndQuicToAnythingOutsideFailAtOnce) {
   REQUIRE_SANDBOX();
   FakeProxy proxy;
   auto r = runSandboxed(python(kRefusedScript), RunHooks{.on_listener = proxy.callback()});
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   const std::string& out = r->out.text;
   EXPECT_EQ(out.find("SENT"), std::string::npos) << out;
   EXPECT_EQ(out.find("slow"), std::string::npos) << out;
@@ -392,7 +392,7 @@ TEST(TransparentCapture, EveryRejectedPacketIsCopiedToTheBlockedLogSocket) {
   FakeDns dns;
   auto r = runSandboxed(python(kRefusedScript),
                         RunHooks{.on_listener = proxy.callback(), .on_dns = dns.callback()});
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   dns.stop = true;
   if (dns.thread.joinable()) dns.thread.join();
   ASSERT_GE(dns.blocked, 0);
@@ -421,7 +421,7 @@ TEST(TransparentCapture, DnsReachesTheHandedSocketsAndResolvConfNamesThem) {
   FakeDns dns;
   auto r = runSandboxed(python(kDnsScript),
                         RunHooks{.on_listener = proxy.callback(), .on_dns = dns.callback()});
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(dns.calls, 1);
   EXPECT_EQ(r->out.text,
             "udp 1234 198.18.0.7\ntcp 1234 198.18.0.7\n198.18.0.7      STREAM example.test\n"
@@ -440,7 +440,7 @@ TEST(TransparentCapture, NoDnsSocketsWithoutTheHookAndNoNetworkNoCapture) {
       "except OSError as e: print('refused', e.errno)\n");
   s.network_proxy = false;
   auto r = runSandboxed(s);
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   // No network: no route either, so connect() fails at once (ENETUNREACH).
   EXPECT_EQ(r->out.text, "nameserver 127.0.0.1\nrefused " + std::to_string(ENETUNREACH) + "\n");
 }
@@ -456,7 +456,7 @@ TEST(TransparentCapture, TheHostsRoutesAndRulesStayAsTheyWere) {
   FakeDns dns;
   auto r = runSandboxed(python(kConnectScript),
                         RunHooks{.on_listener = proxy.callback(), .on_dns = dns.callback()});
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(runCommand(cmd), before);
   EXPECT_EQ(runCommand("nft list tables").find("sluice"), std::string::npos);
 }
@@ -469,15 +469,15 @@ TEST(TransparentCapture, SessionsCaptureToo) {
   FakeProxy proxy;
   FakeDns dns;
   auto session = SandboxSession::start(spec, proxy.callback(), dns.callback());
-  ASSERT_TRUE(session) << session.error().step << ": " << session.error().message;
+  ASSERT_TRUE(session) << session.error().where << ": " << session.error().message;
   ExecSpec e;
   e.argv = {"python3", "-c", kConnectScript};
   auto r = (*session)->exec(e);
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(r->out.text, "ORIG 192.0.2.1:80\nORIG [2001:db8::1]:443\n") << r->err.text;
   e.argv = {"python3", "-c", kDnsScript};
   r = (*session)->exec(e);
-  ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+  ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
   EXPECT_EQ(r->out.text.rfind("udp 1234 198.18.0.7\ntcp 1234 198.18.0.7\n", 0), 0u)
       << r->out.text << r->err.text;
   (*session)->end();
@@ -508,7 +508,7 @@ TEST(CaptureRules, InstalledAsOneBatchAndReadBackExactly) {
   REQUIRE_SANDBOX();
   TestNamespace::run([] {
     auto r = detail::installCaptureRules();
-    ASSERT_TRUE(r) << r.error().step << ": " << r.error().message;
+    ASSERT_TRUE(r) << r.error().where << ": " << r.error().message;
     const std::string text = runCommand("nft -j list ruleset");
     const auto j = nlohmann::json::parse(text, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << text;
@@ -572,7 +572,7 @@ TEST(CaptureRules, NeverInstalledInSluicesOwnNamespace) {
   const std::string before = runCommand("ip route; ip -6 route; nft list ruleset");
   auto own = detail::startCapture(::getpid(), true).get();
   ASSERT_FALSE(own);
-  EXPECT_EQ(own.error().step, "open the sandbox's network namespace");
+  EXPECT_EQ(own.error().where, "open the sandbox's network namespace");
   EXPECT_NE(own.error().message.find("sluice's own"), std::string::npos) << own.error().message;
   const pid_t helper = ::fork();
   if (helper == 0) {
@@ -582,7 +582,7 @@ TEST(CaptureRules, NeverInstalledInSluicesOwnNamespace) {
   auto gone = detail::startCaptureInHelper(helper, true).get();
   ::waitpid(helper, nullptr, 0);
   ASSERT_FALSE(gone);
-  EXPECT_EQ(gone.error().step, detail::kHelperGone) << gone.error().message;
+  EXPECT_EQ(gone.error().where, detail::kHelperGone) << gone.error().message;
   EXPECT_EQ(runCommand("ip route; ip -6 route; nft list ruleset"), before);
 }
 
@@ -593,7 +593,7 @@ TEST(CaptureRules, ASecondInstallIsRefusedNamingTheTableAndChangesNothing) {
     const std::string before = runCommand("nft list ruleset");
     auto again = detail::installCaptureRules();
     ASSERT_FALSE(again);
-    EXPECT_EQ(again.error().step, "nftables rules");
+    EXPECT_EQ(again.error().where, "nftables rules");
     EXPECT_EQ(again.error().message, "table inet sluice: " + std::string(std::strerror(EEXIST)) +
                                          " (errno " + std::to_string(EEXIST) + ")");
     EXPECT_EQ(runCommand("nft list ruleset"), before);
@@ -610,12 +610,12 @@ TEST(CaptureRules, AFailedBatchNamesTheRefusedRuleAndLeavesNothingBehind) {
     // An expression the kernel does not know: the batch fails at the second rule.
     b.addRule(NFPROTO_INET, "t", "c", detail::NftRule("bogus").raw("no-such-expression", ""));
     auto fd = detail::openNftSocket();
-    ASSERT_TRUE(fd) << fd.error().message();
+    ASSERT_TRUE(fd) << fd.error().message;
     auto r = b.commit(*fd);
     ::close(*fd);
     ASSERT_FALSE(r);
-    EXPECT_EQ(r.error().object, "rule 2 in chain c (bogus)");
-    EXPECT_EQ(r.error().err, ENOENT) << r.error().message();
+    EXPECT_EQ(r.error().where, "rule 2 in chain c (bogus)");
+    EXPECT_EQ(r.error().sys_errno, ENOENT) << r.error().message;
     // All or nothing: not even the table stayed.
     EXPECT_EQ(runCommand("nft list ruleset"), "");
   });

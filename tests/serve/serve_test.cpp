@@ -1072,3 +1072,38 @@ TEST_F(ServeTest, ThousandsOfRunsDoNotGrowTheDaemon) {
 }
 
 }  // namespace
+
+namespace {
+
+namespace base = sluice::base;
+
+// Serve's functions return base::Error; the edge renders each one once: the status from its
+// code, its finer reason kept, a quota's Retry-After from that reason, the text as the message.
+TEST(ApiErrorRendering, OneRenderingOfEveryBaseError) {
+  const serve::ApiError quota = serve::apiError(
+      serve::apiFail(base::Code::kResourceExhausted, "too_many_sessions_for_caller", "full"));
+  EXPECT_EQ(quota.status, 429);
+  EXPECT_EQ(quota.reason, "too_many_sessions_for_caller");
+  EXPECT_EQ(quota.retry_after, serve::kSessionRetryAfter);
+  const serve::ApiError runs =
+      serve::apiError(serve::apiFail(base::Code::kResourceExhausted, "too_many_runs", "full"));
+  EXPECT_EQ(runs.retry_after, serve::kRunRetryAfter);
+  const serve::ApiError big =
+      serve::apiError(serve::apiFail(base::Code::kTooLarge, "payload_too_large", "big"));
+  EXPECT_EQ(big.status, 413);
+  EXPECT_EQ(big.retry_after, 0u);
+  // No finer reason: the API's word for the code's status, or 500 internal where it has none.
+  const serve::ApiError field =
+      serve::apiError(base::Error(base::Code::kInvalidArgument, "must be a string", "argv"));
+  EXPECT_EQ(field.status, 400);
+  EXPECT_EQ(field.reason, "bad_request");
+  EXPECT_EQ(field.message, "argv: must be a string");
+  base::Error commit(base::Code::kIo, "database or disk is full", "audit store", 28);
+  commit.cause_code = 13;  // SQLITE_FULL: logged by the edge, never in the body
+  const serve::ApiError failed = serve::apiError(commit);
+  EXPECT_EQ(failed.status, 500);
+  EXPECT_EQ(failed.reason, "internal");
+  EXPECT_EQ(failed.message, "audit store: database or disk is full");
+}
+
+}  // namespace

@@ -102,7 +102,7 @@ struct Receipt {
   nlohmann::json json;  ///< with "hash" once committed
   runner::RunResult result;
   /// Set when the command never ran (a setup step failed, or it cannot start).
-  std::optional<runner::SetupError> not_run;
+  std::optional<base::Error> not_run;
 };
 
 /// How the sandbox lives: built around one command, or built at open() for many.

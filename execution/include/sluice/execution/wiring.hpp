@@ -48,7 +48,7 @@ void addNetwork(runner::ReceiptContext& ctx, const proxy::Stats& st);
 /// A result for an execution that never ran (a setup step failed, or the command cannot
 /// start), so that it still has a receipt: exit 125/126/127, the reason on stderr, and the
 /// isolation `spec` would have had (`full_isolation`: root with cgroups).
-runner::RunResult failedResult(const runner::SetupError& e, const runner::RunSpec& spec,
+runner::RunResult failedResult(const base::Error& e, const runner::RunSpec& spec,
                                bool full_isolation);
 
 /// The executions row of a finished execution whose receipt is `receipt` (built by

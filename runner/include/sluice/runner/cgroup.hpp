@@ -49,8 +49,8 @@ class Cgroup {
  public:
   /// Creates <parent>/<name> in each hierarchy and writes the limits. On failure everything
   /// created is removed again and the error names the file that could not be written.
-  static std::expected<Cgroup, SetupError> create(const CgroupLayout& layout, std::string_view name,
-                                                  const Limits& limits);
+  static base::Result<Cgroup> create(const CgroupLayout& layout, std::string_view name,
+                                     const Limits& limits);
   Cgroup(Cgroup&& other) noexcept;
   Cgroup& operator=(Cgroup&& other) noexcept;
   Cgroup(const Cgroup&) = delete;
@@ -58,7 +58,7 @@ class Cgroup {
   ~Cgroup();
 
   /// Moves `pid` into the cgroup (every hierarchy on v1).
-  std::expected<void, SetupError> addProcess(pid_t pid) const;
+  base::Result<void> addProcess(pid_t pid) const;
   /// Reads the counters; missing files read as 0.
   CgroupStats stats() const;
   /// SIGKILLs every process in the cgroup (cgroup.kill on v2 where present), bounded retries.

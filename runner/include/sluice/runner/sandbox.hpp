@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/base/error.hpp"
+
 namespace sluice::runner {
 
 /// Effective resource limits of one execution. 0 means "no limit" for the byte/count fields
@@ -177,18 +179,16 @@ struct RunResult {
   int sluiceExitStatus() const;
 };
 
-/// Why an execution could not be set up or the command not started.
-struct SetupError {
-  enum class Kind : std::uint8_t {
-    kSetup,       // sluice failed (exit 125); `step` names the failing setup step
-    kNotFound,    // command does not exist (exit 127)
-    kCannotExec,  // command exists but cannot run (exit 126)
-  };
-  Kind kind = Kind::kSetup;
-  std::string step;     // e.g. "mount /proc", "cgroup memory.limit_in_bytes", "execve"
-  std::string message;  // human-readable, includes strerror when relevant
-  int exitStatus() const;
-};
+/// Why an execution could not be set up or the command not started: a base::Error whose
+/// `where` names the failing setup step ("mount /proc", "cgroup memory.max", "execve") and whose
+/// code gives the exit status (base::exitStatus): kCommandNotFound (127) and kCannotExecute
+/// (126) for a command that could not start, any other code (125) when sluice's setup failed.
+/// True when the command itself could not start (exit 126/127), false when setup failed.
+bool commandNotStarted(const base::Error& e);
+
+/// `cause` as the failed setup step `where` (exit 125), keeping its message, errno and
+/// cause_code (an audit store's SQLite code); a code that means another exit status becomes kIo.
+base::Error setupFailure(std::string where, base::Error cause);
 
 /// Called before the program starts with a TCP socket listening inside the sandbox's network
 /// namespace: twice, first with 127.0.0.1:3128, then with [::1]:3128 (IPv6 only). Both receive
@@ -196,7 +196,7 @@ struct SetupError {
 /// TCP connection to a non-loopback address is redirected there; SO_ORIGINAL_DST, for IPv6
 /// IP6T_SO_ORIGINAL_DST, gives the address the program asked for). Ownership of the fd passes
 /// to the callee (the proxy accepts on it from the host namespace). An error aborts the run
-/// with a SetupError (step "proxy listener"). In unprivileged (user-namespace) mode there is no
+/// with an error at "proxy listener". In unprivileged (user-namespace) mode there is no
 /// transparent capture and only the IPv4 listener (see docs/sandbox.md "How traffic leaves").
 using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>;
 
@@ -205,7 +205,7 @@ using ListenerCallback = std::function<std::expected<void, std::string>(int fd)>
 /// /etc/resolv.conf names it): a UDP socket bound to 127.0.0.53:53 and a TCP socket listening
 /// there. Ownership of both passes to the callee. Without this hook neither socket exists (and
 /// a lookup fails at once: nothing answers on 127.0.0.53). An error aborts the run with a
-/// SetupError (step "dns sockets").
+/// error at "dns sockets".
 /// `blocked_log_fd`: an nfnetlink_log socket (NETLINK_NETFILTER) made in the same namespace,
 /// bound to log group kBlockedLogGroup, which receives the headers (at most 128 bytes) of
 /// every packet the namespace's capture rules reject (UDP other than sluice's DNS, QUIC, ICMP,
@@ -218,9 +218,9 @@ using DnsCallback =
 inline constexpr std::uint16_t kBlockedLogGroup = 1;
 
 /// Called once, after the sandbox is built and just before its program may start; an error
-/// aborts the run (nothing of the program runs) with that SetupError. `sluice run` waits here
+/// aborts the run (nothing of the program runs) with that error. `sluice run` waits here
 /// for the audit store it opened in the background, so that no program runs unaudited.
-using StartGate = std::function<std::expected<void, SetupError>()>;
+using StartGate = std::function<base::Result<void>()>;
 
 /// Called once with the final result (the program and everything it started are gone, the
 /// counters read, /output copied) just before the sandbox is torn down, so the caller can
@@ -245,7 +245,7 @@ using PreparedSandboxPtr = std::unique_ptr<PreparedSandbox, PreparedSandboxDelet
 /// Called once the process has other threads it prepares nothing and returns null.
 /// Without root the helper also unshares a user namespace (runSandboxed() then writes its
 /// uid/gid maps before sending the plan). runSandboxed() without one builds everything itself.
-std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
+base::Result<PreparedSandboxPtr> prepareSandbox();
 
 /// Prepares sandboxes for a long-running, multi-threaded process (`sluice serve`): a small
 /// process forked by start() while the caller is still single-threaded and has loaded no
@@ -259,14 +259,14 @@ std::expected<PreparedSandboxPtr, SetupError> prepareSandbox();
 class SandboxZygote {
  public:
   /// Forks the zygote. Fails (and forks nothing) once the process has other threads.
-  static std::expected<std::unique_ptr<SandboxZygote>, SetupError> start();
+  static base::Result<std::unique_ptr<SandboxZygote>> start();
   ~SandboxZygote();  // the zygote exits and is reaped; sandboxes it prepared are unaffected
   SandboxZygote(const SandboxZygote&) = delete;
   SandboxZygote& operator=(const SandboxZygote&) = delete;
 
   /// A prepared sandbox for runSandboxed() or SandboxSession::start(), as prepareSandbox()
   /// gives, from any thread.
-  std::expected<PreparedSandboxPtr, SetupError> prepare();
+  base::Result<PreparedSandboxPtr> prepare();
 
  private:
   struct Impl;
@@ -284,7 +284,7 @@ struct RunHooks {
   /// When this fd becomes readable (an eventfd or a pipe's read end; never read or closed by
   /// the runner), this run stops as on requestStop(SIGTERM): the sandbox is torn down and the
   /// result has stopped_by_request and stop_signal = SIGTERM. Readable before the program
-  /// started: SetupError with step "stopped" (nothing of the program ran). Affects this run only.
+  /// started: an error at "stopped" (nothing of the program ran). Affects this run only.
   int stop_fd = -1;
 };
 
@@ -299,8 +299,8 @@ struct RunHooks {
 /// PR_SET_PDEATHSIG follows the creating thread; it does, since this call blocks until the
 /// end). The caller's process must not reap children it did not start (no waitpid(-1), no
 /// SIGCHLD set to SIG_IGN). Hooks are called on the calling thread.
-std::expected<RunResult, SetupError> runSandboxed(const RunSpec& spec, const RunHooks& hooks = {},
-                                                  PreparedSandboxPtr prepared = nullptr);
+base::Result<RunResult> runSandboxed(const RunSpec& spec, const RunHooks& hooks = {},
+                                     PreparedSandboxPtr prepared = nullptr);
 
 /// Makes SIGINT and SIGTERM stop every running sandbox of this process (teardown, then
 /// RunResult with stopped_by_request) instead of killing sluice outright. Call once from main.

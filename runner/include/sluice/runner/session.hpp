@@ -68,7 +68,7 @@ class SandboxSession {
   /// the session's own, as RunHooks' are) and leaves it idle. The session's init is started
   /// from a thread the session owns until end(), so the calling thread may exit.
   /// With `prepared` (SandboxZygote::prepare()) its helper's namespaces are used.
-  static std::expected<std::unique_ptr<SandboxSession>, SetupError> start(
+  static base::Result<std::unique_ptr<SandboxSession>> start(
       const SessionSpec& spec, const ListenerCallback& on_listener = {},
       const DnsCallback& on_dns = {}, PreparedSandboxPtr prepared = nullptr);
   ~SandboxSession();  // end()
@@ -80,7 +80,7 @@ class SandboxSession {
   /// session-wide limits (memory, pids, disk) are the session's, and artifacts stay empty (see
   /// artifacts()). Errors: as runSandboxed()'s, and step "session" once the session ended (by
   /// end(), or because its init died, e.g. killed by the OOM killer).
-  std::expected<RunResult, SetupError> exec(const ExecSpec& spec, const ExecHooks& hooks = {});
+  base::Result<RunResult> exec(const ExecSpec& spec, const ExecHooks& hooks = {});
 
   /// Paths are sandbox paths under /work, /tmp or /output only (no "." or ".." components),
   /// resolved inside the sandbox: symlinks in the directories leading to the file are followed
