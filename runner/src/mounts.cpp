@@ -251,7 +251,7 @@ std::unexpected<base::Error> err(std::string step, std::string msg) {
 // A policy's read-only host paths (RunSpec::mounts), after the default /etc so that they may
 // add to it (/etc/apt). The loader checked both paths by name; here the source must exist and
 // be its own real path, so no symlink leads the bind somewhere the loader did not see.
-std::expected<void, SetupError> planHostMounts(const RunSpec& spec, PlanBuilder& b) {
+base::Result<void> planHostMounts(const RunSpec& spec, PlanBuilder& b) {
   using K = MountOp::Kind;
   for (const HostMount& m : spec.mounts) {
     const std::string what = "sandbox.mounts source " + m.source;

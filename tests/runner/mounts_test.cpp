@@ -220,7 +220,7 @@ TEST(MountPlan, HostMountsAreReadOnlyBindsAfterTheDefaultEtc) {
   s.mounts = {{(dir / "missing").string(), "/etc/apt"}};
   auto missing = buildMountPlan(s, false);
   ASSERT_FALSE(missing);
-  EXPECT_EQ(missing.error().step, "mount");
+  EXPECT_EQ(missing.error().where, "mount");
   EXPECT_EQ(missing.error().message,
             "sandbox.mounts source " + (dir / "missing").string() + ": No such file or directory");
 
