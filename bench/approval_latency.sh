@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The added latency of an approved request (issue 14): inside one `sluice run`, a Python client
+# The added latency of an approved request: inside one `sluice run`, a Python client
 # sends N fresh-connection GETs through the proxy (HTTP_PROXY) to an upstream on an allow rule
 # (port 8080) and N to the same upstream on an ask rule (port 8081) answered at once by
 # `--approve-with 'echo allow'`, alternating; medians and p99 of each, and the difference.

@@ -286,7 +286,7 @@ void BM_CanonicalRequest(benchmark::State& state) {
     state.SkipWithError("no rules with request conditions");
     return;
   }
-  // Spellings the canonical form accepts before and after issue 21 item 9 (so that both
+  // Spellings the canonical form accepts before and after its ambiguity checks (so that both
   // versions do the same work): escapes, dot segments, UTF-8, inner dots and spaces, case.
   static const char* kTargets[] = {
       "/v1/metrics/cpu?since=1h", "/v2/%6detrics",  "/healthz",    "/v1/a/./b/../c/d",

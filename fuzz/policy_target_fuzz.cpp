@@ -103,7 +103,7 @@ void checkCanonicalRequest(std::string_view input) {
       p.ends_with("/.") || p.ends_with("/.."))
     violated("canonical path has a dot segment", input);
   if (p.find('\\') != std::string::npos) violated("canonical path has a backslash", input);
-  // Issue 21 item 9: no segment a Windows server would trim, nor a row of dots.
+  // No segment a Windows server would trim, nor a row of dots.
   for (std::size_t b = 1, e; b <= p.size(); b = e + 1) {
     e = p.find('/', b);
     if (e == std::string::npos) e = p.size();

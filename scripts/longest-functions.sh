@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The longest functions outside tests, measured with Universal Ctags (line to end line).
-# Usage: scripts/longest-functions.sh [N]  (default 10). Issue 22's bar: none over 100 lines.
+# Usage: scripts/longest-functions.sh [N]  (default 10). The bar: none over 100 lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-10}"

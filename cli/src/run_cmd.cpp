@@ -47,7 +47,7 @@ struct RunOptions {
   std::string policy_file, workflow, policy_dir;
   std::string audit_db = "./sluice-audit.db";
   std::string audit_group;
-  std::string signing_key;  // audit checkpoints' Ed25519 key (issue 15)
+  std::string signing_key;  // audit checkpoints' Ed25519 key
   std::string secrets;
   std::vector<std::string> upstream_cas;
   std::vector<std::string> env, inputs;

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 
+#include "sluice/base/clock.hpp"
 #include "sluice/base/hex.hpp"
 #include "sluice/base/json.hpp"
 #include "sluice/runner/cgroup.hpp"
@@ -21,9 +22,6 @@ namespace {
 // friends there, see docs/sandbox.md).
 constexpr const char* kSandboxCaBundle = "/etc/ssl/certs/ca-certificates.crt";
 
-std::int64_t epochMs(std::chrono::system_clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
-}
 }  // namespace
 
 std::vector<rn::HostMount> hostMounts(const pol::Workflow& w) {
@@ -110,8 +108,8 @@ audit::ExecutionRecord executionRecord(const nlohmann::json& receipt, const rn::
   rec.workflow = ctx.workflow;
   rec.policy_sha256 = ctx.policy_sha256;
   rec.argv_json = base::dumpJson(receipt["argv"]);
-  rec.started_at_ms = epochMs(r.started_at);
-  rec.ended_at_ms = epochMs(r.ended_at);
+  rec.started_at_ms = base::epochMs(r.started_at);
+  rec.ended_at_ms = base::epochMs(r.ended_at);
   rec.exit_code = r.exit_code;
   rec.signal = r.signal;
   rec.limit_hit = std::string(rn::limitHitName(r.limit_hit));

@@ -3,13 +3,13 @@
 
 #include <ctime>
 
+#include "sluice/base/clock.hpp"
 #include "sluice/runner/limits.hpp"
 
 namespace sluice::runner {
 
 std::string formatTimestamp(std::chrono::system_clock::time_point t) {
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count();
+  const std::int64_t ms = base::epochMs(t);
   std::time_t secs = static_cast<std::time_t>(ms / 1000);
   std::tm tm{};
   ::gmtime_r(&secs, &tm);

@@ -335,9 +335,7 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   rec.workflow = s.workflow->name;
   rec.policy_sha256 = s.workflow->sha256;
   rec.argv_json = "[]";
-  rec.started_at_ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(s.created_at.time_since_epoch())
-          .count();
+  rec.started_at_ms = base::epochMs(s.created_at);
   rec.ended_at_ms = base::nowMs();
   rec.artifacts_json = base::dumpJson(artifacts);
   rec.receipt_json = base::dumpJson(summary);

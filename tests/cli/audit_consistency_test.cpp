@@ -1,4 +1,4 @@
-// Issue 21 items 3 and 4, as an auditor runs them. Verification fails closed: `audit verify
+// Checkpoint consistency, as an auditor runs it. Verification fails closed: `audit verify
 // --pubkey` on a log with no signed checkpoint (an empty one, or a copy taken without its -wal
 // file) exits 1 saying it is unsigned, and `--require-signed-tail` refuses unsigned rows after
 // the last checkpoint. Append-only, provable: `audit checkpoint --json` prints the latest

@@ -1,4 +1,5 @@
-// Issue 15 as a user runs it: `sluice audit keygen`, `sluice run --signing-key`, `audit verify
+// Signed evidence as a user runs it: `sluice audit keygen`, `sluice run --signing-key`, `audit
+// verify
 // --pubkey`, prove / check-proof, export / verify-export, attest / verify-attestation; and the
 // signing key's boundary: a sandboxed program cannot read the key file and does not get it in
 // its environment, and sluice's logs (at debug) do not carry it. And `audit prove` on stores of

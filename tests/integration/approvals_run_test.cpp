@@ -1,4 +1,4 @@
-// Approvals end to end with `sluice run --approve-with CMD` (issue 14): an `ask` rule holds the
+// Approvals end to end with `sluice run --approve-with CMD`: an `ask` rule holds the
 // sandbox's request (plain HTTP through the proxy), its CONNECT (passthrough tunnel) or its
 // redirected connection (transparent capture) until the command answers. The command is a
 // Python script that reads the approval JSON on stdin, logs what it was asked, and answers by

@@ -61,6 +61,9 @@ struct EverydayCase {
   const char* expected;  // its whole stdout
 };
 
+// gtest prints a parameter in ctest's test names: the case's name, not its bytes.
+void PrintTo(const EverydayCase& c, std::ostream* os) { *os << c.name; }
+
 const EverydayCase kCases[] = {
     {"shell_builtins", "command -v sh && command -v bash", Network::kNone,
      R"SH(set -e

@@ -1,4 +1,4 @@
-// Transparent capture and sluice's DNS end to end (issue 13): `sluice run` programs that ignore
+// Transparent capture and sluice's DNS end to end: `sluice run` programs that ignore
 // the proxy variables — Node's fetch and http.get, curl --noproxy '*', Python sockets and ssl,
 // getent — against upstreams in a network namespace this test makes (reached from the host over
 // a veth pair, the way a private service would be), and DNS exfiltration attempts. Nothing may
@@ -510,7 +510,7 @@ TEST_F(TransparentRun, DnsExfiltrationIsAnsweredNothingRecordedWholeAndCutOffAtT
   EXPECT_EQ(rc, 0) << v;
 }
 
-// Issue 13: each denied attempt is in the audit store, UDP, QUIC and ICMP included (they are
+// Each denied attempt is in the audit store, UDP, QUIC and ICMP included (they are
 // rejected in the sandbox's netns and recorded from the kernel's log), with the right
 // destination, and in the receipt's denials. The program got EPERM; nothing arrived.
 TEST_F(TransparentRun, BlockedUdpQuicAndIcmpAttemptsAreAuditRowsAndDenials) {

@@ -195,7 +195,7 @@ TEST(Loader, SecretReferences) {
             std::string::npos);
 }
 
-// Issue 21 item 9: `paths_case` and `path_params`, and the warning on a deny rule's paths.
+// `paths_case` and `path_params`, and the warning on a deny rule's paths.
 TEST(Loader, PathsCaseAndPathParams) {
   auto w = parseWorkflow(rule("      hosts: [a.example]\n      paths: [/V1/*]\n"
                               "      paths_case: insensitive\n      path_params: allow\n"),

@@ -46,7 +46,7 @@ TEST(CanonicalRequest, RefusesAmbiguousSpellings) {
   }
 }
 
-// Issue 21 item 9: spellings that some upstreams read differently from the rule's author.
+// Spellings that some upstreams read differently from the rule's author.
 TEST(CanonicalRequest, RefusesSpellingsUpstreamsDecodeDifferently) {
   for (const char* t : {"/v1/%C0%AE%C0%AE/admin",  // overlong '.' (a lax UTF-8 decoder reads '..')
                         "/v1/%c0%af",              // overlong '/'

@@ -343,7 +343,7 @@ TEST_F(ApprovalTest, ScopeExecutionReleasesPendingRequestsOfTheSameMethodWhateve
   EXPECT_EQ(third.readResponse(true).header("x-sluice-reason"), "approval_denied");
 }
 
-// Issue 21 item 5: a grant covers what the approver was shown. `allow execution` on a GET
+// A grant covers what the approver was shown. `allow execution` on a GET
 // covers later GETs only: a POST and a DELETE to the same host are asked again. `scope: host`
 // on one of them covers every method (the DELETE already pending is settled by it, a later
 // PUT and GET are decided at once), and each row names the grant that decided it.

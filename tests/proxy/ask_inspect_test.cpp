@@ -1,4 +1,4 @@
-// Approvals under TLS inspection (issue 14): an `ask` rule with `tls: inspect` lets the CONNECT
+// Approvals under TLS inspection: an `ask` rule with `tls: inspect` lets the CONNECT
 // through and holds each request inside the tunnel. The approver is shown the request's method
 // and path (not the CONNECT's); allow -> the request reaches the loopback HTTPS upstream, deny ->
 // 403 approval_denied and the upstream saw nothing; two requests on one kept-alive inspected

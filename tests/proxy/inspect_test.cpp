@@ -543,7 +543,7 @@ TEST_F(InspectTest, EverySpellingDecidesAsExplainSays) {
       "/v1/ok", "/v1/../admin/x", "/v1/%2e%2e/admin/x", "/v1/..%2fadmin/x", "/v1//admin/x",
       "/v1/./admin/x", "/v1/%61dmin/x", "/v1/..;/admin/x", "/v1/a%5cb", "/v1/%7Eu/./a", "/v2/x",
       "/v1/ok.txt;/../../admin/x",
-      // Issue 21 item 9: ambiguous spellings.
+      // Ambiguous spellings.
       "/v1/admin;x/users", "/v1/admin;/users", "/v1/data;x", "/v1/%C0%AE%C0%AE/admin/x", "/v1/%ff",
       "/v1/%0a", "/v1/admin./x", "/v1/admin%20/x", "/v1/.../admin/x"};
   for (bool reuse : {false, true}) {
@@ -581,7 +581,7 @@ TEST_F(InspectTest, EverySpellingDecidesAsExplainSays) {
   }
 }
 
-// Issue 21 item 9 inside an inspected tunnel, where the rule injects a credential: each
+// Ambiguous spellings inside an inspected tunnel, where the rule injects a credential: each
 // ambiguous spelling is refused (or denied, when the deny rule covers it once its ';'
 // parameters are cut off) and nothing, credential included, reaches the upstream.
 TEST_F(InspectTest, AmbiguousSpellingsNeverCarryTheInjectedCredential) {

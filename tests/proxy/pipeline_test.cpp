@@ -219,7 +219,7 @@ const std::vector<std::string>& pathCorpus() {
       "/v1/ok.txt;/../../admin/x", "/v1//admin/x", "/v1/./admin/x", "/v1/%61dmin/x",
       "/v1/..;/admin/x", "/v1/a%5cb", "/v1/%00", "/v1/%7Euser/./a", "/v1/admin", "/v1/admin/",
       "/v2/x", "/v1/a/b/../c?q=%2f", "/V1/ok", "/v1/%2E/x",
-      // Issue 21 item 9: ambiguous spellings.
+      // Ambiguous spellings.
       "/v1/admin;x/users", "/v1/admin;/users", "/v1/ok;jsessionid=1", "/v1/%C0%AE%C0%AE/admin/x",
       "/v1/%ff", "/v1/%0a", "/v1/%7f", "/admin./x", "/v1/admin./x", "/admin%20/x", "/.../x",
       "/V1/ADMIN/x"};
@@ -246,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(RuleShapes, PipelineMatrix, ::testing::ValuesIn(kShapes
                            return std::string(info.param.name);
                          });
 
-// Issue 21 item 9: each ambiguous spelling, over every carrier, against a raw upstream that logs
+// Each ambiguous spelling, over every carrier, against a raw upstream that logs
 // every byte it receives. upstream.test has an allow rule without path_params; other.test one
 // with path_params: allow; the deny rule (paths_case: insensitive) covers both.
 struct Spelling {

@@ -212,7 +212,7 @@ TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
   EXPECT_EQ(ok->kind, "transparent");
 }
 
-// Issue 21 item 9 over transparent capture: where a rule judges paths (here the deny rule),
+// Ambiguous spellings over transparent capture: where a rule judges paths (here the deny rule),
 // a captured plain-HTTP connection is parsed and judged by the same canonical request, so the
 // ambiguous spellings are refused (400) and never reach the upstream, the deny rule denies the
 // `;` spelling of its path (403), and only the plain spelling is forwarded.

@@ -1,4 +1,4 @@
-// Collecting /output against a hostile sandbox (issue 11): real temp dirs and real sparse files
+// Collecting /output against a hostile sandbox: real temp dirs and real sparse files
 // stand in for the sandbox's tmpfs. The bytes landing on the host stay within the budget (the
 // sandbox's disk limit) whatever the apparent sizes, holes stay holes, every bound that leaves
 // something behind is named, unsafe names never reach the host, and links, fifos and sockets

@@ -462,7 +462,7 @@ TEST(Gc, RemovesLeftoversOfDeadOwnersOnly) {
 
 }  // namespace
 
-// Issue 11: /output must not amplify onto the host. Sparse files use no space in the sandbox
+// /output must not amplify onto the host. Sparse files use no space in the sandbox
 // but have an apparent size; the host copy stays within the disk limit and the receipt says
 // what was left behind.
 #include <sys/stat.h>

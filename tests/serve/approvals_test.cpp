@@ -1,4 +1,4 @@
-// Approvals in `sluice serve` (issue 14): a streamed run whose program curls a loopback
+// Approvals in `sluice serve`: a streamed run whose program curls a loopback
 // upstream through an `ask` rule shows a {"type":"approval"} line; GET /v1/approvals lists it
 // for approvers only; POST /v1/approvals/{id} allows (the program gets the upstream's 200) or
 // denies (403, X-Sluice-Reason approval_denied, nothing reaches the upstream); answering twice is
@@ -278,7 +278,7 @@ TEST_F(ServeApprovals, AllowReleasesTheRequestAndOnlyApproversSeeOrAnswer) {
   expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow","who":"me"})"), 400,
               "bad_request");
   expectError(call("POST", "/v1/approvals/" + id, R"({"decision":"allow",)"), 400, "invalid_json");
-  // A key named twice is refused, whichever value comes last (issue 21 item 6).
+  // A key named twice is refused, whichever value comes last.
   for (const char* twice : {R"({"decision":"deny","decision":"allow"})",
                             R"({"decision":"allow","scope":"once","scope":"execution"})",
                             R"({"decision":"allow","decisio\u006e":"allow"})"}) {
@@ -472,7 +472,7 @@ TEST_F(ServeApprovals, AnApprovalWhoseRunEndedIs409) {
             1);
 }
 
-// Issue 21 item 5 end to end: `allow --scope execution` on a GET does not let the program's
+// End to end: `allow --scope execution` on a GET does not let the program's
 // POST through; `sluice approvals allow --scope host` on the POST covers its DELETE; the rows
 // name the grant that decided each.
 TEST_F(ServeApprovals, AnExecutionGrantKeepsItsMethodAndScopeHostWidensIt) {

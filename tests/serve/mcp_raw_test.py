@@ -678,7 +678,7 @@ def test_signing_key_signs_the_audit_store(s):
 
 
 def test_duplicate_keys_are_a_parse_error(s):
-    """A key named twice in any object of a line is a parse error naming the key (issue 21)."""
+    """A key named twice in any object of a line is a parse error naming the key."""
     s.initialize()
 
     def expect_duplicate(raw, key):
