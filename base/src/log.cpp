@@ -1,10 +1,14 @@
 // The named loggers and the JSON-lines formatter.
 #include "sluice/base/log.hpp"
 
+#include <fcntl.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <ctime>
 #include <memory>
@@ -78,6 +82,35 @@ void setLogFormat(LogFormat format) {
     spdlog::set_formatter(std::make_unique<JsonFormatter>());
   else
     spdlog::set_pattern("%+");  // spdlog's default pattern
+}
+
+Result<void> setLogFile(const std::string& path) {
+  // Created 0600 here (spdlog would create it with the umask's mode): log lines name hosts,
+  // paths and callers.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  if (fd < 0) return fail(Code::kIo, "cannot open the log file", path, errno);
+  ::close(fd);
+  std::shared_ptr<spdlog::sinks::basic_file_sink_mt> sink;
+  try {  // spdlog reports a file it cannot open by throwing; nothing else here throws
+    sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path, false);
+  } catch (const spdlog::spdlog_ex& e) {
+    return fail(Code::kIo, e.what(), path);
+  }
+  auto& all = loggers().all;
+  for (auto& l : all) l->sinks() = {sink};
+  spdlog::flush_on(spdlog::level::info);  // a file is read while the process runs
+  return {};
+}
+
+Result<void> setLogLevel(std::string_view level) {
+  const auto l = spdlog::level::from_str(std::string(level));
+  // from_str answers "off" for a word it does not know: only "off" itself may mean off.
+  if (l == spdlog::level::off && level != "off")
+    return fail(Code::kInvalidArgument, "unknown log level '" + std::string(level) +
+                                            "' (trace, debug, info, warn, error, critical or off)");
+  loggers();  // registered first, so the registry's level reaches them too
+  spdlog::set_level(l);
+  return {};
 }
 
 }  // namespace sluice::base

@@ -41,11 +41,36 @@ std::expected<ProtocolFds, std::string> takeStdio() {
   return fds;
 }
 
-int runMcp(serve::McpOptions& options) {
-  sigset_t set = blockDaemonSignals();
-  // stdout is the protocol: spdlog's default logger (stdout) becomes base's "mcp" (stderr).
+// Where sluice's own log lines go under `sluice mcp`. The agent shows the server's stderr to
+// its user or model, so by default there are none: --log-file sends them to a file (level
+// info unless --log-level says otherwise), --log-level alone to stderr.
+struct McpLogging {
+  std::string file;
+  std::string level;
+};
+
+int setUpLogging(const McpLogging& log) {
+  // stdout is the protocol: spdlog's default logger (stdout) becomes base's "mcp".
   base::logger(base::LoggerId::kMcp);
   spdlog::set_default_logger(spdlog::get(std::string(base::loggerName(base::LoggerId::kMcp))));
+  if (!log.file.empty()) {
+    if (auto r = base::setLogFile(log.file); !r) {
+      std::fprintf(stderr, "sluice mcp: --log-file %s: %s\n", log.file.c_str(),
+                   r.error().message.c_str());
+      return 2;
+    }
+  }
+  const std::string level = !log.level.empty() ? log.level : log.file.empty() ? "off" : "info";
+  if (auto r = base::setLogLevel(level); !r) {
+    std::fprintf(stderr, "sluice mcp: --log-level: %s\n", r.error().message.c_str());
+    return 2;
+  }
+  return 0;
+}
+
+int runMcp(serve::McpOptions& options, const McpLogging& log) {
+  sigset_t set = blockDaemonSignals();
+  if (int rc = setUpLogging(log); rc != 0) return rc;
   auto fds = takeStdio();
   if (!fds) {
     std::fprintf(stderr, "sluice mcp: %s\n", fds.error().c_str());
@@ -85,6 +110,7 @@ int runMcp(serve::McpOptions& options) {
 
 void addMcpCommands(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<serve::McpOptions>();
+  auto log = std::make_shared<McpLogging>();
   auto* cmd = app.add_subcommand(
       "mcp", "Serve MCP tools on stdio: one sandbox session per connection (docs/mcp.md)");
   cmd->add_option("--policy-dir", o->serve.policy_dir, "Directory of workflow policy files")
@@ -101,7 +127,12 @@ void addMcpCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--approve-with", o->approve_with,
                   "Command that answers approvals (gets the approval JSON on stdin, prints allow "
                   "or deny)");
-  cmd->callback([o, &exit_code] { exit_code = runMcp(*o); });
+  cmd->add_option("--log-file", log->file,
+                  "Write sluice's log lines to this file (created 0600); default: none at all");
+  cmd->add_option("--log-level", log->level,
+                  "trace, debug, info, warn, error, critical or off (default: off, or info with "
+                  "--log-file)");
+  cmd->callback([o, log, &exit_code] { exit_code = runMcp(*o, *log); });
 }
 
 }  // namespace sluice::cli

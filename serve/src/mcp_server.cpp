@@ -264,7 +264,7 @@ class McpServerImpl final : public McpServer {
     if (method == "ping") return send(resultMessage(id, json::object()), true);
     if (method == "initialize") return initialize(id, params);
     if (method == "tools/list")
-      return send(resultMessage(id, json{{"tools", McpTools::definitions()}}), true);
+      return send(resultMessage(id, json{{"tools", tools_->listed()}}), true);
     if (method == "tools/call") return toolsCall(id, params);
     send(errorMessage(id, kMethodNotFound, "method not found: " + method), true);
   }

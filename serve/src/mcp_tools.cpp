@@ -131,6 +131,11 @@ std::string receiptText(const json& r) {
 
 }  // namespace
 
+// Appended to run_command's description under `network: none`.
+constexpr const char* kNoNetworkNote =
+    " This workflow's sandbox has no network: every connection fails at once (no proxy, no "
+    "DNS), so do not try to download or install anything; use the files you write.";
+
 McpTools::McpTools(Engine& engine, SessionManager& sessions, std::string workflow, Caller caller)
     : engine_(engine),
       sessions_(sessions),
@@ -140,6 +145,16 @@ McpTools::McpTools(Engine& engine, SessionManager& sessions, std::string workflo
 
 const json& McpTools::definitions() {
   static const json tools = json::parse(kMcpToolsJson)["tools"];
+  return tools;
+}
+
+json McpTools::listed() const {
+  json tools = definitions();
+  const auto w = engine_.workflow(workflow_);
+  if (!w || w->sandbox.network != pol::NetworkMode::kNone) return tools;
+  for (json& tool : tools)
+    if (tool["name"] == "run_command")
+      tool["description"] = tool["description"].get<std::string>() + kNoNetworkNote;
   return tools;
 }
 

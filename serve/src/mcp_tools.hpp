@@ -29,6 +29,10 @@ class McpTools {
 
   /// The published tools: the `tools` array of tools/list.
   static const nlohmann::json& definitions();
+  /// What tools/list answers for this connection's workflow: the published tools, with
+  /// run_command's description saying so when the sandbox has no network (a model otherwise
+  /// retries a download that cannot work).
+  nlohmann::json listed() const;
 
   /// Checks a call before it runs: the tool exists and `args` match its inputSchema (and, for
   /// run_command, exactly one of command and argv). The error is the JSON-RPC -32602 message.

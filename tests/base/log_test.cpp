@@ -4,9 +4,14 @@
 #include <gtest/gtest.h>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <vector>
 
 namespace sluice::base {
 namespace {
@@ -36,6 +41,37 @@ TEST(LogTest, JsonLinesEscapeTheMessage) {
   EXPECT_EQ(j["level"], "info");
   EXPECT_EQ(j["msg"], "host \"evil\"\n\x1b[2J");
   EXPECT_EQ(line.find('\x1b'), std::string::npos);  // control bytes escaped on the wire
+}
+
+TEST(LogTest, ALogFileTakesEveryLoggerAndIsTheOwnersAlone) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("sluice-log-" + std::to_string(::getpid())))
+          .string();
+  std::vector<std::vector<spdlog::sink_ptr>> saved;
+  for (LoggerId id : {LoggerId::kProxy, LoggerId::kMcp}) saved.push_back(logger(id).sinks());
+  ASSERT_TRUE(setLogFile(path));
+  ASSERT_TRUE(setLogLevel("debug"));
+  logger(LoggerId::kProxy).debug("to the file");
+  logger(LoggerId::kMcp).trace("below the level");
+  logger(LoggerId::kProxy).flush();
+  logger(LoggerId::kProxy).sinks() = saved[0];
+  logger(LoggerId::kMcp).sinks() = saved[1];
+  ASSERT_TRUE(setLogLevel("info"));
+  std::ifstream in(path);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("to the file"), std::string::npos) << text;
+  EXPECT_EQ(text.find("below the level"), std::string::npos) << text;
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::filesystem::remove(path);
+
+  auto bad = setLogLevel("loud");
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("unknown log level 'loud'"), std::string::npos);
+  auto unwritable = setLogFile("/proc/sluice-no-such-dir/log");
+  ASSERT_FALSE(unwritable);
+  EXPECT_EQ(unwritable.error().where, "/proc/sluice-no-such-dir/log");
 }
 
 }  // namespace

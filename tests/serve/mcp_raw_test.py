@@ -193,7 +193,14 @@ def test_tools_list_is_the_published_file(s):
     tools = s.request("tools/list")["result"]["tools"]
     assert {t["name"] for t in tools} == {"run_command", "write_file", "read_file", "list_files",
                                           "explain_egress"}, tools
-    assert {t["name"]: t for t in tools} == tools_published()
+    published = tools_published()
+    # The test workflow has `network: none`: run_command's description says so, nothing else
+    # differs from the published file.
+    note = tools[[t["name"] for t in tools].index("run_command")]["description"]
+    assert note.startswith(published["run_command"]["description"]), note
+    assert "no network" in note[len(published["run_command"]["description"]):], note
+    published["run_command"]["description"] = note
+    assert {t["name"]: t for t in tools} == published
     for t in tools:
         for key in ("inputSchema", "outputSchema"):
             assert t[key]["type"] == "object", t
@@ -722,6 +729,29 @@ def test_a_duplicate_key_in_an_elicitation_answer_decides_nothing(s):
     finally:
         s.kill()
         up.close()
+
+
+def test_logs_stay_out_of_the_agents_stderr_by_default(s):
+    # A run under the default --log-level: sluice's own log lines (session start and end, the
+    # proxy's) would be noise on the agent's stderr. With --log-file they go to the file.
+    s.initialize()
+    got = s.call("run_command", {"command": "echo hi"})
+    assert check_output("run_command", got)["stdout"]["text"] == "hi\n", got
+    assert s.close_and_wait() == 0
+    assert s.stderr() == "", s.stderr()
+    log = os.path.join(s.tmp, "mcp.log")
+    t = Server(s.tmp, extra=("--log-file", log, "--log-level", "debug"))
+    try:
+        t.initialize()
+        t.call("run_command", {"command": "echo hi"})
+        assert t.close_and_wait() == 0
+        assert t.stderr() == "", t.stderr()
+        with open(log) as f:
+            lines = f.read()
+        assert "[audit] [debug] audit store" in lines, lines
+        assert oct(os.stat(log).st_mode & 0o777) == "0o600", oct(os.stat(log).st_mode)
+    finally:
+        t.kill()
 
 
 def test_a_bad_workflow_is_refused_before_any_message(s):

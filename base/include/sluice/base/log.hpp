@@ -5,7 +5,10 @@
 #include <spdlog/logger.h>
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+
+#include "sluice/base/error.hpp"
 
 namespace sluice::base {
 
@@ -22,5 +25,12 @@ enum class LogFormat : std::uint8_t { kText, kJson };
 /// Sets the format of every logger of the process, the default one included (`--log-format`).
 /// Levels are spdlog's own (spdlog::set_level), which reach these loggers too.
 void setLogFormat(LogFormat format);
+
+/// Every logger of the process writes to `path` (appended, created 0600) instead of stderr.
+/// Returns an error naming the file when it cannot be opened.
+Result<void> setLogFile(const std::string& path);
+
+/// The level of every logger: trace, debug, info, warn, error, critical or off.
+Result<void> setLogLevel(std::string_view level);
 
 }  // namespace sluice::base
