@@ -56,14 +56,14 @@ ConnectionEvent event(int n) {
   c.workflow = "data-analysis";
   c.policy_sha256 = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
   c.ts_ms = 1'763'700'000'000 + n;
-  c.kind = "connect";
+  c.kind = sluice::audit::ConnectionKind::kConnect;
   c.host = "files.pythonhosted.org";
   c.port = 443;
   c.resolved_ip = "151.101.0.223";
-  c.decision = n % 10 == 0 ? "deny" : "allow";
+  c.decision = n % 10 == 0 ? sluice::audit::Decision::kDeny : sluice::audit::Decision::kAllow;
   c.rule_id = "pypi";
   c.reason = "allowed";
-  c.tls = "passthrough";
+  c.tls = sluice::audit::TlsHandling::kPassthrough;
   c.bytes_up = 1200;
   c.bytes_down = 48'000;
   c.duration_ms = 35;

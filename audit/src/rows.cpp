@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
+#include "sluice/audit/event_text.hpp"
 #include "sluice/base/json.hpp"
 
 namespace sluice::audit::detail {
@@ -26,6 +27,13 @@ Value text(const auto& e, std::string&) {
 template <auto M>
 Value textOrNull(const auto& e, std::string&) {
   return detail::textOrNull(e.*M);
+}
+
+/// An enum as its text (event_text.hpp, the one mapping). Never empty, so never NULL: the
+/// producers always set these columns.
+template <auto M>
+Value enumText(const auto& e, std::string&) {
+  return Value{textOf(e.*M)};
 }
 
 /// An integer (ints, bools as 0 | 1); unsigned 64-bit counts are clamped to INT64_MAX.
@@ -93,15 +101,15 @@ constexpr auto kConnectionColumns = std::to_array<Column<C>>({
     {"workflow", text<&C::workflow>},
     {"policy_sha256", textOrNull<&C::policy_sha256>},
     {"ts", integer<&C::ts_ms>, kTime},
-    {"kind", textOrNull<&C::kind>},
+    {"kind", enumText<&C::kind>},
     {"host", text<&C::host>},
     {"port", integer<&C::port>},
     {"resolved_ip", textOrNull<&C::resolved_ip>},
-    {"decision", text<&C::decision>},
+    {"decision", enumText<&C::decision>},
     {"rule_id", textOrNull<&C::rule_id>},
     {"reason", textOrNull<&C::reason>},
     {"detail", textOrNull<&C::detail>},
-    {"tls", textOrNull<&C::tls>},
+    {"tls", enumText<&C::tls>},
     {"bytes_up", integer<&C::bytes_up>},
     {"bytes_down", integer<&C::bytes_down>},
     {"duration_ms", integer<&C::duration_ms>},
@@ -117,7 +125,7 @@ constexpr auto kRequestColumns = std::to_array<Column<R>>({
     {"host", textOrNull<&R::host>},
     {"path", textOrNull<&R::path>},
     {"status", integer<&R::status>},
-    {"decision", text<&R::decision>},
+    {"decision", enumText<&R::decision>},
     {"rule_id", textOrNull<&R::rule_id>},
     {"reason", textOrNull<&R::reason>},
     {"injected_secrets", jsonList<&R::injected_secrets>, kJson},
@@ -145,7 +153,7 @@ constexpr auto kDnsColumns = std::to_array<Column<D>>({
     {"name", textOrNull<&D::name>},
     {"qtype", textOrNull<&D::qtype>},
     {"answer", textOrNull<&D::answer>},
-    {"decision", text<&D::decision>},
+    {"decision", enumText<&D::decision>},
     {"rule_id", textOrNull<&D::rule_id>},
     {"reason", textOrNull<&D::reason>},
 });
@@ -162,9 +170,9 @@ constexpr auto kApprovalColumns = std::to_array<Column<A>>({
     {"port", integer<&A::port>},
     {"method", textOrNull<&A::method>},
     {"path", textOrNull<&A::path>},
-    {"decision", text<&A::decision>},
+    {"decision", enumText<&A::decision>},
     {"reason", textOrNull<&A::reason>},
-    {"scope", textOrNull<&A::scope>},
+    {"scope", enumText<&A::scope>},
     {"decided_by", textOrNull<&A::decided_by>},
     {"asked_at", integer<&A::asked_at_ms>, kTime},
     {"decided_at", integer<&A::decided_at_ms>, kTime},

@@ -16,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "sluice/audit/event_text.hpp"
 #include "sluice/base/clock.hpp"
 #include "sluice/base/hex.hpp"
 #include "sluice/base/json.hpp"
@@ -131,16 +132,7 @@ std::string displayText(std::string_view s, std::size_t max) {
   return out;
 }
 
-std::string_view scopeName(Scope s) {
-  switch (s) {
-    case Scope::kExecution:
-      return "execution";
-    case Scope::kHost:
-      return "host";
-    default:
-      return "once";
-  }
-}
+std::string_view scopeName(Scope s) { return audit::textOf(s); }
 
 std::optional<Scope> parseScope(std::string_view name) {
   for (Scope s : {Scope::kOnce, Scope::kExecution, Scope::kHost})
@@ -372,9 +364,9 @@ class ApprovalDesk::Impl {
     ev.port = p.a.port;
     ev.method = p.a.method.value_or("");
     ev.path = p.a.path.value_or("");
-    ev.decision = o.allowed ? "allow" : "deny";
+    ev.decision = o.allowed ? audit::Decision::kAllow : audit::Decision::kDeny;
     ev.reason = o.reason;
-    ev.scope = std::string(scopeName(scope));
+    ev.scope = scope;
     ev.decided_by = o.decided_by;
     ev.asked_at_ms = p.a.asked_at_ms;
     ev.decided_at_ms = base::nowMs();

@@ -2,33 +2,35 @@
 #include "audit_rows.hpp"
 
 #include "log.hpp"
+#include "sluice/audit/event_text.hpp"
 #include "sluice/base/clock.hpp"
 
 namespace sluice::proxy {
 
 audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
-                                     const policy::Workflow& workflow, std::string kind) {
+                                     const policy::Workflow& workflow, audit::ConnectionKind kind) {
   audit::ConnectionEvent ev;
   ev.id = ctx.newConnectionId(listener.execution_id);
   ev.execution_id = ctx.row_names->of(listener.execution_id);
   ev.workflow = workflow.name;
   ev.policy_sha256 = workflow.sha256;
   ev.ts_ms = base::nowMs();
-  ev.kind = std::move(kind);
-  ev.tls = ev.kind == "connect" ? "passthrough" : "none";
+  ev.kind = kind;
+  ev.tls = kind == audit::ConnectionKind::kConnect ? audit::TlsHandling::kPassthrough
+                                                   : audit::TlsHandling::kNone;
   return ev;
 }
 
 void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
                      const std::string& rule_id) {
   ev.resolved_ip = at.address().to_string();
-  ev.decision = "allow";
+  ev.decision = audit::Decision::kAllow;
   ev.rule_id = rule_id;
   ev.reason = std::string(policy::reasonName(policy::Reason::kAllowed));
 }
 
 void denyConnection(audit::ConnectionEvent& ev, const Refusal& r) {
-  ev.decision = "deny";
+  ev.decision = audit::Decision::kDeny;
   ev.rule_id = r.rule;
   ev.reason = std::string(r.reasonText());
   ev.detail = r.detail;
@@ -43,7 +45,7 @@ void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEve
                             const Refusal& r, bool count) {
   denyConnection(ev, r);
   if (count) account.noteDenied(ev.host, ev.port, r.rule, ev.reason);
-  log().info("deny {} {}:{} rule={} reason={}: {}", ev.kind, ev.host, ev.port,
+  log().info("deny {} {}:{} rule={} reason={}: {}", audit::textOf(ev.kind), ev.host, ev.port,
              r.rule.empty() ? "-" : r.rule, ev.reason, r.detail);
   if (ctx.sink) ctx.sink->recordConnection(std::move(ev));
 }
@@ -65,13 +67,13 @@ RequestRecord::RequestRecord(const Context& ctx, const Listener& listener,
   ev_.method = std::move(method);
   ev_.host = std::move(host);
   ev_.path = std::move(path);
-  ev_.decision = "deny";
+  ev_.decision = audit::Decision::kDeny;
 }
 
 RequestRecord::~RequestRecord() { finish(); }
 
 void RequestRecord::decided(bool allowed, const std::string& rule, policy::Reason reason) {
-  ev_.decision = allowed ? "allow" : "deny";
+  ev_.decision = allowed ? audit::Decision::kAllow : audit::Decision::kDeny;
   ev_.rule_id = rule;
   ev_.reason = std::string(policy::reasonName(reason));
 }

@@ -12,9 +12,10 @@
 
 namespace sluice::proxy {
 
-/// A fresh connections row of `kind` ("connect" | "http") for `listener`'s execution.
+/// A fresh connections row of `kind` for `listener`'s execution (TLS passthrough for a CONNECT,
+/// none until known otherwise).
 audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
-                                     const policy::Workflow& workflow, std::string kind);
+                                     const policy::Workflow& workflow, audit::ConnectionKind kind);
 
 /// Marks a connection row allowed by `rule_id`, dialled to `at`.
 void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,

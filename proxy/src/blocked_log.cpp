@@ -311,13 +311,13 @@ void Log::row(std::string host, std::uint16_t port, std::string detail) {
   ev.workflow = workflow_;
   ev.policy_sha256 = policy_sha256_;
   ev.ts_ms = base::nowMs();
-  ev.kind = "blocked";
+  ev.kind = audit::ConnectionKind::kBlocked;
   ev.host = std::move(host);
   ev.port = port;
-  ev.decision = "deny";
+  ev.decision = audit::Decision::kDeny;
   ev.reason = reason;
   ev.detail = std::move(detail);
-  ev.tls = "none";
+  ev.tls = audit::TlsHandling::kNone;
   ctx_->sink->recordConnection(std::move(ev));
 }
 

@@ -219,7 +219,8 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
   // client that speaks first), else the address itself; then as a CONNECT that needs no answer.
   net::awaitable<bool> handleTransparent(tcp::endpoint dst) {
     transparent_ = true;
-    auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(), "transparent");
+    auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(),
+                            audit::ConnectionKind::kTransparent);
     const SyntheticNames* names = conn_.listener->names.get();
     NameInOpening seen;
     if (!names || !names->nameOf(toIpAddress(dst))) {
@@ -270,7 +271,8 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
   // Decides, vets and dials a CONNECT, answers it, then finds out what the tunnel carries.
   // Returns true when the connection goes on serving plain HTTP inside the tunnel.
   net::awaitable<bool> handleConnect() {
-    auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(), "connect");
+    auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(),
+                            audit::ConnectionKind::kConnect);
     std::string raw_target(exchange_.parser().get().target());
     auto target = policy::parseAuthority(raw_target);
     if (!target) {
@@ -367,7 +369,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     }
     if (opening == Opening::kHttp) {
       slot.release();  // held by tunnel_up_ until the connection ends
-      ev.tls = "none";
+      ev.tls = audit::TlsHandling::kNone;
       tunnel_up_ = std::make_unique<TunnelUpstream>(std::move(upstream), *target, dialled.address,
                                                     std::move(ev));
       exchange_.carry(Carrier::kHttpInTunnel, &tunnel_up_->link, &tunnel_up_->target);
@@ -411,7 +413,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
 
   void handOffToTunnel(tcp::socket upstream, audit::ConnectionEvent ev) {
     handed_off_ = true;
-    ev.tls = "passthrough";
+    ev.tls = audit::TlsHandling::kPassthrough;
     startTunnel(conn_.ctx, conn_.budget, conn_.workflow().limits, std::move(client_),
                 std::move(upstream), takeBuffered(), std::move(ev));
   }

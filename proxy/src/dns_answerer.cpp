@@ -37,7 +37,7 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
     out.event.qtype = qtypeName(q.question->type);
   }
   out.event.workflow = m->workflow().name;  // the policy that decided, even across a reload
-  out.event.decision = "deny";
+  out.event.decision = audit::Decision::kDeny;
   out.problem = p.problem;
   const std::size_t limit =
       transport == Transport::kTcp
@@ -87,14 +87,14 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
   if (!name.may_be_allowed)
     return finish(Rcode::kNxDomain, name.rule != nullptr ? "denied_by_rule" : "no_matching_rule");
 
-  out.event.decision = "allow";
+  out.event.decision = audit::Decision::kAllow;
   if (question.type != kTypeA && question.type != kTypeAAAA) {
     out.event.answer = "NODATA";  // the name exists; it has no record of this type
     return finish(Rcode::kNoError, "allowed");
   }
   auto addr = question.type == kTypeA ? names_->v4For(question.name) : names_->v6For(question.name);
   if (!addr) {
-    out.event.decision = "deny";
+    out.event.decision = audit::Decision::kDeny;
     out.problem = "the execution's synthetic address range is used up";
     return finish(Rcode::kServFail, "limit_exceeded");
   }

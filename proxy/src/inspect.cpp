@@ -92,7 +92,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   net::awaitable<void> main() {
     // The client's TLS comes first so that an upstream certificate failure can be answered
     // inside the tunnel, as an HTTP 502 with the reason the client's HTTP library shows.
-    event_.tls = "inspect";
+    event_.tls = audit::TlsHandling::kInspect;
     if (!co_await clientHandshake()) co_return;
     if (auto refused = co_await upstreamHandshake()) {
       denyConnection(event_, *refused);

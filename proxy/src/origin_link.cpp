@@ -45,7 +45,7 @@ net::awaitable<std::expected<VettedAddress, Refusal>> OriginLink::dial(
   o->target = target;
   o->address = dialled->address;
   o->started = Clock::now();
-  o->event = connectionRow(*ctx_, *listener_, matcher_->workflow(), "http");
+  o->event = connectionRow(*ctx_, *listener_, matcher_->workflow(), audit::ConnectionKind::kHttp);
   o->event.host = target.host;
   o->event.port = target.port;
   allowConnection(o->event, dialled->endpoint, dialled->decision.rule_id);
@@ -72,7 +72,7 @@ void OriginLink::abort() {
 }
 
 std::string OriginLink::refusedConnection(const policy::Target* target, const Refusal& r) {
-  auto ev = connectionRow(*ctx_, *listener_, matcher_->workflow(), "http");
+  auto ev = connectionRow(*ctx_, *listener_, matcher_->workflow(), audit::ConnectionKind::kHttp);
   if (target) {
     ev.host = target->host;
     ev.port = target->port;

@@ -3,9 +3,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sluice/audit/event_text.hpp"
 #include "sluice/base/json.hpp"
 
 namespace sluice::serve {
+namespace {
+
+/// "allow" | "deny", as the audit row stores it.
+std::string decisionText(audit::Decision d) { return std::string(audit::textOf(d)); }
+
+}  // namespace
 
 void EventTee::subscribe(const std::string& execution_id, std::function<void(std::string)> fn) {
   std::lock_guard lock(mu_);
@@ -40,11 +47,12 @@ void EventTee::recordPolicy(const std::string& sha256, const std::string& workfl
 }
 
 void EventTee::recordConnection(audit::ConnectionEvent e) {
-  metrics_.decision(e.decision, e.reason);
+  metrics_.decision(decisionText(e.decision), e.reason);
   metrics_.proxyBytes(e.bytes_up, e.bytes_down);
   if (watched(e.execution_id)) {  // the JSON only for a live stream
-    nlohmann::json j = {{"type", "network"}, {"decision", e.decision}, {"host", e.host},
-                        {"port", e.port},    {"rule", nullptr},        {"reason", e.reason}};
+    nlohmann::json j = {{"type", "network"}, {"decision", decisionText(e.decision)},
+                        {"host", e.host},    {"port", e.port},
+                        {"rule", nullptr},   {"reason", e.reason}};
     if (!e.rule_id.empty()) j["rule"] = e.rule_id;
     publish(e.execution_id, base::dumpJson(j));
   }
@@ -52,11 +60,13 @@ void EventTee::recordConnection(audit::ConnectionEvent e) {
 }
 
 void EventTee::recordRequest(audit::RequestEvent e) {
-  metrics_.decision(e.decision, e.reason);
+  metrics_.decision(decisionText(e.decision), e.reason);
   if (watched(e.execution_id)) {
-    nlohmann::json j = {{"type", "network"},  {"decision", e.decision}, {"host", e.host},
-                        {"port", e.port},     {"method", e.method},     {"path", e.path},
-                        {"status", e.status}, {"rule", nullptr},        {"reason", e.reason}};
+    nlohmann::json j = {{"type", "network"},  {"decision", decisionText(e.decision)},
+                        {"host", e.host},     {"port", e.port},
+                        {"method", e.method}, {"path", e.path},
+                        {"status", e.status}, {"rule", nullptr},
+                        {"reason", e.reason}};
     if (!e.rule_id.empty()) j["rule"] = e.rule_id;
     publish(e.execution_id, base::dumpJson(j));
   }
@@ -66,7 +76,7 @@ void EventTee::recordRequest(audit::RequestEvent e) {
 void EventTee::recordForward(audit::ForwardEvent e) { store_->recordForward(std::move(e)); }
 
 void EventTee::recordDns(audit::DnsEvent e) {
-  metrics_.decision(e.decision, e.reason);
+  metrics_.decision(decisionText(e.decision), e.reason);
   store_->recordDns(std::move(e));
 }
 

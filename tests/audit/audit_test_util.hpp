@@ -96,21 +96,21 @@ inline const std::string kPolicyText =
     "apiVersion: sluice/v1\nkind: Workflow\nname: data-analysis\n";
 
 inline ConnectionEvent sampleConnection(int n, const std::string& execution = "exec-1",
-                                        const std::string& decision = "allow") {
+                                        Decision decision = Decision::kAllow) {
   ConnectionEvent c;
   c.id = "c-" + execution + "-" + std::to_string(n);
   c.execution_id = execution;
   c.workflow = "data-analysis";
   c.policy_sha256 = std::string(64, 'a');
   c.ts_ms = 1'763'700'000'000 + n;
-  c.kind = "connect";
+  c.kind = ConnectionKind::kConnect;
   c.host = n % 2 ? "pypi.org" : "files.pythonhosted.org";
   c.port = 443;
   c.resolved_ip = "151.101.0.223";
   c.decision = decision;
-  c.rule_id = decision == "allow" ? "pypi" : "";
-  c.reason = decision == "allow" ? "allowed" : "default_deny";
-  c.tls = "passthrough";
+  c.rule_id = decision == Decision::kAllow ? "pypi" : "";
+  c.reason = decision == Decision::kAllow ? "allowed" : "default_deny";
+  c.tls = TlsHandling::kPassthrough;
   c.bytes_up = 1000 + static_cast<std::uint64_t>(n);
   c.bytes_down = 20000;
   c.duration_ms = 12;
@@ -127,7 +127,7 @@ inline RequestEvent sampleRequest(int n, const std::string& execution = "exec-1"
   r.host = "stats.internal.example";
   r.path = "/v1/items";
   r.status = 200;
-  r.decision = "allow";
+  r.decision = Decision::kAllow;
   r.rule_id = "stats-api";
   r.reason = "allowed";
   r.injected_secrets = {"stats_token"};
@@ -152,7 +152,7 @@ inline ForwardEvent sampleForward(int n, const std::string& execution = "exec-1"
 
 /// One query of sluice's DNS: allowed (a synthetic address) or denied (NXDOMAIN).
 inline DnsEvent sampleDns(int n, const std::string& execution = "exec-1",
-                          const std::string& decision = "allow") {
+                          Decision decision = Decision::kAllow) {
   DnsEvent d;
   d.execution_id = execution;
   d.workflow = "wf";
@@ -160,8 +160,8 @@ inline DnsEvent sampleDns(int n, const std::string& execution = "exec-1",
   d.name = "q" + std::to_string(n) + ".example";
   d.qtype = "A";
   d.decision = decision;
-  d.answer = decision == "allow" ? "198.18.0." + std::to_string(n) : "NXDOMAIN";
-  d.reason = decision == "allow" ? "allowed" : "no_matching_rule";
+  d.answer = decision == Decision::kAllow ? "198.18.0." + std::to_string(n) : "NXDOMAIN";
+  d.reason = decision == Decision::kAllow ? "allowed" : "no_matching_rule";
   return d;
 }
 
@@ -179,9 +179,9 @@ inline ApprovalEvent sampleApproval(int n, const std::string& execution = "exec-
   a.port = 443;
   a.method = n % 2 ? "" : "POST";
   a.path = n % 2 ? "" : "/v1/upload";
-  a.decision = n % 2 ? "deny" : "allow";
+  a.decision = n % 2 ? Decision::kDeny : Decision::kAllow;
   a.reason = n % 2 ? "approval_timeout" : "";
-  a.scope = "once";
+  a.scope = ApprovalScope::kOnce;
   a.decided_by = n % 2 ? "timeout" : "uid:1000";
   a.asked_at_ms = 1'763'700'000'000 + n;
   a.decided_at_ms = 1'763'700'002'000 + n;
@@ -301,7 +301,8 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
   ASSERT_TRUE(store);
   for (std::string exec : {"exec-1", "exec-2"}) {
     for (int i = 0; i < connections_per_execution; ++i) {
-      store->recordConnection(sampleConnection(i, exec, i % 3 == 2 ? "deny" : "allow"));
+      store->recordConnection(
+          sampleConnection(i, exec, i % 3 == 2 ? Decision::kDeny : Decision::kAllow));
       store->recordRequest(sampleRequest(i, exec));
     }
     ASSERT_TRUE(store->recordExecution(sampleExecution(exec)).has_value());

@@ -345,7 +345,7 @@ TEST(EvidenceAttestTest, PassthroughTunnelsAreListedByOrigin) {
     auto odd_port = testing::sampleConnection(2, "exec-1");
     odd_port.port = 8443;
     store->recordConnection(odd_port);
-    store->recordConnection(testing::sampleConnection(3, "exec-1", "deny"));
+    store->recordConnection(testing::sampleConnection(3, "exec-1", Decision::kDeny));
     auto e = testing::sampleExecution("exec-1");
     e.artifacts_json = R"([{"path":"a.txt","bytes":1,"sha256":")" + kArtifactSha + R"("}])";
     ASSERT_TRUE(store->recordExecution(e).has_value());

@@ -157,8 +157,9 @@ class MutationBattery : public ::testing::Test {
     for (std::string exec : {"exec-1", "exec-2", "exec-3"}) {
       if (exec == "exec-3") store->recordPolicy(testing::sha256Hex(other), "data-analysis", other);
       for (int i = 0; i < 3; ++i) {
-        store->recordDns(testing::sampleDns(i, exec, i == 2 ? "deny" : "allow"));
-        store->recordConnection(testing::sampleConnection(i, exec, i == 2 ? "deny" : "allow"));
+        store->recordDns(testing::sampleDns(i, exec, i == 2 ? Decision::kDeny : Decision::kAllow));
+        store->recordConnection(
+            testing::sampleConnection(i, exec, i == 2 ? Decision::kDeny : Decision::kAllow));
         store->recordForward(testing::sampleForward(i, exec));
         store->recordRequest(testing::sampleRequest(i, exec));
         store->recordApproval(testing::sampleApproval(i, exec));

@@ -171,8 +171,8 @@ TEST(ReaderDnsTest, QueryKindDns) {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
     store->recordDns(testing::sampleDns(1, "exec-1"));
-    store->recordDns(testing::sampleDns(2, "exec-1", "deny"));
-    store->recordDns(testing::sampleDns(3, "exec-2", "deny"));
+    store->recordDns(testing::sampleDns(2, "exec-1", Decision::kDeny));
+    store->recordDns(testing::sampleDns(3, "exec-2", Decision::kDeny));
     ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-1")).has_value());
   }
   auto reader = Reader::open(db);

@@ -102,5 +102,46 @@ TEST(RowsTest, InsertSqlListsTheDescribedColumnsInOrder) {
   EXPECT_EQ(detail::columnKind("duration_ms"), detail::ColumnKind::kPlain);
 }
 
+// Every enumerator of the events is stored as the text the schema documents (event_text.hpp,
+// the one mapping): existing rows' hashes cover that text, so it must never change.
+TEST(RowsTest, EnumColumnsStoreTheirText) {
+  TempDir dir;
+  {
+    auto store = testing::openStore(dir / "audit.db");
+    ASSERT_TRUE(store);
+    const ConnectionKind kinds[] = {ConnectionKind::kConnect, ConnectionKind::kHttp,
+                                    ConnectionKind::kTransparent, ConnectionKind::kBlocked};
+    const TlsHandling tls[] = {TlsHandling::kNone, TlsHandling::kPassthrough, TlsHandling::kInspect,
+                               TlsHandling::kNone};
+    const ApprovalScope scopes[] = {ApprovalScope::kOnce, ApprovalScope::kExecution,
+                                    ApprovalScope::kHost};
+    for (int i = 0; i < 4; ++i) {
+      auto c = testing::sampleConnection(i, "exec-1", i % 2 ? Decision::kDeny : Decision::kAllow);
+      c.kind = kinds[i];
+      c.tls = tls[i];
+      store->recordConnection(c);
+    }
+    for (int i = 0; i < 3; ++i) {
+      auto a = testing::sampleApproval(i);
+      a.scope = scopes[i];
+      store->recordApproval(a);
+    }
+    store->recordDns(testing::sampleDns(1, "exec-1", Decision::kDeny));
+    auto r = testing::sampleRequest(1);
+    r.decision = Decision::kDeny;
+    store->recordRequest(r);
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-1")).has_value());
+  }
+  RawDb raw(dir / "audit.db");
+  EXPECT_EQ(raw.text("SELECT group_concat(kind || '/' || tls || '/' || decision, ' ') FROM "
+                     "(SELECT * FROM connections ORDER BY seq)"),
+            "connect/none/allow http/passthrough/deny transparent/inspect/allow blocked/none/deny");
+  EXPECT_EQ(raw.text("SELECT group_concat(scope || '/' || decision, ' ') FROM "
+                     "(SELECT * FROM approvals ORDER BY seq)"),
+            "once/allow execution/deny host/allow");
+  EXPECT_EQ(raw.text("SELECT decision FROM dns_queries"), "deny");
+  EXPECT_EQ(raw.text("SELECT decision FROM requests"), "deny");
+}
+
 }  // namespace
 }  // namespace sluice::audit

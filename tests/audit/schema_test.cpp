@@ -155,7 +155,7 @@ TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
     store->recordDns(testing::sampleDns(1, "exec-3"));
-    store->recordDns(testing::sampleDns(2, "exec-3", "deny"));
+    store->recordDns(testing::sampleDns(2, "exec-3", Decision::kDeny));
     store->recordConnection(testing::sampleConnection(60, "exec-3"));
     ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-3")).has_value());
   }

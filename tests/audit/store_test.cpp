@@ -31,7 +31,8 @@ TEST(StoreTest, RoundTripsEveryKindOfRow) {
     auto c = testing::sampleConnection(1);
     c.detail = "nearest miss: rule pypi";
     store->recordConnection(c);
-    auto denied = testing::sampleConnection(2, "", "deny");  // standalone proxy: no execution
+    auto denied =
+        testing::sampleConnection(2, "", Decision::kDeny);  // standalone proxy: no execution
     store->recordConnection(denied);
     store->recordRequest(testing::sampleRequest(1));
     auto r = store->recordExecution(testing::sampleExecution("exec-1"));

@@ -131,7 +131,7 @@ TEST_P(InspectedAdmissionTest, TheEarlierCheckRefuses) {
   const std::string path = subjectPath();
   auto row = sink_->waitRequest([&](const audit::RequestEvent& e) { return e.path == path; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(row->decision, audit::Decision::kDeny);
   EXPECT_EQ(row->reason, want.reason);
   sink_->setHealthy(true);
 }

@@ -248,7 +248,7 @@ class AdmissionOrderTest : public ProxyFixture, public ::testing::WithParamInter
   std::string rowReason(const std::string& host, std::uint16_t port, int status) {
     if (tunnel(GetParam().path)) {
       auto row = sink_->waitConnection([&](const audit::ConnectionEvent& e) {
-        return e.host == host && e.port == port && e.decision == "deny";
+        return e.host == host && e.port == port && e.decision == audit::Decision::kDeny;
       });
       return row ? row->reason : "(no connections row)";
     }
@@ -256,7 +256,7 @@ class AdmissionOrderTest : public ProxyFixture, public ::testing::WithParamInter
       return e.host == host && e.path == subjectPath() && e.status == status;
     });
     if (row) {
-      EXPECT_EQ(row->decision, "deny");
+      EXPECT_EQ(row->decision, audit::Decision::kDeny);
     }
     return row ? row->reason : "(no requests row)";
   }

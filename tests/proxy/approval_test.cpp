@@ -107,13 +107,13 @@ class ApprovalTest : public ProxyFixture {
   // The row of approval `id`, settled by the `scope: execution` answer to `answered` (by
   // "tester") with `decision` and `reason`.
   static void expectSettledRow(const std::vector<audit::ApprovalEvent>& rows, const std::string& id,
-                               const std::string& answered, const std::string& decision,
+                               const std::string& answered, audit::Decision decision,
                                const std::string& reason) {
     auto row = rowOf(rows, id);
     ASSERT_TRUE(row) << "no row for " << id;
     EXPECT_EQ(row->decision, decision);
     EXPECT_EQ(row->reason, reason);
-    EXPECT_EQ(row->scope, "execution");
+    EXPECT_EQ(row->scope, audit::ApprovalScope::kExecution);
     EXPECT_EQ(row->decided_by, "scope:execution of " + answered + " (tester)");
   }
 
@@ -149,9 +149,9 @@ TEST_F(ApprovalTest, ConnectWaitsForTheApproverThenTunnels) {
   auto rows = approvalRows(1);
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].id, a->id);
-  EXPECT_EQ(rows[0].decision, "allow");
+  EXPECT_EQ(rows[0].decision, audit::Decision::kAllow);
   EXPECT_EQ(rows[0].decided_by, "tester");
-  EXPECT_EQ(rows[0].scope, "once");
+  EXPECT_EQ(rows[0].scope, audit::ApprovalScope::kOnce);
   EXPECT_EQ(rows[0].rule_id, "ask-tunnel");
   EXPECT_TRUE(rows[0].method.empty());
   EXPECT_GE(rows[0].decided_at_ms, rows[0].asked_at_ms);
@@ -173,11 +173,11 @@ TEST_F(ApprovalTest, DeniedConnectGets403AndNeverReachesTheUpstream) {
   EXPECT_NE(r.body.find("tester"), std::string::npos) << r.body;
   EXPECT_EQ(up_.echoLog().accepted.load(), 0);
   auto row = sink_->waitConnection([](const audit::ConnectionEvent& e) {
-    return e.decision == "deny" && e.reason == "approval_denied";
+    return e.decision == audit::Decision::kDeny && e.reason == "approval_denied";
   });
   ASSERT_TRUE(row);
   EXPECT_EQ(row->rule_id, "ask-tunnel");
-  EXPECT_EQ(approvalRows(1).at(0).decision, "deny");
+  EXPECT_EQ(approvalRows(1).at(0).decision, audit::Decision::kDeny);
   EXPECT_EQ(approvalRows(1).at(0).reason, "approval_denied");
 }
 
@@ -226,8 +226,8 @@ TEST_F(ApprovalTest, ScopeExecutionCoversTheSameRuleHostAndPort) {
   EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200)));
   auto rows = approvalRows(2);
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[1].decision, "allow");
-  EXPECT_EQ(rows[1].scope, "execution");
+  EXPECT_EQ(rows[1].decision, audit::Decision::kAllow);
+  EXPECT_EQ(rows[1].scope, audit::ApprovalScope::kExecution);
   EXPECT_EQ(rows[1].decided_by.rfind("scope:execution of " + a->id, 0), 0u) << rows[1].decided_by;
   // Another port of the same host is another question.
   Client third(port_);
@@ -280,7 +280,7 @@ TEST_F(ApprovalTest, ScopeExecutionAllowReleasesTheOthersAlreadyPending) {
   EXPECT_EQ(rows[0].decided_by, "tester");
   for (int i : {0, 2}) {
     SCOPED_TRACE("settled client " + std::to_string(i));
-    expectSettledRow(rows, same[i].approval.id, answered, "allow", "");
+    expectSettledRow(rows, same[i].approval.id, answered, audit::Decision::kAllow, "");
     EXPECT_EQ(approvals_->answer(same[i].approval.id, false, Scope::kOnce, "late"),
               AnswerStatus::kGone);
   }
@@ -313,7 +313,8 @@ TEST_F(ApprovalTest, ScopeExecutionDenyRefusesTheOthersAlreadyPending) {
   ASSERT_EQ(rows.size(), 3u);
   for (int i : {1, 2}) {
     SCOPED_TRACE("settled client " + std::to_string(i));
-    expectSettledRow(rows, same[i].approval.id, answered, "deny", "approval_denied");
+    expectSettledRow(rows, same[i].approval.id, answered, audit::Decision::kDeny,
+                     "approval_denied");
   }
 }
 
@@ -337,7 +338,7 @@ TEST_F(ApprovalTest, ScopeExecutionReleasesPendingRequestsOfTheSameMethodWhateve
   auto row = rowOf(approvalRows(2), b->id);
   ASSERT_TRUE(row);
   EXPECT_EQ(row->path, "/second");
-  EXPECT_EQ(row->scope, "execution");
+  EXPECT_EQ(row->scope, audit::ApprovalScope::kExecution);
   EXPECT_EQ(row->decided_by, "scope:execution of " + a->id + " (tester)");
   ASSERT_EQ(approvals_->answer(c->id, false, Scope::kOnce, "tester"), AnswerStatus::kAnswered);
   EXPECT_EQ(third.readResponse(true).header("x-sluice-reason"), "approval_denied");
@@ -393,18 +394,22 @@ TEST_F(ApprovalTest, AnExecutionGrantOnAGetIsNotAGrantForOtherMethodsButScopeHos
     ADD_FAILURE() << "no row for " << method << " " << path;
     return audit::ApprovalEvent{};
   };
-  auto expectRow = [](const audit::ApprovalEvent& r, const std::string& scope,
+  auto expectRow = [](const audit::ApprovalEvent& r, audit::ApprovalScope scope,
                       const std::string& by) {
-    EXPECT_EQ(r.decision, "allow") << r.method << " " << r.path;
+    EXPECT_EQ(r.decision, audit::Decision::kAllow) << r.method << " " << r.path;
     EXPECT_EQ(r.scope, scope) << r.method << " " << r.path;
     EXPECT_EQ(r.decided_by, by) << r.method << " " << r.path;
   };
-  expectRow(byPath("GET", "/read"), "execution", "tester");
-  expectRow(byPath("GET", "/read-more"), "execution", "scope:execution of " + g->id + " (tester)");
-  expectRow(byPath("POST", "/write"), "host", "tester");
-  expectRow(byPath("DELETE", "/write"), "host", "scope:host of " + p->id + " (tester)");
-  expectRow(byPath("PUT", "/put"), "host", "scope:host of " + p->id + " (tester)");
-  expectRow(byPath("GET", "/read-again"), "host", "scope:host of " + p->id + " (tester)");
+  expectRow(byPath("GET", "/read"), audit::ApprovalScope::kExecution, "tester");
+  expectRow(byPath("GET", "/read-more"), audit::ApprovalScope::kExecution,
+            "scope:execution of " + g->id + " (tester)");
+  expectRow(byPath("POST", "/write"), audit::ApprovalScope::kHost, "tester");
+  expectRow(byPath("DELETE", "/write"), audit::ApprovalScope::kHost,
+            "scope:host of " + p->id + " (tester)");
+  expectRow(byPath("PUT", "/put"), audit::ApprovalScope::kHost,
+            "scope:host of " + p->id + " (tester)");
+  expectRow(byPath("GET", "/read-again"), audit::ApprovalScope::kHost,
+            "scope:host of " + p->id + " (tester)");
 }
 
 // A tunnel shows no method: `scope: host` covers its host and port as `scope: execution` does.
@@ -421,8 +426,8 @@ TEST_F(ApprovalTest, ScopeHostOnATunnelCoversTheHostAndPort) {
   EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200)));
   auto rows = approvalRows(2);
   ASSERT_EQ(rows.size(), 2u);
-  EXPECT_EQ(rows[0].scope, "host");
-  EXPECT_EQ(rows[1].scope, "host");
+  EXPECT_EQ(rows[0].scope, audit::ApprovalScope::kHost);
+  EXPECT_EQ(rows[1].scope, audit::ApprovalScope::kHost);
   EXPECT_EQ(rows[1].decided_by, "scope:host of " + a->id + " (tester)");
   // The tunnels' connection rows name their approval, and the grant that decided the second.
   first.reset();
@@ -431,7 +436,7 @@ TEST_F(ApprovalTest, ScopeHostOnATunnelCoversTheHostAndPort) {
                                std::pair{rows[1].id, "scope:host of " + a->id + " (tester)"}}) {
     auto row = sink_->waitConnection([&](const audit::ConnectionEvent& e) {
       // Its own id closes the detail (the second's also names the first's, as its grant).
-      return e.decision == "allow" && e.detail.ends_with(", " + id + ")");
+      return e.decision == audit::Decision::kAllow && e.detail.ends_with(", " + id + ")");
     });
     ASSERT_TRUE(row) << "no connection row names " << id;
     EXPECT_EQ(row->detail,
@@ -551,7 +556,7 @@ TEST_F(ApprovalTest, ClosingTheExecutionWithdrawsItsApprovals) {
   EXPECT_TRUE(approvals_->pending().empty());
   auto rows = approvalRows(1);
   ASSERT_EQ(rows.size(), 1u);
-  EXPECT_EQ(rows[0].decision, "deny");
+  EXPECT_EQ(rows[0].decision, audit::Decision::kDeny);
   EXPECT_EQ(rows[0].reason, "closed");
   EXPECT_TRUE(c.waitClosed());
 }
@@ -604,7 +609,7 @@ TEST_F(ApprovalTest, AClientThatHangsUpWithdrawsItsApproval) {
     auto rows = approvalRows(++n);
     ASSERT_EQ(rows.size(), n);
     EXPECT_EQ(rows.back().id, a->id);
-    EXPECT_EQ(rows.back().decision, "deny");
+    EXPECT_EQ(rows.back().decision, audit::Decision::kDeny);
     EXPECT_EQ(rows.back().reason, "closed");
     EXPECT_EQ(h.upstream.accepted.load(), 0) << "an upstream connection was made";
   }

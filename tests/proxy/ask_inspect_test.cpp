@@ -165,7 +165,7 @@ TEST_F(AskInspectTest, TheApproverSeesTheRequestInsideTheTunnelAndAllowsIt) {
   EXPECT_EQ(got[0].body, "{\"a\":1}");
   auto ev = sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/v1/items"; });
   ASSERT_TRUE(ev);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_EQ(ev->rule_id, "gate");
 }
 
@@ -184,7 +184,7 @@ TEST_F(AskInspectTest, ADeniedRequestGets403AndTheUpstreamNothing) {
   EXPECT_TRUE(up_->requests().empty());
   auto ev = sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/secret"; });
   ASSERT_TRUE(ev);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->reason, "approval_denied");
 }
 

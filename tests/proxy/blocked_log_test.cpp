@@ -358,8 +358,8 @@ TEST_F(BlockedLogProxyTest, CopiesTheKernelDroppedAreARowWithTheirCount) {
   proxy_->closeExecution(execution_id_);
   std::uint64_t counted = 0, own = 0, lost = 0;
   for (const auto& c : sink_->connections()) {
-    if (c.kind != "blocked") continue;
-    EXPECT_EQ(c.decision, "deny");
+    if (c.kind != audit::ConnectionKind::kBlocked) continue;
+    EXPECT_EQ(c.decision, audit::Decision::kDeny);
     EXPECT_EQ(c.reason, "protocol_not_allowed");
     EXPECT_EQ(c.execution_id, execution_id_);
     if (c.detail.find(" were lost ") != std::string::npos) {

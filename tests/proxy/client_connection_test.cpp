@@ -21,7 +21,7 @@ TEST_F(ClientConnectionTest, ForwardsAbsoluteFormAndAuditsTheRequest) {
   auto req = sink_->waitRequest([](const auto& e) { return e.path == "/hello"; });
   ASSERT_TRUE(req);
   EXPECT_EQ(req->status, 200);
-  EXPECT_EQ(req->decision, "allow");
+  EXPECT_EQ(req->decision, audit::Decision::kAllow);
   EXPECT_EQ(req->rule_id, "local-upstream");
   EXPECT_EQ(req->method, "GET");
   EXPECT_EQ(req->execution_id, "exec-1");
@@ -29,8 +29,8 @@ TEST_F(ClientConnectionTest, ForwardsAbsoluteFormAndAuditsTheRequest) {
   proxy_->stop();  // closes the origin connection: its row is written
   auto conn = sink_->waitConnection([&](const auto& e) { return e.id == req->connection_id; });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, "allow");
-  EXPECT_EQ(conn->kind, "http");
+  EXPECT_EQ(conn->decision, audit::Decision::kAllow);
+  EXPECT_EQ(conn->kind, audit::ConnectionKind::kHttp);
   EXPECT_EQ(conn->host, "upstream.test");
   EXPECT_EQ(conn->resolved_ip, "127.0.0.1");
   EXPECT_GT(conn->bytes_down, 0u);
@@ -80,8 +80,9 @@ TEST_F(ClientConnectionTest, SwitchingToAnotherOriginOpensANewConnection) {
   EXPECT_NE(r.body.find("Host: " + other), std::string::npos) << r.body;
   EXPECT_EQ(up_.httpLog().accepted.load(), 2);
   // The first origin connection's row is written when it is replaced.
-  EXPECT_TRUE(sink_->waitConnection(
-      [](const auto& e) { return e.kind == "http" && e.decision == "allow"; }));
+  EXPECT_TRUE(sink_->waitConnection([](const auto& e) {
+    return e.kind == audit::ConnectionKind::kHttp && e.decision == audit::Decision::kAllow;
+  }));
 }
 
 TEST_F(ClientConnectionTest, ChunkedResponseAndRequestBodiesStream) {
@@ -179,7 +180,8 @@ TEST_P(SmugglingTest, IsRefusedWithoutReachingTheUpstream) {
   EXPECT_FALSE(r.header("x-sluice-reason").empty());
   EXPECT_TRUE(r.closed) << "a malformed request must end the connection";
   EXPECT_EQ(up_.httpLog().accepted.load(), 0) << GetParam().name;
-  auto row = sink_->waitConnection([](const auto& e) { return e.decision == "deny"; });
+  auto row =
+      sink_->waitConnection([](const auto& e) { return e.decision == audit::Decision::kDeny; });
   EXPECT_TRUE(row) << "no audit row for " << GetParam().name;
 }
 
@@ -302,11 +304,11 @@ TEST_F(ClientConnectionTest, PolicyDenialIsReadableAndAudited) {
   auto req = sink_->waitRequest([](const auto& e) { return e.host == "nothing.test"; });
   ASSERT_TRUE(req);
   EXPECT_EQ(req->status, 403);
-  EXPECT_EQ(req->decision, "deny");
+  EXPECT_EQ(req->decision, audit::Decision::kDeny);
   EXPECT_EQ(req->path, "/x");
   auto conn = sink_->waitConnection([&](const auto& e) { return e.id == req->connection_id; });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, "deny");
+  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
   auto stats = proxy_->stats("exec-1");
   EXPECT_EQ(stats.denied, 1u);
   ASSERT_EQ(stats.denials.size(), 1u);
@@ -366,7 +368,7 @@ TEST_F(ClientConnectionTest, UpstreamResetMidResponseClosesTheClient) {
   EXPECT_LT(r.body.size(), 1000000u);  // truncated: the client can tell
   auto conn = sink_->waitConnection([](const auto& e) { return e.reason == "upstream_error"; });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, "allow");
+  EXPECT_EQ(conn->decision, audit::Decision::kAllow);
 }
 
 TEST_F(ClientConnectionTest, ExpectContinueIsAnsweredByTheProxy) {

@@ -253,7 +253,7 @@ TEST_F(DnsTest, AllowedNameGetsSyntheticAddressesThatMapBack) {
   EXPECT_EQ(rows[0].name, "pypi.org");
   EXPECT_EQ(rows[0].qtype, "A");
   EXPECT_EQ(rows[0].answer, v4->str());
-  EXPECT_EQ(rows[0].decision, "allow");
+  EXPECT_EQ(rows[0].decision, audit::Decision::kAllow);
   EXPECT_EQ(rows[1].qtype, "AAAA");
   EXPECT_EQ(rows[1].answer, v6->str());
   // The rule whose host pattern made each name answerable.
@@ -273,7 +273,7 @@ TEST_F(DnsTest, OtherNamesGetNxDomain) {
   }
   ASSERT_GE(sink_->waitDnsCount(6), 6u);
   for (const auto& row : sink_->dns()) {
-    EXPECT_EQ(row.decision, "deny");
+    EXPECT_EQ(row.decision, audit::Decision::kDeny);
     EXPECT_EQ(row.answer, "NXDOMAIN");
     // secret.allowed.example: pypi's *.allowed.example matches it on 443, but deny rule `no`
     // covers 443 (its default ports), so `no` decided it; the others no rule matches at all.
@@ -301,7 +301,7 @@ TEST_F(DnsTest, ExfiltrationBySubdomainsIsAuditedThenRefused) {
   ASSERT_GE(sink_->waitDnsCount(2001), 2001u);
   auto rows = sink_->dns();
   for (std::size_t i = 0; i < 2000; ++i) {
-    ASSERT_EQ(rows[i].decision, "deny");
+    ASSERT_EQ(rows[i].decision, audit::Decision::kDeny);
     ASSERT_EQ(rows[i].name, "c2v" + std::to_string(i) + "x.exfil.evil.example");
   }
   EXPECT_EQ(rows[2000].answer, "REFUSED");
@@ -328,7 +328,7 @@ TEST_F(DnsTest, OtherTypesGetNoDataForAllowedNamesOnly) {
   auto rows = sink_->dns();
   EXPECT_EQ(rows[0].qtype, "TXT");
   EXPECT_EQ(rows[0].answer, "NODATA");
-  EXPECT_EQ(rows[0].decision, "allow");
+  EXPECT_EQ(rows[0].decision, audit::Decision::kAllow);
   EXPECT_EQ(names_->size(), 0u);  // no address handed out for TXT
 }
 
@@ -407,7 +407,8 @@ TEST_F(DnsTest, MalformedQueriesGetWellFormedErrors) {
   EXPECT_FALSE(c.ask(response, 300).got);
 
   ASSERT_GE(sink_->waitDnsCount(16), 16u);
-  for (const auto& row : sink_->dns()) EXPECT_EQ(row.decision, "deny") << row.answer;
+  for (const auto& row : sink_->dns())
+    EXPECT_EQ(row.decision, audit::Decision::kDeny) << row.answer;
 }
 
 TEST_F(DnsTest, EdnsQueriesGetAnOptRecord) {

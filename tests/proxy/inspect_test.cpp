@@ -16,6 +16,7 @@
 
 #include "https_upstream.hpp"
 #include "proxy_test_util.hpp"
+#include "sluice/audit/event_text.hpp"
 #include "sluice/policy/explain.hpp"
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/secrets.hpp"
@@ -115,14 +116,16 @@ bool contains(const std::string& hay, const std::string& needle) {
 }
 
 std::string eventText(const audit::ConnectionEvent& e) {
-  return e.id + "|" + e.execution_id + "|" + e.workflow + "|" + e.policy_sha256 + "|" + e.kind +
-         "|" + e.host + "|" + e.resolved_ip + "|" + e.decision + "|" + e.rule_id + "|" + e.reason +
-         "|" + e.detail + "|" + e.tls;
+  return e.id + "|" + e.execution_id + "|" + e.workflow + "|" + e.policy_sha256 + "|" +
+         std::string(audit::textOf(e.kind)) + "|" + e.host + "|" + e.resolved_ip + "|" +
+         std::string(audit::textOf(e.decision)) + "|" + e.rule_id + "|" + e.reason + "|" +
+         e.detail + "|" + std::string(audit::textOf(e.tls));
 }
 
 std::string eventText(const audit::RequestEvent& e) {
   std::string s = e.connection_id + "|" + e.execution_id + "|" + e.workflow + "|" + e.method + "|" +
-                  e.host + "|" + e.path + "|" + e.decision + "|" + e.rule_id + "|" + e.reason;
+                  e.host + "|" + e.path + "|" + std::string(audit::textOf(e.decision)) + "|" +
+                  e.rule_id + "|" + e.reason;
   for (const auto& n : e.injected_secrets) s += "|" + n;
   return s;
 }
@@ -295,7 +298,7 @@ TEST_F(InspectTest, AllowedRequestArrivesWithInjectedHeader) {
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->host, "api.test");
   EXPECT_EQ(ev->status, 200);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_EQ(ev->rule_id, "api");
   EXPECT_EQ(ev->execution_id, "exec-tls");
   EXPECT_EQ(ev->workflow, "tls-test");
@@ -304,10 +307,10 @@ TEST_F(InspectTest, AllowedRequestArrivesWithInjectedHeader) {
   c.reset();  // closing the tunnel writes its connection row
   auto conn = waitConnection([](const audit::ConnectionEvent& e) { return e.host == "api.test"; });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->kind, "connect");
-  EXPECT_EQ(conn->decision, "allow");
+  EXPECT_EQ(conn->kind, audit::ConnectionKind::kConnect);
+  EXPECT_EQ(conn->decision, audit::Decision::kAllow);
   EXPECT_EQ(conn->rule_id, "api");
-  EXPECT_EQ(conn->tls, "inspect");
+  EXPECT_EQ(conn->tls, audit::TlsHandling::kInspect);
   EXPECT_EQ(conn->resolved_ip, "127.0.0.1");
   EXPECT_EQ(conn->id, ev->connection_id);
 }
@@ -329,7 +332,7 @@ TEST_F(InspectTest, ClientSuppliedAuthorizationIsReplaced) {
   auto ev = waitRequest("POST", "/v1/items");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 200);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"});
 }
 
@@ -357,7 +360,7 @@ TEST_F(InspectTest, DeniedMethodGets403WithReason) {
   auto ev = waitRequest("DELETE", "/v1/data");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 403);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->reason, "method_not_allowed");
   EXPECT_EQ(ev->rule_id, "api");
   EXPECT_TRUE(ev->injected_secrets.empty());
@@ -372,7 +375,7 @@ TEST_F(InspectTest, DeniedPathGets403WithReason) {
   auto ev = waitRequest("GET", "/v2/data");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 403);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->reason, "path_not_allowed");
   EXPECT_TRUE(ev->injected_secrets.empty());
   EXPECT_TRUE(up_->requests().empty());
@@ -387,7 +390,7 @@ TEST_F(InspectTest, DenyRuleOnPathBeatsTheAllow) {
   auto ev = waitRequest("GET", "/v1/admin/users");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 403);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->rule_id, "api-admin");
   EXPECT_EQ(ev->reason, "denied_by_rule");
   EXPECT_TRUE(up_->requests().empty());
@@ -409,8 +412,8 @@ TEST_F(InspectTest, SniMismatchIsRefusedAndAudited) {
   auto conn = waitConnection([](const audit::ConnectionEvent& e) { return e.host == "api.test"; });
   ASSERT_TRUE(conn);
   EXPECT_EQ(conn->reason, "host_mismatch");
-  EXPECT_EQ(conn->decision, "deny");
-  EXPECT_EQ(conn->tls, "inspect");
+  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
+  EXPECT_EQ(conn->tls, audit::TlsHandling::kInspect);
   EXPECT_TRUE(up_->requests().empty());
 }
 
@@ -423,7 +426,7 @@ TEST_F(InspectTest, NoSniIsAccepted) {
   EXPECT_EQ(r.status, 200) << r.body;
   auto ev = waitRequest("GET", "/v1/nosni");
   ASSERT_TRUE(ev);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
 }
 
 TEST_F(InspectTest, HostMismatchGets400) {
@@ -436,7 +439,7 @@ TEST_F(InspectTest, HostMismatchGets400) {
   auto ev = waitRequest("GET", "/v1/fronted");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 400);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->reason, "host_mismatch");
   EXPECT_TRUE(ev->injected_secrets.empty());
 }
@@ -449,7 +452,7 @@ TEST_F(InspectTest, HostWithPortIsAccepted) {
   EXPECT_EQ(r.status, 200) << r.body;
   auto ev = waitRequest("GET", "/v1/withport");
   ASSERT_TRUE(ev);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -470,7 +473,7 @@ TEST_F(InspectTest, IpLiteralIsInspectedAndVerifiedByAddress) {
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->host, "127.0.0.1");
   EXPECT_EQ(ev->rule_id, "loopback-ip");
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_TRUE(ev->injected_secrets.empty());
 }
 
@@ -484,7 +487,7 @@ TEST_F(InspectTest, IpLiteralWithANamedSniIsFronting) {
     return e.host == "127.0.0.1" && e.port == ip_up.port();
   });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, "deny");
+  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
   EXPECT_EQ(conn->reason, "host_mismatch");
   EXPECT_TRUE(ip_up.requests().empty());
 }
@@ -504,7 +507,7 @@ TEST_F(InspectTest, IpLiteralUpstreamCertWithoutTheAddressGets502) {
   auto conn =
       waitConnection([&](const audit::ConnectionEvent& e) { return e.host == "127.0.0.1"; });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, "deny");
+  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
   EXPECT_EQ(conn->reason, "upstream_tls");
   EXPECT_TRUE(up_->requests().empty());
 }
@@ -639,7 +642,7 @@ TEST_F(InspectTest, PipelinedRequestsAreAnsweredInOrder) {
   EXPECT_EQ(got[1].target, "/v1/third");
   auto second = waitRequest("DELETE", "/v1/second");
   ASSERT_TRUE(second);
-  EXPECT_EQ(second->decision, "deny");
+  EXPECT_EQ(second->decision, audit::Decision::kDeny);
   EXPECT_TRUE(waitRequest("GET", "/v1/third"));
 }
 
@@ -696,7 +699,7 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
   auto ev = waitRequest("GET", "/v1/through-bad");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 502);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->reason, "upstream_tls");
   EXPECT_TRUE(ev->injected_secrets.empty()) << "nothing was sent to an unverified upstream";
 
@@ -705,7 +708,7 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
     return e.host == "api.test" && e.port == bad.port();
   });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, "deny");
+  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
   EXPECT_EQ(conn->reason, "upstream_tls");
   EXPECT_EQ(conn->rule_id, "api");
   EXPECT_TRUE(names_reason(conn->detail))
@@ -739,7 +742,7 @@ TEST_F(InspectTest, PlaceholderIsSwappedOnItsRule) {
   EXPECT_EQ(got[0].header("X-Api-Token"), std::string("Token ") + kSecret);
   auto ev = waitRequest("GET", "/v1/with-placeholder");
   ASSERT_TRUE(ev);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_NE(ev->reason, "placeholder_leak");
   EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"});
 }
@@ -796,7 +799,7 @@ TEST_F(InspectTest, PlaceholderSentToAnotherHostIsNotSwappedAndAudited) {
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->host, "other.test");
   EXPECT_EQ(ev->rule_id, "other");
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_EQ(ev->reason, "placeholder_leak");
   EXPECT_TRUE(ev->injected_secrets.empty());
 }
@@ -815,7 +818,7 @@ TEST_F(InspectTest, PlaintextInjectionIsRefused) {
   auto ev = waitRequest("GET", "/key");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 403);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->reason, "plaintext_credentials");
   EXPECT_EQ(ev->rule_id, "plain");
   EXPECT_TRUE(ev->injected_secrets.empty());
@@ -834,7 +837,7 @@ TEST_F(InspectTest, PlaintextInjectionAllowedWhenTheRuleSaysSo) {
   auto ev = waitRequest("GET", "/key");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 200);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_EQ(ev->rule_id, "plain-ok");
   EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"plain_key"});
 }
@@ -870,7 +873,7 @@ TEST_F(InspectTest, KeepAliveRequestsAreEachDecidedAndAudited) {
   EXPECT_EQ(a->connection_id, b->connection_id);
   EXPECT_EQ(a->connection_id, cc->connection_id);
   EXPECT_EQ(a->connection_id, d->connection_id);
-  EXPECT_EQ(d->decision, "deny");
+  EXPECT_EQ(d->decision, audit::Decision::kDeny);
   EXPECT_EQ(d->reason, "method_not_allowed");
   EXPECT_EQ(sink_->requests().size(), 4u);
 }
@@ -904,7 +907,7 @@ TEST_F(InspectTest, WebSocketUpgradeIsRelayed) {
   auto ev = waitRequest("GET", "/ws");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 101);
-  EXPECT_EQ(ev->decision, "allow");
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
 }
 
 TEST_F(InspectTest, SecretNeverReachesClientAuditOrLog) {
@@ -988,7 +991,7 @@ TEST_F(NoCaTest, InspectConnectIsRefused) {
   EXPECT_EQ(up_->handshakes(), 0);
   auto conn = waitConnection([](const audit::ConnectionEvent& e) { return e.host == "api.test"; });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, "deny");
+  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
   EXPECT_EQ(conn->reason, "inspection_required");
 }
 
@@ -1009,7 +1012,7 @@ TEST_F(NoSecretsTest, RequestNeedingInjectionIsRefused) {
   EXPECT_TRUE(up_->requests().empty());
   auto ev = waitRequest("GET", "/v1/needs-secret");
   ASSERT_TRUE(ev);
-  EXPECT_EQ(ev->decision, "deny");
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->status, r.status);
   // A request under a rule with nothing to inject still works.
   auto o = tunnel("other.test", up_->port());

@@ -124,7 +124,8 @@ TEST_F(ProxyTest, StopDrainsAndIsIdempotent) {
   proxy_->stop();
   EXPECT_TRUE(c.waitClosed());
   proxy_->stop();
-  EXPECT_TRUE(sink_->waitConnection([](const auto& e) { return e.kind == "connect"; }));
+  EXPECT_TRUE(sink_->waitConnection(
+      [](const auto& e) { return e.kind == audit::ConnectionKind::kConnect; }));
 }
 
 class SingleThreadProxyTest : public ProxyFixture {

@@ -59,8 +59,8 @@ TEST_F(SsrfTest, EveryLoopbackSpellingIsRefusedViaConnect) {
   auto conns = sink_->connections();
   ASSERT_EQ(conns.size(), std::size(kLoopbackHosts));
   for (const auto& e : conns) {
-    EXPECT_EQ(e.decision, "deny") << e.host;
-    EXPECT_EQ(e.kind, "connect");
+    EXPECT_EQ(e.decision, audit::Decision::kDeny) << e.host;
+    EXPECT_EQ(e.kind, audit::ConnectionKind::kConnect);
     EXPECT_EQ(e.reason, "private_address") << e.host;
     EXPECT_EQ(e.rule_id, "any-ip") << e.host;
   }

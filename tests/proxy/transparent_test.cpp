@@ -204,12 +204,13 @@ TEST_F(TransparentNetnsTest, RedirectedConnectionsAreDecidedByName) {
   EXPECT_LT(r[2], 0) << "a denied host gets a reset, not an HTTP answer";
   auto row = sink_->waitConnection([](const auto& e) { return e.host == "denied.test"; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->kind, "transparent");
-  EXPECT_EQ(row->decision, "deny");
-  auto ok = sink_->waitConnection(
-      [](const auto& e) { return e.host == "upstream.test" && e.decision == "allow"; });
+  EXPECT_EQ(row->kind, audit::ConnectionKind::kTransparent);
+  EXPECT_EQ(row->decision, audit::Decision::kDeny);
+  auto ok = sink_->waitConnection([](const auto& e) {
+    return e.host == "upstream.test" && e.decision == audit::Decision::kAllow;
+  });
   ASSERT_TRUE(ok);
-  EXPECT_EQ(ok->kind, "transparent");
+  EXPECT_EQ(ok->kind, audit::ConnectionKind::kTransparent);
 }
 
 // Ambiguous spellings over transparent capture: where a rule judges paths (here the deny rule),
@@ -329,8 +330,8 @@ TEST_P(TransparentAdmissionTest, TheEarlierCheckIsTheRow) {
   const std::string h = host();
   auto row = sink_->waitConnection([&](const auto& e) { return e.host == h; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->kind, "transparent");
-  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(row->kind, audit::ConnectionKind::kTransparent);
+  EXPECT_EQ(row->decision, audit::Decision::kDeny);
   EXPECT_EQ(row->reason, reason(GetParam().first));
 }
 

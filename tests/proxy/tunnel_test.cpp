@@ -21,12 +21,13 @@ TEST_F(TunnelTest, RelaysBothWaysAndAuditsOnClose) {
     ASSERT_TRUE(c.send("ping"));
     EXPECT_EQ(c.readN(4), "ping");
   }
-  auto row = sink_->waitConnection([](const auto& e) { return e.kind == "connect"; });
+  auto row = sink_->waitConnection(
+      [](const auto& e) { return e.kind == audit::ConnectionKind::kConnect; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->decision, "allow");
+  EXPECT_EQ(row->decision, audit::Decision::kAllow);
   EXPECT_EQ(row->rule_id, "local-upstream");
   EXPECT_EQ(row->reason, "allowed");
-  EXPECT_EQ(row->tls, "passthrough");
+  EXPECT_EQ(row->tls, audit::TlsHandling::kPassthrough);
   EXPECT_EQ(row->host, "other.test");
   EXPECT_EQ(row->port, up_.echoPort());
   EXPECT_EQ(row->resolved_ip, "127.0.0.1");
@@ -56,7 +57,8 @@ TEST_F(TunnelTest, BulkTransferArrivesIntactBothWays) {
   ASSERT_EQ(got.size(), kBytes + 3);
   EXPECT_TRUE(got.compare(0, kBytes, payload) == 0);
   EXPECT_EQ(got.substr(kBytes), "BYE");
-  auto row = sink_->waitConnection([](const auto& e) { return e.kind == "connect"; });
+  auto row = sink_->waitConnection(
+      [](const auto& e) { return e.kind == audit::ConnectionKind::kConnect; });
   ASSERT_TRUE(row);
   EXPECT_EQ(row->bytes_up, kBytes);
   EXPECT_EQ(row->bytes_down, kBytes + 3);
@@ -77,7 +79,8 @@ TEST_F(TunnelTest, HalfCloseKeepsTheOtherDirection) {
   c.shutdownWrite();
   // The echo server sees EOF only if the FIN was passed on, then answers and closes.
   EXPECT_EQ(c.readAll(), "helloBYE");
-  auto row = sink_->waitConnection([](const auto& e) { return e.kind == "connect"; });
+  auto row = sink_->waitConnection(
+      [](const auto& e) { return e.kind == audit::ConnectionKind::kConnect; });
   ASSERT_TRUE(row);
   EXPECT_EQ(row->bytes_down, 8u);
 }
@@ -88,9 +91,10 @@ TEST_F(TunnelTest, UpstreamResetEndsTheTunnelAndIsAudited) {
   ASSERT_EQ(c.readResponse(true).status, 200);
   EXPECT_EQ(c.readN(7), "partial");
   EXPECT_TRUE(c.waitClosed());
-  auto row = sink_->waitConnection([](const auto& e) { return e.kind == "connect"; });
+  auto row = sink_->waitConnection(
+      [](const auto& e) { return e.kind == audit::ConnectionKind::kConnect; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->decision, "allow");
+  EXPECT_EQ(row->decision, audit::Decision::kAllow);
   EXPECT_EQ(row->reason, "upstream_error");
 }
 
@@ -101,7 +105,7 @@ TEST_F(TunnelTest, InspectRulesAreRefusedUntilInspectionExists) {
   EXPECT_EQ(nlohmann::json::parse(r.body)["rule"], "inspected");
   auto row = sink_->waitConnection([](const auto& e) { return e.host == "inspect.test"; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(row->decision, audit::Decision::kDeny);
 }
 
 TEST_F(TunnelTest, PortOutsideTheRuleIsRefused) {
@@ -165,7 +169,8 @@ TEST_F(IdleTunnelTest, IdleTunnelIsClosed) {
   ASSERT_TRUE(c.send(connectRequest(echo())));
   ASSERT_EQ(c.readResponse(true).status, 200);
   EXPECT_TRUE(c.waitClosed());
-  auto row = sink_->waitConnection([](const auto& e) { return e.kind == "connect"; });
+  auto row = sink_->waitConnection(
+      [](const auto& e) { return e.kind == audit::ConnectionKind::kConnect; });
   ASSERT_TRUE(row);
   EXPECT_EQ(row->reason, "idle_timeout");
 }
@@ -192,7 +197,7 @@ TEST_F(LimitTest, MaxConnectionsRefusesTheNextTunnelWith429) {
   EXPECT_NE(r.body.find("max_connections"), std::string::npos);
   auto row = sink_->waitConnection([](const auto& e) { return e.reason == "limit_exceeded"; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(row->decision, audit::Decision::kDeny);
   // Closing one frees a slot.
   a.shutdownWrite();
   a.readAll();
@@ -230,7 +235,7 @@ TEST_F(LimitTest, MaxBytesInEndsTheTunnelAndThenRefuses) {
   EXPECT_TRUE(c.waitClosed());
   auto row = sink_->waitConnection([](const auto& e) { return e.reason == "limit_exceeded"; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->decision, "allow");
+  EXPECT_EQ(row->decision, audit::Decision::kAllow);
   EXPECT_NE(row->detail.find("max_bytes_in"), std::string::npos);
   auto r = roundTrip(connectRequest(echo()));
   EXPECT_EQ(r.status, 429);
@@ -253,7 +258,7 @@ TEST_F(TunnelTest, RawBytesWhereRequestRulesApplyAreRefused) {
   EXPECT_TRUE(c.waitClosed());
   auto row = sink_->waitConnection([](const auto& e) { return e.reason == "not_http"; });
   ASSERT_TRUE(row);
-  EXPECT_EQ(row->decision, "deny");
+  EXPECT_EQ(row->decision, audit::Decision::kDeny);
   // Dialled, but nothing relayed. The echo server counts the connection when its own accept
   // runs, on its thread, which may come after the proxy's row: wait for it.
   for (int i = 0; i < 200 && up_.echoLog().accepted.load() == 0; ++i)

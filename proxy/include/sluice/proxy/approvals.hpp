@@ -36,13 +36,11 @@ struct Approval {
   std::int64_t expires_at_ms = 0;
 };
 
-enum class Scope : std::uint8_t {
-  kOnce,       ///< this connection or request only
-  kExecution,  ///< also later matches of the same rule, host, port and (a request's) method
-  kHost,       ///< also later requests of any method to the same rule, host and port
-};
+/// How far an answer reaches: kOnce, kExecution or kHost. The approvals row's own enum, so an
+/// answer's scope is recorded as it was given.
+using Scope = audit::ApprovalScope;
 
-/// "once" | "execution" | "host".
+/// "once" | "execution" | "host" (the approvals row's text, audit::textOf).
 std::string_view scopeName(Scope s);
 /// The scope named `name`; nullopt for anything else.
 std::optional<Scope> parseScope(std::string_view name);

@@ -8,6 +8,35 @@
 
 namespace sluice::audit {
 
+// The closed vocabularies of the event columns. Their stored text is given once, in
+// event_text.hpp (audit rows, live streams and logs all take it from there).
+
+/// Whether the policy (or an approver) let it through. Column `decision`. Events start as
+/// kDeny (every producer sets it; one that forgot would not record an allow).
+enum class Decision : std::uint8_t { kAllow, kDeny };
+
+/// How a connection came to the proxy. Column `connections.kind`.
+enum class ConnectionKind : std::uint8_t {
+  kConnect,      // a CONNECT tunnel
+  kHttp,         // an origin connection for plain HTTP requests
+  kTransparent,  // a redirected connection of a sandbox (transparent capture)
+  kBlocked,      // a packet rejected in the sandbox's netns, recorded from the kernel's log
+};
+
+/// What the proxy did with a connection's TLS. Column `connections.tls`.
+enum class TlsHandling : std::uint8_t { kNone, kPassthrough, kInspect };
+
+/// How far an approver's answer reaches. Column `approvals.scope`.
+enum class ApprovalScope : std::uint8_t {
+  kOnce,       // this connection or request only
+  kExecution,  // also later matches of the same rule, host, port and (a request's) method
+  kHost,       // also later requests of any method to the same rule, host and port
+};
+
+// `reason` stays text: its vocabulary is policy::reasonName's (the enum lives in
+// sluice::policy, which this interface-only target must not depend on), and DNS rows extend
+// it (malformed_query, not_implemented) while an allowed approval has none ("").
+
 /// One connection the proxy was asked for (CONNECT tunnel or origin connection for plain
 /// HTTP), recorded once when it ends (or when it is refused).
 struct ConnectionEvent {
@@ -16,15 +45,15 @@ struct ConnectionEvent {
   std::string workflow;
   std::string policy_sha256;
   std::int64_t ts_ms = 0;  // Unix epoch milliseconds when the connection was asked for
-  std::string kind;        // "connect" | "http"
-  std::string host;        // target as asked (normalised)
+  ConnectionKind kind = ConnectionKind::kConnect;
+  std::string host;  // target as asked (normalised)
   std::uint16_t port = 0;
   std::string resolved_ip;  // the vetted address dialled; empty if none
-  std::string decision;     // "allow" | "deny"
+  Decision decision = Decision::kDeny;
   std::string rule_id;
   std::string reason;  // policy::reasonName vocabulary
   std::string detail;
-  std::string tls;               // "passthrough" | "inspect" | "none"
+  TlsHandling tls = TlsHandling::kNone;
   std::uint64_t bytes_up = 0;    // client -> upstream
   std::uint64_t bytes_down = 0;  // upstream -> client
   std::int64_t duration_ms = 0;
@@ -42,8 +71,8 @@ struct RequestEvent {
   /// The target's port, for live consumers (`sluice serve` streams); not a column (the
   /// request's connections row has it).
   std::uint16_t port = 0;
-  int status = 0;        // status returned to the client (403 for a refusal)
-  std::string decision;  // "allow" | "deny"
+  int status = 0;  // status returned to the client (403 for a refusal)
+  Decision decision = Decision::kDeny;
   std::string rule_id;
   std::string reason;
   std::vector<std::string> injected_secrets;  // secret NAMES only
@@ -74,9 +103,9 @@ struct DnsEvent {
   std::string name;    // the question's name, lower-case, non-printable bytes as \DDD; may be empty
   std::string qtype;   // "A", "AAAA", "TXT", ... or "TYPE<n>"; empty when the query had none
   std::string answer;  // the synthetic address, or NXDOMAIN | NODATA | REFUSED | FORMERR | ...
-  std::string decision;  // "allow" | "deny"
-  std::string rule_id;   // empty: the DNS answer is not decided by one rule
-  std::string reason;    // policy::reasonName vocabulary, or malformed_query | not_implemented
+  Decision decision = Decision::kDeny;
+  std::string rule_id;  // empty: the DNS answer is not decided by one rule
+  std::string reason;   // policy::reasonName vocabulary, or malformed_query | not_implemented
 };
 
 /// One approval of an `ask` rule, recorded once when it is decided (answered, timed out, or
@@ -90,12 +119,12 @@ struct ApprovalEvent {
   std::string rule_id;
   std::string host;
   std::uint16_t port = 0;
-  std::string method;    // empty (stored as NULL) for a tunnel
-  std::string path;      // empty (stored as NULL) for a tunnel
-  std::string decision;  // "allow" | "deny"
+  std::string method;  // empty (stored as NULL) for a tunnel
+  std::string path;    // empty (stored as NULL) for a tunnel
+  Decision decision = Decision::kDeny;
   std::string
-      reason;         // "" when allowed; approval_denied | approval_timeout | execution_ended | ...
-  std::string scope;  // "once" | "execution" | "host"
+      reason;  // "" when allowed; approval_denied | approval_timeout | execution_ended | ...
+  ApprovalScope scope = ApprovalScope::kOnce;
   std::string decided_by;  // "uid:N", a token name, "approve-with", "mcp", "timeout", ...
   std::int64_t asked_at_ms = 0;
   std::int64_t decided_at_ms = 0;

@@ -1,0 +1,61 @@
+// The one mapping from the event enums (event_sink.hpp) to their text: what the audit store
+// keeps in each column (row hashes cover it, so it never changes), what live streams send and
+// what logs print. A switch per enum: a new enumerator without its text fails the build
+// (-Wswitch).
+#pragma once
+
+#include <string_view>
+
+#include "sluice/audit/event_sink.hpp"
+
+namespace sluice::audit {
+
+constexpr std::string_view textOf(Decision d) {
+  switch (d) {
+    case Decision::kAllow:
+      return "allow";
+    case Decision::kDeny:
+      return "deny";
+  }
+  return "deny";  // not an enumerator (a bad cast): fail closed
+}
+
+constexpr std::string_view textOf(ConnectionKind k) {
+  switch (k) {
+    case ConnectionKind::kConnect:
+      return "connect";
+    case ConnectionKind::kHttp:
+      return "http";
+    case ConnectionKind::kTransparent:
+      return "transparent";
+    case ConnectionKind::kBlocked:
+      return "blocked";
+  }
+  return "unknown";
+}
+
+constexpr std::string_view textOf(TlsHandling t) {
+  switch (t) {
+    case TlsHandling::kNone:
+      return "none";
+    case TlsHandling::kPassthrough:
+      return "passthrough";
+    case TlsHandling::kInspect:
+      return "inspect";
+  }
+  return "unknown";
+}
+
+constexpr std::string_view textOf(ApprovalScope s) {
+  switch (s) {
+    case ApprovalScope::kOnce:
+      return "once";
+    case ApprovalScope::kExecution:
+      return "execution";
+    case ApprovalScope::kHost:
+      return "host";
+  }
+  return "unknown";
+}
+
+}  // namespace sluice::audit
