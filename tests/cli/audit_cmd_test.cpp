@@ -28,7 +28,7 @@ class AuditCmdTest : public ::testing::Test {
   void SetUp() override {
     auto store = testing::openStore(db_);
     ASSERT_TRUE(store);
-    auto c = testing::sampleConnection(1, "exec-1", "deny");
+    auto c = testing::sampleConnection(1, "exec-1", audit::Decision::kDeny);
     c.detail = "rule pypi matched the host, but port 8443 is not in [443], \"quoted\"\nnext";
     c.port = 8443;
     store->recordConnection(c);
@@ -101,7 +101,7 @@ TEST_F(AuditCmdTest, QueryKindDns) {
     auto store = testing::openStore(db_);
     ASSERT_TRUE(store);
     store->recordDns(testing::sampleDns(1, "exec-2"));
-    store->recordDns(testing::sampleDns(2, "exec-2", "deny"));
+    store->recordDns(testing::sampleDns(2, "exec-2", audit::Decision::kDeny));
   }
   auto r = runCli(dir_, {"audit", "query", "--db", db(), "--kind", "dns", "--decision", "deny",
                          "--format", "json"});
