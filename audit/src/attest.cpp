@@ -186,14 +186,8 @@ std::expected<std::string, base::Error> attestExecution(const std::filesystem::p
   if (!conn) return std::unexpected(conn.error());
   sqlite3* raw = conn->get();
 
-  auto row = detail::prepare(db, raw, std::string(kExecutionSelect));
+  auto row = detail::executionRow(db, raw, std::string(kExecutionSelect), execution_id);
   if (!row) return std::unexpected(row.error());
-  row->bindText(1, execution_id);
-  if (row->step() != SQLITE_ROW) {
-    return std::unexpected(
-        base::Error{base::Code::kNotFound,
-                    fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
-  }
   Json subjects = artifactSubjects(row->columnText(8));
   if (subjects.empty()) {
     return std::unexpected(base::Error{

@@ -67,14 +67,8 @@ std::expected<std::string, base::Error> proveExecution(const std::filesystem::pa
   const detail::ChainTable& table = *detail::findChainTable("executions");
   std::string sql = detail::chainSelectSql(table);
   sql = sql.substr(0, sql.find(" WHERE ")) + " WHERE id = ?1";
-  auto row = detail::prepare(db, raw, sql);
+  auto row = detail::executionRow(db, raw, sql, execution_id);
   if (!row) return std::unexpected(row.error());
-  row->bindText(1, execution_id);
-  if (row->step() != SQLITE_ROW) {
-    return std::unexpected(
-        base::Error{base::Code::kNotFound,
-                    fmt::format("{}: no execution with id '{}'", db.string(), execution_id)});
-  }
   const std::int64_t seq = row->columnInt(0);
 
   auto ckpt = detail::prepare(

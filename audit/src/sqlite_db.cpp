@@ -1,6 +1,8 @@
 // RAII wrappers over SQLite and error formatting; see sqlite_db.hpp.
 #include "sqlite_db.hpp"
 
+#include <fmt/format.h>
+
 #include <cstring>
 #include <utility>
 
@@ -102,6 +104,18 @@ std::expected<Stmt, base::Error> prepare(const std::filesystem::path& path, sqli
                               SQLITE_PREPARE_PERSISTENT, &s, nullptr);
   if (rc != SQLITE_OK) return std::unexpected(sqliteError(path, db, rc, "cannot prepare"));
   return Stmt(s);
+}
+
+std::expected<Stmt, base::Error> executionRow(const std::filesystem::path& path, sqlite3* db,
+                                              std::string_view sql, std::string_view execution_id) {
+  auto row = prepare(path, db, sql);
+  if (!row) return std::unexpected(row.error());
+  row->bindText(1, execution_id);
+  if (row->step() != SQLITE_ROW)
+    return std::unexpected(
+        base::Error{base::Code::kNotFound,
+                    fmt::format("{}: no execution with id '{}'", path.string(), execution_id)});
+  return row;
 }
 
 std::expected<void, base::Error> exec(const std::filesystem::path& path, sqlite3* db,

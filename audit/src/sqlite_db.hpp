@@ -83,6 +83,11 @@ class Stmt {
 std::expected<Stmt, base::Error> prepare(const std::filesystem::path& path, sqlite3* db,
                                          std::string_view sql);
 
+/// Prepares `sql` (one `?1` parameter: an execution id), binds `execution_id` and steps to its
+/// row; kNotFound "DB: no execution with id 'ID'" when there is none.
+std::expected<Stmt, base::Error> executionRow(const std::filesystem::path& path, sqlite3* db,
+                                              std::string_view sql, std::string_view execution_id);
+
 /// Runs one or more statements that return no rows.
 std::expected<void, base::Error> exec(const std::filesystem::path& path, sqlite3* db,
                                       const std::string& sql);
