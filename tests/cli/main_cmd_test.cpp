@@ -11,28 +11,14 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "sluice_cli.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-// Runs the sluice CLI with arguments (already shell-quoted); `redirect` says where stderr goes.
-Result sluice(const std::string& args, const std::string& redirect = "2>&1") {
-  std::string cmd = std::string(SLUICE_BINARY) + " " + args + " " + redirect;
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = sluice::testing::CliRun;
+using sluice::testing::sluice;
 
 TEST(CommandLine, AnUnknownCommandNamesTheNearestOnes) {
   auto r = sluice("polcy check x.yaml");

@@ -9,28 +9,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "sluice_cli.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int status = -1;
-  std::string out;
-};
-
-// Runs the sluice CLI with arguments (already shell-quoted); stdout and stderr are merged.
-Result sluice(const std::string& args) {
-  std::string cmd = std::string(SLUICE_BINARY) + " " + args + " 2>&1";
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = sluice::testing::CliRun;
+using sluice::testing::sluice;
 
 class PolicyCli : public ::testing::Test {
  protected:
