@@ -15,6 +15,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 
 #include "commands.hpp"
 #include "sluice/audit/signing.hpp"
@@ -24,7 +25,9 @@
 #include "sluice/execution/sandbox.hpp"
 #include "sluice/execution/wiring.hpp"
 #include "sluice/policy/loader.hpp"
+#include "sluice/policy/matcher.hpp"
 #include "sluice/policy/secrets.hpp"
+#include "sluice/policy/target.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
@@ -157,6 +160,54 @@ std::string summaryLine(const rn::RunResult& r, const nlohmann::json& receipt) {
     s += ", network: none";
   if (!r.artifacts.empty()) s += ", " + std::to_string(r.artifacts.size()) + " output file(s)";
   return s;
+}
+
+// `s` with control bytes (and DEL) shown as '?'.
+std::string printable(std::string s) {
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
+// The `policy explain` arguments that reproduce a denial: the policy as it was given.
+std::string explainArgs(const RunOptions& o) {
+  if (!o.policy_file.empty()) return "--policy " + o.policy_file;
+  return "--policy " + o.policy_dir + "/" + o.workflow + ".yaml";
+}
+
+// One stderr line per distinct refusal (up to kShown, then a count): a client behind a
+// passthrough tunnel sees only "CONNECT tunnel failed, response 403", so this is where the
+// person at the terminal learns why, and how to ask the policy about it.
+void printRefusals(const nlohmann::json& receipt, const std::shared_ptr<const pol::Workflow>& w,
+                   const RunOptions& o) {
+  constexpr std::size_t kShown = 10;
+  const auto& denials = receipt["network"].value("denials", nlohmann::json::array());
+  std::set<std::string> seen;
+  std::size_t more = 0;
+  std::shared_ptr<const pol::Matcher> matcher;
+  for (const auto& d : denials) {
+    const std::string host = d.value("host", ""), reason = d.value("reason", "");
+    const auto port = d.value("port", 0);
+    if (host.empty() || !seen.insert(host + ":" + std::to_string(port) + " " + reason).second)
+      continue;
+    if (seen.size() > kShown) {
+      ++more;
+      continue;
+    }
+    std::string line = "sluice: denied " + host + ":" + std::to_string(port) + " - " + reason;
+    if (const auto& rule = d["rule"]; rule.is_string() && !rule.get<std::string>().empty())
+      line += " (rule " + rule.get<std::string>() + ")";
+    // The policy's own account of the nearest rule (what `policy explain` prints).
+    if (!matcher) matcher = pol::Matcher::compile(w);
+    if (auto t = pol::makeTarget(host, static_cast<std::uint16_t>(port)); t) {
+      const pol::Decision dec = matcher->decide(pol::Query{*t});
+      if (!dec.allowed && !dec.nearest_miss.empty()) line += "; nearest miss: " + dec.nearest_miss;
+    }
+    // The host came from the sandbox: no byte of it may drive the terminal.
+    std::cerr << printable(line) << "\n  reproduce: sluice policy explain " << explainArgs(o)
+              << " --connect " << printable(host) << ":" << port << "\n";
+  }
+  if (more > 0) std::cerr << "sluice: and " << more << " more distinct refusals (audit query)\n";
 }
 
 // SLUICE_TIMING=1: where `sluice run`'s time goes, one line per phase on stderr.
@@ -400,8 +451,10 @@ int RunJob::output(execution::Receipt& receipt) {
   }
   if (o_.json)
     std::cout << base::dumpJson(receipt.json) << std::endl;
-  else
+  else {
     std::cerr << summaryLine(receipt.result, receipt.json) << "\n";
+    if (workflow_) printRefusals(receipt.json, workflow_, o_);
+  }
   timer_.mark("cli: output receipt");
   return 0;
 }

@@ -170,6 +170,38 @@ TEST_F(SluiceRun, DefaultModePassesOutputThroughAndSummarises) {
   EXPECT_NE(o.err.find("exit 7"), std::string::npos) << o.err;
 }
 
+// A client behind a passthrough tunnel sees only "CONNECT tunnel failed, response 403": the
+// run's stderr says, once per distinct refusal, what was denied, why, the nearest rule, and
+// the `policy explain` command that reproduces it (which then says the same).
+TEST_F(SluiceRun, EachDistinctRefusalIsExplainedOnStderr) {
+  REQUIRE_SANDBOX();
+  Outcome o = sluice(runArgs(
+      "proxied", {},
+      {"/bin/sh", "-c",
+       "for u in https://evil.example/ https://evil.example/ https://allowed.example:8443/; do "
+       "curl -s -o /dev/null $u; done; true"}));
+  EXPECT_EQ(o.status, 0) << o.err;
+  const std::string explain = "  reproduce: sluice policy explain --policy " +
+                              (dir_ / "policies" / "proxied.yaml").string() + " --connect ";
+  EXPECT_NE(o.err.find("sluice: denied evil.example:443 - no_matching_rule\n" + explain +
+                       "evil.example:443\n"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("sluice: denied allowed.example:8443 - port_not_allowed (rule "
+                       "only-example); nearest miss: rule only-example matched host "
+                       "allowed.example but port 8443 is not in [443]\n" +
+                       explain + "allowed.example:8443\n"),
+            std::string::npos)
+      << o.err;
+  // Twice the same refusal is one line.
+  const auto first = o.err.find("denied evil.example:443");
+  EXPECT_EQ(o.err.find("denied evil.example:443", first + 1), std::string::npos) << o.err;
+  Outcome again =
+      sluice({"policy", "explain", "--policy", (dir_ / "policies" / "proxied.yaml").string(),
+              "--connect", "allowed.example:8443"});
+  EXPECT_NE(again.out.find("reason:       port_not_allowed"), std::string::npos) << again.out;
+}
+
 TEST_F(SluiceRun, ExitStatusPaths) {
   REQUIRE_SANDBOX();
   EXPECT_EQ(sluice(runArgs("sandboxed", {}, {"/bin/sh", "-c", "exit 3"})).status, 3);
