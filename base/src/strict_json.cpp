@@ -13,6 +13,21 @@ namespace sluice::base {
 
 namespace {
 
+// nlohmann's text names its own exception class and repeats the position, which describe()
+// gives already: "[json.exception.parse_error.101] parse error at line 1, column 7: syntax
+// error while parsing value - ..." becomes "syntax error while parsing value - ...".
+std::string plainMessage(std::string_view what) {
+  if (what.starts_with("[json.exception.")) {
+    const auto end = what.find("] ");
+    if (end != std::string_view::npos) what.remove_prefix(end + 2);
+  }
+  if (what.starts_with("parse error")) {
+    const auto colon = what.find(": ");
+    if (colon != std::string_view::npos) what.remove_prefix(colon + 2);
+  }
+  return std::string(what);
+}
+
 using nlohmann::json;
 using DomBuilder = nlohmann::detail::json_sax_dom_parser<json>;
 
@@ -117,7 +132,7 @@ class StrictHandler {
   bool parse_error(std::size_t byte, const std::string&, const nlohmann::detail::exception& e) {
     // `byte` is 1-based: the byte the lexer stopped at.
     auto [line, col] = lineColumn(text_, byte == 0 ? 0 : byte - 1);
-    error_ = JsonParseError{e.what(), line, col, false};
+    error_ = JsonParseError{plainMessage(e.what()), line, col, false};
     return false;
   }
 

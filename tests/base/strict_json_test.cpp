@@ -56,6 +56,10 @@ TEST(StrictJson, ValidTextParsesAsUsualAndSyntaxErrorsSayWhere) {
     ASSERT_FALSE(e);
     EXPECT_FALSE(e.error().duplicate_key);
     EXPECT_NE(e.error().describe().find("line 1, column "), std::string::npos);
+    // The library's own class name and a second copy of the position stay out of the
+    // message an API caller reads.
+    EXPECT_EQ(e.error().message.find("json.exception"), std::string::npos) << e.error().message;
+    EXPECT_EQ(e.error().message.find("line"), std::string::npos) << e.error().message;
   }
   auto e = parseStrictJson("{\n  \"a\": 1,\n  \"b\" 2}");
   ASSERT_FALSE(e);
