@@ -314,7 +314,10 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   const proxy::Stats net = s.sandbox->networkStats();
   json denials = json::array();
   for (const auto& d : net.denials)
-    denials.push_back({{"host", d.host}, {"port", d.port}, {"rule", d.rule}, {"reason", d.reason}});
+    denials.push_back({{"host", d.host},
+                       {"port", d.port},
+                       {"rule", d.rule.empty() ? json(nullptr) : json(d.rule)},
+                       {"reason", d.reason}});
   json summary = {{"session_id", s.id},
                   {"workflow", s.workflow->name},
                   {"caller", s.caller},

@@ -317,6 +317,27 @@ TEST_F(ServeTest, RunReturnsAReceiptOwnedByItsCaller) {
               400, "bad_request");
 }
 
+// `rule` is null when no rule decided, in a session's summary as in receipts and streams.
+TEST_F(ServeTest, ASessionSummarysDenialWithoutARuleNamesNone) {
+  REQUIRE_SANDBOX();
+  start();
+  auto created = call("POST", "/v1/sessions", R"({"workflow":"web"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string id = created.js()["id"];
+  auto exec =
+      call("POST", "/v1/sessions/" + id + "/exec",
+           R"({"argv":["/bin/sh","-c","curl -s -o /dev/null https://denied.example/; true"]})");
+  ASSERT_EQ(exec.status, 200) << exec.body;
+  auto ended = call("DELETE", "/v1/sessions/" + id);
+  ASSERT_EQ(ended.status, 200) << ended.body;
+  const json summary = ended.js();
+  expectSchema("SessionSummary", summary);
+  const json& denials = summary["network"]["denials"];
+  ASSERT_EQ(denials.size(), 1u) << ended.body;
+  EXPECT_EQ(denials[0]["host"], "denied.example");
+  EXPECT_TRUE(denials[0]["rule"].is_null()) << denials[0].dump();
+}
+
 TEST_F(ServeTest, NdjsonStreamsOutputAndNetworkThenTheReceipt) {
   REQUIRE_SANDBOX();
   start();
