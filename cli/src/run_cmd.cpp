@@ -29,6 +29,7 @@
 #include "sluice/policy/secrets.hpp"
 #include "sluice/policy/target.hpp"
 #include "sluice/policy/units.hpp"
+#include "sluice/proxy/approvals.hpp"
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/proxy/resolver.hpp"
@@ -162,24 +163,10 @@ std::string summaryLine(const rn::RunResult& r, const nlohmann::json& receipt) {
   return s;
 }
 
-// `s` with control bytes (and DEL) shown as '?'.
-std::string printable(std::string s) {
-  for (char& c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
-  return s;
-}
-
-// The `policy explain` arguments that reproduce a denial: the policy as it was given.
-std::string explainArgs(const RunOptions& o) {
-  if (!o.policy_file.empty()) return "--policy " + o.policy_file;
-  return "--policy " + o.policy_dir + "/" + o.workflow + ".yaml";
-}
-
 // One stderr line per distinct refusal (up to kShown, then a count): a client behind a
 // passthrough tunnel sees only "CONNECT tunnel failed, response 403", so this is where the
 // person at the terminal learns why, and how to ask the policy about it.
-void printRefusals(const nlohmann::json& receipt, const std::shared_ptr<const pol::Workflow>& w,
-                   const RunOptions& o) {
+void printRefusals(const nlohmann::json& receipt, const std::shared_ptr<const pol::Workflow>& w) {
   constexpr std::size_t kShown = 10;
   const auto& denials = receipt["network"].value("denials", nlohmann::json::array());
   std::set<std::string> seen;
@@ -203,9 +190,10 @@ void printRefusals(const nlohmann::json& receipt, const std::shared_ptr<const po
       const pol::Decision dec = matcher->decide(pol::Query{*t});
       if (!dec.allowed && !dec.nearest_miss.empty()) line += "; nearest miss: " + dec.nearest_miss;
     }
-    // The host came from the sandbox: no byte of it may drive the terminal.
-    std::cerr << printable(line) << "\n  reproduce: sluice policy explain " << explainArgs(o)
-              << " --connect " << printable(host) << ":" << port << "\n";
+    // The host came from the sandbox: no byte of it may drive the terminal. The policy is the
+    // file the workflow was loaded from (a --policy-dir workflow's file need not be NAME.yaml).
+    std::cerr << proxy::displayText(line) << "\n  reproduce: sluice policy explain --policy "
+              << w->source_path << " --connect " << proxy::displayText(host) << ":" << port << "\n";
   }
   if (more > 0) std::cerr << "sluice: and " << more << " more distinct refusals (audit query)\n";
 }
@@ -453,7 +441,7 @@ int RunJob::output(execution::Receipt& receipt) {
     std::cout << base::dumpJson(receipt.json) << std::endl;
   else {
     std::cerr << summaryLine(receipt.result, receipt.json) << "\n";
-    if (workflow_) printRefusals(receipt.json, workflow_, o_);
+    if (workflow_) printRefusals(receipt.json, workflow_);
   }
   timer_.mark("cli: output receipt");
   return 0;
