@@ -64,15 +64,8 @@ class InspectedAdmissionTest : public ::testing::TestWithParam<Case> {
     sink_ = std::make_shared<FakeSink>();
     auto resolver = std::make_shared<proxy::StaticResolver>();
     resolver->add("api.test", {*policy::parseIpLiteral("127.0.0.1")});
-    proxy::ProxyOptions o;
-    o.threads = 2;
-    o.header_timeout = std::chrono::milliseconds(5000);
-    o.connect_timeout = std::chrono::milliseconds(2000);
-    o.upstream_timeout = std::chrono::milliseconds(5000);
-    o.drain_timeout = std::chrono::milliseconds(200);
-    o.ca = ca_;
-    o.upstream_ca_files = {ca_file.string()};
-    auto p = proxy::Proxy::create(std::move(o), sink_, resolver);
+    auto p = proxy::Proxy::create(tls_testing::inspectingOptions(ca_, ca_file.string()), sink_,
+                                  resolver);
     ASSERT_TRUE(p) << p.error().message;
     proxy_ = std::move(*p);
     proxy::ListenerIdentity id;

@@ -65,16 +65,8 @@ class AskInspectTest : public ::testing::Test {
     });
     auto resolver = std::make_shared<proxy::StaticResolver>();
     resolver->add("ask.test", {*policy::parseIpLiteral("127.0.0.1")});
-    proxy::ProxyOptions o;
-    o.threads = 2;
-    o.header_timeout = std::chrono::milliseconds(5000);
-    o.idle_timeout = std::chrono::milliseconds(30000);
-    o.connect_timeout = std::chrono::milliseconds(2000);
-    o.upstream_timeout = std::chrono::milliseconds(5000);
-    o.drain_timeout = std::chrono::milliseconds(200);
-    o.ca = ca_;
-    o.upstream_ca_files = {ca_file_.string()};
-    auto p = proxy::Proxy::create(std::move(o), sink_, resolver);
+    auto p = proxy::Proxy::create(tls_testing::inspectingOptions(ca_, ca_file_.string()), sink_,
+                                  resolver);
     ASSERT_TRUE(p) << p.error().message;
     proxy_ = std::move(*p);
     proxy::ListenerIdentity id;

@@ -32,6 +32,9 @@
 #include <utility>
 #include <vector>
 
+#include "sluice/proxy/certificate_authority.hpp"
+#include "sluice/proxy/proxy.hpp"
+
 namespace sluice::tls_testing {
 
 namespace net = boost::asio;
@@ -113,5 +116,21 @@ class HttpsUpstream {
 
 /// Lower-case hex SHA-256 (what the echo puts in place of header values).
 std::string sha256Hex(std::string_view data);
+
+/// A proxy that inspects with `ca` and trusts the test PKI's CA (`upstream_ca_file`), with
+/// short timeouts so a failing test fails fast: the options the inspected-tunnel tests share.
+inline proxy::ProxyOptions inspectingOptions(std::shared_ptr<proxy::CertificateAuthority> ca,
+                                             const std::string& upstream_ca_file) {
+  proxy::ProxyOptions o;
+  o.threads = 2;
+  o.header_timeout = std::chrono::milliseconds(5000);
+  o.idle_timeout = std::chrono::milliseconds(30000);
+  o.connect_timeout = std::chrono::milliseconds(2000);
+  o.upstream_timeout = std::chrono::milliseconds(5000);
+  o.drain_timeout = std::chrono::milliseconds(200);
+  o.ca = std::move(ca);
+  o.upstream_ca_files = {upstream_ca_file};
+  return o;
+}
 
 }  // namespace sluice::tls_testing
