@@ -166,12 +166,12 @@ std::string summaryLine(const rn::RunResult& r, const nlohmann::json& receipt) {
 // One stderr line per distinct refusal (up to kShown, then a count): a client behind a
 // passthrough tunnel sees only "CONNECT tunnel failed, response 403", so this is where the
 // person at the terminal learns why, and how to ask the policy about it.
-void printRefusals(const nlohmann::json& receipt, const std::shared_ptr<const pol::Workflow>& w) {
+void printRefusals(const nlohmann::json& receipt, const execution::Sandbox& sandbox) {
   constexpr std::size_t kShown = 10;
   const auto& denials = receipt["network"].value("denials", nlohmann::json::array());
   std::set<std::string> seen;
   std::size_t more = 0;
-  std::shared_ptr<const pol::Matcher> matcher;
+  std::shared_ptr<const pol::Matcher> matcher;  // the proxy's, asked only when needed
   for (const auto& d : denials) {
     const std::string host = d.value("host", ""), reason = d.value("reason", "");
     const auto port = d.value("port", 0);
@@ -185,7 +185,7 @@ void printRefusals(const nlohmann::json& receipt, const std::shared_ptr<const po
     if (const auto& rule = d["rule"]; rule.is_string() && !rule.get<std::string>().empty())
       line += " (rule " + rule.get<std::string>() + ")";
     // The policy's own account of the nearest rule (what `policy explain` prints).
-    if (!matcher) matcher = pol::Matcher::compile(w);
+    if (!matcher) matcher = sandbox.matcher();
     if (auto t = pol::makeTarget(host, static_cast<std::uint16_t>(port)); t) {
       const pol::Decision dec = matcher->decide(pol::Query{*t});
       if (!dec.allowed && !dec.nearest_miss.empty()) line += "; nearest miss: " + dec.nearest_miss;
@@ -193,7 +193,8 @@ void printRefusals(const nlohmann::json& receipt, const std::shared_ptr<const po
     // The host came from the sandbox: no byte of it may drive the terminal. The policy is the
     // file the workflow was loaded from (a --policy-dir workflow's file need not be NAME.yaml).
     std::cerr << proxy::displayText(line) << "\n  reproduce: sluice policy explain --policy "
-              << w->source_path << " --connect " << proxy::displayText(host) << ":" << port << "\n";
+              << sandbox.workflow().source_path << " --connect " << proxy::displayText(host) << ":"
+              << port << "\n";
   }
   if (more > 0) std::cerr << "sluice: and " << more << " more distinct refusals (audit query)\n";
 }
@@ -441,7 +442,7 @@ int RunJob::output(execution::Receipt& receipt) {
     std::cout << base::dumpJson(receipt.json) << std::endl;
   else {
     std::cerr << summaryLine(receipt.result, receipt.json) << "\n";
-    if (workflow_) printRefusals(receipt.json, workflow_);
+    if (sandbox_) printRefusals(receipt.json, *sandbox_);
   }
   timer_.mark("cli: output receipt");
   return 0;

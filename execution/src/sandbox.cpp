@@ -388,6 +388,11 @@ void Sandbox::close() {
   if (s.network_proxy && s.sv.proxy) s.sv.proxy->closeExecution(s.id);
 }
 
+std::shared_ptr<const pol::Matcher> Sandbox::matcher() const {
+  if (!s_->matcher) s_->matcher = pol::Matcher::compile(s_->workflow);
+  return s_->matcher;
+}
+
 const std::string& Sandbox::id() const { return s_->id; }
 const std::string& Sandbox::nextExecutionId() const { return s_->next_exec_id; }
 const pol::Workflow& Sandbox::workflow() const { return *s_->workflow; }

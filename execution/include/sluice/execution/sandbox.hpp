@@ -42,6 +42,10 @@
 #include "sluice/runner/sandbox.hpp"
 #include "sluice/runner/session.hpp"
 
+namespace sluice::policy {
+class Matcher;
+}
+
 namespace sluice::execution {
 
 /// What a process provides once, to every execution it runs.
@@ -141,6 +145,9 @@ class Sandbox {
   const std::string& nextExecutionId() const;
   const policy::Workflow& workflow() const;
   const std::shared_ptr<const policy::Workflow>& workflowShared() const;
+  /// The workflow's compiled matcher, the one the proxy decided with (compiled now when the
+  /// sandbox has no network): what a caller explaining a refusal asks.
+  std::shared_ptr<const policy::Matcher> matcher() const;
   bool networkProxy() const;
   /// A session's limits (the workflow's); a one-shot's before the command's overrides.
   const runner::Limits& limits() const;
