@@ -28,10 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How often the desk looks for approvals past their deadline: an unanswered approval is refused
-// at most this late (ask.timeout is at least a good part of a second in practice).
-constexpr std::chrono::milliseconds kExpiryTick{50};
-
 std::string newApprovalId() {
   unsigned char b[8];
   std::size_t got = 0;
@@ -179,7 +175,9 @@ std::string approvalJson(const Approval& a) {
 class ApprovalDesk::Impl {
  public:
   explicit Impl(std::shared_ptr<audit::EventSink> sink) : sink_(std::move(sink)) {
-    loop_.start([this] { expire(); }, kExpiryTick);
+    // The desk sleeps until the earliest deadline (none: until an ask wakes it), so an
+    // unanswered approval is refused at its deadline and an idle desk never wakes.
+    loop_.startScheduled([this] { return expire(); });
   }
 
   ~Impl() {
@@ -231,6 +229,7 @@ class ApprovalDesk::Impl {
         if (w.first.empty() || w.first == owner || w.first == a.execution_id)
           to_tell.emplace_back(h, w.second);
     }
+    loop_.wake();  // its deadline may be the earliest now
     for (auto& [h, w] : to_tell) w(a);
     return a;
   }
@@ -433,14 +432,16 @@ class ApprovalDesk::Impl {
     if (!loop_.post([this, job] { finish(*job); })) finish(*job);  // the desk is stopping
   }
 
-  // The desk thread's tick: refuses what waited past its deadline (at most kExpiryTick late).
-  void expire() {
+  // The desk thread's tick: refuses what waited past its deadline; returns the next deadline.
+  Clock::time_point expire() {
     std::vector<Resolved> expired;
+    Clock::time_point next = Clock::time_point::max();
     {
       std::lock_guard lock(mu_);
       const auto now = Clock::now();
       for (auto it = pending_.begin(); it != pending_.end();) {
         if (it->second.deadline > now) {
+          next = std::min(next, it->second.deadline);
           ++it;
           continue;
         }
@@ -451,6 +452,7 @@ class ApprovalDesk::Impl {
       }
     }
     for (auto& r : expired) finish(r);
+    return next;
   }
 
   std::shared_ptr<audit::EventSink> sink_;
