@@ -16,6 +16,9 @@ PACKAGES=(
   nodejs
   # The everyday battery (tests/integration/everyday_test.cpp) runs these in the sandbox.
   make gcc libc6-dev python3-venv tar gzip findutils sed grep mawk debianutils
+  # Credentials and protocols at the proxy: HTTP/2 (nghttp2 library, nghttp/nghttpd clients),
+  # SigV4 (the AWS CLI and botocore's signer as the verifying upstream), WebSocket clients.
+  libnghttp2-dev nghttp2-client nghttp2-server awscli python3-botocore python3-websockets
 )
 # npm: Debian's package, unless the installed nodejs already ships its own npm (NodeSource's
 # does, and conflicts with Debian's npm package).
