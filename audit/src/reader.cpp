@@ -59,15 +59,26 @@ class QuerySql {
   }
   const std::vector<Bind>& binds() const { return binds_; }
 
-  /// Each execution with a summary of its connections.
+  /// The attempts of e.id with `decision`, counted as its receipt counts them (docs/audit.md
+  /// "What is counted"): every requests row, and the connections rows
+  /// audit::countsAsAttempt selects (the same rule in SQL).
+  static std::string attempts(std::string_view decision) {
+    const std::string d = "'" + std::string(decision) + "'";
+    return "((SELECT count(*) FROM requests r WHERE r.execution_id = e.id AND r.decision = " + d +
+           ") + (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
+           " AND c.decision = " +
+           d +
+           " AND coalesce(c.kind, '') <> 'http'"
+           " AND NOT (c.decision = 'allow' AND coalesce(c.tls, 'none') IN ('inspect', 'none'))))";
+  }
+
+  /// Each execution with a summary of what it tried to reach.
   std::string executions() {
     std::string sql =
         "SELECT e.id, e.workflow, e.started_at, e.ended_at - e.started_at AS duration_ms,"
-        " e.exit_code, e.signal, e.limit_hit,"
-        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
-        "   AND c.decision = 'allow') AS allowed,"
-        " (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
-        "   AND c.decision = 'deny') AS denied,"
+        " e.exit_code, e.signal, e.limit_hit, " +
+        attempts("allow") + " AS allowed, " + attempts("deny") + " AS denied, " + attempts("fail") +
+        " AS failed,"
         " (SELECT coalesce(sum(c.bytes_up), 0) FROM connections c"
         "   WHERE c.execution_id = e.id) AS bytes_out,"
         " (SELECT coalesce(sum(c.bytes_down), 0) FROM connections c"
@@ -353,10 +364,10 @@ std::expected<ResultTable, base::Error> Reader::sql(std::string_view statement) 
 std::expected<ResultTable, base::Error> Reader::query(const QueryFilter& f) {
   std::string kind = f.kind;
   if (kind.empty()) kind = (f.decision || f.host) ? "events" : "executions";
-  if (f.decision && *f.decision != "allow" && *f.decision != "deny") {
+  if (f.decision && *f.decision != "allow" && *f.decision != "deny" && *f.decision != "fail") {
     return std::unexpected(
         base::Error{base::Code::kInvalidArgument,
-                    "--decision must be allow or deny, not '" + *f.decision + "'"});
+                    "--decision must be allow, deny or fail, not '" + *f.decision + "'"});
   }
   if (kind == "forwards" && f.decision) {
     return std::unexpected(base::Error{base::Code::kInvalidArgument,

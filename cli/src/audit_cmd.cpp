@@ -228,8 +228,10 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
   query->add_option("--db", args->db, "Audit database")->required();
   query->add_option("--workflow", args->workflow, "Only this workflow");
   query->add_option("--execution", args->execution, "Only this execution id");
-  query->add_option("--decision", args->decision, "Only allowed or denied events")
-      ->check(CLI::IsMember({"allow", "deny"}));
+  query
+      ->add_option("--decision", args->decision,
+                   "Only allowed, denied or failed events (allow | deny | fail)")
+      ->check(CLI::IsMember({"allow", "deny", "fail"}));
   query->add_option("--host", args->host, "Only connections/requests to this host");
   query->add_option("--since", args->since, "From this time (RFC 3339, or 1h, 7d, ... ago)");
   query->add_option("--until", args->until, "Before this time (RFC 3339, or 1h, 7d, ... ago)");

@@ -154,13 +154,55 @@ std::string summaryLine(const rn::RunResult& r, const nlohmann::json& receipt) {
   if (r.limit_hit != rn::LimitHit::kNone)
     s += ", limit hit: " + std::string(rn::limitHitName(r.limit_hit));
   const auto& net = receipt["network"];
-  if (net["mode"] == "proxy")
-    s += ", network: " + std::to_string(net["allowed"].get<std::uint64_t>()) + " allowed, " +
-         std::to_string(net["denied"].get<std::uint64_t>()) + " denied";
-  else
+  // The receipt's own counts (docs/audit.md "What is counted"): attempts first, then the rows
+  // they come from, so "2 allowed" can be found as two rows in `audit query`.
+  auto n = [&](const char* key) { return std::to_string(net.value(key, std::uint64_t{0})); };
+  if (net["mode"] == "proxy") {
+    s += ", network: " + n("allowed") + " allowed, " + n("denied") + " denied, " + n("failed") +
+         " failed (" + n("connections") + " connections, " + n("requests") + " requests";
+    if (const auto& dns = net.value("dns", nlohmann::json::object()); dns.value("queries", 0) > 0)
+      s += ", " + std::to_string(dns.value("queries", 0)) + " DNS queries";
+    s += ")";
+  } else {
     s += ", network: none";
+  }
   if (!r.artifacts.empty()) s += ", " + std::to_string(r.artifacts.size()) + " output file(s)";
   return s;
+}
+
+// The policy's own account of the nearest rule (what `policy explain` prints), for a
+// connection (`method` empty) or a request seen inside it; "" when there is none.
+std::string nearestMiss(const pol::Matcher& matcher, const std::string& host, std::uint16_t port,
+                        const std::string& method, const std::string& path) {
+  auto t = pol::makeTarget(host, port);
+  if (!t) return {};
+  pol::HttpRequest req{method, path, {}};
+  pol::Query q{*t, port == 80 ? pol::Visibility::kPlainHttp : pol::Visibility::kTunnel,
+               method.empty() ? nullptr : &req};
+  const pol::Decision dec = matcher.decide(q);
+  return !dec.allowed && !dec.nearest_miss.empty() ? "; nearest miss: " + dec.nearest_miss : "";
+}
+
+// Failures of the network are not refusals: one line each (up to 10, then a count), so a
+// name that does not resolve is not mistaken for the policy's answer.
+void printFailures(const nlohmann::json& receipt) {
+  constexpr std::size_t kShown = 10;
+  std::set<std::string> seen;
+  std::size_t more = 0;
+  for (const auto& f : receipt["network"].value("failures", nlohmann::json::array())) {
+    const std::string where =
+        f.value("host", "") + ":" + std::to_string(f.value("port", 0)) + f.value("path", "");
+    const std::string reason = f.value("reason", "");
+    if (!seen.insert(where + " " + reason).second) continue;
+    if (seen.size() > kShown) {
+      ++more;
+      continue;
+    }
+    std::cerr << proxy::displayText("sluice: failed " + f.value("method", std::string("CONNECT")) +
+                                    " " + where + " - " + reason + " (allowed; the network failed)")
+              << "\n";
+  }
+  if (more > 0) std::cerr << "sluice: and " << more << " more distinct failures (audit query)\n";
 }
 
 // One stderr line per distinct refusal (up to kShown, then a count): a client behind a
@@ -174,29 +216,30 @@ void printRefusals(const nlohmann::json& receipt, const execution::Sandbox& sand
   std::shared_ptr<const pol::Matcher> matcher;  // the proxy's, asked only when needed
   for (const auto& d : denials) {
     const std::string host = d.value("host", ""), reason = d.value("reason", "");
-    const auto port = d.value("port", 0);
-    if (host.empty() || !seen.insert(host + ":" + std::to_string(port) + " " + reason).second)
-      continue;
+    const std::string method = d.value("method", ""), path = d.value("path", "");
+    const auto port = static_cast<std::uint16_t>(d.value("port", 0));
+    const std::string where = host + ":" + std::to_string(port);
+    if (host.empty() || !seen.insert(method + " " + where + path + " " + reason).second) continue;
     if (seen.size() > kShown) {
       ++more;
       continue;
     }
-    std::string line = "sluice: denied " + host + ":" + std::to_string(port) + " - " + reason;
+    std::string line = "sluice: denied " + (method.empty() ? "CONNECT" : method) + " " + where +
+                       path + " - " + reason;
     if (const auto& rule = d["rule"]; rule.is_string() && !rule.get<std::string>().empty())
       line += " (rule " + rule.get<std::string>() + ")";
-    // The policy's own account of the nearest rule (what `policy explain` prints).
     if (!matcher) matcher = sandbox.matcher();
-    if (auto t = pol::makeTarget(host, static_cast<std::uint16_t>(port)); t) {
-      const pol::Decision dec = matcher->decide(pol::Query{*t});
-      if (!dec.allowed && !dec.nearest_miss.empty()) line += "; nearest miss: " + dec.nearest_miss;
-    }
+    line += nearestMiss(*matcher, host, port, method, path);
     // The host came from the sandbox: no byte of it may drive the terminal. The policy is the
     // file the workflow was loaded from (a --policy-dir workflow's file need not be NAME.yaml).
+    std::string explain = method.empty() ? " --connect " + where
+                                         : " --url " + std::string(port == 80 ? "http" : "https") +
+                                               "://" + where + path + " --method " + method;
     std::cerr << proxy::displayText(line) << "\n  reproduce: sluice policy explain --policy "
-              << sandbox.workflow().source_path << " --connect " << proxy::displayText(host) << ":"
-              << port << "\n";
+              << sandbox.workflow().source_path << proxy::displayText(explain) << "\n";
   }
   if (more > 0) std::cerr << "sluice: and " << more << " more distinct refusals (audit query)\n";
+  printFailures(receipt);
 }
 
 // SLUICE_TIMING=1: where `sluice run`'s time goes, one line per phase on stderr.

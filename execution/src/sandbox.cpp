@@ -7,7 +7,9 @@
 #include <mutex>
 
 #include "sluice/execution/wiring.hpp"
+#include "sluice/policy/host_mounts.hpp"
 #include "sluice/policy/matcher.hpp"
+#include "sluice/policy/secrets.hpp"
 #include "sluice/runner/environment.hpp"
 
 namespace sluice::execution {
@@ -132,8 +134,22 @@ std::expected<void, std::string> Sandbox::State::onDns(int udp, int tcp, int blo
   return {};
 }
 
+// The policy's sandbox.mounts against the secrets this process holds: no mount may show the
+// secrets file's directory or a secret's file (the policy check cannot know where they are).
+static base::Result<void> mountsKeepSecrets(const pol::Workflow& w,
+                                            const pol::SecretStore* secrets) {
+  if (!secrets || w.sandbox.mounts.empty()) return {};
+  const std::vector<std::string> paths = secrets->secretPaths();
+  for (const auto& m : w.sandbox.mounts)
+    if (auto bad = pol::mountSourceProblem(m.source, paths))
+      return base::fail(Code::kInvalidArgument, "sandbox.mounts: source " + m.source + " " + *bad,
+                        "sandbox.mounts");
+  return {};
+}
+
 // Nothing runs unaudited: the program starts only once the store is healthy.
 base::Result<void> Sandbox::State::beforeStart(const ExecIo& io) {
+  if (auto ok = mountsKeepSecrets(*workflow, sv.secrets.get()); !ok) return ok;
   if (network_error) return std::unexpected(rn::setupFailure(network_error->where, *network_error));
   if (io.before_start)
     if (auto r = io.before_start(); !r) return r;
@@ -252,6 +268,8 @@ base::Result<std::unique_ptr<Sandbox>> Sandbox::open(Services& services, OpenOpt
   st->limits = *limits;
   if (st->network_proxy) st->placeholders = proxy::makePlaceholders(w);
   if (services.ca) st->extra_files = caBundleFiles(w, *services.ca);
+  if (auto ok = mountsKeepSecrets(w, services.secrets.get()); !ok)
+    return std::unexpected(ok.error());
   if (services.store) services.store->recordPolicy(w.sha256, w.name, w.yaml_text);
   if (o.kind == SandboxKind::kSession) {
     if (auto built = st->build(); !built) return std::unexpected(built.error());

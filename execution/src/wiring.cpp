@@ -71,15 +71,26 @@ std::vector<std::pair<std::string, std::string>> caBundleFiles(
   return {{kSandboxCaBundle, proxy::CertificateAuthority::mergedBundle(ca.certificatePem())}};
 }
 
-void addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
-  ctx.network.allowed = st.allowed;
-  ctx.network.denied = st.denied;
-  ctx.network.bytes_out = st.bytes_out;
-  ctx.network.bytes_in = st.bytes_in;
-  ctx.network.dns_queries = st.dns_queries;
-  ctx.network.dns_denied = st.dns_denied;
+rn::NetworkSummary networkSummary(const proxy::Stats& st) {
+  rn::NetworkSummary n;
+  n.allowed = st.allowed;
+  n.denied = st.denied;
+  n.failed = st.failed;
+  n.connections = st.connections;
+  n.requests = st.requests;
+  n.bytes_out = st.bytes_out;
+  n.bytes_in = st.bytes_in;
+  n.dns_queries = st.dns_queries;
+  n.dns_denied = st.dns_denied;
   for (const auto& d : st.denials)
-    ctx.network.denials.push_back({d.host, d.port, d.rule, d.reason});
+    n.denials.push_back({d.host, d.port, d.rule, d.reason, d.method, d.path});
+  for (const auto& f : st.failures)
+    n.failures.push_back({f.host, f.port, f.rule, f.reason, f.method, f.path});
+  return n;
+}
+
+void addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
+  ctx.network = networkSummary(st);
 }
 
 rn::RunResult failedResult(const base::Error& e, const rn::RunSpec& spec, bool full_isolation) {

@@ -24,7 +24,9 @@ namespace {
 
 class ArenaSecretStore final : public SecretStore {
  public:
-  explicit ArenaSecretStore(const std::map<std::string, std::string>& values) {
+  explicit ArenaSecretStore(const std::map<std::string, std::string>& values,
+                            std::vector<std::string> paths = {})
+      : paths_(std::move(paths)) {
     std::size_t total = 1;
     for (const auto& [name, value] : values) total += value.size();
     long page = ::sysconf(_SC_PAGESIZE);
@@ -56,6 +58,7 @@ class ArenaSecretStore final : public SecretStore {
       ::munmap(arena_, size_);
     }
   }
+  std::vector<std::string> secretPaths() const override { return paths_; }
   ArenaSecretStore(const ArenaSecretStore&) = delete;
   ArenaSecretStore& operator=(const ArenaSecretStore&) = delete;
 
@@ -73,6 +76,7 @@ class ArenaSecretStore final : public SecretStore {
   }
 
  private:
+  std::vector<std::string> paths_;
   char* arena_ = nullptr;
   std::size_t size_ = 0;
   std::map<std::string, std::string_view> entries_;
@@ -165,6 +169,14 @@ class SecretsReader {
   }
   const LoadError& errors() const { return errors_; }
   std::map<std::string, std::string>& values() { return values_; }
+  const std::vector<std::string>& files() const { return files_; }
+  static std::string absoluteNormal(const std::filesystem::path& p) {
+    std::error_code ec;
+    auto abs = std::filesystem::absolute(p, ec);
+    std::string s = (ec ? p : abs).lexically_normal().string();
+    while (s.size() > 1 && s.back() == '/') s.pop_back();
+    return s;
+  }
 
  private:
   void readEntry(const YAML::Node& key, const YAML::Node& spec) {
@@ -185,6 +197,7 @@ class SecretsReader {
       error(kind_node, secret + "unknown source '" + kind + "' (use value, file or env)");
       return;
     }
+    if (kind == "file") files_.push_back(absoluteNormal(v.Scalar()));
     auto value = readSource(kind, v.Scalar());
     if (!value) {
       error(v, secret + value.error());
@@ -223,6 +236,7 @@ class SecretsReader {
   std::string file_;
   LoadError errors_;
   std::map<std::string, std::string> values_;
+  std::vector<std::string> files_;
 };
 
 void wipeValues(std::map<std::string, std::string>& values) {
@@ -261,7 +275,10 @@ base::Result<std::shared_ptr<const SecretStore>> loadSecretStore(
     wipeValues(reader.values());
     return std::unexpected(reader.errors().toError());
   }
-  auto store = std::make_shared<ArenaSecretStore>(reader.values());
+  std::vector<std::string> paths = reader.files();
+  paths.push_back(SecretsReader::absoluteNormal(
+      std::filesystem::path(SecretsReader::absoluteNormal(path)).parent_path()));
+  auto store = std::make_shared<ArenaSecretStore>(reader.values(), std::move(paths));
   wipeValues(reader.values());
   if (!store->ok())
     return base::fail(base::Code::kIo, "cannot allocate protected memory for secrets", f);

@@ -30,9 +30,10 @@ void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
 }
 
 void denyConnection(audit::ConnectionEvent& ev, const Refusal& r) {
-  ev.decision = audit::Decision::kDeny;
+  const bool failed = !r.failure.empty();
+  ev.decision = failed ? audit::Decision::kFail : audit::Decision::kDeny;
   ev.rule_id = r.rule;
-  ev.reason = std::string(r.reasonText());
+  ev.reason = failed ? r.failure : std::string(r.reasonText());
   ev.detail = r.detail;
 }
 
@@ -41,25 +42,31 @@ void endConnection(audit::ConnectionEvent& ev, policy::Reason reason, std::strin
   ev.detail = std::move(detail);
 }
 
-void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
-                            const Refusal& r, bool count) {
-  denyConnection(ev, r);
-  if (count) account.noteDenied(ev.host, ev.port, r.rule, ev.reason);
-  log().info("deny {} {}:{} rule={} reason={}: {}", audit::textOf(ev.kind), ev.host, ev.port,
-             r.rule.empty() ? "-" : r.rule, ev.reason, r.detail);
+void recordConnectionRow(Context& ctx, Account& account, audit::ConnectionEvent ev) {
+  account.tally(ev);
   if (ctx.sink) ctx.sink->recordConnection(std::move(ev));
 }
 
-void finishConnection(Context& ctx, audit::ConnectionEvent& ev, Clock::time_point started) {
+void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
+                            const Refusal& r) {
+  denyConnection(ev, r);
+  log().info("{} {} {}:{} rule={} reason={}: {}", audit::textOf(ev.decision),
+             audit::textOf(ev.kind), ev.host, ev.port, r.rule.empty() ? "-" : r.rule, ev.reason,
+             r.detail);
+  recordConnectionRow(ctx, account, std::move(ev));
+}
+
+void finishConnection(Context& ctx, Account& account, audit::ConnectionEvent& ev,
+                      Clock::time_point started) {
   ev.duration_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count();
-  if (ctx.sink) ctx.sink->recordConnection(std::move(ev));
+  recordConnectionRow(ctx, account, std::move(ev));
 }
 
-RequestRecord::RequestRecord(const Context& ctx, const Listener& listener,
+RequestRecord::RequestRecord(const Context& ctx, const Listener& listener, Account& account,
                              const policy::Workflow& workflow, std::string connection_id,
                              std::string method, std::string host, std::string path)
-    : ctx_(ctx) {
+    : ctx_(ctx), account_(account) {
   ev_.connection_id = std::move(connection_id);
   ev_.execution_id = ctx.row_names->of(listener.execution_id);
   ev_.workflow = workflow.name;
@@ -87,6 +94,13 @@ void RequestRecord::outcome(int status, policy::Reason reason) {
   ev_.reason = std::string(policy::reasonName(reason));
 }
 
+void RequestRecord::refused(const Refusal& r) {
+  ev_.status = static_cast<int>(r.status);
+  const bool failed = !r.failure.empty();
+  ev_.decision = failed ? audit::Decision::kFail : audit::Decision::kDeny;
+  ev_.reason = failed ? r.failure : std::string(r.reasonText());
+}
+
 void RequestRecord::forwarding() {
   if (!ctx_.sink) return;
   audit::ForwardEvent f;
@@ -106,6 +120,7 @@ void RequestRecord::forwarding() {
 void RequestRecord::finish() {
   if (written_) return;
   written_ = true;
+  account_.tally(ev_);
   if (ctx_.sink) ctx_.sink->recordRequest(std::move(ev_));
 }
 

@@ -21,19 +21,24 @@ audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
 void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
                      const std::string& rule_id);
 
-/// Marks a connection row denied by `r` (decision, rule, reason, detail).
+/// Marks a connection row refused by `r` (decision, rule, reason, detail): decision deny, or
+/// fail with the failure as its reason when the network failed (Refusal::failure).
 void denyConnection(audit::ConnectionEvent& ev, const Refusal& r);
 
 /// Says why a connection ended early; its decision stays.
 void endConnection(audit::ConnectionEvent& ev, policy::Reason reason, std::string detail);
 
-/// Writes a refused connection's row (and counts the denial for the receipt).
-/// `count` false when the refusal is counted elsewhere (a refused request's own row).
-void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
-                            const Refusal& r, bool count = true);
+/// Writes a connections row and counts it in `account` (Account::tally): every connections
+/// row of the proxy is written here, so the receipt counts what the audit store holds.
+void recordConnectionRow(Context& ctx, Account& account, audit::ConnectionEvent ev);
 
-/// Completes a connection's row with its duration and writes it.
-void finishConnection(Context& ctx, audit::ConnectionEvent& ev, Clock::time_point started);
+/// Writes a refused connection's row (denyConnection, then recordConnectionRow).
+void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEvent ev,
+                            const Refusal& r);
+
+/// Completes a connection's row with its duration and writes it (recordConnectionRow).
+void finishConnection(Context& ctx, Account& account, audit::ConnectionEvent& ev,
+                      Clock::time_point started);
 
 /// The requests row of one exchange. Made once the request is decided, before any byte of it
 /// goes upstream; written exactly once, by finish() or, on any path that ends the exchange
@@ -41,8 +46,9 @@ void finishConnection(Context& ctx, audit::ConnectionEvent& ev, Clock::time_poin
 /// destructor with the last status known.
 class RequestRecord {
  public:
-  RequestRecord(const Context& ctx, const Listener& listener, const policy::Workflow& workflow,
-                std::string connection_id, std::string method, std::string host, std::string path);
+  RequestRecord(const Context& ctx, const Listener& listener, Account& account,
+                const policy::Workflow& workflow, std::string connection_id, std::string method,
+                std::string host, std::string path);
   ~RequestRecord();
   RequestRecord(const RequestRecord&) = delete;
   RequestRecord& operator=(const RequestRecord&) = delete;
@@ -53,6 +59,9 @@ class RequestRecord {
   /// How the exchange ended: the status the client got and, if not the decision's, the reason.
   void outcome(int status, policy::Reason reason);
   void outcome(int status) { ev_.status = status; }
+  /// The proxy refused it after the policy's decision (a limit, a check, the network): the
+  /// status the client got, and the row's decision deny, or fail when the network failed.
+  void refused(const Refusal& r);
   void setConnection(std::string id) { ev_.connection_id = std::move(id); }
   void setPort(std::uint16_t port) { ev_.port = port; }
   /// Records (write-ahead) that the request is about to go upstream on the row's connection:
@@ -63,6 +72,7 @@ class RequestRecord {
 
  private:
   const Context& ctx_;
+  Account& account_;
   audit::RequestEvent ev_;
   bool written_ = false;
   int attempts_ = 0;

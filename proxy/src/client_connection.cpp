@@ -325,8 +325,6 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     allowConnection(ev, up.dialled.endpoint, d.rule_id);
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!transparent && !co_await writeClient(kEstablished)) co_return false;  // slot released
-    conn_.account().noteAllowed();
-    conn_.account().noteUpstreamConnection();
     log().debug("allow connect {} -> {} rule={}", target->authority(), ev.resolved_ip, d.rule_id);
     co_return co_await carry(*target, d, up.dialled, std::move(upstream), std::move(ev), slot);
   }
@@ -422,7 +420,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     if (!tunnel_up_) return;
     ErrorCode ec;
     tunnel_up_->socket.close(ec);
-    finishConnection(*conn_.ctx, tunnel_up_->row, tunnel_up_->started);
+    finishConnection(*conn_.ctx, conn_.account(), tunnel_up_->row, tunnel_up_->started);
     conn_.account().releaseConnection();
     tunnel_up_.reset();
   }

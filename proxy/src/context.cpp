@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "sluice/audit/event_text.hpp"
 #include "sluice/base/clock.hpp"
 
 namespace sluice::proxy {
@@ -125,15 +126,47 @@ void Account::noteDenied(const std::string& host, std::uint16_t port, const std:
   denied_.fetch_add(count, std::memory_order_relaxed);
   std::lock_guard lock(mu_);
   for (; count > 0 && denials_.size() < kMaxDenials; --count)
-    denials_.push_back(Denial{host, port, rule, reason});
+    denials_.push_back(Denial{host, port, rule, reason, {}, {}});
+}
+
+void Account::tally(const audit::ConnectionEvent& row) {
+  connections_.fetch_add(1, std::memory_order_relaxed);
+  if (!audit::countsAsAttempt(row.kind, row.decision, row.tls)) return;
+  note(row.decision, Denial{row.host, row.port, row.rule_id, row.reason, {}, {}});
+}
+
+void Account::tally(const audit::RequestEvent& row) {
+  judged_requests_.fetch_add(1, std::memory_order_relaxed);
+  note(row.decision, Denial{row.host, row.port, row.rule_id, row.reason, row.method, row.path});
+}
+
+void Account::note(audit::Decision decision, Denial what) {
+  switch (decision) {
+    case audit::Decision::kAllow:
+      allowed_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    case audit::Decision::kDeny: {
+      denied_.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard lock(mu_);
+      if (denials_.size() < kMaxDenials) denials_.push_back(std::move(what));
+      return;
+    }
+    case audit::Decision::kFail: {
+      failed_.fetch_add(1, std::memory_order_relaxed);
+      std::lock_guard lock(mu_);
+      if (failures_.size() < kMaxDenials) failures_.push_back(std::move(what));
+      return;
+    }
+  }
 }
 
 void Account::addTo(Stats& stats) const {
   stats.allowed += allowed_.load();
   stats.denied += denied_.load();
+  stats.failed += failed_.load();
   stats.bytes_out += bytes_out_.load();
   stats.bytes_in += bytes_in_.load();
-  stats.requests += requests_.load();
+  stats.requests += judged_requests_.load();
   stats.connections += connections_.load();
   stats.dns_queries += dns_queries_.load();
   stats.dns_denied += dns_denied_.load();
@@ -141,6 +174,10 @@ void Account::addTo(Stats& stats) const {
   for (const auto& d : denials_) {
     if (stats.denials.size() >= kMaxDenials) break;
     stats.denials.push_back(d);
+  }
+  for (const auto& f : failures_) {
+    if (stats.failures.size() >= kMaxDenials) break;
+    stats.failures.push_back(f);
   }
 }
 

@@ -54,12 +54,15 @@ class Account {
   /// True when either byte budget is already spent (new traffic is refused with 429).
   bool bytesExhausted(const policy::EgressLimits& limits) const;
 
-  void noteAllowed() { allowed_.fetch_add(1, std::memory_order_relaxed); }
-  /// `count` denials alike (the blocked-attempt log's lost messages), in O(1) once the list of
-  /// denials is full.
+  /// Counts one connections row, as it is written (audit_rows.cpp's recordConnectionRow: the
+  /// one place), in `connections` and, when audit::countsAsAttempt, by its decision.
+  void tally(const audit::ConnectionEvent& row);
+  /// Counts one requests row, as it is written (RequestRecord::finish: the one place).
+  void tally(const audit::RequestEvent& row);
+  /// `count` denied connection attempts alike (the blocked-attempt log's, whose lost messages
+  /// have no row each), in O(1) once the list of denials is full.
   void noteDenied(const std::string& host, std::uint16_t port, const std::string& rule,
                   const std::string& reason, std::uint64_t count = 1);
-  void noteUpstreamConnection() { connections_.fetch_add(1, std::memory_order_relaxed); }
   /// One message to sluice's DNS (dns_server.cpp); `denied`: its row says deny.
   void noteDnsQuery(bool denied) {
     dns_queries_.fetch_add(1, std::memory_order_relaxed);
@@ -90,6 +93,8 @@ class Account {
   }
 
  private:
+  void note(audit::Decision decision, Denial what);
+
   std::string execution_id_;
   std::chrono::seconds window_{};
   std::atomic<std::int64_t> window_start_{0};
@@ -100,11 +105,14 @@ class Account {
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> allowed_{0};
   std::atomic<std::uint64_t> denied_{0};
+  std::atomic<std::uint64_t> failed_{0};
   std::atomic<std::uint64_t> connections_{0};
+  std::atomic<std::uint64_t> judged_requests_{0};
   std::atomic<std::uint64_t> dns_queries_{0};
   std::atomic<std::uint64_t> dns_denied_{0};
   mutable std::mutex mu_;
   std::vector<Denial> denials_;
+  std::vector<Denial> failures_;
   std::uint64_t next_live_ = 0;
   std::unordered_map<std::uint64_t, std::weak_ptr<Closable>> live_;
 };

@@ -298,13 +298,12 @@ net::awaitable<void> Exchange<Client, Upstream>::refuse(const policy::Target* ta
                                                         bool keep_alive) {
   const std::string host = target ? target->host : std::string();
   {
-    RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.workflow(), refusalConnection(target, r),
-                      method, host, path);
+    RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(),
+                      refusalConnection(target, r), method, host, path);
     rec.decided(false, r.rule, r.reason);
-    rec.outcome(static_cast<int>(r.status));
+    rec.refused(r);
     if (target) rec.setPort(target->port);
   }
-  conn_.account().noteDenied(host, target ? target->port : 0, r.rule, std::string(r.reasonText()));
   log().info("deny {} {}{} rule={} reason={}: {}", method.empty() ? "-" : method,
              target ? target->authority() : std::string("-"), path, r.rule.empty() ? "-" : r.rule,
              r.reasonText(), r.detail);

@@ -82,8 +82,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     co_return false;
   }
   // The row exists before the first byte goes upstream, and is written on every path out.
-  RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.workflow(), link_->row().id, canon.method,
-                    target.host, canon.path);
+  RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,
+                    canon.method, target.host, canon.path);
   rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
   rec.injected(inj.secrets);
   rec.setPort(target.port);
@@ -113,7 +113,6 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     const bool upstream_keep = shapeResponse(rp, target, is_head, client_keep);
     auto got = co_await relayResponse(rp);
     rec.outcome(rp.get().result_int());
-    conn_.account().noteAllowed();
     if (got.fail != RelayFail::kNone) co_return co_await failMidResponse(rec, got, target, d);
     if (!upstream_keep) link_->close();
     co_return client_keep;
@@ -235,12 +234,12 @@ auto Exchange<Client, Upstream>::upstreamFailed(const policy::Target& target,
     -> Failure {
   const auto timeout = conn_.ctx->options.upstream_timeout;
   if (h.timed_out)
-    return Failure{refusal(Reason::kUpstreamTimeout,
-                           "upstream " + target.authority() + " did not answer within " +
-                               std::to_string(timeout.count()) + " ms",
-                           d.rule_id)};
-  return Failure{refusal(
-      Reason::kUpstreamError,
+    return Failure{networkFailure(Reason::kUpstreamTimeout, kFailureTimeout,
+                                  "upstream " + target.authority() + " did not answer within " +
+                                      std::to_string(timeout.count()) + " ms",
+                                  d.rule_id)};
+  return Failure{networkFailure(
+      Reason::kUpstreamError, failureOf(h.ec),
       "upstream " + target.authority() + " failed before answering: " + h.ec.message(), d.rule_id)};
 }
 
@@ -274,13 +273,13 @@ net::awaitable<bool> Exchange<Client, Upstream>::switchProtocols(RequestRecord& 
                                                                  bool ws) {
   if (!ws) {
     link_->close();
-    const Failure f{refusal(Reason::kUpstreamError,
-                            "upstream switched protocols without being asked to", d.rule_id)};
+    const Failure f{networkFailure(Reason::kUpstreamError, kFailureProtocol,
+                                   "upstream switched protocols without being asked to",
+                                   d.rule_id)};
     co_return co_await fail(rec, target, canon, f);
   }
   rec.outcome(101);
   rec.finish();
-  conn_.account().noteAllowed();
   co_return co_await upgrade(rp);
 }
 
@@ -333,13 +332,13 @@ net::awaitable<bool> Exchange<Client, Upstream>::failMidResponse(RequestRecord& 
                   "upstream failed mid-response: " + got.ec.message());
   link_->close();
   if (got.header_written) co_return false;
-  Refusal r =
-      got.fail == RelayFail::kLimit
-          ? limitRefusal("workflow limit max_bytes_in reached")
-          : refusal(Reason::kUpstreamError,
-                    "upstream " + target.authority() + " failed mid-response: " + got.ec.message(),
-                    d.rule_id);
-  rec.outcome(static_cast<int>(r.status), r.reason);
+  Refusal r = got.fail == RelayFail::kLimit
+                  ? limitRefusal("workflow limit max_bytes_in reached")
+                  : networkFailure(Reason::kUpstreamError, failureOf(got.ec),
+                                   "upstream " + target.authority() +
+                                       " failed mid-response: " + got.ec.message(),
+                                   d.rule_id);
+  rec.refused(r);
   std::string text = renderRefusal(r, conn_.workflow().name, false);
   co_await writeClient(text);
   co_return false;
@@ -353,9 +352,10 @@ net::awaitable<bool> Exchange<Client, Upstream>::fail(RequestRecord& rec,
                                                       const policy::HttpRequest& canon,
                                                       const Failure& f) {
   const Refusal& r = f.refusal;
-  rec.outcome(static_cast<int>(r.status), r.reason);
   if (f.count_denied)
-    conn_.account().noteDenied(target.host, target.port, r.rule, std::string(r.reasonText()));
+    rec.refused(r);
+  else
+    rec.outcome(static_cast<int>(r.status), r.reason);
   log().info("refused {} {}{} rule={} reason={}: {}", canon.method, target.authority(), canon.path,
              r.rule.empty() ? "-" : r.rule, r.reasonText(), r.detail);
   if (!f.answer) co_return false;

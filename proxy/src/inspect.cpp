@@ -45,7 +45,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
 
   ~Inspection() override {
     // One connections row per tunnel, written when it ends (allowed or refused).
-    finishConnection(*conn_.ctx, event_, started_);
+    finishConnection(*conn_.ctx, conn_.account(), event_, started_);
     conn_.account().releaseConnection();
     conn_.account().unregisterLive(live_id_);
     conn_.ctx->live.fetch_sub(1);
@@ -147,8 +147,9 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       detail = "TLS handshake with upstream " + t.authority() + " failed: " + ec.message();
     }
     ERR_clear_error();
-    co_return refusal(timed_out ? Reason::kUpstreamTimeout : Reason::kUpstreamTls, detail,
-                      start_.decision.rule_id);
+    co_return timed_out
+        ? networkFailure(Reason::kUpstreamTimeout, kFailureTimeout, detail, start_.decision.rule_id)
+        : networkFailure(Reason::kUpstreamTls, kFailureTls, detail, start_.decision.rule_id);
   }
 
   net::awaitable<bool> clientHandshake() {
@@ -185,7 +186,6 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
                              "TLS SNI '" + sni_.seen + "' does not name the CONNECT target " +
                                  t.authority() + " (domain fronting refused)",
                              event_.rule_id));
-      conn_.account().noteDenied(t.host, t.port, event_.rule_id, event_.reason);
       log().info("deny connect {}: {}", t.authority(), event_.detail);
     } else {
       endConnection(event_, Reason::kTlsHandshakeFailed,

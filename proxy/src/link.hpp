@@ -81,8 +81,8 @@ class FixedLink final : public UpstreamLink<Stream> {
   }
   std::optional<Refusal> cannotDial(const std::string& rule_id) const override {
     if (failure_) return failure_;
-    return refusal(
-        policy::Reason::kUpstreamError,
+    return networkFailure(
+        policy::Reason::kUpstreamError, kFailureReset,
         "the upstream connection of this tunnel to " + target_.authority() + " has ended", rule_id);
   }
   net::awaitable<std::expected<VettedAddress, Refusal>> dial(const std::vector<VettedAddress>&,

@@ -49,7 +49,6 @@ net::awaitable<std::expected<VettedAddress, Refusal>> OriginLink::dial(
   o->event.host = target.host;
   o->event.port = target.port;
   allowConnection(o->event, dialled->endpoint, dialled->decision.rule_id);
-  account_->noteUpstreamConnection();
   origin_ = std::move(o);
   co_return dialled;
 }
@@ -59,7 +58,7 @@ void OriginLink::close() {
   ErrorCode ec;
   origin_->socket.close(ec);
   origin_->watch.timer.cancel();
-  finishConnection(*ctx_, origin_->event, origin_->started);
+  finishConnection(*ctx_, *account_, origin_->event, origin_->started);
   account_->releaseConnection();
   origin_.reset();
 }
@@ -78,7 +77,7 @@ std::string OriginLink::refusedConnection(const policy::Target* target, const Re
     ev.port = target->port;
   }
   auto id = ev.id;
-  recordDeniedConnection(*ctx_, *account_, std::move(ev), r, /*count=*/false);
+  recordDeniedConnection(*ctx_, *account_, std::move(ev), r);
   return id;
 }
 

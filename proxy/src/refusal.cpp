@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/base/json.hpp"
+#include "sluice/base/net_tls.hpp"
 
 namespace sluice::proxy {
 namespace {
@@ -71,7 +72,29 @@ static_assert(rowsInOrder(), "kRows must list every Reason in enum order");
 
 Refusal refusal(Reason reason, std::string detail, std::string rule) {
   const Row& row = kRows[static_cast<std::size_t>(reason)];
-  return Refusal{row.status, row.error, reason, std::move(rule), std::move(detail)};
+  return Refusal{row.status, row.error, reason, std::move(rule), std::move(detail), {}};
+}
+
+Refusal networkFailure(Reason reason, std::string_view failure, std::string detail,
+                       std::string rule) {
+  Refusal r = refusal(reason, std::move(detail), std::move(rule));
+  r.failure = std::string(failure);
+  return r;
+}
+
+std::string_view failureOf(const ErrorCode& ec) {
+  if (ec == net::error::connection_refused) return kFailureRefused;
+  if (ec == net::error::host_unreachable || ec == net::error::network_unreachable)
+    return kFailureUnreachable;
+  if (ec == net::error::timed_out) return kFailureTimeout;
+  if (ec.category() == net::error::get_ssl_category() || ec == net::ssl::error::stream_truncated)
+    return kFailureTls;
+  const bool closed_early = ec == http::error::end_of_stream || ec == http::error::partial_message;
+  if (!closed_early && ec.category() == http::make_error_code(http::error::bad_version).category())
+    return kFailureProtocol;  // an answer that is not HTTP
+  // Anything else the upstream's side did (reset, closed early, a broken pipe) broke the exchange
+  // off.
+  return kFailureReset;
 }
 
 Refusal denialRefusal(const policy::Decision& d) {
@@ -79,11 +102,12 @@ Refusal denialRefusal(const policy::Decision& d) {
 }
 
 std::string renderRefusal(const Refusal& r, const std::string& workflow, bool keep_alive) {
-  nlohmann::json body = {{"error", r.error},
-                         {"workflow", workflow},
-                         {"rule", r.rule},
-                         {"reason", r.reasonText()},
-                         {"detail", r.detail}};
+  nlohmann::json body = {
+      {"error", r.error},
+      {"workflow", workflow},
+      {"rule", r.rule.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.rule)},
+      {"reason", r.reasonText()},
+      {"detail", r.detail}};
   // A detail can quote client bytes that are not UTF-8 (a mangled target): replace them
   // rather than throw (found by proxy_session_fuzz).
   std::string text = base::dumpJson(body) + "\n";

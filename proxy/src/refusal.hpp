@@ -17,9 +17,31 @@ struct Refusal {
   policy::Reason reason = policy::Reason::kNoMatchingRule;
   std::string rule;
   std::string detail;
+  /// Set when the policy let it through and the network failed: one of the kFailure* words
+  /// below. Its rows say decision `fail` with this reason, and the receipt counts a failure,
+  /// not a denial. Empty for every refusal of the policy, a limit or the proxy's own checks.
+  std::string failure;
 
   std::string_view reasonText() const { return policy::reasonName(reason); }
 };
+
+/// What went wrong when the network failed (Refusal::failure; the receipt's
+/// network.failures[].reason and the rows' reason; docs/audit.md "What is counted").
+inline constexpr std::string_view kFailureDns = "dns_failed";
+inline constexpr std::string_view kFailureRefused = "connect_refused";
+inline constexpr std::string_view kFailureUnreachable = "unreachable";
+inline constexpr std::string_view kFailureTimeout = "timeout";
+inline constexpr std::string_view kFailureTls = "tls_failed";
+inline constexpr std::string_view kFailureReset = "reset";
+inline constexpr std::string_view kFailureProtocol = "protocol_error";
+
+/// A refusal because the network failed: `reason` is what the client is told (upstream_error,
+/// upstream_timeout, upstream_tls), `failure` what failed.
+Refusal networkFailure(policy::Reason reason, std::string_view failure, std::string detail,
+                       std::string rule = {});
+
+/// The failure word of a socket error from the upstream's side.
+std::string_view failureOf(const ErrorCode& ec);
 
 /// The one way to build a refusal: status and category come from the reason's row.
 Refusal refusal(policy::Reason reason, std::string detail, std::string rule = {});

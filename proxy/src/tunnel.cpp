@@ -11,6 +11,7 @@
 #include <array>
 #include <vector>
 
+#include "audit_rows.hpp"
 #include "log.hpp"
 
 namespace sluice::proxy {
@@ -61,7 +62,7 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
     log().debug("tunnel {} {} closed: up {} down {} bytes, {} ms{}", event_.id,
                 event_.host + ":" + std::to_string(event_.port), bytes_up_, bytes_down_,
                 event_.duration_ms, end_reason_.empty() ? "" : ", " + end_detail_);
-    if (ctx_->sink) ctx_->sink->recordConnection(std::move(event_));
+    recordConnectionRow(*ctx_, *account_, std::move(event_));
     // Last: closeExecution() waits for this, and the row must be written by then.
     account_->unregisterLive(live_id_);
     ctx_->live.fetch_sub(1);

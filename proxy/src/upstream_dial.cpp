@@ -63,7 +63,8 @@ net::awaitable<std::expected<std::vector<VettedAddress>, Refusal>> vetAddresses(
   } else {
     auto res = co_await asyncResolve(ctx, target.host, net::use_awaitable);
     if (!res.error.empty())
-      co_return std::unexpected(refusal(Reason::kUpstreamError, res.error, rule_id));
+      co_return std::unexpected(
+          networkFailure(Reason::kUpstreamError, kFailureDns, res.error, rule_id));
     addrs = std::move(res.addrs);
   }
   std::vector<VettedAddress> out;
@@ -107,16 +108,16 @@ net::awaitable<std::expected<VettedAddress, Refusal>> dialVetted(
     if (timed_out) break;
   }
   if (timed_out)
-    co_return std::unexpected(refusal(Reason::kUpstreamTimeout,
-                                      "connecting to " + target.authority() + " timed out after " +
-                                          std::to_string(ctx->options.connect_timeout.count()) +
-                                          " ms",
-                                      rule_id));
-  co_return std::unexpected(refusal(Reason::kUpstreamError,
-                                    "cannot connect to " + target.authority() + " (" +
-                                        addrs.back().endpoint.address().to_string() +
-                                        "): " + ec.message(),
-                                    rule_id));
+    co_return std::unexpected(
+        networkFailure(Reason::kUpstreamTimeout, kFailureTimeout,
+                       "connecting to " + target.authority() + " timed out after " +
+                           std::to_string(ctx->options.connect_timeout.count()) + " ms",
+                       rule_id));
+  co_return std::unexpected(networkFailure(Reason::kUpstreamError, failureOf(ec),
+                                           "cannot connect to " + target.authority() + " (" +
+                                               addrs.back().endpoint.address().to_string() +
+                                               "): " + ec.message(),
+                                           rule_id));
 }
 
 }  // namespace sluice::proxy

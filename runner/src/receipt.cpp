@@ -52,6 +52,34 @@ void addHostPaths(nlohmann::json& receipt, const RunSpec& spec, const RunResult&
 
 }  // namespace
 
+nlohmann::json networkJson(const NetworkSummary& n, const std::string& mode) {
+  using nlohmann::json;
+  auto list = [](const std::vector<NetworkSummary::Denial>& items, bool with_rule) {
+    json out = json::array();
+    for (const auto& d : items) {
+      json j = {{"host", d.host}, {"port", d.port}, {"reason", d.reason}};
+      if (with_rule) j["rule"] = d.rule.empty() ? json(nullptr) : json(d.rule);
+      if (!d.method.empty()) {
+        j["method"] = d.method;
+        j["path"] = d.path;
+      }
+      out.push_back(std::move(j));
+    }
+    return out;
+  };
+  return json{{"mode", mode},
+              {"allowed", n.allowed},
+              {"denied", n.denied},
+              {"failed", n.failed},
+              {"connections", n.connections},
+              {"requests", n.requests},
+              {"bytes_out", n.bytes_out},
+              {"bytes_in", n.bytes_in},
+              {"denials", list(n.denials, true)},
+              {"failures", list(n.failures, true)},
+              {"dns", {{"queries", n.dns_queries}, {"denied", n.dns_denied}}}};
+}
+
 nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const ReceiptContext& ctx,
                             const std::optional<std::string>& hash) {
   using nlohmann::json;
@@ -65,12 +93,6 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
   if (r.artifacts_truncated)
     artifacts_truncated = {{"reason", std::string(artifactSkipName(r.artifacts_truncated->reason))},
                            {"skipped", r.artifacts_truncated->skipped}};
-  json denials = json::array();
-  for (const auto& d : ctx.network.denials)
-    denials.push_back({{"host", d.host},
-                       {"port", d.port},
-                       {"rule", d.rule.empty() ? json(nullptr) : json(d.rule)},
-                       {"reason", d.reason}});
   const Limits& l = spec.limits;
   const auto hit = limitHitName(r.limit_hit);
   json receipt = json{
@@ -107,14 +129,7 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
       {"stderr", stream(r.err)},
       {"artifacts", artifacts},
       {"artifacts_truncated", artifacts_truncated},
-      {"network",
-       {{"mode", ctx.network_mode},
-        {"allowed", ctx.network.allowed},
-        {"denied", ctx.network.denied},
-        {"bytes_out", ctx.network.bytes_out},
-        {"bytes_in", ctx.network.bytes_in},
-        {"denials", denials},
-        {"dns", {{"queries", ctx.network.dns_queries}, {"denied", ctx.network.dns_denied}}}}},
+      {"network", networkJson(ctx.network, ctx.network_mode)},
       {"isolation",
        {{"namespaces", r.isolation.namespaces},
         {"seccomp", r.isolation.seccomp},

@@ -9,8 +9,21 @@
 namespace sluice::serve {
 namespace {
 
-/// "allow" | "deny", as the audit row stores it.
+/// "allow" | "deny" | "fail", as the audit row stores it.
 std::string decisionText(audit::Decision d) { return std::string(audit::textOf(d)); }
+
+/// The receipt's word for an attempt with this decision.
+std::string_view outcomeOf(audit::Decision d) {
+  switch (d) {
+    case audit::Decision::kAllow:
+      return "allowed";
+    case audit::Decision::kDeny:
+      return "denied";
+    case audit::Decision::kFail:
+      return "failed";
+  }
+  return "denied";
+}
 
 }  // namespace
 
@@ -48,6 +61,7 @@ void EventTee::recordPolicy(const std::string& sha256, const std::string& workfl
 
 void EventTee::recordConnection(audit::ConnectionEvent e) {
   metrics_.decision(decisionText(e.decision), e.reason);
+  if (audit::countsAsAttempt(e.kind, e.decision, e.tls)) metrics_.attempt(outcomeOf(e.decision));
   metrics_.proxyBytes(e.bytes_up, e.bytes_down);
   if (watched(e.execution_id)) {  // the JSON only for a live stream
     nlohmann::json j = {{"type", "network"}, {"decision", decisionText(e.decision)},
@@ -61,6 +75,7 @@ void EventTee::recordConnection(audit::ConnectionEvent e) {
 
 void EventTee::recordRequest(audit::RequestEvent e) {
   metrics_.decision(decisionText(e.decision), e.reason);
+  metrics_.attempt(outcomeOf(e.decision));
   if (watched(e.execution_id)) {
     nlohmann::json j = {{"type", "network"},  {"decision", decisionText(e.decision)},
                         {"host", e.host},     {"port", e.port},

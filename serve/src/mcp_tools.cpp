@@ -120,11 +120,17 @@ std::string receiptText(const json& r) {
     if (!text.ends_with('\n')) out += "\n";
   }
   const json& net = r.value("network", json::object());
+  auto where = [](const json& d) {
+    return (d.contains("method") ? d.value("method", "") + " " : std::string()) +
+           d.value("host", "") + ":" + d.value("port", json(0)).dump() + d.value("path", "");
+  };
   for (const auto& d : net.value("denials", json::array()))
-    out += "network refused: " + d.value("host", "") + ":" + d.value("port", json(0)).dump() +
-           " (" + d.value("reason", "") +
+    out += "network refused: " + where(d) + " (" + d.value("reason", "") +
            (d.value("rule", json()).is_string() ? ", rule " + d["rule"].get<std::string>() : "") +
            ")\n";
+  for (const auto& f : net.value("failures", json::array()))
+    out +=
+        "network failed: " + where(f) + " (" + f.value("reason", "") + "; allowed by the policy)\n";
   out += "execution " + r.value("execution_id", "") + " (receipt in structuredContent)";
   return out;
 }

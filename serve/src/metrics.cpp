@@ -33,6 +33,11 @@ void Metrics::decision(const std::string& decision, const std::string& reason) {
   ++decisions_[{decision, reason}];
 }
 
+void Metrics::attempt(std::string_view outcome) {
+  auto& n = outcome == "allowed" ? allowed_ : outcome == "denied" ? denied_ : failed_;
+  n.fetch_add(1, std::memory_order_relaxed);
+}
+
 void Metrics::poolReady(const std::string& workflow, std::int64_t ready) {
   std::lock_guard lock(mu_);
   pool_ready_[workflow] = ready;
@@ -66,8 +71,16 @@ std::string Metrics::render(std::uint64_t audit_queue_depth) const {
   o += "# HELP sluice_audit_queue_depth Audit events queued, not yet committed.\n";
   o += "# TYPE sluice_audit_queue_depth gauge\n";
   o += "sluice_audit_queue_depth " + std::to_string(audit_queue_depth) + "\n";
+  o += "# HELP sluice_network_attempts_total What executions tried to reach, counted as receipts "
+       "count allowed, denied and failed.\n";
+  o += "# TYPE sluice_network_attempts_total counter\n";
+  o += "sluice_network_attempts_total{outcome=\"allowed\"} " + std::to_string(allowed_.load()) +
+       "\n";
+  o += "sluice_network_attempts_total{outcome=\"denied\"} " + std::to_string(denied_.load()) + "\n";
+  o += "sluice_network_attempts_total{outcome=\"failed\"} " + std::to_string(failed_.load()) + "\n";
   std::lock_guard lock(mu_);
-  o += "# HELP sluice_decisions_total Proxy decisions on connections and requests.\n";
+  o += "# HELP sluice_decisions_total Audit rows of connections, requests and DNS queries, by "
+       "decision (allow, deny, fail) and reason.\n";
   o += "# TYPE sluice_decisions_total counter\n";
   for (const auto& [k, n] : decisions_)
     o += "sluice_decisions_total{decision=\"" + label(k.first) + "\",reason=\"" + label(k.second) +

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace sluice::serve {
@@ -16,7 +17,11 @@ class Metrics {
   void runFinished() { runs_total_.fetch_add(1, std::memory_order_relaxed); }
   void sessionOpened() { sessions_active_.fetch_add(1, std::memory_order_relaxed); }
   void sessionClosed() { sessions_active_.fetch_sub(1, std::memory_order_relaxed); }
+  /// One audit row of connections, requests or DNS, by its decision and reason.
   void decision(const std::string& decision, const std::string& reason);
+  /// One attempt as receipts count them (docs/audit.md "What is counted"): `outcome` is
+  /// "allowed", "denied" or "failed".
+  void attempt(std::string_view outcome);
   void proxyBytes(std::uint64_t up, std::uint64_t down) {
     bytes_up_.fetch_add(up, std::memory_order_relaxed);
     bytes_down_.fetch_add(down, std::memory_order_relaxed);
@@ -35,6 +40,7 @@ class Metrics {
   std::atomic<std::uint64_t> runs_total_{0};
   std::atomic<std::int64_t> sessions_active_{0};
   std::atomic<std::uint64_t> bytes_up_{0}, bytes_down_{0};
+  std::atomic<std::uint64_t> allowed_{0}, denied_{0}, failed_{0};
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> decisions_;
   std::map<std::string, std::int64_t> pool_ready_;

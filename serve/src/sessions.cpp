@@ -10,6 +10,7 @@
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/runner/environment.hpp"
+#include "sluice/runner/receipt.hpp"
 #include "sluice/runner/session.hpp"
 
 namespace sluice::serve {
@@ -311,24 +312,14 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   for (const auto& a : s.box->artifacts())
     artifacts.push_back({{"path", a.path}, {"bytes", a.bytes}, {"sha256", a.sha256}});
   s.sandbox->close();
-  const proxy::Stats net = s.sandbox->networkStats();
-  json denials = json::array();
-  for (const auto& d : net.denials)
-    denials.push_back({{"host", d.host},
-                       {"port", d.port},
-                       {"rule", d.rule.empty() ? json(nullptr) : json(d.rule)},
-                       {"reason", d.reason}});
+  json network = rn::networkJson(execution::networkSummary(s.sandbox->networkStats()),
+                                 std::string(policy::networkModeName(s.workflow->sandbox.network)));
   json summary = {{"session_id", s.id},
                   {"workflow", s.workflow->name},
                   {"caller", s.caller},
                   {"execs", s.execs},
                   {"artifacts", artifacts},
-                  {"network",
-                   {{"allowed", net.allowed},
-                    {"denied", net.denied},
-                    {"bytes_out", net.bytes_out},
-                    {"bytes_in", net.bytes_in},
-                    {"denials", denials}}},
+                  {"network", network},
                   {"ended_by", ended_by},
                   {"created_at", rn::formatTimestamp(s.created_at)},
                   {"ended_at", rn::formatTimestamp(std::chrono::system_clock::now())}};

@@ -3,9 +3,11 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "audit_test_util.hpp"
+#include "sluice/audit/event_text.hpp"
 
 namespace sluice::audit {
 namespace {
@@ -106,8 +108,11 @@ TEST_F(ReaderTest, QueryExecutionsWithConnectionSummaries) {
   ASSERT_TRUE(r.has_value()) << r.error().message;
   ASSERT_EQ(r->rows.size(), 2u);
   EXPECT_EQ(std::get<std::string>(r->rows[0][column(*r, "id")]), "exec-1");
-  EXPECT_EQ(std::get<std::int64_t>(r->rows[0][column(*r, "allowed")]), 4);
+  // Attempts, as receipts count them (docs/audit.md "What is counted"): the 5 requests and the
+  // 4 allowed passthrough connections (the samples are passthrough rows), the 1 denied one.
+  EXPECT_EQ(std::get<std::int64_t>(r->rows[0][column(*r, "allowed")]), 9);
   EXPECT_EQ(std::get<std::int64_t>(r->rows[0][column(*r, "denied")]), 1);
+  EXPECT_EQ(std::get<std::int64_t>(r->rows[0][column(*r, "failed")]), 0);
   EXPECT_EQ(std::get<std::string>(r->rows[0][column(*r, "started_at")]),
             "2025-11-21T04:40:00.000Z");
   EXPECT_EQ(std::get<std::string>(r->rows[0][column(*r, "hosts")]),
@@ -259,4 +264,53 @@ TEST_F(ReaderTest, ShowReturnsReceiptConnectionsAndRequests) {
 }
 
 }  // namespace
+
+// `audit query`'s executions summary and audit::countsAsAttempt (which the proxy's receipt
+// counters and /metrics use) are one rule written twice, in SQL and in C++: over every kind,
+// decision and TLS handling of a connections row, with and without requests, they agree.
+TEST(RowsCountTest, TheSqlSummaryAndCountsAsAttemptAgree) {
+  TempDir dir;
+  const auto db = dir / "audit.db";
+  std::map<Decision, std::int64_t> expected;
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    int n = 0;
+    for (auto kind : {ConnectionKind::kConnect, ConnectionKind::kHttp, ConnectionKind::kTransparent,
+                      ConnectionKind::kBlocked})
+      for (auto decision : {Decision::kAllow, Decision::kDeny, Decision::kFail})
+        for (auto tls : {TlsHandling::kNone, TlsHandling::kPassthrough, TlsHandling::kInspect}) {
+          ConnectionEvent c = testing::sampleConnection(n, "exec-1", decision);
+          c.kind = kind;
+          c.tls = tls;
+          store->recordConnection(c);
+          if (countsAsAttempt(kind, decision, tls)) ++expected[decision];
+          if (n % 2 == 0) {  // a request on every other one, of each decision in turn
+            RequestEvent r = testing::sampleRequest(n, "exec-1");
+            r.decision = static_cast<Decision>(n / 2 % 3);
+            store->recordRequest(r);
+            ++expected[r.decision];
+          }
+          ++n;
+        }
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-1")).has_value());
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  auto reader = Reader::open(db);
+  ASSERT_TRUE(reader.has_value()) << reader.error().message;
+  auto r = (*reader)->query({});
+  ASSERT_TRUE(r.has_value()) << r.error().message;
+  ASSERT_EQ(r->rows.size(), 1u);
+  auto col = [&](const std::string& name) {
+    for (std::size_t i = 0; i < r->columns.size(); ++i)
+      if (r->columns[i] == name) return std::get<std::int64_t>(r->rows[0][i]);
+    ADD_FAILURE() << "no column " << name;
+    return std::int64_t{-1};
+  };
+  EXPECT_EQ(col("allowed"), expected[Decision::kAllow]);
+  EXPECT_EQ(col("denied"), expected[Decision::kDeny]);
+  EXPECT_EQ(col("failed"), expected[Decision::kFail]);
+  EXPECT_GT(expected[Decision::kFail], 0);
+}
+
 }  // namespace sluice::audit

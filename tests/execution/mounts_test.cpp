@@ -10,6 +10,7 @@
 #include "isolation.hpp"
 #include "sluice/execution/sandbox.hpp"
 #include "sluice/policy/loader.hpp"
+#include "sluice/policy/secrets.hpp"
 
 namespace sluice::execution {
 namespace {
@@ -51,6 +52,37 @@ TEST_P(HostMounts, AreReadOnlyAndListedInTheReceipt) {
   EXPECT_EQ(r->json["mounts"][0]["target"], "/mnt/data");
   (*box)->close();
   EXPECT_FALSE(fs::exists(dir_ / "g"));
+}
+
+// The secrets this process holds are never a mount's source: not the secrets file's directory
+// (nor anything holding it), not a `file:` secret. `policy check` cannot know where they are,
+// so opening the sandbox refuses, before anything runs.
+TEST_P(HostMounts, NeverShowTheSecretsFileOrASecretsFile) {
+  REQUIRE_SANDBOX();
+  const fs::path keys = dir_ / "keys";
+  fs::create_directories(keys);
+  std::ofstream(keys / "token") << "s3cr3t-value\n";
+  std::ofstream(dir_ / "secrets.yaml") << "token: {file: " << (keys / "token").string() << "}\n";
+  fs::permissions(dir_ / "secrets.yaml", fs::perms::owner_read | fs::perms::owner_write);
+  auto store = policy::loadSecretStore(dir_ / "secrets.yaml");
+  ASSERT_TRUE(store) << store.error().message;
+  Services services;
+  services.secrets = *store;
+  for (const fs::path& source : {dir_, keys, dir_.parent_path()}) {
+    const std::string yaml =
+        "apiVersion: sluice/v1\nkind: Workflow\nname: mounts\n"
+        "sandbox:\n  timeout: 30s\n  network: none\n  mounts:\n"
+        "    - {source: " +
+        source.string() + ", target: /mnt/data}\n";
+    auto w = policy::parseWorkflow(yaml, "mounts.yaml");
+    ASSERT_TRUE(w) << source << ": " << w.error().str();
+    auto box = Sandbox::open(
+        services, {std::make_shared<const policy::Workflow>(std::move(*w)), GetParam(), ""});
+    ASSERT_FALSE(box) << source << " was mounted";
+    EXPECT_NE(box.error().message.find("sandbox.mounts: source " + source.string()),
+              std::string::npos)
+        << box.error().message;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryKind, HostMounts,

@@ -183,19 +183,19 @@ TEST_F(SluiceRun, EachDistinctRefusalIsExplainedOnStderr) {
   EXPECT_EQ(o.status, 0) << o.err;
   const std::string explain = "  reproduce: sluice policy explain --policy " +
                               (dir_ / "policies" / "proxied.yaml").string() + " --connect ";
-  EXPECT_NE(o.err.find("sluice: denied evil.example:443 - no_matching_rule\n" + explain +
+  EXPECT_NE(o.err.find("sluice: denied CONNECT evil.example:443 - no_matching_rule\n" + explain +
                        "evil.example:443\n"),
             std::string::npos)
       << o.err;
-  EXPECT_NE(o.err.find("sluice: denied allowed.example:8443 - port_not_allowed (rule "
+  EXPECT_NE(o.err.find("sluice: denied CONNECT allowed.example:8443 - port_not_allowed (rule "
                        "only-example); nearest miss: rule only-example matched host "
                        "allowed.example but port 8443 is not in [443]\n" +
                        explain + "allowed.example:8443\n"),
             std::string::npos)
       << o.err;
   // Twice the same refusal is one line.
-  const auto first = o.err.find("denied evil.example:443");
-  EXPECT_EQ(o.err.find("denied evil.example:443", first + 1), std::string::npos) << o.err;
+  const auto first = o.err.find("denied CONNECT evil.example:443");
+  EXPECT_EQ(o.err.find("denied CONNECT evil.example:443", first + 1), std::string::npos) << o.err;
   Outcome again =
       sluice({"policy", "explain", "--policy", (dir_ / "policies" / "proxied.yaml").string(),
               "--connect", "allowed.example:8443"});

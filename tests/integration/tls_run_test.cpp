@@ -725,11 +725,13 @@ TEST_F(TlsRun, UntrustedUpstreamCertificateGives502WithTheReason) {
     std::cout << "[ info ] untrusted upstream refusal: " << why.dump() << "\n";
   }
   for (const auto& p : upstreamPaths()) EXPECT_NE(p, "/echo/untrusted") << "request forwarded";
-  // Audited: a connection (or request) to the upstream refused with upstream_tls.
+  // Audited: a connection (or request) to the upstream that failed TLS, as a failure of the
+  // network (decision fail), not a denial.
   auto rows = query(
       "SELECT 'connection', decision, reason, coalesce(detail,'') FROM connections "
-      "WHERE reason = 'upstream_tls' UNION ALL "
-      "SELECT 'request', decision, reason, '' FROM requests WHERE reason = 'upstream_tls'");
+      "WHERE decision = 'fail' AND reason = 'tls_failed' UNION ALL "
+      "SELECT 'request', decision, reason, '' FROM requests "
+      "WHERE decision = 'fail' AND reason = 'tls_failed'");
   EXPECT_FALSE(rows.empty()) << "the refused upstream is not in the audit store";
   expectSecretNowhere(o);
 }
@@ -1016,6 +1018,79 @@ TEST_F(TlsRun, StandaloneProxyInspectsAndInjects) {
       EXPECT_EQ(slurp(e.path()).find(secret_), std::string::npos) << e.path();
     }
   }
+}
+
+// One story about a run: the summary line, the receipt, `audit query` and the refusal lines
+// count the same attempts, and a closed port is a failure of the network, not a denial.
+TEST_F(TlsRun, EverySurfaceCountsTheSameAttemptsAndFailuresAreNotDenials) {
+  REQUIRE_SANDBOX();
+  REQUIRE_TOOLS();
+  startUpstream();
+  if (HasFatalFailure()) return;
+  writePolicy();
+  const std::string closed = freePort();  // nothing listens there
+  ASSERT_FALSE(closed.empty());
+  std::ofstream(dir_ / "policies" / "tlswire.yaml", std::ios::app)
+      << "    - id: closed-port\n      action: allow\n      hosts: [localhost]\n"
+         "      ports: ["
+      << closed << "]\n      allow_private: true\n      cidrs: [\"127.0.0.0/8\", \"::1/128\"]\n";
+  writeSecrets(secretsYaml());
+  const std::string base = "https://localhost:" + port_;
+  const std::string script = "for u in " + base + "/echo/a " + base + "/echo/b " + base +
+                             "/other https://evil.example/ https://localhost:" + closed +
+                             "/; do curl -s -o /dev/null $u; done; true";
+  Outcome o = sluice({"run", "--workflow", "tlswire", "--policy-dir", (dir_ / "policies").string(),
+                      "--audit", db().string(), "--secrets", (dir_ / "secrets.yaml").string(),
+                      "--upstream-ca", (dir_ / "ca.pem").string(), "--receipt",
+                      (dir_ / "receipt.json").string(), "--", "/bin/sh", "-c", script});
+  ASSERT_EQ(o.status, 0) << o.err;
+  json receipt = json::parse(slurp(dir_ / "receipt.json"));
+  const json& net = receipt["network"];
+  // Two requests allowed; a request (path) and a CONNECT (host) denied; a closed port failed.
+  EXPECT_EQ(net["allowed"], 2) << net.dump(1);
+  EXPECT_EQ(net["denied"], 2) << net.dump(1);
+  EXPECT_EQ(net["failed"], 1) << net.dump(1);
+  EXPECT_EQ(net["requests"], 3) << net.dump(1);
+  EXPECT_EQ(net["connections"], 5) << net.dump(1);
+  ASSERT_EQ(net["failures"].size(), 1u) << net.dump(1);
+  EXPECT_EQ(net["failures"][0]["reason"], "connect_refused");
+  EXPECT_EQ(net["failures"][0]["rule"], "closed-port");
+  EXPECT_EQ(net["failures"][0]["port"], std::stoi(closed));
+  for (const auto& d : net["denials"]) EXPECT_NE(d["reason"], "upstream_error") << d.dump();
+  // The summary line says the same.
+  EXPECT_NE(o.err.find("network: 2 allowed, 2 denied, 1 failed (5 connections, 3 requests"),
+            std::string::npos)
+      << o.err;
+  // A request refused inside the inspected tunnel is named with its method and path, and the
+  // explain command asks about that request.
+  EXPECT_NE(o.err.find("sluice: denied GET localhost:" + port_ + "/other - path_not_allowed"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("--url https://localhost:" + port_ + "/other --method GET"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("sluice: denied CONNECT evil.example:443 - no_matching_rule"),
+            std::string::npos)
+      << o.err;
+  EXPECT_NE(o.err.find("sluice: failed CONNECT localhost:" + closed + " - connect_refused"),
+            std::string::npos)
+      << o.err;
+  // `audit query` counts the execution's attempts the same way.
+  Outcome q = sluice({"audit", "query", "--db", db().string(), "--execution",
+                      receipt["execution_id"].get<std::string>(), "--format", "json"});
+  ASSERT_EQ(q.status, 0) << q.err;
+  json rows = json::parse(q.out);
+  ASSERT_EQ(rows.size(), 1u) << q.out;
+  EXPECT_EQ(rows[0]["allowed"], 2) << q.out;
+  EXPECT_EQ(rows[0]["denied"], 2) << q.out;
+  EXPECT_EQ(rows[0]["failed"], 1) << q.out;
+  // The failed connection's row says fail, with what failed.
+  Outcome f =
+      sluice({"audit", "query", "--db", db().string(), "--decision", "fail", "--format", "json"});
+  ASSERT_EQ(f.status, 0) << f.err;
+  json failed = json::parse(f.out);
+  ASSERT_EQ(failed.size(), 1u) << f.out;
+  EXPECT_EQ(failed[0]["reason"], "connect_refused") << f.out;
 }
 
 }  // namespace

@@ -507,8 +507,8 @@ TEST_F(InspectTest, IpLiteralUpstreamCertWithoutTheAddressGets502) {
   auto conn =
       waitConnection([&](const audit::ConnectionEvent& e) { return e.host == "127.0.0.1"; });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
-  EXPECT_EQ(conn->reason, "upstream_tls");
+  EXPECT_EQ(conn->decision, audit::Decision::kFail);  // the network's failure, not a denial
+  EXPECT_EQ(conn->reason, "tls_failed");
   EXPECT_TRUE(up_->requests().empty());
 }
 
@@ -699,8 +699,8 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
   auto ev = waitRequest("GET", "/v1/through-bad");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->status, 502);
-  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
-  EXPECT_EQ(ev->reason, "upstream_tls");
+  EXPECT_EQ(ev->decision, audit::Decision::kFail);
+  EXPECT_EQ(ev->reason, "tls_failed");
   EXPECT_TRUE(ev->injected_secrets.empty()) << "nothing was sent to an unverified upstream";
 
   c.reset();
@@ -708,8 +708,8 @@ TEST_P(UpstreamVerifyTest, BadCertificateGets502WithTheReason) {
     return e.host == "api.test" && e.port == bad.port();
   });
   ASSERT_TRUE(conn);
-  EXPECT_EQ(conn->decision, audit::Decision::kDeny);
-  EXPECT_EQ(conn->reason, "upstream_tls");
+  EXPECT_EQ(conn->decision, audit::Decision::kFail);  // the network's failure, not a denial
+  EXPECT_EQ(conn->reason, "tls_failed");
   EXPECT_EQ(conn->rule_id, "api");
   EXPECT_TRUE(names_reason(conn->detail))
       << "detail: " << conn->detail << "\nexpected to end with: " << expected;

@@ -40,7 +40,7 @@ TEST(Receipt, CarriesTheDesignFields) {
   ctx.policy_sha256 = std::string(64, 'f');
   ctx.network_mode = "proxy";
   ctx.network.denied = 1;
-  ctx.network.denials.push_back({"evil.example", 443, "", "default_deny"});
+  ctx.network.denials.push_back({"evil.example", 443, "", "default_deny", {}, {}});
   auto j = buildReceipt(sampleSpec(), sampleResult(), ctx, std::string(64, '0'));
   EXPECT_EQ(j["execution_id"], "ex-0123456789abcdef");
   EXPECT_EQ(j["workflow"], "data-analysis");

@@ -147,7 +147,7 @@ try {
   for (const d of denials) {
     assert.deepEqual([d.host, d.port, d.reason], ["127.0.0.1", port(other), "port_not_allowed"]);
   }
-  assert.match(denied.content[0].text, /network refused: 127\.0\.0\.1:\d+ \(port_not_allowed/);
+  assert.match(denied.content[0].text, /network refused: GET 127\.0\.0\.1:\d+\/x \(port_not_allowed/);
 
   // `action: ask`: the server asks the user by elicitation; yes, then no.
   const explainedAsk = await call("explain_egress", { url: `http://127.0.0.1:${port(asked)}/` });

@@ -44,6 +44,8 @@ bool inspectsTls(const policy::Workflow& w);
 
 /// The receipt's network counters from the proxy's.
 void addNetwork(runner::ReceiptContext& ctx, const proxy::Stats& st);
+/// The receipt's network counters from the proxy's (runner::networkJson renders them).
+runner::NetworkSummary networkSummary(const proxy::Stats& st);
 
 /// A result for an execution that never ran (a setup step failed, or the command cannot
 /// start), so that it still has a receipt: exit 125/126/127, the reason on stderr, and the

@@ -26,6 +26,10 @@ class SecretStore {
   virtual std::optional<std::string_view> find(std::string_view name) const = 0;
   /// Every name, sorted.
   virtual std::vector<std::string> names() const = 0;
+  /// Host paths whose contents are secret: the directory of the secrets file and every `file:`
+  /// source, absolute and normalised (none for an in-memory store). A sandbox may not mount
+  /// them (host_mounts.hpp's mountSourceProblem `extra`).
+  virtual std::vector<std::string> secretPaths() const { return {}; }
 };
 
 /// Loads a secrets file: a YAML map NAME -> {value: V} | {file: PATH} | {env: VAR}.

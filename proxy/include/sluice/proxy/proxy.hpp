@@ -99,23 +99,32 @@ struct ListenerIdentity {
 /// (fresh random tokens, 32 bytes of entropy each).
 std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow);
 
-/// One refusal, for the receipt's network.denials.
+/// One refusal, for the receipt's network.denials; or one failure of the network, for
+/// network.failures (then `rule` is the rule that allowed it). `method` and `path` are set
+/// when a request was refused (empty for a connection).
 struct Denial {
   std::string host;
   std::uint16_t port = 0;
   std::string rule;
   std::string reason;
+  std::string method;
+  std::string path;
 };
 
-/// Counters of one execution (all its listeners), for the receipt.
+/// Counters of one execution (all its listeners), for the receipt. allowed, denied and failed
+/// count attempts, each once, as the audit rows do (docs/audit.md "What is counted"): every
+/// request the proxy judged, and every connection it did not read as HTTP (a passthrough
+/// tunnel, a refused or failed connection, a blocked packet).
 struct Stats {
-  std::uint64_t allowed = 0;      ///< connections and requests allowed
-  std::uint64_t denied = 0;       ///< connections and requests refused
+  std::uint64_t allowed = 0;      ///< attempts let through that reached their upstream
+  std::uint64_t denied = 0;       ///< attempts refused (policy, guard, limits, checks)
+  std::uint64_t failed = 0;       ///< attempts let through whose network failed
   std::uint64_t bytes_out = 0;    ///< client -> upstream
   std::uint64_t bytes_in = 0;     ///< upstream -> client
-  std::uint64_t requests = 0;     ///< HTTP requests seen
-  std::uint64_t connections = 0;  ///< upstream connections opened
+  std::uint64_t requests = 0;     ///< HTTP requests the proxy judged (requests rows)
+  std::uint64_t connections = 0;  ///< connections the proxy was asked for (connections rows)
   std::vector<Denial> denials;    ///< first 1000 refusals, in order
+  std::vector<Denial> failures;   ///< first 1000 failures, in order
   std::uint64_t dns_queries = 0;  ///< messages to sluice's DNS (every one, malformed too)
   std::uint64_t dns_denied = 0;   ///< of those, answered deny (NXDOMAIN, REFUSED, errors)
 };

@@ -12,23 +12,38 @@
 
 namespace sluice::runner {
 
-/// The proxy's per-execution counters (filled by the caller from the proxy's stats).
+/// The proxy's per-execution counters (filled by the caller from the proxy's stats). The
+/// definitions are docs/audit.md "What is counted": allowed, denied and failed count attempts
+/// (each request the proxy judged, each connection it did not read as HTTP), as the audit
+/// rows of the execution do; connections and requests count those rows.
 struct NetworkSummary {
   std::uint64_t allowed = 0;
   std::uint64_t denied = 0;
+  std::uint64_t failed = 0;
+  std::uint64_t connections = 0;
+  std::uint64_t requests = 0;
   std::uint64_t bytes_out = 0;
   std::uint64_t bytes_in = 0;
+  /// A refusal (denials) or a failure of the network (failures: `rule` is the rule that let
+  /// it through). `method` and `path` are set for a request, empty for a connection.
   struct Denial {
     std::string host;
     std::uint16_t port = 0;
     std::string rule;  // "" for a default deny
     std::string reason;
+    std::string method;
+    std::string path;
   };
   std::vector<Denial> denials;
+  std::vector<Denial> failures;
   /// sluice's DNS (transparent capture): every query, and those answered deny.
   std::uint64_t dns_queries = 0;
   std::uint64_t dns_denied = 0;
 };
+
+/// The receipt's `network` object for `mode` ("none" | "proxy"); sessions' summaries use it
+/// too, so every surface states the same counts.
+nlohmann::json networkJson(const NetworkSummary& n, const std::string& mode);
 
 /// What the runner does not know itself.
 struct ReceiptContext {

@@ -12,8 +12,11 @@ namespace sluice::audit {
 // event_text.hpp (audit rows, live streams and logs all take it from there).
 
 /// Whether the policy (or an approver) let it through. Column `decision`. Events start as
-/// kDeny (every producer sets it; one that forgot would not record an allow).
-enum class Decision : std::uint8_t { kAllow, kDeny };
+/// kDeny (every producer sets it; one that forgot would not record an allow). kFail: the
+/// policy let it through and the network failed (the name did not resolve, the upstream
+/// refused, timed out or broke off, its TLS failed); `reason` says which (docs/audit.md
+/// "What is counted"). Connections and requests only: DNS rows and approvals are allow|deny.
+enum class Decision : std::uint8_t { kAllow, kDeny, kFail };
 
 /// How a connection came to the proxy. Column `connections.kind`.
 enum class ConnectionKind : std::uint8_t {

@@ -16,6 +16,8 @@ constexpr std::string_view textOf(Decision d) {
       return "allow";
     case Decision::kDeny:
       return "deny";
+    case Decision::kFail:
+      return "fail";
   }
   return "deny";  // not an enumerator (a bad cast): fail closed
 }
@@ -56,6 +58,20 @@ constexpr std::string_view textOf(ApprovalScope s) {
       return "host";
   }
   return "unknown";
+}
+
+/// Whether a connections row is counted as an attempt of its own in the allowed / denied /
+/// failed totals (receipt, `sluice run`'s summary, /metrics, `audit query`): a connection
+/// whose traffic the proxy reads as HTTP (an allowed plain-HTTP origin connection, inspected
+/// TLS, plain HTTP inside a CONNECT tunnel or a transparent one) is counted through its
+/// requests rows instead, and so is the denied companion row a refused plain-HTTP request
+/// names. Every other connection (a passthrough tunnel, a refused or failed connection
+/// attempt, a blocked packet) counts once. reader.cpp's kAttemptConnections is the same rule
+/// in SQL; RowsCountTest keeps the two together.
+constexpr bool countsAsAttempt(ConnectionKind kind, Decision decision, TlsHandling tls) {
+  if (kind == ConnectionKind::kHttp) return false;
+  return !(decision == Decision::kAllow &&
+           (tls == TlsHandling::kInspect || tls == TlsHandling::kNone));
 }
 
 }  // namespace sluice::audit
