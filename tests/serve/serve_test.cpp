@@ -400,11 +400,20 @@ TEST_F(ServeTest, MetricsMoveWithRuns) {
   ASSERT_EQ(before.status, 200);
   EXPECT_NE(before.body.find("sluice_runs_total 0"), std::string::npos);
   EXPECT_NE(before.body.find("# TYPE sluice_run_start_seconds histogram"), std::string::npos);
-  ASSERT_EQ(call("POST", "/v1/runs",
-                 R"({"workflow":"web","argv":["curl","-s","https://denied.example/"]})")
-                .status,
-            200);
+  auto run = call("POST", "/v1/runs",
+                  R"({"workflow":"web","argv":["curl","-s","https://denied.example/"]})");
+  ASSERT_EQ(run.status, 200) << run.body;
   auto after = call("GET", "/metrics").body;
+  // The attempts /metrics counts are the receipt's (docs/audit.md "What is counted").
+  const auto receipt = nlohmann::json::parse(run.body);
+  for (const char* outcome : {"allowed", "denied", "failed"})
+    EXPECT_NE(after.find("sluice_network_attempts_total{outcome=\"" + std::string(outcome) +
+                         "\"} " + std::to_string(receipt["network"][outcome].get<int>())),
+              std::string::npos)
+        << outcome << "\n"
+        << after << "\n"
+        << receipt["network"].dump();
+  EXPECT_EQ(receipt["network"]["denied"], 1) << receipt["network"].dump();
   EXPECT_NE(after.find("sluice_runs_total 1"), std::string::npos) << after;
   EXPECT_NE(after.find("sluice_run_start_seconds_count 1"), std::string::npos) << after;
   EXPECT_NE(after.find("sluice_decisions_total{decision=\"deny\",reason=\"no_matching_rule\"} 1"),
