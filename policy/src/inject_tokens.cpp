@@ -187,6 +187,12 @@ std::vector<Diagnostic> checkTokenEndpoints(const Workflow& w, const std::string
     const std::string& url = oauth2 ? in.oauth2->token_url : in.google_service_account->token_url;
     const SourcePos pos =
         oauth2 ? in.oauth2->token_url_pos : in.google_service_account->token_url_pos;
+    // The grant carries the client's credentials: in clear only when the rule says so.
+    if (url.starts_with("http://") && !r.allow_plaintext_credentials)
+      out.push_back({file, pos,
+                     "token endpoint " + url + " of rule '" + r.id +
+                         "' is plain http://: the grant would send its credentials in clear; "
+                         "use https:// or set allow_plaintext_credentials: true"});
     if (auto problem = endpointProblem(*matcher, url))
       out.push_back({file, pos,
                      "token endpoint " + url + " of rule '" + r.id + "' (inject." +

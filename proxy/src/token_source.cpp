@@ -493,6 +493,22 @@ std::expected<TokenGrant, Refusal> makeTokenGrant(const policy::Rule& rule,
       refusal(Reason::kTokenUnavailable, "rule " + rule.id + " mints no token", rule.id));
 }
 
+namespace {
+
+// expires_in: a number, or (as some endpoints send it) a string of digits; absent: the
+// default. -1 when it is neither.
+std::int64_t lifetimeSeconds(const nlohmann::json& v) {
+  if (v.is_null()) return kDefaultLifetime.count();
+  if (v.is_number_integer()) return v.get<std::int64_t>();
+  if (v.is_number()) return static_cast<std::int64_t>(v.get<double>());
+  if (!v.is_string()) return -1;
+  const auto& s = v.get_ref<const std::string&>();
+  if (s.empty() || s.size() > 9 || !std::all_of(s.begin(), s.end(), ::isdigit)) return -1;
+  return std::stoll(s);
+}
+
+}  // namespace
+
 std::expected<FreshToken, std::string> parseTokenResponse(std::string_view body) {
   auto j = nlohmann::json::parse(body, nullptr, false);
   std::expected<FreshToken, std::string> out =
@@ -504,10 +520,7 @@ std::expected<FreshToken, std::string> parseTokenResponse(std::string_view body)
                     ? j["token_type"].get<std::string>()
                     : std::string("Bearer");
     auto expires = j.contains("expires_in") ? j["expires_in"] : nlohmann::json();
-    std::int64_t secs = expires.is_number_integer() ? expires.get<std::int64_t>()
-                        : expires.is_number() ? static_cast<std::int64_t>(expires.get<double>())
-                        : expires.is_null()   ? kDefaultLifetime.count()
-                                              : -1;
+    const std::int64_t secs = lifetimeSeconds(expires);
     // RFC 6750 2.1's b64token: a value that could break the header line is refused.
     const bool printable =
         !t.value.empty() &&

@@ -143,6 +143,25 @@ TEST(InjectTokens, TokenEndpointMustBeAllowedByARule) {
   EXPECT_NE(problems(policy(kOAuth2, denied)).find("denied_by_rule"), std::string::npos);
 }
 
+TEST(InjectTokens, PlainHttpTokenEndpointNeedsAllowPlaintextCredentials) {
+  const std::string http_grant =
+      "        oauth2:\n"
+      "          token_url: http://auth.example.com/oauth/token\n"
+      "          client_id: id\n"
+      "          client_secret: ${secret:cs}\n";
+  const std::string http_auth =
+      "    - id: auth\n"
+      "      action: allow\n"
+      "      hosts: [auth.example.com]\n"
+      "      ports: [80]\n";
+  EXPECT_EQ(problems(policy(http_grant, http_auth)),
+            "p.yaml:12:22: token endpoint http://auth.example.com/oauth/token of rule 'api' is "
+            "plain http://: the grant would send its credentials in clear; use https:// or set "
+            "allow_plaintext_credentials: true\n");
+  EXPECT_EQ(problems(policy(http_grant + "      allow_plaintext_credentials: true\n", http_auth)),
+            "<loaded>");
+}
+
 TEST(InjectTokens, GoogleServiceAccountLoads) {
   const std::string sa =
       "        google_service_account:\n"
