@@ -372,9 +372,11 @@ TEST_F(TokenTest, FailedTokenEndpointRefusesThenRecovers) {
             std::string::npos)
       << body;
   EXPECT_TRUE(server_->apiAuthorizations().empty()) << "nothing went to the API without a token";
-  // Within the backoff the failure is not asked again; the connection stays usable.
+  // The connection stays usable; within the 1 s backoff the failure is answered without
+  // asking again (not asserted: a loaded machine may take longer than that between requests).
   EXPECT_EQ(get(*c, "api.test", "/v1/down").status, 502);
-  EXPECT_EQ(server_->grants(), 1);
+  const int failed = server_->grants();
+  EXPECT_GE(failed, 1);
   server_->setFailing(false);
   int status = 0;
   for (int i = 0; i < 50 && status != 200; ++i) {
@@ -383,7 +385,10 @@ TEST_F(TokenTest, FailedTokenEndpointRefusesThenRecovers) {
   }
   keep(seen);
   EXPECT_EQ(status, 200);
-  EXPECT_EQ(server_->grants(), 2) << "one failed fetch, then one after the backoff";
+  EXPECT_EQ(server_->grants(), failed + 1) << "the failed fetches, then exactly one that worked";
+  const auto issued = server_->issued();
+  ASSERT_EQ(issued.size(), 1u);
+  EXPECT_EQ(server_->apiAuthorizations().back(), "Bearer " + issued[0]);
   auto row = sink_->waitRequest([](const audit::RequestEvent& e) {
     return e.path == "/v1/down" && e.reason == "token_unavailable";
   });
