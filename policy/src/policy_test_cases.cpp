@@ -100,6 +100,8 @@ void describe(const Subject& s, const IpAddress* addr, Explanation& ex) {
     for (const auto& [name, value] : ex.decision.rule->inject.headers) {
       ex.inject_headers.push_back(name);
     }
+    // A minted token (inject.oauth2, inject.google_service_account) goes in Authorization.
+    if (ex.decision.rule->inject.mintsToken()) ex.inject_headers.push_back("Authorization");
     ex.inject_secrets = ex.decision.rule->inject.secret_names;
   }
 }

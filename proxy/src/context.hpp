@@ -233,6 +233,7 @@ class RowNames {
 };
 
 struct TlsContexts;  // inspect.hpp: the server and upstream OpenSSL contexts
+class TokenCache;    // token_source.hpp: bearer tokens minted at the proxy
 
 /// Threads for the blocking system resolver, started on first use: a `sluice run` whose
 /// program connects nowhere starts none (four thread starts and joins were ~0.2 ms of CPU).
@@ -260,7 +261,8 @@ struct Context {
   ProxyOptions options;
   std::shared_ptr<audit::EventSink> sink;
   std::shared_ptr<Resolver> resolver;
-  std::shared_ptr<TlsContexts> tls;  // null when no CA: inspect rules are refused
+  std::shared_ptr<TlsContexts> tls;    // null when no CA: inspect rules are refused
+  std::shared_ptr<TokenCache> tokens;  // one per process: tokens are shared by its listeners
   ResolvePool* resolve_pool = nullptr;
   std::string id_prefix;  // random per process, so connection ids are unique across restarts
   std::shared_ptr<RowNames> row_names = std::make_shared<RowNames>();

@@ -273,10 +273,11 @@ template <typename Client, typename Upstream>
 void Exchange<Client, Upstream>::redact(http::response_header<PmrFields>& head,
                                         const std::string& authority) {
   const auto* secrets = conn_.listener->secrets.get();
-  if (conn_.injected.empty() || !secrets) return;
-  bool hit = redactSecrets(static_cast<PmrFields&>(head), conn_.injected, secrets);
+  const auto& minted = conn_.minted.values;
+  if ((conn_.injected.empty() || !secrets) && minted.empty()) return;
+  bool hit = redactSecrets(static_cast<PmrFields&>(head), conn_.injected, secrets, minted);
   if (containsSecret(std::string_view(head.reason().data(), head.reason().size()), conn_.injected,
-                     secrets)) {
+                     secrets, minted)) {
     head.reason(http::obsolete_reason(head.result()));
     hit = true;
   }

@@ -30,6 +30,19 @@ enum class Carrier {
   kInspected,     // HTTP inside an inspected TLS tunnel: origin-form, one target
 };
 
+/// Bearer tokens minted at the proxy (token_source.hpp) and sent on one connection: responses
+/// on it are redacted of them. Wiped when the connection ends.
+struct MintedTokens {
+  static constexpr std::size_t kKept = 4;  // the newest; a token is refreshed rarely
+  std::vector<std::string> values;
+  MintedTokens() = default;
+  MintedTokens(const MintedTokens&) = delete;
+  MintedTokens& operator=(const MintedTokens&) = delete;
+  ~MintedTokens() {
+    for (auto& v : values) policy::wipeString(v);
+  }
+};
+
 /// What one client connection lends its exchanges.
 struct ConnState {
   std::shared_ptr<Context> ctx;
@@ -42,6 +55,7 @@ struct ConnState {
   bool idle = false;     // waiting for the first byte of a kept-alive connection's next request
   bool aborted = false;  // the proxy is closing this connection
   std::string pending_approval = {};  // the approval this connection waits for (approval_wait.hpp)
+  MintedTokens minted = {};           // tokens minted at the proxy sent on it (redaction)
 
   const policy::Workflow& workflow() const { return matcher->workflow(); }
   Account& account() const { return *budget; }

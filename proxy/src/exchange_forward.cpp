@@ -11,6 +11,7 @@
 #include "injection.hpp"
 #include "log.hpp"
 #include "sluice/base/net_tls.hpp"
+#include "token_source.hpp"
 
 namespace sluice::proxy {
 
@@ -80,6 +81,14 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
     co_await refuse(&target, canon.method, canon.path, r, false);
     co_return false;
+  }
+  // A rule that mints a bearer token: the token (waiting for its fetch if need be), or the
+  // refusal; the connection goes on when no body is left unread.
+  if (auto r = co_await injectMintedToken(conn_, d, fields, inj)) {
+    wipeFields(fields, inj.touched);
+    const bool go_on = client_keep && !body_pending;
+    co_await refuse(&target, canon.method, canon.path, *r, go_on);
+    co_return go_on;
   }
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,

@@ -107,12 +107,15 @@ void wipeFields(Fields& fields, const std::vector<std::string>& names) {
 
 template <typename Fields>
 bool redactSecrets(Fields& fields, const std::vector<std::string>& names,
-                   const policy::SecretStore* secrets) {
-  if (names.empty() || !secrets) return false;
+                   const policy::SecretStore* secrets, std::span<const std::string> minted) {
+  if ((names.empty() || !secrets) && minted.empty()) return false;
   std::vector<std::string_view> values;
   for (const auto& n : names) {
+    if (!secrets) break;
     if (auto v = secrets->find(n); v && !v->empty()) values.push_back(*v);
   }
+  for (const auto& m : minted)
+    if (!m.empty()) values.push_back(m);
   std::vector<std::string> hit;
   for (const auto& f : fields) {
     auto value = f.value();
@@ -149,8 +152,11 @@ bool redactSecrets(Fields& fields, const std::vector<std::string>& names,
 }
 
 bool containsSecret(std::string_view text, const std::vector<std::string>& names,
-                    const policy::SecretStore* secrets) {
-  if (!secrets || text.empty()) return false;
+                    const policy::SecretStore* secrets, std::span<const std::string> minted) {
+  if (text.empty()) return false;
+  for (const auto& m : minted)
+    if (!m.empty() && text.find(m) != std::string_view::npos) return true;
+  if (!secrets) return false;
   for (const auto& n : names) {
     auto v = secrets->find(n);
     if (v && !v->empty() && text.find(*v) != std::string_view::npos) return true;
@@ -159,9 +165,9 @@ bool containsSecret(std::string_view text, const std::vector<std::string>& names
 }
 
 template bool redactSecrets<http::fields>(http::fields&, const std::vector<std::string>&,
-                                          const policy::SecretStore*);
+                                          const policy::SecretStore*, std::span<const std::string>);
 template bool redactSecrets<PmrFields>(PmrFields&, const std::vector<std::string>&,
-                                       const policy::SecretStore*);
+                                       const policy::SecretStore*, std::span<const std::string>);
 template InjectionResult applyInjection<http::fields>(http::fields&, const policy::Rule*,
                                                       const policy::SecretStore*,
                                                       const std::vector<Placeholder>&);

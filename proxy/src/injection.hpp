@@ -4,6 +4,7 @@
 #pragma once
 
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,17 +37,18 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
 template <typename Fields>
 void wipeFields(Fields& fields, const std::vector<std::string>& names);
 
-/// Replaces the values of the secrets named in `names` wherever they appear in `fields` with
-/// kRedacted: an upstream that reflects its request headers (a debug echo, an error page
-/// quoting them) must not hand an injected secret to the sandbox. Returns whether any was.
+/// Replaces the values of the secrets named in `names`, and the values in `minted` (bearer
+/// tokens minted at the proxy), wherever they appear in `fields` with kRedacted: an upstream
+/// that reflects its request headers (a debug echo, an error page quoting them) must not hand
+/// an injected secret to the sandbox. Returns whether any was.
 template <typename Fields>
 bool redactSecrets(Fields& fields, const std::vector<std::string>& names,
-                   const policy::SecretStore* secrets);
+                   const policy::SecretStore* secrets, std::span<const std::string> minted = {});
 
 /// True when `text` (a status line's reason phrase, say) holds the value of a secret named in
-/// `names`.
+/// `names`, or one of `minted`.
 bool containsSecret(std::string_view text, const std::vector<std::string>& names,
-                    const policy::SecretStore* secrets);
+                    const policy::SecretStore* secrets, std::span<const std::string> minted = {});
 
 inline constexpr const char* kRedacted = "[redacted by sluice]";
 

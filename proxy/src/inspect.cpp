@@ -118,14 +118,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   net::awaitable<std::optional<Refusal>> upstreamHandshake() {
     SSL* ssl = upstream_.native_handle();
     const auto& t = target();
-    X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
-    if (t.ip) {
-      X509_VERIFY_PARAM_set1_ip_asc(param, t.host.c_str());
-    } else {
-      SSL_set_tlsext_host_name(ssl, t.host.c_str());
-      X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
-      X509_VERIFY_PARAM_set1_host(param, t.host.c_str(), t.host.size());
-    }
+    expectUpstreamName(ssl, t);
     ErrorCode ec;
     bool timed_out = false;
     {

@@ -18,6 +18,7 @@
 #include "log.hpp"
 #include "sluice/base/net.hpp"
 #include "tls_context.hpp"
+#include "token_source.hpp"
 
 namespace sluice::proxy {
 
@@ -73,6 +74,7 @@ class ProxyImpl : public Proxy {
     ctx_->resolve_pool = &resolve_pool_;
     ctx_->id_prefix = randomPrefix();
     ctx_->single_thread = threads_count_ == 1;
+    ctx_->tokens = std::make_shared<TokenCache>();
   }
 
   ~ProxyImpl() override { stop(); }

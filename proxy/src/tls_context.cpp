@@ -55,6 +55,17 @@ int onAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigne
 
 std::string sslError() { return sslErrorText(); }
 
+void expectUpstreamName(SSL* ssl, const policy::Target& t) {
+  X509_VERIFY_PARAM* param = SSL_get0_param(ssl);
+  if (t.ip) {
+    X509_VERIFY_PARAM_set1_ip_asc(param, t.host.c_str());
+  } else {
+    SSL_set_tlsext_host_name(ssl, t.host.c_str());
+    X509_VERIFY_PARAM_set_hostflags(param, X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+    X509_VERIFY_PARAM_set1_host(param, t.host.c_str(), t.host.size());
+  }
+}
+
 void watchSni(SSL* ssl, SniCheck* check) { SSL_set_ex_data(ssl, sniIndex(), check); }
 
 std::expected<std::shared_ptr<TlsContexts>, std::string> makeTlsContexts(

@@ -34,6 +34,10 @@ struct SniCheck {
 /// Points the server-side SNI check of `ssl` at `check` (null to detach).
 void watchSni(SSL* ssl, SniCheck* check);
 
+/// Makes `ssl` (an upstream client connection) send SNI for `t` and verify that the
+/// certificate names it (the host, or the IP literal), wildcards only as a whole label.
+void expectUpstreamName(SSL* ssl, const policy::Target& t);
+
 /// OpenSSL's last error as text (and clears the queue).
 std::string sslError();
 

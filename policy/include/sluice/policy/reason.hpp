@@ -56,6 +56,9 @@ enum class Reason : std::uint8_t {
   // redirected to the proxy) or DNS to 127.0.0.53, e.g. UDP, QUIC, ICMP; rejected in the
   // sandbox's netns and recorded from the kernel's log (docs/sandbox.md).
   kProtocolNotAllowed,
+  // A bearer token the proxy mints (inject.oauth2, inject.google_service_account) could not be
+  // had from its token endpoint.
+  kTokenUnavailable,
 };
 
 /// The stable text of a reason.

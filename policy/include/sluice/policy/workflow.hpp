@@ -47,11 +47,36 @@ struct PathPattern {
 };
 
 /// Header injection: header name -> template with `${secret:NAME}` references.
+/// `inject.oauth2`: a bearer token the proxy gets with the client-credentials grant (RFC 6749
+/// 4.4). client_id and client_secret are templates that may hold `${secret:NAME}`.
+struct OAuth2Grant {
+  std::string token_url;  // http(s)://host[:port]/path
+  SourcePos token_url_pos;
+  std::string client_id;
+  std::string client_secret;
+  std::string scope;          // empty when absent
+  std::string audience;       // empty when absent
+  bool auth_in_body = false;  // `auth: body`: credentials as form fields, not HTTP Basic
+};
+
+/// `inject.google_service_account`: a bearer token the proxy gets with a JWT it signs with the
+/// service account's key (RFC 7523), the key file's JSON held by the secret `key` names.
+struct GoogleServiceAccount {
+  std::string key;  // template: `${secret:NAME}`
+  std::vector<std::string> scopes;
+  std::string token_url = "https://oauth2.googleapis.com/token";
+  SourcePos token_url_pos;
+};
+
 struct Inject {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string placeholder_env;            // empty when absent
   std::vector<std::string> secret_names;  // every NAME referenced, sorted, unique
-  bool empty() const { return headers.empty() && placeholder_env.empty(); }
+  // Tokens minted at the proxy (inject_tokens.cpp); at most one of the two.
+  std::optional<OAuth2Grant> oauth2;
+  std::optional<GoogleServiceAccount> google_service_account;
+  bool mintsToken() const { return oauth2 || google_service_account; }
+  bool empty() const { return headers.empty() && placeholder_env.empty() && !mintsToken(); }
 };
 
 struct Rule {

@@ -24,6 +24,7 @@ enum class ConnectionKind : std::uint8_t {
   kHttp,         // an origin connection for plain HTTP requests
   kTransparent,  // a redirected connection of a sandbox (transparent capture)
   kBlocked,      // a packet rejected in the sandbox's netns, recorded from the kernel's log
+  kToken,        // the proxy's own request for a bearer token it mints (inject.oauth2, ...)
 };
 
 /// What the proxy did with a connection's TLS. Column `connections.tls`.

@@ -32,6 +32,8 @@ constexpr std::string_view textOf(ConnectionKind k) {
       return "transparent";
     case ConnectionKind::kBlocked:
       return "blocked";
+    case ConnectionKind::kToken:
+      return "token";
   }
   return "unknown";
 }
