@@ -339,20 +339,20 @@ net::awaitable<std::expected<FreshToken, Refusal>> TokenFetch::run() {
   auto at = co_await connect();
   if (!at) {
     const Refusal& r = at.error();
-    recordDeniedConnection(*a_.ctx, *a_.listener->account, ev_, r, false);
+    recordDeniedConnection(*a_.ctx, *a_.listener->account, ev_, r);
     co_return std::unexpected(failed(std::string(r.reasonText()) + ": " + r.detail));
   }
   allowConnection(ev_, at->endpoint, at->decision.rule_id);
   std::expected<FreshToken, Refusal> got;
   {
-    RequestRecord rec(*a_.ctx, *a_.listener, a_.matcher->workflow(), ev_.id, canon_.method,
-                      url_.target.host, canon_.path);
+    RequestRecord rec(*a_.ctx, *a_.listener, *a_.listener->account, a_.matcher->workflow(), ev_.id,
+                      canon_.method, url_.target.host, canon_.path);
     rec.decided(true, at->decision.rule_id, Reason::kAllowed);
     rec.injected(grant_.secrets);
     rec.setPort(url_.target.port);
     if (auto r = co_await handshake()) {
-      rec.outcome(static_cast<int>(r->status), r->reason);
-      endConnection(ev_, r->reason, r->detail);
+      rec.refused(*r);
+      denyConnection(ev_, *r);
       got = std::unexpected(failed(r->detail));
     } else {
       got = co_await ask(rec);
@@ -361,7 +361,7 @@ net::awaitable<std::expected<FreshToken, Refusal>> TokenFetch::run() {
   ErrorCode ignored;
   stream_.next_layer().close(ignored);
   watch_.timer.cancel();  // its handler holds this fetch alive
-  finishConnection(*a_.ctx, ev_, started);
+  finishConnection(*a_.ctx, *a_.listener->account, ev_, started);
   co_return got;
 }
 
@@ -390,18 +390,19 @@ net::awaitable<std::optional<Refusal>> TokenFetch::handshake() {
     co_await stream_.async_handshake(net::ssl::stream_base::client,
                                      net::redirect_error(net::use_awaitable, ec));
     if (ec && d.fired())
-      co_return refusal(Reason::kUpstreamTimeout,
-                        "TLS handshake with " + url_.target.authority() + " timed out");
+      co_return networkFailure(Reason::kUpstreamTimeout, kFailureTimeout,
+                               "TLS handshake with " + url_.target.authority() + " timed out");
   }
   if (!ec) co_return std::nullopt;
   const long verify = SSL_get_verify_result(ssl);
   ERR_clear_error();
   if (verify != X509_V_OK)
-    co_return refusal(Reason::kUpstreamTls, "certificate verification failed for " +
-                                                url_.target.authority() + ": " +
-                                                X509_verify_cert_error_string(verify));
-  co_return refusal(Reason::kUpstreamTls,
-                    "TLS handshake with " + url_.target.authority() + " failed: " + ec.message());
+    co_return networkFailure(Reason::kUpstreamTls, kFailureTls,
+                             "certificate verification failed for " + url_.target.authority() +
+                                 ": " + X509_verify_cert_error_string(verify));
+  co_return networkFailure(
+      Reason::kUpstreamTls, kFailureTls,
+      "TLS handshake with " + url_.target.authority() + " failed: " + ec.message());
 }
 
 // Writes the request and reads the answer within the upstream timeout, counting bytes.
