@@ -2,14 +2,15 @@
 // turns each stream into one HTTP/1.1 exchange of the one pipeline.
 #include "h2_exchange.hpp"
 
-#include <sys/socket.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
 #include <map>
 
+#include "h2_pipe.hpp"
 #include "h2_session.hpp"
+#include "h2_upstream.hpp"
+#include "injection.hpp"
 #include "log.hpp"
 #include "upstream_pool.hpp"
 
@@ -17,47 +18,10 @@ namespace sluice::proxy {
 
 namespace {
 
-constexpr std::size_t kReadBytes = 16 * 1024;
+using h2pipe::connectionSpecific;
+using h2pipe::lowerName;
+
 constexpr std::size_t kWriteBytes = 64 * 1024;
-// Response body bytes held per stream before reading more from its exchange waits for the
-// client to take them (flow control).
-constexpr std::size_t kBodyHighWater = 64 * 1024;
-
-// A wake-up for one waiting coroutine on the strand; a notify before the wait is not lost.
-struct Signal {
-  explicit Signal(const net::any_io_executor& ex) : timer(ex) {}
-  void notify() {
-    pending = true;
-    timer.cancel();
-  }
-  net::awaitable<void> wait() {
-    if (!pending) {
-      timer.expires_at(net::steady_timer::time_point::max());
-      ErrorCode ec;
-      co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
-    }
-    pending = false;
-  }
-  net::steady_timer timer;
-  bool pending = false;
-};
-
-// A connected pair of stream sockets (the kernel's, so deadlines, hang-up detection and
-// backpressure work on them as on a client's TCP socket). Asio only reads and writes them.
-bool socketPair(tcp::socket& a, tcp::socket& b) {
-  int fds[2];
-  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, fds) != 0) return false;
-  ErrorCode ec;
-  a.assign(tcp::v4(), fds[0], ec);
-  if (ec) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return false;
-  }
-  b.assign(tcp::v4(), fds[1], ec);
-  if (ec) ::close(fds[1]);
-  return !ec;
-}
 
 bool bodyMethod(std::string_view m) { return m == "POST" || m == "PUT" || m == "PATCH"; }
 
@@ -91,28 +55,14 @@ std::string requestHead(const H2Headers& h, bool end_stream, bool& chunked) {
   return text + "\r\n";
 }
 
-// Connection-specific fields have no place in HTTP/2 (RFC 9113 8.2.2).
-bool connectionSpecific(std::string_view name) {
-  return name == "connection" || name == "keep-alive" || name == "proxy-connection" ||
-         name == "transfer-encoding" || name == "upgrade" || name == "te";
-}
-
 H2Headers responseHeaders(const http::response_header<>& r) {
   H2Headers out{{":status", std::to_string(r.result_int())}};
   for (const auto& f : r) {
-    std::string name(f.name_string());
-    std::transform(name.begin(), name.end(), name.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    auto name = lowerName(f.name_string());
     if (connectionSpecific(name)) continue;
     out.push_back({std::move(name), std::string(f.value())});
   }
   return out;
-}
-
-std::string hexSize(std::size_t n) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%zx", n);
-  return buf;
 }
 
 // One client stream and the exchange that handles it.
@@ -123,8 +73,8 @@ struct H2Stream {
         glue_side(ex),
         watch(ex),
         conn(base),
-        request_wake(ex),
-        body_wake(ex) {}
+        request(ex),
+        response(ex) {}
   std::int32_t id;
   tcp::socket exchange_side;  // the Exchange's client stream
   tcp::socket glue_side;      // ours
@@ -132,21 +82,10 @@ struct H2Stream {
   beast::flat_buffer buf;
   ConnState conn;  // the tunnel's, with this stream's own approval and injected names
   std::string method;
-  // The request, on its way into the exchange.
-  std::string to_exchange;
-  std::size_t unconsumed = 0;  // DATA bytes in to_exchange not yet given back to the window
-  bool chunked = false;
-  bool request_ended = false;
-  bool feed_failed = false;  // the exchange takes no more of the request
-  Signal request_wake;
-  // The response body, on its way to the client.
-  std::string body;
-  std::size_t body_off = 0;
-  bool body_ended = false;
-  Signal body_wake;
-  bool closed = false;  // the HTTP/2 stream is closed
-
-  std::size_t bodyPending() const { return body.size() - body_off; }
+  bool te_trailers = false;
+  h2pipe::Inbound request;    // into the exchange
+  h2pipe::Outbound response;  // its body, to the client
+  bool closed = false;        // the HTTP/2 stream is closed
 };
 
 class H2Server final : public H2Front,
@@ -174,10 +113,11 @@ class H2Server final : public H2Front,
   static net::awaitable<void> exchange(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
   static net::awaitable<void> feed(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
   static net::awaitable<void> answer(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
+  net::awaitable<void> viaPool(H2Stream& s);
+  net::awaitable<void> viaH2(std::shared_ptr<H2Stream> s);
+  void takeTrailers(H2Stream& s, H2Headers trailers);
   net::awaitable<void> readFrames();
   net::awaitable<void> writeFrames();
-  net::awaitable<bool> relayBody(H2Stream& s, http::response_parser<http::buffer_body>& p,
-                                 beast::flat_buffer& buf);
   void startStream(std::int32_t id, const H2Headers& headers, bool end_stream, bool too_large);
   std::shared_ptr<H2Stream> find(std::int32_t id) const {
     auto it = streams_.find(id);
@@ -192,8 +132,8 @@ class H2Server final : public H2Front,
 
   H2Tunnel t_;
   net::any_io_executor ex_;
-  Watch read_watch_;  // the writer uses the tunnel's client watch
-  Signal out_;        // frames may be waiting to be sent
+  Watch read_watch_;    // the writer uses the tunnel's client watch
+  h2pipe::Signal out_;  // frames may be waiting to be sent
   std::unique_ptr<H2Session> session_;
   std::map<std::int32_t, std::shared_ptr<H2Stream>> streams_;
   bool client_gone_ = false;
@@ -222,7 +162,8 @@ net::awaitable<void> H2Server::run() {
   for (auto& [id, s] : streams_) closeStream(*s);
   while (!reader_done_) co_await out_.wait();
   streams_.clear();
-  t_.upstream->closeAll();
+  if (t_.upstream) t_.upstream->closeAll();
+  if (t_.h2_upstream) t_.h2_upstream->close();
   read_watch_.timer.cancel();
 }
 
@@ -235,7 +176,7 @@ net::awaitable<void> H2Server::readLoop(std::shared_ptr<H2Server> self) {
 
 net::awaitable<void> H2Server::readFrames() {
   const auto& opt = t_.conn.ctx->options;
-  std::vector<char> buf(kReadBytes);
+  std::vector<char> buf(h2pipe::kReadBytes);
   while (!client_gone_) {
     ErrorCode ec;
     std::size_t n = 0;
@@ -285,15 +226,7 @@ void H2Server::onHeaders(std::int32_t id, H2Headers headers, bool end_stream, bo
     startStream(id, headers, end_stream, too_large);
     return;
   }
-  // Trailers of a request body: the chunked body's trailer section.
-  if (s->chunked && !s->feed_failed) {
-    s->to_exchange += "0\r\n";
-    for (const auto& f : headers)
-      if (!f.name.empty() && f.name[0] != ':') s->to_exchange += f.name + ": " + f.value + "\r\n";
-    s->to_exchange += "\r\n";
-  }
-  s->request_ended = true;
-  s->request_wake.notify();
+  s->request.end(&headers);  // a request's trailers: the chunked body's trailer section
 }
 
 void H2Server::startStream(std::int32_t id, const H2Headers& headers, bool end_stream,
@@ -303,7 +236,7 @@ void H2Server::startStream(std::int32_t id, const H2Headers& headers, bool end_s
     return;
   }
   auto s = std::make_shared<H2Stream>(ex_, t_.conn, id);
-  if (!socketPair(s->exchange_side, s->glue_side)) {
+  if (!h2pipe::socketPair(s->exchange_side, s->glue_side)) {
     log().error("cannot make a socket pair for an HTTP/2 stream: {}", std::strerror(errno));
     session_->reset(id, NGHTTP2_INTERNAL_ERROR);
     return;
@@ -312,14 +245,15 @@ void H2Server::startStream(std::int32_t id, const H2Headers& headers, bool end_s
   s->conn.keep_alive = [weak] { return std::shared_ptr<void>(weak.lock()); };
   s->conn.pending_approval.clear();
   s->method = std::string(h2Value(headers, ":method"));
+  s->te_trailers = h2Value(headers, "te") == "trailers";
   if (too_large) {
     // Over the header list limit: the pipeline refuses a header that never ends within
     // max_header_bytes (431 header_too_large, with its requests row).
-    s->to_exchange.assign(t_.conn.ctx->options.max_header_bytes + 1, 'x');
+    s->request.bytes.assign(t_.conn.ctx->options.max_header_bytes + 1, 'x');
   } else {
-    s->to_exchange = requestHead(headers, end_stream, s->chunked);
+    s->request.bytes = requestHead(headers, end_stream, s->request.chunked);
   }
-  s->request_ended = end_stream;
+  s->request.ended = end_stream;
   streams_[id] = s;
   auto self = shared_from_this();
   net::co_spawn(ex_, exchange(self, s), LogEscapedException{"h2 stream exchange"});
@@ -329,23 +263,15 @@ void H2Server::startStream(std::int32_t id, const H2Headers& headers, bool end_s
 
 void H2Server::onData(std::int32_t id, std::string_view data) {
   auto s = find(id);
-  if (!s || s->feed_failed) {
+  if (!s || s->request.failed) {
     session_->consume(id, data.size());  // nobody takes it: keep the connection window open
     return;
   }
-  if (s->chunked) s->to_exchange += hexSize(data.size()) + "\r\n";
-  s->to_exchange.append(data);
-  if (s->chunked) s->to_exchange += "\r\n";
-  s->unconsumed += data.size();
-  s->request_wake.notify();
+  s->request.data(data);
 }
 
 void H2Server::onEndStream(std::int32_t id) {
-  auto s = find(id);
-  if (!s) return;
-  if (s->chunked && !s->feed_failed) s->to_exchange += "0\r\n\r\n";
-  s->request_ended = true;
-  s->request_wake.notify();
+  if (auto s = find(id)) s->request.end();
 }
 
 void H2Server::onClose(std::int32_t id, std::uint32_t) {
@@ -362,62 +288,76 @@ void H2Server::onClose(std::int32_t id, std::uint32_t) {
 void H2Server::closeStream(H2Stream& s) {
   ErrorCode ignored;
   s.glue_side.close(ignored);
-  s.request_wake.notify();
-  s.body_wake.notify();
+  s.request.wake.notify();
+  s.response.wake.notify();
 }
 
 H2Chunk H2Server::readBody(std::int32_t id, std::uint8_t* out, std::size_t max) {
   auto s = find(id);
   if (!s) return H2Chunk{0, false, true, false};
-  const std::size_t avail = s->bodyPending();
-  if (avail == 0) return s->body_ended ? H2Chunk{0, false, true, false} : H2Chunk{0, true};
-  const std::size_t n = std::min(avail, max);
-  std::memcpy(out, s->body.data() + s->body_off, n);
-  s->body_off += n;
-  if (s->body_off == s->body.size()) {
-    s->body.clear();
-    s->body_off = 0;
-  }
-  if (s->bodyPending() < kBodyHighWater) s->body_wake.notify();
-  return H2Chunk{n, false, s->body_ended && s->bodyPending() == 0, false};
+  return s->response.read(*session_, id, out, max);
 }
 
-// The stream's exchange: the one pipeline, with an upstream connection borrowed from the pool.
+// The stream's exchange: the one pipeline, its upstream the HTTP/2 upstream session or a
+// connection borrowed from the HTTP/1.1 pool.
 net::awaitable<void> H2Server::exchange(std::shared_ptr<H2Server> self,
                                         std::shared_ptr<H2Stream> s) {
-  {
-    PooledLink link(*self->t_.upstream);
-    co_await self->t_.upstream->lease(link);
-    Exchange<tcp::socket, SslStream> ex(s->conn, s->exchange_side, s->watch, s->buf);
-    ex.carry(Carrier::kInspected, &link, &self->t_.target);
-    co_await ex.next(true);
-  }
+  if (self->t_.h2_upstream)
+    co_await self->viaH2(s);
+  else
+    co_await self->viaPool(*s);
   ErrorCode ignored;
   s->exchange_side.close(ignored);  // a close-delimited response ends here
   s->watch.timer.cancel();
 }
 
+net::awaitable<void> H2Server::viaPool(H2Stream& s) {
+  PooledLink link(*t_.upstream);
+  co_await t_.upstream->lease(link);
+  Exchange<tcp::socket, SslStream> ex(s.conn, s.exchange_side, s.watch, s.buf);
+  ex.carry(Carrier::kInspected, &link, &t_.target);
+  co_await ex.next(true);
+}
+
+net::awaitable<void> H2Server::viaH2(std::shared_ptr<H2Stream> s) {
+  auto& up = *t_.h2_upstream;
+  auto u = std::make_shared<H2UpStream>(ex_);
+  if (h2pipe::socketPair(u->exchange_side, u->glue_side)) {
+    u->te_trailers = s->te_trailers;
+    std::weak_ptr<H2Stream> weak = s;
+    u->on_trailers = [this, weak](H2Headers t) {
+      if (auto st = weak.lock()) takeTrailers(*st, std::move(t));
+    };
+    up.start(u);
+  }
+  H2Link link(up, *u);
+  Exchange<tcp::socket, tcp::socket> ex(s->conn, s->exchange_side, s->watch, s->buf);
+  ex.carry(Carrier::kInspected, &link, &t_.target);
+  co_await ex.next(true);
+  ErrorCode ignored;
+  u->exchange_side.close(ignored);
+  u->watch.timer.cancel();
+}
+
+// The upstream's trailers (grpc-status...) for the client's stream, redacted like every
+// response header; sent when its body has gone.
+void H2Server::takeTrailers(H2Stream& s, H2Headers trailers) {
+  http::fields f;
+  for (const auto& t : trailers) f.insert(t.name, t.value);
+  if (redactSecrets(f, s.conn.injected, t_.conn.listener->secrets.get())) {
+    log().warn("upstream {} reflected an injected secret in a trailer; redacted",
+               t_.target.authority());
+    trailers.clear();
+    for (const auto& x : f)
+      trailers.push_back({lowerName(x.name_string()), std::string(x.value())});
+  }
+  s.response.trailers = std::move(trailers);
+  s.response.has_trailers = true;
+}
+
 // The request's bytes into the exchange, as they arrive; the window opens as they are taken.
 net::awaitable<void> H2Server::feed(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s) {
-  for (;;) {
-    if (!s->to_exchange.empty() && !s->closed) {
-      std::string chunk = std::exchange(s->to_exchange, std::string());
-      const std::size_t data = std::exchange(s->unconsumed, 0);
-      ErrorCode ec;
-      co_await net::async_write(s->glue_side, net::buffer(chunk),
-                                net::redirect_error(net::use_awaitable, ec));
-      self->session_->consume(s->id, data);
-      self->out_.notify();
-      if (ec) break;
-      continue;
-    }
-    if (s->request_ended || s->closed) co_return;
-    co_await s->request_wake.wait();
-  }
-  // The exchange ended before the request did (a refusal, a failure): the rest is dropped.
-  s->feed_failed = true;
-  self->session_->consume(s->id, std::exchange(s->unconsumed, 0));
-  s->to_exchange.clear();
+  co_await h2pipe::feed(s->glue_side, s->request, *self->session_, s->id, self->out_, s->closed);
 }
 
 // The exchange's answer to the client: interim responses, the final header, the body.
@@ -446,34 +386,11 @@ net::awaitable<void> H2Server::answer(std::shared_ptr<H2Server> self, std::share
       co_return self->fail(*s);
     }
     self->out_.notify();
-    if (body && !co_await self->relayBody(*s, p, buf)) self->fail(*s);
+    if (body && !co_await h2pipe::pumpBody(s->glue_side, buf, p, s->response, *self->session_,
+                                           s->id, self->out_, s->closed))
+      self->fail(*s);
     co_return;
   }
-}
-
-// Body bytes from the exchange, held until nghttp2 sends them (at most kBodyHighWater).
-net::awaitable<bool> H2Server::relayBody(H2Stream& s, http::response_parser<http::buffer_body>& p,
-                                         beast::flat_buffer& buf) {
-  std::vector<char> tmp(kReadBytes);
-  while (!s.body_ended) {
-    if (s.closed) co_return true;
-    if (s.bodyPending() >= kBodyHighWater) {
-      co_await s.body_wake.wait();
-      continue;
-    }
-    p.get().body().data = tmp.data();
-    p.get().body().size = tmp.size();
-    ErrorCode ec;
-    co_await http::async_read_some(s.glue_side, buf, p,
-                                   net::redirect_error(net::use_awaitable, ec));
-    if (ec == http::error::need_buffer) ec = {};
-    s.body.append(tmp.data(), tmp.size() - p.get().body().size);
-    if (ec && !p.is_done()) co_return false;
-    s.body_ended = p.is_done();
-    session_->resume(s.id);
-    out_.notify();
-  }
-  co_return true;
 }
 
 }  // namespace

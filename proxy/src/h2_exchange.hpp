@@ -20,6 +20,7 @@
 namespace sluice::proxy {
 
 class UpstreamPool;
+class H2Upstream;
 
 /// What the inspected tunnel lends its HTTP/2 front.
 struct H2Tunnel {
@@ -27,7 +28,8 @@ struct H2Tunnel {
   SslStream& client;
   Watch& client_watch;
   const policy::Target& target;
-  std::shared_ptr<UpstreamPool> upstream;
+  std::shared_ptr<UpstreamPool> upstream;   // HTTP/1.1 upstream connections
+  std::shared_ptr<H2Upstream> h2_upstream;  // or, when the upstream picked h2, its session
 };
 
 class H2Front {

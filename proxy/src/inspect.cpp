@@ -10,6 +10,7 @@
 #include "audit_rows.hpp"
 #include "exchange.hpp"
 #include "h2_exchange.hpp"
+#include "h2_upstream.hpp"
 #include "log.hpp"
 #include "sluice/base/net_tls.hpp"
 #include "tls_context.hpp"
@@ -128,13 +129,24 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     }
   }
 
-  // HTTP/2: each stream an exchange of its own, on connections of a pool that starts with the
-  // tunnel's (h2_exchange.hpp).
+  // HTTP/2: each stream an exchange of its own (h2_exchange.hpp), multiplexed on the tunnel's
+  // connection when the upstream speaks h2 too, else on HTTP/1.1 connections of a pool that
+  // starts with the tunnel's.
   net::awaitable<void> serveHttp2(std::optional<Refusal> upstream_failure) {
-    auto pool = std::make_shared<UpstreamPool>(conn_, upstream_, upstream_watch_, ubuf_, target(),
-                                               toIpAddress(start_.upstream_endpoint), event_,
-                                               std::move(upstream_failure));
-    h2_ = makeH2Front(H2Tunnel{conn_, client_, client_watch_, target(), std::move(pool)});
+    const auto vetted = toIpAddress(start_.upstream_endpoint);
+    std::shared_ptr<H2Upstream> h2_upstream;
+    if (!upstream_failure && negotiatedAlpn(upstream_) == "h2") {
+      h2_upstream =
+          std::make_shared<H2Upstream>(conn_, upstream_, upstream_watch_, target(), vetted, event_);
+      net::co_spawn(client_.get_executor(), H2Upstream::run(h2_upstream),
+                    LogEscapedException{"h2 upstream"});
+    }
+    std::shared_ptr<UpstreamPool> pool;
+    if (!h2_upstream)
+      pool = std::make_shared<UpstreamPool>(conn_, upstream_, upstream_watch_, ubuf_, target(),
+                                            vetted, event_, std::move(upstream_failure));
+    h2_ = makeH2Front(
+        H2Tunnel{conn_, client_, client_watch_, target(), std::move(pool), h2_upstream});
     co_await h2_->run();
   }
 
@@ -143,7 +155,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   net::awaitable<std::optional<Refusal>> upstreamHandshake() {
     return upstreamTlsHandshake(upstream_, upstream_watch_, target(),
                                 conn_.ctx->options.connect_timeout, conn_.keep_alive,
-                                start_.decision.rule_id, /*offer_h2=*/false);
+                                start_.decision.rule_id, negotiatedAlpn(client_) == "h2");
   }
 
   net::awaitable<bool> clientHandshake() {

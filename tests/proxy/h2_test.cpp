@@ -3,16 +3,24 @@
 // HTTPS HTTP/1.1 upstream that records what it received. Each stream is decided, injected and
 // audited on its own; a refused stream gets its refusal while its siblings on the same
 // connection go on.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "https_upstream.hpp"
 #include "proxy_test_util.hpp"
@@ -68,6 +76,69 @@ struct Transfer {
   std::string reason;  // its X-Sluice-Reason header ("" when none)
 };
 
+// A free loopback port: nghttpd takes a port number, not 0.
+std::uint16_t freePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// nghttpd (nghttp2's server, which speaks only h2) on loopback with a test certificate, serving
+// `dir` and echoing uploads; -v writes every frame it receives (headers included) to `log`.
+class Nghttpd {
+ public:
+  Nghttpd(const fs::path& dir, const ServerCert& cert) : port_(freePort()) {
+    std::ofstream(dir / "nghttpd.key") << cert.key_pem;
+    std::ofstream(dir / "nghttpd.crt") << cert.cert_pem;
+    log_ = dir / "nghttpd.log";
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::freopen(log_.c_str(), "w", stdout);
+      ::dup2(::fileno(stdout), 2);
+      const std::string docs = "--htdocs=" + (dir / "htdocs").string();
+      const std::string port = std::to_string(port_);
+      ::execlp("nghttpd", "nghttpd", "-v", "--echo-upload", "-a", "127.0.0.1", docs.c_str(),
+               port.c_str(), (dir / "nghttpd.key").c_str(), (dir / "nghttpd.crt").c_str(),
+               static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    for (int i = 0; i < 100 && !listening(); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ~Nghttpd() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  std::uint16_t port() const { return port_; }
+  bool listening() const {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port_);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    return ok;
+  }
+  std::string log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  std::uint16_t port_;
+  fs::path log_;
+  pid_t pid_ = -1;
+};
+
 class H2Test : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,6 +182,19 @@ class H2Test : public ::testing::Test {
 
   std::string url(const std::string& host, const std::string& path) const {
     return "https://" + host + ":" + std::to_string(up_->port()) + path;
+  }
+
+  // An h2-only upstream serving htdocs/v1/data ("hello from h2") and htdocs/v1/big.
+  std::unique_ptr<Nghttpd> startNghttpd() {
+    fs::create_directories(dir_ / "htdocs" / "v1");
+    std::ofstream(dir_ / "htdocs" / "v1" / "data") << "hello from h2";
+    std::ofstream(dir_ / "htdocs" / "v1" / "big") << std::string(4 * 1024 * 1024, 'b');
+    auto d = std::make_unique<Nghttpd>(dir_, pki_.leaf({"api.test"}));
+    EXPECT_TRUE(d->listening());
+    return d;
+  }
+  std::string h2url(const Nghttpd& d, const std::string& path) const {
+    return "https://api.test:" + std::to_string(d.port()) + path;
   }
 
   // Runs curl --http2 through the proxy for `urls` (in parallel, multiplexed on one
@@ -273,6 +357,59 @@ TEST_F(H2Test, LargeResponseStreamsToTheClient) {
   ASSERT_EQ(t.size(), 1u);
   EXPECT_EQ(t[0].status, 200);
   EXPECT_EQ(t[0].body.size(), 5000000u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// An upstream that speaks only h2: the streams are multiplexed on the tunnel's connection.
+
+TEST_F(H2Test, H2UpstreamGetsTheStreamWithTheInjectedHeader) {
+  auto d = startNghttpd();
+  auto t = curl({h2url(*d, "/v1/data")});
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].status, 200);
+  EXPECT_EQ(t[0].version, "2");
+  EXPECT_EQ(t[0].body, "hello from h2");
+  const auto log = d->log();
+  EXPECT_NE(log.find(std::string("authorization: Bearer ") + kSecret), std::string::npos) << log;
+  EXPECT_NE(log.find(":authority: api.test:" + std::to_string(d->port())), std::string::npos);
+  auto ev = waitRequest("/v1/data");
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->status, 200);
+  EXPECT_EQ(ev->rule_id, "api");
+  EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"});
+}
+
+TEST_F(H2Test, H2UpstreamUploadAndDownloadStreamWithFlowControl) {
+  auto d = startNghttpd();
+  std::string body;
+  for (int i = 0; body.size() < 3 * 1024 * 1024; ++i) body += std::to_string(i) + ";";
+  std::ofstream(dir_ / "upload") << body;
+  // Two uploads at once on one connection, each echoed back while it is still being sent.
+  auto t = curl({h2url(*d, "/v1/echo"), h2url(*d, "/v1/echo?2")}, true,
+                "--data-binary @" + (dir_ / "upload").string());
+  ASSERT_EQ(t.size(), 2u);
+  for (const auto& x : t) {
+    EXPECT_EQ(x.status, 200);
+    EXPECT_EQ(x.body.size(), body.size());
+    EXPECT_TRUE(x.body == body) << "nghttpd echoes the upload";
+  }
+  auto big = curl({h2url(*d, "/v1/big")});
+  ASSERT_EQ(big.size(), 1u);
+  EXPECT_EQ(big[0].status, 200);
+  EXPECT_EQ(big[0].body, std::string(4 * 1024 * 1024, 'b'));
+}
+
+TEST_F(H2Test, H2UpstreamDeniedStreamDoesNotHurtItsSiblings) {
+  auto d = startNghttpd();
+  auto t =
+      curl({h2url(*d, "/v1/admin/x"), h2url(*d, "/v1/data"), h2url(*d, "/v1/data?again")}, true);
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].status, 403);
+  EXPECT_EQ(t[0].reason, "denied_by_rule");
+  EXPECT_EQ(t[1].status, 200);
+  EXPECT_EQ(t[1].body, "hello from h2");
+  EXPECT_EQ(t[2].status, 200);
+  EXPECT_EQ(d->log().find("/v1/admin/x"), std::string::npos) << "the denied stream never left";
 }
 
 }  // namespace
