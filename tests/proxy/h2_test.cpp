@@ -36,6 +36,7 @@ namespace fs = std::filesystem;
 using proxy::testing::FakeSink;
 
 constexpr const char* kSecret = "sk-h2-3b9d0c7e15a24f68";
+constexpr std::size_t kMaxHeader = 16 * 1024;
 
 constexpr const char* kPolicy = R"(apiVersion: sluice/v1
 kind: Workflow
@@ -66,6 +67,8 @@ egress:
       allow_private: true
       cidrs: ["127.0.0.0/8"]
       tls: inspect
+  limits:
+    max_requests: 12
 )";
 
 // One transfer as curl reports it (-w).
@@ -158,8 +161,9 @@ class H2Test : public ::testing::Test {
     auto resolver = std::make_shared<proxy::StaticResolver>();
     for (const char* h : {"api.test", "other.test"})
       resolver->add(h, {*policy::parseIpLiteral("127.0.0.1")});
-    auto p = proxy::Proxy::create(inspectingOptions(*ca, (dir_ / "upstream-ca.pem").string()),
-                                  sink_, resolver);
+    auto options = inspectingOptions(*ca, (dir_ / "upstream-ca.pem").string());
+    options.max_header_bytes = kMaxHeader;
+    auto p = proxy::Proxy::create(std::move(options), sink_, resolver);
     ASSERT_TRUE(p) << p.error().message;
     proxy_ = std::move(*p);
     proxy::ListenerIdentity id;
@@ -357,6 +361,35 @@ TEST_F(H2Test, LargeResponseStreamsToTheClient) {
   ASSERT_EQ(t.size(), 1u);
   EXPECT_EQ(t[0].status, 200);
   EXPECT_EQ(t[0].body.size(), 5000000u);
+}
+
+TEST_F(H2Test, HeaderListOverTheLimitGets431) {
+  auto t = curl({url("api.test", "/v1/data"), url("api.test", "/v1/small")}, false,
+                "-H 'X-Big: " + std::string(kMaxHeader + 1000, 'a') + "'");
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].status, 431);
+  EXPECT_EQ(t[0].reason, "header_too_large");
+  EXPECT_TRUE(up_->requests().empty());
+  auto ev = sink_->waitRequest([](const audit::RequestEvent& e) { return e.status == 431; });
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->reason, "header_too_large");
+}
+
+TEST_F(H2Test, MaxRequestsCountsEveryStream) {
+  std::vector<std::string> urls;
+  for (int i = 0; i < 14; ++i) urls.push_back(url("api.test", "/v1/n" + std::to_string(i)));
+  auto t = curl(urls, true);
+  int ok = 0, limited = 0;
+  for (const auto& x : t) {
+    ok += x.status == 200;
+    if (x.status == 429) {
+      ++limited;
+      EXPECT_EQ(x.reason, "limit_exceeded");
+    }
+  }
+  EXPECT_EQ(ok, 12) << "max_requests: 12";
+  EXPECT_EQ(limited, 2);
+  EXPECT_EQ(up_->requests().size(), 12u);
 }
 
 // ---------------------------------------------------------------------------------------------
