@@ -10,6 +10,9 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "https_upstream.hpp"
 #include "proxy_test_util.hpp"
@@ -229,6 +232,44 @@ TEST_F(AskInspectTest, AnExecutionScopedAnswerCoversTheNextRequestsOfItsMethod) 
   desk_->answer(d->id, false, proxy::Scope::kOnce, "tester");
   EXPECT_EQ(c2->readResponse().status, 403);
   EXPECT_EQ(up_->requests().size(), 3u);
+}
+
+// HTTP/2: two streams of one connection ask at the same time, each shown its own path; one is
+// allowed and reaches the upstream, the other is refused on its own stream.
+TEST_F(AskInspectTest, Http2StreamsAreAskedEachOnTheirOwn) {
+  std::ofstream(dir_ / "proxy-ca.pem") << ca_->certificatePem();
+  const std::string base = "https://" + authority();
+  const std::string cmd =
+      "curl --http2 -sS --no-progress-meter --max-time 30 --parallel"
+      " --proxy http://127.0.0.1:" +
+      std::to_string(port_) + " --cacert " + (dir_ / "proxy-ca.pem").string() +
+      " -w '%{url_effective} %{http_code} %{http_version}\\n'"
+      " -o /dev/null " +
+      base + "/v1/a -o /dev/null " + base + "/v1/b 2>&1";
+  std::string out;
+  std::thread client([&] {
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, f)) out += buf;
+      ::pclose(f);
+    }
+  });
+  auto first = nextRaised();
+  auto second = nextRaised();
+  ASSERT_TRUE(first && second) << "both streams wait for an answer at once";
+  std::set<std::string> paths{first->path.value_or(""), second->path.value_or("")};
+  EXPECT_EQ(paths, (std::set<std::string>{"/v1/a", "/v1/b"}));
+  for (const auto& a : {*first, *second})
+    desk_->answer(a.id, a.path == "/v1/a", proxy::Scope::kOnce, "tester");
+  client.join();
+  EXPECT_NE(out.find(base + "/v1/a 200 2"), std::string::npos) << out;
+  EXPECT_NE(out.find(base + "/v1/b 403 2"), std::string::npos) << out;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].target, "/v1/a");
+  auto denied = sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/v1/b"; });
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->reason, "approval_denied");
 }
 
 }  // namespace
