@@ -123,11 +123,15 @@ net::awaitable<void> H2Upstream::send(std::shared_ptr<H2Upstream> self,
   ErrorCode ec;
   co_await http::async_read_header(u->glue_side, u->glue_buf, p,
                                    net::redirect_error(net::use_awaitable, ec));
-  if (ec) co_return;               // nothing was sent: a refused request
-  if (!self->usable()) co_return;  // the pair closes: the exchange answers 502
+  if (ec) co_return;  // nothing was sent: a refused request
   const bool body = !p.is_done();
-  const auto id = self->session_->request(requestHeaders(p.get(), u->te_trailers), body);
-  if (id < 0) co_return;
+  const auto id =
+      self->usable() ? self->session_->request(requestHeaders(p.get(), u->te_trailers), body) : -1;
+  if (id < 0) {
+    // The session is gone or refuses new streams: the exchange sees its upstream fail (502).
+    u->glue_side.close(ec);
+    co_return;
+  }
   u->id = id;
   self->streams_[id] = u;
   self->out_.notify();
