@@ -272,5 +272,24 @@ TEST_F(AskInspectTest, Http2StreamsAreAskedEachOnTheirOwn) {
   EXPECT_EQ(denied->reason, "approval_denied");
 }
 
+// An HTTP/2 client that goes away while its stream waits withdraws the stream's approval (the
+// stream's exchange sees the hang-up on its socket pair): no approver is left to allow a
+// request nobody waits for.
+TEST_F(AskInspectTest, Http2ClientThatGoesAwayWithdrawsItsApproval) {
+  std::ofstream(dir_ / "proxy-ca.pem") << ca_->certificatePem();
+  const std::string cmd = "curl --http2 -s --max-time 1 -o /dev/null --proxy http://127.0.0.1:" +
+                          std::to_string(port_) + " --cacert " + (dir_ / "proxy-ca.pem").string() +
+                          " https://" + authority() + "/v1/held";
+  std::thread client([&] { (void)std::system(cmd.c_str()); });
+  auto a = nextRaised();
+  client.join();  // curl gave up after a second; the approval's timeout is 20 s
+  ASSERT_TRUE(a);
+  for (int i = 0; i < 500 && !desk_->pending().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(desk_->pending().empty()) << "an approval nobody waits for is still pending";
+  EXPECT_EQ(desk_->answer(a->id, true, proxy::Scope::kOnce, "late"), proxy::AnswerStatus::kGone);
+  EXPECT_TRUE(up_->requests().empty());
+}
+
 }  // namespace
 }  // namespace sluice::tls_testing
