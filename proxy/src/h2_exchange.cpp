@@ -217,6 +217,8 @@ net::awaitable<void> H2Server::writeFrames() {
     if (client_gone_ || (draining_ && streams_.empty())) break;
     if (!session_->wantRead() && !session_->wantWrite()) break;
     co_await out_.wait();
+    // Let the other streams' ready work queue its frames too: they leave in one write.
+    co_await net::post(ex_, net::use_awaitable);
   }
 }
 

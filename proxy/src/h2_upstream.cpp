@@ -106,6 +106,8 @@ net::awaitable<void> H2Upstream::writeFrames() {
     }
     if (ended_ || (!session_->wantRead() && !session_->wantWrite())) break;
     co_await out_.wait();
+    // Let the other streams' ready work queue its frames too: they leave in one write.
+    co_await net::post(ex_, net::use_awaitable);
   }
 }
 
