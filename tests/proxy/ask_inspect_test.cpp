@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -288,6 +289,34 @@ TEST_F(AskInspectTest, Http2ClientThatGoesAwayWithdrawsItsApproval) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(desk_->pending().empty()) << "an approval nobody waits for is still pending";
   EXPECT_EQ(desk_->answer(a->id, true, proxy::Scope::kOnce, "late"), proxy::AnswerStatus::kGone);
+  EXPECT_TRUE(up_->requests().empty());
+}
+
+// A draining proxy tells an HTTP/2 client with GOAWAY (no error, its open stream the last one
+// processed) before the connection ends.
+TEST_F(AskInspectTest, Http2ClientIsToldGoawayWhenTheProxyDrains) {
+  std::ofstream(dir_ / "proxy-ca.pem") << ca_->certificatePem();
+  const std::string cmd = std::string("node ") + SLUICE_SOURCE_DIR +
+                          "/tests/proxy/clients/h2_goaway.mjs " + std::to_string(port_) + " " +
+                          authority() + " " + (dir_ / "proxy-ca.pem").string() + " /v1/held 2>&1";
+  std::string out;
+  std::thread client([&] {
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, f)) out += buf;
+      ::pclose(f);
+    }
+  });
+  auto a = nextRaised();  // the stream is open, waiting for its approval
+  proxy_->stop();
+  client.join();
+  ASSERT_TRUE(a) << out;
+  auto r = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+  EXPECT_EQ(r["alpn"], "h2");
+  ASSERT_TRUE(r["goaway"].is_object()) << out;
+  EXPECT_EQ(r["goaway"]["code"], 0) << "NO_ERROR";
+  EXPECT_EQ(r["goaway"]["last"], 1) << "the open stream was taken";
   EXPECT_TRUE(up_->requests().empty());
 }
 
