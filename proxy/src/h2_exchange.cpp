@@ -322,7 +322,6 @@ net::awaitable<void> H2Server::viaPool(H2Stream& s) {
 }
 
 net::awaitable<void> H2Server::viaH2(std::shared_ptr<H2Stream> s) {
-  auto& up = *t_.h2_upstream;
   auto u = std::make_shared<H2UpStream>(ex_);
   if (h2pipe::socketPair(u->exchange_side, u->glue_side)) {
     u->te_trailers = s->te_trailers;
@@ -330,9 +329,8 @@ net::awaitable<void> H2Server::viaH2(std::shared_ptr<H2Stream> s) {
     u->on_trailers = [this, weak](H2Headers t) {
       if (auto st = weak.lock()) takeTrailers(*st, std::move(t));
     };
-    up.start(u);
   }
-  H2Link link(up, *u);
+  H2Link link(t_.conn, t_.h2_upstream, *u);
   Exchange<tcp::socket, tcp::socket> ex(s->conn, s->exchange_side, s->watch, s->buf);
   ex.carry(Carrier::kInspected, &link, &t_.target);
   co_await ex.next(true);

@@ -2,6 +2,7 @@
 #include "h2_upstream.hpp"
 
 #include "log.hpp"
+#include "upstream_dial.hpp"
 
 namespace sluice::proxy {
 
@@ -35,6 +36,49 @@ std::string statusLine(std::string_view status) {
 }
 
 }  // namespace
+
+struct H2Upstream::Owned {
+  Owned(const net::any_io_executor& ex, net::ssl::context& tls) : stream(ex, tls), watch(ex) {}
+  SslStream stream;
+  Watch watch;
+};
+
+H2Upstream::H2Upstream(ConnState& conn, std::unique_ptr<Owned> owned, const policy::Target& target,
+                       policy::IpAddress vetted, audit::ConnectionEvent& row)
+    : H2Upstream(conn, owned->stream, owned->watch, target, vetted, row) {
+  owned_ = std::move(owned);
+}
+
+// A dialled connection holds a slot of max_connections (the tunnel's own is the tunnel's).
+H2Upstream::~H2Upstream() {
+  if (owned_) conn_.account().releaseConnection();
+}
+
+net::awaitable<std::expected<std::pair<VettedAddress, std::shared_ptr<H2Upstream>>, Refusal>>
+H2Upstream::dial(ConnState& conn, const std::vector<VettedAddress>& addrs,
+                 const policy::Target& target, const std::string& rule_id,
+                 audit::ConnectionEvent& row) {
+  auto& ctx = conn.ctx;
+  auto ex = co_await net::this_coro::executor;
+  auto owned = std::make_unique<Owned>(ex, ctx->tls->upstream);
+  auto dialled = co_await dialVetted(ctx, owned->stream.next_layer(), owned->watch, addrs, target,
+                                     rule_id, conn.keep_alive());
+  if (!dialled) co_return std::unexpected(std::move(dialled.error()));
+  auto refused = co_await upstreamTlsHandshake(owned->stream, owned->watch, target,
+                                               ctx->options.connect_timeout, conn.keep_alive,
+                                               rule_id, /*offer_h2=*/true);
+  if (refused) co_return std::unexpected(std::move(*refused));
+  if (negotiatedAlpn(owned->stream) != "h2")
+    co_return std::unexpected(
+        refusal(policy::Reason::kUpstreamError,
+                "upstream " + target.authority() + " no longer offers HTTP/2 on a new connection",
+                rule_id));
+  conn.account().noteUpstreamConnection();
+  auto up = std::shared_ptr<H2Upstream>(
+      new H2Upstream(conn, std::move(owned), target, dialled->address, row));
+  net::co_spawn(ex, run(up), LogEscapedException{"h2 upstream"});
+  co_return std::pair{std::move(*dialled), std::move(up)};
+}
 
 H2Upstream::H2Upstream(ConnState& conn, SslStream& stream, Watch& watch,
                        const policy::Target& target, policy::IpAddress vetted,
@@ -224,16 +268,19 @@ H2Chunk H2Upstream::readBody(std::int32_t id, std::uint8_t* out, std::size_t max
 }
 
 const policy::IpAddress* H2Link::openTo(const policy::Target& target) {
-  if (!up_.usable() || target.host != up_.target().host || target.port != up_.target().port)
-    return nullptr;
-  return &up_.vetted();
+  const auto& t = current_->target();
+  if (!current_->usable() || target.host != t.host || target.port != t.port) return nullptr;
+  return &current_->vetted();
 }
 
-std::optional<Refusal> H2Link::cannotDial(const std::string& rule_id) const {
-  return refusal(
-      policy::Reason::kUpstreamError,
-      "the HTTP/2 upstream connection of this tunnel to " + up_.target().authority() + " has ended",
-      rule_id);
+net::awaitable<std::expected<VettedAddress, Refusal>> H2Link::dial(
+    const std::vector<VettedAddress>& addrs, const policy::Target& target,
+    const std::string& rule_id) {
+  auto opened = co_await H2Upstream::dial(conn_, addrs, target, rule_id, row_);
+  if (!opened) co_return std::unexpected(std::move(opened.error()));
+  // The old session (GOAWAY, or its connection gone) ends by itself with its last stream.
+  current_ = std::move(opened->second);
+  co_return std::move(opened->first);
 }
 
 }  // namespace sluice::proxy

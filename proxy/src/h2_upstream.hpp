@@ -4,8 +4,10 @@
 // writes its HTTP/1.1 request into a socket pair (H2Link is its upstream); the request is sent
 // as an HTTP/2 stream, and the answer comes back into the pair as HTTP/1.1 (chunked unless it
 // has a Content-Length). Trailers cannot pass the exchange's HTTP/1.1 relay, so they are handed
-// to the client's stream beside it (onTrailers). A GOAWAY from the upstream lets open streams
-// finish; streams it did not take, and new ones, are refused (502 upstream_error).
+// to the client's stream beside it (onTrailers). A GOAWAY from the upstream (or a connection it
+// closed while idle) lets open streams finish; the next stream dials a new connection through
+// the admission (slot, vet, dial), verified and offering h2 like the first, and the streams
+// after it share that one.
 #pragma once
 
 #include <functional>
@@ -20,7 +22,7 @@
 namespace sluice::proxy {
 
 /// One request on the upstream session: its socket pair and both directions.
-struct H2UpStream {
+struct H2UpStream : std::enable_shared_from_this<H2UpStream> {
   explicit H2UpStream(const net::any_io_executor& ex)
       : exchange_side(ex), glue_side(ex), watch(ex), request(ex), response(ex) {}
   tcp::socket exchange_side;  // the exchange's upstream stream
@@ -39,8 +41,17 @@ struct H2UpStream {
 
 class H2Upstream final : public H2Events, public std::enable_shared_from_this<H2Upstream> {
  public:
+  /// On the tunnel's own connection (`stream`, TLS done, h2 negotiated).
   H2Upstream(ConnState& conn, SslStream& stream, Watch& watch, const policy::Target& target,
              policy::IpAddress vetted, audit::ConnectionEvent& row);
+  ~H2Upstream() override;
+
+  /// A new connection to `addrs` (vetted by the admission, which holds a connection slot for
+  /// it): dialled, TLS verified, h2 required; its session running.
+  static net::awaitable<
+      std::expected<std::pair<VettedAddress, std::shared_ptr<H2Upstream>>, Refusal>>
+  dial(ConnState& conn, const std::vector<VettedAddress>& addrs, const policy::Target& target,
+       const std::string& rule_id, audit::ConnectionEvent& row);
 
   /// Serves the session until the connection ends (spawn it).
   static net::awaitable<void> run(std::shared_ptr<H2Upstream> self);
@@ -74,7 +85,12 @@ class H2Upstream final : public H2Events, public std::enable_shared_from_this<H2
     return it == streams_.end() ? nullptr : it->second;
   }
 
+  struct Owned;  // a dialled connection's stream and watch (null: the tunnel's own)
+  H2Upstream(ConnState& conn, std::unique_ptr<Owned> owned, const policy::Target& target,
+             policy::IpAddress vetted, audit::ConnectionEvent& row);
+
   ConnState& conn_;
+  std::unique_ptr<Owned> owned_;
   SslStream& stream_;
   Watch& watch_;
   const policy::Target& target_;
@@ -90,35 +106,36 @@ class H2Upstream final : public H2Events, public std::enable_shared_from_this<H2
   bool goaway_ = false;
 };
 
-/// A stream's upstream on an HTTP/2 upstream session (the exchange's UpstreamLink).
+/// A stream's upstream on the tunnel's HTTP/2 upstream session (the exchange's UpstreamLink):
+/// `current` is the session streams go out on, replaced when it had to be dialled again.
 class H2Link final : public UpstreamLink<tcp::socket> {
  public:
-  H2Link(H2Upstream& up, H2UpStream& u) : up_(up), u_(u) {}
+  H2Link(ConnState& conn, std::shared_ptr<H2Upstream>& current, H2UpStream& u)
+      : conn_(conn), current_(current), u_(u), row_(current->row()) {}
   const policy::IpAddress* openTo(const policy::Target& target) override;
-  std::optional<Refusal> cannotDial(const std::string& rule_id) const override;
-  net::awaitable<std::expected<VettedAddress, Refusal>> dial(const std::vector<VettedAddress>&,
-                                                             const policy::Target&,
-                                                             const std::string& rule_id) override {
-    co_return std::unexpected(*cannotDial(rule_id));  // never asked: cannotDial() refuses first
-  }
+  std::optional<Refusal> cannotDial(const std::string&) const override { return std::nullopt; }
+  net::awaitable<std::expected<VettedAddress, Refusal>> dial(
+      const std::vector<VettedAddress>& addrs, const policy::Target& target,
+      const std::string& rule_id) override;
   tcp::socket& stream() override { return u_.exchange_side; }
   Watch& watch() override { return u_.watch; }
   beast::flat_buffer& buffer() override { return u_.buf; }
-  audit::ConnectionEvent& row() override { return up_.row(); }
+  audit::ConnectionEvent& row() override { return row_; }
   bool reused() const override { return false; }
   bool canRedial() const override { return false; }
-  void used() override {}
+  /// The request is about to be written: its glue starts on the current session.
+  void used() override { current_->start(u_.shared_from_this()); }
   void close() override {
     ErrorCode ec;
     u_.exchange_side.close(ec);
   }
-  std::string refusedConnection(const policy::Target*, const Refusal&) override {
-    return up_.row().id;
-  }
+  std::string refusedConnection(const policy::Target*, const Refusal&) override { return row_.id; }
 
  private:
-  H2Upstream& up_;
+  ConnState& conn_;
+  std::shared_ptr<H2Upstream>& current_;
   H2UpStream& u_;
+  audit::ConnectionEvent& row_;
 };
 
 }  // namespace sluice::proxy

@@ -94,8 +94,13 @@ class GrpcTest : public ::testing::Test {
     if (!dir_.empty()) fs::remove_all(dir_, ec);
   }
 
-  // Runs clients/grpc_h2.mjs; its JSON results (discarded on failure).
-  nlohmann::json runClient() {
+  // Runs clients/grpc_h2.mjs (the server closing connections idle for `server_idle_ms`, when
+  // not 0); its JSON results (discarded on failure).
+  nlohmann::json runClient(int server_idle_ms = 0) {
+    if (server_idle_ms)
+      ::setenv("SERVER_IDLE_MS", std::to_string(server_idle_ms).c_str(), 1);
+    else
+      ::unsetenv("SERVER_IDLE_MS");
     ::setenv("GRPC_PROXY_URL", ("http://127.0.0.1:" + std::to_string(port_)).c_str(), 1);
     ::setenv("PROXY_CA", (dir_ / "proxy-ca.pem").c_str(), 1);
     ::setenv("SERVER_CERT", (dir_ / "server.crt").c_str(), 1);
@@ -151,6 +156,21 @@ TEST_F(GrpcTest, UnaryStreamingAndDeniedCallsOnOneChannel) {
   EXPECT_EQ(unary->status, 200);
   EXPECT_EQ(unary->injected_secrets, std::vector<std::string>{"grpc_token"});
   for (const auto& e : sink_->requests()) EXPECT_EQ(e.connection_id, unary->connection_id);
+}
+
+// The server closes the proxy's idle upstream connection (GOAWAY); the client's channel to the
+// proxy stays, and its next call goes out on a new upstream connection, vetted and verified.
+TEST_F(GrpcTest, ACallAfterTheUpstreamClosedAnIdleConnectionGoesOutOnANewOne) {
+  auto r = runClient(/*server_idle_ms=*/300);
+  ASSERT_FALSE(r.is_discarded());
+  EXPECT_EQ(r["unary"]["code"], kOk) << r.dump();
+  EXPECT_EQ(r["after_idle"]["code"], kOk) << r.dump();
+  EXPECT_EQ(r["after_idle"]["value"], "pong:ping3");
+  EXPECT_EQ(r["after_idle"]["trailers"], nlohmann::json::array({"grpc-test"}));
+  auto last = sink_->waitRequest([](const audit::RequestEvent& e) {
+    return e.status == 200 && e.path == "/test.Echo/Unary" && e.decision == audit::Decision::kAllow;
+  });
+  ASSERT_TRUE(last);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 // matched, never the value). Prints one JSON line of results.
 //
 // env: GRPC_PROXY_URL, PROXY_CA (PEM file), SERVER_CERT, SERVER_KEY (PEM files), HOST (the name
-// the proxy resolves to 127.0.0.1), EXPECTED_AUTH (the injected value the server expects).
+// the proxy resolves to 127.0.0.1), EXPECTED_AUTH (the injected value the server expects);
+// SERVER_IDLE_MS: the server closes connections idle that long (GOAWAY), and one more call
+// ("after_idle") is made after three times that.
 import * as grpc from '@grpc/grpc-js';
 import { readFileSync } from 'node:fs';
 
@@ -27,7 +29,8 @@ const service = {
 const seen = { unary_auth_ok: null, admin_reached: false };
 
 function serve() {
-  const server = new grpc.Server();
+  const idle = Number(process.env.SERVER_IDLE_MS || 0);
+  const server = new grpc.Server(idle ? { 'grpc.max_connection_idle_ms': idle } : {});
   server.addService(service, {
     Unary(call, cb) {
       const auth = call.metadata.get('authorization');
@@ -91,6 +94,10 @@ const results = {
   admin: await unary(client, 'Admin', 'x'),
   again: await unary(client, 'Unary', 'ping2'),
 };
+if (process.env.SERVER_IDLE_MS) {
+  await new Promise((r) => setTimeout(r, 3 * Number(process.env.SERVER_IDLE_MS)));
+  results.after_idle = await unary(client, 'Unary', 'ping3');
+}
 results.unary_auth_ok = seen.unary_auth_ok;
 results.admin_reached = seen.admin_reached;
 console.log(JSON.stringify(results));
