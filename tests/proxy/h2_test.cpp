@@ -279,6 +279,10 @@ TEST_F(H2Test, AllowedStreamArrivesWithInjectedHeader) {
   EXPECT_EQ(ev->decision, audit::Decision::kAllow);
   EXPECT_EQ(ev->rule_id, "api");
   EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"});
+  auto forwards = sink_->forwards();  // the write-ahead row, before the stream went upstream
+  ASSERT_EQ(forwards.size(), 1u);
+  EXPECT_EQ(forwards[0].path, "/v1/data");
+  EXPECT_EQ(forwards[0].connection_id, ev->connection_id);
   auto conn =
       sink_->waitConnection([](const audit::ConnectionEvent& e) { return e.host == "api.test"; });
   ASSERT_TRUE(conn);
@@ -320,6 +324,9 @@ TEST_F(H2Test, DeniedStreamGets403WhileItsSiblingsSucceed) {
   EXPECT_EQ(denied->connection_id, one->connection_id);
   EXPECT_EQ(other->connection_id, one->connection_id);
   EXPECT_EQ(two->connection_id, one->connection_id);
+  std::multiset<std::string> forwarded;
+  for (const auto& f : sink_->forwards()) forwarded.insert(f.path);
+  EXPECT_EQ(forwarded, (std::multiset<std::string>{"/v1/one", "/v1/two"}));
   std::size_t tunnels = 0;
   proxy_->stop();
   for (const auto& c : sink_->connections()) tunnels += c.host == "api.test";
