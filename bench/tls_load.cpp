@@ -1,13 +1,16 @@
 // Load client for bench/tls_vs_passthrough.sh: HTTPS GETs through an HTTP proxy (CONNECT,
 // then TLS inside the tunnel), or directly, from N threads for D seconds, either opening a new
 // connection (CONNECT + handshake) for every request or reusing one per thread (keep-alive).
-// Prints one JSON line: requests, errors, req/s, p50/p99/max latency in microseconds.
+// Mode h2: one HTTP/2 connection per thread (ALPN h2, nghttp2's client session), --streams
+// requests in flight on it at a time. Prints one JSON line: requests, errors, req/s,
+// p50/p99/max latency in microseconds.
 //
-//   tls_load --target HOST:PORT [--proxy PORT] --ca FILE [--ca FILE]... [--mode new|reuse]
-//            [--threads N] [--duration SECONDS] [--path /p]
+//   tls_load --target HOST:PORT [--proxy PORT] --ca FILE [--ca FILE]... [--mode new|reuse|h2]
+//            [--threads N] [--duration SECONDS] [--path /p] [--streams N]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <strings.h>
@@ -21,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -36,6 +40,8 @@ struct Config {
   int proxy_port = 0;  // 0 = direct
   std::vector<std::string> cas;
   bool reuse = false;
+  bool h2 = false;
+  int streams = 10;  // h2: requests in flight per connection
   int threads = 1;
   double duration = 5;
   std::string path = "/";
@@ -71,6 +77,7 @@ class Conn {
         return;
     }
     ssl_ = SSL_new(ctx);
+    if (cfg.h2) SSL_set_alpn_protos(ssl_, reinterpret_cast<const unsigned char*>("\x02h2"), 3);
     SSL_set_tlsext_host_name(ssl_, cfg.host.c_str());
     SSL_set1_host(ssl_, cfg.host.c_str());
     SSL_set_fd(ssl_, fd_);
@@ -84,6 +91,7 @@ class Conn {
     if (fd_ >= 0) ::close(fd_);
   }
   bool ok() const { return ok_; }
+  SSL* ssl() const { return ssl_; }
 
   // One GET; true on a 200 with its whole body read.
   bool get() {
@@ -136,6 +144,87 @@ class Conn {
   std::string buf_;
 };
 
+// One HTTP/2 connection kept busy with cfg.streams GETs in flight until `until`.
+struct H2Load {
+  std::map<std::int32_t, Clock::time_point> started;
+  std::map<std::int32_t, bool> ok;
+  std::vector<double>* lat;
+  std::atomic<long>* errors;
+
+  static int onHeader(nghttp2_session*, const nghttp2_frame* f, const std::uint8_t* name,
+                      std::size_t namelen, const std::uint8_t* value, std::size_t valuelen,
+                      std::uint8_t, void* user) {
+    auto* self = static_cast<H2Load*>(user);
+    if (std::string_view(reinterpret_cast<const char*>(name), namelen) == ":status")
+      self->ok[f->hd.stream_id] =
+          std::string_view(reinterpret_cast<const char*>(value), valuelen) == "200";
+    return 0;
+  }
+  static int onClose(nghttp2_session*, std::int32_t id, std::uint32_t code, void* user) {
+    auto* self = static_cast<H2Load*>(user);
+    auto it = self->started.find(id);
+    if (it == self->started.end()) return 0;
+    if (code == 0 && self->ok[id])
+      self->lat->push_back(
+          std::chrono::duration<double, std::micro>(Clock::now() - it->second).count());
+    else
+      self->errors->fetch_add(1);
+    self->started.erase(it);
+    self->ok.erase(id);
+    return 0;
+  }
+};
+
+bool h2Round(nghttp2_session* s, SSL* ssl) {  // send what is queued, then read once
+  const std::uint8_t* data = nullptr;
+  for (ssize_t n; (n = nghttp2_session_mem_send(s, &data)) > 0;)
+    if (SSL_write(ssl, data, static_cast<int>(n)) <= 0) return false;
+  char buf[16384];
+  int n = SSL_read(ssl, buf, sizeof buf);
+  return n > 0 && nghttp2_session_mem_recv(s, reinterpret_cast<std::uint8_t*>(buf),
+                                           static_cast<std::size_t>(n)) == n;
+}
+
+void h2Worker(const Config& cfg, SSL_CTX* ctx, Clock::time_point until, std::vector<double>* lat,
+              std::atomic<long>* errors) {
+  while (Clock::now() < until) {
+    Conn conn(cfg, ctx);
+    if (!conn.ok()) {
+      errors->fetch_add(1);
+      continue;
+    }
+    H2Load load{{}, {}, lat, errors};
+    nghttp2_session_callbacks* cbs = nullptr;
+    nghttp2_session_callbacks_new(&cbs);
+    nghttp2_session_callbacks_set_on_header_callback(cbs, H2Load::onHeader);
+    nghttp2_session_callbacks_set_on_stream_close_callback(cbs, H2Load::onClose);
+    nghttp2_session* s = nullptr;
+    nghttp2_session_client_new(&s, cbs, &load);
+    nghttp2_session_callbacks_del(cbs);
+    nghttp2_submit_settings(s, NGHTTP2_FLAG_NONE, nullptr, 0);
+    const std::string authority = cfg.host + ":" + std::to_string(cfg.port);
+    auto nv = [](const char* n, const std::string& v) {
+      return nghttp2_nv{reinterpret_cast<std::uint8_t*>(const_cast<char*>(n)),
+                        reinterpret_cast<std::uint8_t*>(const_cast<char*>(v.data())),
+                        std::strlen(n), v.size(), NGHTTP2_NV_FLAG_NONE};
+    };
+    const std::string get = "GET", https = "https";
+    nghttp2_nv hdrs[] = {nv(":method", get), nv(":scheme", https), nv(":authority", authority),
+                         nv(":path", cfg.path)};
+    bool alive = true;
+    while (alive && Clock::now() < until) {
+      while (static_cast<int>(load.started.size()) < cfg.streams) {
+        auto id = nghttp2_submit_request(s, nullptr, hdrs, 4, nullptr, nullptr);
+        if (id < 0) break;
+        load.started[id] = Clock::now();
+      }
+      alive = h2Round(s, conn.ssl());
+    }
+    errors->fetch_add(static_cast<long>(load.started.size()) * (alive ? 0 : 1));
+    nghttp2_session_del(s);
+  }
+}
+
 void worker(const Config& cfg, SSL_CTX* ctx, Clock::time_point until, std::vector<double>* lat,
             std::atomic<long>* errors) {
   std::unique_ptr<Conn> conn;
@@ -170,6 +259,9 @@ int main(int argc, char** argv) {
       cfg.cas.push_back(v);
     } else if (k == "--mode") {
       cfg.reuse = v == "reuse";
+      cfg.h2 = v == "h2";
+    } else if (k == "--streams") {
+      cfg.streams = std::max(1, std::atoi(v.c_str()));
     } else if (k == "--threads") {
       cfg.threads = std::max(1, std::atoi(v.c_str()));
     } else if (k == "--duration") {
@@ -205,8 +297,8 @@ int main(int argc, char** argv) {
   std::atomic<long> errors{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < cfg.threads; ++t)
-    threads.emplace_back(worker, std::cref(cfg), ctx, until, &lats[static_cast<std::size_t>(t)],
-                         &errors);
+    threads.emplace_back(cfg.h2 ? h2Worker : worker, std::cref(cfg), ctx, until,
+                         &lats[static_cast<std::size_t>(t)], &errors);
   for (auto& t : threads) t.join();
   double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   std::vector<double> all;

@@ -4,7 +4,9 @@
 # tunnel to the same loopback HTTPS upstream (nginx, one worker), and directly, side by side
 # in one run, with
 #   new:   a new client connection per request (CONNECT + full TLS handshake, no resumption);
-#   reuse: one kept-alive connection per client thread.
+#   reuse: one kept-alive HTTP/1.1 connection per client thread;
+#   h2:    one HTTP/2 connection per client thread with STREAMS requests in flight (through
+#          inspection the proxy speaks h2 to both sides: docs/tls.md, "HTTP/2").
 # The load client is bench/tls_load.cpp (OpenSSL, N threads). Only processes this script
 # started are stopped, by pid.
 #
@@ -12,7 +14,8 @@
 #        (defaults: build/cli/sluice, build/bench/tls_load)
 # Env:   DURATION (seconds per run, default 5), CLIENTS (client threads, default 8),
 #        ROUNDS (alternating rounds, default 3), PROXY_THREADS (sluice --threads, default 1),
-#        AUDIT (1 = write the audit database as in production, default 1)
+#        AUDIT (1 = write the audit database as in production, default 1),
+#        STREAMS (h2 requests in flight per connection, default 10), MODES (default "new reuse h2")
 set -euo pipefail
 
 SLUICE=${1:-${SLUICE:-build/cli/sluice}}
@@ -22,6 +25,8 @@ CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
 PROXY_THREADS=${PROXY_THREADS:-1}
 AUDIT=${AUDIT:-1}
+STREAMS=${STREAMS:-10}
+MODES=${MODES:-new reuse h2}
 
 for b in "$SLUICE" "$TLS_LOAD"; do
   if [[ ! -x $b ]]; then
@@ -80,7 +85,7 @@ http {
   uwsgi_temp_path $TMP/nginx;
   scgi_temp_path $TMP/nginx;
   server {
-    listen 127.0.0.1:$NGINX_PORT ssl backlog=16384;
+    listen 127.0.0.1:$NGINX_PORT ssl http2 backlog=16384;
     ssl_certificate $TMP/pki/server.pem;
     ssl_certificate_key $TMP/pki/server.key;
     ssl_protocols TLSv1.2 TLSv1.3;
@@ -153,7 +158,7 @@ load() {  # load PROXY_PORT|"" MODE [DURATION] -> JSON line
   local ca="$TMP/pki/ca.pem"
   [[ ${1:-} == "$INSPECT_PORT" ]] && ca="$TMP/ca/ca.pem"
   local args=(--target "localhost:$NGINX_PORT" --ca "$ca"
-              --mode "$2" --threads "$CLIENTS" --duration "${3:-$DURATION}")
+              --mode "$2" --threads "$CLIENTS" --duration "${3:-$DURATION}" --streams "$STREAMS")
   [[ -n $1 ]] && args+=(--proxy "$1")
   "$TLS_LOAD" "${args[@]}"
 }
@@ -167,20 +172,22 @@ if "$TLS_LOAD" --target "localhost:$NGINX_PORT" --proxy "$INSPECT_PORT" --ca "$T
   exit 1
 fi
 for p in "" "$PASS_PORT" "$INSPECT_PORT"; do
-  out=$(load "$p" reuse 0.3) || { echo "no request succeeded via ${p:-direct}: $out" >&2; cat "$TMP/sluice.log" >&2; exit 1; }
+  for m in $MODES; do
+  out=$(load "$p" "$m" 0.3) || { echo "no request succeeded via ${p:-direct}: $out" >&2; cat "$TMP/sluice.log" >&2; exit 1; }
   if [[ $(field "$out" errors) != 0 ]]; then
     echo "errors via ${p:-direct}: $out" >&2
     tail -20 "$TMP/sluice.log" >&2
     exit 1
   fi
+  done
 done
 
-echo "== HTTPS GET, 17-byte body: $CLIENTS client threads, ${DURATION}s per run, $ROUNDS rounds;" \
+echo "== HTTPS GET, 17-byte body: $CLIENTS client threads (h2: $STREAMS streams each), ${DURATION}s per run, $ROUNDS rounds;" \
      "sluice --threads $PROXY_THREADS, audit $( [[ $AUDIT == 1 ]] && echo on || echo off ) =="
 # Rounds alternate the targets so load from elsewhere on the machine hits all alike.
 for round in $(seq "$ROUNDS"); do
   echo "round $round"
-  for mode in new reuse; do
+  for mode in $MODES; do
     for who in direct passthrough inspect; do
       port=""
       [[ $who == passthrough ]] && port=$PASS_PORT
@@ -197,7 +204,7 @@ done
 
 echo
 echo "== medians over $ROUNDS rounds =="
-for mode in new reuse; do
+for mode in $MODES; do
   for who in direct passthrough inspect; do
     f="$TMP/res.$mode.$who"
     rps=$(awk '{print $1}' "$f" | median)

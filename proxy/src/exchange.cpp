@@ -315,5 +315,6 @@ net::awaitable<void> Exchange<Client, Upstream>::refuse(const policy::Target* ta
 using SslStream = beast::ssl_stream<tcp::socket>;
 template class Exchange<tcp::socket, tcp::socket>;
 template class Exchange<SslStream, SslStream>;
+template class Exchange<tcp::socket, SslStream>;  // an HTTP/2 stream's (h2_exchange.hpp)
 
 }  // namespace sluice::proxy

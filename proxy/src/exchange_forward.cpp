@@ -413,6 +413,7 @@ using SslStream = beast::ssl_stream<tcp::socket>;
   template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&);
 SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
 SLUICE_INSTANTIATE(SslStream, SslStream)
+SLUICE_INSTANTIATE(tcp::socket, SslStream)
 #undef SLUICE_INSTANTIATE
 
 }  // namespace sluice::proxy

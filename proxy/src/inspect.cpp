@@ -9,10 +9,13 @@
 #include "approval_wait.hpp"
 #include "audit_rows.hpp"
 #include "exchange.hpp"
+#include "h2_exchange.hpp"
+#include "h2_upstream.hpp"
 #include "log.hpp"
 #include "sluice/base/net_tls.hpp"
 #include "tls_context.hpp"
 #include "upstream_dial.hpp"
+#include "upstream_pool.hpp"
 
 namespace sluice::proxy {
 
@@ -20,7 +23,6 @@ namespace {
 
 using policy::Reason;
 namespace ssl = net::ssl;
-using SslStream = beast::ssl_stream<tcp::socket>;
 
 class Inspection : public std::enable_shared_from_this<Inspection>, public Closable {
  public:
@@ -69,7 +71,10 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   void closeIfIdle() override {
     auto self = shared_from_this();
     net::post(client_.get_executor(), [self] {
-      if (self->conn_.idle) self->closeBoth();
+      if (self->h2_)
+        self->h2_->drain();  // GOAWAY: open streams finish
+      else if (self->conn_.idle)
+        self->closeBoth();
     });
   }
 
@@ -94,17 +99,17 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     // inside the tunnel, as an HTTP 502 with the reason the client's HTTP library shows.
     event_.tls = audit::TlsHandling::kInspect;
     if (!co_await clientHandshake()) co_return;
-    if (auto refused = co_await upstreamHandshake()) {
+    auto refused = co_await upstreamHandshake();
+    if (refused) {
       denyConnection(event_, *refused);
       log().info("deny connect {} rule={} reason={}: {}", target().authority(),
                  refused->rule.empty() ? "-" : refused->rule, event_.reason, refused->detail);
-      link_.fail(std::move(*refused));
     }
-    bool first = true;
-    for (;;) {
-      auto next = co_await exchange_.next(first);
-      first = false;
-      if (next != Exchange<SslStream, SslStream>::Next::kContinue) break;
+    if (negotiatedAlpn(client_) == "h2") {
+      co_await serveHttp2(std::move(refused));
+    } else {
+      if (refused) link_.fail(std::move(*refused));
+      co_await serveHttp1();
     }
     if (!conn_.aborted) {
       ErrorCode ec;
@@ -114,35 +119,43 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     }
   }
 
-  // Verified TLS to the upstream; the refusal when it fails.
+  // HTTP/1.1: one request after another through the exchange, on the tunnel's connection.
+  net::awaitable<void> serveHttp1() {
+    bool first = true;
+    for (;;) {
+      auto next = co_await exchange_.next(first);
+      first = false;
+      if (next != Exchange<SslStream, SslStream>::Next::kContinue) break;
+    }
+  }
+
+  // HTTP/2: each stream an exchange of its own (h2_exchange.hpp), multiplexed on the tunnel's
+  // connection when the upstream speaks h2 too, else on HTTP/1.1 connections of a pool that
+  // starts with the tunnel's.
+  net::awaitable<void> serveHttp2(std::optional<Refusal> upstream_failure) {
+    const auto vetted = toIpAddress(start_.upstream_endpoint);
+    std::shared_ptr<H2Upstream> h2_upstream;
+    if (!upstream_failure && negotiatedAlpn(upstream_) == "h2") {
+      h2_upstream =
+          std::make_shared<H2Upstream>(conn_, upstream_, upstream_watch_, target(), vetted, event_);
+      net::co_spawn(client_.get_executor(), H2Upstream::run(h2_upstream),
+                    LogEscapedException{"h2 upstream"});
+    }
+    std::shared_ptr<UpstreamPool> pool;
+    if (!h2_upstream)
+      pool = std::make_shared<UpstreamPool>(conn_, upstream_, upstream_watch_, ubuf_, target(),
+                                            vetted, event_, std::move(upstream_failure));
+    h2_ = makeH2Front(
+        H2Tunnel{conn_, client_, client_watch_, target(), std::move(pool), h2_upstream});
+    co_await h2_->run();
+  }
+
+  // Verified TLS to the upstream; the refusal when it fails. An h2 client gets h2 offered
+  // upstream too; an HTTP/1.1 client only http/1.1 (its exchange speaks nothing else).
   net::awaitable<std::optional<Refusal>> upstreamHandshake() {
-    SSL* ssl = upstream_.native_handle();
-    const auto& t = target();
-    expectUpstreamName(ssl, t);
-    ErrorCode ec;
-    bool timed_out = false;
-    {
-      Deadline d(upstream_watch_, upstream_.next_layer(),
-                 Clock::now() + conn_.ctx->options.connect_timeout, conn_.keep_alive);
-      co_await upstream_.async_handshake(ssl::stream_base::client,
-                                         net::redirect_error(net::use_awaitable, ec));
-      timed_out = ec && d.fired();
-    }
-    if (!ec) co_return std::nullopt;
-    std::string detail;
-    long verify = SSL_get_verify_result(ssl);
-    if (verify != X509_V_OK) {
-      detail = "upstream certificate verification failed for " + t.authority() + ": " +
-               X509_verify_cert_error_string(verify);
-    } else if (timed_out) {
-      detail = "TLS handshake with upstream " + t.authority() + " timed out";
-    } else {
-      detail = "TLS handshake with upstream " + t.authority() + " failed: " + ec.message();
-    }
-    ERR_clear_error();
-    co_return timed_out
-        ? networkFailure(Reason::kUpstreamTimeout, kFailureTimeout, detail, start_.decision.rule_id)
-        : networkFailure(Reason::kUpstreamTls, kFailureTls, detail, start_.decision.rule_id);
+    return upstreamTlsHandshake(upstream_, upstream_watch_, target(),
+                                conn_.ctx->options.connect_timeout, conn_.keep_alive,
+                                start_.decision.rule_id, negotiatedAlpn(client_) == "h2");
   }
 
   net::awaitable<bool> clientHandshake() {
@@ -199,6 +212,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   FixedLink<SslStream> link_;
   Exchange<SslStream, SslStream> exchange_;
   SniCheck sni_;
+  std::shared_ptr<H2Front> h2_;  // when the client speaks HTTP/2
   Clock::time_point started_;
   std::uint64_t live_id_ = 0;
 };

@@ -11,6 +11,8 @@ namespace sluice::proxy {
 namespace {
 
 constexpr unsigned char kAlpnHttp11[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
+// Preference order when the client offers both: h2 first.
+constexpr unsigned char kAlpnH2Http11[] = {2, 'h', '2', 8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
 
 std::string sslErrorText() {
   unsigned long e = ERR_get_error();
@@ -38,12 +40,12 @@ int onServerName(SSL* ssl, int* alert, void*) {
   return SSL_TLSEXT_ERR_ALERT_FATAL;
 }
 
-// We speak HTTP/1.1 inside the tunnel: pick it when offered; when a client offers only h2,
-// go on without ALPN so it falls back to HTTP/1.1.
+// Inside the tunnel we speak HTTP/2 (h2_exchange.hpp) or HTTP/1.1: h2 when the client offers
+// it, else http/1.1; a client offering neither goes on without ALPN (HTTP/1.1).
 int onAlpn(SSL*, const unsigned char** out, unsigned char* outlen, const unsigned char* in,
            unsigned int inlen, void*) {
   unsigned char* selected = nullptr;
-  if (SSL_select_next_proto(&selected, outlen, kAlpnHttp11, sizeof kAlpnHttp11, in, inlen) ==
+  if (SSL_select_next_proto(&selected, outlen, kAlpnH2Http11, sizeof kAlpnH2Http11, in, inlen) ==
       OPENSSL_NPN_NEGOTIATED) {
     *out = selected;
     return SSL_TLSEXT_ERR_OK;
@@ -96,6 +98,45 @@ std::expected<std::shared_ptr<TlsContexts>, std::string> makeTlsContexts(
     return std::unexpected("cannot set ALPN: " + sslErrorText());
   }
   return t;
+}
+
+std::string_view negotiatedAlpn(SslStream& s) {
+  const unsigned char* p = nullptr;
+  unsigned int len = 0;
+  SSL_get0_alpn_selected(s.native_handle(), &p, &len);
+  return p ? std::string_view(reinterpret_cast<const char*>(p), len) : std::string_view();
+}
+
+net::awaitable<std::optional<Refusal>> upstreamTlsHandshake(
+    SslStream& s, Watch& watch, const policy::Target& t, std::chrono::milliseconds timeout,
+    std::function<std::shared_ptr<void>()> keep, std::string rule_id, bool offer_h2) {
+  SSL* ssl = s.native_handle();
+  expectUpstreamName(ssl, t);
+  if (offer_h2) SSL_set_alpn_protos(ssl, kAlpnH2Http11, sizeof kAlpnH2Http11);
+  ErrorCode ec;
+  bool timed_out = false;
+  {
+    Deadline d(watch, s.next_layer(), Clock::now() + timeout, keep);
+    co_await s.async_handshake(net::ssl::stream_base::client,
+                               net::redirect_error(net::use_awaitable, ec));
+    timed_out = ec && d.fired();
+  }
+  if (!ec) co_return std::nullopt;
+  std::string detail;
+  long verify = SSL_get_verify_result(ssl);
+  if (verify != X509_V_OK) {
+    detail = "upstream certificate verification failed for " + t.authority() + ": " +
+             X509_verify_cert_error_string(verify);
+  } else if (timed_out) {
+    detail = "TLS handshake with upstream " + t.authority() + " timed out";
+  } else {
+    detail = "TLS handshake with upstream " + t.authority() + " failed: " + ec.message();
+  }
+  ERR_clear_error();
+  co_return timed_out
+      ? networkFailure(policy::Reason::kUpstreamTimeout, kFailureTimeout, detail,
+                       std::move(rule_id))
+      : networkFailure(policy::Reason::kUpstreamTls, kFailureTls, detail, std::move(rule_id));
 }
 
 }  // namespace sluice::proxy

@@ -5,11 +5,18 @@
 
 #include <openssl/ssl.h>
 
+#include <chrono>
 #include <expected>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 
+#include "deadline.hpp"
+#include "refusal.hpp"
 #include "sluice/base/net_tls.hpp"
+#include "sluice/policy/target.hpp"
 #include "sluice/proxy/proxy.hpp"
 
 namespace sluice::proxy {
@@ -40,5 +47,17 @@ void expectUpstreamName(SSL* ssl, const policy::Target& t);
 
 /// OpenSSL's last error as text (and clears the queue).
 std::string sslError();
+
+using SslStream = beast::ssl_stream<tcp::socket>;
+
+/// Verified TLS client handshake with the upstream `t` on `s` (SNI = the host; the host name or
+/// IP address checked against the certificate), offering ALPN h2 and http/1.1 when `offer_h2`,
+/// else http/1.1 only. The refusal when it fails (upstream_tls, upstream_timeout), by `rule_id`.
+net::awaitable<std::optional<Refusal>> upstreamTlsHandshake(
+    SslStream& s, Watch& watch, const policy::Target& t, std::chrono::milliseconds timeout,
+    std::function<std::shared_ptr<void>()> keep, std::string rule_id, bool offer_h2);
+
+/// The ALPN protocol `s` negotiated ("" when none).
+std::string_view negotiatedAlpn(SslStream& s);
 
 }  // namespace sluice::proxy

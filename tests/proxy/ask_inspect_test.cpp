@@ -10,6 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <thread>
 
 #include "https_upstream.hpp"
 #include "proxy_test_util.hpp"
@@ -229,6 +233,91 @@ TEST_F(AskInspectTest, AnExecutionScopedAnswerCoversTheNextRequestsOfItsMethod) 
   desk_->answer(d->id, false, proxy::Scope::kOnce, "tester");
   EXPECT_EQ(c2->readResponse().status, 403);
   EXPECT_EQ(up_->requests().size(), 3u);
+}
+
+// HTTP/2: two streams of one connection ask at the same time, each shown its own path; one is
+// allowed and reaches the upstream, the other is refused on its own stream.
+TEST_F(AskInspectTest, Http2StreamsAreAskedEachOnTheirOwn) {
+  std::ofstream(dir_ / "proxy-ca.pem") << ca_->certificatePem();
+  const std::string base = "https://" + authority();
+  const std::string cmd =
+      "curl --http2 -sS --no-progress-meter --max-time 30 --parallel"
+      " --proxy http://127.0.0.1:" +
+      std::to_string(port_) + " --cacert " + (dir_ / "proxy-ca.pem").string() +
+      " -w '%{url_effective} %{http_code} %{http_version}\\n'"
+      " -o /dev/null " +
+      base + "/v1/a -o /dev/null " + base + "/v1/b 2>&1";
+  std::string out;
+  std::thread client([&] {
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, f)) out += buf;
+      ::pclose(f);
+    }
+  });
+  auto first = nextRaised();
+  auto second = nextRaised();
+  ASSERT_TRUE(first && second) << "both streams wait for an answer at once";
+  std::set<std::string> paths{first->path.value_or(""), second->path.value_or("")};
+  EXPECT_EQ(paths, (std::set<std::string>{"/v1/a", "/v1/b"}));
+  for (const auto& a : {*first, *second})
+    desk_->answer(a.id, a.path == "/v1/a", proxy::Scope::kOnce, "tester");
+  client.join();
+  EXPECT_NE(out.find(base + "/v1/a 200 2"), std::string::npos) << out;
+  EXPECT_NE(out.find(base + "/v1/b 403 2"), std::string::npos) << out;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].target, "/v1/a");
+  auto denied = sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/v1/b"; });
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->reason, "approval_denied");
+}
+
+// An HTTP/2 client that goes away while its stream waits withdraws the stream's approval (the
+// stream's exchange sees the hang-up on its socket pair): no approver is left to allow a
+// request nobody waits for.
+TEST_F(AskInspectTest, Http2ClientThatGoesAwayWithdrawsItsApproval) {
+  std::ofstream(dir_ / "proxy-ca.pem") << ca_->certificatePem();
+  const std::string cmd = "curl --http2 -s --max-time 1 -o /dev/null --proxy http://127.0.0.1:" +
+                          std::to_string(port_) + " --cacert " + (dir_ / "proxy-ca.pem").string() +
+                          " https://" + authority() + "/v1/held";
+  std::thread client([&] { (void)std::system(cmd.c_str()); });
+  auto a = nextRaised();
+  client.join();  // curl gave up after a second; the approval's timeout is 20 s
+  ASSERT_TRUE(a);
+  for (int i = 0; i < 500 && !desk_->pending().empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(desk_->pending().empty()) << "an approval nobody waits for is still pending";
+  EXPECT_EQ(desk_->answer(a->id, true, proxy::Scope::kOnce, "late"), proxy::AnswerStatus::kGone);
+  EXPECT_TRUE(up_->requests().empty());
+}
+
+// A draining proxy tells an HTTP/2 client with GOAWAY (no error, its open stream the last one
+// processed) before the connection ends.
+TEST_F(AskInspectTest, Http2ClientIsToldGoawayWhenTheProxyDrains) {
+  std::ofstream(dir_ / "proxy-ca.pem") << ca_->certificatePem();
+  const std::string cmd = std::string("node ") + SLUICE_SOURCE_DIR +
+                          "/tests/proxy/clients/h2_goaway.mjs " + std::to_string(port_) + " " +
+                          authority() + " " + (dir_ / "proxy-ca.pem").string() + " /v1/held 2>&1";
+  std::string out;
+  std::thread client([&] {
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char buf[512];
+      while (std::fgets(buf, sizeof buf, f)) out += buf;
+      ::pclose(f);
+    }
+  });
+  auto a = nextRaised();  // the stream is open, waiting for its approval
+  proxy_->stop();
+  client.join();
+  ASSERT_TRUE(a) << out;
+  auto r = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(r.is_discarded()) << out;
+  EXPECT_EQ(r["alpn"], "h2");
+  ASSERT_TRUE(r["goaway"].is_object()) << out;
+  EXPECT_EQ(r["goaway"]["code"], 0) << "NO_ERROR";
+  EXPECT_EQ(r["goaway"]["last"], 1) << "the open stream was taken";
+  EXPECT_TRUE(up_->requests().empty());
 }
 
 }  // namespace

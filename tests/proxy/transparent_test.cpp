@@ -10,11 +10,16 @@
 #include <sys/wait.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <vector>
 
+#include "https_upstream.hpp"
 #include "isolation.hpp"
 #include "proxy_fixture.hpp"
+#include "sluice/policy/secrets.hpp"
+#include "sluice/proxy/certificate_authority.hpp"
 
 namespace sluice::proxy::testing {
 namespace {
@@ -347,6 +352,88 @@ INSTANTIATE_TEST_SUITE_P(
                       OrderCase{Check::kAsk, Check::kDial, "AskBeforeDial"},
                       OrderCase{Check::kVet, Check::kDial, "VetBeforeDial"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// An h2 client over transparent capture: the captured TLS connection goes through the same
+// inspection as a CONNECT (client_connection.cpp carry() -> startInspection), so ALPN picks h2
+// and the stream is decided and injected like any request. curl runs inside the namespace,
+// reaching the synthetic address of upstream.test, which is redirected to the proxy.
+class TransparentH2Test : public TransparentNetnsTest {
+ protected:
+  static constexpr const char* kSecret = "sk-transparent-h2-61c0";
+
+  ProxyOptions options() override {
+    auto o = TransparentNetnsTest::options();
+    o.ca = ca_;
+    o.upstream_ca_files = {ca_file_};
+    return o;
+  }
+  std::string policyYaml() override {
+    return "apiVersion: sluice/v1\nkind: Workflow\nname: transparent\negress:\n  rules:\n"
+           "    - {id: api, action: allow, hosts: [upstream.test], ports: [\"1-65535\"],\n"
+           "       allow_private: true, cidrs: [\"127.0.0.0/8\"], tls: inspect,\n"
+           "       methods: [GET], paths: [\"/v1/*\"],\n"
+           "       inject: {headers: {Authorization: \"Bearer ${secret:token}\"}}}\n";
+  }
+  void TearDown() override {
+    TransparentNetnsTest::TearDown();
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+
+  tls_testing::TestPki pki_;
+  std::string dir_ = [] {
+    char tmpl[] = "/tmp/sluice-transparent-h2-XXXXXX";
+    return std::string(::mkdtemp(tmpl) ? tmpl : "");
+  }();
+  std::string ca_file_ = [this] {
+    std::ofstream(dir_ + "/upstream-ca.pem") << pki_.caPem();
+    return dir_ + "/upstream-ca.pem";
+  }();
+  std::shared_ptr<CertificateAuthority> ca_ = [this] {
+    auto ca = CertificateAuthority::createEphemeral("sluice transparent h2 test CA");
+    std::ofstream(dir_ + "/proxy-ca.pem") << (ca ? (*ca)->certificatePem() : "");
+    return ca ? *ca : nullptr;
+  }();
+  tls_testing::HttpsUpstream https_{pki_.leaf({"upstream.test"})};
+};
+
+TEST_F(TransparentH2Test, AnH2ClientIsInspectedStreamByStream) {
+  auto [id, synthetic] = identityWithNames();
+  ASSERT_FALSE(synthetic.empty());
+  id.secrets = policy::makeSecretStore({{"token", kSecret}});
+  const std::string port = std::to_string(https_.port());
+  const std::string out = dir_ + "/curl.out";
+  // code * 10 + the HTTP major version curl used, per URL.
+  auto r = probeFromRedirectedNetns(id, 2, [&] {
+    const std::string cmd =
+        "curl --http2 -s --max-time 10 --cacert " + dir_ +
+        "/proxy-ca.pem --resolve upstream.test:" + port + ":" + synthetic +
+        " -w '%{http_code} %{http_version}\\n' -o /dev/null https://upstream.test:" + port +
+        "/v1/ok -o /dev/null https://upstream.test:" + port + "/v2/no > " + out;
+    std::vector<int> codes;
+    if (std::system(cmd.c_str()) != 0) return std::vector<int>{-1, -1};
+    std::ifstream in(out);
+    int code = 0;
+    int version = 0;
+    while (in >> code >> version) codes.push_back(code * 10 + version);
+    codes.resize(2, -2);
+    return codes;
+  });
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0], 2002) << "200 over HTTP/2";
+  EXPECT_EQ(r[1], 4032) << "403 over HTTP/2 (path_not_allowed)";
+  auto got = https_.requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].target, "/v1/ok");
+  EXPECT_EQ(got[0].header("Authorization"), std::string("Bearer ") + kSecret);
+  auto denied = sink_->waitRequest([](const auto& e) { return e.path == "/v2/no"; });
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->reason, "path_not_allowed");
+  auto conn = sink_->waitConnection([](const auto& e) { return e.host == "upstream.test"; });
+  ASSERT_TRUE(conn);
+  EXPECT_EQ(conn->kind, audit::ConnectionKind::kTransparent);
+  EXPECT_EQ(conn->tls, audit::TlsHandling::kInspect);
+}
 
 }  // namespace
 }  // namespace sluice::proxy::testing

@@ -1,0 +1,144 @@
+// The upstream connections of an HTTP/2 inspected tunnel (upstream_pool.hpp).
+#include "upstream_pool.hpp"
+
+#include "log.hpp"
+#include "upstream_dial.hpp"
+
+namespace sluice::proxy {
+
+struct UpstreamPool::Owned {
+  Owned(const net::any_io_executor& ex, net::ssl::context& tls) : stream(ex, tls), watch(ex) {}
+  SslStream stream;
+  Watch watch;
+  beast::flat_buffer buf;
+};
+
+UpstreamPool::UpstreamPool(ConnState& conn, SslStream& first, Watch& first_watch,
+                           beast::flat_buffer& first_buf, const policy::Target& target,
+                           policy::IpAddress vetted, audit::ConnectionEvent& row,
+                           std::optional<Refusal> failure)
+    : conn_(conn),
+      target_(target),
+      row_(row),
+      failure_(std::move(failure)),
+      wake_(first.get_executor()) {
+  if (!failure_) entries_.push_back(Entry{&first, &first_watch, &first_buf, vetted, nullptr});
+}
+
+UpstreamPool::~UpstreamPool() {
+  closeAll();
+  while (!entries_.empty()) drop(entries_.begin());
+}
+
+net::awaitable<void> UpstreamPool::lease(PooledLink& link) {
+  for (;;) {
+    if (failure_ || closed_) co_return;  // the link refuses (cannotDial)
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->busy || !beast::get_lowest_layer(*it->stream).is_open()) continue;
+      it->busy = true;
+      link.entry_it_ = it;
+      link.entry_ = &*it;
+      co_return;
+    }
+    if (entries_.size() + dialling_ < kMaxConnections) {
+      ++dialling_;
+      link.may_dial_ = true;
+      co_return;
+    }
+    // Every connection carries a stream: wait until one comes back (or closes).
+    wake_.expires_at(net::steady_timer::time_point::max());
+    ErrorCode ec;
+    co_await wake_.async_wait(net::redirect_error(net::use_awaitable, ec));
+  }
+}
+
+// Links may still hold entries: the sockets close (their exchanges end), the entries stay
+// until the links give them back.
+void UpstreamPool::closeAll() {
+  closed_ = true;
+  for (auto& e : entries_) {
+    ErrorCode ec;
+    beast::get_lowest_layer(*e.stream).close(ec);
+    e.watch->timer.cancel();
+  }
+  wake();
+}
+
+void UpstreamPool::giveBack(Iter it) {
+  it->busy = false;
+  wake();
+}
+
+void UpstreamPool::drop(Iter it) {
+  ErrorCode ec;
+  beast::get_lowest_layer(*it->stream).close(ec);
+  it->watch->timer.cancel();
+  // A dialled connection holds a slot of max_connections (the tunnel's own is the tunnel's).
+  if (it->owned) conn_.account().releaseConnection();
+  entries_.erase(it);
+  wake();
+}
+
+void UpstreamPool::wake() { wake_.cancel(); }
+
+PooledLink::~PooledLink() {
+  if (may_dial_) --pool_.dialling_;
+  if (entry_it_) pool_.giveBack(*entry_it_);
+  if (may_dial_ || entry_it_) pool_.wake();
+}
+
+const policy::IpAddress* PooledLink::openTo(const policy::Target& target) {
+  if (!entry_ || target.host != pool_.target_.host || target.port != pool_.target_.port)
+    return nullptr;
+  // Bytes no request asked for: this connection must not answer the next request.
+  if (entry_->buf->size() > 0) {
+    log().warn("upstream {} sent bytes no request asked for; connection closed",
+               pool_.target_.authority());
+    close();
+    return nullptr;
+  }
+  return &entry_->vetted;
+}
+
+std::optional<Refusal> PooledLink::cannotDial(const std::string& rule_id) const {
+  if (pool_.failure_) return pool_.failure_;
+  if (may_dial_ && !pool_.closed_) return std::nullopt;
+  return refusal(
+      policy::Reason::kUpstreamError,
+      "the upstream connection of this tunnel to " + pool_.target_.authority() + " has ended",
+      rule_id);
+}
+
+net::awaitable<std::expected<VettedAddress, Refusal>> PooledLink::dial(
+    const std::vector<VettedAddress>& addrs, const policy::Target& target,
+    const std::string& rule_id) {
+  auto& ctx = pool_.conn_.ctx;
+  auto owned =
+      std::make_unique<UpstreamPool::Owned>(pool_.wake_.get_executor(), ctx->tls->upstream);
+  auto dialled = co_await dialVetted(ctx, owned->stream.next_layer(), owned->watch, addrs, target,
+                                     rule_id, pool_.conn_.keep_alive());
+  if (!dialled) co_return dialled;
+  auto refused = co_await upstreamTlsHandshake(owned->stream, owned->watch, target,
+                                               ctx->options.connect_timeout, pool_.conn_.keep_alive,
+                                               rule_id, /*offer_h2=*/false);
+  if (refused) co_return std::unexpected(std::move(*refused));
+  if (pool_.closed_) co_return std::unexpected(*cannotDial(rule_id));
+  UpstreamPool::Entry e{&owned->stream, &owned->watch, &owned->buf, dialled->address, nullptr};
+  e.owned = std::move(owned);
+  e.busy = true;
+  auto it = pool_.entries_.insert(pool_.entries_.end(), std::move(e));
+  if (may_dial_) --pool_.dialling_;
+  may_dial_ = false;
+  entry_it_ = it;
+  entry_ = &*it;
+  co_return dialled;
+}
+
+void PooledLink::close() {
+  if (!entry_it_) return;
+  pool_.drop(*entry_it_);
+  entry_it_.reset();
+  entry_ = nullptr;
+}
+
+}  // namespace sluice::proxy
