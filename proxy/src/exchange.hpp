@@ -36,7 +36,9 @@ struct MintedTokens {
   static constexpr std::size_t kKept = 4;  // the newest; a token is refreshed rarely
   std::vector<std::string> values;
   MintedTokens() = default;
-  MintedTokens(const MintedTokens&) = delete;
+  /// A copy starts empty: the tokens belong to the connection that sent them (an HTTP/2
+  /// stream's ConnState is a copy of its tunnel's, and redacts its own).
+  MintedTokens(const MintedTokens&) {}
   MintedTokens& operator=(const MintedTokens&) = delete;
   ~MintedTokens() {
     for (auto& v : values) policy::wipeString(v);
