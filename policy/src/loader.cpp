@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "host_pattern.hpp"
+#include "inject_aws_sigv4.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/policy/host_mounts.hpp"
 #include "sluice/policy/units.hpp"
@@ -366,7 +367,7 @@ class Parser {
   }
 
   void parseInject(const YAML::Node& n, Rule& r) {
-    if (!checkMap(n, "inject", {"headers", "placeholder_env"})) return;
+    if (!checkMap(n, "inject", {"headers", "placeholder_env", "aws_sigv4"})) return;
     std::set<std::string> names;
     if (auto h = n["headers"]) {
       if (!h.IsMap() || h.size() == 0) {
@@ -419,7 +420,22 @@ class Parser {
         }
       }
     }
+    if (auto a = n["aws_sigv4"]) parseInjectAwsSigv4(a, r.inject, names, injectContext());
     r.inject.secret_names.assign(names.begin(), names.end());
+  }
+
+  // What the parsers of `inject:` keys in their own files (inject_*.cpp) borrow.
+  InjectParseContext injectContext() {
+    return {[this](const YAML::Node& n, std::string m) { error(n, std::move(m)); },
+            [this](SourcePos pos, std::string m) {
+              diags_.push_back({file_, pos, std::move(m)});
+            },
+            [this](const YAML::Node& n, std::string_view what, Keys keys) {
+              return checkMap(n, what, keys);
+            },
+            [this](const YAML::Node& n, const std::string& v, std::set<std::string>& names) {
+              parseTemplate(n, v, names);
+            }};
   }
 
   // `paths_case: sensitive | insensitive` and `path_params: refuse | allow`.
@@ -736,6 +752,7 @@ class Parser {
       } else {
         std::set<std::string> ids;
         for (const auto& r : rules) parseRule(r, w, ids);
+        checkAwsSigv4Rules(w.rules, injectContext());
       }
     }
     if (auto l = n["limits"]) parseLimits(l, w.limits);

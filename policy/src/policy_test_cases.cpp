@@ -100,6 +100,7 @@ void describe(const Subject& s, const IpAddress* addr, Explanation& ex) {
     for (const auto& [name, value] : ex.decision.rule->inject.headers) {
       ex.inject_headers.push_back(name);
     }
+    if (ex.decision.rule->inject.aws_sigv4) ex.inject_headers.push_back("aws_sigv4");
     ex.inject_secrets = ex.decision.rule->inject.secret_names;
   }
 }

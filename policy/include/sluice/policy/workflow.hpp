@@ -46,12 +46,22 @@ struct PathPattern {
   std::string text;     // as written
 };
 
+/// `inject.aws_sigv4`: the secrets (names) holding the real AWS credentials; the proxy checks
+/// a request's SigV4 signature made with the sandbox's placeholders and signs it again with these.
+struct AwsSigV4 {
+  std::string access_key_id;      // secret names
+  std::string secret_access_key;  //
+  std::string session_token;      // empty when absent
+  SourcePos pos;
+};
+
 /// Header injection: header name -> template with `${secret:NAME}` references.
 struct Inject {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string placeholder_env;            // empty when absent
+  std::optional<AwsSigV4> aws_sigv4;      // policy/src/inject_aws_sigv4.cpp
   std::vector<std::string> secret_names;  // every NAME referenced, sorted, unique
-  bool empty() const { return headers.empty() && placeholder_env.empty(); }
+  bool empty() const { return headers.empty() && placeholder_env.empty() && !aws_sigv4; }
 };
 
 struct Rule {
