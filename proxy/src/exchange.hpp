@@ -127,6 +127,7 @@ class Exchange {
   std::pmr::unsynchronized_pool_resource pool_;
   std::optional<ReqParser> req_parser_;
   std::optional<RespParser> resp_parser_;
+  std::unique_ptr<BodyTransform> body_transform_;  // this request's (aws_signing.hpp), or null
 };
 
 }  // namespace sluice::proxy

@@ -5,6 +5,7 @@
 
 #include "admission.hpp"
 #include "audit_rows.hpp"
+#include "aws_signing.hpp"
 #include "exchange.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
@@ -77,7 +78,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   auto inj = rewrite(target, canon, d, ws);
   if (inj.error) {
     wipeFields(fields, inj.touched);
-    Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
+    Refusal r = refusal(inj.error_reason, *inj.error, d.rule_id);
     co_await refuse(&target, canon.method, canon.path, r, false);
     co_return false;
   }
@@ -132,6 +133,15 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   // is injected next.
   stripHopByHop(req);
   req.erase(http::field::expect);
+  // SigV4 (inject.aws_sigv4): the client's signature is checked on the request as it was sent,
+  // and made again with the real key below, once the request is what the upstream will get.
+  body_transform_.reset();
+  InjectionResult signing;
+  AwsSigning aws(d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
+  const auto sent_target = req.target();
+  if (!aws.verify(fields, canon.method, {sent_target.data(), sent_target.size()},
+                  req_parser_->is_done(), signing))
+    return signing;
   auto inj =
       applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
   if (inj.error) return inj;
@@ -144,6 +154,9 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   req.target(canon.target());
   req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
   req.keep_alive(true);
+  std::string signed_target = canon.target();
+  if (!aws.resign(fields, signed_target, inj, body_transform_)) return inj;
+  if (signed_target != canon.target()) req.target(signed_target);
   if (ws) {
     req.set(http::field::connection, "Upgrade");
     req.set(http::field::upgrade, "websocket");
@@ -167,7 +180,8 @@ net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecor
   Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
   rec.forwarding();  // on record before the first byte leaves
   return relayMessage<true>(from_client, *req_parser_, to_upstream,
-                            conn_.ctx->options.upstream_timeout, count_out, keep_alive);
+                            conn_.ctx->options.upstream_timeout, count_out, keep_alive,
+                            body_transform_.get());
 }
 
 // Why sending stopped because of the client's side or a limit (the upstream has part of a
@@ -185,6 +199,12 @@ auto Exchange<Client, Upstream>::sendFailed(const RelayResult& sent) -> std::opt
           "request body exceeds " + std::to_string(conn_.ctx->options.max_body_bytes) + " bytes")};
     return Failure{
         refusal(Reason::kInvalidRequest, "malformed request body: " + sent.ec.message())};
+  }
+  if (sent.fail == RelayFail::kTransform) {
+    // The body was refused part-way (a SigV4 chunk signature): the upstream has part of it and
+    // must never see the rest, so its connection goes.
+    link_->close();
+    return Failure{refusal(body_transform_->reason, body_transform_->detail)};
   }
   if (sent.fail == RelayFail::kLimit) {
     endConnection(link_->row(), Reason::kLimitExceeded, "workflow limit max_bytes_out reached");
