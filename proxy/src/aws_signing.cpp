@@ -63,8 +63,16 @@ AwsSigning::AwsSigning(const policy::Rule* rule, const policy::SecretStore* secr
   }
 }
 
+bool AwsSigning::needsBodyHash(const policy::Rule* rule, const PmrFields& fields,
+                               bool body_pending) {
+  if (!rule || !rule->inject.aws_sigv4 || !body_pending) return false;
+  if (fields.find("x-amz-content-sha256") != fields.end()) return false;
+  auto authz = fields[http::field::authorization];
+  return authz.starts_with("AWS4-HMAC-SHA256");
+}
+
 bool AwsSigning::verify(const PmrFields& fields, std::string_view method, std::string_view target,
-                        bool body_done, InjectionResult& inj) {
+                        std::optional<std::string_view> body_hash, InjectionResult& inj) {
   if (!rule_) return true;
   sigv4::Request req = requestOf(fields, method, target);
   if (!sigv4::isSigned(req)) return true;
@@ -73,7 +81,6 @@ bool AwsSigning::verify(const PmrFields& fields, std::string_view method, std::s
   if (!id_ || !secret_)
     return refuse(inj, Reason::kSignatureMismatch,
                   "rule " + rule_->id + " re-signs SigV4 only for a sandbox's placeholder keys");
-  auto body_hash = body_done ? std::optional<std::string_view>(sigv4::kEmptyHash) : std::nullopt;
   auto v = sigv4::verify(req, {id_->token, secret_->token, {}}, body_hash);
   if (!v) {
     const bool mismatch = v.error().problem == sigv4::Problem::kSignatureMismatch ||

@@ -26,11 +26,17 @@ class AwsSigning {
   AwsSigning(const policy::Rule* rule, const policy::SecretStore* secrets,
              const std::vector<Placeholder>& placeholders);
 
-  /// Checks the signature of the request as the client sent it. `body_done`: no body follows
-  /// the header (its hash is that of the empty string). On a refusal, fills `inj.error` and
-  /// `inj.error_reason` and returns false.
+  /// Whether the body must be read before the header can be checked: a request of `rule`
+  /// signed over a body hash it does not state (no x-amz-content-sha256: services other
+  /// than S3). The proxy reads such a body ahead, up to kMaxReadAhead bytes.
+  static bool needsBodyHash(const policy::Rule* rule, const PmrFields& fields, bool body_pending);
+  static constexpr std::size_t kMaxReadAhead = 8 << 20;
+
+  /// Checks the signature of the request as the client sent it. `body_hash`: the body's hex
+  /// SHA-256 when known (read ahead, or the empty string's when no body follows). On a
+  /// refusal, fills `inj.error` and `inj.error_reason` and returns false.
   bool verify(const PmrFields& fields, std::string_view method, std::string_view target,
-              bool body_done, InjectionResult& inj);
+              std::optional<std::string_view> body_hash, InjectionResult& inj);
 
   /// Signs the request again as it will be forwarded: sets the header fields (and target, for a
   /// presigned URL), names the secrets in `inj`. A streaming upload's body transform is left in

@@ -92,6 +92,7 @@ class Exchange {
   InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,
                           const policy::Decision& d, bool ws);
   net::awaitable<RelayResult> sendRequest(RequestRecord& rec);
+  net::awaitable<std::optional<std::string>> readAheadBodyHash(std::size_t max);
   std::optional<Failure> sendFailed(const RelayResult& sent);
   net::awaitable<ResponseHead> readResponseHead(RequestRecord& rec, const policy::Target& target,
                                                 bool is_head);
@@ -128,6 +129,7 @@ class Exchange {
   std::optional<ReqParser> req_parser_;
   std::optional<RespParser> resp_parser_;
   std::unique_ptr<BodyTransform> body_transform_;  // this request's (aws_signing.hpp), or null
+  std::optional<std::string> body_hash_;           // the body's SHA-256 when it was read ahead
 };
 
 }  // namespace sluice::proxy

@@ -11,6 +11,7 @@
 #include "http_rules.hpp"
 #include "injection.hpp"
 #include "log.hpp"
+#include "sluice/base/digest.hpp"
 #include "sluice/base/net_tls.hpp"
 
 namespace sluice::proxy {
@@ -73,8 +74,15 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   // What the client asked for, before the request is rewritten for the upstream.
   const bool body_pending = !parser.is_done();
   bool client_keep = parser.get().keep_alive() && !conn_.ctx->draining.load();
-  const bool expect_continue = iequals(parser.get()[http::field::expect], "100-continue");
+  bool expect_continue = iequals(parser.get()[http::field::expect], "100-continue");
   const bool is_head = parser.get().method() == http::verb::head;
+  body_hash_.reset();
+  if (AwsSigning::needsBodyHash(d.rule, fields, body_pending)) {
+    // The client's signature covers a body it does not state the hash of: read it first.
+    if (expect_continue && !co_await writeClient(kContinue)) co_return false;
+    expect_continue = false;
+    body_hash_ = co_await readAheadBodyHash(AwsSigning::kMaxReadAhead);
+  }
   auto inj = rewrite(target, canon, d, ws);
   if (inj.error) {
     wipeFields(fields, inj.touched);
@@ -139,8 +147,10 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   InjectionResult signing;
   AwsSigning aws(d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
   const auto sent_target = req.target();
-  if (!aws.verify(fields, canon.method, {sent_target.data(), sent_target.size()},
-                  req_parser_->is_done(), signing))
+  auto body_hash = req_parser_->is_done() ? std::optional<std::string_view>(sigv4::kEmptyHash)
+                                          : std::optional<std::string_view>(body_hash_);
+  if (!aws.verify(fields, canon.method, {sent_target.data(), sent_target.size()}, body_hash,
+                  signing))
     return signing;
   auto inj =
       applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
@@ -182,6 +192,29 @@ net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecor
   return relayMessage<true>(from_client, *req_parser_, to_upstream,
                             conn_.ctx->options.upstream_timeout, count_out, keep_alive,
                             body_transform_.get());
+}
+
+// Reads a Content-Length body of at most `max` bytes into the client buffer without consuming
+// it (the relay sends it on from there) and returns its hex SHA-256; nullopt when the body is
+// chunked, larger, or does not arrive in time.
+template <typename Client, typename Upstream>
+net::awaitable<std::optional<std::string>> Exchange<Client, Upstream>::readAheadBodyHash(
+    std::size_t max) {
+  auto len = req_parser_->content_length();
+  if (req_parser_->chunked() || !len || *len > max) co_return std::nullopt;
+  const auto deadline = Clock::now() + conn_.ctx->options.upstream_timeout;
+  while (buf_.size() < *len) {
+    ErrorCode ec;
+    Deadline d(watch_, beast::get_lowest_layer(client_), deadline,
+               [this] { return conn_.keep_alive(); });
+    std::size_t n = co_await client_.async_read_some(buf_.prepare(*len - buf_.size()),
+                                                     net::redirect_error(net::use_awaitable, ec));
+    buf_.commit(n);
+    if (ec) co_return std::nullopt;
+  }
+  auto data = buf_.data();
+  co_return base::sha256Hex(
+      {static_cast<const char*>(data.data()), static_cast<std::size_t>(*len)});
 }
 
 // Why sending stopped because of the client's side or a limit (the upstream has part of a

@@ -254,6 +254,9 @@ TEST_F(SigV4Run, RealClientsAreSignedAgainWithTheRealKeyWhichNeverReachesTheSand
   ASSERT_FALSE(node.is_discarded()) << show(r["node"]);
   EXPECT_EQ(node.value("put", 0), 200) << show(r["node"]);
   EXPECT_EQ(node.value("get_same", false), true) << show(r["node"]);
+  // STS: a body signed without x-amz-content-sha256.
+  EXPECT_EQ(r["sts"].value("rc", -1), 0) << show(r["sts"]);
+  EXPECT_NE(r["sts"].value("out", "").find("123456789012"), std::string::npos) << show(r["sts"]);
   // A streaming upload, its chunks signed again on the fly.
   EXPECT_EQ(r["stream_put"].value("status", 0), 200) << show(r["stream_put"]);
 

@@ -58,7 +58,8 @@ def check(h, body):
         parts = dict(p.strip().split("=", 1) for p in auth[len("AWS4-HMAC-SHA256 "):].split(","))
         cred, signed = parts["Credential"].split("/"), parts["SignedHeaders"].split(";")
         given, presigned, ts = parts["Signature"], False, h.headers.get("x-amz-date", "")
-        payload = h.headers.get("x-amz-content-sha256")
+        # Services other than S3 sign the body's hash without stating it.
+        payload = h.headers.get("x-amz-content-sha256") or hashlib.sha256(body).hexdigest()
         token = h.headers.get("x-amz-security-token", "")
     if cred[0] != REAL_ID:
         return False, "access key id is not the real one", body
@@ -79,6 +80,13 @@ def check(h, body):
         except ValueError as e:
             return False, str(e), body
     return True, "", body
+
+
+STS_IDENTITY = (b'<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+                b"<GetCallerIdentityResult><Arn>arn:aws:iam::123456789012:user/sigv4-test</Arn>"
+                b"<UserId>AIDASIGV4TEST</UserId><Account>123456789012</Account>"
+                b"</GetCallerIdentityResult><ResponseMetadata><RequestId>1</RequestId>"
+                b"</ResponseMetadata></GetCallerIdentityResponse>")
 
 
 def listing(bucket):
@@ -138,6 +146,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if not ok:
             return self.answer(403, b"<Error><Code>SignatureDoesNotMatch</Code></Error>")
         path = urllib.parse.urlsplit(self.path).path
+        if self.command == "POST" and path == "/" and b"Action=GetCallerIdentity" in data:
+            return self.answer(200, STS_IDENTITY, [("Content-Type", "text/xml")])
         bucket, _, name = path.lstrip("/").partition("/")
         name = urllib.parse.unquote(name)
         if self.command == "PUT":
