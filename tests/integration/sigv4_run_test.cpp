@@ -208,6 +208,41 @@ class SigV4Run : public ::testing::Test {
     return found;
   }
 
+  // The upstream: every request it got carried the real key's signature; none of the refused
+  // ones reached it; the streaming upload arrived whole and verified chunk by chunk.
+  void expectUpstreamSawOnlyTheRealKey() {
+    int streamed = 0;
+    for (const json& e : upstreamLog()) {
+      const std::string path = e.value("path", "");
+      EXPECT_EQ(path.find("wrongbucket"), std::string::npos) << e.dump();
+      if (path.starts_with("/bucket/tampered.bin")) {
+        EXPECT_FALSE(e.value("ok", true)) << e.dump();
+        continue;
+      }
+      EXPECT_TRUE(e.value("ok", false)) << e.dump();
+      if (e.value("streaming", false) && e.value("ok", false)) {
+        ++streamed;
+        EXPECT_EQ(e.value("size", 0), 3 << 20);
+      }
+    }
+    EXPECT_EQ(streamed, 1);
+  }
+
+  // The audit store: refusals with signature_mismatch; the secret names on allowed rows.
+  void expectAuditRows() {
+    const std::string db = (dir_ / "audit.db").string();
+    EXPECT_GE(sluice::testing::auditCount(
+                  db,
+                  "SELECT count(*) FROM requests WHERE reason='signature_mismatch' AND "
+                  "status=403"),
+              4);
+    EXPECT_GE(sluice::testing::auditCount(
+                  db,
+                  "SELECT count(*) FROM requests WHERE decision='allow' AND status=200 AND "
+                  "injected_secrets LIKE '%aws_key%'"),
+              8);
+  }
+
   fs::path dir_;
   std::string id_, secret_, token_, port_;
   pid_t upstream_ = -1;
@@ -268,40 +303,17 @@ TEST_F(SigV4Run, RealClientsAreSignedAgainWithTheRealKeyWhichNeverReachesTheSand
     EXPECT_EQ(r[step].value("reason", ""), "signature_mismatch") << step;
   }
   EXPECT_NE(r["wrong_key"].value("rc", 0), 0) << show(r["wrong_key"]);
+  // Pipelined on one tunnel: the first answered, the second refused, the connection closed.
+  const std::string piped = r.value("pipelined", "");
+  EXPECT_TRUE(piped.starts_with("HTTP/1.1 200 ")) << piped;
+  EXPECT_NE(piped.find("HTTP/1.1 403 "), std::string::npos) << piped;
+  EXPECT_NE(piped.find("X-Sluice-Reason: signature_mismatch"), std::string::npos) << piped;
+  EXPECT_EQ(piped.find("HTTP/1.1 200 ", 1), std::string::npos) << piped;
   // A tampered chunk: the upload is cut off, never completed upstream.
   EXPECT_NE(r["stream_tampered"].value("status", 0), 200) << show(r["stream_tampered"]);
 
-  // The upstream: every request it got carried the real key's signature; none of the refused
-  // ones reached it; the streaming upload arrived whole and verified chunk by chunk.
-  int streamed = 0;
-  for (const json& e : upstreamLog()) {
-    const std::string path = e.value("path", "");
-    EXPECT_EQ(path.find("wrongbucket"), std::string::npos) << e.dump();
-    if (path.starts_with("/bucket/tampered.bin")) {
-      EXPECT_FALSE(e.value("ok", true)) << e.dump();
-      continue;
-    }
-    EXPECT_TRUE(e.value("ok", false)) << e.dump();
-    if (e.value("streaming", false) && e.value("ok", false)) {
-      ++streamed;
-      EXPECT_EQ(e.value("size", 0), 3 << 20);
-    }
-  }
-  EXPECT_EQ(streamed, 1);
-
-  // The audit store: refusals with signature_mismatch; the secret names on allowed rows.
-  const std::string db = (dir_ / "audit.db").string();
-  EXPECT_GE(sluice::testing::auditCount(
-                db,
-                "SELECT count(*) FROM requests WHERE reason='signature_mismatch' AND "
-                "status=403"),
-            4);
-  EXPECT_GE(sluice::testing::auditCount(
-                db,
-                "SELECT count(*) FROM requests WHERE decision='allow' AND status=200 AND "
-                "injected_secrets LIKE '%aws_key%'"),
-            8);
-
+  expectUpstreamSawOnlyTheRealKey();
+  expectAuditRows();
   for (const auto& where : leaks(o)) ADD_FAILURE() << "the real key found in " << where;
   EXPECT_GE(r.value("dumped_files", 0), 3);  // small.txt, got.txt, .aws/config
 }

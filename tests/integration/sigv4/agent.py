@@ -2,7 +2,7 @@
 and hand-made requests (botocore's signer with the sandbox's placeholder key), against the
 test's S3-like upstream through the proxy. Results go to /output/results.json; the environment
 and every file of /work and /tmp are copied to /output/dump for the test's leak search."""
-import hashlib, hmac, http.client, json, os, ssl, subprocess, sys, urllib.parse
+import hashlib, hmac, http.client, json, os, socket, ssl, subprocess, sys, urllib.parse
 
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
@@ -94,6 +94,35 @@ results["keepalive_wrong"] = send(c, "GET", "/wrongbucket?list-type=2",
                                   signed("GET", "/wrongbucket?list-type=2", wrong))
 results["fresh_wrong"] = send(connect(), "GET", "/wrongbucket?list-type=2",
                               signed("GET", "/wrongbucket?list-type=2", wrong))
+
+
+def pipelined(reqs):
+    """Several requests written at once on one tunnel; everything the proxy answers."""
+    s = socket.create_connection(("127.0.0.1", 3128), timeout=60)
+    s.sendall(f"CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost:{port}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(4096)
+    t = ctx.wrap_socket(s, server_hostname="localhost")
+    raw = b""
+    for method, path, headers in reqs:
+        raw += f"{method} {path} HTTP/1.1\r\nHost: localhost:{port}\r\n".encode()
+        raw += b"".join(f"{k}: {v}\r\n".encode() for k, v in headers.items()) + b"\r\n"
+    t.sendall(raw)
+    data = b""
+    try:
+        while chunk := t.recv(65536):
+            data += chunk
+    except OSError:
+        pass
+    return data.decode("latin-1")
+
+
+list_path = "/bucket?list-type=2&prefix=pipe"
+results["pipelined"] = pipelined([
+    ("GET", list_path, signed("GET", list_path, good)),
+    ("GET", "/wrongbucket?list-type=2", signed("GET", "/wrongbucket?list-type=2", wrong)),
+    ("GET", list_path, signed("GET", list_path, good))])
 
 
 def hm(k, m):
