@@ -13,6 +13,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "injection.hpp"
 #include "sigv4_chunks.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/policy/loader.hpp"
@@ -412,6 +413,39 @@ TEST(SigV4Placeholders, ShapedLikeAwsKeysAndNewEachTime) {
     EXPECT_EQ(a[i].rule_id, "s3");
     EXPECT_NE(a[i].token, b[i].token);
   }
+}
+
+// The stand-ins are bound to their rule like any placeholder: on its requests they are left for
+// the signature check (never swapped for a secret), on another rule's they are a leak.
+TEST(SigV4Placeholders, NeverSwappedAndALeakElsewhere) {
+  auto w = policy::parseWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: s3\negress:\n  rules:\n"
+      "    - id: s3\n      action: allow\n      hosts: [s3.example]\n      tls: inspect\n"
+      "      inject:\n        aws_sigv4:\n          access_key_id: ${secret:id}\n"
+      "          secret_access_key: ${secret:key}\n"
+      "    - id: other\n      action: allow\n      hosts: [o.example]\n      tls: inspect\n"
+      "      inject:\n        headers: {X-K: \"${secret:o}\"}\n",
+      "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  auto phs = makePlaceholders(*w);
+  ASSERT_EQ(phs.size(), 2u);
+  auto secrets = policy::makeSecretStore({{"id", "AKIAREAL"}, {"key", "real-key"}, {"o", "o"}});
+  auto fields = [&] {
+    http::fields f;
+    f.set(http::field::authorization, "AWS4-HMAC-SHA256 Credential=" + phs[0].token + "/x");
+    f.set("X-Leak", phs[1].token);
+    return f;
+  };
+  http::fields own = fields();
+  auto inj = applyInjection(own, &w->rules[0], secrets.get(), phs);
+  EXPECT_FALSE(inj.placeholder_leak);
+  EXPECT_FALSE(inj.error);
+  EXPECT_EQ(own["X-Leak"], phs[1].token);  // not swapped for the real secret
+  EXPECT_NE(own[http::field::authorization].find(phs[0].token), std::string::npos);
+  http::fields elsewhere = fields();
+  inj = applyInjection(elsewhere, &w->rules[1], secrets.get(), phs);
+  EXPECT_TRUE(inj.placeholder_leak);
+  EXPECT_EQ(elsewhere["X-Leak"], phs[1].token);
 }
 
 }  // namespace
