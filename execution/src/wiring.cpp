@@ -51,8 +51,9 @@ std::expected<std::vector<std::string>, std::string> sandboxEnvironment(
   for (const proxy::Placeholder& ph : placeholders) {
     for (const std::string& kv : env)
       if (kv.substr(0, kv.find('=')) == ph.env)
-        return std::unexpected(ph.env + ": set by rule '" + ph.rule_id +
-                               "' (inject.placeholder_env), cannot be given");
+        return std::unexpected(ph.env + ": set by rule '" + ph.rule_id + "' (" +
+                               (ph.swapped ? "inject.placeholder_env" : "inject.aws_sigv4") +
+                               "), cannot be given");
     out.push_back(ph.env + "=" + ph.token);
   }
   if (auto checked = rn::buildEnvironment(out, network_proxy); !checked)

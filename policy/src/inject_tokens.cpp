@@ -18,7 +18,7 @@ SourcePos posOf(const YAML::Node& n) {
 
 // A scalar string of a grant, without line breaks (they would end up in a request).
 std::optional<std::string> text(const YAML::Node& n, const std::string& what,
-                                const InjectParseKit& kit) {
+                                const InjectParseContext& kit) {
   if (!n.IsScalar() || n.Scalar().empty()) {
     kit.error(n, what + " must be a non-empty string");
     return std::nullopt;
@@ -32,7 +32,7 @@ std::optional<std::string> text(const YAML::Node& n, const std::string& what,
 
 // A required key of `n`; an error naming it when absent.
 YAML::Node required(const YAML::Node& n, const char* key, const std::string& what,
-                    const InjectParseKit& kit) {
+                    const InjectParseContext& kit) {
   auto v = n[key];
   if (!v) kit.error(n, what + " needs '" + key + "'");
   return v;
@@ -40,7 +40,7 @@ YAML::Node required(const YAML::Node& n, const char* key, const std::string& wha
 
 // The token endpoint: an http(s) URL without secrets, query or fragment.
 std::optional<std::string> tokenUrl(const YAML::Node& n, const std::string& what,
-                                    const InjectParseKit& kit) {
+                                    const InjectParseContext& kit) {
   auto s = text(n, what, kit);
   if (!s) return std::nullopt;
   auto url = parseUrl(*s);
@@ -57,7 +57,7 @@ std::optional<std::string> tokenUrl(const YAML::Node& n, const std::string& what
 }
 
 void parseOAuth2(const YAML::Node& n, Rule& r, std::set<std::string>& names,
-                 const InjectParseKit& kit) {
+                 const InjectParseContext& kit) {
   if (!kit.check_map(n, "inject.oauth2",
                      {"token_url", "client_id", "client_secret", "scope", "audience", "auth"}))
     return;
@@ -91,7 +91,7 @@ void parseOAuth2(const YAML::Node& n, Rule& r, std::set<std::string>& names,
 // `key: ${secret:NAME}`: exactly one reference and nothing else (the whole value is the key
 // file's JSON).
 void parseServiceAccountKey(const YAML::Node& v, GoogleServiceAccount& g,
-                            std::set<std::string>& names, const InjectParseKit& kit) {
+                            std::set<std::string>& names, const InjectParseContext& kit) {
   auto s = text(v, "inject.google_service_account.key", kit);
   if (!s) return;
   std::set<std::string> own;
@@ -108,7 +108,7 @@ void parseServiceAccountKey(const YAML::Node& v, GoogleServiceAccount& g,
 }
 
 void parseServiceAccount(const YAML::Node& n, Rule& r, std::set<std::string>& names,
-                         const InjectParseKit& kit) {
+                         const InjectParseContext& kit) {
   if (!kit.check_map(n, "inject.google_service_account", {"key", "scopes", "token_url"})) return;
   GoogleServiceAccount g;
   if (auto v = required(n, "key", "inject.google_service_account", kit))
@@ -138,7 +138,7 @@ void parseServiceAccount(const YAML::Node& n, Rule& r, std::set<std::string>& na
 
 // The token minted goes in Authorization: a header template of that name would fight it.
 void checkNoAuthorizationHeader(const YAML::Node& inject, const Rule& r,
-                                const InjectParseKit& kit) {
+                                const InjectParseContext& kit) {
   for (const auto& [name, value] : r.inject.headers) {
     std::string lower = name;
     for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -164,7 +164,7 @@ std::optional<std::string> endpointProblem(const Matcher& m, const std::string& 
 }  // namespace
 
 void parseInjectTokens(const YAML::Node& inject, Rule& r, std::set<std::string>& names,
-                       const InjectParseKit& kit) {
+                       const InjectParseContext& kit) {
   auto oauth2 = inject["oauth2"];
   auto google = inject["google_service_account"];
   if (oauth2) parseOAuth2(oauth2, r, names, kit);

@@ -12,25 +12,16 @@
 #include <string_view>
 #include <vector>
 
+#include "inject_parse.hpp"
 #include "sluice/policy/diagnostics.hpp"
 #include "sluice/policy/workflow.hpp"
 
 namespace sluice::policy {
 
-/// What the loader lends a key's parser: its diagnostics (FILE:LINE:COL), its mapping check
-/// (unknown and duplicate keys) and its `${secret:NAME}` template check.
-struct InjectParseKit {
-  std::function<void(const YAML::Node&, std::string)> error;
-  std::function<bool(const YAML::Node&, std::string_view, std::initializer_list<std::string_view>)>
-      check_map;
-  std::function<void(const YAML::Node&, const std::string&, std::set<std::string>&)>
-      secret_template;
-};
-
 /// Parses `inject.oauth2` and `inject.google_service_account` of the mapping `inject` into
 /// `r.inject`, adding the secret names they reference to `names`.
 void parseInjectTokens(const YAML::Node& inject, Rule& r, std::set<std::string>& names,
-                       const InjectParseKit& kit);
+                       const InjectParseContext& kit);
 
 /// One error per token endpoint no rule of `w` allows: a POST to it is decided as
 /// `policy explain --url TOKEN_URL --method POST` would (the proxy's own fetch goes through the

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "host_pattern.hpp"
+#include "inject_aws_sigv4.hpp"
 #include "inject_tokens.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/policy/host_mounts.hpp"
@@ -367,7 +368,8 @@ class Parser {
   }
 
   void parseInject(const YAML::Node& n, Rule& r) {
-    if (!checkMap(n, "inject", {"headers", "placeholder_env", "oauth2", "google_service_account"}))
+    if (!checkMap(n, "inject",
+                  {"headers", "placeholder_env", "oauth2", "google_service_account", "aws_sigv4"}))
       return;
     std::set<std::string> names;
     if (auto h = n["headers"]) {
@@ -421,13 +423,17 @@ class Parser {
         }
       }
     }
-    parseInjectTokens(n, r, names, injectKit());
+    parseInjectTokens(n, r, names, injectContext());
+    if (auto a = n["aws_sigv4"]) parseInjectAwsSigv4(a, r.inject, names, injectContext());
     r.inject.secret_names.assign(names.begin(), names.end());
   }
 
-  // What a new `inject:` key's own parser (inject_*.cpp) borrows from this one.
-  InjectParseKit injectKit() {
+  // What the parsers of `inject:` keys in their own files (inject_*.cpp) borrow.
+  InjectParseContext injectContext() {
     return {[this](const YAML::Node& n, std::string m) { error(n, std::move(m)); },
+            [this](SourcePos pos, std::string m) {
+              diags_.push_back({file_, pos, std::move(m)});
+            },
             [this](const YAML::Node& n, std::string_view what, Keys keys) {
               return checkMap(n, what, keys);
             },
@@ -750,6 +756,7 @@ class Parser {
       } else {
         std::set<std::string> ids;
         for (const auto& r : rules) parseRule(r, w, ids);
+        checkAwsSigv4Rules(w.rules, injectContext());
       }
     }
     if (auto l = n["limits"]) parseLimits(l, w.limits);

@@ -102,6 +102,7 @@ void describe(const Subject& s, const IpAddress* addr, Explanation& ex) {
     }
     // A minted token (inject.oauth2, inject.google_service_account) goes in Authorization.
     if (ex.decision.rule->inject.mintsToken()) ex.inject_headers.push_back("Authorization");
+    if (ex.decision.rule->inject.aws_sigv4) ex.inject_headers.push_back("aws_sigv4");
     ex.inject_secrets = ex.decision.rule->inject.secret_names;
   }
 }

@@ -39,6 +39,7 @@ constexpr auto kNames = std::to_array<std::pair<Reason, std::string_view>>({
     {Reason::kAuditUnavailable, "audit_unavailable"},
     {Reason::kSecretUnavailable, "secret_unavailable"},
     {Reason::kPlaceholderLeak, "placeholder_leak"},
+    {Reason::kSignatureMismatch, "signature_mismatch"},
     {Reason::kNotHttp, "not_http"},
     {Reason::kUpstreamError, "upstream_error"},
     {Reason::kUpstreamTimeout, "upstream_timeout"},

@@ -108,6 +108,7 @@ class Exchange {
   InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,
                           const policy::Decision& d, bool ws);
   net::awaitable<RelayResult> sendRequest(RequestRecord& rec);
+  net::awaitable<std::optional<std::string>> readAheadBodyHash(std::size_t max);
   std::optional<Failure> sendFailed(const RelayResult& sent);
   net::awaitable<ResponseHead> readResponseHead(RequestRecord& rec, const policy::Target& target,
                                                 bool is_head);
@@ -143,6 +144,8 @@ class Exchange {
   std::pmr::unsynchronized_pool_resource pool_;
   std::optional<ReqParser> req_parser_;
   std::optional<RespParser> resp_parser_;
+  std::unique_ptr<BodyTransform> body_transform_;  // this request's (aws_signing.hpp), or null
+  std::optional<std::string> body_hash_;           // the body's SHA-256 when it was read ahead
 };
 
 }  // namespace sluice::proxy

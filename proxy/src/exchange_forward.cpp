@@ -5,11 +5,13 @@
 
 #include "admission.hpp"
 #include "audit_rows.hpp"
+#include "aws_signing.hpp"
 #include "exchange.hpp"
 #include "exchange_detail.hpp"
 #include "http_rules.hpp"
 #include "injection.hpp"
 #include "log.hpp"
+#include "sluice/base/digest.hpp"
 #include "sluice/base/net_tls.hpp"
 #include "token_source.hpp"
 
@@ -73,12 +75,19 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   // What the client asked for, before the request is rewritten for the upstream.
   const bool body_pending = !parser.is_done();
   bool client_keep = parser.get().keep_alive() && !conn_.ctx->draining.load();
-  const bool expect_continue = iequals(parser.get()[http::field::expect], "100-continue");
+  bool expect_continue = iequals(parser.get()[http::field::expect], "100-continue");
   const bool is_head = parser.get().method() == http::verb::head;
+  body_hash_.reset();
+  if (AwsSigning::needsBodyHash(d.rule, fields, body_pending)) {
+    // The client's signature covers a body it does not state the hash of: read it first.
+    if (expect_continue && !co_await writeClient(kContinue)) co_return false;
+    expect_continue = false;
+    body_hash_ = co_await readAheadBodyHash(AwsSigning::kMaxReadAhead);
+  }
   auto inj = rewrite(target, canon, d, ws);
   if (inj.error) {
     wipeFields(fields, inj.touched);
-    Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
+    Refusal r = refusal(inj.error_reason, *inj.error, d.rule_id);
     co_await refuse(&target, canon.method, canon.path, r, false);
     co_return false;
   }
@@ -140,6 +149,17 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   // is injected next.
   stripHopByHop(req);
   req.erase(http::field::expect);
+  // SigV4 (inject.aws_sigv4): the client's signature is checked on the request as it was sent,
+  // and made again with the real key below, once the request is what the upstream will get.
+  body_transform_.reset();
+  InjectionResult signing;
+  AwsSigning aws(d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
+  const auto sent_target = req.target();
+  auto body_hash = req_parser_->is_done() ? std::optional<std::string_view>(sigv4::kEmptyHash)
+                                          : std::optional<std::string_view>(body_hash_);
+  if (!aws.verify(fields, canon.method, {sent_target.data(), sent_target.size()}, body_hash,
+                  signing))
+    return signing;
   auto inj =
       applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
   if (inj.error) return inj;
@@ -152,6 +172,9 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   req.target(canon.target());
   req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
   req.keep_alive(true);
+  std::string signed_target = canon.target();
+  if (!aws.resign(fields, signed_target, inj, body_transform_)) return inj;
+  if (signed_target != canon.target()) req.target(signed_target);
   if (ws) {
     req.set(http::field::connection, "Upgrade");
     req.set(http::field::upgrade, "websocket");
@@ -175,7 +198,31 @@ net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecor
   Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
   rec.forwarding();  // on record before the first byte leaves
   return relayMessage<true>(from_client, *req_parser_, to_upstream,
-                            conn_.ctx->options.upstream_timeout, count_out, keep_alive);
+                            conn_.ctx->options.upstream_timeout, count_out, keep_alive,
+                            body_transform_.get());
+}
+
+// Reads a Content-Length body of at most `max` bytes into the client buffer without consuming
+// it (the relay sends it on from there) and returns its hex SHA-256; nullopt when the body is
+// chunked, larger, or does not arrive in time.
+template <typename Client, typename Upstream>
+net::awaitable<std::optional<std::string>> Exchange<Client, Upstream>::readAheadBodyHash(
+    std::size_t max) {
+  auto len = req_parser_->content_length();
+  if (req_parser_->chunked() || !len || *len > max) co_return std::nullopt;
+  const auto deadline = Clock::now() + conn_.ctx->options.upstream_timeout;
+  while (buf_.size() < *len) {
+    ErrorCode ec;
+    Deadline d(watch_, beast::get_lowest_layer(client_), deadline,
+               [this] { return conn_.keep_alive(); });
+    std::size_t n = co_await client_.async_read_some(buf_.prepare(*len - buf_.size()),
+                                                     net::redirect_error(net::use_awaitable, ec));
+    buf_.commit(n);
+    if (ec) co_return std::nullopt;
+  }
+  auto data = buf_.data();
+  co_return base::sha256Hex(
+      {static_cast<const char*>(data.data()), static_cast<std::size_t>(*len)});
 }
 
 // Why sending stopped because of the client's side or a limit (the upstream has part of a
@@ -193,6 +240,12 @@ auto Exchange<Client, Upstream>::sendFailed(const RelayResult& sent) -> std::opt
           "request body exceeds " + std::to_string(conn_.ctx->options.max_body_bytes) + " bytes")};
     return Failure{
         refusal(Reason::kInvalidRequest, "malformed request body: " + sent.ec.message())};
+  }
+  if (sent.fail == RelayFail::kTransform) {
+    // The body was refused part-way (a SigV4 chunk signature): the upstream has part of it and
+    // must never see the rest, so its connection goes.
+    link_->close();
+    return Failure{refusal(body_transform_->reason, body_transform_->detail)};
   }
   if (sent.fail == RelayFail::kLimit) {
     endConnection(link_->row(), Reason::kLimitExceeded, "workflow limit max_bytes_out reached");

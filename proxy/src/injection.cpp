@@ -20,15 +20,17 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
   // Placeholders first: every header value the client sent is searched for every token
   // (in place: no copy of a field unless it holds a token).
   auto swappable = [&](const Placeholder& ph) { return rule && secrets && rule->id == ph.rule_id; };
+  // A signing stand-in (aws_sigv4) is never swapped; on its own rule's requests it is no leak.
+  auto leaked = [&](const Placeholder& ph) { return !rule || rule->id != ph.rule_id; };
   std::vector<std::string> names;  // fields holding a token we may swap
   for (const auto& f : fields) {
     auto value = f.value();
     bool swap = false;
     for (const auto& ph : placeholders) {
       if (value.find(ph.token) == beast::string_view::npos) continue;
-      if (swappable(ph)) {
+      if (swappable(ph) && ph.swapped) {
         swap = true;
-      } else {
+      } else if (leaked(ph)) {
         res.placeholder_leak = true;  // left as is: the token is worthless elsewhere
       }
     }
@@ -45,7 +47,7 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
     for (auto it = range.first; it != range.second; ++it) values.emplace_back(it->value());
     for (auto& value : values) {
       for (const auto& ph : placeholders) {
-        if (!swappable(ph)) continue;
+        if (!swappable(ph) || !ph.swapped) continue;
         std::size_t pos = value.find(ph.token);
         if (pos == std::string::npos) continue;
         auto secret = secrets->find(ph.secret);
@@ -177,9 +179,40 @@ template InjectionResult applyInjection<PmrFields>(PmrFields&, const policy::Rul
 template void wipeFields<http::fields>(http::fields&, const std::vector<std::string>&);
 template void wipeFields<PmrFields>(PmrFields&, const std::vector<std::string>&);
 
+namespace {
+
+// `n` random characters from `alphabet` (rejection sampling: no bias toward its first letters).
+std::string randomText(std::size_t n, std::string_view alphabet) {
+  std::string out;
+  const unsigned limit = 256 - 256 % alphabet.size();
+  while (out.size() < n) {
+    unsigned char bytes[64];
+    RAND_bytes(bytes, sizeof bytes);
+    for (unsigned char b : bytes)
+      if (b < limit && out.size() < n) out += alphabet[b % alphabet.size()];
+  }
+  return out;
+}
+
+// Stand-ins shaped like the real thing, so SDKs that check the form of a key accept them.
+void addAwsPlaceholders(const policy::Rule& r, std::vector<Placeholder>& out) {
+  const auto& a = *r.inject.aws_sigv4;
+  constexpr std::string_view kUpper = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  constexpr std::string_view kKey =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  out.push_back(
+      {"AWS_ACCESS_KEY_ID", "AKIA" + randomText(16, kUpper), a.access_key_id, r.id, false});
+  out.push_back({"AWS_SECRET_ACCESS_KEY", randomText(40, kKey), a.secret_access_key, r.id, false});
+  if (!a.session_token.empty())
+    out.push_back({"AWS_SESSION_TOKEN", randomText(64, kKey), a.session_token, r.id, false});
+}
+
+}  // namespace
+
 std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow) {
   std::vector<Placeholder> out;
   for (const auto& r : workflow.rules) {
+    if (r.inject.aws_sigv4) addAwsPlaceholders(r, out);
     if (r.inject.placeholder_env.empty() || r.inject.secret_names.size() != 1) continue;
     unsigned char bytes[32];
     RAND_bytes(bytes, sizeof bytes);

@@ -20,6 +20,7 @@ struct InjectionResult {
   std::vector<std::string> touched;  ///< header names holding secret bytes (to wipe later)
   bool placeholder_leak = false;     ///< a placeholder was sent on a request of another rule
   std::optional<std::string> error;  ///< a secret could not be resolved (names only)
+  policy::Reason error_reason = policy::Reason::kSecretUnavailable;  ///< why, when `error`
 };
 
 /// True when `rule` would inject anything (headers) into its requests.

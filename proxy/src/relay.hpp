@@ -5,10 +5,14 @@
 
 #include <memory>
 #include <memory_resource>
+#include <optional>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "deadline.hpp"
 #include "sluice/base/net.hpp"
+#include "sluice/policy/reason.hpp"
 
 namespace sluice::proxy {
 
@@ -36,7 +40,22 @@ class RelayBuffer {
   std::unique_ptr<char[]> buf_;
 };
 
-enum class RelayFail { kNone, kInput, kOutput, kLimit };
+enum class RelayFail { kNone, kInput, kOutput, kLimit, kTransform };
+
+/// An optional rewrite of a message body as it streams (relayMessage's `transform`): it sees
+/// every buffer of body bytes before it is written and says what to write instead, holding
+/// bytes back if it must (it answers for its own memory bound). Used by SigV4 streaming uploads
+/// to put the real key's chunk signatures in (aws_signing.hpp).
+class BodyTransform {
+ public:
+  virtual ~BodyTransform() = default;
+  /// The bytes to write for `in` (valid until the next call; empty: nothing yet). `last`: the
+  /// body ends with `in`. nullopt: refused (reason, detail say why); the message must not be
+  /// completed, so the caller closes the output connection (RelayFail::kTransform).
+  virtual std::optional<std::string_view> apply(std::string_view in, bool last) = 0;
+  policy::Reason reason = policy::Reason::kInvalidRequest;
+  std::string detail;
+};
 
 struct RelayResult {
   RelayFail fail = RelayFail::kNone;
@@ -71,14 +90,30 @@ bool takeBodyBytes(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, 
   return true;
 }
 
+/// Runs the body bytes just read (takeBodyBytes) through `t`. False: refused. Sets `skip` when
+/// there is nothing to write yet (a write of no bytes would end a chunked body early).
+template <bool isRequest>
+bool transformBody(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, BodyTransform& t,
+                   bool& skip) {
+  auto& body = p.get().body();
+  auto out = t.apply({static_cast<const char*>(body.data), body.data ? body.size : 0}, p.is_done());
+  if (!out) return false;
+  body.data = out->empty() ? nullptr : const_cast<char*>(out->data());
+  body.size = out->size();
+  skip = out->empty() && !p.is_done();
+  return true;
+}
+
 /// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
+/// `transform` (optional) rewrites the body on the way (BodyTransform).
 /// `count` is told every byte written to `out` and returns false to stop (limit). When body
 /// bytes are already buffered, header and first body bytes leave in one write; when none are,
 /// the header goes at once so the peer is not kept waiting (streaming responses, slow uploads).
 template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
 net::awaitable<RelayResult> relayMessage(
     Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
-    std::chrono::milliseconds timeout, Count count, KeepAlive keep) {
+    std::chrono::milliseconds timeout, Count count, KeepAlive keep,
+    BodyTransform* transform = nullptr) {
   RelayResult res;
   http::serializer<isRequest, http::buffer_body, PmrFields> sr{p.get()};
   RelayBuffer relay_buf;
@@ -118,6 +153,12 @@ net::awaitable<RelayResult> relayMessage(
         co_return res;
       }
       if (!takeBodyBytes(p, buf, kRelayBufferBytes)) continue;
+      bool skip = false;
+      if (transform && !transformBody(p, *transform, skip)) {
+        res.fail = RelayFail::kTransform;
+        co_return res;
+      }
+      if (skip) continue;
     } else {
       // The input is done: the last write only finishes the message.
       p.get().body().data = nullptr;

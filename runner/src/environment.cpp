@@ -24,7 +24,7 @@ std::expected<std::vector<std::string>, std::string> buildEnvironment(
   // program behaves the same in every run. The sandbox has no hashed /etc/ssl/certs directory:
   // without SSL_CERT_FILE OpenSSL-based clients (Python) would find no trust anchors at all.
   for (const char* k : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-                        "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO"})
+                        "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO", "AWS_CA_BUNDLE"})
     env.push_back(std::string(k) + "=" + kSandboxCaBundle);
   if (network_proxy) {
     for (const char* k :

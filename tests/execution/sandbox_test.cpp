@@ -74,6 +74,32 @@ TEST_F(SandboxCheck, ARunnerVariableAndALooserLimitAreRefused) {
   EXPECT_TRUE(sandbox_->check(cmd));
 }
 
+// inject.aws_sigv4's stand-ins are placeholders like any other: a command cannot set them.
+TEST(SandboxAwsSigv4, ItsVariablesCannotBeGiven) {
+  auto w = policy::parseWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: s3\nsandbox:\n  network: proxy\n"
+      "egress:\n  rules:\n"
+      "    - id: s3\n      action: allow\n      hosts: [s3.example]\n      tls: inspect\n"
+      "      inject:\n        aws_sigv4:\n          access_key_id: ${secret:id}\n"
+      "          secret_access_key: ${secret:key}\n",
+      "s3.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  Services services;
+  auto opened = Sandbox::open(services, {std::make_shared<const policy::Workflow>(std::move(*w)),
+                                         SandboxKind::kOneShot, ""});
+  ASSERT_TRUE(opened) << opened.error().text();
+  Command cmd;
+  cmd.argv = {"/bin/true"};
+  cmd.env = {"AWS_SECRET_ACCESS_KEY=mine"};
+  auto r = (*opened)->check(cmd);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find("AWS_SECRET_ACCESS_KEY: set by rule 's3' (inject.aws_sigv4)"),
+            std::string::npos)
+      << r.error().message;
+  cmd.env = {"AWS_REGION=eu-west-3"};
+  EXPECT_TRUE((*opened)->check(cmd));
+}
+
 TEST(UpstreamCas, EachMustBeAReadableRegularFile) {
   const fs::path dir = fs::temp_directory_path() / ("sluice-exec-ca-" + std::to_string(::getpid()));
   fs::create_directories(dir);

@@ -158,7 +158,7 @@ mode = sys.argv[1]
 token = os.environ.get("API_TOKEN", "")
 results = {"env": {k: os.environ.get(k) for k in
     ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "PIP_CERT",
-     "GIT_SSL_CAINFO", "HTTPS_PROXY"]},
+     "GIT_SSL_CAINFO", "AWS_CA_BUNDLE", "HTTPS_PROXY"]},
     "api_token_present": bool(token)}
 os.makedirs("/output/responses", exist_ok=True)
 os.makedirs("/output/dump", exist_ok=True)
@@ -588,7 +588,7 @@ TEST_F(TlsRun, InspectedRequestsGetTheSecretWhichNeverReachesTheSandbox) {
 
   // The CA variables point at the bundle; the placeholder is there and is not the secret.
   for (const char* k : {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-                        "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO"})
+                        "NODE_EXTRA_CA_CERTS", "PIP_CERT", "GIT_SSL_CAINFO", "AWS_CA_BUNDLE"})
     EXPECT_EQ(r["env"][k], "/etc/ssl/certs/ca-certificates.crt") << k;
   EXPECT_EQ(r["api_token_present"], true);
 

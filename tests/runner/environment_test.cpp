@@ -20,6 +20,7 @@ TEST(Environment, FixedBaseWithoutNetwork) {
   EXPECT_TRUE(has(*env, "TMPDIR=/tmp"));
   EXPECT_TRUE(has(*env, "LANG=C.UTF-8"));
   EXPECT_TRUE(has(*env, std::string("PATH=") + sluice::runner::kSandboxPath));
+  EXPECT_TRUE(has(*env, "AWS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt"));
   for (const auto& kv : *env) EXPECT_EQ(kv.find("PROXY"), std::string::npos) << kv;
 }
 

@@ -24,7 +24,7 @@ struct ExplainQuery {
 
 struct Explanation {
   Decision decision;
-  std::vector<std::string> inject_headers;  // header names only, never values
+  std::vector<std::string> inject_headers;  // header names (and "aws_sigv4"), never values
   std::vector<std::string> inject_secrets;  // secret names only
   std::string phase;                        // "connect" | "request" | "address"
   std::string method;                       // the canonical request judged (URL queries)

@@ -43,8 +43,9 @@ enum class Reason : std::uint8_t {
   kProxyLoop,
   kAuditUnavailable,
   kSecretUnavailable,
-  kPlaceholderLeak,  // allowed, but a placeholder of another rule was left unswapped
-  kNotHttp,          // bytes in a tunnel that request rules cover are neither HTTP nor TLS
+  kPlaceholderLeak,    // allowed, but a placeholder of another rule was left unswapped
+  kSignatureMismatch,  // inject.aws_sigv4: not signed with the sandbox's placeholder key
+  kNotHttp,            // bytes in a tunnel that request rules cover are neither HTTP nor TLS
   kUpstreamError,
   kUpstreamTimeout,
   kUpstreamTls,         // the upstream's certificate or TLS handshake failed

@@ -46,6 +46,15 @@ struct PathPattern {
   std::string text;     // as written
 };
 
+/// `inject.aws_sigv4`: the secrets (names) holding the real AWS credentials; the proxy checks
+/// a request's SigV4 signature made with the sandbox's placeholders and signs it again with these.
+struct AwsSigV4 {
+  std::string access_key_id;      // secret names
+  std::string secret_access_key;  //
+  std::string session_token;      // empty when absent
+  SourcePos pos;
+};
+
 /// Header injection: header name -> template with `${secret:NAME}` references.
 /// `inject.oauth2`: a bearer token the proxy gets with the client-credentials grant (RFC 6749
 /// 4.4). client_id and client_secret are templates that may hold `${secret:NAME}`.
@@ -71,12 +80,15 @@ struct GoogleServiceAccount {
 struct Inject {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string placeholder_env;            // empty when absent
+  std::optional<AwsSigV4> aws_sigv4;      // policy/src/inject_aws_sigv4.cpp
   std::vector<std::string> secret_names;  // every NAME referenced, sorted, unique
   // Tokens minted at the proxy (inject_tokens.cpp); at most one of the two.
   std::optional<OAuth2Grant> oauth2;
   std::optional<GoogleServiceAccount> google_service_account;
   bool mintsToken() const { return oauth2 || google_service_account; }
-  bool empty() const { return headers.empty() && placeholder_env.empty() && !mintsToken(); }
+  bool empty() const {
+    return headers.empty() && placeholder_env.empty() && !mintsToken() && !aws_sigv4;
+  }
 };
 
 struct Rule {

@@ -57,6 +57,9 @@ struct Placeholder {
   std::string token;    ///< random, unguessable
   std::string secret;   ///< secret name
   std::string rule_id;  ///< the only rule whose requests get the real value
+  /// false for the stand-ins of `inject.aws_sigv4` (AWS_ACCESS_KEY_ID & co.): never swapped
+  /// into a request; the proxy checks the signature made with them and signs again (sigv4.hpp).
+  bool swapped = true;
 };
 
 /// Who a listener serves. Every connection accepted on it is attributed to this execution and
@@ -96,7 +99,9 @@ struct ListenerIdentity {
 };
 
 /// Makes the placeholders of every rule of `workflow` that declares `inject.placeholder_env`
-/// (fresh random tokens, 32 bytes of entropy each).
+/// (fresh random tokens, 32 bytes of entropy each), and the AWS_ACCESS_KEY_ID (`AKIA` + 16
+/// upper-case letters and digits), AWS_SECRET_ACCESS_KEY (40 characters) and, with a
+/// session_token, AWS_SESSION_TOKEN stand-ins of a rule with `inject.aws_sigv4`.
 std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow);
 
 /// One refusal, for the receipt's network.denials; or one failure of the network, for
