@@ -89,9 +89,16 @@ class Exchange {
   };
   net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
                                const policy::Decision& d, bool ws);
+  net::awaitable<std::expected<bool, Refusal>> readBody(const policy::Decision& d,
+                                                        bool expect_continue, std::string& body);
   InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,
-                          const policy::Decision& d, bool ws);
-  net::awaitable<RelayResult> sendRequest(RequestRecord& rec);
+                          const policy::Decision& d, bool ws, std::string* body);
+  void swapTargetAndBody(std::string_view rule_id, std::string& target, std::string* body,
+                         InjectionResult& inj);
+  net::awaitable<bool> refuseRewrite(const policy::Target& target, const policy::HttpRequest& canon,
+                                     const policy::Decision& d, const InjectionResult& inj,
+                                     bool keep);
+  net::awaitable<RelayResult> sendRequest(RequestRecord& rec, const std::string* whole);
   std::optional<Failure> sendFailed(const RelayResult& sent);
   net::awaitable<ResponseHead> readResponseHead(RequestRecord& rec, const policy::Target& target,
                                                 bool is_head);

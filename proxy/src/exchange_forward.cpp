@@ -10,6 +10,8 @@
 #include "http_rules.hpp"
 #include "injection.hpp"
 #include "log.hpp"
+#include "placeholder.hpp"
+#include "request_body.hpp"
 #include "sluice/base/net_tls.hpp"
 
 namespace sluice::proxy {
@@ -55,11 +57,20 @@ net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> wat
 
 }  // namespace
 
-// Wipes the header fields that hold injected secrets when the request is done with.
+// Wipes what holds injected secrets when the request is done with: header fields, the
+// target (a placeholder swapped in its path or query) and a body read whole.
 struct WipeOnExit {
-  PmrFields& fields;
-  const std::vector<std::string>& names;
-  ~WipeOnExit() { wipeFields(fields, names); }
+  http::request_header<PmrFields>& req;
+  const InjectionResult& inj;
+  std::string& body;
+  ~WipeOnExit() {
+    wipeFields(static_cast<PmrFields&>(req), inj.touched);
+    if (inj.secret_in_target) {
+      auto t = req.target();
+      OPENSSL_cleanse(const_cast<char*>(t.data()), t.size());
+    }
+    policy::wipeString(body);
+  }
 };
 
 // Injects, records and forwards a decided request, then relays the response.
@@ -68,30 +79,34 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
                                                          const policy::HttpRequest& canon,
                                                          const policy::Decision& d, bool ws) {
   auto& parser = *req_parser_;
-  auto& fields = static_cast<PmrFields&>(parser.get());
   // What the client asked for, before the request is rewritten for the upstream.
   const bool body_pending = !parser.is_done();
   bool client_keep = parser.get().keep_alive() && !conn_.ctx->draining.load();
   const bool expect_continue = iequals(parser.get()[http::field::expect], "100-continue");
   const bool is_head = parser.get().method() == http::verb::head;
-  auto inj = rewrite(target, canon, d, ws);
-  if (inj.error) {
-    wipeFields(fields, inj.touched);
-    Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
-    co_await refuse(&target, canon.method, canon.path, r, false);
+  std::string body;  // the whole body, when a step needs it (request_body.hpp)
+  auto whole = co_await readBody(d, expect_continue, body);
+  if (!whole) {
+    policy::wipeString(body);
+    co_await refuse(&target, canon.method, canon.path, whole.error(), false);
     co_return false;
+  }
+  auto inj = rewrite(target, canon, d, ws, *whole ? &body : nullptr);
+  if (inj.error || inj.placeholder_leak) {
+    WipeOnExit wipe{parser.get(), inj, body};
+    co_return co_await refuseRewrite(target, canon, d, inj, client_keep && parser.is_done());
   }
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.workflow(), link_->row().id, canon.method,
                     target.host, canon.path);
-  rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
+  rec.decided(true, d.rule_id, Reason::kAllowed);
   rec.injected(inj.secrets);
   rec.setPort(target.port);
-  WipeOnExit wipe{fields, inj.touched};
-  if (expect_continue && body_pending && !co_await writeClient(kContinue)) co_return false;
+  WipeOnExit wipe{parser.get(), inj, body};
+  if (expect_continue && !parser.is_done() && !co_await writeClient(kContinue)) co_return false;
   for (int attempt = 0;; ++attempt) {
     const bool reused = link_->reused();
-    auto sent = co_await sendRequest(rec);
+    auto sent = co_await sendRequest(rec, *whole ? &body : nullptr);
     if (auto f = sendFailed(sent)) co_return co_await fail(rec, target, canon, *f);
     ResponseHead head{nullptr, sent.ec, sent.timed_out};
     if (sent.fail == RelayFail::kNone) head = co_await readResponseHead(rec, target, is_head);
@@ -121,29 +136,43 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
 }
 
 // Strips hop-by-hop fields, injects, and sets exactly the request the policy judged: the
-// canonical target, the target's authority as Host.
+// canonical target (placeholders swapped), the target's authority as Host, a body read whole
+// (placeholders swapped, Content-Length recomputed).
 template <typename Client, typename Upstream>
 InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target,
                                                     const policy::HttpRequest& canon,
-                                                    const policy::Decision& d, bool ws) {
+                                                    const policy::Decision& d, bool ws,
+                                                    std::string* body) {
   auto& req = req_parser_->get();
   auto& fields = static_cast<PmrFields&>(req);
   // Hop-by-hop fields go first, so a client's `Connection: Authorization` cannot strip what
   // is injected next.
   stripHopByHop(req);
   req.erase(http::field::expect);
-  auto inj =
-      applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
+  const auto& placeholders = conn_.listener->placeholders;
+  const std::string_view rule_id = d.rule ? std::string_view(d.rule->id) : std::string_view();
+  std::string forward_target = canon.target();
+  // One decision over every part of the request as the client sent it: a token of another
+  // rule anywhere refuses the whole request (before anything is swapped).
+  auto hits = findPlaceholdersInFields(fields, rule_id, placeholders);
+  hits |= findPlaceholders(forward_target, rule_id, placeholders);
+  if (body) hits |= findPlaceholders(*body, rule_id, placeholders);
+  if (hits.leak) {
+    InjectionResult leak;
+    leak.placeholder_leak = true;
+    return leak;
+  }
+  auto inj = applyInjection(fields, d.rule, conn_.listener->secrets.get(), placeholders);
+  if (!inj.error && hits.own) swapTargetAndBody(rule_id, forward_target, body, inj);
   if (inj.error) return inj;
-  if (inj.placeholder_leak)
-    log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced", canon.method,
-               target.authority(), canon.path, d.rule_id);
   for (const auto& s : inj.secrets)
     if (std::find(conn_.injected.begin(), conn_.injected.end(), s) == conn_.injected.end())
       conn_.injected.push_back(s);
-  req.target(canon.target());
+  req.target(forward_target);
+  policy::wipeString(forward_target);
   req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
   req.keep_alive(true);
+  if (body) setWholeBodyFraming(req, body->size());
   if (ws) {
     req.set(http::field::connection, "Upgrade");
     req.set(http::field::upgrade, "websocket");
@@ -151,10 +180,85 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   return inj;
 }
 
-// Sends the request (header and body) on the link's connection, counting its bytes. Not a
-// coroutine itself: it hands back relayMessage's, so the request costs no extra frame.
+// Swaps the deciding rule's placeholder tokens in the forwarded target and a body read whole.
 template <typename Client, typename Upstream>
-net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecord& rec) {
+void Exchange<Client, Upstream>::swapTargetAndBody(std::string_view rule_id, std::string& target,
+                                                   std::string* body, InjectionResult& inj) {
+  const auto* secrets = conn_.listener->secrets.get();
+  const auto& placeholders = conn_.listener->placeholders;
+  std::optional<std::string> why;
+  if (findPlaceholders(target, rule_id, placeholders).own) {
+    inj.secret_in_target = true;
+    why = swapPlaceholders(target, rule_id, secrets, placeholders, inj.secrets);
+  }
+  if (!why && body) why = swapPlaceholders(*body, rule_id, secrets, placeholders, inj.secrets);
+  if (why) inj.error = std::move(why);
+}
+
+// Refuses a request rewrite() could not complete: a placeholder of another rule in it (403
+// placeholder_leak, the connection kept when nothing of the request is left unread), or a
+// secret missing from the store (502, closed).
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::refuseRewrite(const policy::Target& target,
+                                                               const policy::HttpRequest& canon,
+                                                               const policy::Decision& d,
+                                                               const InjectionResult& inj,
+                                                               bool keep) {
+  if (inj.placeholder_leak) {
+    log().warn("placeholder of another rule sent on {} {}{} (rule {}); refused", canon.method,
+               target.authority(), canon.path, d.rule_id);
+    Refusal r = refusal(Reason::kPlaceholderLeak,
+                        "the request carries a placeholder token that only another rule's "
+                        "requests may send",
+                        d.rule_id);
+    co_await refuse(&target, canon.method, canon.path, r, keep);
+    co_return keep;
+  }
+  Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
+  co_await refuse(&target, canon.method, canon.path, r, false);
+  co_return false;
+}
+
+// The whole-body stage (request_body.hpp): true when the body was read into `body` (to be
+// searched, swapped or signed before it leaves), false when it streams; the refusal when it
+// is too large to read whole or broke off.
+template <typename Client, typename Upstream>
+auto Exchange<Client, Upstream>::readBody(const policy::Decision& d, bool expect_continue,
+                                          std::string& body)
+    -> net::awaitable<std::expected<bool, Refusal>> {
+  auto& parser = *req_parser_;
+  const auto& placeholders = conn_.listener->placeholders;
+  BodyNeeds needs;
+  needs.swaps = d.rule && hasPlaceholder(d.rule->id, placeholders);
+  needs.scans = !placeholders.empty();
+  const auto need = wholeBodyNeed(parser, needs, kWholeBodyBytes);
+  const std::string bound = std::to_string(kWholeBodyBytes);
+  auto too_large = [&] {
+    return std::unexpected(refusal(Reason::kBodyTooLarge,
+                                   "request body exceeds " + bound +
+                                       " bytes, the most the proxy reads whole to search it "
+                                       "for placeholders or sign it",
+                                   d.rule_id));
+  };
+  if (need == WholeBody::kStream) co_return false;
+  if (need == WholeBody::kTooLarge) co_return too_large();
+  if (expect_continue && !co_await writeClient(kContinue))
+    co_return std::unexpected(refusal(Reason::kInvalidRequest, "client went away"));
+  Endpoint<Client> from_client{client_, watch_, buf_};
+  auto got = co_await readWholeBody(from_client, parser, body, kWholeBodyBytes,
+                                    conn_.ctx->options.upstream_timeout,
+                                    [this] { return conn_.keep_alive(); });
+  if (got.too_large) co_return too_large();
+  if (auto f = sendFailed(got.result)) co_return std::unexpected(f->refusal);
+  co_return true;
+}
+
+// Sends the request (header and body) on the link's connection, counting its bytes: the body
+// streams from the client, or is `whole` (read by readBody). Not a coroutine itself: it hands
+// back the relay's, so the request costs no extra frame.
+template <typename Client, typename Upstream>
+net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecord& rec,
+                                                                    const std::string* whole) {
   link_->used();
   auto* row = &link_->row();
   // Captured by value: the relay's frame outlives this function.
@@ -166,6 +270,9 @@ net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecor
   Endpoint<Client> from_client{client_, watch_, buf_};
   Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
   rec.forwarding();  // on record before the first byte leaves
+  if (whole)
+    return writeWholeRequest(to_upstream, *req_parser_, *whole, conn_.ctx->options.upstream_timeout,
+                             count_out, keep_alive);
   return relayMessage<true>(from_client, *req_parser_, to_upstream,
                             conn_.ctx->options.upstream_timeout, count_out, keep_alive);
 }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "placeholder.hpp"
 #include "sluice/base/hex.hpp"
 
 namespace sluice::proxy {
@@ -19,20 +20,14 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
   InjectionResult res;
   // Placeholders first: every header value the client sent is searched for every token
   // (in place: no copy of a field unless it holds a token).
-  auto swappable = [&](const Placeholder& ph) { return rule && secrets && rule->id == ph.rule_id; };
+  const std::string_view rule_id = rule ? std::string_view(rule->id) : std::string_view();
   std::vector<std::string> names;  // fields holding a token we may swap
   for (const auto& f : fields) {
     auto value = f.value();
-    bool swap = false;
-    for (const auto& ph : placeholders) {
-      if (value.find(ph.token) == beast::string_view::npos) continue;
-      if (swappable(ph)) {
-        swap = true;
-      } else {
-        res.placeholder_leak = true;  // left as is: the token is worthless elsewhere
-      }
-    }
-    if (swap && std::none_of(names.begin(), names.end(), [&](const std::string& n) {
+    auto hits =
+        findPlaceholders(std::string_view(value.data(), value.size()), rule_id, placeholders);
+    res.placeholder_leak = res.placeholder_leak || hits.leak;
+    if (hits.own && std::none_of(names.begin(), names.end(), [&](const std::string& n) {
           return beast::iequals(n, f.name_string());
         })) {
       names.emplace_back(f.name_string());
@@ -44,23 +39,10 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
     auto range = fields.equal_range(name);
     for (auto it = range.first; it != range.second; ++it) values.emplace_back(it->value());
     for (auto& value : values) {
-      for (const auto& ph : placeholders) {
-        if (!swappable(ph)) continue;
-        std::size_t pos = value.find(ph.token);
-        if (pos == std::string::npos) continue;
-        auto secret = secrets->find(ph.secret);
-        if (!secret) {
-          res.error = "secret '" + ph.secret + "' is not in the secret store";
-          for (auto& v : values) policy::wipeString(v);
-          return res;
-        }
-        while (pos != std::string::npos) {
-          value.replace(pos, ph.token.size(), secret->data(), secret->size());
-          pos = value.find(ph.token, pos + secret->size());
-        }
-        if (std::find(res.secrets.begin(), res.secrets.end(), ph.secret) == res.secrets.end()) {
-          res.secrets.push_back(ph.secret);
-        }
+      if (auto why = swapPlaceholders(value, rule_id, secrets, placeholders, res.secrets)) {
+        res.error = std::move(why);
+        for (auto& v : values) policy::wipeString(v);
+        return res;
       }
     }
     fields.erase(name);
