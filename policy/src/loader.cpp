@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "host_pattern.hpp"
+#include "inject_hmac.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/policy/host_mounts.hpp"
 #include "sluice/policy/units.hpp"
@@ -366,7 +367,7 @@ class Parser {
   }
 
   void parseInject(const YAML::Node& n, Rule& r) {
-    if (!checkMap(n, "inject", {"headers", "placeholder_env"})) return;
+    if (!checkMap(n, "inject", {"headers", "placeholder_env", "hmac"})) return;
     std::set<std::string> names;
     if (auto h = n["headers"]) {
       if (!h.IsMap() || h.size() == 0) {
@@ -419,6 +420,7 @@ class Parser {
         }
       }
     }
+    if (auto h = n["hmac"]) r.inject.hmac = parseInjectHmac(h, diagnostics(), file_, names);
     r.inject.secret_names.assign(names.begin(), names.end());
   }
 

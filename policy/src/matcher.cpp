@@ -554,7 +554,7 @@ namespace {
 // Plain http:// requests never carry injected credentials unless the deciding rule says
 // `allow_plaintext_credentials: true`.
 void refusePlaintextInjection(Decision& d) {
-  if ((!d.allowed && !d.ask) || !d.rule || d.rule->inject.headers.empty() ||
+  if ((!d.allowed && !d.ask) || !d.rule || d.rule->inject.empty() ||
       d.rule->allow_plaintext_credentials) {
     return;
   }

@@ -95,6 +95,8 @@ class Exchange {
                           const policy::Decision& d, bool ws, std::string* body);
   void swapTargetAndBody(std::string_view rule_id, std::string& target, std::string* body,
                          InjectionResult& inj);
+  void sign(const policy::HmacSigning& h, std::string_view method, std::string_view target,
+            const std::string* body, InjectionResult& inj);
   net::awaitable<bool> refuseRewrite(const policy::Target& target, const policy::HttpRequest& canon,
                                      const policy::Decision& d, const InjectionResult& inj,
                                      bool keep);

@@ -7,11 +7,13 @@
 #include "audit_rows.hpp"
 #include "exchange.hpp"
 #include "exchange_detail.hpp"
+#include "hmac_signature.hpp"
 #include "http_rules.hpp"
 #include "injection.hpp"
 #include "log.hpp"
 #include "placeholder.hpp"
 #include "request_body.hpp"
+#include "sluice/base/clock.hpp"
 #include "sluice/base/net_tls.hpp"
 
 namespace sluice::proxy {
@@ -164,6 +166,8 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   }
   auto inj = applyInjection(fields, d.rule, conn_.listener->secrets.get(), placeholders);
   if (!inj.error && hits.own) swapTargetAndBody(rule_id, forward_target, body, inj);
+  if (!inj.error && d.rule && d.rule->inject.hmac)
+    sign(*d.rule->inject.hmac, canon.method, forward_target, body, inj);
   if (inj.error) return inj;
   for (const auto& s : inj.secrets)
     if (std::find(conn_.injected.begin(), conn_.injected.end(), s) == conn_.injected.end())
@@ -193,6 +197,25 @@ void Exchange<Client, Upstream>::swapTargetAndBody(std::string_view rule_id, std
   }
   if (!why && body) why = swapPlaceholders(*body, rule_id, secrets, placeholders, inj.secrets);
   if (why) inj.error = std::move(why);
+}
+
+// Sets the rule's HMAC signature (and timestamp) over the request as it goes upstream:
+// placeholders swapped, the body read whole by readBody.
+template <typename Client, typename Upstream>
+void Exchange<Client, Upstream>::sign(const policy::HmacSigning& h, std::string_view method,
+                                      std::string_view target, const std::string* body,
+                                      InjectionResult& inj) {
+  const auto q = target.find('?');
+  HmacParts parts{method, target.substr(0, q),
+                  q == std::string_view::npos ? std::string_view() : target.substr(q + 1),
+                  body ? std::string_view(*body) : std::string_view(), base::nowMs() / 1000};
+  auto headers = hmacHeaders(h, parts, conn_.listener->secrets.get());
+  if (!headers) {
+    inj.error = std::move(headers.error());
+    return;
+  }
+  // set() replaces any field of that name the client sent.
+  for (const auto& [name, value] : *headers) req_parser_->get().set(name, value);
 }
 
 // Refuses a request rewrite() could not complete: a placeholder of another rule in it (403
@@ -231,6 +254,7 @@ auto Exchange<Client, Upstream>::readBody(const policy::Decision& d, bool expect
   BodyNeeds needs;
   needs.swaps = d.rule && hasPlaceholder(d.rule->id, placeholders);
   needs.scans = !placeholders.empty();
+  needs.signs = d.rule && d.rule->inject.hmac && d.rule->inject.hmac->needs_body;
   const auto need = wholeBodyNeed(parser, needs, kWholeBodyBytes);
   const std::string bound = std::to_string(kWholeBodyBytes);
   auto too_large = [&] {

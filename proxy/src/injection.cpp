@@ -11,7 +11,7 @@
 
 namespace sluice::proxy {
 
-bool injects(const policy::Rule* rule) { return rule && !rule->inject.headers.empty(); }
+bool injects(const policy::Rule* rule) { return rule && !rule->inject.empty(); }
 
 template <typename Fields>
 InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
@@ -54,7 +54,7 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
   }
   if (!injects(rule)) return res;
   if (!secrets) {
-    res.error = "no secret store is configured for rule " + rule->id + "'s inject.headers";
+    res.error = "no secret store is configured for rule " + rule->id + "'s inject";
     return res;
   }
   for (const auto& [name, tmpl] : rule->inject.headers) {
@@ -153,15 +153,32 @@ template InjectionResult applyInjection<PmrFields>(PmrFields&, const policy::Rul
 template void wipeFields<http::fields>(http::fields&, const std::vector<std::string>&);
 template void wipeFields<PmrFields>(PmrFields&, const std::vector<std::string>&);
 
+namespace {
+
+// The one secret a placeholder stands in for: the one its rule's inject.headers name (the
+// loader requires exactly one there; secret_names also holds keys of other inject kinds).
+std::string headerSecret(const policy::Inject& inject) {
+  for (const auto& [name, tmpl] : inject.headers) {
+    const auto open = tmpl.find("${secret:");
+    if (open == std::string::npos) continue;
+    const auto close = tmpl.find('}', open);
+    if (close != std::string::npos) return tmpl.substr(open + 9, close - open - 9);
+  }
+  return {};
+}
+
+}  // namespace
+
 std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow) {
   std::vector<Placeholder> out;
   for (const auto& r : workflow.rules) {
-    if (r.inject.placeholder_env.empty() || r.inject.secret_names.size() != 1) continue;
+    if (r.inject.placeholder_env.empty()) continue;
+    std::string secret = headerSecret(r.inject);
+    if (secret.empty()) continue;
     unsigned char bytes[32];
     RAND_bytes(bytes, sizeof bytes);
     std::string token = "sluice_ph_" + base::hexEncode(std::span<const std::uint8_t>(bytes));
-    out.push_back(
-        {r.inject.placeholder_env, std::move(token), r.inject.secret_names.front(), r.id});
+    out.push_back({r.inject.placeholder_env, std::move(token), std::move(secret), r.id});
   }
   return out;
 }

@@ -22,7 +22,7 @@ struct InjectionResult {
   std::optional<std::string> error;  ///< a secret could not be resolved (names only)
 };
 
-/// True when `rule` would inject anything (headers) into its requests.
+/// True when `rule` would inject anything (headers, a signature) into its requests.
 bool injects(const policy::Rule* rule);
 
 /// Applies injection and placeholder swapping to `fields` for a request decided by `rule`

@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include "injection.hpp"
 #include "request_body.hpp"
+#include "sluice/policy/loader.hpp"
 
 namespace sluice::proxy {
 namespace {
@@ -55,6 +57,30 @@ TEST(Placeholders, AMissingSecretIsAnErrorNamingItNotItsValue) {
   EXPECT_TRUE(swapPlaceholders(text, "api", nullptr, kPlaceholders, names));
   EXPECT_TRUE(hasPlaceholder("api", kPlaceholders));
   EXPECT_FALSE(hasPlaceholder("third", kPlaceholders));
+}
+
+TEST(Placeholders, StandInForTheHeaderSecretBesideAnHmacKey) {
+  auto w = policy::parseWorkflow(R"(apiVersion: sluice/v1
+kind: Workflow
+name: wf
+egress:
+  rules:
+    - id: api
+      action: allow
+      hosts: [api.example]
+      tls: inspect
+      inject:
+        headers: {Authorization: "Bearer ${secret:z_token}"}
+        placeholder_env: API_TOKEN
+        hmac: {key: "${secret:a_key}", header: X-Sig, message: "${body}"}
+)",
+                                 "p.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  auto phs = makePlaceholders(*w);
+  ASSERT_EQ(phs.size(), 1u);
+  EXPECT_EQ(phs[0].env, "API_TOKEN");
+  EXPECT_EQ(phs[0].secret, "z_token");
+  EXPECT_EQ(phs[0].rule_id, "api");
 }
 
 // A parser that has read `head` (a request header).

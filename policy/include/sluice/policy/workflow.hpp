@@ -46,12 +46,28 @@ struct PathPattern {
   std::string text;     // as written
 };
 
+/// `inject.hmac`: a signature over a message template, computed per request by the proxy
+/// (policy/src/inject_hmac.cpp; docs/credentials.md "HMAC signatures").
+struct HmacSigning {
+  enum class Algorithm { kSha256, kSha512 };
+  enum class Encoding { kHex, kBase64 };
+  std::string key_secret;  // NAME of the `${secret:NAME}` key
+  Algorithm algorithm = Algorithm::kSha256;
+  Encoding encoding = Encoding::kHex;
+  std::string header;            // where the signature goes
+  std::string prefix;            // written before the encoded signature ("sha256=")
+  std::string message;           // ${method} ${path} ${query} ${timestamp} ${body_sha256} ${body}
+  std::string timestamp_header;  // set to ${timestamp} (Unix seconds) when given
+  bool needs_body = false;       // the message names ${body} or ${body_sha256}
+};
+
 /// Header injection: header name -> template with `${secret:NAME}` references.
 struct Inject {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string placeholder_env;            // empty when absent
+  std::optional<HmacSigning> hmac;        // inject.hmac
   std::vector<std::string> secret_names;  // every NAME referenced, sorted, unique
-  bool empty() const { return headers.empty() && placeholder_env.empty(); }
+  bool empty() const { return headers.empty() && placeholder_env.empty() && !hmac; }
 };
 
 struct Rule {
