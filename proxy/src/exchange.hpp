@@ -119,7 +119,7 @@ class Exchange {
                                        const policy::Target& target, const policy::Decision& d);
   net::awaitable<bool> fail(RequestRecord& rec, const policy::Target& target,
                             const policy::HttpRequest& canon, const Failure& f);
-  net::awaitable<bool> upgrade(RespParser& rp);
+  net::awaitable<bool> upgrade(RespParser& rp, const policy::Decision& d);
   net::awaitable<bool> writeClient(std::string_view bytes);
   void redact(http::response_header<PmrFields>& head, const std::string& authority);
   std::string refusalConnection(const policy::Target* target, const Refusal& r);

@@ -15,6 +15,7 @@
 #include "request_body.hpp"
 #include "sluice/base/clock.hpp"
 #include "sluice/base/net_tls.hpp"
+#include "websocket_relay.hpp"
 
 namespace sluice::proxy {
 
@@ -180,6 +181,8 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   if (ws) {
     req.set(http::field::connection, "Upgrade");
     req.set(http::field::upgrade, "websocket");
+    // Compressed frames (permessage-deflate) cannot be searched for placeholders.
+    if (!placeholders.empty()) req.erase(http::field::sec_websocket_extensions);
   }
   return inj;
 }
@@ -412,7 +415,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::switchProtocols(RequestRecord& 
   rec.outcome(101);
   rec.finish();
   conn_.account().noteAllowed();
-  co_return co_await upgrade(rp);
+  co_return co_await upgrade(rp, d);
 }
 
 // Readies the response header for the client: framing decides whether either side can keep
@@ -495,9 +498,11 @@ net::awaitable<bool> Exchange<Client, Upstream>::fail(RequestRecord& rec,
   co_return false;
 }
 
-// After a 101: frames both ways until either side ends.
+// After a 101: frames both ways until either side ends, through the frame relays when
+// something must see them (websocket_relay.hpp), else as a tunnel.
 template <typename Client, typename Upstream>
-net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
+net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp,
+                                                         const policy::Decision& d) {
   ErrorCode ec;
   redact(rp.get(), tunnel_target_ ? tunnel_target_->authority() : std::string("upstream"));
   http::message<false, http::empty_body, PmrFields> head{rp.get().base()};
@@ -507,6 +512,23 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
   if (ec) co_return false;
   auto& up = link_->stream();
   auto* row = &link_->row();
+  auto keep = conn_.keep_alive();
+  auto ex = beast::get_lowest_layer(client_).get_executor();
+  if (auto relays = webSocketRelays(d.rule_id, conn_.listener->secrets,
+                                    conn_.listener->placeholders, conn_.injected)) {
+    // Bytes that arrived after the headers on either side are the first frames.
+    std::string from_client = beast::buffers_to_string(buf_.data());
+    std::string from_upstream = beast::buffers_to_string(link_->buffer().data());
+    buf_.consume(buf_.size());
+    link_->buffer().consume(link_->buffer().size());
+    net::co_spawn(ex,
+                  relayFrames(keep, std::make_shared<Watch>(ex), client_, up, &conn_, row, true,
+                              std::move(from_client), std::move(relays->first)),
+                  net::detached);
+    co_await relayFrames(keep, std::make_shared<Watch>(ex), up, client_, &conn_, row, false,
+                         std::move(from_upstream), std::move(relays->second));
+    co_return false;
+  }
   // Bytes that arrived after the headers on either side go first.
   if (link_->buffer().size()) {
     co_await net::async_write(client_, link_->buffer().data(),
@@ -520,8 +542,6 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
     buf_.consume(buf_.size());
   }
   if (ec) co_return false;
-  auto keep = conn_.keep_alive();
-  auto ex = beast::get_lowest_layer(client_).get_executor();
   net::co_spawn(ex, pump(keep, std::make_shared<Watch>(ex), client_, up, &conn_, row, true),
                 net::detached);
   co_await pump(keep, std::make_shared<Watch>(ex), up, client_, &conn_, row, false);
@@ -532,7 +552,7 @@ using SslStream = beast::ssl_stream<tcp::socket>;
 #define SLUICE_INSTANTIATE(C, U)                                                         \
   template net::awaitable<bool> Exchange<C, U>::forward(                                 \
       const policy::Target&, const policy::HttpRequest&, const policy::Decision&, bool); \
-  template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&);
+  template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&, const policy::Decision&);
 SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
 SLUICE_INSTANTIATE(SslStream, SslStream)
 #undef SLUICE_INSTANTIATE

@@ -1,6 +1,8 @@
 // Placeholder detection and swapping (placeholder.hpp).
 #include "placeholder.hpp"
 
+#include <openssl/crypto.h>
+
 #include <algorithm>
 
 namespace sluice::proxy {
@@ -49,6 +51,21 @@ std::optional<std::string> swapPlaceholders(std::string& text, std::string_view 
     if (std::find(names.begin(), names.end(), ph.secret) == names.end()) names.push_back(ph.secret);
   }
   return std::nullopt;
+}
+
+bool redactValues(std::string& text, const std::vector<std::string_view>& values,
+                  std::string_view replacement) {
+  bool hit = false;
+  for (auto v : values) {
+    if (v.empty()) continue;
+    for (auto pos = text.find(v); pos != std::string::npos; pos = text.find(v, pos)) {
+      OPENSSL_cleanse(text.data() + pos, v.size());
+      text.replace(pos, v.size(), replacement);
+      pos += replacement.size();
+      hit = true;
+    }
+  }
+  return hit;
 }
 
 bool hasPlaceholder(std::string_view rule_id, const std::vector<Placeholder>& placeholders) {

@@ -53,6 +53,11 @@ std::optional<std::string> swapPlaceholders(std::string& text, std::string_view 
                                             const std::vector<Placeholder>& placeholders,
                                             std::vector<std::string>& names);
 
+/// Replaces every occurrence of each of `values` in `text` with `replacement` (the bytes
+/// replaced are wiped first). True when any was found.
+bool redactValues(std::string& text, const std::vector<std::string_view>& values,
+                  std::string_view replacement);
+
 /// True when `rule_id` declared a placeholder (its requests may carry a token to swap).
 bool hasPlaceholder(std::string_view rule_id, const std::vector<Placeholder>& placeholders);
 
