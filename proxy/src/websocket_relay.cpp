@@ -40,4 +40,15 @@ std::optional<std::pair<ws::FrameRelay, ws::FrameRelay>> webSocketRelays(
                         ws::FrameRelay(std::move(down), kWholeBodyBytes));
 }
 
+void noteClose(audit::ConnectionEvent& row, const ws::CloseWith& closing) {
+  if (closing.code == 1008 && closing.reason == "placeholder_leak") {
+    row.reason = std::string(policy::reasonName(policy::Reason::kPlaceholderLeak));
+    row.detail = "WebSocket closed (1008): a client text frame carried another rule's placeholder";
+  } else {
+    row.detail = "WebSocket closed (" + std::to_string(closing.code) + "): " + closing.reason;
+  }
+  log().warn("WebSocket on {} closed by the proxy ({}): {}", row.host, closing.code,
+             closing.reason);
+}
+
 }  // namespace sluice::proxy

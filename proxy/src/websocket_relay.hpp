@@ -26,6 +26,9 @@ std::optional<std::pair<ws::FrameRelay, ws::FrameRelay>> webSocketRelays(
     const std::string& rule_id, std::shared_ptr<const policy::SecretStore> secrets,
     const std::vector<Placeholder>& placeholders, const std::vector<std::string>& injected);
 
+/// Records on the connection's row (and in the log) why the proxy closed a WebSocket.
+void noteClose(audit::ConnectionEvent& row, const ws::CloseWith& closing);
+
 /// One direction. `up`: client to upstream (its close frames go masked, RFC 6455 5.1).
 template <typename From, typename To>
 net::awaitable<void> relayFrames(std::shared_ptr<void> keep, std::shared_ptr<Watch> watch,
@@ -59,17 +62,7 @@ net::awaitable<void> relayFrames(std::shared_ptr<void> keep, std::shared_ptr<Wat
       ErrorCode ec;
       co_await net::async_write(to, net::buffer(frame),
                                 net::redirect_error(net::use_awaitable, ec));
-      if (closing->code == 1008 && closing->reason == "placeholder_leak") {
-        row->reason = std::string(policy::reasonName(policy::Reason::kPlaceholderLeak));
-        row->detail =
-            "WebSocket closed (1008): a client text frame carried another rule's "
-            "placeholder";
-      } else {
-        row->detail =
-            "WebSocket closed (" + std::to_string(closing->code) + "): " + closing->reason;
-      }
-      log().warn("WebSocket on {} closed by the proxy ({}): {}", row->host, closing->code,
-                 closing->reason);
+      noteClose(*row, *closing);
       ended_by_close = up;  // the upstream's answering close still has to reach the client
       break;
     }

@@ -876,6 +876,30 @@ TEST_F(InspectTest, PlaceholderInBodiesIsSwappedWithContentLengthRecomputed) {
   }
 }
 
+TEST_F(InspectTest, PipelinedBodiesAreEachReadWholeAndSwapped) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  // Three requests in one write: the two bodies are read whole from the same buffer the next
+  // request's header is in.
+  ASSERT_TRUE(c->send(request("POST", "/v1/p1", apiAuthority(), "", "a=" + ph->token) +
+                      request("POST", "/v1/p2", apiAuthority(), "", ph->token + "&b") +
+                      request("GET", "/v1/p3", apiAuthority())));
+  auto r1 = c->readResponse();
+  auto r2 = c->readResponse();
+  auto r3 = c->readResponse();
+  EXPECT_EQ(r1.status, 200) << r1.body;
+  EXPECT_EQ(r2.status, 200) << r2.body;
+  EXPECT_EQ(r3.status, 200) << r3.body;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].body, std::string("a=") + kSecret);
+  EXPECT_EQ(got[1].body, std::string(kSecret) + "&b");
+  EXPECT_EQ(got[2].target, "/v1/p3");
+  EXPECT_EQ(up_->accepted(), 1);
+}
+
 TEST_F(InspectTest, PlaceholderInABodyOrQueryToAnotherHostIsRefused) {
   const auto* ph = placeholder("API_TOKEN");
   ASSERT_NE(ph, nullptr);
