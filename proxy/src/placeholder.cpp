@@ -16,10 +16,13 @@ constexpr std::string_view kTokenPrefix = "sluice_ph_";  // makePlaceholders' to
 PlaceholderHits findPlaceholders(std::string_view text, std::string_view rule_id,
                                  const std::vector<Placeholder>& placeholders) {
   PlaceholderHits hits;
-  // Every token starts with the same prefix: one search for it rules most text out (a body
-  // is searched once, not once per placeholder).
-  if (placeholders.empty() || text.find(kTokenPrefix) == std::string_view::npos) return hits;
+  if (placeholders.empty()) return hits;
+  // makePlaceholders' tokens start with the same prefix: one search for it rules most text
+  // out for all of them (a body is searched once, not once per placeholder). Tokens shaped
+  // otherwise are searched for one by one.
+  const bool prefixed = text.find(kTokenPrefix) != std::string_view::npos;
   for (const auto& ph : placeholders) {
+    if (!prefixed && ph.token.starts_with(kTokenPrefix)) continue;
     if (text.find(ph.token) == std::string_view::npos) continue;
     if (ph.rule_id == rule_id)
       hits.own = true;
@@ -66,6 +69,25 @@ bool redactValues(std::string& text, const std::vector<std::string_view>& values
     }
   }
   return hit;
+}
+
+StreamingLeakScan::StreamingLeakScan(std::string rule_id,
+                                     const std::vector<Placeholder>& placeholders)
+    : rule_id_(std::move(rule_id)), placeholders_(placeholders) {
+  for (const auto& ph : placeholders_) hold_ = std::max(hold_, ph.token.size());
+  if (hold_ > 0) --hold_;
+}
+
+std::optional<std::string_view> StreamingLeakScan::apply(std::string_view in, bool last) {
+  window_.append(in);
+  if (findPlaceholders(window_, rule_id_, placeholders_).leak) return std::nullopt;
+  // Keep the last (longest token - 1) bytes back: a token that ends in the next buffer is
+  // then found before any byte of it has gone on.
+  const std::size_t release =
+      last ? window_.size() : window_.size() - std::min(hold_, window_.size());
+  out_.assign(window_, 0, release);
+  window_.erase(0, release);
+  return std::string_view(out_);
 }
 
 bool hasPlaceholder(std::string_view rule_id, const std::vector<Placeholder>& placeholders) {

@@ -58,6 +58,24 @@ std::optional<std::string> swapPlaceholders(std::string& text, std::string_view 
 bool redactValues(std::string& text, const std::vector<std::string_view>& values,
                   std::string_view replacement);
 
+/// Searches a body that streams (too large to be read whole) for tokens of rules other than
+/// `rule_id`, buffer by buffer, holding back the last (longest token - 1) bytes of each so a
+/// token split across buffers is found before any byte of it leaves. Its own rule's tokens
+/// pass unswapped. Shaped for relayMessage's body transform (apply(in, last): the bytes to
+/// write now; nullopt: refused, the message must not be completed).
+class StreamingLeakScan {
+ public:
+  StreamingLeakScan(std::string rule_id, const std::vector<Placeholder>& placeholders);
+  std::optional<std::string_view> apply(std::string_view in, bool last);
+
+ private:
+  std::string rule_id_;
+  const std::vector<Placeholder>& placeholders_;
+  std::size_t hold_ = 0;
+  std::string window_;  // bytes held back
+  std::string out_;     // what the last call released
+};
+
 /// True when `rule_id` declared a placeholder (its requests may carry a token to swap).
 bool hasPlaceholder(std::string_view rule_id, const std::vector<Placeholder>& placeholders);
 

@@ -59,6 +59,40 @@ TEST(Placeholders, AMissingSecretIsAnErrorNamingItNotItsValue) {
   EXPECT_FALSE(hasPlaceholder("third", kPlaceholders));
 }
 
+TEST(Placeholders, TokensOfAnotherShapeAreSearchedToo) {
+  const std::vector<Placeholder> phs = {{"AWS_ACCESS_KEY_ID", "AKIAEXAMPLE0123456", "k", "aws"}};
+  EXPECT_TRUE(findPlaceholders("id=AKIAEXAMPLE0123456", "api", phs).leak);
+  EXPECT_TRUE(findPlaceholders("id=AKIAEXAMPLE0123456", "aws", phs).own);
+}
+
+TEST(Placeholders, StreamingScanFindsATokenSplitAtEveryOffsetBeforeItLeaves) {
+  const std::string body = std::string(100, 'x') + "sluice_ph_bbbb" + std::string(50, 'y');
+  const std::size_t token_at = 100;
+  for (std::size_t split = 1; split < body.size(); ++split) {
+    StreamingLeakScan scan("api", kPlaceholders);
+    std::string released;
+    auto first = scan.apply(std::string_view(body).substr(0, split), false);
+    ASSERT_TRUE(first || split >= token_at + 14) << split;
+    if (first) released += *first;
+    auto second = first ? scan.apply(std::string_view(body).substr(split), true) : first;
+    EXPECT_FALSE(second) << "split at " << split;
+    EXPECT_LE(released.size(), token_at) << "bytes of the token left before it was found";
+  }
+  // The rule's own token and clean bodies pass whole, in order, whatever the splits.
+  const std::string own = std::string(40, 'a') + "sluice_ph_aaaa" + std::string(40, 'b');
+  for (std::size_t split = 0; split <= own.size(); ++split) {
+    StreamingLeakScan scan("api", kPlaceholders);
+    std::string out;
+    auto a = scan.apply(std::string_view(own).substr(0, split), false);
+    ASSERT_TRUE(a);
+    out += *a;
+    auto b = scan.apply(std::string_view(own).substr(split), true);
+    ASSERT_TRUE(b);
+    out += *b;
+    EXPECT_EQ(out, own) << split;
+  }
+}
+
 TEST(Placeholders, StandInForTheHeaderSecretBesideAnHmacKey) {
   auto w = policy::parseWorkflow(R"(apiVersion: sluice/v1
 kind: Workflow
