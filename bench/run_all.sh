@@ -24,6 +24,11 @@ if [[ -x "$BUILD_DIR/bench/sigv4_bench" ]]; then
   "$BUILD_DIR/bench/sigv4_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
 fi
 
+if [[ -x "$BUILD_DIR/bench/body_bench" ]]; then
+  section "placeholders in bodies, HMAC signing, WebSocket text relay (bench/body_bench)"
+  "$BUILD_DIR/bench/body_bench" --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
+fi
+
 section "sandbox start-up vs bwrap (bench/run_startup.sh)"
 bench/run_startup.sh "$BUILD_DIR"
 

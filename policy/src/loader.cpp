@@ -13,6 +13,7 @@
 
 #include "host_pattern.hpp"
 #include "inject_aws_sigv4.hpp"
+#include "inject_hmac.hpp"
 #include "inject_tokens.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/policy/host_mounts.hpp"
@@ -369,7 +370,8 @@ class Parser {
 
   void parseInject(const YAML::Node& n, Rule& r) {
     if (!checkMap(n, "inject",
-                  {"headers", "placeholder_env", "oauth2", "google_service_account", "aws_sigv4"}))
+                  {"headers", "placeholder_env", "oauth2", "google_service_account", "aws_sigv4",
+                   "hmac"}))
       return;
     std::set<std::string> names;
     if (auto h = n["headers"]) {
@@ -425,6 +427,7 @@ class Parser {
     }
     parseInjectTokens(n, r, names, injectContext());
     if (auto a = n["aws_sigv4"]) parseInjectAwsSigv4(a, r.inject, names, injectContext());
+    if (auto h = n["hmac"]) r.inject.hmac = parseInjectHmac(h, diagnostics(), file_, names);
     r.inject.secret_names.assign(names.begin(), names.end());
   }
 

@@ -105,9 +105,18 @@ class Exchange {
   };
   net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
                                const policy::Decision& d, bool ws);
+  net::awaitable<std::expected<bool, Refusal>> readBody(const policy::Decision& d,
+                                                        bool expect_continue, std::string& body);
   InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,
-                          const policy::Decision& d, bool ws);
-  net::awaitable<RelayResult> sendRequest(RequestRecord& rec);
+                          const policy::Decision& d, bool ws, std::string* body);
+  void swapTargetAndBody(std::string_view rule_id, std::string& target, std::string* body,
+                         InjectionResult& inj);
+  void sign(const policy::HmacSigning& h, std::string_view method, std::string_view target,
+            const std::string* body, InjectionResult& inj);
+  net::awaitable<bool> refuseRewrite(const policy::Target& target, const policy::HttpRequest& canon,
+                                     const policy::Decision& d, const InjectionResult& inj,
+                                     bool keep);
+  net::awaitable<RelayResult> sendRequest(RequestRecord& rec, const std::string* whole);
   net::awaitable<std::optional<std::string>> readAheadBodyHash(std::size_t max);
   std::optional<Failure> sendFailed(const RelayResult& sent);
   net::awaitable<ResponseHead> readResponseHead(RequestRecord& rec, const policy::Target& target,
@@ -127,7 +136,7 @@ class Exchange {
                                        const policy::Target& target, const policy::Decision& d);
   net::awaitable<bool> fail(RequestRecord& rec, const policy::Target& target,
                             const policy::HttpRequest& canon, const Failure& f);
-  net::awaitable<bool> upgrade(RespParser& rp);
+  net::awaitable<bool> upgrade(RespParser& rp, const policy::Decision& d);
   net::awaitable<bool> writeClient(std::string_view bytes);
   void redact(http::response_header<PmrFields>& head, const std::string& authority);
   std::string refusalConnection(const policy::Target* target, const Refusal& r);

@@ -8,12 +8,17 @@
 #include "aws_signing.hpp"
 #include "exchange.hpp"
 #include "exchange_detail.hpp"
+#include "hmac_signature.hpp"
 #include "http_rules.hpp"
 #include "injection.hpp"
 #include "log.hpp"
+#include "placeholder.hpp"
+#include "request_body.hpp"
+#include "sluice/base/clock.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/base/net_tls.hpp"
 #include "token_source.hpp"
+#include "websocket_relay.hpp"
 
 namespace sluice::proxy {
 
@@ -58,11 +63,20 @@ net::awaitable<void> pump(std::shared_ptr<void> keep, std::shared_ptr<Watch> wat
 
 }  // namespace
 
-// Wipes the header fields that hold injected secrets when the request is done with.
+// Wipes what holds injected secrets when the request is done with: header fields, the
+// target (a placeholder swapped in its path or query) and a body read whole.
 struct WipeOnExit {
-  PmrFields& fields;
-  const std::vector<std::string>& names;
-  ~WipeOnExit() { wipeFields(fields, names); }
+  http::request_header<PmrFields>& req;
+  const InjectionResult& inj;
+  std::string& body;
+  ~WipeOnExit() {
+    wipeFields(static_cast<PmrFields&>(req), inj.touched);
+    if (inj.secret_in_target) {
+      auto t = req.target();
+      OPENSSL_cleanse(const_cast<char*>(t.data()), t.size());
+    }
+    policy::wipeString(body);
+  }
 };
 
 // Injects, records and forwards a decided request, then relays the response.
@@ -71,45 +85,52 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
                                                          const policy::HttpRequest& canon,
                                                          const policy::Decision& d, bool ws) {
   auto& parser = *req_parser_;
-  auto& fields = static_cast<PmrFields&>(parser.get());
   // What the client asked for, before the request is rewritten for the upstream.
   const bool body_pending = !parser.is_done();
   bool client_keep = parser.get().keep_alive() && !conn_.ctx->draining.load();
   bool expect_continue = iequals(parser.get()[http::field::expect], "100-continue");
   const bool is_head = parser.get().method() == http::verb::head;
+  auto& fields = static_cast<PmrFields&>(parser.get());
   body_hash_.reset();
+  std::string body;  // the whole body, when a step needs it (request_body.hpp)
+  std::expected<bool, Refusal> whole = false;
   if (AwsSigning::needsBodyHash(d.rule, fields, body_pending)) {
     // The client's signature covers a body it does not state the hash of: read it first.
     if (expect_continue && !co_await writeClient(kContinue)) co_return false;
     expect_continue = false;
     body_hash_ = co_await readAheadBodyHash(AwsSigning::kMaxReadAhead);
+  } else {
+    whole = co_await readBody(d, expect_continue, body);
   }
-  auto inj = rewrite(target, canon, d, ws);
-  if (inj.error) {
-    wipeFields(fields, inj.touched);
-    Refusal r = refusal(inj.error_reason, *inj.error, d.rule_id);
-    co_await refuse(&target, canon.method, canon.path, r, false);
+  if (!whole) {
+    policy::wipeString(body);
+    co_await refuse(&target, canon.method, canon.path, whole.error(), false);
     co_return false;
+  }
+  auto inj = rewrite(target, canon, d, ws, *whole ? &body : nullptr);
+  if (inj.error || inj.placeholder_leak) {
+    WipeOnExit wipe{parser.get(), inj, body};
+    co_return co_await refuseRewrite(target, canon, d, inj, client_keep && parser.is_done());
   }
   // A rule that mints a bearer token: the token (waiting for its fetch if need be), or the
   // refusal; the connection goes on when no body is left unread.
   if (auto r = co_await injectMintedToken(conn_, d, fields, inj)) {
-    wipeFields(fields, inj.touched);
-    const bool go_on = client_keep && !body_pending;
+    WipeOnExit wipe{parser.get(), inj, body};
+    const bool go_on = client_keep && parser.is_done();
     co_await refuse(&target, canon.method, canon.path, *r, go_on);
     co_return go_on;
   }
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,
                     canon.method, target.host, canon.path);
-  rec.decided(true, d.rule_id, inj.placeholder_leak ? Reason::kPlaceholderLeak : Reason::kAllowed);
+  rec.decided(true, d.rule_id, Reason::kAllowed);
   rec.injected(inj.secrets);
   rec.setPort(target.port);
-  WipeOnExit wipe{fields, inj.touched};
-  if (expect_continue && body_pending && !co_await writeClient(kContinue)) co_return false;
+  WipeOnExit wipe{parser.get(), inj, body};
+  if (expect_continue && !parser.is_done() && !co_await writeClient(kContinue)) co_return false;
   for (int attempt = 0;; ++attempt) {
     const bool reused = link_->reused();
-    auto sent = co_await sendRequest(rec);
+    auto sent = co_await sendRequest(rec, *whole ? &body : nullptr);
     if (auto f = sendFailed(sent)) co_return co_await fail(rec, target, canon, *f);
     ResponseHead head{nullptr, sent.ec, sent.timed_out};
     if (sent.fail == RelayFail::kNone) head = co_await readResponseHead(rec, target, is_head);
@@ -138,11 +159,13 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
 }
 
 // Strips hop-by-hop fields, injects, and sets exactly the request the policy judged: the
-// canonical target, the target's authority as Host.
+// canonical target (placeholders swapped), the target's authority as Host, a body read whole
+// (placeholders swapped, Content-Length recomputed).
 template <typename Client, typename Upstream>
 InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target,
                                                     const policy::HttpRequest& canon,
-                                                    const policy::Decision& d, bool ws) {
+                                                    const policy::Decision& d, bool ws,
+                                                    std::string* body) {
   auto& req = req_parser_->get();
   auto& fields = static_cast<PmrFields&>(req);
   // Hop-by-hop fields go first, so a client's `Connection: Authorization` cannot strip what
@@ -160,32 +183,147 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   if (!aws.verify(fields, canon.method, {sent_target.data(), sent_target.size()}, body_hash,
                   signing))
     return signing;
-  auto inj =
-      applyInjection(fields, d.rule, conn_.listener->secrets.get(), conn_.listener->placeholders);
+  const auto& placeholders = conn_.listener->placeholders;
+  const std::string_view rule_id = d.rule ? std::string_view(d.rule->id) : std::string_view();
+  std::string forward_target = canon.target();
+  // One decision over every part of the request as the client sent it: a token of another
+  // rule anywhere refuses the whole request (before anything is swapped).
+  auto hits = findPlaceholdersInFields(fields, rule_id, placeholders);
+  hits |= findPlaceholders(forward_target, rule_id, placeholders);
+  if (body) hits |= findPlaceholders(*body, rule_id, placeholders);
+  if (hits.leak) {
+    InjectionResult leak;
+    leak.placeholder_leak = true;
+    return leak;
+  }
+  auto inj = applyInjection(fields, d.rule, conn_.listener->secrets.get(), placeholders);
+  if (!inj.error && hits.own) swapTargetAndBody(rule_id, forward_target, body, inj);
+  if (!inj.error && d.rule && d.rule->inject.hmac)
+    sign(*d.rule->inject.hmac, canon.method, forward_target, body, inj);
   if (inj.error) return inj;
-  if (inj.placeholder_leak)
-    log().warn("placeholder for another rule sent on {} {}{} (rule {}); not replaced", canon.method,
-               target.authority(), canon.path, d.rule_id);
   for (const auto& s : inj.secrets)
     if (std::find(conn_.injected.begin(), conn_.injected.end(), s) == conn_.injected.end())
       conn_.injected.push_back(s);
-  req.target(canon.target());
+  req.target(forward_target);
+  policy::wipeString(forward_target);
   req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
   req.keep_alive(true);
+  if (body) setWholeBodyFraming(req, body->size());
+  // SigV4 signs the target as the client sent it (its stand-ins are never swapped).
   std::string signed_target = canon.target();
   if (!aws.resign(fields, signed_target, inj, body_transform_)) return inj;
   if (signed_target != canon.target()) req.target(signed_target);
   if (ws) {
     req.set(http::field::connection, "Upgrade");
     req.set(http::field::upgrade, "websocket");
+    // Compressed frames (permessage-deflate) cannot be searched for placeholders.
+    if (!placeholders.empty()) req.erase(http::field::sec_websocket_extensions);
   }
   return inj;
 }
 
-// Sends the request (header and body) on the link's connection, counting its bytes. Not a
-// coroutine itself: it hands back relayMessage's, so the request costs no extra frame.
+// Swaps the deciding rule's placeholder tokens in the forwarded target and a body read whole.
 template <typename Client, typename Upstream>
-net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecord& rec) {
+void Exchange<Client, Upstream>::swapTargetAndBody(std::string_view rule_id, std::string& target,
+                                                   std::string* body, InjectionResult& inj) {
+  const auto* secrets = conn_.listener->secrets.get();
+  const auto& placeholders = conn_.listener->placeholders;
+  std::optional<std::string> why;
+  if (findPlaceholders(target, rule_id, placeholders).own) {
+    inj.secret_in_target = true;
+    why = swapPlaceholders(target, rule_id, secrets, placeholders, inj.secrets);
+  }
+  if (!why && body) why = swapPlaceholders(*body, rule_id, secrets, placeholders, inj.secrets);
+  if (why) inj.error = std::move(why);
+}
+
+// Sets the rule's HMAC signature (and timestamp) over the request as it goes upstream:
+// placeholders swapped, the body read whole by readBody.
+template <typename Client, typename Upstream>
+void Exchange<Client, Upstream>::sign(const policy::HmacSigning& h, std::string_view method,
+                                      std::string_view target, const std::string* body,
+                                      InjectionResult& inj) {
+  const auto q = target.find('?');
+  HmacParts parts{method, target.substr(0, q),
+                  q == std::string_view::npos ? std::string_view() : target.substr(q + 1),
+                  body ? std::string_view(*body) : std::string_view(), base::nowMs() / 1000};
+  auto headers = hmacHeaders(h, parts, conn_.listener->secrets.get());
+  if (!headers) {
+    inj.error = std::move(headers.error());
+    return;
+  }
+  // set() replaces any field of that name the client sent.
+  for (const auto& [name, value] : *headers) req_parser_->get().set(name, value);
+}
+
+// Refuses a request rewrite() could not complete: a placeholder of another rule in it (403
+// placeholder_leak, the connection kept when nothing of the request is left unread), or a
+// secret missing from the store (502, closed).
+template <typename Client, typename Upstream>
+net::awaitable<bool> Exchange<Client, Upstream>::refuseRewrite(const policy::Target& target,
+                                                               const policy::HttpRequest& canon,
+                                                               const policy::Decision& d,
+                                                               const InjectionResult& inj,
+                                                               bool keep) {
+  if (inj.placeholder_leak) {
+    log().warn("placeholder of another rule sent on {} {}{} (rule {}); refused", canon.method,
+               target.authority(), canon.path, d.rule_id);
+    Refusal r = refusal(Reason::kPlaceholderLeak,
+                        "the request carries a placeholder token that only another rule's "
+                        "requests may send",
+                        d.rule_id);
+    co_await refuse(&target, canon.method, canon.path, r, keep);
+    co_return keep;
+  }
+  Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
+  co_await refuse(&target, canon.method, canon.path, r, false);
+  co_return false;
+}
+
+// The whole-body stage (request_body.hpp): true when the body was read into `body` (to be
+// searched, swapped or signed before it leaves), false when it streams; the refusal when it
+// is too large to read whole or broke off.
+template <typename Client, typename Upstream>
+auto Exchange<Client, Upstream>::readBody(const policy::Decision& d, bool expect_continue,
+                                          std::string& body)
+    -> net::awaitable<std::expected<bool, Refusal>> {
+  auto& parser = *req_parser_;
+  const auto& placeholders = conn_.listener->placeholders;
+  // A SigV4-signed body streams as it is: its hash is signed, so nothing in it may change,
+  // and a streaming upload's chunks are signed again on the way (body_transform_).
+  if (d.rule && d.rule->inject.aws_sigv4) co_return false;
+  BodyNeeds needs;
+  needs.swaps = d.rule && hasPlaceholder(d.rule->id, placeholders);
+  needs.scans = !placeholders.empty();
+  needs.signs = d.rule && d.rule->inject.hmac && d.rule->inject.hmac->needs_body;
+  const auto need = wholeBodyNeed(parser, needs, kWholeBodyBytes);
+  const std::string bound = std::to_string(kWholeBodyBytes);
+  auto too_large = [&] {
+    return std::unexpected(refusal(Reason::kBodyTooLarge,
+                                   "request body exceeds " + bound +
+                                       " bytes, the most the proxy reads whole to search it "
+                                       "for placeholders or sign it",
+                                   d.rule_id));
+  };
+  if (need == WholeBody::kStream) co_return false;
+  if (need == WholeBody::kTooLarge) co_return too_large();
+  if (expect_continue && !co_await writeClient(kContinue))
+    co_return std::unexpected(refusal(Reason::kInvalidRequest, "client went away"));
+  Endpoint<Client> from_client{client_, watch_, buf_};
+  auto got = co_await readWholeBody(from_client, parser, body, kWholeBodyBytes,
+                                    conn_.ctx->options.upstream_timeout,
+                                    [this] { return conn_.keep_alive(); });
+  if (got.too_large) co_return too_large();
+  if (auto f = sendFailed(got.result)) co_return std::unexpected(f->refusal);
+  co_return true;
+}
+
+// Sends the request (header and body) on the link's connection, counting its bytes: the body
+// streams from the client, or is `whole` (read by readBody). Not a coroutine itself: it hands
+// back the relay's, so the request costs no extra frame.
+template <typename Client, typename Upstream>
+net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecord& rec,
+                                                                    const std::string* whole) {
   link_->used();
   auto* row = &link_->row();
   // Captured by value: the relay's frame outlives this function.
@@ -197,6 +335,9 @@ net::awaitable<RelayResult> Exchange<Client, Upstream>::sendRequest(RequestRecor
   Endpoint<Client> from_client{client_, watch_, buf_};
   Endpoint<Upstream> to_upstream{link_->stream(), link_->watch(), link_->buffer()};
   rec.forwarding();  // on record before the first byte leaves
+  if (whole)
+    return writeWholeRequest(to_upstream, *req_parser_, *whole, conn_.ctx->options.upstream_timeout,
+                             count_out, keep_alive);
   return relayMessage<true>(from_client, *req_parser_, to_upstream,
                             conn_.ctx->options.upstream_timeout, count_out, keep_alive,
                             body_transform_.get());
@@ -342,7 +483,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::switchProtocols(RequestRecord& 
   }
   rec.outcome(101);
   rec.finish();
-  co_return co_await upgrade(rp);
+  co_return co_await upgrade(rp, d);
 }
 
 // Readies the response header for the client: framing decides whether either side can keep
@@ -426,9 +567,11 @@ net::awaitable<bool> Exchange<Client, Upstream>::fail(RequestRecord& rec,
   co_return false;
 }
 
-// After a 101: frames both ways until either side ends.
+// After a 101: frames both ways until either side ends, through the frame relays when
+// something must see them (websocket_relay.hpp), else as a tunnel.
 template <typename Client, typename Upstream>
-net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
+net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp,
+                                                         const policy::Decision& d) {
   ErrorCode ec;
   redact(rp.get(), tunnel_target_ ? tunnel_target_->authority() : std::string("upstream"));
   http::message<false, http::empty_body, PmrFields> head{rp.get().base()};
@@ -438,6 +581,23 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
   if (ec) co_return false;
   auto& up = link_->stream();
   auto* row = &link_->row();
+  auto keep = conn_.keep_alive();
+  auto ex = beast::get_lowest_layer(client_).get_executor();
+  if (auto relays = webSocketRelays(d.rule_id, conn_.listener->secrets,
+                                    conn_.listener->placeholders, conn_.injected)) {
+    // Bytes that arrived after the headers on either side are the first frames.
+    std::string from_client = beast::buffers_to_string(buf_.data());
+    std::string from_upstream = beast::buffers_to_string(link_->buffer().data());
+    buf_.consume(buf_.size());
+    link_->buffer().consume(link_->buffer().size());
+    net::co_spawn(ex,
+                  relayFrames(keep, std::make_shared<Watch>(ex), client_, up, &conn_, row, true,
+                              std::move(from_client), std::move(relays->first)),
+                  net::detached);
+    co_await relayFrames(keep, std::make_shared<Watch>(ex), up, client_, &conn_, row, false,
+                         std::move(from_upstream), std::move(relays->second));
+    co_return false;
+  }
   // Bytes that arrived after the headers on either side go first.
   if (link_->buffer().size()) {
     co_await net::async_write(client_, link_->buffer().data(),
@@ -451,8 +611,6 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp) {
     buf_.consume(buf_.size());
   }
   if (ec) co_return false;
-  auto keep = conn_.keep_alive();
-  auto ex = beast::get_lowest_layer(client_).get_executor();
   net::co_spawn(ex, pump(keep, std::make_shared<Watch>(ex), client_, up, &conn_, row, true),
                 net::detached);
   co_await pump(keep, std::make_shared<Watch>(ex), up, client_, &conn_, row, false);
@@ -463,7 +621,7 @@ using SslStream = beast::ssl_stream<tcp::socket>;
 #define SLUICE_INSTANTIATE(C, U)                                                         \
   template net::awaitable<bool> Exchange<C, U>::forward(                                 \
       const policy::Target&, const policy::HttpRequest&, const policy::Decision&, bool); \
-  template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&);
+  template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&, const policy::Decision&);
 SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
 SLUICE_INSTANTIATE(SslStream, SslStream)
 SLUICE_INSTANTIATE(tcp::socket, SslStream)

@@ -6,11 +6,12 @@
 
 #include <algorithm>
 
+#include "placeholder.hpp"
 #include "sluice/base/hex.hpp"
 
 namespace sluice::proxy {
 
-bool injects(const policy::Rule* rule) { return rule && !rule->inject.headers.empty(); }
+bool injects(const policy::Rule* rule) { return rule && !rule->inject.empty(); }
 
 template <typename Fields>
 InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
@@ -19,22 +20,14 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
   InjectionResult res;
   // Placeholders first: every header value the client sent is searched for every token
   // (in place: no copy of a field unless it holds a token).
-  auto swappable = [&](const Placeholder& ph) { return rule && secrets && rule->id == ph.rule_id; };
-  // A signing stand-in (aws_sigv4) is never swapped; on its own rule's requests it is no leak.
-  auto leaked = [&](const Placeholder& ph) { return !rule || rule->id != ph.rule_id; };
+  const std::string_view rule_id = rule ? std::string_view(rule->id) : std::string_view();
   std::vector<std::string> names;  // fields holding a token we may swap
   for (const auto& f : fields) {
     auto value = f.value();
-    bool swap = false;
-    for (const auto& ph : placeholders) {
-      if (value.find(ph.token) == beast::string_view::npos) continue;
-      if (swappable(ph) && ph.swapped) {
-        swap = true;
-      } else if (leaked(ph)) {
-        res.placeholder_leak = true;  // left as is: the token is worthless elsewhere
-      }
-    }
-    if (swap && std::none_of(names.begin(), names.end(), [&](const std::string& n) {
+    auto hits =
+        findPlaceholders(std::string_view(value.data(), value.size()), rule_id, placeholders);
+    res.placeholder_leak = res.placeholder_leak || hits.leak;
+    if (hits.own && std::none_of(names.begin(), names.end(), [&](const std::string& n) {
           return beast::iequals(n, f.name_string());
         })) {
       names.emplace_back(f.name_string());
@@ -46,23 +39,10 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
     auto range = fields.equal_range(name);
     for (auto it = range.first; it != range.second; ++it) values.emplace_back(it->value());
     for (auto& value : values) {
-      for (const auto& ph : placeholders) {
-        if (!swappable(ph) || !ph.swapped) continue;
-        std::size_t pos = value.find(ph.token);
-        if (pos == std::string::npos) continue;
-        auto secret = secrets->find(ph.secret);
-        if (!secret) {
-          res.error = "secret '" + ph.secret + "' is not in the secret store";
-          for (auto& v : values) policy::wipeString(v);
-          return res;
-        }
-        while (pos != std::string::npos) {
-          value.replace(pos, ph.token.size(), secret->data(), secret->size());
-          pos = value.find(ph.token, pos + secret->size());
-        }
-        if (std::find(res.secrets.begin(), res.secrets.end(), ph.secret) == res.secrets.end()) {
-          res.secrets.push_back(ph.secret);
-        }
+      if (auto why = swapPlaceholders(value, rule_id, secrets, placeholders, res.secrets)) {
+        res.error = std::move(why);
+        for (auto& v : values) policy::wipeString(v);
+        return res;
       }
     }
     fields.erase(name);
@@ -74,7 +54,7 @@ InjectionResult applyInjection(Fields& fields, const policy::Rule* rule,
   }
   if (!injects(rule)) return res;
   if (!secrets) {
-    res.error = "no secret store is configured for rule " + rule->id + "'s inject.headers";
+    res.error = "no secret store is configured for rule " + rule->id + "'s inject";
     return res;
   }
   for (const auto& [name, tmpl] : rule->inject.headers) {
@@ -207,18 +187,31 @@ void addAwsPlaceholders(const policy::Rule& r, std::vector<Placeholder>& out) {
     out.push_back({"AWS_SESSION_TOKEN", randomText(64, kKey), a.session_token, r.id, false});
 }
 
+// The one secret a placeholder stands in for: the one its rule's inject.headers name (the
+// loader requires exactly one there; secret_names also holds keys of other inject kinds).
+std::string headerSecret(const policy::Inject& inject) {
+  for (const auto& [name, tmpl] : inject.headers) {
+    const auto open = tmpl.find("${secret:");
+    if (open == std::string::npos) continue;
+    const auto close = tmpl.find('}', open);
+    if (close != std::string::npos) return tmpl.substr(open + 9, close - open - 9);
+  }
+  return {};
+}
+
 }  // namespace
 
 std::vector<Placeholder> makePlaceholders(const policy::Workflow& workflow) {
   std::vector<Placeholder> out;
   for (const auto& r : workflow.rules) {
     if (r.inject.aws_sigv4) addAwsPlaceholders(r, out);
-    if (r.inject.placeholder_env.empty() || r.inject.secret_names.size() != 1) continue;
+    if (r.inject.placeholder_env.empty()) continue;
+    std::string secret = headerSecret(r.inject);
+    if (secret.empty()) continue;
     unsigned char bytes[32];
     RAND_bytes(bytes, sizeof bytes);
     std::string token = "sluice_ph_" + base::hexEncode(std::span<const std::uint8_t>(bytes));
-    out.push_back(
-        {r.inject.placeholder_env, std::move(token), r.inject.secret_names.front(), r.id});
+    out.push_back({r.inject.placeholder_env, std::move(token), std::move(secret), r.id, true});
   }
   return out;
 }

@@ -19,11 +19,12 @@ struct InjectionResult {
   std::vector<std::string> secrets;  ///< names of the secrets written into the request
   std::vector<std::string> touched;  ///< header names holding secret bytes (to wipe later)
   bool placeholder_leak = false;     ///< a placeholder was sent on a request of another rule
+  bool secret_in_target = false;     ///< a placeholder was swapped in the path or query
   std::optional<std::string> error;  ///< a secret could not be resolved (names only)
   policy::Reason error_reason = policy::Reason::kSecretUnavailable;  ///< why, when `error`
 };
 
-/// True when `rule` would inject anything (headers) into its requests.
+/// True when `rule` would inject anything (headers, a signature) into its requests.
 bool injects(const policy::Rule* rule);
 
 /// Applies injection and placeholder swapping to `fields` for a request decided by `rule`

@@ -49,7 +49,7 @@ constexpr auto kRows = std::to_array<Row>({
     {Reason::kProxyLoop, http::status::forbidden, "denied"},
     {Reason::kAuditUnavailable, http::status::service_unavailable, "audit_unavailable"},
     {Reason::kSecretUnavailable, http::status::bad_gateway, "secret_unavailable"},
-    {Reason::kPlaceholderLeak, http::status::ok, "none"},
+    {Reason::kPlaceholderLeak, http::status::forbidden, "denied"},
     {Reason::kSignatureMismatch, http::status::forbidden, "denied"},
     {Reason::kNotHttp, http::status::forbidden, "denied"},
     {Reason::kUpstreamError, http::status::bad_gateway, "upstream_error"},

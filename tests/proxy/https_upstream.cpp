@@ -111,7 +111,7 @@ nlohmann::json echoOf(const ReceivedRequest& r) {
     headers.push_back({{"name", name}, {"sha256", sha256Hex(value)}});
   }
   return {{"method", r.method},
-          {"target", r.target},
+          {"target_sha256", sha256Hex(r.target)},  // a placeholder may be swapped in it
           {"sni", r.sni},
           {"headers", headers},
           {"body_bytes", r.body.size()}};

@@ -6,8 +6,9 @@
 //
 // HttpsUpstream (Beast + OpenSSL, one io_context thread, 127.0.0.1 port 0) records every
 // request it receives (raw, for assertions) and answers with a JSON echo of the request whose
-// header values are SHA-256 digests: a real API never reflects credentials, so a response the
-// client sees must not carry the secret either, yet the client can still check what arrived.
+// target and header values are SHA-256 digests: a real API never reflects credentials, so a
+// response the client sees must not carry the secret either, yet the client can still check what
+// arrived.
 // "/ws" with an Upgrade header becomes a WebSocket that echoes every message; "/v1/big/N"
 // answers N bytes.
 #pragma once

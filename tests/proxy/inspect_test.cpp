@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "https_upstream.hpp"
 #include "proxy_test_util.hpp"
@@ -631,11 +632,11 @@ TEST_F(InspectTest, PipelinedRequestsAreAnsweredInOrder) {
   auto r2 = c->readResponse();
   auto r3 = c->readResponse();
   EXPECT_EQ(r1.status, 200);
-  EXPECT_TRUE(contains(r1.body, "\"/v1/first\"")) << r1.body;
+  EXPECT_TRUE(contains(r1.body, sha256Hex("/v1/first"))) << r1.body;
   EXPECT_EQ(r2.status, 403);
   EXPECT_EQ(r2.header("x-sluice-reason"), "method_not_allowed");
   EXPECT_EQ(r3.status, 200);
-  EXPECT_TRUE(contains(r3.body, "\"/v1/third\"")) << r3.body;
+  EXPECT_TRUE(contains(r3.body, sha256Hex("/v1/third"))) << r3.body;
   auto got = up_->requests();
   ASSERT_EQ(got.size(), 2u);
   EXPECT_EQ(got[0].target, "/v1/first");
@@ -783,25 +784,171 @@ TEST_F(InspectTest, AbsoluteFormTargetNamingAnotherHostIsRefused) {
   EXPECT_TRUE(up_->requests().empty()) << "the fronted request must not reach the upstream";
 }
 
-TEST_F(InspectTest, PlaceholderSentToAnotherHostIsNotSwappedAndAudited) {
+TEST_F(InspectTest, PlaceholderSentToAnotherHostIsRefusedAndAudited) {
   const auto* ph = placeholder("API_TOKEN");
   ASSERT_NE(ph, nullptr);
   auto c = tunnel("other.test", up_->port());
   ASSERT_TRUE(c);
   auto r = roundTrip(
       *c, request("GET", "/exfil", otherAuthority(), "X-Api-Token: Token " + ph->token + "\r\n"));
-  EXPECT_EQ(r.status, 200) << r.body;
-  auto got = up_->requests();
-  ASSERT_EQ(got.size(), 1u);
-  EXPECT_EQ(got[0].header("X-Api-Token"), "Token " + ph->token) << "left as is";
-  EXPECT_TRUE(got[0].values("Authorization").empty());
+  EXPECT_EQ(r.status, 403) << r.body;
+  EXPECT_EQ(r.header("x-sluice-reason"), "placeholder_leak");
+  EXPECT_TRUE(up_->requests().empty()) << "a request carrying a leaked token must not leave";
   auto ev = waitRequest("GET", "/exfil");
   ASSERT_TRUE(ev);
   EXPECT_EQ(ev->host, "other.test");
   EXPECT_EQ(ev->rule_id, "other");
-  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
+  EXPECT_EQ(ev->status, 403);
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
   EXPECT_EQ(ev->reason, "placeholder_leak");
   EXPECT_TRUE(ev->injected_secrets.empty());
+  // Nothing of that request was left unread: the tunnel carries the next one.
+  EXPECT_EQ(roundTrip(*c, request("GET", "/after", otherAuthority())).status, 200);
+}
+
+// Placeholders anywhere in a request: path, query, bodies (Content-Length and chunked).
+
+TEST_F(InspectTest, PlaceholderInPathAndQueryIsSwappedAndTheRowKeepsTheToken) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  const std::string path = "/v1/keys/" + ph->token;
+  auto r = roundTrip(*c, request("GET", path + "?key=" + ph->token + "&x=1", apiAuthority()));
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].target, std::string("/v1/keys/") + kSecret + "?key=" + kSecret + "&x=1");
+  auto ev = waitRequest("GET", path);
+  ASSERT_TRUE(ev) << "the row records the placeholder form of the path";
+  EXPECT_EQ(ev->decision, audit::Decision::kAllow);
+  EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"});
+}
+
+TEST_F(InspectTest, PlaceholderInBodiesIsSwappedWithContentLengthRecomputed) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  const std::string json = R"({"api_key":")" + ph->token + R"(","n":1})";
+  const std::string form = "a=1&key=" + ph->token + "&again=" + ph->token;
+  EXPECT_EQ(roundTrip(*c, request("POST", "/v1/json", apiAuthority(),
+                                  "Content-Type: application/json\r\n", json))
+                .status,
+            200);
+  EXPECT_EQ(roundTrip(*c, request("POST", "/v1/form", apiAuthority(),
+                                  "Content-Type: application/x-www-form-urlencoded\r\n", form))
+                .status,
+            200);
+  // Chunked, the token split across two chunks, with 100-continue.
+  const std::string text = "token=" + ph->token + "\n";
+  const std::string a = text.substr(0, 20), b = text.substr(20);
+  std::ostringstream chunked;
+  chunked << "POST /v1/chunked HTTP/1.1\r\nHost: " << apiAuthority()
+          << "\r\nTransfer-Encoding: chunked\r\nExpect: 100-continue\r\n\r\n"
+          << std::hex << a.size() << "\r\n"
+          << a << "\r\n"
+          << b.size() << "\r\n"
+          << b << "\r\n0\r\n\r\n";
+  auto r = roundTrip(*c, chunked.str());
+  if (r.status == 100) r = c->readResponse();
+  EXPECT_EQ(r.status, 200) << r.body;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 3u);
+  auto swapped = [&](std::string s) {
+    for (auto pos = s.find(ph->token); pos != std::string::npos; pos = s.find(ph->token))
+      s.replace(pos, ph->token.size(), kSecret);
+    return s;
+  };
+  EXPECT_EQ(got[0].body, swapped(json));
+  EXPECT_EQ(got[0].header("Content-Length"), std::to_string(swapped(json).size()));
+  EXPECT_EQ(got[1].body, swapped(form));
+  EXPECT_EQ(got[1].header("Content-Length"), std::to_string(swapped(form).size()));
+  EXPECT_EQ(got[2].body, swapped(text));
+  EXPECT_EQ(got[2].header("Content-Length"), std::to_string(swapped(text).size()));
+  EXPECT_TRUE(got[2].values("Transfer-Encoding").empty());
+  EXPECT_EQ(up_->accepted(), 1) << "one kept-alive tunnel and upstream connection";
+  for (const char* path : {"/v1/json", "/v1/form", "/v1/chunked"}) {
+    auto ev = waitRequest("POST", path);
+    ASSERT_TRUE(ev) << path;
+    EXPECT_EQ(ev->status, 200) << path;
+    EXPECT_EQ(ev->injected_secrets, std::vector<std::string>{"api_token"}) << path;
+  }
+}
+
+TEST_F(InspectTest, PipelinedBodiesAreEachReadWholeAndSwapped) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  // Three requests in one write: the two bodies are read whole from the same buffer the next
+  // request's header is in.
+  ASSERT_TRUE(c->send(request("POST", "/v1/p1", apiAuthority(), "", "a=" + ph->token) +
+                      request("POST", "/v1/p2", apiAuthority(), "", ph->token + "&b") +
+                      request("GET", "/v1/p3", apiAuthority())));
+  auto r1 = c->readResponse();
+  auto r2 = c->readResponse();
+  auto r3 = c->readResponse();
+  EXPECT_EQ(r1.status, 200) << r1.body;
+  EXPECT_EQ(r2.status, 200) << r2.body;
+  EXPECT_EQ(r3.status, 200) << r3.body;
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].body, std::string("a=") + kSecret);
+  EXPECT_EQ(got[1].body, std::string(kSecret) + "&b");
+  EXPECT_EQ(got[2].target, "/v1/p3");
+  EXPECT_EQ(up_->accepted(), 1);
+}
+
+TEST_F(InspectTest, PlaceholderInABodyOrQueryToAnotherHostIsRefused) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  auto c = tunnel("other.test", up_->port());
+  ASSERT_TRUE(c);
+  auto body = roundTrip(*c, request("POST", "/exfil-body", otherAuthority(), "",
+                                    R"({"stolen":")" + ph->token + R"("})"));
+  EXPECT_EQ(body.status, 403) << body.body;
+  EXPECT_EQ(body.header("x-sluice-reason"), "placeholder_leak");
+  auto query = roundTrip(*c, request("GET", "/exfil-query?k=" + ph->token, otherAuthority()));
+  EXPECT_EQ(query.status, 403) << query.body;
+  EXPECT_EQ(query.header("x-sluice-reason"), "placeholder_leak");
+  // A body without a token to the same host goes on.
+  EXPECT_EQ(roundTrip(*c, request("POST", "/fine", otherAuthority(), "", "nothing here")).status,
+            200);
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].target, "/fine");
+  EXPECT_EQ(got[0].body, "nothing here");
+  for (const char* path : {"/exfil-body", "/exfil-query"}) {
+    auto ev = waitRequest(path == std::string("/exfil-body") ? "POST" : "GET", path);
+    ASSERT_TRUE(ev) << path;
+    EXPECT_EQ(ev->decision, audit::Decision::kDeny) << path;
+    EXPECT_EQ(ev->reason, "placeholder_leak") << path;
+    EXPECT_EQ(ev->status, 403) << path;
+  }
+}
+
+TEST_F(InspectTest, BodyLargerThanTheWholeBodyBoundStreamsUnchanged) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  // Over 1 MiB with a Content-Length: streamed as sent (not read whole, so not swapped).
+  std::string upload((1 << 20) + 10, 'x');
+  upload.replace(100, ph->token.size(), ph->token);
+  EXPECT_EQ(roundTrip(*c, request("POST", "/v1/huge", apiAuthority(), "", upload)).status, 200);
+  // Chunked over the bound to the placeholder's rule cannot be read whole: 413.
+  std::ostringstream chunked;
+  chunked << "POST /v1/huge-chunked HTTP/1.1\r\nHost: " << apiAuthority()
+          << "\r\nTransfer-Encoding: chunked\r\n\r\n"
+          << std::hex << upload.size() << "\r\n"
+          << upload << "\r\n0\r\n\r\n";
+  auto r = roundTrip(*c, chunked.str());
+  EXPECT_EQ(r.status, 413) << r.body;
+  EXPECT_EQ(r.header("x-sluice-reason"), "body_too_large");
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].body == upload);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -932,7 +1079,7 @@ TEST_F(InspectTest, SecretNeverReachesClientAuditOrLog) {
     ASSERT_TRUE(c);
     EXPECT_EQ(
         roundTrip(*c, request("GET", "/z", otherAuthority(), "X-T: " + ph->token + "\r\n")).status,
-        200);
+        403);
   }
   for (const char* host : {"plain.test", "plainok.test"}) {
     ProxyClient c(port_, &transcript_);

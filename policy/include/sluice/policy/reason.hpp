@@ -43,7 +43,7 @@ enum class Reason : std::uint8_t {
   kProxyLoop,
   kAuditUnavailable,
   kSecretUnavailable,
-  kPlaceholderLeak,    // allowed, but a placeholder of another rule was left unswapped
+  kPlaceholderLeak,    // a placeholder of another rule in the request: refused
   kSignatureMismatch,  // inject.aws_sigv4: not signed with the sandbox's placeholder key
   kNotHttp,            // bytes in a tunnel that request rules cover are neither HTTP nor TLS
   kUpstreamError,

@@ -55,7 +55,21 @@ struct AwsSigV4 {
   SourcePos pos;
 };
 
-/// Header injection: header name -> template with `${secret:NAME}` references.
+/// `inject.hmac`: a signature over a message template, computed per request by the proxy
+/// (policy/src/inject_hmac.cpp; docs/credentials.md "HMAC signatures").
+struct HmacSigning {
+  enum class Algorithm { kSha256, kSha512 };
+  enum class Encoding { kHex, kBase64 };
+  std::string key_secret;  // NAME of the `${secret:NAME}` key
+  Algorithm algorithm = Algorithm::kSha256;
+  Encoding encoding = Encoding::kHex;
+  std::string header;            // where the signature goes
+  std::string prefix;            // written before the encoded signature ("sha256=")
+  std::string message;           // ${method} ${path} ${query} ${timestamp} ${body_sha256} ${body}
+  std::string timestamp_header;  // set to ${timestamp} (Unix seconds) when given
+  bool needs_body = false;       // the message names ${body} or ${body_sha256}
+};
+
 /// `inject.oauth2`: a bearer token the proxy gets with the client-credentials grant (RFC 6749
 /// 4.4). client_id and client_secret are templates that may hold `${secret:NAME}`.
 struct OAuth2Grant {
@@ -77,6 +91,8 @@ struct GoogleServiceAccount {
   SourcePos token_url_pos;
 };
 
+/// What the proxy adds to a request its rule allows: headers (`${secret:NAME}` templates),
+/// a placeholder variable, a SigV4 re-signing, an HMAC signature or a minted bearer token.
 struct Inject {
   std::vector<std::pair<std::string, std::string>> headers;
   std::string placeholder_env;            // empty when absent
@@ -85,9 +101,10 @@ struct Inject {
   // Tokens minted at the proxy (inject_tokens.cpp); at most one of the two.
   std::optional<OAuth2Grant> oauth2;
   std::optional<GoogleServiceAccount> google_service_account;
+  std::optional<HmacSigning> hmac;  // inject.hmac
   bool mintsToken() const { return oauth2 || google_service_account; }
   bool empty() const {
-    return headers.empty() && placeholder_env.empty() && !mintsToken() && !aws_sigv4;
+    return headers.empty() && placeholder_env.empty() && !mintsToken() && !aws_sigv4 && !hmac;
   }
 };
 

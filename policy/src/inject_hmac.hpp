@@ -1,0 +1,25 @@
+// `inject.hmac` in a rule's YAML: parsing and validation (loader.cpp calls it).
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sluice/policy/diagnostics.hpp"
+#include "sluice/policy/workflow.hpp"
+
+namespace sluice::policy {
+
+/// Parses `inject.hmac` at `n`; problems go to `diags` (file:line:col), the key's secret name
+/// into `names`. nullopt when anything is wrong.
+std::optional<HmacSigning> parseInjectHmac(const YAML::Node& n, std::vector<Diagnostic>& diags,
+                                           const std::string& file, std::set<std::string>& names);
+
+/// The variables a message template may name, in the order the docs list them.
+inline constexpr std::string_view kHmacVariables[] = {"method",    "path",        "query",
+                                                      "timestamp", "body_sha256", "body"};
+
+}  // namespace sluice::policy
