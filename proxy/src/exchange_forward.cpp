@@ -275,7 +275,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::refuseRewrite(const policy::Tar
     co_await refuse(&target, canon.method, canon.path, r, keep);
     co_return keep;
   }
-  Refusal r = refusal(Reason::kSecretUnavailable, *inj.error, d.rule_id);
+  Refusal r = refusal(inj.error_reason, *inj.error, d.rule_id);
   co_await refuse(&target, canon.method, canon.path, r, false);
   co_return false;
 }

@@ -24,6 +24,10 @@ class H2Upstream;
 
 /// What the inspected tunnel lends its HTTP/2 front.
 struct H2Tunnel {
+  /// The tunnel whose members the references below are: kept alive while the front or any
+  /// of its streams lives (a stream's exchange can end after the tunnel's own coroutine).
+  /// First, so that it is released last.
+  std::shared_ptr<void> owner;
   ConnState& conn;
   SslStream& client;
   Watch& client_watch;

@@ -145,9 +145,10 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     if (!h2_upstream)
       pool = std::make_shared<UpstreamPool>(conn_, upstream_, upstream_watch_, ubuf_, target(),
                                             vetted, event_, std::move(upstream_failure));
-    h2_ = makeH2Front(
-        H2Tunnel{conn_, client_, client_watch_, target(), std::move(pool), h2_upstream});
+    h2_ = makeH2Front(H2Tunnel{shared_from_this(), conn_, client_, client_watch_, target(),
+                               std::move(pool), h2_upstream});
     co_await h2_->run();
+    h2_.reset();  // the front holds this tunnel (owner): no cycle once it has served
   }
 
   // Verified TLS to the upstream; the refusal when it fails. An h2 client gets h2 offered
