@@ -21,6 +21,7 @@
 #include "isolation.hpp"
 #include "proc_scan.hpp"
 #include "run_fixture.hpp"
+#include "upstream_certs.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -78,27 +79,10 @@ class SigV4Run : public ::testing::Test {
     return std::system(("(" + cmd + ") >>" + (dir_ / "sh.log").string() + " 2>&1").c_str()) == 0;
   }
 
-  // A test CA and a certificate for localhost / 127.0.0.1 signed by it.
+  // A test CA and a server certificate for localhost / 127.0.0.1 / ::1 signed by it.
   void makeCertificates() {
-    const std::string d = dir_.string();
-    std::ofstream(dir_ / "ext.cnf") << "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
-                                       "extendedKeyUsage=serverAuth\n"
-                                       "subjectAltName=DNS:localhost,IP:127.0.0.1\n";
-    ASSERT_TRUE(
-        sh("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-           "-keyout " +
-           d + "/ca.key -out " + d +
-           "/ca.pem -days 2 -subj '/CN=sigv4 CA' "
-           "-addext basicConstraints=critical,CA:TRUE "
-           "-addext keyUsage=critical,keyCertSign,cRLSign"))
-        << slurp(dir_ / "sh.log");
-    ASSERT_TRUE(sh("openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " +
-                   d + "/server.key -out " + d + "/server.csr -subj /CN=localhost"))
-        << slurp(dir_ / "sh.log");
-    ASSERT_TRUE(sh("openssl x509 -req -in " + d + "/server.csr -CA " + d + "/ca.pem -CAkey " + d +
-                   "/ca.key -CAcreateserial -out " + d + "/server.pem -days 2 -extfile " + d +
-                   "/ext.cnf"))
-        << slurp(dir_ / "sh.log");
+    const std::string failed = sluice::testing::makeUpstreamCertificates(dir_);
+    ASSERT_EQ(failed, "") << slurp(dir_ / "certs.log");
   }
 
   void startUpstream() {
