@@ -120,6 +120,10 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     co_await refuse(&target, canon.method, canon.path, *r, go_on);
     co_return go_on;
   }
+  // A body that streams (too large to read whole) is still searched for other rules' tokens,
+  // as it goes: one found stops it before its bytes leave (unless SigV4 signs this body).
+  if (!*whole && !body_transform_ && !parser.is_done() && !conn_.listener->placeholders.empty())
+    body_transform_ = std::make_unique<StreamingLeakScan>(d.rule_id, conn_.listener->placeholders);
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,
                     canon.method, target.host, canon.path);

@@ -76,6 +76,9 @@ bool redactValues(std::string& text, const std::vector<std::string_view>& values
 StreamingLeakScan::StreamingLeakScan(std::string rule_id,
                                      const std::vector<Placeholder>& placeholders)
     : rule_id_(std::move(rule_id)), placeholders_(placeholders) {
+  reason = policy::Reason::kPlaceholderLeak;
+  detail =
+      "the request body carries a placeholder token that only another rule's requests may send";
   for (const auto& ph : placeholders_) hold_ = std::max(hold_, ph.token.size());
   if (hold_ > 0) --hold_;
 }

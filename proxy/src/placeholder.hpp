@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "relay.hpp"
 #include "sluice/policy/secrets.hpp"
 #include "sluice/proxy/proxy.hpp"
 
@@ -63,10 +64,10 @@ bool redactValues(std::string& text, const std::vector<std::string_view>& values
 /// token split across buffers is found before any byte of it leaves. Its own rule's tokens
 /// pass unswapped. Shaped for relayMessage's body transform (apply(in, last): the bytes to
 /// write now; nullopt: refused, the message must not be completed).
-class StreamingLeakScan {
+class StreamingLeakScan final : public BodyTransform {
  public:
   StreamingLeakScan(std::string rule_id, const std::vector<Placeholder>& placeholders);
-  std::optional<std::string_view> apply(std::string_view in, bool last);
+  std::optional<std::string_view> apply(std::string_view in, bool last) override;
 
  private:
   std::string rule_id_;

@@ -951,6 +951,48 @@ TEST_F(InspectTest, BodyLargerThanTheWholeBodyBoundStreamsUnchanged) {
   EXPECT_TRUE(got[0].body == upload);
 }
 
+// A body too large to read whole still cannot carry another rule's token out: it is searched
+// as it streams, and the request is cut off (403 to the client, the upstream never gets the
+// whole body) before the token's bytes leave. Content-Length and chunked alike.
+TEST_F(InspectTest, AStreamingBodyWithAnotherRulesTokenIsCutOff) {
+  const auto* ph = placeholder("API_TOKEN");
+  ASSERT_NE(ph, nullptr);
+  std::string upload((1 << 20) + (1 << 19), 'x');
+  upload.replace(upload.size() - 4096, ph->token.size(), ph->token);  // past the first MiB
+  {
+    auto c = tunnel("other.test", up_->port());
+    ASSERT_TRUE(c);
+    auto r = roundTrip(*c, request("POST", "/exfil-huge", otherAuthority(), "", upload));
+    EXPECT_EQ(r.status, 403) << r.body;
+    EXPECT_EQ(r.header("x-sluice-reason"), "placeholder_leak");
+  }
+  {
+    auto c = tunnel("other.test", up_->port());
+    ASSERT_TRUE(c);
+    std::ostringstream chunked;
+    chunked << "POST /exfil-huge-chunked HTTP/1.1\r\nHost: " << otherAuthority()
+            << "\r\nTransfer-Encoding: chunked\r\n\r\n"
+            << std::hex << upload.size() << "\r\n"
+            << upload << "\r\n0\r\n\r\n";
+    auto r = roundTrip(*c, chunked.str());
+    EXPECT_EQ(r.status, 403) << r.body;
+    EXPECT_EQ(r.header("x-sluice-reason"), "placeholder_leak");
+  }
+  for (const auto& got : up_->requests()) ADD_FAILURE() << "forwarded whole: " << got.target;
+  auto ev = waitRequest("POST", "/exfil-huge");
+  ASSERT_TRUE(ev);
+  EXPECT_EQ(ev->decision, audit::Decision::kDeny);
+  EXPECT_EQ(ev->reason, "placeholder_leak");
+  // The same large body without a token goes through whole.
+  auto c = tunnel("other.test", up_->port());
+  ASSERT_TRUE(c);
+  std::string clean((1 << 20) + 10, 'y');
+  EXPECT_EQ(roundTrip(*c, request("POST", "/clean-huge", otherAuthority(), "", clean)).status, 200);
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_TRUE(got[0].body == clean);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Plain HTTP
 
