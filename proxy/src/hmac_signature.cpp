@@ -1,9 +1,7 @@
 // HMAC signing of a request from a message template (hmac_signature.hpp).
 #include "hmac_signature.hpp"
 
-#include <openssl/core_names.h>
 #include <openssl/evp.h>
-#include <openssl/params.h>
 
 #include <memory>
 
@@ -12,12 +10,6 @@
 
 namespace sluice::proxy {
 namespace {
-
-// The HMAC implementation, fetched once (fetching per request costs a provider lookup).
-EVP_MAC* hmacAlgorithm() {
-  static EVP_MAC* mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
-  return mac;
-}
 
 // The template's pieces in order: literal text, and each ${variable}'s value. Views into the
 // template, `parts`, `timestamp` and `body_sha256` (filled here first).
@@ -64,28 +56,10 @@ std::string base64(std::string_view raw) {
 
 std::string hmacDigest(policy::HmacSigning::Algorithm algorithm, std::string_view key,
                        const std::vector<std::string_view>& message) {
-  char digest[] = "SHA256";
-  char digest512[] = "SHA512";
-  OSSL_PARAM params[] = {
-      OSSL_PARAM_construct_utf8_string(
-          OSSL_MAC_PARAM_DIGEST,
-          algorithm == policy::HmacSigning::Algorithm::kSha512 ? digest512 : digest, 0),
-      OSSL_PARAM_construct_end()};
-  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(hmacAlgorithm()),
-                                                                EVP_MAC_CTX_free);
-  unsigned char out[EVP_MAX_MD_SIZE];
-  std::size_t len = 0;
-  // An empty key is a valid HMAC key; OpenSSL wants a non-null pointer for it.
-  static const unsigned char kEmpty = 0;
-  const auto* k = key.empty() ? &kEmpty : reinterpret_cast<const unsigned char*>(key.data());
-  if (!ctx || EVP_MAC_init(ctx.get(), k, key.size(), params) != 1) return {};
-  for (auto piece : message)
-    if (!piece.empty() &&
-        EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(piece.data()),
-                       piece.size()) != 1)
-      return {};
-  if (EVP_MAC_final(ctx.get(), out, &len, sizeof out) != 1) return {};
-  return std::string(reinterpret_cast<const char*>(out), len);
+  return base::hmac(algorithm == policy::HmacSigning::Algorithm::kSha512
+                        ? base::HmacDigest::kSha512
+                        : base::HmacDigest::kSha256,
+                    key, message);
 }
 
 std::expected<HeaderList, std::string> hmacHeaders(const policy::HmacSigning& h,

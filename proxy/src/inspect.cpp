@@ -6,6 +6,8 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 
+#include <array>
+
 #include "approval_wait.hpp"
 #include "audit_rows.hpp"
 #include "exchange.hpp"
@@ -113,9 +115,32 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     }
     if (!conn_.aborted) {
       ErrorCode ec;
-      Deadline d(client_watch_, client_.next_layer(), Clock::now() + std::chrono::seconds(1),
-                 conn_.keep_alive);
-      co_await client_.async_shutdown(net::redirect_error(net::use_awaitable, ec));
+      {
+        Deadline d(client_watch_, client_.next_layer(), Clock::now() + std::chrono::seconds(1),
+                   conn_.keep_alive);
+        co_await client_.async_shutdown(net::redirect_error(net::use_awaitable, ec));
+      }
+      co_await linger();
+    }
+  }
+
+  // Closing with unread input (the rest of a refused upload) makes the kernel answer with RST,
+  // which can destroy the refusal just sent before the client has read it: end our side, then
+  // read and discard for a moment (nginx's lingering close, as client_connection.cpp does for
+  // plain connections), bounded in time and bytes.
+  net::awaitable<void> linger() {
+    constexpr std::size_t kMaxDiscard = 256 * 1024;
+    auto& tcp = client_.next_layer();
+    ErrorCode ec;
+    tcp.shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) co_return;
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    std::array<char, 4096> sink;
+    for (std::size_t discarded = 0; discarded < kMaxDiscard;) {
+      Deadline d(client_watch_, tcp, deadline, conn_.keep_alive);
+      discarded += co_await tcp.async_read_some(net::buffer(sink),
+                                                net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;
     }
   }
 

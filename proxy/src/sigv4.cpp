@@ -3,7 +3,6 @@
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <algorithm>
 #include <ctime>
@@ -18,9 +17,9 @@ constexpr std::string_view kAlgorithm = "AWS4-HMAC-SHA256";
 
 Key hmac(std::span<const std::uint8_t> key, std::string_view data) {
   Key out{};
-  unsigned len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out.data(), &len);
+  const std::string mac = base::hmac(
+      base::HmacDigest::kSha256, {reinterpret_cast<const char*>(key.data()), key.size()}, {{data}});
+  std::copy_n(mac.begin(), std::min(mac.size(), out.size()), out.begin());
   return out;
 }
 

@@ -4,12 +4,21 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
 namespace sluice::base {
 
 using Sha256Digest = std::array<std::uint8_t, 32>;
+
+/// The digests HMAC is computed with (request signing: SigV4, inject.hmac).
+enum class HmacDigest : std::uint8_t { kSha256, kSha512 };
+
+/// HMAC under `key` of the pieces of `message`, in order (one message, fed without a copy).
+/// Raw bytes (32 or 64); empty only when OpenSSL fails.
+std::string hmac(HmacDigest digest, std::string_view key,
+                 std::span<const std::string_view> message);
 
 Sha256Digest sha256(std::string_view data);
 /// Lowercase hex of sha256(data).
