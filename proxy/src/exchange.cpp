@@ -195,6 +195,16 @@ Exchange<Client, Upstream>::readHeader(bool first, std::size_t& header_len, Refu
   }
 }
 
+// The largest request body: the proxy's max_body_bytes, or the workflow's max_bytes_out when
+// that is larger. A body streams through (only a step that needs it whole reads it, at most
+// request_body.hpp's bound), and max_bytes_out counts every byte that leaves, so a policy that
+// allows a multi-GiB upload (SigV4 streaming, say) is not stopped at the default.
+template <typename Client, typename Upstream>
+std::uint64_t Exchange<Client, Upstream>::bodyLimit() const {
+  return std::max<std::uint64_t>(conn_.ctx->options.max_body_bytes,
+                                 conn_.workflow().limits.max_bytes_out);
+}
+
 template <typename Client, typename Upstream>
 std::optional<Refusal> Exchange<Client, Upstream>::parseHeader(std::size_t header_len) {
   const auto& opt = conn_.ctx->options;
@@ -202,13 +212,13 @@ std::optional<Refusal> Exchange<Client, Upstream>::parseHeader(std::size_t heade
   auto& p = req_parser_.emplace(std::piecewise_construct, std::make_tuple(),
                                 std::make_tuple(PmrAllocator(&pool_)));
   p.header_limit(static_cast<std::uint32_t>(opt.max_header_bytes + 4));
-  p.body_limit(opt.max_body_bytes);
+  p.body_limit(bodyLimit());
   ErrorCode ec;
   auto used = p.put(net::buffer(buf_.data().data(), header_len), ec);
   buf_.consume(ec ? header_len : used);
   if (ec == http::error::body_limit)
     return refusal(Reason::kBodyTooLarge,
-                   "request body exceeds " + std::to_string(opt.max_body_bytes) + " bytes");
+                   "request body exceeds " + std::to_string(bodyLimit()) + " bytes");
   if (ec || !p.is_header_done())
     return refusal(Reason::kInvalidRequest,
                    "malformed request: " + (ec ? ec.message() : std::string("incomplete header")));

@@ -119,6 +119,7 @@ class Exchange {
   net::awaitable<RelayResult> sendRequest(RequestRecord& rec, const std::string* whole);
   net::awaitable<std::optional<std::string>> readAheadBodyHash(std::size_t max);
   std::optional<Failure> sendFailed(const RelayResult& sent);
+  std::uint64_t bodyLimit() const;
   net::awaitable<ResponseHead> readResponseHead(RequestRecord& rec, const policy::Target& target,
                                                 bool is_head);
   Failure upstreamFailed(const policy::Target& target, const policy::Decision& d,

@@ -380,9 +380,8 @@ auto Exchange<Client, Upstream>::sendFailed(const RelayResult& sent) -> std::opt
       return Failure{refusal(Reason::kInvalidRequest, "client stopped sending the request body"),
                      false, false};
     if (sent.ec == http::error::body_limit)
-      return Failure{refusal(
-          Reason::kBodyTooLarge,
-          "request body exceeds " + std::to_string(conn_.ctx->options.max_body_bytes) + " bytes")};
+      return Failure{refusal(Reason::kBodyTooLarge,
+                             "request body exceeds " + std::to_string(bodyLimit()) + " bytes")};
     return Failure{
         refusal(Reason::kInvalidRequest, "malformed request body: " + sent.ec.message())};
   }

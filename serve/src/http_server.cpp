@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -442,13 +443,22 @@ std::expected<std::string, std::string> HttpServer::listen(const std::string& sp
     }
     auto acc = std::make_shared<unix_stream::acceptor>(net::make_strand(state_->ioc));
     acc->open(unix_stream(), ec);
+    // Bound and listening under a temporary name, then renamed into place: the path appears
+    // only once a client can connect (a client that waits for it never gets ECONNREFUSED).
+    std::string bound = path + ".~" + std::to_string(::getpid());
+    if (bound.size() >= sizeof(sockaddr_un::sun_path)) bound = path;  // no room: bind in place
     // Created owner and group only (0660): the umask decides nothing here.
     const mode_t old = ::umask(0117);
-    if (!ec) acc->bind(unix_stream::endpoint(path), ec);
+    if (!ec) acc->bind(unix_stream::endpoint(bound), ec);
     ::umask(old);
-    if (!ec) ::chmod(path.c_str(), 0660);
+    if (!ec) ::chmod(bound.c_str(), 0660);
     if (!ec) acc->listen(net::socket_base::max_listen_connections, ec);
-    if (ec) return std::unexpected("--listen " + spec + ": " + ec.message());
+    if (!ec && bound != path && ::rename(bound.c_str(), path.c_str()) != 0)
+      ec = ErrorCode(errno, boost::system::system_category());
+    if (ec) {
+      if (bound != path) ::unlink(bound.c_str());
+      return std::unexpected("--listen " + spec + ": " + ec.message());
+    }
     {
       std::lock_guard lock(state_->mu);
       state_->unix_acceptors.push_back(acc);

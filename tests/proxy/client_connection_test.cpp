@@ -282,11 +282,14 @@ TEST_F(ClientConnectionTest, TrickledHeaderIsCutOffAtTheDeadline) {
   EXPECT_EQ(up_.httpLog().accepted.load(), 0);
 }
 
+// The limit is the larger of the proxy's max_body_bytes (1 MiB here) and the workflow's
+// max_bytes_out (10 MiB by default): a 20 MB body is refused at its header.
 TEST_F(ClientConnectionTest, BodyOverTheLimitGets413) {
   std::string req = "POST http://" + upstream() + "/ HTTP/1.1\r\nHost: " + upstream() +
-                    "\r\nContent-Length: 2000000\r\n\r\n";
+                    "\r\nContent-Length: 20000000\r\n\r\n";
   auto r = roundTrip(req);
   EXPECT_EQ(r.status, 413);
+  EXPECT_NE(r.body.find("exceeds 10485760 bytes"), std::string::npos) << r.body;
   EXPECT_EQ(up_.httpLog().accepted.load(), 0);
 }
 

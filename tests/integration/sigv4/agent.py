@@ -155,7 +155,9 @@ def streaming(path, data, chunk, tamper=False):
     return send(connect(), "PUT", path, h, bytes(body))
 
 
-stream_data = os.urandom(3 << 20)
+# Larger than the proxy's default request-body limit (64 MiB): the policy's max_bytes_out is
+# what bounds a streamed upload, and the proxy re-signs it chunk by chunk in constant memory.
+stream_data = os.urandom(72 << 20)
 results["stream_put"] = streaming("/bucket/stream.bin", stream_data, 64 << 10)
 results["stream_sha256"] = hashlib.sha256(stream_data).hexdigest()
 results["stream_tampered"] = streaming("/bucket/tampered.bin", os.urandom(1 << 20), 64 << 10,
