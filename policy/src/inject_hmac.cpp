@@ -6,9 +6,6 @@
 namespace sluice::policy {
 namespace {
 
-constexpr std::string_view kKeys[] = {"key",     "algorithm", "header",          "encoding",
-                                      "message", "prefix",    "timestamp_header"};
-
 // Fields the proxy owns (framing, hop-by-hop, routing): never set by a signature.
 constexpr std::string_view kReserved[] = {
     "host", "content-length", "transfer-encoding", "connection",       "upgrade",
@@ -16,15 +13,18 @@ constexpr std::string_view kReserved[] = {
 
 class HmacParser {
  public:
-  HmacParser(std::vector<Diagnostic>& diags, const std::string& file)
-      : diags_(diags), file_(file) {}
+  explicit HmacParser(const InjectParseContext& ctx) : ctx_(ctx) {}
 
   std::optional<HmacSigning> parse(const YAML::Node& n, std::set<std::string>& names) {
     if (!n.IsMap()) {
       error(n, "inject.hmac must be a mapping (key, algorithm, header, encoding, message)");
       return std::nullopt;
     }
-    checkKeys(n);
+    // The loader's mapping check: unknown keys (with the nearest), duplicates.
+    if (!ctx_.check_map(
+            n, "inject.hmac",
+            {"key", "algorithm", "header", "encoding", "message", "prefix", "timestamp_header"}))
+      failed_ = true;
     HmacSigning h;
     parseKey(n["key"], n, h, names);
     parseChoices(n, h);
@@ -40,9 +40,7 @@ class HmacParser {
 
  private:
   void error(const YAML::Node& n, std::string message) {
-    SourcePos pos;
-    if (n.Mark().line >= 0) pos = {n.Mark().line + 1, n.Mark().column + 1};
-    diags_.push_back({file_, pos, std::move(message)});
+    ctx_.error(n, std::move(message));
     failed_ = true;
   }
 
@@ -63,16 +61,6 @@ class HmacParser {
       return std::nullopt;
     }
     return n.Scalar();
-  }
-
-  void checkKeys(const YAML::Node& n) {
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      const std::string key = it->first.IsScalar() ? it->first.Scalar() : std::string();
-      if (std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys)) continue;
-      error(it->first, "unknown key '" + key +
-                           "' in inject.hmac (expected one of: key algorithm header encoding "
-                           "message prefix timestamp_header)");
-    }
   }
 
   void parseKey(const YAML::Node& k, const YAML::Node& parent, HmacSigning& h,
@@ -164,16 +152,15 @@ class HmacParser {
     h.message = *v;
   }
 
-  std::vector<Diagnostic>& diags_;
-  const std::string& file_;
+  const InjectParseContext& ctx_;
   bool failed_ = false;
 };
 
 }  // namespace
 
-std::optional<HmacSigning> parseInjectHmac(const YAML::Node& n, std::vector<Diagnostic>& diags,
-                                           const std::string& file, std::set<std::string>& names) {
-  return HmacParser(diags, file).parse(n, names);
+std::optional<HmacSigning> parseInjectHmac(const YAML::Node& n, std::set<std::string>& names,
+                                           const InjectParseContext& ctx) {
+  return HmacParser(ctx).parse(n, names);
 }
 
 }  // namespace sluice::policy

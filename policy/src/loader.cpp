@@ -427,7 +427,7 @@ class Parser {
     }
     parseInjectTokens(n, r, names, injectContext());
     if (auto a = n["aws_sigv4"]) parseInjectAwsSigv4(a, r.inject, names, injectContext());
-    if (auto h = n["hmac"]) r.inject.hmac = parseInjectHmac(h, diagnostics(), file_, names);
+    if (auto h = n["hmac"]) r.inject.hmac = parseInjectHmac(h, names, injectContext());
     r.inject.secret_names.assign(names.begin(), names.end());
   }
 
