@@ -114,6 +114,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       co_await serveHttp1();
     }
     if (!conn_.aborted) {
+      co_await drainUnread();
       ErrorCode ec;
       {
         Deadline d(client_watch_, client_.next_layer(), Clock::now() + std::chrono::seconds(1),
@@ -121,6 +122,24 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
         co_await client_.async_shutdown(net::redirect_error(net::use_awaitable, ec));
       }
       co_await linger();
+    }
+  }
+
+  // A client still sending when the exchange ended (the rest of an upload refused with 413)
+  // has its records read and dropped, bounded in time and bytes, so that it finishes sending
+  // and reads the refusal instead of meeting a reset. A client that sent nothing more is not
+  // waited for (a response delimited by the close must end at once).
+  net::awaitable<void> drainUnread() {
+    ErrorCode ec;
+    auto& tcp = client_.next_layer();
+    if (tcp.available(ec) == 0 && SSL_pending(client_.native_handle()) == 0) co_return;
+    const auto deadline = Clock::now() + std::chrono::seconds(1);
+    std::array<char, 16384> sink;
+    for (std::size_t drained = 0; drained < (4u << 20);) {
+      Deadline d(client_watch_, tcp, deadline, conn_.keep_alive);
+      drained += co_await client_.async_read_some(net::buffer(sink),
+                                                  net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return;
     }
   }
 
