@@ -18,10 +18,10 @@
 #include <random>
 #include <thread>
 
+#include "https_upstream.hpp"
 #include "isolation.hpp"
 #include "proc_scan.hpp"
 #include "run_fixture.hpp"
-#include "upstream_certs.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -90,24 +90,14 @@ class SigV4Run : public ::testing::Test {
     if (HasFatalFailure()) return;
     const fs::path portfile = dir_ / "upstream.port";
     const std::string src = SLUICE_SOURCE_DIR;
-    upstream_ = ::fork();
-    if (upstream_ == 0) {
-      int null = ::open("/dev/null", O_RDWR);
-      int log = ::open((dir_ / "upstream.stderr").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-      ::dup2(null, 0);
-      ::dup2(null, 1);
-      ::dup2(log, 2);
-      ::execl("/usr/bin/python3", "python3", (src + "/tests/integration/sigv4/upstream.py").c_str(),
-              (dir_ / "server.pem").c_str(), (dir_ / "server.key").c_str(), portfile.c_str(),
-              (dir_ / "upstream.log").c_str(), (src + "/tests/proxy").c_str(), id_.c_str(),
-              secret_.c_str(), token_.c_str(), static_cast<char*>(nullptr));
-      ::_exit(99);
-    }
+    upstream_ = sluice::testing::startPythonUpstream(
+        dir_,
+        {src + "/tests/integration/sigv4/upstream.py", (dir_ / "server.pem").string(),
+         (dir_ / "server.key").string(), portfile.string(), (dir_ / "upstream.log").string(),
+         src + "/tests/proxy", id_, secret_, token_},
+        portfile, port_);
     ASSERT_GT(upstream_, 0);
-    for (int i = 0; i < 200 && !fs::exists(portfile); ++i) std::this_thread::sleep_for(50ms);
-    ASSERT_TRUE(fs::exists(portfile))
-        << "upstream did not start: " << slurp(dir_ / "upstream.stderr");
-    port_ = slurp(portfile);
+    ASSERT_FALSE(port_.empty()) << "upstream did not start: " << slurp(dir_ / "upstream.stderr");
   }
 
   void writePolicyAndSecrets() {
