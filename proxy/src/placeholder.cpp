@@ -84,15 +84,14 @@ StreamingLeakScan::StreamingLeakScan(std::string rule_id,
 }
 
 std::optional<std::string_view> StreamingLeakScan::apply(std::string_view in, bool last) {
+  window_.erase(0, released_);  // what the last call handed out has been written
   window_.append(in);
+  released_ = 0;
   if (findPlaceholders(window_, rule_id_, placeholders_).leak) return std::nullopt;
   // Keep the last (longest token - 1) bytes back: a token that ends in the next buffer is
   // then found before any byte of it has gone on.
-  const std::size_t release =
-      last ? window_.size() : window_.size() - std::min(hold_, window_.size());
-  out_.assign(window_, 0, release);
-  window_.erase(0, release);
-  return std::string_view(out_);
+  released_ = last ? window_.size() : window_.size() - std::min(hold_, window_.size());
+  return std::string_view(window_.data(), released_);
 }
 
 bool hasPlaceholder(std::string_view rule_id, const std::vector<Placeholder>& placeholders) {

@@ -73,8 +73,8 @@ class StreamingLeakScan final : public BodyTransform {
   std::string rule_id_;
   const std::vector<Placeholder>& placeholders_;
   std::size_t hold_ = 0;
-  std::string window_;  // bytes held back
-  std::string out_;     // what the last call released
+  std::string window_;        // bytes held back, then the released prefix of the last call
+  std::size_t released_ = 0;  // that prefix (valid until the next call, as BodyTransform says)
 };
 
 /// True when `rule_id` declared a placeholder (its requests may carry a token to swap).
