@@ -1,4 +1,4 @@
--- sluice audit store, schema version 6 (PRAGMA user_version = 6).
+-- sluice audit store, schema version 7 (PRAGMA user_version = 7).
 -- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
 -- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
 --
@@ -9,9 +9,15 @@
 -- chain_head holds the last seq and hash so that rows deleted from the end of the chain are
 -- detected too. Every stored column is covered by a row hash or a checkpoint signature, or
 -- re-derived and checked by `audit verify` (docs/audit.md, "What covers each column").
+--
+-- Version 7 appends to connections, requests and dns_queries the policy that decided each row:
+-- policy_generation (1 for the policy a listener or session started with, one more per live
+-- update or reload), and under a shadow policy its shadow_decision (allow | deny | ask) and
+-- shadow_rule. All three are NULL on older rows; a row's hash covers them only when one is set
+-- (docs/audit.md, "Hash chain"), so older rows keep their hashes.
 
 PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
-PRAGMA user_version = 6;
+PRAGMA user_version = 7;
 
 -- Every policy text that decided anything, stored once by the SHA-256 of its bytes. Version 6
 -- makes each a row of the hash chain (so workflow and loaded_at are covered too).
@@ -63,11 +69,11 @@ CREATE TABLE connections (
   workflow       TEXT NOT NULL,
   policy_sha256  TEXT,                    -- -> policies.sha256
   ts             INTEGER NOT NULL,        -- when the connection was asked for
-  kind           TEXT,                    -- connect | http
+  kind           TEXT,                    -- connect | http | transparent | blocked | token
   host           TEXT NOT NULL,           -- target as asked (normalised)
   port           INTEGER NOT NULL,
   resolved_ip    TEXT,                    -- the vetted address dialled; NULL if none
-  decision       TEXT NOT NULL,           -- allow | deny
+  decision       TEXT NOT NULL,           -- allow | deny | fail | would_deny
   rule_id        TEXT,                    -- rule that decided; NULL for a default deny
   reason         TEXT,                    -- reason code
   detail         TEXT,                    -- human-readable detail (nearest miss, ...)
@@ -76,7 +82,10 @@ CREATE TABLE connections (
   bytes_down     INTEGER NOT NULL,        -- upstream -> client
   duration_ms    INTEGER NOT NULL,
   prev_hash      TEXT NOT NULL,
-  hash           TEXT NOT NULL
+  hash           TEXT NOT NULL,
+  policy_generation  INTEGER,             -- version 7 (see the top of this file)
+  shadow_decision    TEXT,
+  shadow_rule        TEXT
 ) STRICT;
 CREATE INDEX connections_execution ON connections (execution_id);
 CREATE INDEX connections_workflow_ts ON connections (workflow, ts);
@@ -93,12 +102,15 @@ CREATE TABLE requests (
   host              TEXT,
   path              TEXT,
   status            INTEGER NOT NULL,     -- status returned to the client (403 for a refusal)
-  decision          TEXT NOT NULL,        -- allow | deny
+  decision          TEXT NOT NULL,        -- allow | deny | fail | would_deny
   rule_id           TEXT,
   reason            TEXT,
   injected_secrets  TEXT NOT NULL,        -- JSON array of secret NAMES (never values)
   prev_hash         TEXT NOT NULL,
-  hash              TEXT NOT NULL
+  hash              TEXT NOT NULL,
+  policy_generation  INTEGER,             -- version 7 (see the top of this file)
+  shadow_decision    TEXT,
+  shadow_rule        TEXT
 ) STRICT;
 CREATE INDEX requests_connection ON requests (connection_id);
 CREATE INDEX requests_execution ON requests (execution_id);
@@ -143,7 +155,10 @@ CREATE TABLE dns_queries (
   rule_id       TEXT,
   reason        TEXT,
   prev_hash     TEXT NOT NULL,
-  hash          TEXT NOT NULL
+  hash          TEXT NOT NULL,
+  policy_generation  INTEGER,   -- version 7 (see the top of this file)
+  shadow_decision    TEXT,
+  shadow_rule        TEXT
 ) STRICT;
 CREATE INDEX dns_queries_execution ON dns_queries (execution_id);
 

@@ -60,16 +60,22 @@ std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const Cha
                                                     std::int64_t seq, std::string_view prev_hash,
                                                     const nlohmann::ordered_json& columns) {
   if (!columns.is_object()) return std::unexpected("columns is not an object");
-  if (columns.size() != t.columns.size()) {
+  // A row exported before the table's optional tail existed has none of it (read as NULL).
+  const std::size_t required = t.columns.size() - t.optional_tail;
+  if (columns.size() != t.columns.size() && columns.size() != required) {
     return std::unexpected(
         fmt::format("{} has {} columns, not {}", t.name, t.columns.size(), columns.size()));
   }
   std::vector<Value> values;
   values.reserve(t.columns.size());
-  for (auto name : t.columns) {
+  for (std::size_t i = 0; i < t.columns.size(); ++i) {
+    const auto name = t.columns[i];
     auto it = columns.find(std::string(name));
-    if (it == columns.end()) return std::unexpected(fmt::format("column {} is missing", name));
-    if (it->is_null()) {
+    if (it == columns.end() && i >= required && columns.size() == required) {
+      values.emplace_back();
+    } else if (it == columns.end()) {
+      return std::unexpected(fmt::format("column {} is missing", name));
+    } else if (it->is_null()) {
       values.emplace_back();
     } else if (it->is_number_integer()) {
       values.emplace_back(it->get<std::int64_t>());
@@ -80,7 +86,7 @@ std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const Cha
           fmt::format("column {} is neither null, an integer nor a string", name));
     }
   }
-  return hasher.hash(t.name, seq, prev_hash, values);
+  return hasher.hash(t.name, seq, prev_hash, hashedValues(t, values));
 }
 
 bool isHexDigest(const nlohmann::ordered_json& j) {

@@ -69,7 +69,8 @@ class QuerySql {
            " AND c.decision = " +
            d +
            " AND coalesce(c.kind, '') <> 'http'"
-           " AND NOT (c.decision = 'allow' AND coalesce(c.tls, 'none') IN ('inspect', 'none'))))";
+           " AND NOT (c.decision IN ('allow', 'would_deny')"
+           " AND coalesce(c.tls, 'none') IN ('inspect', 'none'))))";
   }
 
   /// Each execution with a summary of what it tried to reach.

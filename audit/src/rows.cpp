@@ -56,6 +56,26 @@ Value jsonList(const auto& e, std::string& buffer) {
   return Value{std::string_view(buffer)};
 }
 
+// A row's PolicyStamp (event_sink.hpp), the optional tail of connections, requests and
+// dns_queries (version 7).
+
+template <typename Event>
+Value generationOf(const Event& e, std::string&) {
+  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  const std::uint64_t g = e.stamp.policy_generation;
+  return g == 0 ? Value{} : Value{static_cast<std::int64_t>(std::min(g, kMax))};
+}
+
+template <typename Event>
+Value shadowDecisionOf(const Event& e, std::string&) {
+  return e.stamp.shadow_decision ? Value{textOf(*e.stamp.shadow_decision)} : Value{};
+}
+
+template <typename Event>
+Value shadowRuleOf(const Event& e, std::string&) {
+  return detail::textOrNull(e.stamp.shadow_rule);
+}
+
 /// The column names of a Column list, at compile time.
 template <typename Event, std::size_t N>
 constexpr std::array<std::string_view, N> namesOf(const std::array<Column<Event>, N>& columns) {
@@ -113,6 +133,9 @@ constexpr auto kConnectionColumns = std::to_array<Column<C>>({
     {"bytes_up", integer<&C::bytes_up>},
     {"bytes_down", integer<&C::bytes_down>},
     {"duration_ms", integer<&C::duration_ms>},
+    {"policy_generation", generationOf<C>},
+    {"shadow_decision", shadowDecisionOf<C>},
+    {"shadow_rule", shadowRuleOf<C>},
 });
 
 using R = RequestEvent;
@@ -129,6 +152,9 @@ constexpr auto kRequestColumns = std::to_array<Column<R>>({
     {"rule_id", textOrNull<&R::rule_id>},
     {"reason", textOrNull<&R::reason>},
     {"injected_secrets", jsonList<&R::injected_secrets>, kJson},
+    {"policy_generation", generationOf<R>},
+    {"shadow_decision", shadowDecisionOf<R>},
+    {"shadow_rule", shadowRuleOf<R>},
 });
 
 using F = ForwardEvent;
@@ -156,6 +182,9 @@ constexpr auto kDnsColumns = std::to_array<Column<D>>({
     {"decision", enumText<&D::decision>},
     {"rule_id", textOrNull<&D::rule_id>},
     {"reason", textOrNull<&D::reason>},
+    {"policy_generation", generationOf<D>},
+    {"shadow_decision", shadowDecisionOf<D>},
+    {"shadow_rule", shadowRuleOf<D>},
 });
 
 using A = ApprovalEvent;
@@ -209,12 +238,15 @@ constexpr std::string_view kExecutionsGenerated =
     "CASE WHEN json_valid(receipt) THEN caller IS json_extract(receipt, '$.caller') AND "
     "session_id IS json_extract(receipt, '$.session_id') ELSE 1 END";
 
+/// policy_generation, shadow_decision, shadow_rule (version 7).
+constexpr std::size_t kStampColumns = 3;
+
 const std::array<ChainTable, kChainTableCount> kTables = {{
     {0, "executions", kExecutionNames, kExecutionKinds, "started_at", "id", kExecutionsGenerated},
-    {1, "connections", kConnectionNames, kConnectionKinds, "ts", "id"},
-    {2, "requests", kRequestNames, kRequestKinds, "ts", "", "id IS seq"},
+    {1, "connections", kConnectionNames, kConnectionKinds, "ts", "id", "1", false, kStampColumns},
+    {2, "requests", kRequestNames, kRequestKinds, "ts", "", "id IS seq", false, kStampColumns},
     {3, "forwards", kForwardNames, kForwardKinds, "ts", ""},
-    {4, "dns_queries", kDnsNames, kDnsKinds, "ts", ""},
+    {4, "dns_queries", kDnsNames, kDnsKinds, "ts", "", "1", false, kStampColumns},
     {5, "approvals", kApprovalNames, kApprovalKinds, "asked_at", "id"},
     {6, "policies", kPolicyNames, kPolicyKinds, "loaded_at", "sha256", "1", true},
 }};
@@ -268,6 +300,15 @@ const ChainTable* findChainTable(std::string_view name) {
     if (t.name == name) return &t;
   }
   return nullptr;
+}
+
+std::span<const Value> hashedValues(const ChainTable& t, std::span<const Value> values) {
+  const std::size_t tail = std::min(t.optional_tail, values.size());
+  const auto rest = values.last(tail);
+  const bool unset = std::all_of(rest.begin(), rest.end(), [](const Value& v) {
+    return std::holds_alternative<std::monostate>(v);
+  });
+  return unset ? values.first(values.size() - tail) : values;
 }
 
 std::string insertSql(const ChainTable& t) {

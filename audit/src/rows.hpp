@@ -64,7 +64,15 @@ struct ChainTable {
   /// INSERT OR IGNORE: the table is content-addressed (policies), and another process may
   /// already hold the row; such a row takes no seq.
   bool insert_or_ignore = false;
+  /// Trailing columns added by a later schema version that a row's hash covers only when one of
+  /// them is set (hashedValues): rows written before they existed keep their hashes, and a
+  /// value written into them later breaks the row's hash.
+  std::size_t optional_tail = 0;
 };
+
+/// The values of a row of `t` that its hash covers, in encoding order (docs/audit.md "Row
+/// hashes"): `values`, without the table's optional tail when every value in it is NULL.
+std::span<const Value> hashedValues(const ChainTable& t, std::span<const Value> values);
 
 /// The full description of the table of `Event`: the table and its columns with their values.
 template <typename Event>

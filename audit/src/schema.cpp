@@ -141,6 +141,20 @@ UPDATE checkpoints SET seq = -seq;
 UPDATE checkpoints SET seq = (SELECT new FROM checkpoints_order WHERE old = -checkpoints.seq);
 DROP TABLE checkpoints_order;
 )sql",
+    // 6 -> 7: the policy that decided each row (policy_generation) and a shadow policy's
+    // decision; an optional tail of each table (rows.hpp), so no row is re-hashed.
+    R"sql(
+ALTER TABLE connections ADD COLUMN policy_generation INTEGER;
+ALTER TABLE connections ADD COLUMN shadow_decision TEXT;
+ALTER TABLE connections ADD COLUMN shadow_rule TEXT;
+ALTER TABLE requests ADD COLUMN policy_generation INTEGER;
+ALTER TABLE requests ADD COLUMN shadow_decision TEXT;
+ALTER TABLE requests ADD COLUMN shadow_rule TEXT;
+ALTER TABLE dns_queries ADD COLUMN policy_generation INTEGER;
+ALTER TABLE dns_queries ADD COLUMN shadow_decision TEXT;
+ALTER TABLE dns_queries ADD COLUMN shadow_rule TEXT;
+PRAGMA user_version = 7;
+)sql",
 };
 
 /// The end of migration 5 -> 6: appends each version-5 policy row (not chained then) to the
@@ -170,7 +184,8 @@ std::expected<void, base::Error> chainVersion5Policies(const std::filesystem::pa
     const PolicyRecord policy{std::string(old->columnText(0)), std::string(old->columnText(1)),
                               std::string(old->columnText(2)), old->columnInt(3)};
     const auto values = rowValues(policies, policy, scratch, buffer);
-    std::string hash = hasher.hash(policies.table.name, seq + 1, prev, values);
+    std::string hash =
+        hasher.hash(policies.table.name, seq + 1, prev, hashedValues(policies.table, values));
     bindRow(*insert, seq + 1, prev, hash, values);
     int step_rc = insert->step();
     insert->reset();

@@ -914,7 +914,8 @@ std::expected<void, base::Error> Store::Impl::insertChained(const detail::ChainT
                                                             std::size_t index, ItemOutcomes& out) {
   detail::HexDigest hash;
   detail::Digest raw_hash;
-  hasher_.hash(table.name, tip_.seq + 1, tip_.hash.view(), values, hash, raw_hash.data());
+  hasher_.hash(table.name, tip_.seq + 1, tip_.hash.view(), detail::hashedValues(table, values),
+               hash, raw_hash.data());
   Stmt& stmt = insert_[table.index];
   detail::bindRow(stmt, tip_.seq + 1, tip_.hash.view(), hash.view(), values);
   const int rc = stmt.step();

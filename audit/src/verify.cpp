@@ -181,7 +181,8 @@ class ChainWalk {
     for (std::size_t i = 0; i < cur.table->columns.size(); ++i) values_.push_back(cur.value(i));
     const std::string_view stored_prev = cur.stmt.columnText(1);
     const std::string_view stored_hash = cur.stmt.columnText(2);
-    if (hasher_.hash(cur.table->name, cur.seq, stored_prev, values_) != stored_hash) {
+    if (hasher_.hash(cur.table->name, cur.seq, stored_prev,
+                     detail::hashedValues(*cur.table, values_)) != stored_hash) {
       return fmt::format(
           "{}: hash does not match the row's contents (row edited, inserted or moved)", cur.name());
     }

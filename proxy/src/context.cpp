@@ -143,6 +143,7 @@ void Account::tally(const audit::RequestEvent& row) {
 void Account::note(audit::Decision decision, Denial what) {
   switch (decision) {
     case audit::Decision::kAllow:
+    case audit::Decision::kWouldDeny:  // let through by a learning run
       allowed_.fetch_add(1, std::memory_order_relaxed);
       return;
     case audit::Decision::kDeny: {

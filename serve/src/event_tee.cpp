@@ -21,6 +21,8 @@ std::string_view outcomeOf(audit::Decision d) {
       return "denied";
     case audit::Decision::kFail:
       return "failed";
+    case audit::Decision::kWouldDeny:
+      return "would_deny";
   }
   return "denied";
 }

@@ -313,6 +313,16 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
   }
 }
 
+/// SQL that takes a current database's tables back to version 6 (before the policy stamp
+/// columns): run first by a test that turns a database back into an older version.
+inline const std::string kUndoVersion7 = [] {
+  std::string sql;
+  for (const char* t : {"connections", "requests", "dns_queries"})
+    for (const char* c : {"policy_generation", "shadow_decision", "shadow_rule"})
+      sql += std::string("ALTER TABLE ") + t + " DROP COLUMN " + c + "; ";
+  return sql;
+}();
+
 /// Gives a database populate()d with `policy` false the version-5 `policies` table (not in the
 /// chain), holding kPolicyText as a version-5 store did: what the 5 -> 6 migration starts from.
 inline std::string addVersion5Policy(sqlite3* db, std::int64_t loaded_at = 1'763'700'000'000) {

@@ -189,7 +189,8 @@ TEST(ReaderDnsTest, QueryKindDns) {
   ASSERT_EQ(all->rows.size(), 3u);
   EXPECT_EQ(all->columns,
             (std::vector<std::string>{"id", "execution_id", "workflow", "ts", "name", "qtype",
-                                      "answer", "decision", "rule_id", "reason"}));
+                                      "answer", "decision", "rule_id", "reason",
+                                      "policy_generation", "shadow_decision", "shadow_rule"}));
   f.decision = "deny";
   f.execution = "exec-1";
   auto denied = (*reader)->query(f);

@@ -82,7 +82,7 @@ TEST(RowsTest, DescriptionsMatchTheSchemaOfAMigratedDatabase) {
     // Back to version 5 (policies outside the chain); opening migrates it to the current one.
     RawDb raw(db);
     ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
-    ASSERT_EQ(raw.exec("PRAGMA user_version = 5"), "");
+    ASSERT_EQ(raw.exec(testing::kUndoVersion7 + "PRAGMA user_version = 5"), "");
   }
   ASSERT_TRUE(testing::openStore(db));
   expectDescriptionsMatchSchema(db);
@@ -93,8 +93,9 @@ TEST(RowsTest, InsertSqlListsTheDescribedColumnsInOrder) {
   ASSERT_NE(t, nullptr);
   EXPECT_EQ(detail::insertSql(*t),
             "INSERT INTO dns_queries (seq, prev_hash, hash, execution_id, workflow, ts, name, "
-            "qtype, answer, decision, rule_id, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, "
-            "?9, ?10, ?11, ?12)");
+            "qtype, answer, decision, rule_id, reason, policy_generation, shadow_decision, "
+            "shadow_rule) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, "
+            "?15)");
   EXPECT_EQ(detail::insertSql(*detail::findChainTable("policies")).rfind("INSERT OR IGNORE", 0),
             0u);
   EXPECT_EQ(detail::columnKind("injected_secrets"), detail::ColumnKind::kJson);

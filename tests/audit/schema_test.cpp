@@ -81,7 +81,8 @@ TEST(SchemaTest, VersionOneDatabaseIsMigrated) {
   {
     RawDb raw(db);
     ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
-    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
+    ASSERT_EQ(raw.exec(testing::kUndoVersion7 +
+                       "DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
                        "DROP TABLE forwards; DROP INDEX "
                        "executions_caller; ALTER TABLE "
                        "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
@@ -113,7 +114,8 @@ TEST(SchemaTest, CallerAndSessionAreColumnsFromTheReceipt) {
   {
     RawDb raw(db);
     ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
-    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
+    ASSERT_EQ(raw.exec(testing::kUndoVersion7 +
+                       "DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
                        "DROP INDEX executions_caller; ALTER TABLE "
                        "executions DROP COLUMN session_id; ALTER TABLE executions DROP COLUMN "
                        "caller; PRAGMA user_version = 2"),
@@ -147,7 +149,8 @@ TEST(SchemaTest, VersionThreeGainsDnsQueriesInTheChain) {
   {
     RawDb raw(db);
     ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
-    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
+    ASSERT_EQ(raw.exec(testing::kUndoVersion7 +
+                       "DROP TABLE approvals; DROP TABLE checkpoints; DROP TABLE dns_queries; "
                        "PRAGMA user_version = 3"),
               "");
   }
@@ -183,7 +186,8 @@ TEST(SchemaTest, VersionFourGainsApprovalsInTheChain) {
   {
     RawDb raw(db);
     ASSERT_EQ(testing::addVersion5Policy(raw.get()), "");
-    ASSERT_EQ(raw.exec("DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4"),
+    ASSERT_EQ(raw.exec(testing::kUndoVersion7 +
+                       "DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4"),
               "");
   }
   {
@@ -222,7 +226,9 @@ TEST(SchemaTest, VersionFiveMigrationCreatesWhatANewDatabaseHas) {
   // drift apart, or migrated and new databases differ.
   TempDir dir;
   expectMigrationCreatesWhatANewDatabaseHas(
-      dir, "DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4",
+      dir,
+      testing::kUndoVersion7 +
+          "DROP TABLE approvals; DROP TABLE checkpoints; PRAGMA user_version = 4",
       {"approvals", "approvals_execution", "checkpoints", "checkpoints_position"}, "sql");
 }
 
@@ -249,10 +255,11 @@ TEST(SchemaTest, VersionFiveStoreChainsItsPoliciesAndVerifiesSigned) {
     RawDb raw(db);
     ASSERT_EQ(testing::addVersion5Policy(raw.get(), 1'700'000'000'000), "");
     // Two signing writers raced: the checkpoint at position 5 got the highest number.
-    ASSERT_EQ(raw.exec("UPDATE checkpoints SET seq = 99 WHERE position = 5; "
-                       "UPDATE checkpoints SET seq = seq - 1 WHERE seq < 99; "
-                       "PRAGMA user_version = 5"),
-              "");
+    ASSERT_EQ(
+        raw.exec(testing::kUndoVersion7 + "UPDATE checkpoints SET seq = 99 WHERE position = 5; "
+                                          "UPDATE checkpoints SET seq = seq - 1 WHERE seq < 99; "
+                                          "PRAGMA user_version = 5"),
+        "");
     ASSERT_EQ(raw.text("SELECT group_concat(seq) FROM (SELECT seq FROM checkpoints ORDER BY "
                        "position)"),
               "99,1,2");
@@ -264,7 +271,7 @@ TEST(SchemaTest, VersionFiveStoreChainsItsPoliciesAndVerifiesSigned) {
 
   { ASSERT_TRUE(testing::openStore(db, o)); }
   RawDb raw(db);
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), 6);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.integer("SELECT seq FROM policies"), 13);
   EXPECT_EQ(raw.integer("SELECT loaded_at FROM policies"), 1'700'000'000'000);
   EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = 'policies_v5'"), 0);
@@ -289,9 +296,64 @@ TEST(SchemaTest, VersionSixMigrationCreatesWhatANewDatabaseHas) {
   // The 5 -> 6 migration repeats schemas/audit.sql's policies table.
   TempDir dir;
   ASSERT_NO_FATAL_FAILURE(expectMigrationCreatesWhatANewDatabaseHas(
-      dir, "PRAGMA user_version = 5", {"policies", "sqlite_autoindex_policies_1", "checkpoints"},
+      dir, testing::kUndoVersion7 + "PRAGMA user_version = 5",
+      {"policies", "sqlite_autoindex_policies_1", "checkpoints"},
       "type || ':' || coalesce(sql, '')"));
   testing::expectChainIntact(dir / "migrated.db");
+}
+
+// Version 7 appends the policy stamp (policy_generation, shadow_decision, shadow_rule) to
+// connections, requests and dns_queries. A version-6 database gains the same columns as a new
+// one, its rows keep their hashes (all three NULL are not hashed), rows written afterwards carry
+// stamps, and a stamp edited in, out or across breaks the row's hash.
+TEST(SchemaTest, VersionSevenStampsRowsWithoutRehashingOldOnes) {
+  TempDir dir;
+  auto fresh = dir / "fresh.db";
+  auto db = dir / "audit.db";
+  testing::populate(fresh);
+  testing::populate(db);
+  ASSERT_EQ(RawDb(db).exec(testing::kUndoVersion7 + "PRAGMA user_version = 6"), "");
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    ConnectionEvent c = testing::sampleConnection(80, "exec-3");
+    c.stamp = {2, Verdict::kDeny, ""};
+    store->recordConnection(c);
+    RequestEvent r = testing::sampleRequest(80, "exec-3");
+    r.stamp = {2, Verdict::kAllow, "stats-api"};
+    store->recordRequest(r);
+    DnsEvent d = testing::sampleDns(80, "exec-3");
+    d.stamp.policy_generation = 3;
+    store->recordDns(d);
+    ASSERT_TRUE(store->recordExecution(testing::sampleExecution("exec-3")).has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  for (std::string t : {"connections", "requests", "dns_queries"}) {
+    const std::string sql =
+        "SELECT group_concat(name || ' ' || type, ', ') FROM pragma_table_info('" + t + "')";
+    EXPECT_EQ(raw.text(sql), RawDb(fresh).text(sql)) << t;
+  }
+  EXPECT_EQ(raw.text("SELECT policy_generation || ' ' || shadow_decision || ' ' || "
+                     "coalesce(shadow_rule, '-') FROM connections WHERE execution_id = 'exec-3'"),
+            "2 deny -");
+  EXPECT_EQ(raw.text("SELECT shadow_rule FROM requests WHERE execution_id = 'exec-3'"),
+            "stats-api");
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM connections WHERE policy_generation IS NULL"), 10);
+  testing::expectChainIntact(db);
+
+  for (const std::string edit :
+       {"UPDATE connections SET policy_generation = 1 WHERE execution_id = 'exec-1'",
+        "UPDATE connections SET shadow_decision = NULL WHERE execution_id = 'exec-3'",
+        "UPDATE requests SET shadow_decision = 'deny' WHERE execution_id = 'exec-3'",
+        "UPDATE dns_queries SET policy_generation = NULL"}) {
+    std::filesystem::copy_file(db, dir / "edited.db",
+                               std::filesystem::copy_options::overwrite_existing);
+    ASSERT_EQ(RawDb(dir / "edited.db").exec(edit), "") << edit;
+    auto v = verify(dir / "edited.db");
+    ASSERT_TRUE(v.has_value());
+    EXPECT_FALSE(v->ok) << edit;
+  }
 }
 
 TEST(SchemaTest, DeletedApprovalIsNamed) {

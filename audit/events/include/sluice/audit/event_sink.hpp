@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,8 +16,26 @@ namespace sluice::audit {
 /// kDeny (every producer sets it; one that forgot would not record an allow). kFail: the
 /// policy let it through and the network failed (the name did not resolve, the upstream
 /// refused, timed out or broke off, its TLS failed); `reason` says which (docs/audit.md
-/// "What is counted"). Connections and requests only: DNS rows and approvals are allow|deny.
-enum class Decision : std::uint8_t { kAllow, kDeny, kFail };
+/// "What is counted"). kWouldDeny: a learning run (`sluice run --learn`) let through what the
+/// policy would have denied (`reason` and `detail` say why, as for a denial). Connections and
+/// requests only: DNS rows and approvals are allow|deny.
+enum class Decision : std::uint8_t { kAllow, kDeny, kFail, kWouldDeny };
+
+/// What a policy decides (the matcher's verdict, before the network or an approver has a say).
+/// Column `shadow_decision`.
+enum class Verdict : std::uint8_t { kAllow, kDeny, kAsk };
+
+/// Which policy decided a connections, requests or dns_queries row, and what a shadow policy
+/// said of it (columns policy_generation, shadow_decision, shadow_rule; all NULL when unset).
+struct PolicyStamp {
+  /// The generation of the policy that decided: 1 for the one a listener started with, one more
+  /// per live update or reload. 0: not known (stored as NULL).
+  std::uint64_t policy_generation = 0;
+  /// The candidate's decision under `--shadow-policy` (nullopt: no shadow policy), and its rule
+  /// (empty: none decided).
+  std::optional<Verdict> shadow_decision;
+  std::string shadow_rule;
+};
 
 /// How a connection came to the proxy. Column `connections.kind`.
 enum class ConnectionKind : std::uint8_t {
@@ -61,6 +80,7 @@ struct ConnectionEvent {
   std::uint64_t bytes_up = 0;    // client -> upstream
   std::uint64_t bytes_down = 0;  // upstream -> client
   std::int64_t duration_ms = 0;
+  PolicyStamp stamp;
 };
 
 /// One HTTP request the proxy saw (plain HTTP or inside an inspected tunnel).
@@ -80,6 +100,7 @@ struct RequestEvent {
   std::string rule_id;
   std::string reason;
   std::vector<std::string> injected_secrets;  // secret NAMES only
+  PolicyStamp stamp;
 };
 
 /// One request about to be sent upstream (write-ahead): recorded before its first byte leaves,
@@ -110,6 +131,7 @@ struct DnsEvent {
   Decision decision = Decision::kDeny;
   std::string rule_id;  // empty: the DNS answer is not decided by one rule
   std::string reason;   // policy::reasonName vocabulary, or malformed_query | not_implemented
+  PolicyStamp stamp;
 };
 
 /// One approval of an `ask` rule, recorded once when it is decided (answered, timed out, or

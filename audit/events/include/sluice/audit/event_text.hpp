@@ -18,8 +18,22 @@ constexpr std::string_view textOf(Decision d) {
       return "deny";
     case Decision::kFail:
       return "fail";
+    case Decision::kWouldDeny:
+      return "would_deny";
   }
   return "deny";  // not an enumerator (a bad cast): fail closed
+}
+
+constexpr std::string_view textOf(Verdict v) {
+  switch (v) {
+    case Verdict::kAllow:
+      return "allow";
+    case Verdict::kDeny:
+      return "deny";
+    case Verdict::kAsk:
+      return "ask";
+  }
+  return "deny";
 }
 
 constexpr std::string_view textOf(ConnectionKind k) {
@@ -67,13 +81,14 @@ constexpr std::string_view textOf(ApprovalScope s) {
 /// whose traffic the proxy reads as HTTP (an allowed plain-HTTP origin connection, inspected
 /// TLS, plain HTTP inside a CONNECT tunnel or a transparent one) is counted through its
 /// requests rows instead, and so is the denied companion row a refused plain-HTTP request
-/// names. Every other connection (a passthrough tunnel, a refused or failed connection
+/// names. A learning run's would_deny is traffic let through, counted as an allow is. Every
+/// other connection (a passthrough tunnel, a refused or failed connection
 /// attempt, a blocked packet) counts once. reader.cpp's kAttemptConnections is the same rule
 /// in SQL; RowsCountTest keeps the two together.
 constexpr bool countsAsAttempt(ConnectionKind kind, Decision decision, TlsHandling tls) {
   if (kind == ConnectionKind::kHttp) return false;
-  return !(decision == Decision::kAllow &&
-           (tls == TlsHandling::kInspect || tls == TlsHandling::kNone));
+  const bool through = decision == Decision::kAllow || decision == Decision::kWouldDeny;
+  return !(through && (tls == TlsHandling::kInspect || tls == TlsHandling::kNone));
 }
 
 }  // namespace sluice::audit
