@@ -58,21 +58,21 @@ bool sameRule(const Side& a, const Side& b) {
   return a.rule == b.rule;
 }
 
-// The address a denial's detail names ("... address 10.0.0.7 ..."): the proxy refuses before
-// dialling, so such rows carry no resolved_ip.
-std::optional<policy::IpAddress> addressInDetail(const std::string& detail) {
-  std::optional<policy::IpAddress> found;
-  for (std::size_t at = detail.find("address "); at != std::string::npos;
-       at = detail.find("address ", at + 1)) {
-    std::size_t start = at + 8, end = start;
-    while (end < detail.size() && (std::isxdigit(static_cast<unsigned char>(detail[end])) ||
-                                   detail[end] == '.' || detail[end] == ':'))
-      ++end;
-    std::string_view word(detail.data() + start, end - start);
-    while (!word.empty() && (word.back() == '.' || word.back() == ':')) word.remove_suffix(1);
-    if (auto ip = policy::parseIpLiteral(word)) found = ip;
+// The address a denial's detail names ("api.test resolves to 10.0.0.7, a private address"):
+// the proxy refuses before dialling, so such rows carry no resolved_ip. The first word written
+// as a dotted quad or with colons that parses as an address.
+std::optional<policy::IpAddress> addressInDetail(std::string_view detail) {
+  std::size_t i = 0;
+  while (i < detail.size()) {
+    const std::size_t end = std::min(detail.find_first_of(" ,;()", i), detail.size());
+    std::string_view word = detail.substr(i, end - i);
+    i = end + 1;
+    const auto dots = std::count(word.begin(), word.end(), '.');
+    const auto colons = std::count(word.begin(), word.end(), ':');
+    if (dots != 3 && colons < 2) continue;
+    if (auto ip = policy::parseIpLiteral(word)) return ip;
   }
-  return found;
+  return std::nullopt;
 }
 
 // A tunnel as admit() decides it: the connection phase, then the dialled address (for an ask,
