@@ -112,7 +112,8 @@ base::Result<std::optional<std::string>> History::policyText(const std::string& 
 }
 
 base::Result<std::string> History::executionPolicy(const std::string& execution_id) {
-  auto t = reader_->sql("SELECT policy_sha256 FROM executions WHERE id = " + sqlQuoted(execution_id));
+  auto t =
+      reader_->sql("SELECT policy_sha256 FROM executions WHERE id = " + sqlQuoted(execution_id));
   if (!t) return std::unexpected(t.error());
   return t->rows.empty() ? std::string() : text(t->rows[0][0]);
 }
