@@ -32,7 +32,8 @@ struct Group {
 };
 
 struct ConnSeen {
-  std::string key;
+  std::string key;  // "host:port" of its group
+  std::uint16_t port = 0;
   bool inspect = false;
   bool tunnel = false;  // an allowed tunnel (CONNECT or redirected) not inspected
   bool carried_requests = false;
@@ -111,7 +112,7 @@ base::Result<void> Learner::read(const std::vector<std::string>& executions) {
 void Learner::connection(const ConnectionRow& r) {
   if (r.kind != "connect" && r.kind != "transparent" && r.kind != "http") return;
   const bool through = wentThrough(r.decision) && !r.host.empty();
-  conns_[r.id] = ConnSeen{r.host + ":" + std::to_string(r.port), r.tls == "inspect",
+  conns_[r.id] = ConnSeen{r.host + ":" + std::to_string(r.port), r.port, r.tls == "inspect",
                           through && r.kind != "http" && r.tls != "inspect"};
   if (!through) return;
   Group& g = group(r.host, r.port);
@@ -134,32 +135,28 @@ void Learner::request(const RequestRow& r) {
     seen.examples.push_back(r.path);
 }
 
-// The rule's destination keys: hosts or (an IP literal) cidrs, ports, and allow_private with
-// the dialled addresses when any of them is not global.
+std::string cidrOf(const policy::IpAddress& ip) { return ip.str() + (ip.isV4() ? "/32" : "/128"); }
+
+// The rule's destination keys: hosts (or, for an IP literal, cidrs alone), ports, and when an
+// address dialled was not global, those addresses as cidrs with allow_private.
 void writeDestination(std::ostream& out, const Group& g) {
   if (!g.ip_literal) out << "        hosts: [" << yamlQuoted(g.host) << "]\n";
   out << "        ports: [" << g.port << "]\n";
-  bool private_seen = g.ip_literal;
   std::vector<std::string> cidrs;
-  for (const auto& a : g.addresses) {
+  bool non_global = false;
+  std::set<std::string> addresses = g.addresses;
+  if (g.ip_literal) addresses.insert(g.host);
+  for (const auto& a : addresses) {
     auto ip = policy::parseIpLiteral(a);
     if (!ip) continue;
-    cidrs.push_back(ip->str() + (ip->isV4() ? "/32" : "/128"));
-    if (policy::classifyAddress(*ip) != policy::AddressClass::kGlobal) private_seen = true;
+    cidrs.push_back(cidrOf(*ip));
+    non_global |= policy::classifyAddress(*ip) != policy::AddressClass::kGlobal;
   }
-  if (g.ip_literal && cidrs.empty()) {
-    auto ip = policy::parseIpLiteral(g.host);
-    cidrs.push_back(ip->str() + (ip->isV4() ? "/32" : "/128"));
-  }
-  if (!private_seen) return;
+  if (!g.ip_literal && !non_global) return;  // a name at global addresses needs no cidrs
   out << "        cidrs: [";
   for (std::size_t i = 0; i < cidrs.size(); ++i) out << (i ? ", " : "") << yamlQuoted(cidrs[i]);
   out << "]\n";
-  bool any_private = false;
-  for (const auto& c : cidrs)
-    if (auto ip = policy::parseIpLiteral(c.substr(0, c.find('/'))))
-      any_private |= policy::classifyAddress(*ip) != policy::AddressClass::kGlobal;
-  if (any_private) out << "        allow_private: true\n";
+  if (non_global) out << "        allow_private: true\n";
 }
 
 void Learner::writeRules(std::ostream& out, const Group& g, std::set<std::string>& used) const {

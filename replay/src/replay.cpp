@@ -133,14 +133,18 @@ class Replayer {
                                const std::string& reason, const std::string& sha,
                                const Decide& decide, std::string& note);
   void compare(Difference diff, const Side& before, const policy::Decision& after);
-  const policy::Matcher* recordedPolicy(const std::string& sha);
-  bool isAskRule(const policy::Matcher* m, const std::string& rule) const;
+  // A recorded policy, compiled once, with the ids of its ask rules.
+  struct Recorded {
+    std::shared_ptr<const policy::Matcher> matcher;
+    std::set<std::string, std::less<>> ask_rules;
+  };
+  const Recorded& recordedPolicy(const std::string& sha);
 
   History& history_;
   const policy::Matcher& candidate_;
   ReplayReport report_;
   std::unordered_map<std::string, ConnInfo> conns_;
-  std::map<std::string, std::shared_ptr<const policy::Matcher>> policies_;
+  std::map<std::string, Recorded, std::less<>> policies_;
   std::optional<base::Error> error_;
 };
 
@@ -160,26 +164,21 @@ base::Result<ReplayReport> Replayer::run(const Scope& scope) {
   return std::move(report_);
 }
 
-const policy::Matcher* Replayer::recordedPolicy(const std::string& sha) {
-  if (sha.empty()) return nullptr;
+const Replayer::Recorded& Replayer::recordedPolicy(const std::string& sha) {
   auto it = policies_.find(sha);
-  if (it != policies_.end()) return it->second.get();
-  std::shared_ptr<const policy::Matcher> m;
-  auto text = history_.policyText(sha);
+  if (it != policies_.end()) return it->second;
+  Recorded r;
+  auto text = sha.empty() ? base::Result<std::optional<std::string>>() : history_.policyText(sha);
   if (!text) error_ = text.error();
   if (text && *text) {
     auto w = policy::parseWorkflow(**text, "policy " + sha.substr(0, 12));
-    if (w) m = policy::Matcher::compile(std::make_shared<const policy::Workflow>(std::move(*w)));
+    if (w) {
+      for (const auto& rule : w->rules)
+        if (rule.action == policy::Action::kAsk) r.ask_rules.insert(rule.id);
+      r.matcher = policy::Matcher::compile(std::make_shared<const policy::Workflow>(std::move(*w)));
+    }
   }
-  return policies_.emplace(sha, m).first->second.get();
-}
-
-bool Replayer::isAskRule(const policy::Matcher* m, const std::string& rule) const {
-  if (!m || rule.empty()) return false;
-  const auto& rules = m->workflow().rules;
-  return std::any_of(rules.begin(), rules.end(), [&](const policy::Rule& r) {
-    return r.id == rule && r.action == policy::Action::kAsk;
-  });
+  return policies_.emplace(sha, std::move(r)).first->second;
 }
 
 // What the recorded policy decided, from the row where it says so, else by deciding the row
@@ -192,7 +191,7 @@ std::optional<Side> Replayer::recorded(const std::string& decision, const std::s
     return Side{Verdict::kDeny, rule, reason};
   }
   if (decision == "allow" || decision == "fail") {
-    const bool asked = isAskRule(recordedPolicy(sha), rule);
+    const bool asked = recordedPolicy(sha).ask_rules.contains(rule);
     if (asked) note = "an approver allowed it";
     if (decision == "fail")
       note = "the policy let it through; then the network failed (" + reason + ")";
@@ -203,7 +202,7 @@ std::optional<Side> Replayer::recorded(const std::string& decision, const std::s
     note = "an ask rule matched; the answer was " + reason;
     return Side{Verdict::kAsk, rule, reason};
   }
-  const policy::Matcher* m = recordedPolicy(sha);
+  const policy::Matcher* m = recordedPolicy(sha).matcher.get();
   if (!m) return std::nullopt;
   note = "refused by " + (reason.empty() ? std::string("the proxy") : reason) +
          " (not a policy decision): compared with the recorded policy's own verdict";

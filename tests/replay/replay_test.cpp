@@ -119,7 +119,16 @@ class ReplayTest : public ::testing::Test {
     dns.rule_id = "api";
     dns.reason = "allowed";
     s.recordDns(dns);
+    // exec-2: a database at an IP literal on a private address.
+    auto literal =
+        conn("c-8", https, "10.0.0.9", 5432, Decision::kAllow, "db", "allowed", "10.0.0.9");
+    literal.execution_id = "exec-2";
+    s.recordConnection(literal);
     audit::ExecutionRecord e;
+    e.id = "exec-2";
+    e.workflow = "wf";
+    e.receipt_json = "{}";
+    ASSERT_TRUE(s.recordExecution(e));
     e.id = "exec-1";
     e.workflow = "wf";
     e.policy_sha256 = base::sha256Hex(yaml);
@@ -235,6 +244,19 @@ TEST_F(ReplayTest, LearnAllowsWhatWentThroughAndNothingElse) {
   EXPECT_TRUE(tunnel("ask.test"));
   EXPECT_FALSE(tunnel("other.test"));
   EXPECT_FALSE(learn(*h, {"exec-none"}, "x"));
+}
+
+TEST_F(ReplayTest, AnIpLiteralIsLearnedAsItsAddressWithAllowPrivate) {
+  auto h = History::open(db());
+  ASSERT_TRUE(h);
+  auto yaml = learn(*h, {"exec-2"}, "db");
+  ASSERT_TRUE(yaml) << yaml.error().message;
+  EXPECT_NE(yaml->find("cidrs: [\"10.0.0.9/32\"]\n        allow_private: true"), std::string::npos)
+      << *yaml;
+  EXPECT_EQ(yaml->find("hosts:"), std::string::npos) << *yaml;
+  auto w = policy::parseWorkflow(*yaml, "learned.yaml");
+  ASSERT_TRUE(w) << w.error().str() << *yaml;
+  EXPECT_TRUE(w->warnings.empty()) << *yaml;
 }
 
 }  // namespace
