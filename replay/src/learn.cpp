@@ -194,7 +194,9 @@ void Learner::writeRules(std::ostream& out, const Group& g, std::set<std::string
     for (std::size_t i = 0; i < examples.size(); ++i) out << (i ? ", " : " ") << examples[i];
     out << "\n      - id: " << ruleId(g, n++, used) << "\n        action: allow\n";
     writeDestination(out, g);
-    if (g.inspected) out << "        tls: inspect\n";
+    // Port 443 alone: the loader refuses request conditions a passthrough rule cannot enforce
+    // there, and inspect still grants plain HTTP.
+    if (g.inspected || g.port == 443) out << "        tls: inspect\n";
     out << "        methods: [";
     std::size_t i = 0;
     for (const auto& m : methods) out << (i++ ? ", " : "") << m;
