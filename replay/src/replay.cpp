@@ -19,29 +19,33 @@ namespace {
 using policy::Reason;
 using Decide = std::function<policy::Decision(const policy::Matcher&)>;
 
+using ReasonSet = std::set<std::string, std::less<>>;
+
+ReasonSet namesOf(std::initializer_list<Reason> reasons) {
+  ReasonSet names;
+  for (Reason r : reasons) names.emplace(policy::reasonName(r));
+  return names;
+}
+
+std::string nameOf(Reason r) { return std::string(policy::reasonName(r)); }
+
 // Reasons the matcher (or the canonical form it judges) gives: the row's decision is the
 // policy's, as recorded.
-const std::set<std::string, std::less<>> kPolicyReasons = {"allowed",
-                                                           "denied_by_rule",
-                                                           "no_matching_rule",
-                                                           "port_not_allowed",
-                                                           "method_not_allowed",
-                                                           "path_not_allowed",
-                                                           "private_address",
-                                                           "address_not_in_cidrs",
-                                                           "ip_literal_needs_cidrs",
-                                                           "inspection_required",
-                                                           "plaintext_credentials",
-                                                           "invalid_target",
-                                                           "invalid_method",
-                                                           "ambiguous_target"};
+const ReasonSet kPolicyReasons =
+    namesOf({Reason::kAllowed, Reason::kDeniedByRule, Reason::kNoMatchingRule,
+             Reason::kPortNotAllowed, Reason::kMethodNotAllowed, Reason::kPathNotAllowed,
+             Reason::kPrivateAddress, Reason::kAddressNotInCidrs, Reason::kIpLiteralNeedsCidrs,
+             Reason::kInspectionRequired, Reason::kPlaintextCredentials, Reason::kInvalidTarget,
+             Reason::kInvalidMethod, Reason::kAmbiguousTarget});
 // An ask rule matched and a person (or the lack of one) answered.
-const std::set<std::string, std::less<>> kApprovalReasons = {
-    "approval_required", "approval_denied", "approval_timeout", "approval_unavailable",
-    "execution_ended"};
+const ReasonSet kApprovalReasons =
+    namesOf({Reason::kApprovalRequired, Reason::kApprovalDenied, Reason::kApprovalTimeout,
+             Reason::kApprovalUnavailable, Reason::kExecutionEnded});
 // Denials at the address phase: the address is in the detail when the row has none.
-const std::set<std::string, std::less<>> kAddressReasons = {"private_address",
-                                                            "address_not_in_cidrs"};
+const ReasonSet kAddressReasons = namesOf({Reason::kPrivateAddress, Reason::kAddressNotInCidrs});
+// What sluice's DNS answers by the policy's name question (nameAnswer).
+const ReasonSet kDnsPolicyReasons =
+    namesOf({Reason::kAllowed, Reason::kDeniedByRule, Reason::kNoMatchingRule});
 
 Side sideOf(const policy::Decision& d) {
   return {d.allowed ? Verdict::kAllow
@@ -54,7 +58,8 @@ Side sideOf(const policy::Decision& d) {
 // miss, which is not a decision).
 bool sameRule(const Side& a, const Side& b) {
   if (a.verdict != Verdict::kDeny) return a.rule == b.rule;
-  if (a.reason != "denied_by_rule" && b.reason != "denied_by_rule") return true;
+  const std::string by_rule = nameOf(Reason::kDeniedByRule);
+  if (a.reason != by_rule && b.reason != by_rule) return true;
   return a.rule == b.rule;
 }
 
@@ -195,7 +200,7 @@ std::optional<Side> Replayer::recorded(const std::string& decision, const std::s
     if (asked) note = "an approver allowed it";
     if (decision == "fail")
       note = "the policy let it through; then the network failed (" + reason + ")";
-    return Side{asked ? Verdict::kAsk : Verdict::kAllow, rule, "allowed"};
+    return Side{asked ? Verdict::kAsk : Verdict::kAllow, rule, nameOf(Reason::kAllowed)};
   }
   if (kPolicyReasons.contains(reason)) return Side{Verdict::kDeny, rule, reason};
   if (kApprovalReasons.contains(reason)) {
@@ -298,7 +303,7 @@ void Replayer::request(const RequestRow& r) {
 void Replayer::dns(const DnsRow& r) {
   // Only the name's answer is the policy's (nameAnswer); malformed, unsupported and over-limit
   // queries are answered before it.
-  if (r.reason != "allowed" && r.reason != "denied_by_rule" && r.reason != "no_matching_rule") {
+  if (!kDnsPolicyReasons.contains(r.reason)) {
     ++report_.counts.not_compared;
     return;
   }

@@ -13,7 +13,8 @@ namespace {
 std::string sideText(const Side& s) {
   std::string t(verdictName(s.verdict));
   if (!s.rule.empty()) t += " by " + s.rule;
-  if (!s.reason.empty() && s.reason != "allowed") t += " (" + s.reason + ")";
+  if (!s.reason.empty() && s.reason != policy::reasonName(policy::Reason::kAllowed))
+    t += " (" + s.reason + ")";
   return t;
 }
 
