@@ -34,6 +34,8 @@ std::shared_ptr<runner::SandboxZygote> startZygote(const char* command);
 std::expected<int, std::string> groupId(const std::string& name);
 
 void addPolicyCommands(CLI::App& app, int& exit_code);
+/// policy replay, policy learn (under `policy`).
+void addPolicyHistoryCommands(CLI::App& policy, int& exit_code);
 void addAuditCommands(CLI::App& app, int& exit_code);
 void addProxyCommands(CLI::App& app, int& exit_code);
 /// run, gc. `trailing` holds every argument after the first `--` of the command line (main()

@@ -232,6 +232,8 @@ void addPolicyCommands(CLI::App& app, int& exit_code) {
       policy->add_subcommand("test", "Run YAML cases of expected decisions; exit 1 if any fails");
   test->add_option("files", *test_files, "Policy test files")->required();
   test->callback([&exit_code, test_files] { exit_code = runTest(*test_files); });
+
+  addPolicyHistoryCommands(*policy, exit_code);
 }
 
 }  // namespace sluice::cli

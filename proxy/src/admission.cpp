@@ -3,6 +3,7 @@
 #include "admission.hpp"
 
 #include "approval_wait.hpp"
+#include "sluice/policy/tunnel.hpp"
 
 namespace sluice::proxy {
 
@@ -24,15 +25,9 @@ policy::Query queryFor(const Candidate& c, policy::Visibility v, const policy::I
 // The tunnel's decision. Only rules with methods/paths (and no tls: inspect) may allow its
 // host and port: a tunnel that carries plain HTTP can be judged request by request, TLS cannot.
 std::optional<Refusal> decideTunnel(const ConnState& conn, const Candidate& c, Admitted& a) {
-  a.decision = conn.matcher->decide(queryFor(c, policy::Visibility::kTunnel, nullptr));
-  if (!a.decision.allowed && a.decision.reason == Reason::kInspectionRequired) {
-    auto plain = conn.matcher->decide(queryFor(c, policy::Visibility::kPlainHttp, nullptr));
-    if (plain.allowed) {
-      a.http_only = denialRefusal(a.decision);
-      plain.request_rules = true;
-      a.decision = std::move(plain);
-    }
-  }
+  auto tunnel = policy::decideTunnel(*conn.matcher, c.target);
+  if (tunnel.tls_refused) a.http_only = denialRefusal(*tunnel.tls_refused);
+  a.decision = std::move(tunnel.decision);
   const policy::Decision& d = a.decision;
   if (!d.allowed && !d.ask) return denialRefusal(d);
   if (d.tls == policy::TlsMode::kInspect && !conn.ctx->tls) {

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "host_registries.hpp"
 #include "isolation.hpp"
 #include "netns_upstream.hpp"
 #include "proc_scan.hpp"
@@ -35,7 +36,11 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using sluice::testing::hostNpmRegistry;
+using sluice::testing::NpmRegistry;
+using sluice::testing::npmRegistryRule;
 using sluice::testing::Outcome;
+using sluice::testing::reachableRule;
 using sluice::testing::shellOutput;
 
 // The sandbox's PATH (docs/sandbox.md "Privileges"): a program counts as present on the host
@@ -271,68 +276,6 @@ class EverydayProgram : public ::testing::TestWithParam<EverydayCase> {
   fs::path dir_;
   sluice::testing::NetnsUpstream index_;
 };
-
-// The host's npm registry URL, host and port, and the policy rule that reaches it.
-struct NpmRegistry {
-  std::string url, host, port, rule;
-};
-
-/// Reads the registry from the host's own npm configuration and checks the host can reach it
-/// (`npm view`, with a throw-away cache). Returns "" and fills `reg`, or why it cannot be used.
-std::string hostNpmRegistry(const fs::path& dir, NpmRegistry& reg) {
-  auto [rc, url] = shellOutput("npm config get registry 2>/dev/null");
-  while (!url.empty() && (url.back() == '\n' || url.back() == '\r')) url.pop_back();
-  const auto scheme_end = url.find("://");
-  if (rc != 0 || scheme_end == std::string::npos) return "npm has no registry configured";
-  std::string authority = url.substr(scheme_end + 3);
-  authority = authority.substr(0, authority.find('/'));
-  // A URL with user:password@ is a credential: it must not reach a policy file or a log.
-  if (authority.find('@') != std::string::npos) return "npm's registry URL carries credentials";
-  const auto colon = authority.rfind(':');
-  reg.url = url;
-  reg.host = authority.substr(0, colon);
-  reg.port = colon != std::string::npos ? authority.substr(colon + 1)
-                                        : (url.starts_with("https") ? "443" : "80");
-  auto [vrc, vout] = shellOutput("timeout 60 npm view is-number@7.0.0 version --cache " +
-                                 (dir / "host-npm-cache").string());
-  fs::remove_all(dir / "host-npm-cache");
-  if (vrc != 0 || vout.find("7.0.0") == std::string::npos)
-    return "the host's npm registry is unreachable from this machine: " + vout;
-  return "";
-}
-
-/// `rule` (allowing `host`:`port`), and where this machine reaches the host at a non-global
-/// address (a mirror in a test network: the SSRF guard refuses those, `policy explain --ip`
-/// says so), those addresses as its cidrs with allow_private, as for any private mirror.
-std::string reachableRule(std::string rule, const std::string& host, const std::string& port,
-                          const fs::path& dir) {
-  // The probe names only host and port: its question is the address, not a request.
-  std::ofstream(dir / "probe.yaml")
-      << "apiVersion: sluice/v1\nkind: Workflow\nname: probe\negress:\n  rules:\n"
-      << "    - {id: probe, action: allow, hosts: [\"" << host << "\"], ports: [" << port << "]}\n";
-  auto [rc, addrs] = shellOutput("getent ahosts " + host + " | awk '{print $1}' | sort -u");
-  std::istringstream in(addrs);
-  std::vector<std::string> cidrs;
-  bool guarded = false;
-  for (std::string a; std::getline(in, a);) {
-    if (a.empty()) continue;
-    cidrs.push_back(a.find(':') == std::string::npos ? a + "/32" : a + "/128");
-    auto [erc, why] = shellOutput(std::string(SLUICE_BINARY) + " policy explain --policy " +
-                                  (dir / "probe.yaml").string() + " --connect " + host + ":" +
-                                  port + " --ip " + a);
-    guarded = guarded || why.find("private_address") != std::string::npos;
-  }
-  if (!guarded) return rule;
-  rule += "      allow_private: true\n      cidrs: [";
-  for (std::size_t i = 0; i < cidrs.size(); ++i) rule += (i ? ", \"" : "\"") + cidrs[i] + "\"";
-  return rule + "]\n";
-}
-
-std::string npmRegistryRule(const NpmRegistry& reg, const fs::path& dir) {
-  return reachableRule("    - id: npm-registry\n      action: allow\n      hosts: [\"" + reg.host +
-                           "\"]\n      ports: [" + reg.port + "]\n",
-                       reg.host, reg.port, dir);
-}
 
 /// The rule for the Debian mirror the host's apt downloads kAptPackage from: GET of its pool
 /// only. Returns "" and fills `rule`, or why the case cannot run here. apt names the mirror

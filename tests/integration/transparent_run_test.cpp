@@ -450,6 +450,47 @@ TEST_F(TransparentRun, TlsIsDecidedByItsServerName) {
             1);
 }
 
+// `policy replay` over redirected connections and DNS answers: against the policy the run went
+// under nothing changes; without the rule for web.allowed.test exactly its name's answers and
+// its connection turn allow->deny.
+TEST_F(TransparentRun, ReplayDecidesRedirectedConnectionsAndDnsAnswersAgain) {
+  REQUIRE_SANDBOX();
+  auto r = run("node /input/in/get.js");
+  const std::string exec = r["execution_id"];
+  ASSERT_FALSE(exec.empty()) << r.dump();
+  auto replay = [&](const std::string& policy) {
+    auto [rc, out] =
+        sh("{ " + std::string(SLUICE_BINARY) + " policy replay --db " + db() + " --execution " +
+           exec + " --policy " + (dir_ / policy).string() + " --json; } 2>/dev/null");
+    return std::make_pair(rc, json::parse(out, nullptr, false));
+  };
+  const std::string in_exec = " WHERE execution_id = '" + exec + "'";
+  auto [same_rc, same] = replay("policy.yaml");
+  EXPECT_EQ(same_rc, 0) << same.dump(1);
+  EXPECT_EQ(same["differences"].size(), 0u) << same.dump(1);
+  EXPECT_EQ(same["counts"]["connections"],
+            count("SELECT count(*) FROM connections" + in_exec + " AND kind = 'transparent'"));
+  EXPECT_EQ(same["counts"]["dns"], count("SELECT count(*) FROM dns_queries" + in_exec));
+
+  std::string without_web = slurp(dir_ / "policy.yaml");
+  const auto web = without_web.find("    - {id: web,");
+  ASSERT_NE(web, std::string::npos);
+  without_web.erase(web, without_web.find('\n', web) + 1 - web);
+  std::ofstream(dir_ / "no-web.yaml") << without_web;
+  auto [tight_rc, tight] = replay("no-web.yaml");
+  EXPECT_EQ(tight_rc, 1) << tight.dump(1);
+  const long web_rows =
+      count("SELECT count(*) FROM connections" + in_exec + " AND host = 'web.allowed.test'") +
+      count("SELECT count(*) FROM dns_queries" + in_exec +
+            " AND name = 'web.allowed.test' AND decision = 'allow'");
+  EXPECT_GE(web_rows, 2);
+  EXPECT_EQ(tight["counts"]["allow_to_deny"], web_rows) << tight.dump(1);
+  for (const auto& d : tight["differences"]) {
+    EXPECT_EQ(d["change"], "allow->deny") << d.dump();
+    EXPECT_EQ(d["host"], "web.allowed.test") << d.dump();
+  }
+}
+
 TEST_F(TransparentRun, DnsAnswersOnlyWhatARuleCouldAllowAndNothingLeaves) {
   REQUIRE_SANDBOX();
   auto r =

@@ -1,0 +1,20 @@
+// A tunnel's connection phase (tunnel.hpp).
+#include "sluice/policy/tunnel.hpp"
+
+namespace sluice::policy {
+
+TunnelDecision decideTunnel(const Matcher& matcher, const Target& target) {
+  TunnelDecision t;
+  t.decision = matcher.decide({target, Visibility::kTunnel, nullptr, nullptr});
+  if (t.decision.allowed || t.decision.reason != Reason::kInspectionRequired) return t;
+  // Only request rules cover it: plain HTTP in the tunnel can still be judged request by
+  // request, TLS cannot.
+  auto plain = matcher.decide({target, Visibility::kPlainHttp, nullptr, nullptr});
+  if (!plain.allowed) return t;
+  plain.request_rules = true;
+  t.tls_refused = std::move(t.decision);
+  t.decision = std::move(plain);
+  return t;
+}
+
+}  // namespace sluice::policy
