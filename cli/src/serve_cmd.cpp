@@ -3,9 +3,12 @@
 // stopped; every receipt is stored) and exit 0.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -42,9 +45,26 @@ bool parseDurations(ServeArgs& args) {
   return true;
 }
 
+// The default audit store's directory, /var/lib/sluice, made root-only when missing: the .deb
+// and the unit make it, but a `make install` or a first run by hand should not stop for it.
+// Any other --audit path is the caller's to provide (serve says which directory is missing).
+bool ensureDefaultStateDir(const std::string& audit_db) {
+  static constexpr const char* kStateDir = "/var/lib/sluice";
+  if (audit_db != serve::ServeOptions{}.audit_db) return true;
+  if (::mkdir(kStateDir, 0700) == 0) {
+    spdlog::info("created {} (mode 0700) for the audit store", kStateDir);
+    return true;
+  }
+  if (errno == EEXIST) return true;
+  std::fprintf(stderr, "sluice serve: cannot create %s for the audit store: %s\n", kStateDir,
+               std::strerror(errno));
+  return false;
+}
+
 int runServe(ServeArgs& args) {
   sigset_t set = blockDaemonSignals();
   if (!parseDurations(args)) return 2;
+  if (!ensureDefaultStateDir(args.options.audit_db)) return 1;
   // First, while single-threaded and holding no policy, secret or key.
   args.options.zygote = startZygote("serve");
   if (!args.options.zygote) return 1;
