@@ -56,9 +56,15 @@ check_installed_layout() {
     fail "/run/sluice is $(owner_mode /run/sluice), want root:sluice 750"
   [[ $(owner_mode /etc/sluice/policies) == "root:sluice 750" ]] ||
     fail "/etc/sluice/policies is $(owner_mode /etc/sluice/policies), want root:sluice 750"
-  for unit in sluice.service; do
+  for unit in sluice.service sluice.socket; do
     [[ -f /usr/lib/systemd/system/$unit ]] || fail "$unit not installed"
   done
+  # As installed, man pages included (Documentation=man:sluice-serve(1)); verify exits 0 even
+  # on an unknown key, so its output is the verdict.
+  local verify
+  verify=$(systemd-analyze verify /usr/lib/systemd/system/sluice.service \
+    /usr/lib/systemd/system/sluice.socket 2>&1) || fail "systemd-analyze verify: $verify"
+  [[ -z $verify ]] || fail "systemd-analyze verify complained: $verify"
   grep -q '^ExecStart=/usr/bin/sluice serve' /usr/lib/systemd/system/sluice.service ||
     fail "sluice.service does not start /usr/bin/sluice"
   # One man page per command, real roff that man renders.
