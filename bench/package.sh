@@ -9,7 +9,7 @@ set -euo pipefail
 
 build=$(realpath "${1:-build}")
 [[ $(id -u) == 0 ]] || { echo "package.sh: needs root (dpkg -i)" >&2; exit 1; }
-if dpkg-query -W -f='${Status}' sluice 2>/dev/null | grep -q installed; then
+if [[ $(dpkg-query -W -f='${Status}' sluice 2>/dev/null) == *installed* ]]; then
   echo "package.sh: a sluice package is already installed; remove it first" >&2
   exit 1
 fi

@@ -34,7 +34,7 @@ preconditions() {
   [[ $(id -u) == 0 ]] || skip_or_fail "needs root (dpkg -i on this machine)"
   command -v dpkg >/dev/null || skip_or_fail "needs dpkg"
   [[ -f $deb ]] || fail "no package at $deb (the package.deb fixture makes it)"
-  if dpkg-query -W -f='${Status}' sluice 2>/dev/null | grep -q installed; then
+  if [[ $(dpkg-query -W -f='${Status}' sluice 2>/dev/null) == *installed* ]]; then
     fail "a sluice package is already installed here; remove it first"
   fi
   getent group sluice >/dev/null && fail "a group 'sluice' already exists here"
@@ -48,7 +48,9 @@ preconditions() {
 check_installed_layout() {
   [[ -x /usr/bin/sluice ]] || fail "/usr/bin/sluice missing"
   # Stripped: no symbol table left (the build's binary has one, and debug info).
-  readelf -S /usr/bin/sluice | grep -q '\.symtab' && fail "/usr/bin/sluice is not stripped"
+  local sections
+  sections=$(readelf -S /usr/bin/sluice)
+  grep -q '\.symtab' <<<"$sections" && fail "/usr/bin/sluice is not stripped"
   getent group sluice >/dev/null || fail "postinst made no group sluice"
   [[ $(owner_mode /var/lib/sluice) == "root:root 700" ]] ||
     fail "/var/lib/sluice is $(owner_mode /var/lib/sluice), want root:root 700"
@@ -67,10 +69,16 @@ check_installed_layout() {
   [[ -z $verify ]] || fail "systemd-analyze verify complained: $verify"
   grep -q '^ExecStart=/usr/bin/sluice serve' /usr/lib/systemd/system/sluice.service ||
     fail "sluice.service does not start /usr/bin/sluice"
-  # One man page per command, real roff that man renders.
-  [[ -f /usr/share/man/man1/sluice-policy-check.1 ]] || fail "no man page for policy check"
-  man -l /usr/share/man/man1/sluice-run.1 2>/dev/null | grep -q -- '--policy-dir' ||
-    fail "man -l sluice-run.1 does not show --policy-dir"
+  # One man page per command, real roff that man renders. Read from the package itself: an
+  # image whose dpkg excludes /usr/share/man (path-exclude, as slim containers do) has none.
+  # (Whole outputs are captured first: grep -q ending a pipe early fails it under pipefail.)
+  local listing page
+  listing=$(dpkg-deb -c "$deb")
+  grep -q '/usr/share/man/man1/sluice-policy-check\.1$' <<<"$listing" ||
+    fail "no man page for policy check in the package"
+  page=$(dpkg-deb --fsys-tarfile "$deb" | tar -xO ./usr/share/man/man1/sluice-run.1 |
+    man -l - 2>/dev/null)
+  grep -q -- '--policy-dir' <<<"$page" || fail "man -l sluice-run.1 does not show --policy-dir"
   # The completion offers the commands and a command's flags.
   local words
   words=$(bash -c 'source /usr/share/bash-completion/completions/sluice
