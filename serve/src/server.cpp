@@ -58,6 +58,11 @@ class ServerImpl final : public Server {
     if (specs.empty() && options_.inherited_listeners.empty())
       specs.push_back("unix:/run/sluice/sluice.sock");
     for (const auto& spec : specs) {
+      // A path systemd already listens on (the unit kept its old --listen): served once, on
+      // systemd's socket; binding it again would unlink the socket systemd holds.
+      if (std::find(endpoints_.begin(), endpoints_.end(), spec + " (from systemd)") !=
+          endpoints_.end())
+        continue;
       auto bound = http_->listen(spec);
       if (!bound) return std::unexpected(bound.error());
       endpoints_.push_back(*bound);
