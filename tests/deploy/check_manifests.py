@@ -54,8 +54,9 @@ def build_renderer(source, tmp):
         link = gopath / "src/github.com/Masterminds" / name / "v3"
         link.parent.mkdir(parents=True)
         link.symlink_to(SPRIG / name)
+    # Everything go writes stays in the temp dir (no HOME needed, nothing left behind).
     env = dict(os.environ, GO111MODULE="off", GOPATH=f"{gopath}:/usr/share/gocode",
-               GOCACHE=str(tmp / "gocache"), GOFLAGS="")
+               GOCACHE=str(tmp / "gocache"), GOFLAGS="", GOENV="off", HOME=str(tmp))
     out = tmp / "helm_render"
     subprocess.run(["go", "build", "-o", str(out),
                     str(source / "tests/deploy/helm_render/main.go")], env=env, check=True)
