@@ -164,6 +164,31 @@ def check_rendering(docs, validator, sluice, tmp, what):
     return by_kind
 
 
+def check_entrypoint(daemonset, tmp):
+    """The container's shell entrypoint runs `sluice ARGS...` with the arguments as given."""
+    container = daemonset["spec"]["template"]["spec"]["containers"][0]
+    fake = tmp / "bin"
+    fake.mkdir(exist_ok=True)
+    (fake / "sluice").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (fake / "sluice").chmod(0o755)
+    # Run with the cgroup step skipped: /sys/fs/cgroup here is the test machine's.
+    script = container["command"][2].replace("/sys/fs/cgroup/cgroup.controllers", "/nonexistent")
+    out = subprocess.run([container["command"][0], "-c", script, *container["command"][3:],
+                          *container["args"]], capture_output=True, text=True,
+                         env=dict(os.environ, PATH=f"{fake}:/usr/bin:/bin"))
+    if out.returncode != 0 or out.stdout.splitlines() != container["args"]:
+        fail(f"the entrypoint ran sluice with {out.stdout.splitlines()} ({out.stderr})")
+
+
+def check_required_image(renderer, chart, tmp):
+    values = tmp / "no-image.yaml"
+    values.write_text('image: {repository: ""}\n')
+    out = subprocess.run([str(renderer), str(chart), "sluice", "sluice", str(values)],
+                         capture_output=True, text=True)
+    if out.returncode == 0 or "image.repository is required" not in out.stderr:
+        fail(f"an empty image.repository rendered: {out.stderr}")
+
+
 def check_validator_catches(validator, daemonset):
     """The check can fail: a misspelt field and a wrong type are both errors."""
     bad = copy.deepcopy(daemonset)
@@ -204,6 +229,8 @@ def main():
         check_rendering(render(renderer, chart, source / "tests/deploy/helm-values-test.yaml"),
                         validator, sluice, tmp, "helm-values-test.yaml")
         check_validator_catches(validator, objects["DaemonSet"])
+        check_entrypoint(objects["DaemonSet"], tmp)
+        check_required_image(renderer, chart, tmp)
     print(f"check_manifests: ok ({len(defaults)} objects from the chart = deploy/kubernetes/, "
           f"valid against {len(validator.kinds)} kept kinds)")
 
