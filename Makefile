@@ -5,7 +5,7 @@ SANITIZE ?= OFF
 WERROR ?= $(if $(filter true 1,$(CI)),ON,OFF)
 CMAKE_FLAGS ?=
 
-.PHONY: all deps configure build test demo bench fuzz clean format
+.PHONY: all deps configure build test demo bench fuzz clean format install package
 
 all: build
 
@@ -23,6 +23,16 @@ build: configure
 
 test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 600
+
+# The stripped binary, man pages, bash completion, schemas, examples and systemd units
+# (docs/deploy.md); `make install PREFIX=/usr DESTDIR=/tmp/root` stages them elsewhere.
+PREFIX ?= /usr/local
+install: build
+	@DESTDIR="$(DESTDIR)" cmake --install $(BUILD_DIR) --prefix "$(PREFIX)" --strip
+
+# A .deb of the same files with maintainer scripts, in $(BUILD_DIR)/ (CPack; docs/deploy.md).
+package: build
+	@cd $(BUILD_DIR) && cpack -G DEB
 
 demo: build
 	@SLUICE=$(BUILD_DIR)/cli/sluice ./examples/demo.sh

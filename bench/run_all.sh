@@ -37,3 +37,6 @@ bench/proxy_vs_squid.sh "$SLUICE"
 
 section "inspected TLS vs passthrough (bench/tls_vs_passthrough.sh)"
 bench/tls_vs_passthrough.sh "$SLUICE" "$BUILD_DIR/bench/tls_load"
+
+section "the .deb: size and install-to-first-run (bench/package.sh)"
+bench/package.sh "$BUILD_DIR"

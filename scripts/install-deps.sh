@@ -19,6 +19,10 @@ PACKAGES=(
   # Credentials and protocols at the proxy: HTTP/2 (nghttp2 library, nghttp/nghttpd clients),
   # SigV4 (the AWS CLI and botocore's signer as the verifying upstream), WebSocket clients.
   libnghttp2-dev nghttp2-client nghttp2-server awscli python3-botocore python3-websockets
+  # Packaging and deployment (docs/deploy.md): man pages from --help, the .deb (dpkg-dev's
+  # dpkg-shlibdeps; man-db renders the pages in its test), the units (systemd-analyze,
+  # systemd-socket-activate), the Helm chart rendered by Go text/template with sprig.
+  help2man dpkg-dev fakeroot man-db binutils systemd golang-go golang-github-masterminds-sprig-dev
 )
 # npm: Debian's package, unless the installed nodejs already ships its own npm (NodeSource's
 # does, and conflicts with Debian's npm package).

@@ -3,18 +3,23 @@
 // stopped; every receipt is stored) and exit 0.
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "commands.hpp"
+#include "sluice/base/log.hpp"
 #include "sluice/policy/units.hpp"
 #include "sluice/runner/sandbox.hpp"
 #include "sluice/serve/server.hpp"
+#include "sluice/serve/systemd.hpp"
 
 namespace sluice::cli {
 namespace {
@@ -24,6 +29,7 @@ struct ServeArgs {
   std::string drain = "30s";
   std::string max_session_ttl = "24h";
   std::string header_timeout = "10s";
+  std::string log_format = "auto";
 };
 
 // The duration options, parsed; false (with the message printed) on a bad one.
@@ -42,9 +48,34 @@ bool parseDurations(ServeArgs& args) {
   return true;
 }
 
+// The default audit store's directory, /var/lib/sluice, made root-only when missing: the .deb
+// and the unit make it, but a `make install` or a first run by hand should not stop for it.
+// Any other --audit path is the caller's to provide (serve says which directory is missing).
+bool ensureDefaultStateDir(const std::string& audit_db) {
+  static constexpr const char* kStateDir = "/var/lib/sluice";
+  if (audit_db != serve::ServeOptions{}.audit_db) return true;
+  if (::mkdir(kStateDir, 0700) == 0) {
+    spdlog::info("created {} (mode 0700) for the audit store", kStateDir);
+    return true;
+  }
+  if (errno == EEXIST) return true;
+  std::fprintf(stderr, "sluice serve: cannot create %s for the audit store: %s\n", kStateDir,
+               std::strerror(errno));
+  return false;
+}
+
 int runServe(ServeArgs& args) {
+  // First of all: the environment is changed (LISTEN_*), and the zygote must not see it.
+  for (const auto& s : serve::takeSystemdSockets())
+    args.options.inherited_listeners.push_back(s.fd);
+  // JSON lines (spdlog's fields) where the journal reads them: journalctl -o json keeps them
+  // whole, and a collector parses them without a pattern.
+  const bool json =
+      args.log_format == "json" || (args.log_format == "auto" && serve::stderrIsJournal());
+  base::setLogFormat(json ? base::LogFormat::kJson : base::LogFormat::kText);
   sigset_t set = blockDaemonSignals();
   if (!parseDurations(args)) return 2;
+  if (!ensureDefaultStateDir(args.options.audit_db)) return 1;
   // First, while single-threaded and holding no policy, secret or key.
   args.options.zygote = startZygote("serve");
   if (!args.options.zygote) return 1;
@@ -117,6 +148,9 @@ void addServeCommands(CLI::App& app, int& exit_code) {
   addAdmissionOptions(*cmd, *args);
   cmd->add_option("--drain", args->drain, "How long SIGTERM lets executions finish (30s)");
   cmd->add_option("--approver-uid", o.approver_uids, "Uid that may answer approvals");
+  cmd->add_option("--log-format", args->log_format,
+                  "text, json, or auto: json when stderr is the journal (default)")
+      ->check(CLI::IsMember({"auto", "text", "json"}));
   cmd->callback([args, &exit_code] { exit_code = runServe(*args); });
 }
 

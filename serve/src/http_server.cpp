@@ -425,6 +425,36 @@ HttpServer::HttpServer(net::io_context& ioc, HttpServerOptions options, Handler 
 
 HttpServer::~HttpServer() { close(); }
 
+namespace {
+
+// A bound, listening Unix acceptor starts accepting; `path` is removed at close (empty: not).
+void serveUnix(const std::shared_ptr<HttpServer::State>& state,
+               const std::shared_ptr<unix_stream::acceptor>& acc, const std::string& path) {
+  {
+    std::lock_guard lock(state->mu);
+    state->unix_acceptors.push_back(acc);
+    if (!path.empty()) state->unix_paths.push_back(path);
+  }
+  net::co_spawn(acc->get_executor(), acceptLoop<unix_stream>(state, acc), net::detached);
+}
+
+// A bound, listening TCP acceptor starts accepting; returns its HOST:PORT.
+std::string serveTcp(const std::shared_ptr<HttpServer::State>& state,
+                     const std::shared_ptr<tcp::acceptor>& acc) {
+  ErrorCode ec;
+  auto bound = acc->local_endpoint(ec);
+  {
+    std::lock_guard lock(state->mu);
+    state->tcp_acceptors.push_back(acc);
+  }
+  net::co_spawn(acc->get_executor(), acceptLoop<tcp>(state, acc), net::detached);
+  std::string h = bound.address().to_string();
+  if (bound.address().is_v6()) h = "[" + h + "]";
+  return h + ":" + std::to_string(bound.port());
+}
+
+}  // namespace
+
 std::expected<std::string, std::string> HttpServer::listen(const std::string& spec) {
   ErrorCode ec;
   if (spec.starts_with("unix:")) {
@@ -459,12 +489,7 @@ std::expected<std::string, std::string> HttpServer::listen(const std::string& sp
       if (bound != path) ::unlink(bound.c_str());
       return std::unexpected("--listen " + spec + ": " + ec.message());
     }
-    {
-      std::lock_guard lock(state_->mu);
-      state_->unix_acceptors.push_back(acc);
-      state_->unix_paths.push_back(path);
-    }
-    net::co_spawn(acc->get_executor(), acceptLoop<unix_stream>(state_, acc), net::detached);
+    serveUnix(state_, acc, path);
     return "unix:" + path;
   }
   auto colon = spec.rfind(':');
@@ -493,15 +518,40 @@ std::expected<std::string, std::string> HttpServer::listen(const std::string& sp
   if (!ec) acc->bind(ep, ec);
   if (!ec) acc->listen(net::socket_base::max_listen_connections, ec);
   if (ec) return std::unexpected("--listen " + spec + ": " + ec.message());
-  auto bound = acc->local_endpoint(ec);
-  {
-    std::lock_guard lock(state_->mu);
-    state_->tcp_acceptors.push_back(acc);
+  return serveTcp(state_, acc);
+}
+
+std::expected<std::string, std::string> HttpServer::adopt(int fd) {
+  const std::string what = "socket from systemd (fd " + std::to_string(fd) + ")";
+  sockaddr_storage address{};
+  socklen_t length = sizeof address;
+  int listening = 0, type = 0;
+  socklen_t int_length = sizeof(int);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &int_length) != 0 ||
+      ::getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &int_length) != 0 || listening == 0 ||
+      type != SOCK_STREAM)
+    return std::unexpected(what + ": not a listening stream socket (ListenStream= in the unit)");
+  ErrorCode ec;
+  if (address.ss_family == AF_UNIX) {
+    auto acc = std::make_shared<unix_stream::acceptor>(net::make_strand(state_->ioc));
+    acc->assign(unix_stream(), fd, ec);
+    const std::string path = ec ? std::string() : acc->local_endpoint(ec).path();
+    if (ec) return std::unexpected(what + ": " + ec.message());
+    // Its file, owner and mode are the .socket unit's (SocketGroup=, SocketMode=): left alone
+    // here, and not removed at close, since systemd keeps listening across restarts.
+    serveUnix(state_, acc, "");
+    return "unix:" + path + " (from systemd)";
   }
-  net::co_spawn(acc->get_executor(), acceptLoop<tcp>(state_, acc), net::detached);
-  std::string h = bound.address().to_string();
-  if (bound.address().is_v6()) h = "[" + h + "]";
-  return h + ":" + std::to_string(bound.port());
+  if (address.ss_family != AF_INET && address.ss_family != AF_INET6)
+    return std::unexpected(what + ": neither a Unix nor a TCP socket");
+  // The rule of --listen holds for a socket systemd made too: TCP callers need a token.
+  if (state_->options.tokens.empty())
+    return std::unexpected(what + ": a TCP listener needs --token-file");
+  auto acc = std::make_shared<tcp::acceptor>(net::make_strand(state_->ioc));
+  acc->assign(address.ss_family == AF_INET ? tcp::v4() : tcp::v6(), fd, ec);
+  if (ec) return std::unexpected(what + ": " + ec.message());
+  return serveTcp(state_, acc) + " (from systemd)";
 }
 
 void HttpServer::close() {

@@ -119,6 +119,9 @@ class HttpServer {
   /// "unix:/path" (created 0660, a stale socket replaced, the directory made) or HOST:PORT.
   /// Returns the bound endpoint text.
   std::expected<std::string, std::string> listen(const std::string& spec);
+  /// A listening socket made by systemd (sluice.socket): Unix, or TCP with tokens only.
+  /// Returns its endpoint text; the server owns the fd from here on.
+  std::expected<std::string, std::string> adopt(int fd);
   /// Stops accepting and removes the Unix socket files.
   void close();
 

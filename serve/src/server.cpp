@@ -49,9 +49,20 @@ class ServerImpl final : public Server {
   }
 
   std::expected<void, std::string> start() override {
+    for (int fd : options_.inherited_listeners) {
+      auto adopted = http_->adopt(fd);
+      if (!adopted) return std::unexpected(adopted.error());
+      endpoints_.push_back(*adopted);
+    }
     std::vector<std::string> specs = options_.listens;
-    if (specs.empty()) specs.push_back("unix:/run/sluice/sluice.sock");
+    if (specs.empty() && options_.inherited_listeners.empty())
+      specs.push_back("unix:/run/sluice/sluice.sock");
     for (const auto& spec : specs) {
+      // A path systemd already listens on (the unit kept its old --listen): served once, on
+      // systemd's socket; binding it again would unlink the socket systemd holds.
+      if (std::find(endpoints_.begin(), endpoints_.end(), spec + " (from systemd)") !=
+          endpoints_.end())
+        continue;
       auto bound = http_->listen(spec);
       if (!bound) return std::unexpected(bound.error());
       endpoints_.push_back(*bound);
@@ -120,7 +131,7 @@ class ServerImpl final : public Server {
   // uid, and the Unix socket's owner.
   std::size_t knownCallers(const HttpServerOptions& h) const {
     const bool unix_listener =
-        options_.listens.empty() ||
+        options_.listens.empty() || !options_.inherited_listeners.empty() ||
         std::any_of(options_.listens.begin(), options_.listens.end(),
                     [](const std::string& l) { return l.starts_with("unix:"); });
     return h.tokens.size() + h.approver_uids.size() + (unix_listener ? 1 : 0);

@@ -22,6 +22,9 @@ struct ServeOptions {
   std::string policy_dir;
   /// "unix:/path" or "HOST:PORT" (IPv6 as "[::1]:PORT"). Empty: unix:/run/sluice/sluice.sock.
   std::vector<std::string> listens;
+  /// Listening sockets passed by systemd (takeSystemdSockets(), systemd.hpp), served besides
+  /// `listens`; with any, there is no default listener.
+  std::vector<int> inherited_listeners;
   std::string audit_db = "/var/lib/sluice/audit.db";
   /// Ed25519 private key (`--signing-key`): the audit store signs checkpoints with it.
   std::string signing_key;
