@@ -16,6 +16,8 @@
 # Env:   DURATION (seconds per run, default 5), CLIENTS (client threads, default 8),
 #        ROUNDS (alternating rounds, default 3), PROXY_THREADS (sluice --threads, default 1),
 #        SQUID_BUMP (0 leaves the Squid ssl-bump peer out, default 1),
+#        UPSTREAM_TICKETS (1: nginx issues TLS session tickets, as public APIs do, so a proxy
+#        may resume its upstream sessions; tls_load itself never resumes. Default 1),
 #        STREAMS (h2 requests in flight per connection, default 10), MODES (default "new reuse h2")
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -29,6 +31,7 @@ CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
 PROXY_THREADS=${PROXY_THREADS:-1}
 SQUID_BUMP=${SQUID_BUMP:-1}
+UPSTREAM_TICKETS=${UPSTREAM_TICKETS:-1}
 STREAMS=${STREAMS:-10}
 MODES=${MODES:-new reuse h2}
 
@@ -89,7 +92,7 @@ http {
   keepalive_requests 1000000;
   keepalive_timeout 300s;
   ssl_session_cache off;
-  ssl_session_tickets off;
+  ssl_session_tickets $( [[ $UPSTREAM_TICKETS == 1 ]] && echo on || echo off );
   client_body_temp_path $TMP/nginx;
   proxy_temp_path $TMP/nginx;
   fastcgi_temp_path $TMP/nginx;
