@@ -38,6 +38,9 @@ int sniIndex() {
 class UpstreamSessions {
  public:
   static constexpr std::size_t kCapacity = 1024;
+  // A resumed handshake does not look at the certificate again: bound how long one verified
+  // handshake stands in for the next.
+  static constexpr long kMaxAgeSeconds = 3600;
   UpstreamSessions() = default;
   UpstreamSessions(const UpstreamSessions&) = delete;
   UpstreamSessions& operator=(const UpstreamSessions&) = delete;
@@ -61,10 +64,13 @@ class UpstreamSessions {
     SSL_set_session(ssl, copy);
     SSL_SESSION_free(copy);  // `ssl` holds its own reference
   }
-  /// Keeps a copy of `original` as the one to offer `authority` next.
+  /// Keeps a copy of `original` as the one to offer `authority` next, for at most an hour
+  /// (or the upstream's own lifetime for it, when shorter).
   void keep(const std::string& authority, const SSL_SESSION* original) {
     SSL_SESSION* session = SSL_SESSION_dup(original);
     if (!session) return;
+    if (SSL_SESSION_get_timeout(session) > kMaxAgeSeconds)
+      SSL_SESSION_set_timeout(session, kMaxAgeSeconds);
     std::lock_guard lock(mu_);
     auto [it, added] = by_authority_.try_emplace(authority, session);
     if (!added) {
