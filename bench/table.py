@@ -47,8 +47,35 @@ def fmt(v, unit=""):
     return f"{v:.3g}{unit}"
 
 
+def times(v):
+    """A ratio as "2.5x" ("n/a" when unknown)."""
+    return "n/a" if v is None else f"{fmt(v)}x"
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
+
+
+def latency(p50, p99, scale=1.0):
+    """"p50/p99 ms" (scale converts the figures to ms)."""
+    if p50 is None or p99 is None:
+        return "n/a"
+    return f"{p50 * scale:.3g}/{p99 * scale:.3g} ms"
+
+
+def verdict(*conds):
+    """PASS when every condition holds, MISS when one fails, n/a when one is unknown."""
+    if any(c is None for c in conds):
+        return "n/a"
+    return "PASS" if all(conds) else "MISS"
+
+
+def ge(v, t):
+    return None if v is None else v >= t
+
+
+def le(v, t):
+    return None if v is None else v <= t
 
 
 def rows(r, audit):
@@ -68,20 +95,7 @@ def rows(r, audit):
     exec_ = ratio(g("serve.exec_p50_ms"), g("serve.bwrap_ms"))
 
     def ms(p50, p99, scale=1.0):
-        if g(p50) is None or g(p99) is None:
-            return "n/a"
-        return f"{g(p50) * scale:.3g}/{g(p99) * scale:.3g} ms"
-
-    def verdict(*conds):
-        if any(c is None for c in conds):
-            return "n/a"
-        return "PASS" if all(conds) else "MISS"
-
-    def ge(v, t):
-        return None if v is None else v >= t
-
-    def le(v, t):
-        return None if v is None else v <= t
+        return latency(g(p50), g(p99), scale)
 
     p99_below = (None if g("http.sluice.p99_ms") is None or g("http.squid.p99_ms") is None
                  else g("http.sluice.p99_ms") < g("http.squid.p99_ms"))
@@ -96,7 +110,7 @@ def rows(r, audit):
          f"{ms('tls.reuse.inspect.p50_us', 'tls.reuse.inspect.p99_us', 1e-3)} vs "
          f"{ms('tls.reuse.passthrough.p50_us', 'tls.reuse.passthrough.p99_us', 1e-3)}; "
          f"Squid ssl-bump {fmt(g('tls.reuse.squid-bump.rps'), ' req/s')} "
-         f"(sluice {fmt(bump)}x)",
+         f"(sluice {times(bump)})",
          ">= 0.7x, and >= 3x Squid ssl-bump", verdict(ge(reuse, 0.7), ge(bump, 3))),
         ("TLS inspected, new connection per request", fmt(g("tls.new.inspect.rps"), " req/s"),
          fmt(g("tls.new.passthrough.rps"), " req/s"), new,
@@ -133,7 +147,7 @@ def main():
     print("| work | sluice | peer | ratio | p50/p99 (sluice vs peer) | goal | |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for work, ours, peer, r, lat, goal, v in table:
-        print(f"| {work} | {ours} | {peer} | {fmt(r)}x | {lat} | {goal} | {v} |")
+        print(f"| {work} | {ours} | {peer} | {times(r)} | {lat} | {goal} | {v} |")
 
 
 if __name__ == "__main__":
