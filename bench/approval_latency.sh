@@ -6,13 +6,16 @@
 # Then, when built (bench/approval_bench), the same comparison with the approval answered by an
 # in-process desk watcher (no command spawned): the cost of the desk itself.
 # The upstream is python's http.server in a namespace this script makes (10.235.0.2, over a
-# veth pair). Needs root. Usage: bench/approval_latency.sh [BUILD_DIR]   (env: N=300)
+# veth pair). The run records to an audit store unless --no-audit is given. Needs root.
+# Usage: bench/approval_latency.sh [--no-audit] [BUILD_DIR]   (env: N=300)
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/lib.sh"
+bench_args "$@"
+set -- "${ARGS[@]}"
 BUILD_DIR="${1:-build}"
 SLUICE="$(realpath "${SLUICE:-$BUILD_DIR/cli/sluice}")"
 N="${N:-300}"
-HERE="$(cd "$(dirname "$0")" && pwd)"
-source "$HERE/lib.sh"
 bench_init sluice-bench-approval
 NS="sluice-bench-ap-$$"
 veth_upstream "$NS" "abh$$" "abn$$" 10.235.0
@@ -63,7 +66,9 @@ for p, name in ((8080, "allow"), (8081, "ask")):
     res[name] = {"p50": round(statistics.median(v), 3), "p99": round(v[int(len(v) * 0.99) - 1], 3)}
 print(json.dumps(res))
 PY
-OUT=$("$SLUICE" run --policy "$TMP/policy.yaml" --audit '' --approve-with 'echo allow' \
+AUDIT_DB="$TMP/audit.db"
+[[ $AUDIT == 1 ]] || AUDIT_DB=""
+OUT=$("$SLUICE" run --policy "$TMP/policy.yaml" --audit "$AUDIT_DB" --approve-with 'echo allow' \
   --input "$TMP/client.py:client.py" --json -- /usr/bin/python3 /input/client.py "$N" 2>/dev/null)
 python3 - "$OUT" "$N" <<'PY'
 import json, sys

@@ -65,3 +65,21 @@ veth_upstream_cleanup() {
   ip link del "$UPSTREAM_HIF" 2>/dev/null || true
   ip netns del "$UPSTREAM_NS" 2>/dev/null || true
 }
+
+# The options every side-by-side script takes: --no-audit sets AUDIT=0 (sluice without its
+# audit store); the default, AUDIT=1, is how users run it. Other arguments are left in ARGS.
+# Usage: bench_args "$@"; set -- "${ARGS[@]}"
+bench_args() {
+  AUDIT=${AUDIT:-1}
+  ARGS=()
+  for a in "$@"; do
+    case $a in
+      --no-audit) AUDIT=0 ;;
+      *) ARGS+=("$a") ;;
+    esac
+  done
+}
+# result KEY VALUE: one figure for bench/run_all.sh's table (appended to $RESULTS when set).
+result() {
+  if [[ -n ${RESULTS:-} ]]; then echo "$1 $2" >> "$RESULTS"; fi
+}

@@ -6,7 +6,9 @@ comparison in the same run, the same exec through `sluice serve`'s session API
 (POST /v1/sessions/{id}/exec over its Unix socket, keep-alive), which MCP's tools/call wraps.
 Prints median, p90, p99 and max per kind. Needs root (the sandbox).
 
-Usage: bench/mcp_latency.py [SLUICE_BINARY]   Env: CALLS (default 200), WARMUP (default 20).
+Usage: bench/mcp_latency.py [--no-audit] [SLUICE_BINARY]   Env: CALLS (default 200), WARMUP
+(default 20). `sluice mcp` and `sluice serve` always record to their audit store (neither has
+a mode without it): --no-audit is accepted and changes nothing.
 """
 import http.client
 import json
@@ -19,7 +21,8 @@ import sys
 import tempfile
 import time
 
-SLUICE = os.path.realpath(sys.argv[1] if len(sys.argv) > 1 else "build/cli/sluice")
+ARGS = [a for a in sys.argv[1:] if a != "--no-audit"]
+SLUICE = os.path.realpath(ARGS[0] if ARGS else "build/cli/sluice")
 CALLS = int(os.environ.get("CALLS", "200"))
 WARMUP = int(os.environ.get("WARMUP", "20"))
 

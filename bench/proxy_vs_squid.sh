@@ -4,13 +4,18 @@
 #      through Squid (1 worker, no cache) and `sluice proxy --threads 1`, plus direct;
 #   2. CONNECT bulk download of a 100 MiB file through each vs direct (curl -p);
 #   3. RSS with 10,000 idle CONNECT tunnels open through each.
-# nginx (one worker) is the upstream. Only processes this script started are stopped, by pid.
+# nginx (one worker) is the upstream. sluice writes its audit store (a connections row per
+# tunnel, forwards and requests rows per plain-HTTP request) unless --no-audit is given.
+# Only processes this script started are stopped, by pid.
 #
-# Usage: bench/proxy_vs_squid.sh [path/to/sluice]     (default: build/cli/sluice)
+# Usage: bench/proxy_vs_squid.sh [--no-audit] [path/to/sluice]     (default: build/cli/sluice)
 # Env:   DURATION (wrk seconds, default 10), CONNS (wrk connections, default 50),
-#        TUNNELS (idle tunnels, default 10000), RUNS (download repetitions, default 5),
+#        TUNNELS (idle tunnels, default 10000; 0 skips them), RUNS (download repetitions, default 5),
 #        ROUNDS (alternating wrk rounds, default 3)
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+bench_args "$@"
+set -- "${ARGS[@]}"
 
 SLUICE=${1:-${SLUICE:-build/cli/sluice}}
 DURATION=${DURATION:-10}
@@ -25,9 +30,8 @@ if [[ ! -x $SLUICE ]]; then
 fi
 SLUICE=$(readlink -f "$SLUICE")
 
-source "$(dirname "$0")/lib.sh"
 need nginx nginx-light
-need squid squid
+need squid squid-openssl  # the OpenSSL flavour: tls_vs_passthrough.sh bumps with it
 need wrk wrk
 need curl curl
 need python3 python3
@@ -130,8 +134,10 @@ egress:
     max_bytes_out: 1TiB
     max_bytes_in: 1TiB
 EOF
+audit_args=()
+[[ $AUDIT == 1 ]] && audit_args=(--audit "$TMP/audit.db")
 "$SLUICE" proxy --policy-dir "$TMP/policies" --listen "127.0.0.1:$SLUICE_PORT" \
-  --workflow bench --threads 1 2> "$TMP/sluice.log" &
+  --workflow bench --threads 1 "${audit_args[@]}" 2> "$TMP/sluice.log" &
 PIDS+=($!)
 SLUICE_PID=$!
 
@@ -173,19 +179,24 @@ run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per r
     'BEGIN {split(w, a, " "); printf "wrk %.1f + nginx %.1f", (a[1] + a[2]) * 1e6 / n, d / hz * 1e6 / n}')
   printf '  %-8s %12s req/s   p50 %8s ms   p99 %8s ms   CPU us/req: proxy %5s, %s   non-2xx %s\n' \
     "$name" "$rps" "$p50" "$p99" "$cpu" "$others" "${errs:-0}"
-  echo "$rps $p99 $cpu" >> "$TMP/wrk.$name"
+  echo "$rps $p99 $cpu $p50" >> "$TMP/wrk.$name"
 }
 summary() {  # summary NAME: medians over the rounds
   local f="$TMP/wrk.$1"
-  local rps p99 cpu
+  local rps p99 cpu p50
   rps=$(awk '{print $1}' "$f" | median)
+  p50=$(awk '{print $4}' "$f" | median)
   p99=$(awk '{print $2}' "$f" | median)
   cpu=$(awk '{print $3}' "$f" | median 2>/dev/null || echo "-")
-  printf '%-8s %12.0f req/s   p99 %7.3f ms   proxy CPU %6s us/req   (median of %d)\n' \
-    "$1" "$rps" "$p99" "$cpu" "$(wc -l < "$f")"
-  eval "RPS_$1=$rps P99_$1=$p99 CPU_$1=$cpu"
+  printf '%-8s %12.0f req/s   p50 %7.3f ms   p99 %7.3f ms   proxy CPU %6s us/req   (median of %d)\n' \
+    "$1" "$rps" "$p50" "$p99" "$cpu" "$(wc -l < "$f")"
+  eval "RPS_$1=$rps P99_$1=$p99 CPU_$1=$cpu P50_$1=$p50"
+  result "http.$1.rps" "$rps"
+  result "http.$1.p50_ms" "$p50"
+  result "http.$1.p99_ms" "$p99"
 }
-echo "== plain HTTP keep-alive: wrk -t1 -c$CONNS -d${DURATION}s, 17-byte body, $ROUNDS rounds =="
+echo "== plain HTTP keep-alive: wrk -t1 -c$CONNS -d${DURATION}s, 17-byte body, $ROUNDS rounds;" \
+     "sluice audit $( [[ $AUDIT == 1 ]] && echo on || echo off ) =="
 # Rounds alternate the three targets so a burst of load from elsewhere on the machine hits
 # all of them alike; medians are compared.
 for round in $(seq "$ROUNDS"); do
@@ -219,11 +230,13 @@ for who in direct squid sluice; do
   speed=$(for _ in $(seq "$RUNS"); do download "$port"; done | median)
   printf '%-8s %10.1f MiB/s\n' "$who" "$(awk -v s="$speed" 'BEGIN {print s/1048576}')"
   eval "DL_$who=$speed"
+  result "connect.$who.bytes_per_s" "$speed"
 done
 awk -v a="$DL_sluice" -v d="$DL_direct" -v s="$DL_squid" \
   'BEGIN {printf "sluice/direct throughput: %.2fx   squid/direct: %.2fx\n", a/d, s/d}'
 
 # ---- 3. idle tunnels ---------------------------------------------------------------------
+if (( TUNNELS == 0 )); then exit 0; fi
 echo
 echo "== RSS with $TUNNELS idle CONNECT tunnels =="
 cat > "$TMP/tunnels.py" <<'EOF'

@@ -5,17 +5,20 @@
 # (from 127.0.0.2, another peer) and one on the Unix socket are timed. Reports the daemon's VmRSS
 # before and after and its VmHWM (/proc/PID/status), the body bytes the sockets accepted, and the
 # callers' answers. The client is python3 (standard library).
-# Usage: bench/serve_abuse.sh [BUILD_DIR]
+# `sluice serve` always records (no mode without its audit store): --no-audit changes nothing.
+# Usage: bench/serve_abuse.sh [--no-audit] [BUILD_DIR]
 # Env: CONNECTIONS (default 200), PUSH_MIB (default 1), SLUICE (the binary; default
 #      BUILD_DIR/cli/sluice), BASELINE_SLUICE (another build, e.g. an older commit's, measured
 #      the same way first; its token file drops the `metrics` mark it may not know).
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/lib.sh"
+bench_args "$@"
+set -- "${ARGS[@]}"
 BUILD_DIR="${1:-build}"
 SLUICE="$(realpath "${SLUICE:-$BUILD_DIR/cli/sluice}")"
 CONNECTIONS="${CONNECTIONS:-200}"
 PUSH_MIB="${PUSH_MIB:-1}"
-HERE="$(cd "$(dirname "$0")" && pwd)"
-source "$HERE/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "serve_abuse: needs root (sluice serve builds sandboxes)" >&2; exit 1; }
 bench_init sluice-bench-abuse
 mkdir -p "$TMP/policies"

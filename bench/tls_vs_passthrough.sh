@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # What TLS inspection costs: HTTPS requests/s and p50/p99 latency through `sluice proxy` with
 # `tls: inspect` (+ header injection + a requests audit row each) against a passthrough CONNECT
-# tunnel to the same loopback HTTPS upstream (nginx, one worker), and directly, side by side
-# in one run, with
+# tunnel to the same loopback HTTPS upstream (nginx, one worker), through Squid with ssl-bump
+# (one worker, squid-openssl; new and reuse only: Squid does not speak h2 to clients) and
+# directly, side by side in one run, with
 #   new:   a new client connection per request (CONNECT + full TLS handshake, no resumption);
 #   reuse: one kept-alive HTTP/1.1 connection per client thread;
 #   h2:    one HTTP/2 connection per client thread with STREAMS requests in flight (through
@@ -10,13 +11,18 @@
 # The load client is bench/tls_load.cpp (OpenSSL, N threads). Only processes this script
 # started are stopped, by pid.
 #
-# Usage: bench/tls_vs_passthrough.sh [path/to/sluice] [path/to/tls_load]
-#        (defaults: build/cli/sluice, build/bench/tls_load)
+# Usage: bench/tls_vs_passthrough.sh [--no-audit] [path/to/sluice] [path/to/tls_load]
+#        (defaults: build/cli/sluice, build/bench/tls_load; --no-audit: no audit store)
 # Env:   DURATION (seconds per run, default 5), CLIENTS (client threads, default 8),
 #        ROUNDS (alternating rounds, default 3), PROXY_THREADS (sluice --threads, default 1),
-#        AUDIT (1 = write the audit database as in production, default 1),
+#        SQUID_BUMP (0 leaves the Squid ssl-bump peer out, default 1),
+#        UPSTREAM_TICKETS (1: nginx issues TLS session tickets, as public APIs do, so a proxy
+#        may resume its upstream sessions; tls_load itself never resumes. Default 1),
 #        STREAMS (h2 requests in flight per connection, default 10), MODES (default "new reuse h2")
 set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+bench_args "$@"
+set -- "${ARGS[@]}"
 
 SLUICE=${1:-${SLUICE:-build/cli/sluice}}
 TLS_LOAD=${2:-${TLS_LOAD:-build/bench/tls_load}}
@@ -24,7 +30,8 @@ DURATION=${DURATION:-5}
 CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
 PROXY_THREADS=${PROXY_THREADS:-1}
-AUDIT=${AUDIT:-1}
+SQUID_BUMP=${SQUID_BUMP:-1}
+UPSTREAM_TICKETS=${UPSTREAM_TICKETS:-1}
 STREAMS=${STREAMS:-10}
 MODES=${MODES:-new reuse h2}
 
@@ -37,17 +44,24 @@ done
 SLUICE=$(readlink -f "$SLUICE")
 TLS_LOAD=$(readlink -f "$TLS_LOAD")
 
-source "$(dirname "$0")/lib.sh"
 need nginx nginx-light
 need openssl openssl
 need python3 python3
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+SQUID_CERTGEN=/usr/lib/squid/security_file_certgen
+if [[ $SQUID_BUMP == 1 && ! -x $SQUID_CERTGEN ]]; then
+  # ssl-bump needs Squid built with OpenSSL (Debian's squid package is the GnuTLS flavour).
+  echo "installing squid-openssl" >&2
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q squid-openssl >/dev/null
+fi
+SQUID=$(command -v squid || echo /usr/sbin/squid)
 
 bench_init sluice-tlsbench
 
 NGINX_PORT=$(free_port)
 INSPECT_PORT=$(free_port)
 PASS_PORT=$(free_port)
+BUMP_PORT=$(free_port)
 chmod 755 "$TMP"
 
 # ---- a private upstream CA and a certificate for "localhost" ------------------------------
@@ -78,7 +92,7 @@ http {
   keepalive_requests 1000000;
   keepalive_timeout 300s;
   ssl_session_cache off;
-  ssl_session_tickets off;
+  ssl_session_tickets $( [[ $UPSTREAM_TICKETS == 1 ]] && echo on || echo off );
   client_body_temp_path $TMP/nginx;
   proxy_temp_path $TMP/nginx;
   fastcgi_temp_path $TMP/nginx;
@@ -95,6 +109,41 @@ http {
 EOF
 "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
 PIDS+=($!)
+
+start_squid_bump() {
+  mkdir -p "$TMP/squid"
+  # The same key type as sluice's CA (P-256): Squid signs its leaves with the port's key.
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=squid bench CA" -keyout "$TMP/squid/ca.key" -out "$TMP/squid/ca.pem" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
+  "$SQUID_CERTGEN" -c -s "$TMP/squid/ssl_db" -M 16MB >/dev/null
+  chown -R proxy:proxy "$TMP/squid" 2>/dev/null || true
+  cat > "$TMP/squid/squid.conf" <<EOF
+http_port 127.0.0.1:$BUMP_PORT ssl-bump tls-cert=$TMP/squid/ca.pem tls-key=$TMP/squid/ca.key generate-host-certificates=on dynamic_cert_mem_cache_size=16MB
+sslcrtd_program $SQUID_CERTGEN -s $TMP/squid/ssl_db -M 16MB
+sslcrtd_children 4 startup=1 idle=1
+acl step1 at_step SslBump1
+ssl_bump peek step1
+ssl_bump bump all
+tls_outgoing_options cafile=$TMP/pki/ca.pem
+workers 1
+http_access allow all
+cache deny all
+cache_mem 0 MB
+memory_pools off
+access_log none
+cache_store_log none
+cache_log $TMP/squid/cache.log
+pid_filename $TMP/squid/squid.pid
+coredump_dir $TMP/squid
+max_filedescriptors 65536
+shutdown_lifetime 0 seconds
+via off
+forwarded_for delete
+EOF
+  "$SQUID" -N -f "$TMP/squid/squid.conf" 2> "$TMP/squid/stderr.log" &
+  PIDS+=($!)
+}
 
 # ---- sluice proxy: one listener inspecting, one passing through -----------------------------
 "$SLUICE" ca init --dir "$TMP/ca" >/dev/null
@@ -148,19 +197,36 @@ audit_args=()
   --threads "$PROXY_THREADS" "${audit_args[@]}" 2> "$TMP/sluice.log" &
 PIDS+=($!)
 
+# ---- Squid ssl-bump: one worker, no cache, its own CA, leaves minted by security_file_certgen
+WHO="direct passthrough inspect"
+if [[ $SQUID_BUMP == 1 ]]; then
+  start_squid_bump
+  WHO+=" squid-bump"
+fi
+
 wait_port "$NGINX_PORT"
 wait_port "$INSPECT_PORT"
 wait_port "$PASS_PORT"
+if [[ $SQUID_BUMP == 1 ]]; then wait_port "$BUMP_PORT"; fi
 
 load() {  # load PROXY_PORT|"" MODE [DURATION] -> JSON line
   # The client trusts only what it should meet: sluice's CA through the inspecting listener,
   # the upstream's CA directly and through the passthrough tunnel.
   local ca="$TMP/pki/ca.pem"
   [[ ${1:-} == "$INSPECT_PORT" ]] && ca="$TMP/ca/ca.pem"
+  [[ ${1:-} == "$BUMP_PORT" ]] && ca="$TMP/squid/ca.pem"
   local args=(--target "localhost:$NGINX_PORT" --ca "$ca"
               --mode "$2" --threads "$CLIENTS" --duration "${3:-$DURATION}" --streams "$STREAMS")
   [[ -n $1 ]] && args+=(--proxy "$1")
   "$TLS_LOAD" "${args[@]}"
+}
+port_of() {  # port_of WHO: the proxy port a target is reached through ("" = direct)
+  case $1 in
+    passthrough) echo "$PASS_PORT" ;;
+    inspect) echo "$INSPECT_PORT" ;;
+    squid-bump) echo "$BUMP_PORT" ;;
+    *) echo "" ;;
+  esac
 }
 field() { python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$1" "$2"; }
 
@@ -171,8 +237,10 @@ if "$TLS_LOAD" --target "localhost:$NGINX_PORT" --proxy "$INSPECT_PORT" --ca "$T
   echo "the inspecting listener presented the upstream's own certificate: not inspecting" >&2
   exit 1
 fi
-for p in "" "$PASS_PORT" "$INSPECT_PORT"; do
+for who in $WHO; do
+  p=$(port_of "$who")
   for m in $MODES; do
+  [[ $who == squid-bump && $m == h2 ]] && continue
   out=$(load "$p" "$m" 0.3) || { echo "no request succeeded via ${p:-direct}: $out" >&2; cat "$TMP/sluice.log" >&2; exit 1; }
   if [[ $(field "$out" errors) != 0 ]]; then
     echo "errors via ${p:-direct}: $out" >&2
@@ -188,16 +256,14 @@ echo "== HTTPS GET, 17-byte body: $CLIENTS client threads (h2: $STREAMS streams 
 for round in $(seq "$ROUNDS"); do
   echo "round $round"
   for mode in $MODES; do
-    for who in direct passthrough inspect; do
-      port=""
-      [[ $who == passthrough ]] && port=$PASS_PORT
-      [[ $who == inspect ]] && port=$INSPECT_PORT
-      out=$(load "$port" "$mode") || true
+    for who in $WHO; do
+      [[ $who == squid-bump && $mode == h2 ]] && continue
+      out=$(load "$(port_of "$who")" "$mode") || true
       rps=$(field "$out" rps); p50=$(field "$out" p50_us); p99=$(field "$out" p99_us)
       errs=$(field "$out" errors)
       printf '  %-5s %-11s %10s req/s   p50 %9s us   p99 %9s us   errors %s\n' \
         "$mode" "$who" "$rps" "$p50" "$p99" "$errs"
-      echo "$rps $p99" >> "$TMP/res.$mode.$who"
+      echo "$rps $p99 $p50" >> "$TMP/res.$mode.$who"
     done
   done
 done
@@ -205,17 +271,26 @@ done
 echo
 echo "== medians over $ROUNDS rounds =="
 for mode in $MODES; do
-  for who in direct passthrough inspect; do
+  for who in $WHO; do
     f="$TMP/res.$mode.$who"
+    [[ -f $f ]] || continue
     rps=$(awk '{print $1}' "$f" | median)
+    p50=$(awk '{print $3}' "$f" | median)
     p99=$(awk '{print $2}' "$f" | median)
-    printf '%-5s %-11s %10.0f req/s   p99 %9.0f us\n' "$mode" "$who" "$rps" "$p99"
-    eval "RPS_${mode}_${who}=$rps P99_${mode}_${who}=$p99"
+    printf '%-5s %-11s %10.0f req/s   p50 %9.0f us   p99 %9.0f us\n' "$mode" "$who" "$rps" "$p50" "$p99"
+    eval "RPS_${mode}_${who//-/_}=$rps P99_${mode}_${who//-/_}=$p99"
+    result "tls.$mode.$who.rps" "$rps"
+    result "tls.$mode.$who.p50_us" "$p50"
+    result "tls.$mode.$who.p99_us" "$p99"
   done
   awk -v a="$(eval echo "\$RPS_${mode}_inspect")" -v b="$(eval echo "\$RPS_${mode}_passthrough")" \
       -v p="$(eval echo "\$P99_${mode}_inspect")" -v q="$(eval echo "\$P99_${mode}_passthrough")" \
       -v m="$mode" \
       'BEGIN {printf "%-5s inspect/passthrough requests/s: %.2fx   p99 %.0f us vs %.0f us (%.2fx)\n", m, a/b, p, q, p/q}'
+  if [[ $mode != h2 && -n $(eval echo "\${RPS_${mode}_squid_bump:-}") ]]; then
+    awk -v a="$(eval echo "\$RPS_${mode}_inspect")" -v b="$(eval echo "\$RPS_${mode}_squid_bump")" -v m="$mode" \
+      'BEGIN {printf "%-5s inspect/squid ssl-bump requests/s: %.2fx\n", m, a/b}'
+  fi
 done
 if [[ $AUDIT == 1 ]]; then
   rows=$("$SLUICE" audit sql --db "$TMP/audit.db" "SELECT count(*) FROM requests" 2>/dev/null | tail -1 || echo "?")

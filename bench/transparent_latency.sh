@@ -4,13 +4,16 @@
 # upstream in a namespace this script makes (10.232.0.2:8080, reached over a veth pair) through
 # HTTP_PROXY (explicit) and directly (redirected by the sandbox's nftables rule: transparent),
 # then N getaddrinfo() calls of an allowed name (sluice's DNS, synthetic answer).
-# Needs root. Usage: bench/transparent_latency.sh [BUILD_DIR]   (env: N=300)
+# The run records to an audit store unless --no-audit is given. Needs root.
+# Usage: bench/transparent_latency.sh [--no-audit] [BUILD_DIR]   (env: N=300)
 set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+source "$HERE/lib.sh"
+bench_args "$@"
+set -- "${ARGS[@]}"
 BUILD_DIR="${1:-build}"
 SLUICE="$(realpath "${SLUICE:-$BUILD_DIR/cli/sluice}")"
 N="${N:-300}"
-HERE="$(cd "$(dirname "$0")" && pwd)"
-source "$HERE/lib.sh"
 bench_init sluice-bench-transparent
 NS="sluice-bench-tp-$$"
 veth_upstream "$NS" "tbh$$" "tbn$$" 10.232.0
@@ -57,7 +60,9 @@ for name, f in (("explicit", lambda: get(True)), ("transparent", lambda: get(Fal
     res[name] = {"p50": round(statistics.median(xs), 3), "p99": round(xs[int(len(xs)*0.99)-1], 3)}
 print(json.dumps(res))
 PY
-OUT=$("$SLUICE" run --policy "$TMP/policy.yaml" --audit '' --input "$TMP/client.py:client.py" --json \
+AUDIT_DB="$TMP/audit.db"
+[[ $AUDIT == 1 ]] || AUDIT_DB=""
+OUT=$("$SLUICE" run --policy "$TMP/policy.yaml" --audit "$AUDIT_DB" --input "$TMP/client.py:client.py" --json \
   -- /usr/bin/python3 /input/client.py "$N")
 python3 - "$OUT" <<'PY'
 import json, sys

@@ -30,7 +30,9 @@ if ! command -v npm >/dev/null; then
   PACKAGES+=(npm)
 fi
 if [[ "${SLUICE_BENCH_DEPS:-0}" == 1 ]]; then
-  PACKAGES+=(hyperfine wrk squid nginx-light bubblewrap time)
+  # squid-openssl: Squid built with OpenSSL (Debian's squid is the GnuTLS flavour and cannot
+  # ssl-bump), the plain and ssl-bump peer of proxy_vs_squid.sh and tls_vs_passthrough.sh.
+  PACKAGES+=(hyperfine wrk squid-openssl nginx-light bubblewrap time)
 fi
 if [[ "${SLUICE_FUZZ_DEPS:-0}" == 1 ]]; then
   PACKAGES+=(clang-16 libclang-rt-16-dev libfuzzer-16-dev)

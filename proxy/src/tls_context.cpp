@@ -4,6 +4,9 @@
 #include <openssl/err.h>
 #include <openssl/x509v3.h>
 
+#include <mutex>
+#include <unordered_map>
+
 #include "sluice/policy/target.hpp"
 
 namespace sluice::proxy {
@@ -25,6 +28,117 @@ std::string sslErrorText() {
 int sniIndex() {
   static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, nullptr);
   return index;
+}
+
+// TLS sessions of verified upstream handshakes, by the authority (host:port) whose certificate
+// check made them: the next connection to that authority offers one and resumes (an
+// abbreviated handshake: no certificate chain to send, check and verify), as browsers and curl
+// do. A session is only ever offered to the authority it was verified for; an upstream that
+// declines it gets a full, verified handshake. Bounded; shared by the proxy's threads.
+class UpstreamSessions {
+ public:
+  static constexpr std::size_t kCapacity = 1024;
+  // A resumed handshake does not look at the certificate again: bound how long one verified
+  // handshake stands in for the next.
+  static constexpr long kMaxAgeSeconds = 3600;
+  UpstreamSessions() = default;
+  UpstreamSessions(const UpstreamSessions&) = delete;
+  UpstreamSessions& operator=(const UpstreamSessions&) = delete;
+  ~UpstreamSessions() {
+    for (auto& [authority, session] : by_authority_) SSL_SESSION_free(session);
+  }
+
+  // The cache holds copies and offers copies: OpenSSL marks a connection's own session not
+  // resumable when the connection ends without close_notify (as a torn-down tunnel's does),
+  // which must not spoil the cached one.
+
+  /// Sets a copy of the session cached for `authority` on `ssl` (before its handshake).
+  void offer(SSL* ssl, const std::string& authority) {
+    SSL_SESSION* copy = nullptr;
+    {
+      std::lock_guard lock(mu_);
+      auto it = by_authority_.find(authority);
+      if (it != by_authority_.end()) copy = SSL_SESSION_dup(it->second);
+    }
+    if (!copy) return;
+    SSL_set_session(ssl, copy);
+    SSL_SESSION_free(copy);  // `ssl` holds its own reference
+  }
+  /// Keeps a copy of `original` as the one to offer `authority` next, for at most an hour
+  /// (or the upstream's own lifetime for it, when shorter).
+  void keep(const std::string& authority, const SSL_SESSION* original) {
+    SSL_SESSION* session = SSL_SESSION_dup(original);
+    if (!session) return;
+    if (SSL_SESSION_get_timeout(session) > kMaxAgeSeconds)
+      SSL_SESSION_set_timeout(session, kMaxAgeSeconds);
+    std::lock_guard lock(mu_);
+    auto [it, added] = by_authority_.try_emplace(authority, session);
+    if (!added) {
+      SSL_SESSION_free(it->second);
+      it->second = session;
+    } else if (by_authority_.size() > kCapacity) {
+      // Full: drop another authority's session (it resumes no more; nothing else changes).
+      auto victim = by_authority_.begin() == it ? std::next(it) : by_authority_.begin();
+      SSL_SESSION_free(victim->second);
+      by_authority_.erase(victim);
+    }
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, SSL_SESSION*> by_authority_;
+};
+
+// What an upstream SSL carries for its new-session callback: the cache and its authority.
+struct SessionSlot {
+  std::shared_ptr<UpstreamSessions> cache;
+  std::string authority;
+};
+
+void freeSessionSlot(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<SessionSlot*>(ptr);
+}
+void freeContextSessions(void*, void* ptr, CRYPTO_EX_DATA*, int, long, void*) {
+  delete static_cast<std::shared_ptr<UpstreamSessions>*>(ptr);
+}
+int sessionSlotIndex() {
+  static const int index = SSL_get_ex_new_index(0, nullptr, nullptr, nullptr, freeSessionSlot);
+  return index;
+}
+// The upstream context holds its cache (freed with the context, which every SSL made from it
+// keeps alive; each SSL's slot holds the cache too, for tickets that arrive late).
+int contextSessionsIndex() {
+  static const int index =
+      SSL_CTX_get_ex_new_index(0, nullptr, nullptr, nullptr, freeContextSessions);
+  return index;
+}
+
+// Called when a (TLS 1.3: post-handshake) session arrives on an upstream connection whose
+// handshake verified its certificate for the slot's authority. 0: OpenSSL keeps its reference
+// (the cache keeps a copy).
+int onNewUpstreamSession(SSL* ssl, SSL_SESSION* session) {
+  auto* slot = static_cast<SessionSlot*>(SSL_get_ex_data(ssl, sessionSlotIndex()));
+  if (slot && SSL_SESSION_is_resumable(session) && SSL_get_verify_result(ssl) == X509_V_OK)
+    slot->cache->keep(slot->authority, session);
+  return 0;
+}
+
+// Upstream connections made by upstreamTlsHandshake resume sessions (UpstreamSessions).
+void cacheUpstreamSessions(SSL_CTX* up) {
+  SSL_CTX_set_session_cache_mode(up, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(up, onNewUpstreamSession);
+  SSL_CTX_set_ex_data(up, contextSessionsIndex(),
+                      new std::shared_ptr<UpstreamSessions>(std::make_shared<UpstreamSessions>()));
+}
+
+// Offers `ssl` the session cached for `authority` and marks it so that the sessions it receives
+// are cached under `authority`.
+void resumeUpstreamSession(SSL* ssl, const std::string& authority) {
+  auto* cache = static_cast<std::shared_ptr<UpstreamSessions>*>(
+      SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), contextSessionsIndex()));
+  if (!cache || SSL_get_ex_data(ssl, sessionSlotIndex())) return;
+  (*cache)->offer(ssl, authority);
+  SSL_set_ex_data(ssl, sessionSlotIndex(), new SessionSlot{*cache, authority});
 }
 
 // Domain fronting guard: the client's SNI must name the host it asked to CONNECT to.
@@ -93,6 +207,7 @@ std::expected<std::shared_ptr<TlsContexts>, std::string> makeTlsContexts(
       return std::unexpected("cannot load upstream CA file " + f + ": " + sslErrorText());
     }
   }
+  cacheUpstreamSessions(up);
   // SSL_CTX_set_alpn_protos returns 0 on success (unlike most of OpenSSL).
   if (SSL_CTX_set_alpn_protos(up, kAlpnHttp11, sizeof kAlpnHttp11) != 0) {
     return std::unexpected("cannot set ALPN: " + sslErrorText());
@@ -112,6 +227,7 @@ net::awaitable<std::optional<Refusal>> upstreamTlsHandshake(
     std::function<std::shared_ptr<void>()> keep, std::string rule_id, bool offer_h2) {
   SSL* ssl = s.native_handle();
   expectUpstreamName(ssl, t);
+  resumeUpstreamSession(ssl, t.authority());
   if (offer_h2) SSL_set_alpn_protos(ssl, kAlpnH2Http11, sizeof kAlpnH2Http11);
   ErrorCode ec;
   bool timed_out = false;

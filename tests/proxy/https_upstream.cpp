@@ -193,6 +193,7 @@ net::awaitable<void> serveTls(tcp::socket sock, net::ssl::context* ctx,
                                   net::redirect_error(net::use_awaitable, ec));
   if (ec) co_return;
   state->handshakes.fetch_add(1);
+  if (SSL_session_reused(stream.native_handle())) state->resumed.fetch_add(1);
   const char* sni = SSL_get_servername(stream.native_handle(), TLSEXT_NAMETYPE_host_name);
   auto upgrade = co_await serveRequests(stream, state, sni ? sni : "");
   if (upgrade) {

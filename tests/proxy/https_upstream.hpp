@@ -98,12 +98,14 @@ class HttpsUpstream {
   struct State {
     std::atomic<int> accepted{0};
     std::atomic<int> handshakes{0};  // TLS handshakes completed
+    std::atomic<int> resumed{0};     // of which resumed a session
     std::atomic<int> ws_messages{0};
     std::mutex mu;
     std::vector<ReceivedRequest> requests;
   };
   int accepted() const { return state_.accepted.load(); }
   int handshakes() const { return state_.handshakes.load(); }
+  int resumed() const { return state_.resumed.load(); }
   std::vector<ReceivedRequest> requests();
 
  private:

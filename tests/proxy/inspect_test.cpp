@@ -1067,6 +1067,39 @@ TEST_F(InspectTest, KeepAliveRequestsAreEachDecidedAndAudited) {
   EXPECT_EQ(sink_->requests().size(), 4u);
 }
 
+// A new tunnel to an authority the proxy has verified before resumes the upstream's TLS
+// session (no certificate to send and verify again); each request is still decided, injected
+// and audited, and a tunnel to another authority gets no session from this one.
+TEST_F(InspectTest, UpstreamSessionsResumePerAuthority) {
+  for (const char* path : {"/v1/first", "/v1/second"}) {
+    auto c = tunnel("api.test", up_->port());
+    ASSERT_TRUE(c);
+    EXPECT_EQ(roundTrip(*c, request("GET", path, apiAuthority())).status, 200);
+  }
+  EXPECT_EQ(up_->handshakes(), 2);
+  EXPECT_EQ(up_->resumed(), 1) << "the second tunnel resumes the first one's session";
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 2u);
+  for (const auto& g : got) {
+    EXPECT_EQ(g.values("Authorization"),
+              std::vector<std::string>{std::string("Bearer ") + kSecret});
+    EXPECT_EQ(g.sni, "api.test");
+  }
+  ASSERT_TRUE(waitRequest("GET", "/v1/second"));
+
+  // The same name on another port, with a certificate from a CA nobody trusts: no session is
+  // offered there, so its certificate is checked, and refused.
+  HttpsUpstream rogue(
+      pki_.leaf({"api.test"}, std::chrono::hours(-1), std::chrono::hours(24), /*rogue=*/true));
+  auto c = tunnel("api.test", rogue.port());
+  ASSERT_TRUE(c);
+  auto r = roundTrip(*c, request("GET", "/v1/x", "api.test:" + std::to_string(rogue.port())));
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_EQ(r.header("x-sluice-reason"), "upstream_tls");
+  EXPECT_EQ(rogue.resumed(), 0);
+  EXPECT_TRUE(rogue.requests().empty());
+}
+
 TEST_F(InspectTest, WebSocketUpgradeIsRelayed) {
   auto c = tunnel("api.test", up_->port());
   ASSERT_TRUE(c);
