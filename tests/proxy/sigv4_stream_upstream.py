@@ -7,7 +7,8 @@ REAL key; then the body is read chunk by chunk and, with --mode verify (the defa
 chunk signature is checked against the real key's chain (SHA-256 of the chunk's data and one
 HMAC each); with --mode count the chunks are only framed and counted. Each upload is answered
 200 or 403 with a JSON body, also appended as one line to the log file:
-{path, ok, why, bytes, chunks, seconds, rss_before_kb, rss_peak_kb}.
+{path, ok, why, bytes, chunks, seconds, cpu_seconds (of the thread that read it),
+rss_before_kb, rss_peak_kb}.
 
 With --pidfile, the process whose pid that file holds is measured: when an upload's header
 arrives its peak RSS is reset (`5` to /proc/PID/clear_refs) and its RSS read (rss_before_kb);
@@ -148,7 +149,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         signature, ts, scope = seed(self)
         chain = verifier(signature, ts, scope) if ARGS.mode == "verify" else None
         chunks = Chunks(self.rfile, int(self.headers.get("Content-Length") or 0), chain)
-        start = time.monotonic()
+        start, cpu = time.monotonic(), time.thread_time()
         while chunks.next():
             pass
         if chunks.left != 0:
@@ -156,7 +157,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if str(chunks.bytes) != self.headers.get("x-amz-decoded-content-length"):
             raise ValueError("decoded length is not x-amz-decoded-content-length")
         result.update(ok=True, why="", bytes=chunks.bytes, chunks=chunks.chunks,
-                      seconds=time.monotonic() - start,
+                      seconds=time.monotonic() - start, cpu_seconds=time.thread_time() - cpu,
                       rss_peak_kb=status_kb(pid, "VmHWM") if pid else 0)
         return result
 
