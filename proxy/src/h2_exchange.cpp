@@ -314,8 +314,7 @@ net::awaitable<void> H2Server::exchange(std::shared_ptr<H2Server> self,
 }
 
 net::awaitable<void> H2Server::viaPool(H2Stream& s) {
-  PooledLink link(*t_.upstream);
-  co_await t_.upstream->lease(link);
+  PooledLink link(*t_.upstream);  // lent a connection once the stream is admitted (take)
   Exchange<tcp::socket, SslStream> ex(s.conn, s.exchange_side, s.watch, s.buf);
   ex.carry(Carrier::kInspected, &link, &t_.target);
   co_await ex.next(true);

@@ -30,11 +30,12 @@ UpstreamPool::~UpstreamPool() {
   while (!entries_.empty()) drop(entries_.begin());
 }
 
-net::awaitable<void> UpstreamPool::lease(PooledLink& link) {
+net::awaitable<void> UpstreamPool::lease(PooledLink& link, const policy::IpAddress* want) {
   for (;;) {
     if (failure_ || closed_) co_return;  // the link refuses (cannotDial)
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       if (it->busy || !beast::get_lowest_layer(*it->stream).is_open()) continue;
+      if (!want || it->vetted != *want) continue;  // the decision was about another address
       it->busy = true;
       link.entry_it_ = it;
       link.entry_ = &*it;
@@ -50,6 +51,13 @@ net::awaitable<void> UpstreamPool::lease(PooledLink& link) {
     ErrorCode ec;
     co_await wake_.async_wait(net::redirect_error(net::use_awaitable, ec));
   }
+}
+
+const policy::IpAddress* UpstreamPool::anyOpen() const {
+  if (failure_ || closed_) return nullptr;
+  for (const auto& e : entries_)
+    if (beast::get_lowest_layer(*e.stream).is_open()) return &e.vetted;
+  return nullptr;
 }
 
 // Links may still hold entries: the sockets close (their exchanges end), the entries stay
@@ -87,9 +95,11 @@ PooledLink::~PooledLink() {
   if (may_dial_ || entry_it_) pool_.wake();
 }
 
+// Before the stream is admitted no connection is lent: the decision is made with the address
+// of any open one, and take() lends one to that address.
 const policy::IpAddress* PooledLink::openTo(const policy::Target& target) {
-  if (!entry_ || target.host != pool_.target_.host || target.port != pool_.target_.port)
-    return nullptr;
+  if (target.host != pool_.target_.host || target.port != pool_.target_.port) return nullptr;
+  if (!entry_) return may_dial_ ? nullptr : pool_.anyOpen();
   // Bytes no request asked for: this connection must not answer the next request.
   if (entry_->buf->size() > 0) {
     log().warn("upstream {} sent bytes no request asked for; connection closed",
@@ -98,6 +108,17 @@ const policy::IpAddress* PooledLink::openTo(const policy::Target& target) {
     return nullptr;
   }
   return &entry_->vetted;
+}
+
+net::awaitable<const policy::IpAddress*> PooledLink::take(const policy::Target& target,
+                                                          const policy::IpAddress* seen) {
+  if (target.host != pool_.target_.host || target.port != pool_.target_.port) co_return nullptr;
+  for (;;) {
+    co_await pool_.lease(*this, seen);
+    if (!entry_) co_return nullptr;  // leave to dial, or the pool refuses (cannotDial)
+    if (const auto* vetted = openTo(target)) co_return vetted;
+    // openTo closed a connection with bytes no request asked for: another one.
+  }
 }
 
 std::optional<Refusal> PooledLink::cannotDial(const std::string& rule_id) const {

@@ -28,8 +28,11 @@ class UpstreamPool {
                std::optional<Refusal> failure);
   ~UpstreamPool();
 
-  /// Gives `link` an idle connection, or leave to dial one; waits while neither is possible.
-  net::awaitable<void> lease(PooledLink& link);
+  /// Gives `link` an idle connection to `want` (the vetted address its decision saw; null:
+  /// none), or leave to dial one; waits while neither is possible.
+  net::awaitable<void> lease(PooledLink& link, const policy::IpAddress* want);
+  /// The vetted address of an open connection, for a decision before any is lent (null: none).
+  const policy::IpAddress* anyOpen() const;
   /// Closes every connection (the tunnel is over).
   void closeAll();
 
@@ -60,13 +63,15 @@ class UpstreamPool {
   bool closed_ = false;
 };
 
-/// One stream's upstream: the connection it borrowed, or the leave to dial one.
+/// One stream's upstream: the connection it borrowed once admitted, or the leave to dial one.
 class PooledLink final : public UpstreamLink<SslStream> {
  public:
   explicit PooledLink(UpstreamPool& pool) : pool_(pool) {}
   ~PooledLink() override;
 
   const policy::IpAddress* openTo(const policy::Target& target) override;
+  net::awaitable<const policy::IpAddress*> take(const policy::Target& target,
+                                                const policy::IpAddress* seen) override;
   std::optional<Refusal> cannotDial(const std::string& rule_id) const override;
   net::awaitable<std::expected<VettedAddress, Refusal>> dial(
       const std::vector<VettedAddress>& addrs, const policy::Target& target,

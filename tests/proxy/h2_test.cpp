@@ -333,6 +333,45 @@ TEST_F(H2Test, DeniedStreamGets403WhileItsSiblingsSucceed) {
   EXPECT_EQ(tunnels, 1u) << "curl multiplexed every stream on one tunnel";
 }
 
+// Six streams hold every pooled upstream connection (the tunnel's and five dialled); a stream
+// the policy refuses is answered at once, without waiting for one of them, and an allowed one
+// waits until a connection comes back (Node's http2 client, tests/proxy/h2_pool_client.mjs).
+TEST_F(H2Test, ARefusedStreamNeverWaitsForAPooledConnection) {
+  if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "node is not installed";
+  const fs::path go = dir_ / "go";
+  const std::string cmd =
+      "PROXY_PORT=" + std::to_string(port_) + " PROXY_CA=" + (dir_ / "proxy-ca.pem").string() +
+      " HOST=api.test PORT=" + std::to_string(up_->port()) + " GO_FILE=" + go.string() +
+      " timeout 60 node " SLUICE_SOURCE_DIR "/tests/proxy/h2_pool_client.mjs 2>&1";
+  std::string output;
+  std::thread client([&] {
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char line[4096];
+      while (std::fgets(line, sizeof line, f)) output += line;
+      ::pclose(f);
+    }
+  });
+  for (int i = 0; i < 500 && up_->held() < 6; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(up_->held(), 6) << "six streams should hold six upstream connections";
+  std::ofstream(go) << "go";
+  // Answered while every connection is still held.
+  auto denied =
+      sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/v1/admin/x"; },
+                         std::chrono::seconds(10));
+  EXPECT_TRUE(denied) << "the refused stream waited for a pooled connection";
+  EXPECT_EQ(up_->held(), 6);
+  up_->releaseHeld();
+  client.join();
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 403);
+  EXPECT_EQ(denied->reason, "denied_by_rule");
+  EXPECT_NE(output.find("{\"denied\":403}"), std::string::npos) << output;
+  EXPECT_NE(output.find("{\"holds\":[200,200,200,200,200,200],\"queued\":200}"), std::string::npos)
+      << output;
+  for (const auto& r : up_->requests()) EXPECT_NE(r.target, "/v1/admin/x");
+}
+
 TEST_F(H2Test, AuthorityNamingAnotherHostIsRefused) {
   // curl sends the Host option as :authority on HTTP/2.
   auto t = curl({url("api.test", "/v1/data")}, false, "-H 'Host: other.test'");
