@@ -80,6 +80,10 @@ class Exchange {
 
   ReqParser& parser() { return *req_parser_; }
 
+  /// A chunked response's trailer fields go to `take` (redacted like every response field)
+  /// before its end is written to the client; without it they are dropped (HTTP/1.1 clients).
+  void onResponseTrailers(TrailerTap::Take take) { response_trailers_ = std::move(take); }
+
   /// Answers a request that was never read as one (a malformed tunnel): row and response.
   net::awaitable<void> refuse(const policy::Target* target, const std::string& method,
                               const std::string& path, const Refusal& r, bool keep_alive);
@@ -156,6 +160,7 @@ class Exchange {
   std::optional<RespParser> resp_parser_;
   std::unique_ptr<BodyTransform> body_transform_;  // this request's (aws_signing.hpp), or null
   std::optional<std::string> body_hash_;           // the body's SHA-256 when it was read ahead
+  TrailerTap::Take response_trailers_;             // onResponseTrailers(), or empty
 };
 
 }  // namespace sluice::proxy

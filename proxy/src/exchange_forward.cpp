@@ -520,8 +520,11 @@ net::awaitable<RelayResult> Exchange<Client, Upstream>::relayResponse(RespParser
   auto keep_alive = [this] { return conn_.keep_alive(); };
   Endpoint<Upstream> from_upstream{link_->stream(), link_->watch(), link_->buffer()};
   Endpoint<Client> to_client{client_, watch_, buf_};
-  return relayMessage<false>(from_upstream, rp, to_client, conn_.ctx->options.upstream_timeout,
-                             count_in, keep_alive);
+  std::optional<TrailerTap> tap;
+  if (response_trailers_) tap.emplace(rp, response_trailers_);
+  co_return co_await relayMessage<false>(from_upstream, rp, to_client,
+                                         conn_.ctx->options.upstream_timeout, count_in, keep_alive,
+                                         tap ? &*tap : nullptr);
 }
 
 // The response broke off (a limit, the upstream): the row says why; a client that has no

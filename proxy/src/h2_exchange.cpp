@@ -113,7 +113,7 @@ class H2Server final : public H2Front,
   static net::awaitable<void> exchange(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
   static net::awaitable<void> feed(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
   static net::awaitable<void> answer(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
-  net::awaitable<void> viaPool(H2Stream& s);
+  net::awaitable<void> viaPool(std::shared_ptr<H2Stream> s);
   net::awaitable<void> viaH2(std::shared_ptr<H2Stream> s);
   void takeTrailers(H2Stream& s, H2Headers trailers);
   net::awaitable<void> readFrames();
@@ -307,16 +307,29 @@ net::awaitable<void> H2Server::exchange(std::shared_ptr<H2Server> self,
   if (self->t_.h2_upstream)
     co_await self->viaH2(s);
   else
-    co_await self->viaPool(*s);
+    co_await self->viaPool(s);
   ErrorCode ignored;
   s->exchange_side.close(ignored);  // a close-delimited response ends here
   s->watch.timer.cancel();
 }
 
-net::awaitable<void> H2Server::viaPool(H2Stream& s) {
+net::awaitable<void> H2Server::viaPool(std::shared_ptr<H2Stream> s) {
   PooledLink link(*t_.upstream);  // lent a connection once the stream is admitted (take)
-  Exchange<tcp::socket, SslStream> ex(s.conn, s.exchange_side, s.watch, s.buf);
+  Exchange<tcp::socket, SslStream> ex(s->conn, s->exchange_side, s->watch, s->buf);
   ex.carry(Carrier::kInspected, &link, &t_.target);
+  // An HTTP/1.1 upstream's chunked trailers (gRPC over a translating gateway) reach the client
+  // as the stream's trailers.
+  std::weak_ptr<H2Stream> weak = s;
+  ex.onResponseTrailers([this, weak](TrailerFields fields) {
+    auto st = weak.lock();
+    if (!st) return;
+    H2Headers trailers;
+    for (auto& [name, value] : fields) {
+      std::string lower = lowerName(std::string_view(name));
+      if (!connectionSpecific(lower)) trailers.push_back({std::move(lower), std::move(value)});
+    }
+    takeTrailers(*st, std::move(trailers));
+  });
   co_await ex.next(true);
 }
 

@@ -3,11 +3,14 @@
 // One template for every stream pair (TCP, TLS), used by the one exchange pipeline.
 #pragma once
 
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <memory_resource>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "deadline.hpp"
@@ -55,6 +58,37 @@ class BodyTransform {
   virtual std::optional<std::string_view> apply(std::string_view in, bool last) = 0;
   policy::Reason reason = policy::Reason::kInvalidRequest;
   std::string detail;
+};
+
+/// Trailer fields of a chunked message, in order (name as sent, value).
+using TrailerFields = std::vector<std::pair<std::string, std::string>>;
+
+/// Hands a chunked response's trailer fields to `take` just before the message's end is
+/// written. The relay writes no trailers itself (Beast's parser appends them to the message's
+/// fields, after the header has gone); an HTTP/2 front sends them as its stream's trailers.
+/// The body passes unchanged.
+class TrailerTap final : public BodyTransform {
+ public:
+  using Take = std::function<void(TrailerFields)>;
+  TrailerTap(const http::parser<false, http::buffer_body, PmrAllocator>& p, Take take)
+      : p_(p),
+        header_fields_(static_cast<std::size_t>(std::distance(p.get().begin(), p.get().end()))),
+        take_(std::move(take)) {}
+  std::optional<std::string_view> apply(std::string_view in, bool last) override {
+    if (!last || !p_.chunked()) return in;
+    TrailerFields trailers;
+    auto it = p_.get().begin();
+    std::advance(it, static_cast<std::ptrdiff_t>(header_fields_));
+    for (; it != p_.get().end(); ++it)
+      trailers.emplace_back(std::string(it->name_string()), std::string(it->value()));
+    if (!trailers.empty()) take_(std::move(trailers));
+    return in;
+  }
+
+ private:
+  const http::parser<false, http::buffer_body, PmrAllocator>& p_;
+  std::size_t header_fields_;
+  Take take_;
 };
 
 struct RelayResult {

@@ -372,6 +372,26 @@ TEST_F(H2Test, ARefusedStreamNeverWaitsForAPooledConnection) {
   for (const auto& r : up_->requests()) EXPECT_NE(r.target, "/v1/admin/x");
 }
 
+// An HTTP/1.1 upstream's chunked trailers reach the h2 client as the stream's trailers, the
+// one quoting the injected credential redacted.
+TEST_F(H2Test, ChunkedTrailersOfAnHttp11UpstreamReachTheClientAsTrailers) {
+  auto t = curl({url("api.test", "/v1/trailers")}, false, "-D " + (dir_ / "headers").string());
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].status, 200);
+  EXPECT_EQ(t[0].version, "2");
+  EXPECT_EQ(t[0].body, "hello");
+  const std::string dumped = slurp(dir_ / "headers");
+  EXPECT_NE(dumped.find("x-checksum: sha256-2cf24dba"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("x-reflected-authorization: Bearer [redacted by sluice]"),
+            std::string::npos)
+      << dumped;
+  EXPECT_EQ(dumped.find(kSecret), std::string::npos) << dumped;
+  // After the body: trailers, not header fields.
+  const auto checksum = dumped.find("x-checksum");
+  const auto header_end = dumped.find("\r\n\r\n");
+  EXPECT_TRUE(checksum != std::string::npos && checksum > header_end) << dumped;
+}
+
 TEST_F(H2Test, AuthorityNamingAnotherHostIsRefused) {
   // curl sends the Host option as :authority on HTTP/2.
   auto t = curl({url("api.test", "/v1/data")}, false, "-H 'Host: other.test'");

@@ -175,6 +175,18 @@ net::awaitable<std::optional<http::request<http::string_body>>> serveRequests(
     }
     if (websocket::is_upgrade(req) && r.target == "/ws") co_return req;
     if (r.target.starts_with("/v1/hold")) co_await holdUntilReleased(state);
+    if (r.target == "/v1/trailers") {
+      // Chunked with a trailer section, one trailer quoting the credential it received.
+      const std::string raw =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+          "Trailer: x-checksum, x-reflected-authorization\r\n\r\n5\r\nhello\r\n0\r\n"
+          "x-checksum: sha256-2cf24dba\r\nx-reflected-authorization: " +
+          std::string(req[http::field::authorization]) + "\r\n\r\n";
+      co_await net::async_write(stream, net::buffer(raw),
+                                net::redirect_error(net::use_awaitable, ec));
+      if (ec || !req.keep_alive()) co_return std::nullopt;
+      continue;
+    }
     http::response<http::string_body> res{http::status::ok, req.version()};
     res.set(http::field::content_type, "application/json");
     if (r.target == "/v1/reflect") {

@@ -10,8 +10,10 @@
 // response the client sees must not carry the secret either, yet the client can still check what
 // arrived.
 // "/ws" with an Upgrade header becomes a WebSocket that echoes every message; "/v1/big/N"
-// answers N bytes; "/v1/hold..." is answered only once releaseHeld() was called (held() counts
-// the requests waiting), so a test can keep upstream connections busy.
+// answers N bytes; "/v1/trailers" answers chunked with trailers (x-checksum, and
+// x-reflected-authorization quoting the Authorization it got); "/v1/hold..." is answered only once
+// releaseHeld() was called (held() counts the requests waiting), so a test can keep upstream
+// connections busy.
 #pragma once
 
 // clang-format off
