@@ -6,11 +6,14 @@
 
 namespace sluice::proxy {
 
+// A dialled connection: its stream, and its own connections row (written when it is dropped).
 struct UpstreamPool::Owned {
   Owned(const net::any_io_executor& ex, net::ssl::context& tls) : stream(ex, tls), watch(ex) {}
   SslStream stream;
   Watch watch;
   beast::flat_buffer buf;
+  audit::ConnectionEvent event;
+  Clock::time_point started;
 };
 
 UpstreamPool::UpstreamPool(ConnState& conn, SslStream& first, Watch& first_watch,
@@ -81,8 +84,12 @@ void UpstreamPool::drop(Iter it) {
   ErrorCode ec;
   beast::get_lowest_layer(*it->stream).close(ec);
   it->watch->timer.cancel();
-  // A dialled connection holds a slot of max_connections (the tunnel's own is the tunnel's).
-  if (it->owned) conn_.account().releaseConnection();
+  // A dialled connection has its own row and holds a slot of max_connections (the tunnel's
+  // own connection is the tunnel's).
+  if (it->owned) {
+    finishConnection(*conn_.ctx, conn_.account(), it->owned->event, it->owned->started);
+    conn_.account().releaseConnection();
+  }
   entries_.erase(it);
   wake();
 }
@@ -144,6 +151,7 @@ net::awaitable<std::expected<VettedAddress, Refusal>> PooledLink::dial(
                                                rule_id, /*offer_h2=*/false);
   if (refused) co_return std::unexpected(std::move(*refused));
   if (pool_.closed_) co_return std::unexpected(*cannotDial(rule_id));
+  recordAs(*owned, *dialled);
   UpstreamPool::Entry e{&owned->stream, &owned->watch, &owned->buf, dialled->address, nullptr};
   e.owned = std::move(owned);
   e.busy = true;
@@ -153,6 +161,23 @@ net::awaitable<std::expected<VettedAddress, Refusal>> PooledLink::dial(
   entry_it_ = it;
   entry_ = &*it;
   co_return dialled;
+}
+
+// A dialled connection's row: like the tunnel's (kind, host, port, inspected), allowed by the
+// rule its dial was vetted for, at the address it reached.
+void PooledLink::recordAs(UpstreamPool::Owned& owned, const VettedAddress& dialled) const {
+  const auto& conn = pool_.conn_;
+  owned.event = connectionRow(*conn.ctx, *conn.listener, conn.workflow(), pool_.row_.kind);
+  owned.event.host = pool_.target_.host;
+  owned.event.port = pool_.target_.port;
+  owned.event.tls = audit::TlsHandling::kInspect;
+  allowConnection(owned.event, dialled.endpoint, dialled.decision.rule_id);
+  owned.event.detail = "opened by the proxy for the HTTP/2 streams of connection " + pool_.row_.id;
+  owned.started = Clock::now();
+}
+
+audit::ConnectionEvent& PooledLink::row() {
+  return entry_ && entry_->owned ? entry_->owned->event : pool_.row_;
 }
 
 void PooledLink::close() {

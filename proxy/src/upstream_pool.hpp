@@ -3,7 +3,8 @@
 // to the CONNECT target for its exchange. The tunnel's own connection is the first; more are
 // dialled on demand (through the admission's slot, vet and dial steps, to the same target,
 // verified TLS like the first), up to kMaxConnections; beyond that a stream waits for one to
-// come back. All on the tunnel's strand; every byte is counted on the tunnel's row.
+// come back. All on the tunnel's strand. A dialled connection has a connections row of its
+// own, which counts its bytes; the tunnel's row counts those of the tunnel's own connection.
 #pragma once
 
 #include <list>
@@ -38,7 +39,7 @@ class UpstreamPool {
 
  private:
   friend class PooledLink;
-  struct Owned;  // a dialled connection's stream, watch and buffer
+  struct Owned;  // a dialled connection's stream, watch, buffer and row
   struct Entry {
     SslStream* stream;
     Watch* watch;
@@ -79,7 +80,8 @@ class PooledLink final : public UpstreamLink<SslStream> {
   SslStream& stream() override { return *entry_->stream; }
   Watch& watch() override { return *entry_->watch; }
   beast::flat_buffer& buffer() override { return *entry_->buf; }
-  audit::ConnectionEvent& row() override { return pool_.row_; }
+  /// The connection's own row when the pool dialled it, else the tunnel's.
+  audit::ConnectionEvent& row() override;
   bool reused() const override { return entry_ && entry_->uses > 0; }
   // A borrowed connection the upstream closed while idle: the request goes on a new one.
   bool canRedial() const override { return !pool_.failure_ && !pool_.closed_; }
@@ -91,6 +93,7 @@ class PooledLink final : public UpstreamLink<SslStream> {
 
  private:
   friend class UpstreamPool;
+  void recordAs(UpstreamPool::Owned& owned, const VettedAddress& dialled) const;
   UpstreamPool& pool_;
   std::optional<UpstreamPool::Iter> entry_it_;
   UpstreamPool::Entry* entry_ = nullptr;

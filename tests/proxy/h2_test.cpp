@@ -321,16 +321,29 @@ TEST_F(H2Test, DeniedStreamGets403WhileItsSiblingsSucceed) {
   EXPECT_EQ(other->reason, "path_not_allowed");
   EXPECT_EQ(one->status, 200);
   EXPECT_EQ(two->status, 200);
-  EXPECT_EQ(denied->connection_id, one->connection_id);
-  EXPECT_EQ(other->connection_id, one->connection_id);
-  EXPECT_EQ(two->connection_id, one->connection_id);
   std::multiset<std::string> forwarded;
   for (const auto& f : sink_->forwards()) forwarded.insert(f.path);
   EXPECT_EQ(forwarded, (std::multiset<std::string>{"/v1/one", "/v1/two"}));
-  std::size_t tunnels = 0;
   proxy_->stop();
-  for (const auto& c : sink_->connections()) tunnels += c.host == "api.test";
+  // Refused streams name the tunnel; an allowed one the upstream connection it went out on:
+  // the tunnel's own, or one the pool opened for it (whose row names the tunnel).
+  std::size_t tunnels = 0;
+  std::string tunnel;
+  for (const auto& c : sink_->connections())
+    if (c.host == "api.test" && c.detail.find("HTTP/2 streams") == std::string::npos) {
+      ++tunnels;
+      tunnel = c.id;
+    }
   EXPECT_EQ(tunnels, 1u) << "curl multiplexed every stream on one tunnel";
+  EXPECT_EQ(denied->connection_id, tunnel);
+  EXPECT_EQ(other->connection_id, tunnel);
+  for (const auto* allowed : {&*one, &*two}) {
+    if (allowed->connection_id == tunnel) continue;
+    const auto row = sink_->waitConnection(
+        [&](const audit::ConnectionEvent& c) { return c.id == allowed->connection_id; });
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->detail, "opened by the proxy for the HTTP/2 streams of connection " + tunnel);
+  }
 }
 
 // Six streams hold every pooled upstream connection (the tunnel's and five dialled); a stream
@@ -370,6 +383,35 @@ TEST_F(H2Test, ARefusedStreamNeverWaitsForAPooledConnection) {
   EXPECT_NE(output.find("{\"holds\":[200,200,200,200,200,200],\"queued\":200}"), std::string::npos)
       << output;
   for (const auto& r : up_->requests()) EXPECT_NE(r.target, "/v1/admin/x");
+
+  // The five connections the pool opened have rows of their own, beside the tunnel's.
+  proxy_->stop();
+  std::string tunnel;
+  std::vector<audit::ConnectionEvent> pooled;
+  for (const auto& c : sink_->connections()) {
+    if (c.host != "api.test") continue;
+    if (c.detail.find("HTTP/2 streams") == std::string::npos)
+      tunnel = c.id;
+    else
+      pooled.push_back(c);
+  }
+  ASSERT_FALSE(tunnel.empty());
+  ASSERT_EQ(pooled.size(), 5u);
+  for (const auto& c : pooled) {
+    EXPECT_EQ(c.detail, "opened by the proxy for the HTTP/2 streams of connection " + tunnel);
+    EXPECT_EQ(c.decision, audit::Decision::kAllow);
+    EXPECT_EQ(c.rule_id, "api");
+    EXPECT_EQ(c.tls, audit::TlsHandling::kInspect);
+    EXPECT_EQ(c.resolved_ip, "127.0.0.1");
+    EXPECT_GT(c.bytes_up, 0u);
+    EXPECT_GT(c.bytes_down, 0u);
+  }
+  // Each allowed stream's row names the connection it went out on.
+  std::set<std::string> used;
+  for (const auto& e : sink_->requests())
+    if (e.path.starts_with("/v1/hold/")) used.insert(e.connection_id);
+  EXPECT_EQ(used.size(), 6u);
+  EXPECT_TRUE(used.contains(tunnel));
 }
 
 // An HTTP/1.1 upstream's chunked trailers reach the h2 client as the stream's trailers, the
