@@ -65,6 +65,16 @@ H2Headers responseHeaders(const http::response_header<>& r) {
   return out;
 }
 
+// Trailer fields as HTTP/2 sends them: lower-case names, no connection-specific fields.
+H2Headers h2Fields(TrailerFields fields) {
+  H2Headers out;
+  for (auto& [name, value] : fields) {
+    std::string lower = lowerName(std::string_view(name));
+    if (!connectionSpecific(lower)) out.push_back({std::move(lower), std::move(value)});
+  }
+  return out;
+}
+
 // One client stream and the exchange that handles it.
 struct H2Stream {
   H2Stream(const net::any_io_executor& ex, const ConnState& base, std::int32_t stream_id)
@@ -321,14 +331,7 @@ net::awaitable<void> H2Server::viaPool(std::shared_ptr<H2Stream> s) {
   // as the stream's trailers.
   std::weak_ptr<H2Stream> weak = s;
   ex.onResponseTrailers([this, weak](TrailerFields fields) {
-    auto st = weak.lock();
-    if (!st) return;
-    H2Headers trailers;
-    for (auto& [name, value] : fields) {
-      std::string lower = lowerName(std::string_view(name));
-      if (!connectionSpecific(lower)) trailers.push_back({std::move(lower), std::move(value)});
-    }
-    takeTrailers(*st, std::move(trailers));
+    if (auto st = weak.lock()) takeTrailers(*st, h2Fields(std::move(fields)));
   });
   co_await ex.next(true);
 }
@@ -345,6 +348,14 @@ net::awaitable<void> H2Server::viaH2(std::shared_ptr<H2Stream> s) {
   H2Link link(t_.conn, t_.h2_upstream, *u);
   Exchange<tcp::socket, tcp::socket> ex(s->conn, s->exchange_side, s->watch, s->buf);
   ex.carry(Carrier::kInspected, &link, &t_.target);
+  // The client's request trailers (searched by the exchange) go out as the upstream stream's.
+  std::weak_ptr<H2UpStream> weak_up = u;
+  ex.onRequestTrailers([weak_up](TrailerFields fields) {
+    auto up = weak_up.lock();
+    if (!up) return;
+    up->request.trailers = h2Fields(std::move(fields));
+    up->request.has_trailers = !up->request.trailers.empty();
+  });
   co_await ex.next(true);
   ErrorCode ignored;
   u->exchange_side.close(ignored);

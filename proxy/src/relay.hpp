@@ -63,32 +63,43 @@ class BodyTransform {
 /// Trailer fields of a chunked message, in order (name as sent, value).
 using TrailerFields = std::vector<std::pair<std::string, std::string>>;
 
-/// Hands a chunked response's trailer fields to `take` just before the message's end is
+/// Hands a chunked message's trailer fields to `take` just before the message's end is
 /// written. The relay writes no trailers itself (Beast's parser appends them to the message's
-/// fields, after the header has gone); an HTTP/2 front sends them as its stream's trailers.
-/// The body passes unchanged.
+/// fields, after the header has gone); an HTTP/2 side sends them as its stream's trailers.
+/// The body passes through `inner` (another transform, optional) or unchanged. `take` returns
+/// false to refuse the message (having set the tap's reason and detail).
+template <bool isRequest>
 class TrailerTap final : public BodyTransform {
  public:
-  using Take = std::function<void(TrailerFields)>;
-  TrailerTap(const http::parser<false, http::buffer_body, PmrAllocator>& p, Take take)
+  using Take = std::function<bool(TrailerFields&&, BodyTransform& tap)>;
+  TrailerTap(const http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Take take,
+             std::unique_ptr<BodyTransform> inner = nullptr)
       : p_(p),
         header_fields_(static_cast<std::size_t>(std::distance(p.get().begin(), p.get().end()))),
-        take_(std::move(take)) {}
+        take_(std::move(take)),
+        inner_(std::move(inner)) {}
   std::optional<std::string_view> apply(std::string_view in, bool last) override {
-    if (!last || !p_.chunked()) return in;
+    auto out = inner_ ? inner_->apply(in, last) : std::optional<std::string_view>(in);
+    if (!out) {
+      reason = inner_->reason;
+      detail = inner_->detail;
+      return std::nullopt;
+    }
+    if (!last || !p_.chunked()) return out;
     TrailerFields trailers;
     auto it = p_.get().begin();
     std::advance(it, static_cast<std::ptrdiff_t>(header_fields_));
     for (; it != p_.get().end(); ++it)
       trailers.emplace_back(std::string(it->name_string()), std::string(it->value()));
-    if (!trailers.empty()) take_(std::move(trailers));
-    return in;
+    if (!trailers.empty() && !take_(std::move(trailers), *this)) return std::nullopt;
+    return out;
   }
 
  private:
-  const http::parser<false, http::buffer_body, PmrAllocator>& p_;
+  const http::parser<isRequest, http::buffer_body, PmrAllocator>& p_;
   std::size_t header_fields_;
   Take take_;
+  std::unique_ptr<BodyTransform> inner_;
 };
 
 struct RelayResult {

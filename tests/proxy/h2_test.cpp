@@ -540,6 +540,31 @@ TEST_F(H2Test, H2UpstreamUploadAndDownloadStreamWithFlowControl) {
   EXPECT_EQ(big[0].body, std::string(4 * 1024 * 1024, 'b'));
 }
 
+// A client's request trailers reach an h2 upstream (nghttpd logs every header block it gets)
+// as the stream's trailers (Node's http2 client, tests/proxy/h2_trailers_client.mjs).
+TEST_F(H2Test, H2UpstreamGetsTheRequestTrailers) {
+  if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "node is not installed";
+  auto d = startNghttpd();
+  const std::string cmd = "PROXY_PORT=" + std::to_string(port_) +
+                          " PROXY_CA=" + (dir_ / "proxy-ca.pem").string() +
+                          " HOST=api.test PORT=" + std::to_string(d->port()) +
+                          " PATH_=/v1/data timeout 30 node " SLUICE_SOURCE_DIR
+                          "/tests/proxy/h2_trailers_client.mjs 2>&1";
+  std::string output;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, f)) output += line;
+    ::pclose(f);
+  }
+  EXPECT_NE(output.find("\"status\":200"), std::string::npos) << output;
+  const std::string log = d->log();
+  EXPECT_NE(log.find("authorization: Bearer " + std::string(kSecret)), std::string::npos) << log;
+  const auto trailer = log.find("x-checksum: sha256-2cf24dba");
+  EXPECT_NE(trailer, std::string::npos) << log;
+  // After the body: a header block of its own, not a field of the request header.
+  EXPECT_GT(trailer, log.find("recv DATA frame")) << log;
+}
+
 TEST_F(H2Test, H2UpstreamDeniedStreamDoesNotHurtItsSiblings) {
   auto d = startNghttpd();
   auto t =
