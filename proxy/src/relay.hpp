@@ -152,8 +152,9 @@ bool transformBody(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, 
 /// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
 /// `transform` (optional) rewrites the body on the way (BodyTransform).
 /// `count` is told every byte written to `out` and returns false to stop (limit). When body
-/// bytes are already buffered, header and first body bytes leave in one write; when none are,
-/// the header goes at once so the peer is not kept waiting (streaming responses, slow uploads).
+/// bytes are already buffered, header and first body bytes leave in one write (unless the body
+/// is chunked); when none are, the header goes at once so the peer is not kept waiting
+/// (streaming responses, slow uploads).
 template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
 net::awaitable<RelayResult> relayMessage(
     Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
@@ -165,7 +166,9 @@ net::awaitable<RelayResult> relayMessage(
   char* buf = relay_buf.data();
   auto& out_sock = beast::get_lowest_layer(out.stream);
   auto& in_sock = beast::get_lowest_layer(in.stream);
-  if (!p.is_done() && in.buf.size() == 0) {
+  // A chunked body's trailer fields are appended to the message's fields as they are parsed:
+  // its header goes before any body byte is parsed, so none of them is sent as a header field.
+  if (!p.is_done() && (in.buf.size() == 0 || p.chunked())) {
     Deadline d(out.watch, out_sock, Clock::now() + timeout, keep);
     auto n = co_await http::async_write_header(out.stream, sr,
                                                net::redirect_error(net::use_awaitable, res.ec));

@@ -67,6 +67,10 @@ egress:
       allow_private: true
       cidrs: ["127.0.0.0/8"]
       tls: inspect
+      inject:
+        headers:
+          X-Other-Key: "${secret:other_key}"
+        placeholder_env: OTHER_TOKEN
   limits:
     max_requests: 12
 )";
@@ -169,7 +173,9 @@ class H2Test : public ::testing::Test {
     proxy::ListenerIdentity id;
     id.execution_id = "exec-h2";
     id.matcher = policy::Matcher::compile(workflow);
-    id.secrets = policy::makeSecretStore({{"api_token", kSecret}});
+    id.secrets = policy::makeSecretStore({{"api_token", kSecret}, {"other_key", "other-value"}});
+    placeholders_ = proxy::makePlaceholders(*workflow);
+    id.placeholders = placeholders_;
     auto port = proxy_->listen("127.0.0.1", 0, std::move(id));
     ASSERT_TRUE(port) << port.error().message;
     port_ = *port;
@@ -254,6 +260,7 @@ class H2Test : public ::testing::Test {
   std::shared_ptr<FakeSink> sink_;
   std::unique_ptr<proxy::Proxy> proxy_;
   std::uint16_t port_ = 0;
+  std::vector<proxy::Placeholder> placeholders_;  // OTHER_TOKEN, of rule `other`
 };
 
 TEST_F(H2Test, AllowedStreamArrivesWithInjectedHeader) {
@@ -563,6 +570,35 @@ TEST_F(H2Test, H2UpstreamGetsTheRequestTrailers) {
   EXPECT_NE(trailer, std::string::npos) << log;
   // After the body: a header block of its own, not a field of the request header.
   EXPECT_GT(trailer, log.find("recv DATA frame")) << log;
+  EXPECT_EQ(log.find("x-checksum", trailer + 1), std::string::npos) << "sent twice: " << log;
+}
+
+// Request trailers are searched like the rest of the request: another rule's placeholder in
+// one refuses the stream before its end leaves (the upstream never gets a complete request).
+TEST_F(H2Test, AnotherRulesPlaceholderInARequestTrailerRefusesTheStream) {
+  if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "node is not installed";
+  ASSERT_EQ(placeholders_.size(), 1u);
+  const std::string token = placeholders_[0].token;
+  auto d = startNghttpd();
+  const std::string cmd =
+      "PROXY_PORT=" + std::to_string(port_) + " PROXY_CA=" + (dir_ / "proxy-ca.pem").string() +
+      " HOST=api.test PORT=" + std::to_string(d->port()) +
+      " PATH_=/v1/data TRAILER_TOKEN=" + token +
+      " timeout 30 node " SLUICE_SOURCE_DIR "/tests/proxy/h2_trailers_client.mjs 2>&1";
+  std::string output;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, f)) output += line;
+    ::pclose(f);
+  }
+  EXPECT_NE(output.find("\"status\":403"), std::string::npos) << output;
+  EXPECT_NE(output.find("placeholder_leak"), std::string::npos) << output;
+  auto row = waitRequest("/v1/data");
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->reason, "placeholder_leak");
+  const std::string log = d->log();
+  EXPECT_EQ(log.find(token), std::string::npos) << log;
+  EXPECT_EQ(log.find("x-checksum"), std::string::npos) << log;
 }
 
 TEST_F(H2Test, H2UpstreamDeniedStreamDoesNotHurtItsSiblings) {
