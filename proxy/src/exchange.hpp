@@ -125,7 +125,7 @@ class Exchange {
   net::awaitable<bool> refuseRewrite(const policy::Target& target, const policy::HttpRequest& canon,
                                      const policy::Decision& d, const InjectionResult& inj,
                                      bool keep);
-  void tapRequestTrailers(const policy::Decision& d, bool whole);
+  void prepareStreamingBody(const policy::Decision& d, bool whole);
   net::awaitable<RelayResult> sendRequest(RequestRecord& rec, const std::string* whole);
   net::awaitable<std::optional<std::string>> readAheadBodyHash(std::size_t max);
   std::optional<Failure> sendFailed(const RelayResult& sent);

@@ -120,11 +120,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     co_await refuse(&target, canon.method, canon.path, *r, go_on);
     co_return go_on;
   }
-  // A body that streams (too large to read whole) is still searched for other rules' tokens,
-  // as it goes: one found stops it before its bytes leave (unless SigV4 signs this body).
-  if (!*whole && !body_transform_ && !parser.is_done() && !conn_.listener->placeholders.empty())
-    body_transform_ = std::make_unique<StreamingLeakScan>(d.rule_id, conn_.listener->placeholders);
-  tapRequestTrailers(d, *whole);
+  prepareStreamingBody(d, *whole);
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,
                     canon.method, target.host, canon.path);
@@ -323,13 +319,17 @@ auto Exchange<Client, Upstream>::readBody(const policy::Decision& d, bool expect
   co_return true;
 }
 
-// A chunked body that streams to a side that takes trailers (an HTTP/2 upstream): its trailer
-// fields are searched like the rest of the request (another rule's token refuses the request
-// before its end leaves; its own rule's pass unswapped, as in a body that streams), then
-// handed over.
+// What a body that streams (not read whole) passes through on its way. It is still searched
+// for other rules' tokens as it goes: one found stops it before its bytes leave (unless SigV4
+// signs this body, whose transform is set already). To a side that takes trailers (an HTTP/2
+// upstream) a chunked body's trailer fields are searched the same way (another rule's token
+// refuses the request before its end leaves; its own rule's pass unswapped), then handed over.
 template <typename Client, typename Upstream>
-void Exchange<Client, Upstream>::tapRequestTrailers(const policy::Decision& d, bool whole) {
-  if (!request_trailers_ || whole || !req_parser_->chunked() || req_parser_->is_done()) return;
+void Exchange<Client, Upstream>::prepareStreamingBody(const policy::Decision& d, bool whole) {
+  if (whole || req_parser_->is_done()) return;
+  if (!body_transform_ && !conn_.listener->placeholders.empty())
+    body_transform_ = std::make_unique<StreamingLeakScan>(d.rule_id, conn_.listener->placeholders);
+  if (!request_trailers_ || !req_parser_->chunked()) return;
   auto take = [this, rule = d.rule_id](TrailerFields&& trailers, BodyTransform& tap) {
     PlaceholderHits hits;
     for (const auto& [name, value] : trailers) {
