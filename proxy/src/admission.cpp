@@ -100,6 +100,7 @@ net::awaitable<std::expected<Admitted, Refusal>> admit(ConnState& conn, tcp::soc
     a.approval = a.decision.detail;
   }
   if (auto r = budget(conn, c, counted)) co_return std::unexpected(std::move(*r));
+  reuse = co_await out.take(c.target, reuse);  // a lent connection only now (link.hpp)
   if (reuse) co_return result;
   if (auto r = out.cannotDial(a.decision.rule_id)) co_return std::unexpected(std::move(*r));
   auto vis =

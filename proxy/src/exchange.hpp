@@ -80,6 +80,15 @@ class Exchange {
 
   ReqParser& parser() { return *req_parser_; }
 
+  /// Where trailer fields go beside the HTTP/1.1 relay, which writes none (an HTTP/2 side).
+  using TrailerSink = std::function<void(TrailerFields)>;
+  /// A chunked response's trailer fields go to `sink` before its end is written to the client;
+  /// without one they are dropped (HTTP/1.1 clients).
+  void onResponseTrailers(TrailerSink sink) { response_trailers_ = std::move(sink); }
+  /// A chunked request body's trailer fields, searched for placeholders like the rest of the
+  /// request, go to `sink` before its end is written upstream; without one they are dropped.
+  void onRequestTrailers(TrailerSink sink) { request_trailers_ = std::move(sink); }
+
   /// Answers a request that was never read as one (a malformed tunnel): row and response.
   net::awaitable<void> refuse(const policy::Target* target, const std::string& method,
                               const std::string& path, const Refusal& r, bool keep_alive);
@@ -116,6 +125,7 @@ class Exchange {
   net::awaitable<bool> refuseRewrite(const policy::Target& target, const policy::HttpRequest& canon,
                                      const policy::Decision& d, const InjectionResult& inj,
                                      bool keep);
+  void prepareStreamingBody(const policy::Decision& d, bool whole);
   net::awaitable<RelayResult> sendRequest(RequestRecord& rec, const std::string* whole);
   net::awaitable<std::optional<std::string>> readAheadBodyHash(std::size_t max);
   std::optional<Failure> sendFailed(const RelayResult& sent);
@@ -156,6 +166,8 @@ class Exchange {
   std::optional<RespParser> resp_parser_;
   std::unique_ptr<BodyTransform> body_transform_;  // this request's (aws_signing.hpp), or null
   std::optional<std::string> body_hash_;           // the body's SHA-256 when it was read ahead
+  TrailerSink response_trailers_;                  // onResponseTrailers(), or empty
+  TrailerSink request_trailers_;                   // onRequestTrailers(), or empty
 };
 
 }  // namespace sluice::proxy

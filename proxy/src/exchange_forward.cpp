@@ -120,10 +120,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     co_await refuse(&target, canon.method, canon.path, *r, go_on);
     co_return go_on;
   }
-  // A body that streams (too large to read whole) is still searched for other rules' tokens,
-  // as it goes: one found stops it before its bytes leave (unless SigV4 signs this body).
-  if (!*whole && !body_transform_ && !parser.is_done() && !conn_.listener->placeholders.empty())
-    body_transform_ = std::make_unique<StreamingLeakScan>(d.rule_id, conn_.listener->placeholders);
+  prepareStreamingBody(d, *whole);
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,
                     canon.method, target.host, canon.path);
@@ -320,6 +317,35 @@ auto Exchange<Client, Upstream>::readBody(const policy::Decision& d, bool expect
   if (got.too_large) co_return too_large();
   if (auto f = sendFailed(got.result)) co_return std::unexpected(f->refusal);
   co_return true;
+}
+
+// What a body that streams (not read whole) passes through on its way. It is still searched
+// for other rules' tokens as it goes: one found stops it before its bytes leave (unless SigV4
+// signs this body, whose transform is set already). To a side that takes trailers (an HTTP/2
+// upstream) a chunked body's trailer fields are searched the same way (another rule's token
+// refuses the request before its end leaves; its own rule's pass unswapped), then handed over.
+template <typename Client, typename Upstream>
+void Exchange<Client, Upstream>::prepareStreamingBody(const policy::Decision& d, bool whole) {
+  if (whole || req_parser_->is_done()) return;
+  if (!body_transform_ && !conn_.listener->placeholders.empty())
+    body_transform_ = std::make_unique<StreamingLeakScan>(d.rule_id, conn_.listener->placeholders);
+  if (!request_trailers_ || !req_parser_->chunked()) return;
+  auto take = [this, rule = d.rule_id](TrailerFields&& trailers, BodyTransform& tap) {
+    PlaceholderHits hits;
+    for (const auto& [name, value] : trailers) {
+      hits |= findPlaceholders(name, rule, conn_.listener->placeholders);
+      hits |= findPlaceholders(value, rule, conn_.listener->placeholders);
+    }
+    if (hits.leak) {
+      tap.reason = Reason::kPlaceholderLeak;
+      tap.detail = "a request trailer holds the placeholder of another rule";
+      return false;
+    }
+    request_trailers_(std::move(trailers));
+    return true;
+  };
+  body_transform_ =
+      std::make_unique<TrailerTap<true>>(*req_parser_, std::move(take), std::move(body_transform_));
 }
 
 // Sends the request (header and body) on the link's connection, counting its bytes: the body
@@ -520,8 +546,15 @@ net::awaitable<RelayResult> Exchange<Client, Upstream>::relayResponse(RespParser
   auto keep_alive = [this] { return conn_.keep_alive(); };
   Endpoint<Upstream> from_upstream{link_->stream(), link_->watch(), link_->buffer()};
   Endpoint<Client> to_client{client_, watch_, buf_};
-  return relayMessage<false>(from_upstream, rp, to_client, conn_.ctx->options.upstream_timeout,
-                             count_in, keep_alive);
+  std::optional<TrailerTap<false>> tap;
+  if (response_trailers_)
+    tap.emplace(rp, [this](TrailerFields&& t, BodyTransform&) {
+      response_trailers_(std::move(t));
+      return true;
+    });
+  co_return co_await relayMessage<false>(from_upstream, rp, to_client,
+                                         conn_.ctx->options.upstream_timeout, count_in, keep_alive,
+                                         tap ? &*tap : nullptr);
 }
 
 // The response broke off (a limit, the upstream): the row says why; a client that has no

@@ -65,6 +65,16 @@ H2Headers responseHeaders(const http::response_header<>& r) {
   return out;
 }
 
+// Trailer fields as HTTP/2 sends them: lower-case names, no connection-specific fields.
+H2Headers h2Fields(TrailerFields fields) {
+  H2Headers out;
+  for (auto& [name, value] : fields) {
+    std::string lower = lowerName(std::string_view(name));
+    if (!connectionSpecific(lower)) out.push_back({std::move(lower), std::move(value)});
+  }
+  return out;
+}
+
 // One client stream and the exchange that handles it.
 struct H2Stream {
   H2Stream(const net::any_io_executor& ex, const ConnState& base, std::int32_t stream_id)
@@ -113,7 +123,7 @@ class H2Server final : public H2Front,
   static net::awaitable<void> exchange(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
   static net::awaitable<void> feed(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
   static net::awaitable<void> answer(std::shared_ptr<H2Server> self, std::shared_ptr<H2Stream> s);
-  net::awaitable<void> viaPool(H2Stream& s);
+  net::awaitable<void> viaPool(std::shared_ptr<H2Stream> s);
   net::awaitable<void> viaH2(std::shared_ptr<H2Stream> s);
   void takeTrailers(H2Stream& s, H2Headers trailers);
   net::awaitable<void> readFrames();
@@ -307,17 +317,22 @@ net::awaitable<void> H2Server::exchange(std::shared_ptr<H2Server> self,
   if (self->t_.h2_upstream)
     co_await self->viaH2(s);
   else
-    co_await self->viaPool(*s);
+    co_await self->viaPool(s);
   ErrorCode ignored;
   s->exchange_side.close(ignored);  // a close-delimited response ends here
   s->watch.timer.cancel();
 }
 
-net::awaitable<void> H2Server::viaPool(H2Stream& s) {
-  PooledLink link(*t_.upstream);
-  co_await t_.upstream->lease(link);
-  Exchange<tcp::socket, SslStream> ex(s.conn, s.exchange_side, s.watch, s.buf);
+net::awaitable<void> H2Server::viaPool(std::shared_ptr<H2Stream> s) {
+  PooledLink link(*t_.upstream);  // lent a connection once the stream is admitted (take)
+  Exchange<tcp::socket, SslStream> ex(s->conn, s->exchange_side, s->watch, s->buf);
   ex.carry(Carrier::kInspected, &link, &t_.target);
+  // An HTTP/1.1 upstream's chunked trailers (gRPC over a translating gateway) reach the client
+  // as the stream's trailers.
+  std::weak_ptr<H2Stream> weak = s;
+  ex.onResponseTrailers([this, weak](TrailerFields fields) {
+    if (auto st = weak.lock()) takeTrailers(*st, h2Fields(std::move(fields)));
+  });
   co_await ex.next(true);
 }
 
@@ -333,6 +348,14 @@ net::awaitable<void> H2Server::viaH2(std::shared_ptr<H2Stream> s) {
   H2Link link(t_.conn, t_.h2_upstream, *u);
   Exchange<tcp::socket, tcp::socket> ex(s->conn, s->exchange_side, s->watch, s->buf);
   ex.carry(Carrier::kInspected, &link, &t_.target);
+  // The client's request trailers (searched by the exchange) go out as the upstream stream's.
+  std::weak_ptr<H2UpStream> weak_up = u;
+  ex.onRequestTrailers([weak_up](TrailerFields fields) {
+    auto up = weak_up.lock();
+    if (!up) return;
+    up->request.trailers = h2Fields(std::move(fields));
+    up->request.has_trailers = !up->request.trailers.empty();
+  });
   co_await ex.next(true);
   ErrorCode ignored;
   u->exchange_side.close(ignored);

@@ -29,6 +29,15 @@ class Outlet {
   /// nullopt. Asked before a slot is taken or an address vetted.
   virtual std::optional<Refusal> cannotDial(const std::string& rule_id) const = 0;
 
+  /// The open connection an admitted request goes out on: `seen` is what openTo() gave the
+  /// decision. An outlet that lends connections (an HTTP/2 tunnel's pool) lends one only here,
+  /// after the decision, approval and budget, so a refused request never waits for or holds
+  /// one; it lends only a connection to the address the decision saw. Null: dial a new one.
+  virtual net::awaitable<const policy::IpAddress*> take(const policy::Target& /*target*/,
+                                                        const policy::IpAddress* seen) {
+    co_return seen;
+  }
+
   /// Dials `addrs` (vetted, in order) for `target`. On success the outlet holds the connection
   /// slot the admission took for it.
   virtual net::awaitable<std::expected<VettedAddress, Refusal>> dial(

@@ -3,11 +3,14 @@
 // One template for every stream pair (TCP, TLS), used by the one exchange pipeline.
 #pragma once
 
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <memory_resource>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "deadline.hpp"
@@ -55,6 +58,48 @@ class BodyTransform {
   virtual std::optional<std::string_view> apply(std::string_view in, bool last) = 0;
   policy::Reason reason = policy::Reason::kInvalidRequest;
   std::string detail;
+};
+
+/// Trailer fields of a chunked message, in order (name as sent, value).
+using TrailerFields = std::vector<std::pair<std::string, std::string>>;
+
+/// Hands a chunked message's trailer fields to `take` just before the message's end is
+/// written. The relay writes no trailers itself (Beast's parser appends them to the message's
+/// fields, after the header has gone); an HTTP/2 side sends them as its stream's trailers.
+/// The body passes through `inner` (another transform, optional) or unchanged. `take` returns
+/// false to refuse the message (having set the tap's reason and detail).
+template <bool isRequest>
+class TrailerTap final : public BodyTransform {
+ public:
+  using Take = std::function<bool(TrailerFields&&, BodyTransform& tap)>;
+  TrailerTap(const http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Take take,
+             std::unique_ptr<BodyTransform> inner = nullptr)
+      : p_(p),
+        header_fields_(static_cast<std::size_t>(std::distance(p.get().begin(), p.get().end()))),
+        take_(std::move(take)),
+        inner_(std::move(inner)) {}
+  std::optional<std::string_view> apply(std::string_view in, bool last) override {
+    auto out = inner_ ? inner_->apply(in, last) : std::optional<std::string_view>(in);
+    if (!out) {
+      reason = inner_->reason;
+      detail = inner_->detail;
+      return std::nullopt;
+    }
+    if (!last || !p_.chunked()) return out;
+    TrailerFields trailers;
+    auto it = p_.get().begin();
+    std::advance(it, static_cast<std::ptrdiff_t>(header_fields_));
+    for (; it != p_.get().end(); ++it)
+      trailers.emplace_back(std::string(it->name_string()), std::string(it->value()));
+    if (!trailers.empty() && !take_(std::move(trailers), *this)) return std::nullopt;
+    return out;
+  }
+
+ private:
+  const http::parser<isRequest, http::buffer_body, PmrAllocator>& p_;
+  std::size_t header_fields_;
+  Take take_;
+  std::unique_ptr<BodyTransform> inner_;
 };
 
 struct RelayResult {
@@ -107,8 +152,9 @@ bool transformBody(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, 
 /// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
 /// `transform` (optional) rewrites the body on the way (BodyTransform).
 /// `count` is told every byte written to `out` and returns false to stop (limit). When body
-/// bytes are already buffered, header and first body bytes leave in one write; when none are,
-/// the header goes at once so the peer is not kept waiting (streaming responses, slow uploads).
+/// bytes are already buffered, header and first body bytes leave in one write (unless the body
+/// is chunked); when none are, the header goes at once so the peer is not kept waiting
+/// (streaming responses, slow uploads).
 template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
 net::awaitable<RelayResult> relayMessage(
     Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
@@ -120,7 +166,9 @@ net::awaitable<RelayResult> relayMessage(
   char* buf = relay_buf.data();
   auto& out_sock = beast::get_lowest_layer(out.stream);
   auto& in_sock = beast::get_lowest_layer(in.stream);
-  if (!p.is_done() && in.buf.size() == 0) {
+  // A chunked body's trailer fields are appended to the message's fields as they are parsed:
+  // its header goes before any body byte is parsed, so none of them is sent as a header field.
+  if (!p.is_done() && (in.buf.size() == 0 || p.chunked())) {
     Deadline d(out.watch, out_sock, Clock::now() + timeout, keep);
     auto n = co_await http::async_write_header(out.stream, sr,
                                                net::redirect_error(net::use_awaitable, res.ec));

@@ -3,7 +3,8 @@
 // to the CONNECT target for its exchange. The tunnel's own connection is the first; more are
 // dialled on demand (through the admission's slot, vet and dial steps, to the same target,
 // verified TLS like the first), up to kMaxConnections; beyond that a stream waits for one to
-// come back. All on the tunnel's strand; every byte is counted on the tunnel's row.
+// come back. All on the tunnel's strand. A dialled connection has a connections row of its
+// own, which counts its bytes; the tunnel's row counts those of the tunnel's own connection.
 #pragma once
 
 #include <list>
@@ -28,14 +29,17 @@ class UpstreamPool {
                std::optional<Refusal> failure);
   ~UpstreamPool();
 
-  /// Gives `link` an idle connection, or leave to dial one; waits while neither is possible.
-  net::awaitable<void> lease(PooledLink& link);
+  /// Gives `link` an idle connection to `want` (the vetted address its decision saw; null:
+  /// none), or leave to dial one; waits while neither is possible.
+  net::awaitable<void> lease(PooledLink& link, const policy::IpAddress* want);
+  /// The vetted address of an open connection, for a decision before any is lent (null: none).
+  const policy::IpAddress* anyOpen() const;
   /// Closes every connection (the tunnel is over).
   void closeAll();
 
  private:
   friend class PooledLink;
-  struct Owned;  // a dialled connection's stream, watch and buffer
+  struct Owned;  // a dialled connection's stream, watch, buffer and row
   struct Entry {
     SslStream* stream;
     Watch* watch;
@@ -60,13 +64,15 @@ class UpstreamPool {
   bool closed_ = false;
 };
 
-/// One stream's upstream: the connection it borrowed, or the leave to dial one.
+/// One stream's upstream: the connection it borrowed once admitted, or the leave to dial one.
 class PooledLink final : public UpstreamLink<SslStream> {
  public:
   explicit PooledLink(UpstreamPool& pool) : pool_(pool) {}
   ~PooledLink() override;
 
   const policy::IpAddress* openTo(const policy::Target& target) override;
+  net::awaitable<const policy::IpAddress*> take(const policy::Target& target,
+                                                const policy::IpAddress* seen) override;
   std::optional<Refusal> cannotDial(const std::string& rule_id) const override;
   net::awaitable<std::expected<VettedAddress, Refusal>> dial(
       const std::vector<VettedAddress>& addrs, const policy::Target& target,
@@ -74,7 +80,8 @@ class PooledLink final : public UpstreamLink<SslStream> {
   SslStream& stream() override { return *entry_->stream; }
   Watch& watch() override { return *entry_->watch; }
   beast::flat_buffer& buffer() override { return *entry_->buf; }
-  audit::ConnectionEvent& row() override { return pool_.row_; }
+  /// The connection's own row when the pool dialled it, else the tunnel's.
+  audit::ConnectionEvent& row() override;
   bool reused() const override { return entry_ && entry_->uses > 0; }
   // A borrowed connection the upstream closed while idle: the request goes on a new one.
   bool canRedial() const override { return !pool_.failure_ && !pool_.closed_; }
@@ -86,6 +93,7 @@ class PooledLink final : public UpstreamLink<SslStream> {
 
  private:
   friend class UpstreamPool;
+  void recordAs(UpstreamPool::Owned& owned, const VettedAddress& dialled) const;
   UpstreamPool& pool_;
   std::optional<UpstreamPool::Iter> entry_it_;
   UpstreamPool::Entry* entry_ = nullptr;

@@ -17,12 +17,15 @@
 
 namespace sluice::testing {
 
-/// "" on success, else the command that failed (its output is in dir/certs.log).
-inline std::string makeUpstreamCertificates(const std::filesystem::path& dir) {
+/// "" on success, else the command that failed (its output is in dir/certs.log). `also` names
+/// one more DNS name the server certificate is for ("" for none).
+inline std::string makeUpstreamCertificates(const std::filesystem::path& dir,
+                                            const std::string& also = "") {
   const std::string d = dir.string();
   std::ofstream(dir / "ext.cnf") << "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n"
                                     "extendedKeyUsage=serverAuth\n"
-                                    "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1\n";
+                                    "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1"
+                                 << (also.empty() ? "" : ",DNS:" + also) << "\n";
   const std::string steps[] = {
       "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout " + d +
           "/ca.key -out " + d +

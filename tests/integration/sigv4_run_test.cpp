@@ -4,6 +4,8 @@
 // fresh connections, a 72 MiB streaming aws-chunked upload, a tampered one), against an S3-like
 // HTTPS upstream on 127.0.0.1 that checks every signature with botocore's own signer and the REAL
 // key (tests/integration/sigv4/upstream.py). The real key must never be readable in the sandbox.
+// The same with transparent capture: the aws CLI and botocore with no proxy variables, reaching
+// the upstream by a name sluice's DNS answers (tests/integration/sigv4/transparent.sh).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -54,6 +56,10 @@ bool toolsPresent(std::string* missing) {
   return true;
 }
 
+// The name the transparent test's sandbox uses; only sluice's own /etc/hosts maps it (to
+// 127.0.0.1, see withHosts), the sandbox gets a synthetic address for it.
+constexpr const char* kTransparentHost = "s3.sigv4.test";
+
 class SigV4Run : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -81,7 +87,7 @@ class SigV4Run : public ::testing::Test {
 
   // A test CA and a server certificate for localhost / 127.0.0.1 / ::1 signed by it.
   void makeCertificates() {
-    const std::string failed = sluice::testing::makeUpstreamCertificates(dir_);
+    const std::string failed = sluice::testing::makeUpstreamCertificates(dir_, kTransparentHost);
     ASSERT_EQ(failed, "") << slurp(dir_ / "certs.log");
   }
 
@@ -100,7 +106,7 @@ class SigV4Run : public ::testing::Test {
     ASSERT_FALSE(port_.empty()) << "upstream did not start: " << slurp(dir_ / "upstream.stderr");
   }
 
-  void writePolicyAndSecrets() {
+  void writePolicyAndSecrets(const std::string& host = "localhost") {
     std::ofstream(dir_ / "policies" / "s3.yaml")
         << "apiVersion: sluice/v1\nkind: Workflow\nname: s3\n"
            "sandbox:\n  timeout: 300s\n  memory: 1GiB\n  pids: 256\n  output: 64MiB\n"
@@ -108,8 +114,8 @@ class SigV4Run : public ::testing::Test {
            "  mounts:\n    - {source: " SLUICE_SOURCE_DIR
            "/tests/proxy/clients, target: /opt/clients}\n"
            "egress:\n  rules:\n"
-           "    - id: s3\n      action: allow\n      hosts: [localhost]\n      ports: ["
-        << port_
+           "    - id: s3\n      action: allow\n      hosts: ["
+        << host << "]\n      ports: [" << port_
         << "]\n      allow_private: true\n      cidrs: [\"127.0.0.0/8\"]\n      tls: inspect\n"
            "      inject:\n        aws_sigv4:\n"
            "          access_key_id: ${secret:aws_id}\n"
@@ -150,6 +156,40 @@ class SigV4Run : public ::testing::Test {
                                   "python3",
                                   "/input/agent.py"};
     return sluice::testing::runBinary(SLUICE_BINARY, dir_, a, {"SLUICE_LOG_LEVEL=debug"});
+  }
+
+  // transparent.sh under `sluice run`, in a mount namespace whose /etc/hosts maps
+  // kTransparentHost to 127.0.0.1 for the proxy's own resolver (nothing of the host changes).
+  Outcome runTransparent() {
+    const std::string src = SLUICE_SOURCE_DIR;
+    const std::string prefix =
+        sluice::testing::withHosts(dir_, std::string("127.0.0.1 ") + kTransparentHost);
+    std::vector<std::string> a = {"-m",
+                                  "--propagation",
+                                  "private",
+                                  (dir_ / "with-hosts.sh").string(),
+                                  SLUICE_BINARY,
+                                  "run",
+                                  "--workflow",
+                                  "s3",
+                                  "--policy-dir",
+                                  (dir_ / "policies").string(),
+                                  "--audit",
+                                  (dir_ / "audit.db").string(),
+                                  "--secrets",
+                                  (dir_ / "secrets.yaml").string(),
+                                  "--upstream-ca",
+                                  (dir_ / "ca.pem").string(),
+                                  "--env",
+                                  "UPSTREAM_PORT=" + port_,
+                                  "--input",
+                                  src + "/tests/integration/sigv4/transparent.sh:transparent.sh",
+                                  "--input",
+                                  src + "/tests/proxy/sigv4_stream_client.py:client.py",
+                                  "--",
+                                  "/bin/sh",
+                                  "/input/transparent.sh"};
+    return sluice::testing::runBinary("/usr/bin/unshare", dir_, a);
   }
 
   // The upstream's log: one JSON object per request it received.
@@ -290,6 +330,62 @@ TEST_F(SigV4Run, RealClientsAreSignedAgainWithTheRealKeyWhichNeverReachesTheSand
   expectAuditRows();
   for (const auto& where : leaks(o)) ADD_FAILURE() << "the real key found in " << where;
   EXPECT_GE(r.value("dumped_files", 0), 3);  // small.txt, got.txt, .aws/config
+}
+
+// Transparent capture: clients that ignore the proxy variables reach the upstream by name (a
+// synthetic address from sluice's DNS), the captured TLS is inspected, and every request is
+// checked and signed again exactly as through the proxy port.
+TEST_F(SigV4Run, ClientsThatIgnoreTheProxyAreSignedAgainUnderTransparentCapture) {
+  REQUIRE_SANDBOX();
+  std::string missing;
+  if (!toolsPresent(&missing)) {
+    if (isolationRequired()) FAIL() << "required tool missing: " << missing;
+    GTEST_SKIP() << "tool missing: " << missing;
+  }
+  startUpstream();
+  if (HasFatalFailure()) return;
+  writePolicyAndSecrets(kTransparentHost);
+  Outcome o = runTransparent();
+  ASSERT_EQ(o.status, 0) << o.err.substr(o.err.size() > 8000 ? o.err.size() - 8000 : 0) << "\n"
+                         << o.out;
+  // A synthetic address (getent may print the A or the AAAA answer).
+  EXPECT_TRUE(o.out.find("resolved: 198.18.") != std::string::npos ||
+              o.out.find("resolved: 64:ff9b:1::") != std::string::npos)
+      << o.out;
+  for (const char* step : {"put-ok", "ls-ok", "get-ok", "stream-ok", "wrong-refused"})
+    EXPECT_NE(o.out.find(step), std::string::npos) << step << " missing in:\n" << o.out << o.err;
+
+  // The upstream saw only the real key's signatures, the streaming upload whole.
+  bool streamed = false;
+  for (const json& e : upstreamLog()) {
+    EXPECT_TRUE(e.value("ok", false)) << e.dump();
+    EXPECT_EQ(e.value("path", "").find("wrongbucket"), std::string::npos) << e.dump();
+    if (e.value("path", "") == "/bucket/tp-stream.bin")
+      streamed = e.value("streaming", false) && e.value("size", 0) == (8 << 20);
+  }
+  EXPECT_TRUE(streamed);
+
+  // Captured (not proxied) connections, inspected; requests re-signed or refused.
+  const std::string db = (dir_ / "audit.db").string();
+  EXPECT_GE(sluice::testing::auditCount(
+                db, std::string("SELECT count(*) FROM connections WHERE kind='transparent' AND "
+                                "tls='inspect' AND decision='allow' AND host='") +
+                        kTransparentHost + "'"),
+            4);
+  EXPECT_EQ(sluice::testing::auditCount(db,
+                                        "SELECT count(*) FROM connections WHERE kind<>"
+                                        "'transparent' AND kind<>'token'"),
+            0);
+  EXPECT_GE(sluice::testing::auditCount(
+                db,
+                "SELECT count(*) FROM requests WHERE decision='allow' AND status=200 AND "
+                "injected_secrets LIKE '%aws_key%'"),
+            4);
+  EXPECT_GE(sluice::testing::auditCount(db,
+                                        "SELECT count(*) FROM requests WHERE "
+                                        "reason='signature_mismatch' AND status=403"),
+            1);
+  for (const auto& where : leaks(o)) ADD_FAILURE() << "the real key found in " << where;
 }
 
 }  // namespace

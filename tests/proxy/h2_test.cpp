@@ -67,6 +67,10 @@ egress:
       allow_private: true
       cidrs: ["127.0.0.0/8"]
       tls: inspect
+      inject:
+        headers:
+          X-Other-Key: "${secret:other_key}"
+        placeholder_env: OTHER_TOKEN
   limits:
     max_requests: 12
 )";
@@ -169,7 +173,9 @@ class H2Test : public ::testing::Test {
     proxy::ListenerIdentity id;
     id.execution_id = "exec-h2";
     id.matcher = policy::Matcher::compile(workflow);
-    id.secrets = policy::makeSecretStore({{"api_token", kSecret}});
+    id.secrets = policy::makeSecretStore({{"api_token", kSecret}, {"other_key", "other-value"}});
+    placeholders_ = proxy::makePlaceholders(*workflow);
+    id.placeholders = placeholders_;
     auto port = proxy_->listen("127.0.0.1", 0, std::move(id));
     ASSERT_TRUE(port) << port.error().message;
     port_ = *port;
@@ -254,6 +260,7 @@ class H2Test : public ::testing::Test {
   std::shared_ptr<FakeSink> sink_;
   std::unique_ptr<proxy::Proxy> proxy_;
   std::uint16_t port_ = 0;
+  std::vector<proxy::Placeholder> placeholders_;  // OTHER_TOKEN, of rule `other`
 };
 
 TEST_F(H2Test, AllowedStreamArrivesWithInjectedHeader) {
@@ -321,16 +328,117 @@ TEST_F(H2Test, DeniedStreamGets403WhileItsSiblingsSucceed) {
   EXPECT_EQ(other->reason, "path_not_allowed");
   EXPECT_EQ(one->status, 200);
   EXPECT_EQ(two->status, 200);
-  EXPECT_EQ(denied->connection_id, one->connection_id);
-  EXPECT_EQ(other->connection_id, one->connection_id);
-  EXPECT_EQ(two->connection_id, one->connection_id);
   std::multiset<std::string> forwarded;
   for (const auto& f : sink_->forwards()) forwarded.insert(f.path);
   EXPECT_EQ(forwarded, (std::multiset<std::string>{"/v1/one", "/v1/two"}));
-  std::size_t tunnels = 0;
   proxy_->stop();
-  for (const auto& c : sink_->connections()) tunnels += c.host == "api.test";
+  // Refused streams name the tunnel; an allowed one the upstream connection it went out on:
+  // the tunnel's own, or one the pool opened for it (whose row names the tunnel).
+  std::size_t tunnels = 0;
+  std::string tunnel;
+  for (const auto& c : sink_->connections())
+    if (c.host == "api.test" && c.detail.find("HTTP/2 streams") == std::string::npos) {
+      ++tunnels;
+      tunnel = c.id;
+    }
   EXPECT_EQ(tunnels, 1u) << "curl multiplexed every stream on one tunnel";
+  EXPECT_EQ(denied->connection_id, tunnel);
+  EXPECT_EQ(other->connection_id, tunnel);
+  for (const auto* allowed : {&*one, &*two}) {
+    if (allowed->connection_id == tunnel) continue;
+    const auto row = sink_->waitConnection(
+        [&](const audit::ConnectionEvent& c) { return c.id == allowed->connection_id; });
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->detail, "opened by the proxy for the HTTP/2 streams of connection " + tunnel);
+  }
+}
+
+// Six streams hold every pooled upstream connection (the tunnel's and five dialled); a stream
+// the policy refuses is answered at once, without waiting for one of them, and an allowed one
+// waits until a connection comes back (Node's http2 client, tests/proxy/h2_pool_client.mjs).
+TEST_F(H2Test, ARefusedStreamNeverWaitsForAPooledConnection) {
+  if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "node is not installed";
+  const fs::path go = dir_ / "go";
+  const std::string cmd =
+      "PROXY_PORT=" + std::to_string(port_) + " PROXY_CA=" + (dir_ / "proxy-ca.pem").string() +
+      " HOST=api.test PORT=" + std::to_string(up_->port()) + " GO_FILE=" + go.string() +
+      " timeout 60 node " SLUICE_SOURCE_DIR "/tests/proxy/h2_pool_client.mjs 2>&1";
+  std::string output;
+  std::thread client([&] {
+    if (FILE* f = ::popen(cmd.c_str(), "r")) {
+      char line[4096];
+      while (std::fgets(line, sizeof line, f)) output += line;
+      ::pclose(f);
+    }
+  });
+  for (int i = 0; i < 500 && up_->held() < 6; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(up_->held(), 6) << "six streams should hold six upstream connections";
+  std::ofstream(go) << "go";
+  // Answered while every connection is still held.
+  auto denied =
+      sink_->waitRequest([](const audit::RequestEvent& e) { return e.path == "/v1/admin/x"; },
+                         std::chrono::seconds(10));
+  EXPECT_TRUE(denied) << "the refused stream waited for a pooled connection";
+  EXPECT_EQ(up_->held(), 6);
+  up_->releaseHeld();
+  client.join();
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 403);
+  EXPECT_EQ(denied->reason, "denied_by_rule");
+  EXPECT_NE(output.find("{\"denied\":403}"), std::string::npos) << output;
+  EXPECT_NE(output.find("{\"holds\":[200,200,200,200,200,200],\"queued\":200}"), std::string::npos)
+      << output;
+  for (const auto& r : up_->requests()) EXPECT_NE(r.target, "/v1/admin/x");
+
+  // The five connections the pool opened have rows of their own, beside the tunnel's.
+  proxy_->stop();
+  std::string tunnel;
+  std::vector<audit::ConnectionEvent> pooled;
+  for (const auto& c : sink_->connections()) {
+    if (c.host != "api.test") continue;
+    if (c.detail.find("HTTP/2 streams") == std::string::npos)
+      tunnel = c.id;
+    else
+      pooled.push_back(c);
+  }
+  ASSERT_FALSE(tunnel.empty());
+  ASSERT_EQ(pooled.size(), 5u);
+  for (const auto& c : pooled) {
+    EXPECT_EQ(c.detail, "opened by the proxy for the HTTP/2 streams of connection " + tunnel);
+    EXPECT_EQ(c.decision, audit::Decision::kAllow);
+    EXPECT_EQ(c.rule_id, "api");
+    EXPECT_EQ(c.tls, audit::TlsHandling::kInspect);
+    EXPECT_EQ(c.resolved_ip, "127.0.0.1");
+    EXPECT_GT(c.bytes_up, 0u);
+    EXPECT_GT(c.bytes_down, 0u);
+  }
+  // Each allowed stream's row names the connection it went out on.
+  std::set<std::string> used;
+  for (const auto& e : sink_->requests())
+    if (e.path.starts_with("/v1/hold/")) used.insert(e.connection_id);
+  EXPECT_EQ(used.size(), 6u);
+  EXPECT_TRUE(used.contains(tunnel));
+}
+
+// An HTTP/1.1 upstream's chunked trailers reach the h2 client as the stream's trailers, the
+// one quoting the injected credential redacted.
+TEST_F(H2Test, ChunkedTrailersOfAnHttp11UpstreamReachTheClientAsTrailers) {
+  auto t = curl({url("api.test", "/v1/trailers")}, false, "-D " + (dir_ / "headers").string());
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].status, 200);
+  EXPECT_EQ(t[0].version, "2");
+  EXPECT_EQ(t[0].body, "hello");
+  const std::string dumped = slurp(dir_ / "headers");
+  EXPECT_NE(dumped.find("x-checksum: sha256-2cf24dba"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("x-reflected-authorization: Bearer [redacted by sluice]"),
+            std::string::npos)
+      << dumped;
+  EXPECT_EQ(dumped.find(kSecret), std::string::npos) << dumped;
+  // After the body: trailers, not header fields.
+  const auto checksum = dumped.find("x-checksum");
+  const auto header_end = dumped.find("\r\n\r\n");
+  EXPECT_TRUE(checksum != std::string::npos && checksum > header_end) << dumped;
 }
 
 TEST_F(H2Test, AuthorityNamingAnotherHostIsRefused) {
@@ -437,6 +545,60 @@ TEST_F(H2Test, H2UpstreamUploadAndDownloadStreamWithFlowControl) {
   ASSERT_EQ(big.size(), 1u);
   EXPECT_EQ(big[0].status, 200);
   EXPECT_EQ(big[0].body, std::string(4 * 1024 * 1024, 'b'));
+}
+
+// A client's request trailers reach an h2 upstream (nghttpd logs every header block it gets)
+// as the stream's trailers (Node's http2 client, tests/proxy/h2_trailers_client.mjs).
+TEST_F(H2Test, H2UpstreamGetsTheRequestTrailers) {
+  if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "node is not installed";
+  auto d = startNghttpd();
+  const std::string cmd = "PROXY_PORT=" + std::to_string(port_) +
+                          " PROXY_CA=" + (dir_ / "proxy-ca.pem").string() +
+                          " HOST=api.test PORT=" + std::to_string(d->port()) +
+                          " PATH_=/v1/data timeout 30 node " SLUICE_SOURCE_DIR
+                          "/tests/proxy/h2_trailers_client.mjs 2>&1";
+  std::string output;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, f)) output += line;
+    ::pclose(f);
+  }
+  EXPECT_NE(output.find("\"status\":200"), std::string::npos) << output;
+  const std::string log = d->log();
+  EXPECT_NE(log.find("authorization: Bearer " + std::string(kSecret)), std::string::npos) << log;
+  const auto trailer = log.find("x-checksum: sha256-2cf24dba");
+  EXPECT_NE(trailer, std::string::npos) << log;
+  // After the body: a header block of its own, not a field of the request header.
+  EXPECT_GT(trailer, log.find("recv DATA frame")) << log;
+  EXPECT_EQ(log.find("x-checksum", trailer + 1), std::string::npos) << "sent twice: " << log;
+}
+
+// Request trailers are searched like the rest of the request: another rule's placeholder in
+// one refuses the stream before its end leaves (the upstream never gets a complete request).
+TEST_F(H2Test, AnotherRulesPlaceholderInARequestTrailerRefusesTheStream) {
+  if (::access("/usr/bin/node", X_OK) != 0) GTEST_SKIP() << "node is not installed";
+  ASSERT_EQ(placeholders_.size(), 1u);
+  const std::string token = placeholders_[0].token;
+  auto d = startNghttpd();
+  const std::string cmd =
+      "PROXY_PORT=" + std::to_string(port_) + " PROXY_CA=" + (dir_ / "proxy-ca.pem").string() +
+      " HOST=api.test PORT=" + std::to_string(d->port()) +
+      " PATH_=/v1/data TRAILER_TOKEN=" + token +
+      " timeout 30 node " SLUICE_SOURCE_DIR "/tests/proxy/h2_trailers_client.mjs 2>&1";
+  std::string output;
+  if (FILE* f = ::popen(cmd.c_str(), "r")) {
+    char line[4096];
+    while (std::fgets(line, sizeof line, f)) output += line;
+    ::pclose(f);
+  }
+  EXPECT_NE(output.find("\"status\":403"), std::string::npos) << output;
+  EXPECT_NE(output.find("placeholder_leak"), std::string::npos) << output;
+  auto row = waitRequest("/v1/data");
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->reason, "placeholder_leak");
+  const std::string log = d->log();
+  EXPECT_EQ(log.find(token), std::string::npos) << log;
+  EXPECT_EQ(log.find("x-checksum"), std::string::npos) << log;
 }
 
 TEST_F(H2Test, H2UpstreamDeniedStreamDoesNotHurtItsSiblings) {

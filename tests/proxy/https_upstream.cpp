@@ -139,6 +139,16 @@ net::awaitable<void> serveWebSocket(beast::ssl_stream<beast::tcp_stream> stream,
   }
 }
 
+net::awaitable<void> holdUntilReleased(HttpsUpstream::State* state) {
+  state->held.fetch_add(1);
+  net::steady_timer t(co_await net::this_coro::executor);
+  while (!state->released) {
+    t.expires_after(std::chrono::milliseconds(10));
+    co_await t.async_wait(net::use_awaitable);
+  }
+  state->held.fetch_sub(1);
+}
+
 // Serves requests on one connection (TLS or plain) until the peer closes; returns the
 // upgrade request when the client asked for a WebSocket on "/ws".
 template <typename Stream>
@@ -164,6 +174,19 @@ net::awaitable<std::optional<http::request<http::string_body>>> serveRequests(
       state->requests.push_back(r);
     }
     if (websocket::is_upgrade(req) && r.target == "/ws") co_return req;
+    if (r.target.starts_with("/v1/hold")) co_await holdUntilReleased(state);
+    if (r.target == "/v1/trailers") {
+      // Chunked with a trailer section, one trailer quoting the credential it received.
+      const std::string raw =
+          "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n"
+          "Trailer: x-checksum, x-reflected-authorization\r\n\r\n5\r\nhello\r\n0\r\n"
+          "x-checksum: sha256-2cf24dba\r\nx-reflected-authorization: " +
+          std::string(req[http::field::authorization]) + "\r\n\r\n";
+      co_await net::async_write(stream, net::buffer(raw),
+                                net::redirect_error(net::use_awaitable, ec));
+      if (ec || !req.keep_alive()) co_return std::nullopt;
+      continue;
+    }
     http::response<http::string_body> res{http::status::ok, req.version()};
     res.set(http::field::content_type, "application/json");
     if (r.target == "/v1/reflect") {

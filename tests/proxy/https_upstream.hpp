@@ -10,7 +10,10 @@
 // response the client sees must not carry the secret either, yet the client can still check what
 // arrived.
 // "/ws" with an Upgrade header becomes a WebSocket that echoes every message; "/v1/big/N"
-// answers N bytes.
+// answers N bytes; "/v1/trailers" answers chunked with trailers (x-checksum, and
+// x-reflected-authorization quoting the Authorization it got); "/v1/hold..." is answered only once
+// releaseHeld() was called (held() counts the requests waiting), so a test can keep upstream
+// connections busy.
 #pragma once
 
 // clang-format off
@@ -100,12 +103,16 @@ class HttpsUpstream {
     std::atomic<int> handshakes{0};  // TLS handshakes completed
     std::atomic<int> resumed{0};     // of which resumed a session
     std::atomic<int> ws_messages{0};
+    std::atomic<int> held{0};  // "/v1/hold" requests waiting for releaseHeld()
+    std::atomic<bool> released{false};
     std::mutex mu;
     std::vector<ReceivedRequest> requests;
   };
   int accepted() const { return state_.accepted.load(); }
   int handshakes() const { return state_.handshakes.load(); }
   int resumed() const { return state_.resumed.load(); }
+  int held() const { return state_.held.load(); }
+  void releaseHeld() { state_.released = true; }
   std::vector<ReceivedRequest> requests();
 
  private:

@@ -24,7 +24,7 @@ def decode_chunks(body, seed, ts, scope):
     """The data of an aws-chunked body whose chunk signatures chain from `seed` (real key)."""
     date, region, service = scope.split("/")[:3]
     k = hm(hm(hm(hm(("AWS4" + REAL_SECRET).encode(), date), region), service), "aws4_request")
-    prev, out, pos = seed, b"", 0
+    prev, out, pos = seed, [], 0  # joined once at the end: += would copy the body per chunk
     while True:
         end = body.index(b"\r\n", pos)
         size_text, sig = body[pos:end].decode().split(";chunk-signature=")
@@ -37,9 +37,10 @@ def decode_chunks(body, seed, ts, scope):
         want = hmac.new(k, sts.encode(), hashlib.sha256).hexdigest()
         if not hmac.compare_digest(want, sig):
             raise ValueError("chunk signature is not the real key's")
-        prev, out, pos = sig, out + data, end + 4 + size
+        prev, pos = sig, end + 4 + size
+        out.append(data)
         if size == 0:
-            return out
+            return b"".join(out)
 
 
 def check(h, body):
