@@ -74,7 +74,8 @@ TEST_F(AuditCmdTest, QueryCsvIsRfc4180) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.substr(0, r.out.find("\r\n")),
             "seq,id,execution_id,workflow,ts,kind,host,port,resolved_ip,decision,rule_id,reason,"
-            "detail,tls,bytes_up,bytes_down,duration_ms");
+            "detail,tls,bytes_up,bytes_down,duration_ms,policy_generation,shadow_decision,"
+            "shadow_rule");
   EXPECT_NE(r.out.find(",\"rule pypi matched the host, but port 8443 is not in [443], "
                        "\"\"quoted\"\"\nnext\","),
             std::string::npos)
