@@ -15,6 +15,9 @@ std::expected<PgConn, base::Error> pgConnect(const std::string& conninfo) {
   PgConn c(PQconnectdb(conninfo.c_str()));
   if (!c || PQstatus(c.get()) != CONNECTION_OK)
     return std::unexpected(pgError(c.get(), "cannot connect"));
+  // The server's notices ("relation ... already exists, skipping") are not the user's business.
+  PQsetNoticeProcessor(
+      c.get(), [](void*, const char*) {}, nullptr);
   return c;
 }
 
