@@ -148,9 +148,16 @@ int runVerify(const AuditArgs& a) {
 int runSql(const AuditArgs& a) {
   auto format = audit::parseFormat(a.format);
   if (!format) return fail(format.error().message);
-  auto reader = audit::Reader::open(a.db);
-  if (!reader) return fail(reader.error().message);
-  auto table = (*reader)->sql(a.sql);
+  std::expected<audit::ResultTable, base::Error> table;
+  if (audit::isPostgresUri(a.db)) {
+    auto target = audit::parseCentralUri(a.db, false);
+    if (!target) return fail(target.error().message);
+    table = audit::sqlCentral(*target, a.sql);
+  } else {
+    auto reader = audit::Reader::open(a.db);
+    if (!reader) return fail(reader.error().message);
+    table = (*reader)->sql(a.sql);
+  }
   if (!table) return fail(table.error().message);
   std::cout << audit::formatResult(*table, *format);
   return 0;
@@ -288,7 +295,8 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
   addAuditShipCommand(*audit_cmd, exit_code);
 
   CLI::App* sql = audit_cmd->add_subcommand("sql", "Run one read-only SQL statement");
-  sql->add_option("--db", args->db, "Audit database")->required();
+  sql->add_option("--db", args->db, "Audit database, or postgresql://... (the central store)")
+      ->required();
   sql->add_option("--format", args->format, "table | json | csv")->check(formats);
   sql->add_option("statement", args->sql, "SELECT ...")->required();
   sql->callback([args, &exit_code] { exit_code = runSql(*args); });

@@ -155,6 +155,14 @@ TEST_F(AuditPgTest, ThreeNodesShipConcurrentlyAndEachVerifies) {
     EXPECT_EQ(psql(db_, "SELECT count(*) FROM connections WHERE node = '" + n + "'"),
               testing::RawDb(tmp_ / (n + ".db")).text("SELECT count(*) FROM connections"));
   }
+  // audit sql reads the central store, across nodes, and cannot write to it.
+  auto sql = sluice("audit sql --format csv --db " + to() +
+                    " \"SELECT node, count(*) AS n FROM executions GROUP BY node ORDER BY node\"");
+  EXPECT_EQ(sql.status, 0) << sql.out;
+  EXPECT_EQ(sql.out, "node,n\r\nnode-a,100\r\nnode-b,120\r\nnode-c,140\r\n");
+  auto write = sluice("audit sql --db " + to() + " \"DELETE FROM executions\"");
+  EXPECT_EQ(write.status, 2) << write.out;
+  EXPECT_NE(write.out.find("read-only"), std::string::npos) << write.out;
   // Shipping again copies nothing and changes nothing.
   auto again = sluice("audit ship --once --db " + (tmp_ / "node-a.db").string() + " --to " + to() +
                       " --node node-a");

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "sluice/audit/reader.hpp"
 #include "sluice/audit/store.hpp"
 #include "sluice/base/error.hpp"
 
@@ -25,8 +26,10 @@ struct CentralTarget {
   std::string conninfo;
   std::string node;
 };
-/// Splits `postgresql://...?node=N&...` into the libpq URI and N (kInvalidArgument without one).
-std::expected<CentralTarget, base::Error> parseCentralUri(std::string_view uri);
+/// Splits `postgresql://...?node=N&...` into the libpq URI and N (kInvalidArgument without one,
+/// unless `node_required` is false).
+std::expected<CentralTarget, base::Error> parseCentralUri(std::string_view uri,
+                                                          bool node_required = true);
 
 /// Where a ship stands after a batch.
 struct ShipProgress {
@@ -59,5 +62,10 @@ std::expected<ShipProgress, base::Error> ship(const ShipOptions& options);
 /// shipped position.
 std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,
                                                        const VerifyOptions& options);
+
+/// `sluice audit sql` against the central store: one statement in a READ ONLY transaction (the
+/// server refuses writes), its rows as Reader::sql returns them (JSON columns marked).
+std::expected<ResultTable, base::Error> sqlCentral(const CentralTarget& target,
+                                                   std::string_view statement);
 
 }  // namespace sluice::audit
