@@ -23,6 +23,8 @@ PACKAGES=(
   # dpkg-shlibdeps; man-db renders the pages in its test), the units (systemd-analyze,
   # systemd-socket-activate), the Helm chart rendered by Go text/template with sprig.
   help2man dpkg-dev fakeroot man-db binutils systemd golang-go golang-github-masterminds-sprig-dev
+  # Central audit store: libpq for `audit ship`/verify, the server for its tests' throwaway cluster.
+  libpq-dev postgresql
 )
 # npm: Debian's package, unless the installed nodejs already ships its own npm (NodeSource's
 # does, and conflicts with Debian's npm package).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "chain_rows.hpp"
+#include "chain_source.hpp"
 #include "consistency.hpp"
 #include "merkle.hpp"
 #include "row_hash.hpp"
@@ -68,15 +69,12 @@ struct Cursor {
     }
   }
 
-  /// "connections seq 57 (id c-1)", "policies seq 3 (sha256 ab12...)": how a broken row is
-  /// named.
-  std::string name() const {
+  /// The text of the table's key column ("" when it has none).
+  std::string_view key() const {
     const auto& cols = table->columns;
-    const auto key = std::find(cols.begin(), cols.end(), table->key_column);
-    if (table->key_column.empty() || key == cols.end())
-      return fmt::format("{} seq {} (id {})", table->name, seq, seq);
-    return fmt::format("{} seq {} ({} {})", table->name, seq, table->key_column,
-                       stmt.columnText(static_cast<int>(key - cols.begin()) + 3));
+    const auto k = std::find(cols.begin(), cols.end(), table->key_column);
+    if (table->key_column.empty() || k == cols.end()) return {};
+    return stmt.columnText(static_cast<int>(k - cols.begin()) + 3);
   }
 };
 
@@ -86,8 +84,96 @@ std::string verifySelectSql(const detail::ChainTable& t) {
                      detail::columnList(t, ""), t.generated_check, t.name);
 }
 
+/// The chain as the SQLite store holds it: one cursor per chained table, merged by seq, read
+/// in one snapshot.
+class SqliteChainSource final : public detail::ChainSource {
+ public:
+  explicit SqliteChainSource(const std::filesystem::path& db) : db_(db) {}
+
+  std::expected<void, base::Error> open() {
+    auto conn = detail::openReadSnapshot(db_);
+    if (!conn) return std::unexpected(conn.error());
+    conn_ = std::move(*conn);
+    raw_ = conn_.get();
+    for (const auto& t : detail::chainTables()) {
+      auto s = detail::prepare(db_, raw_, verifySelectSql(t));
+      if (!s) return std::unexpected(s.error());
+      Cursor c;
+      c.table = &t;
+      c.stmt = std::move(*s);
+      // Every row, even one inserted at seq <= 0 (which the walk reports as a duplicate).
+      c.stmt.bindInt(1, std::numeric_limits<std::int64_t>::min());
+      if (auto r = c.next(db_, raw_); !r) return r;
+      cursors_.push_back(std::move(c));
+    }
+    auto ckpt = detail::prepare(db_, raw_,
+                                "SELECT seq, position, root, signature, key_id, ts, frontier "
+                                "FROM checkpoints ORDER BY position, seq");
+    if (!ckpt) return std::unexpected(ckpt.error());
+    ckpt_ = std::move(*ckpt);
+    return {};
+  }
+
+  std::expected<bool, base::Error> nextRow(detail::ChainRow& row) override {
+    if (last_) {
+      if (auto r = last_->next(db_, raw_); !r) return std::unexpected(r.error());
+    }
+    last_ = nullptr;
+    for (auto& c : cursors_) {
+      if (c.has_row && (!last_ || c.seq < last_->seq)) last_ = &c;
+    }
+    if (!last_) return false;
+    const Cursor& cur = *last_;
+    values_.clear();
+    for (std::size_t i = 0; i < cur.table->columns.size(); ++i) values_.push_back(cur.value(i));
+    row = {cur.table,
+           cur.seq,
+           cur.stmt.columnText(1),
+           cur.stmt.columnText(2),
+           values_,
+           cur.key(),
+           cur.stmt.columnInt(static_cast<int>(cur.table->columns.size() + 3)) == 1};
+    return true;
+  }
+
+  std::expected<bool, base::Error> nextCheckpoint(detail::CheckpointRow& c) override {
+    const int rc = ckpt_.step();
+    if (rc == SQLITE_DONE) return false;
+    if (rc != SQLITE_ROW)
+      return std::unexpected(detail::sqliteError(db_, raw_, rc, "cannot read checkpoints"));
+    c = {ckpt_.columnInt(0),  ckpt_.columnInt(1), ckpt_.columnText(2), ckpt_.columnText(3),
+         ckpt_.columnText(4), ckpt_.columnInt(5), ckpt_.columnText(6)};
+    return true;
+  }
+
+  std::expected<std::optional<detail::ChainHead>, base::Error> head() override {
+    auto head = detail::prepare(db_, raw_, "SELECT seq, hash FROM chain_head WHERE id = 0");
+    if (!head) return std::unexpected(head.error());
+    if (head->step() != SQLITE_ROW) return std::nullopt;
+    return detail::ChainHead{head->columnInt(0), std::string(head->columnText(1))};
+  }
+
+  std::string_view headName() const override { return "chain_head"; }
+
+ private:
+  const std::filesystem::path& db_;
+  detail::Db conn_;  // before the statements: they are finalized first
+  sqlite3* raw_ = nullptr;
+  std::vector<Cursor> cursors_;
+  Cursor* last_ = nullptr;  // the cursor of the row last handed out
+  Stmt ckpt_;
+  std::vector<Value> values_;
+};
+
+/// "connections seq 57 (id c-1)", "policies seq 3 (sha256 ab12...)": how a broken row is named.
+std::string rowName(const detail::ChainRow& row) {
+  if (row.table->key_column.empty())
+    return fmt::format("{} seq {} (id {})", row.table->name, row.seq, row.seq);
+  return fmt::format("{} seq {} ({} {})", row.table->name, row.seq, row.table->key_column, row.key);
+}
+
 /// A policies row's values (rows.cpp): sha256 is the SHA-256 of yaml, both text.
-bool policyTextMatches(detail::RowHasher& hasher, const std::vector<Value>& values) {
+bool policyTextMatches(detail::RowHasher& hasher, std::span<const Value> values) {
   const auto* sha = std::get_if<std::string_view>(&values[0]);
   const auto* yaml = std::get_if<std::string_view>(&values[2]);
   return sha && yaml && hasher.sha256(*yaml) == *sha;
@@ -107,121 +193,89 @@ bool walMissing(const std::filesystem::path& db) {
 /// `consistency` (when given) the tree after every row. One use: run() once.
 class ChainWalk {
  public:
-  ChainWalk(const std::filesystem::path& db, const PublicKey* pubkey,
+  ChainWalk(detail::ChainSource& source, const PublicKey* pubkey,
             detail::ConsistencyCheck* consistency)
-      : db_(db), pubkey_(pubkey), consistency_(consistency) {}
+      : source_(source), pubkey_(pubkey), consistency_(consistency) {}
 
   std::expected<VerifyResult, base::Error> run() {
-    auto conn = detail::openReadSnapshot(db_);
-    if (!conn) return std::unexpected(conn.error());
-    conn_ = std::move(*conn);
-    raw_ = conn_.get();
-    if (auto r = openCursors(); !r) return std::unexpected(r.error());
-    if (auto r = openCheckpoints(); !r) return std::unexpected(r.error());
-    if (ckpt_rc_ == SQLITE_ROW && ckpt_.columnInt(1) < 1)
+    if (auto r = nextCheckpoint(); !r) return std::unexpected(r.error());
+    // The tree is kept when there is a checkpoint, or a key or a kept checkpoint asks for it.
+    if (has_ckpt_ || pubkey_ || consistency_) tree_.emplace();
+    if (has_ckpt_ && ckpt_.position < 1)
       return broken(fmt::format("{}: covers no rows", checkpointName()));
-    while (Cursor* cur = nextRow()) {
-      if (std::string why = checkRow(*cur); !why.empty()) return broken(std::move(why));
-      if (std::string why = checkCheckpointsHere(); !why.empty()) return broken(std::move(why));
+    detail::ChainRow row;
+    for (;;) {
+      auto more = source_.nextRow(row);
+      if (!more) return std::unexpected(more.error());
+      if (!*more) break;
+      if (std::string why = checkRow(row); !why.empty()) return broken(std::move(why));
+      auto here = checkCheckpointsHere();
+      if (!here) return std::unexpected(here.error());
+      if (!here->empty()) return broken(std::move(*here));
       ++expected_seq_;
       ++result_.rows;
-      if (auto r = cur->next(db_, raw_); !r) return std::unexpected(r.error());
     }
     return checkEnd();
   }
 
  private:
-  /// One cursor per chained table, on its first row.
-  std::expected<void, base::Error> openCursors() {
-    for (const auto& t : detail::chainTables()) {
-      auto s = detail::prepare(db_, raw_, verifySelectSql(t));
-      if (!s) return std::unexpected(s.error());
-      Cursor c;
-      c.table = &t;
-      c.stmt = std::move(*s);
-      // Every row, even one inserted at seq <= 0 (which the walk reports as a duplicate).
-      c.stmt.bindInt(1, std::numeric_limits<std::int64_t>::min());
-      if (auto r = c.next(db_, raw_); !r) return r;
-      cursors_.push_back(std::move(c));
-    }
+  std::expected<void, base::Error> nextCheckpoint() {
+    auto more = source_.nextCheckpoint(ckpt_);
+    if (!more) return std::unexpected(more.error());
+    has_ckpt_ = *more;
     return {};
   }
 
-  /// Checkpoints in position order: each is checked when the walk reaches its position. The
-  /// tree is kept when there is one, or a key or a kept checkpoint asks for it.
-  std::expected<void, base::Error> openCheckpoints() {
-    auto ckpt = detail::prepare(db_, raw_,
-                                "SELECT seq, position, root, signature, key_id, ts, frontier "
-                                "FROM checkpoints ORDER BY position, seq");
-    if (!ckpt) return std::unexpected(ckpt.error());
-    ckpt_ = std::move(*ckpt);
-    ckpt_rc_ = ckpt_.step();
-    if (ckpt_rc_ == SQLITE_ROW || pubkey_ || consistency_) tree_.emplace();
-    return {};
-  }
-
-  /// The cursor with the lowest seq (the chain's next row), or null at the end.
-  Cursor* nextRow() {
-    Cursor* cur = nullptr;
-    for (auto& c : cursors_) {
-      if (c.has_row && (!cur || c.seq < cur->seq)) cur = &c;
+  /// `row` against the chain so far; "" when good (then it extends the chain).
+  std::string checkRow(const detail::ChainRow& row) {
+    if (row.seq > expected_seq_) {
+      return fmt::format("{}: sequence gap: rows {}..{} are missing (deleted)", rowName(row),
+                         expected_seq_, row.seq - 1);
     }
-    return cur;
-  }
-
-  /// The row under `cur` against the chain so far; "" when good (then it extends the chain).
-  std::string checkRow(const Cursor& cur) {
-    if (cur.seq > expected_seq_) {
-      return fmt::format("{}: sequence gap: rows {}..{} are missing (deleted)", cur.name(),
-                         expected_seq_, cur.seq - 1);
-    }
-    if (cur.seq < expected_seq_)
-      return fmt::format("{}: seq {} appears twice (a row was inserted)", cur.name(), cur.seq);
-    values_.clear();
-    for (std::size_t i = 0; i < cur.table->columns.size(); ++i) values_.push_back(cur.value(i));
-    const std::string_view stored_prev = cur.stmt.columnText(1);
-    const std::string_view stored_hash = cur.stmt.columnText(2);
-    if (hasher_.hash(cur.table->name, cur.seq, stored_prev,
-                     detail::hashedValues(*cur.table, values_)) != stored_hash) {
+    if (row.seq < expected_seq_)
+      return fmt::format("{}: seq {} appears twice (a row was inserted)", rowName(row), row.seq);
+    if (hasher_.hash(row.table->name, row.seq, row.prev_hash,
+                     detail::hashedValues(*row.table, row.values)) != row.hash) {
       return fmt::format(
-          "{}: hash does not match the row's contents (row edited, inserted or moved)", cur.name());
+          "{}: hash does not match the row's contents (row edited, inserted or moved)",
+          rowName(row));
     }
-    if (stored_prev != prev_) {
+    if (row.prev_hash != prev_) {
       return fmt::format(
           "{}: prev_hash does not match the hash of the row before it (a row was deleted, "
           "inserted or reordered)",
-          cur.name());
+          rowName(row));
     }
-    if (cur.stmt.columnInt(static_cast<int>(cur.table->columns.size() + 3)) != 1) {
+    if (!row.generated_ok) {
       return fmt::format(
           "{}: a generated column does not equal its definition (the schema was edited)",
-          cur.name());
+          rowName(row));
     }
     // Policy rows are content-addressed too: the key must be the text's SHA-256.
-    if (cur.table->name == "policies" && !policyTextMatches(hasher_, values_))
-      return fmt::format("{}: the policy text does not match its sha256 (edited)", cur.name());
-    prev_ = std::string(stored_hash);
+    if (row.table->name == "policies" && !policyTextMatches(hasher_, row.values))
+      return fmt::format("{}: the policy text does not match its sha256 (edited)", rowName(row));
+    prev_ = std::string(row.hash);
     if (tree_) {
-      tree_->append(*detail::fromHex(stored_hash));  // a valid hash: it matched the computed one
+      tree_->append(*detail::fromHex(row.hash));  // a valid hash: it matched the computed one
       if (consistency_) consistency_->observe(*tree_);
     }
     return {};
   }
 
   /// The checkpoints at the row just walked; "" when they hold.
-  std::string checkCheckpointsHere() {
-    while (tree_ && ckpt_rc_ == SQLITE_ROW && ckpt_.columnInt(1) == expected_seq_) {
+  std::expected<std::string, base::Error> checkCheckpointsHere() {
+    while (tree_ && has_ckpt_ && ckpt_.position == expected_seq_) {
       if (std::string why = checkCheckpoint(); !why.empty()) return why;
-      ckpt_rc_ = ckpt_.step();
+      if (auto r = nextCheckpoint(); !r) return std::unexpected(r.error());
     }
-    return {};
+    return std::string{};
   }
 
-  /// The checkpoint under the cursor, against the tree of the rows walked so far; "" when good.
+  /// The current checkpoint, against the tree of the rows walked so far; "" when good.
   std::string checkCheckpoint() {
-    const std::int64_t position = ckpt_.columnInt(1);
-    const std::string root(ckpt_.columnText(2));
-    if (ckpt_.columnInt(0) != next_checkpoint_) {
+    const std::int64_t position = ckpt_.position;
+    const std::string root(ckpt_.root);
+    if (ckpt_.seq != next_checkpoint_) {
       return fmt::format(
           "{}: checkpoints are not numbered 1, 2, ... in position order (expected seq {} here: "
           "a checkpoint was deleted, renumbered or moved)",
@@ -235,17 +289,16 @@ class ChainWalk {
           checkpointName(), position);
     }
     // Not signed, so re-derived: the next writer resumes its tree from it.
-    if (ckpt_.columnText(6) != tree_->serialize())
+    if (ckpt_.frontier != tree_->serialize())
       return fmt::format("{}: its frontier is not the Merkle tree's right edge at {} (edited)",
                          checkpointName(), position);
     if (pubkey_) {
-      if (ckpt_.columnText(4) != pubkey_->keyId()) {
+      if (ckpt_.key_id != pubkey_->keyId()) {
         return fmt::format("{}: signed by key {}, not by the given public key {}", checkpointName(),
-                           ckpt_.columnText(4), pubkey_->keyId());
+                           ckpt_.key_id, pubkey_->keyId());
       }
-      auto sig = base64Decode(ckpt_.columnText(3));
-      if (!sig ||
-          !pubkey_->verify(checkpointSignedText(position, root, ckpt_.columnInt(5)), *sig)) {
+      auto sig = base64Decode(ckpt_.signature);
+      if (!sig || !pubkey_->verify(checkpointSignedText(position, root, ckpt_.ts), *sig)) {
         return fmt::format("{}: the signature does not verify (forged or altered checkpoint)",
                            checkpointName());
       }
@@ -257,31 +310,28 @@ class ChainWalk {
 
   /// After the last row: no checkpoint beyond it, and the head names it.
   std::expected<VerifyResult, base::Error> checkEnd() {
-    if (ckpt_rc_ == SQLITE_ROW) {
+    if (has_ckpt_) {
       return broken(fmt::format(
           "{}: covers rows up to seq {} but the chain ends at seq {} (rows deleted from the end)",
-          checkpointName(), ckpt_.columnInt(1), expected_seq_ - 1));
+          checkpointName(), ckpt_.position, expected_seq_ - 1));
     }
-    if (ckpt_rc_ != SQLITE_DONE)
-      return std::unexpected(detail::sqliteError(db_, raw_, ckpt_rc_, "cannot read checkpoints"));
     result_.signatures_checked = pubkey_ != nullptr;
     result_.unsigned_tail = result_.rows - static_cast<std::uint64_t>(result_.last_signed_position);
-    auto head = detail::prepare(db_, raw_, "SELECT seq, hash FROM chain_head WHERE id = 0");
+    auto head = source_.head();
     if (!head) return std::unexpected(head.error());
-    if (head->step() != SQLITE_ROW) return broken("chain_head: the row is missing");
-    const std::int64_t head_seq = head->columnInt(0);
-    if (head_seq != expected_seq_ - 1 || head->columnText(1) != prev_) {
+    if (!*head) return broken(fmt::format("{}: the row is missing", source_.headName()));
+    if ((*head)->seq != expected_seq_ - 1 || (*head)->hash != prev_) {
       return broken(
-          fmt::format("chain_head: records seq {} but the chain ends at seq {} (rows "
+          fmt::format("{}: records seq {} but the chain ends at seq {} (rows "
                       "deleted from the end, or the head was edited)",
-                      head_seq, expected_seq_ - 1));
+                      source_.headName(), (*head)->seq, expected_seq_ - 1));
     }
     result_.ok = true;
     return result_;
   }
 
   std::string checkpointName() const {
-    return fmt::format("checkpoint seq {} (position {})", ckpt_.columnInt(0), ckpt_.columnInt(1));
+    return fmt::format("checkpoint seq {} (position {})", ckpt_.seq, ckpt_.position);
   }
 
   VerifyResult broken(std::string why) {
@@ -291,21 +341,17 @@ class ChainWalk {
     return result_;
   }
 
-  const std::filesystem::path& db_;
+  detail::ChainSource& source_;
   const PublicKey* pubkey_;
   detail::ConsistencyCheck* consistency_;
-  detail::Db conn_;  // before the statements: they are finalized first
-  sqlite3* raw_ = nullptr;
-  std::vector<Cursor> cursors_;
-  Stmt ckpt_;
-  int ckpt_rc_ = SQLITE_DONE;
+  detail::CheckpointRow ckpt_;
+  bool has_ckpt_ = false;
   std::optional<detail::MerkleFrontier> tree_;
   detail::RowHasher hasher_;
   VerifyResult result_;
   std::string prev_{detail::kGenesisHash};
   std::int64_t expected_seq_ = 1;
   std::int64_t next_checkpoint_ = 1;  // checkpoints are numbered 1, 2, ... in position order
-  std::vector<Value> values_;
 };
 
 }  // namespace
@@ -320,6 +366,18 @@ std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
 std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
                                                 const VerifyOptions& options) {
   const bool wal_missing = walMissing(db);
+  SqliteChainSource source(db);
+  if (auto r = source.open(); !r) return std::unexpected(r.error());
+  auto result = detail::verifyChain(source, options, wal_missing);
+  if (result) result->wal_missing = wal_missing;
+  return result;
+}
+
+namespace detail {
+
+std::expected<VerifyResult, base::Error> verifyChain(ChainSource& source,
+                                                     const VerifyOptions& options,
+                                                     bool wal_missing) {
   std::optional<detail::ConsistencyCheck> consistency;
   if (options.consistent_with) {
     if (!options.pubkey) {
@@ -333,10 +391,8 @@ std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
                                          options.consistent_with_name + ": " + kept.error()});
     consistency.emplace(std::move(*kept));
   }
-  auto result = ChainWalk(db, options.pubkey, consistency ? &*consistency : nullptr).run();
-  if (!result) return result;
-  result->wal_missing = wal_missing;
-  if (!result->ok) return result;
+  auto result = ChainWalk(source, options.pubkey, consistency ? &*consistency : nullptr).run();
+  if (!result || !result->ok) return result;
   auto failed = [&](VerifyFailure f, std::string why) {
     result->ok = false;
     result->failure = f;
@@ -365,4 +421,5 @@ std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
   return result;
 }
 
+}  // namespace detail
 }  // namespace sluice::audit

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "sluice/audit/central.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
@@ -105,7 +106,16 @@ int runVerify(const AuditArgs& a) {
     o.consistent_with = std::string(std::istreambuf_iterator<char>(in), {});
     o.consistent_with_name = a.consistent_with;
   }
-  auto result = audit::verify(a.db, o);
+  std::string shown = a.db;  // a postgresql:// URI may hold a password: name the node instead
+  std::expected<audit::VerifyResult, base::Error> result;
+  if (audit::isPostgresUri(a.db)) {
+    auto target = audit::parseCentralUri(a.db);
+    if (!target) return fail(target.error().message);
+    shown = "postgresql node " + target->node;
+    result = audit::verifyCentral(*target, o);
+  } else {
+    result = audit::verify(a.db, o);
+  }
   if (!result) return fail(result.error().message);
   if (result->wal_missing) {
     std::cerr << "sluice audit: warning: " << a.db << " is in WAL mode but " << a.db
@@ -114,13 +124,13 @@ int runVerify(const AuditArgs& a) {
                  "sqlite3 DB .backup)\n";
   }
   if (!result->ok) {
-    std::cout << a.db << ": " << failureWord(result->failure);
+    std::cout << shown << ": " << failureWord(result->failure);
     if (result->failure == audit::VerifyFailure::kBroken)
       std::cout << " after " << result->rows << " good rows";
     std::cout << ": " << result->first_broken << "\n";
     return 1;
   }
-  std::cout << a.db << ": ok, " << result->rows << " rows verified";
+  std::cout << shown << ": ok, " << result->rows << " rows verified";
   if (result->checkpoints > 0 || key) {
     std::cout << ", " << result->checkpoints << " checkpoints"
               << (key ? " (signatures valid, key " + key->keyId() + ")" : " (roots only)");
@@ -138,9 +148,16 @@ int runVerify(const AuditArgs& a) {
 int runSql(const AuditArgs& a) {
   auto format = audit::parseFormat(a.format);
   if (!format) return fail(format.error().message);
-  auto reader = audit::Reader::open(a.db);
-  if (!reader) return fail(reader.error().message);
-  auto table = (*reader)->sql(a.sql);
+  std::expected<audit::ResultTable, base::Error> table;
+  if (audit::isPostgresUri(a.db)) {
+    auto target = audit::parseCentralUri(a.db, false);
+    if (!target) return fail(target.error().message);
+    table = audit::sqlCentral(*target, a.sql);
+  } else {
+    auto reader = audit::Reader::open(a.db);
+    if (!reader) return fail(reader.error().message);
+    table = (*reader)->sql(a.sql);
+  }
   if (!table) return fail(table.error().message);
   std::cout << audit::formatResult(*table, *format);
   return 0;
@@ -207,6 +224,8 @@ int runKeygen(const AuditArgs& a) {
 
 // prove, check-proof, export, verify-export, attest, verify-attestation (audit_evidence_cmd.cpp).
 void addAuditEvidenceCommands(CLI::App& audit_cmd, int& exit_code);
+// ship (audit_ship_cmd.cpp).
+void addAuditShipCommand(CLI::App& audit_cmd, int& exit_code);
 
 std::expected<int, std::string> groupId(const std::string& name) {
   std::vector<char> buf(16384);
@@ -247,7 +266,11 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
 
   CLI::App* verify = audit_cmd->add_subcommand(
       "verify", "Walk the hash chain: exit 0 intact, 1 naming the first broken row");
-  verify->add_option("--db", args->db, "Audit database")->required();
+  verify
+      ->add_option("--db", args->db,
+                   "Audit database, or postgresql://...?node=ID: that node's rows in the central "
+                   "store (audit ship)")
+      ->required();
   CLI::Option* pubkey = verify->add_option(
       "--pubkey", args->pubkey,
       "Check every checkpoint's signature with this public key (audit.pub); a log with no "
@@ -269,9 +292,11 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
   keygen->callback([args, &exit_code] { exit_code = runKeygen(*args); });
 
   addAuditEvidenceCommands(*audit_cmd, exit_code);
+  addAuditShipCommand(*audit_cmd, exit_code);
 
   CLI::App* sql = audit_cmd->add_subcommand("sql", "Run one read-only SQL statement");
-  sql->add_option("--db", args->db, "Audit database")->required();
+  sql->add_option("--db", args->db, "Audit database, or postgresql://... (the central store)")
+      ->required();
   sql->add_option("--format", args->format, "table | json | csv")->check(formats);
   sql->add_option("statement", args->sql, "SELECT ...")->required();
   sql->callback([args, &exit_code] { exit_code = runSql(*args); });

@@ -1,0 +1,85 @@
+// libpq wrappers; see pg_conn.hpp.
+#include "pg_conn.hpp"
+
+#include <fmt/format.h>
+
+namespace sluice::audit::detail {
+
+base::Error pgError(PGconn* c, std::string_view what) {
+  std::string msg = c ? PQerrorMessage(c) : "out of memory";
+  while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
+  return base::Error{base::Code::kIo, fmt::format("postgresql: {}: {}", what, msg)};
+}
+
+std::expected<PgConn, base::Error> pgConnect(const std::string& conninfo) {
+  PgConn c(PQconnectdb(conninfo.c_str()));
+  if (!c || PQstatus(c.get()) != CONNECTION_OK)
+    return std::unexpected(pgError(c.get(), "cannot connect"));
+  // The server's notices ("relation ... already exists, skipping") are not the user's business.
+  PQsetNoticeProcessor(
+      c.get(), [](void*, const char*) {}, nullptr);
+  return c;
+}
+
+std::expected<PgResult, base::Error> pgExec(PGconn* c, const std::string& sql,
+                                            const std::vector<const char*>& params) {
+  // PQexec runs a script of several statements (the schema); PQexecParams only one.
+  PgResult r(params.empty() ? PQexec(c, sql.c_str())
+                            : PQexecParams(c, sql.c_str(), static_cast<int>(params.size()), nullptr,
+                                           params.data(), nullptr, nullptr, 0));
+  const ExecStatusType st = r ? PQresultStatus(r.get()) : PGRES_FATAL_ERROR;
+  if (st != PGRES_COMMAND_OK && st != PGRES_TUPLES_OK)
+    return std::unexpected(pgError(c, sql.starts_with("--")
+                                          ? std::string("creating the schema")
+                                          : sql.substr(0, sql.find_first_of("(\n"))));
+  return r;
+}
+
+std::expected<void, base::Error> pgCopy(PGconn* c, const std::string& target,
+                                        const std::string& data) {
+  const std::string sql = "COPY " + target + " FROM STDIN";
+  PgResult start(PQexec(c, sql.c_str()));
+  if (!start || PQresultStatus(start.get()) != PGRES_COPY_IN)
+    return std::unexpected(pgError(c, sql));
+  if (PQputCopyData(c, data.data(), static_cast<int>(data.size())) != 1 ||
+      PQputCopyEnd(c, nullptr) != 1)
+    return std::unexpected(pgError(c, sql));
+  PgResult end(PQgetResult(c));
+  const bool ok = end && PQresultStatus(end.get()) == PGRES_COMMAND_OK;
+  while (PgResult more{PQgetResult(c)}) {
+  }
+  if (!ok) return std::unexpected(pgError(c, sql));
+  return {};
+}
+
+void pgCopyEscape(std::string& out, std::string_view v) {
+  for (char ch : v) {
+    switch (ch) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      default:
+        out += ch;
+    }
+  }
+}
+
+std::string pgIdent(std::string_view name) {
+  std::string out = "\"";
+  for (char ch : name) {
+    if (ch == '"') out += '"';
+    out += ch;
+  }
+  return out + "\"";
+}
+
+}  // namespace sluice::audit::detail

@@ -1,0 +1,241 @@
+// `sluice audit verify --db 'postgresql://...?node=N'`: the node's chain in the central store as
+// a ChainSource (chain_source.hpp), so the walk and its checks are verify's own.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <vector>
+
+#include "chain_source.hpp"
+#include "pg_conn.hpp"
+#include "sluice/audit/central.hpp"
+
+namespace sluice::audit {
+namespace {
+
+using detail::PgResult;
+using detail::Value;
+
+constexpr Oid kInt8Oid = 20;  // PostgreSQL's BIGINT
+
+std::int64_t toInt(const PGresult* r, int row, int col) {
+  const char* v = PQgetvalue(r, row, col);
+  std::int64_t out = 0;
+  std::from_chars(v, v + PQgetlength(r, row, col), out);
+  return out;
+}
+
+std::string_view text(const PGresult* r, int row, int col) {
+  return {PQgetvalue(r, row, col), static_cast<std::size_t>(PQgetlength(r, row, col))};
+}
+
+/// One table's rows for the node in seq order, fetched through a server-side cursor.
+struct PgCursor {
+  const detail::ChainTable* table = nullptr;
+  std::string name;  // the cursor's
+  PgResult page;
+  int row = 0;
+  bool has_row = false;
+  std::int64_t seq = 0;
+
+  std::expected<void, base::Error> next(PGconn* c) {
+    ++row;
+    if (!page || row >= PQntuples(page.get())) {
+      auto r = detail::pgExec(c, "FETCH 1000 FROM " + name);
+      if (!r) return std::unexpected(r.error());
+      page = std::move(*r);
+      row = 0;
+    }
+    has_row = row < PQntuples(page.get());
+    if (has_row) seq = toInt(page.get(), row, 0);
+    return {};
+  }
+
+  /// Column i of the hashed columns: NULL, a BIGINT as an integer, anything else as text.
+  Value value(std::size_t i) const {
+    const int col = static_cast<int>(i + 3);
+    if (PQgetisnull(page.get(), row, col)) return Value{};
+    if (PQftype(page.get(), col) == kInt8Oid) return Value{toInt(page.get(), row, col)};
+    return Value{text(page.get(), row, col)};
+  }
+};
+
+class PgChainSource final : public detail::ChainSource {
+ public:
+  explicit PgChainSource(const CentralTarget& target) : target_(target) {}
+
+  std::expected<void, base::Error> open() {
+    auto c = detail::pgConnect(target_.conninfo);
+    if (!c) return std::unexpected(c.error());
+    conn_ = std::move(*c);
+    // One snapshot for the whole walk while ships keep appending.
+    if (auto r = detail::pgExec(conn_.get(), "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); !r)
+      return std::unexpected(r.error());
+    char* lit = PQescapeLiteral(conn_.get(), target_.node.c_str(), target_.node.size());
+    if (!lit) return std::unexpected(detail::pgError(conn_.get(), "node id"));
+    node_literal_ = lit;
+    PQfreemem(lit);
+    for (const auto& t : detail::chainTables()) {
+      PgCursor cur;
+      cur.table = &t;
+      cur.name = fmt::format("sluice_verify_{}", t.name);
+      cur.row = -1;
+      const std::string sql = fmt::format(
+          "DECLARE {} NO SCROLL CURSOR FOR SELECT seq, prev_hash, hash, {} FROM {} "
+          "WHERE node = {} ORDER BY seq",
+          cur.name, detail::columnList(t, ""), t.name, node_literal_);
+      if (auto r = detail::pgExec(conn_.get(), sql); !r) return std::unexpected(r.error());
+      if (auto r = cur.next(conn_.get()); !r) return r;
+      cursors_.push_back(std::move(cur));
+    }
+    auto ck = detail::pgExec(conn_.get(), fmt::format("SELECT seq, position, root, signature, "
+                                                      "key_id, ts, frontier FROM checkpoints "
+                                                      "WHERE node = {} ORDER BY position, seq",
+                                                      node_literal_));
+    if (!ck) return std::unexpected(ck.error());
+    checkpoints_ = std::move(*ck);
+    return {};
+  }
+
+  std::expected<bool, base::Error> nextRow(detail::ChainRow& row) override {
+    if (last_) {
+      if (auto r = last_->next(conn_.get()); !r) return std::unexpected(r.error());
+    }
+    last_ = nullptr;
+    for (auto& c : cursors_) {
+      if (c.has_row && (!last_ || c.seq < last_->seq)) last_ = &c;
+    }
+    if (!last_) return false;
+    const PgCursor& cur = *last_;
+    values_.clear();
+    std::string_view key;
+    for (std::size_t i = 0; i < cur.table->columns.size(); ++i) {
+      values_.push_back(cur.value(i));
+      if (cur.table->columns[i] == cur.table->key_column &&
+          !PQgetisnull(cur.page.get(), cur.row, static_cast<int>(i + 3)))
+        key = text(cur.page.get(), cur.row, static_cast<int>(i + 3));
+    }
+    row = {cur.table,
+           cur.seq,
+           text(cur.page.get(), cur.row, 1),
+           text(cur.page.get(), cur.row, 2),
+           values_,
+           key,
+           true};
+    return true;
+  }
+
+  std::expected<bool, base::Error> nextCheckpoint(detail::CheckpointRow& c) override {
+    const PGresult* r = checkpoints_.get();
+    if (next_checkpoint_ >= PQntuples(r)) return false;
+    const int i = next_checkpoint_++;
+    c = {toInt(r, i, 0), toInt(r, i, 1), text(r, i, 2), text(r, i, 3),
+         text(r, i, 4),  toInt(r, i, 5), text(r, i, 6)};
+    return true;
+  }
+
+  std::expected<std::optional<detail::ChainHead>, base::Error> head() override {
+    auto r = detail::pgExec(conn_.get(), "SELECT seq, hash FROM ship_positions WHERE node = $1",
+                            {target_.node.c_str()});
+    if (!r) return std::unexpected(r.error());
+    if (PQntuples(r->get()) != 1) return std::nullopt;
+    return detail::ChainHead{toInt(r->get(), 0, 0), std::string(text(r->get(), 0, 1))};
+  }
+
+  std::string_view headName() const override { return "ship_positions"; }
+
+ private:
+  const CentralTarget& target_;
+  detail::PgConn conn_;
+  std::string node_literal_;
+  std::vector<PgCursor> cursors_;
+  PgCursor* last_ = nullptr;  // the cursor of the row last handed out
+  PgResult checkpoints_;
+  int next_checkpoint_ = 0;
+  std::vector<Value> values_;
+};
+
+}  // namespace
+
+bool isPostgresUri(std::string_view db) {
+  return db.starts_with("postgresql://") || db.starts_with("postgres://");
+}
+
+std::expected<CentralTarget, base::Error> parseCentralUri(std::string_view uri,
+                                                          bool node_required) {
+  const auto q = uri.find('?');
+  CentralTarget out;
+  out.conninfo = std::string(uri.substr(0, q));
+  std::string rest;  // the other parameters, passed on to libpq
+  std::string_view params = q == std::string_view::npos ? "" : uri.substr(q + 1);
+  while (!params.empty()) {
+    const auto amp = params.find('&');
+    const std::string_view p = params.substr(0, amp);
+    params = amp == std::string_view::npos ? "" : params.substr(amp + 1);
+    if (p.starts_with("node=")) {
+      out.node = std::string(p.substr(5));
+    } else if (!p.empty()) {
+      rest += (rest.empty() ? "?" : "&") + std::string(p);
+    }
+  }
+  out.conninfo += rest;
+  if (out.node.empty() && node_required)
+    return base::fail(base::Code::kInvalidArgument,
+                      "a postgresql:// audit database needs ?node=ID (whose chain to verify)");
+  return out;
+}
+
+std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,
+                                                       const VerifyOptions& options) {
+  PgChainSource source(target);
+  if (auto r = source.open(); !r) return std::unexpected(r.error());
+  return detail::verifyChain(source, options);
+}
+
+namespace {
+
+/// Cell (row, col) of a result as Reader::sql gives it: NULL, integer, real or text.
+Cell cellOf(const PGresult* r, int row, int col) {
+  if (PQgetisnull(r, row, col)) return std::monostate{};
+  switch (PQftype(r, col)) {
+    case 20:  // int8
+    case 21:  // int2
+    case 23:  // int4
+      return toInt(r, row, col);
+    case 700:  // float4
+    case 701:  // float8
+      return std::strtod(PQgetvalue(r, row, col), nullptr);
+    default:
+      return std::string(text(r, row, col));
+  }
+}
+
+}  // namespace
+
+std::expected<ResultTable, base::Error> sqlCentral(const CentralTarget& target,
+                                                   std::string_view statement) {
+  auto c = detail::pgConnect(target.conninfo);
+  if (!c) return std::unexpected(c.error());
+  if (auto r = detail::pgExec(c->get(), "BEGIN READ ONLY"); !r) return std::unexpected(r.error());
+  // PQexecParams: exactly one statement (a second one after ';' is refused by the server).
+  const std::string sql(statement);
+  PgResult res(PQexecParams(c->get(), sql.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0));
+  if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK)
+    return std::unexpected(detail::pgError(c->get(), "sql"));
+  const PGresult* r = res.get();
+  ResultTable table;
+  for (int i = 0; i < PQnfields(r); ++i) {
+    table.columns.emplace_back(PQfname(r, i));
+    table.json_columns.push_back(detail::columnKind(table.columns.back()) ==
+                                 detail::ColumnKind::kJson);
+  }
+  for (int row = 0; row < PQntuples(r); ++row) {
+    std::vector<Cell> cells;
+    for (int col = 0; col < PQnfields(r); ++col) cells.push_back(cellOf(r, row, col));
+    table.rows.push_back(std::move(cells));
+  }
+  return table;
+}
+
+}  // namespace sluice::audit

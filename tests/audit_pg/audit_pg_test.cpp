@@ -1,0 +1,254 @@
+// `sluice audit ship` and `audit verify --db postgresql://...` against a real PostgreSQL: the
+// throwaway cluster the ctest fixture starts (pg_cluster.sh, a Unix socket in SLUICE_PG_DIR),
+// real SQLite stores written by audit::Store, the real CLI.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "audit_test_util.hpp"
+#include "sluice_cli.hpp"
+
+namespace sluice::audit {
+namespace {
+
+using sluice::testing::sluice;
+
+std::string pgDir() { return SLUICE_PG_DIR; }
+
+/// `psql -At -c SQL` on database `db`; its output, trimmed.
+std::string psql(const std::string& db, const std::string& sql) {
+  const std::string cmd = "psql -X -q -At 'postgresql:///" + db + "?host=" + pgDir() +
+                          "&user=postgres' -c \"" + sql + "\" 2>&1";
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  std::size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  pclose(p);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+class AuditPgTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(pgDir() + "/.s.PGSQL.5432")) {
+      SLUICE_SKIP_OR_FAIL("no PostgreSQL cluster at "
+                          << pgDir() << " (Debian: postgresql; see pg_cluster.sh)");
+    }
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    db_ = std::string("t_") + info->name();
+    for (char& c : db_) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    psql("postgres", "DROP DATABASE IF EXISTS " + db_);
+    ASSERT_EQ(psql("postgres", "CREATE DATABASE " + db_), "");
+    keys_ = testing::generateKeys();
+    ASSERT_TRUE(keys_.key);
+    std::ofstream(tmp_ / "audit.pub") << keys_.key->publicKeyPem();
+  }
+  void TearDown() override {
+    if (!db_.empty()) psql("postgres", "DROP DATABASE IF EXISTS " + db_ + " WITH (FORCE)");
+  }
+
+  std::string uri() const {
+    return "'postgresql:///" + db_ + "?host=" + pgDir() + "&user=postgres";
+  }
+  std::string to() const { return uri() + "'"; }
+  std::string verifyDb(const std::string& node) const { return uri() + "&node=" + node + "'"; }
+
+  /// `rows` rounds of every event type (6 chained rows each, plus the policy once), signed with
+  /// a checkpoint every 50 rows.
+  void writeStore(const std::filesystem::path& db, int rounds, int first = 0) {
+    StoreOptions o = keys_.options();
+    o.checkpoint_rows = 50;
+    auto store = testing::openStore(db, o);
+    ASSERT_TRUE(store);
+    testing::recordSamplePolicy(*store);
+    for (int i = first; i < first + rounds; ++i) {
+      const std::string exec = "exec-" + std::to_string(i);
+      store->recordConnection(testing::sampleConnection(i, exec));
+      store->recordRequest(testing::sampleRequest(i, exec));
+      store->recordForward(testing::sampleForward(i, exec));
+      store->recordDns(testing::sampleDns(i, exec));
+      store->recordApproval(testing::sampleApproval(i, exec));
+      ASSERT_TRUE(store->recordExecution(testing::sampleExecution(exec)).has_value());
+    }
+    ASSERT_TRUE(store->flush().has_value());
+  }
+
+  std::int64_t storeRows(const std::filesystem::path& db) {
+    return std::stoll(testing::RawDb(db).text("SELECT seq FROM chain_head"));
+  }
+
+  std::string verifyNode(const std::string& node, int* status) {
+    auto r = sluice("audit verify --db " + verifyDb(node) + " --pubkey " +
+                    (tmp_ / "audit.pub").string());
+    *status = r.status;
+    return r.out;
+  }
+
+  /// Starts `sluice audit ship` (follow mode) as a child process.
+  pid_t startShip(const std::filesystem::path& db, const std::string& node,
+                  const std::string& extra = "") {
+    const std::string cmd = std::string("exec ") + SLUICE_BINARY + " audit ship --db " +
+                            db.string() + " --to " + to() + " --node " + node + " " + extra +
+                            " >/dev/null 2>&1";
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+      ::_exit(127);
+    }
+    return pid;
+  }
+
+  /// Polls the node's shipped position until `done` holds (or a generous deadline passes).
+  template <typename Pred>
+  std::int64_t waitPosition(const std::string& node, Pred done) {
+    std::int64_t seq = -1;
+    for (int i = 0; i < 1500; ++i) {
+      const std::string s = psql(db_, "SELECT seq FROM ship_positions WHERE node = '" + node + "'");
+      seq = s.empty() || !std::isdigit(static_cast<unsigned char>(s[0])) ? -1 : std::stoll(s);
+      if (done(seq)) return seq;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return seq;
+  }
+
+  testing::TempDir tmp_;
+  std::string db_;
+  testing::TestKeys keys_;
+};
+
+TEST_F(AuditPgTest, ThreeNodesShipConcurrentlyAndEachVerifies) {
+  const std::vector<std::string> nodes = {"node-a", "node-b", "node-c"};
+  for (std::size_t i = 0; i < nodes.size(); ++i)
+    writeStore(tmp_ / (nodes[i] + ".db"), 100 + static_cast<int>(i) * 20);
+  std::vector<std::thread> ships;
+  std::atomic<int> failures{0};
+  for (const auto& n : nodes) {
+    ships.emplace_back([&, n] {
+      auto r = sluice("audit ship --once --batch 64 --db " + (tmp_ / (n + ".db")).string() +
+                      " --to " + to() + " --node " + n);
+      if (r.status != 0) {
+        ADD_FAILURE() << r.out;
+        ++failures;
+      }
+    });
+  }
+  for (auto& t : ships) t.join();
+  ASSERT_EQ(failures, 0);
+  for (const auto& n : nodes) {
+    const auto rows = storeRows(tmp_ / (n + ".db"));
+    int status = -1;
+    const std::string out = verifyNode(n, &status);
+    EXPECT_EQ(status, 0) << out;
+    EXPECT_NE(out.find(std::to_string(rows) + " rows verified"), std::string::npos) << out;
+    EXPECT_NE(out.find("signatures valid"), std::string::npos) << out;
+    EXPECT_EQ(psql(db_, "SELECT count(*) FROM connections WHERE node = '" + n + "'"),
+              testing::RawDb(tmp_ / (n + ".db")).text("SELECT count(*) FROM connections"));
+  }
+  // audit sql reads the central store, across nodes, and cannot write to it.
+  auto sql = sluice("audit sql --format csv --db " + to() +
+                    " \"SELECT node, count(*) AS n FROM executions GROUP BY node ORDER BY node\"");
+  EXPECT_EQ(sql.status, 0) << sql.out;
+  EXPECT_EQ(sql.out, "node,n\r\nnode-a,100\r\nnode-b,120\r\nnode-c,140\r\n");
+  auto write = sluice("audit sql --db " + to() + " \"DELETE FROM executions\"");
+  EXPECT_EQ(write.status, 2) << write.out;
+  EXPECT_NE(write.out.find("read-only"), std::string::npos) << write.out;
+  // Shipping again copies nothing and changes nothing.
+  auto again = sluice("audit ship --once --db " + (tmp_ / "node-a.db").string() + " --to " + to() +
+                      " --node node-a");
+  EXPECT_EQ(again.status, 0) << again.out;
+  EXPECT_NE(again.out.find("shipped 0 rows"), std::string::npos) << again.out;
+}
+
+TEST_F(AuditPgTest, ShipKilledMidBatchLosesAndDoublesNothing) {
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 2000);
+  const auto rows = storeRows(db);
+  const pid_t pid = startShip(db, "n1", "--batch 97");
+  // Killed once some batches are in and before the last: the one in flight is cut off.
+  const auto at = waitPosition("n1", [&](std::int64_t s) { return s > 0; });
+  ::kill(pid, SIGKILL);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  ASSERT_GT(at, 0);
+  const std::int64_t kept = std::stoll(psql(db_, "SELECT seq FROM ship_positions"));
+  EXPECT_LT(kept, rows) << "the ship finished before it was killed";
+  // Exactly the rows of the committed batches are there, each once.
+  int status = -1;
+  std::string out = verifyNode("n1", &status);
+  EXPECT_NE(out.find(std::to_string(kept) + " rows verified"), std::string::npos) << out;
+  auto resumed =
+      sluice("audit ship --once --batch 97 --db " + db.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(resumed.status, 0) << resumed.out;
+  EXPECT_NE(resumed.out.find("shipped " + std::to_string(rows - kept) + " rows"), std::string::npos)
+      << resumed.out;
+  out = verifyNode("n1", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(std::to_string(rows) + " rows verified"), std::string::npos) << out;
+}
+
+TEST_F(AuditPgTest, TamperedRowsInPostgresAreCaughtByVerify) {
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 30);
+  auto r = sluice("audit ship --once --db " + db.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  int status = -1;
+  std::string out = verifyNode("n1", &status);
+  ASSERT_EQ(status, 0) << out;
+  const std::string seq =
+      psql(db_, "SELECT seq FROM connections WHERE node = 'n1' ORDER BY seq LIMIT 1 OFFSET 3");
+  ASSERT_EQ(
+      psql(db_, "UPDATE connections SET host = 'evil.example' WHERE node = 'n1' AND seq = " + seq),
+      "");
+  out = verifyNode("n1", &status);
+  EXPECT_EQ(status, 1) << out;
+  EXPECT_NE(out.find("connections seq " + seq), std::string::npos) << out;
+  EXPECT_NE(out.find("hash does not match"), std::string::npos) << out;
+  // The last row deleted (and the position left): the head names the loss.
+  ASSERT_EQ(
+      psql(db_, "UPDATE connections SET host = 'pypi.org' WHERE node = 'n1' AND seq = " + seq), "");
+  verifyNode("n1", &status);
+  ASSERT_EQ(status, 0);
+  ASSERT_EQ(psql(db_,
+                 "DELETE FROM executions WHERE node = 'n1' AND seq = (SELECT max(seq) FROM "
+                 "executions WHERE node = 'n1')"),
+            "");
+  out = verifyNode("n1", &status);
+  EXPECT_EQ(status, 1) << out;
+  // Another node's rows are not this node's.
+  verifyNode("nobody", &status);
+  EXPECT_EQ(status, 1);
+}
+
+TEST_F(AuditPgTest, FollowShipsRowsAppendedLater) {
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 10);
+  const auto first = storeRows(db);
+  const pid_t pid = startShip(db, "n1", "--interval-ms 20");
+  EXPECT_EQ(waitPosition("n1", [&](std::int64_t s) { return s == first; }), first);
+  writeStore(db, 10, 10);
+  const auto second = storeRows(db);
+  ASSERT_GT(second, first);
+  EXPECT_EQ(waitPosition("n1", [&](std::int64_t s) { return s == second; }), second);
+  ::kill(pid, SIGTERM);
+  int st = 0;
+  ::waitpid(pid, &st, 0);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+  int status = -1;
+  const std::string out = verifyNode("n1", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(std::to_string(second) + " rows verified"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace sluice::audit
