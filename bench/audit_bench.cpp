@@ -377,7 +377,7 @@ void BM_FirstWriteAfterOpen1M(benchmark::State& state) {
   r.artifacts_json = "[]";
   r.receipt_json = R"({"execution_id":"e"})";
   double open_ms = 0, close_ms = 0;
-  int n = 0;
+  static int n = 0;  // across repetitions too: the ids go into the one database
   for (auto _ : state) {
     state.PauseTiming();
     auto t0 = std::chrono::steady_clock::now();
@@ -392,7 +392,10 @@ void BM_FirstWriteAfterOpen1M(benchmark::State& state) {
     state.ResumeTiming();
     auto h = (*store)->recordExecution(r);
     state.PauseTiming();
-    if (!h) state.SkipWithError(h.error().message.c_str());
+    if (!h) {
+      state.SkipWithError(h.error().message.c_str());
+      return;
+    }
     t0 = std::chrono::steady_clock::now();
     store->reset();
     close_ms +=
