@@ -427,8 +427,8 @@ TEST_F(ServeTest, MetricsMoveWithRuns) {
 // Learn mode is refused (403 learn_not_allowed) unless serve runs with --allow-learn.
 TEST_F(ServeTest, LearnModeNeedsAllowLearn) {
   start();
-  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"learn":true})"),
-              403, "learn_not_allowed");
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"learn":true})"), 403,
+              "learn_not_allowed");
   expectError(call("POST", "/v1/sessions", R"({"workflow":"shell","learn":true})"), 403,
               "learn_not_allowed");
   expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"learn":1})"), 400,
