@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "shadow.hpp"  // proxy/src: the shadow decision of a row
 #include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/target.hpp"
@@ -305,6 +306,34 @@ void BM_CanonicalRequest(benchmark::State& state) {
   });
 }
 
+// A shadow policy's cost per request (--shadow-policy): the candidate decides the requests row
+// as the proxy writes it (proxy/src/shadow.hpp: target and canonical form from the row, then
+// Matcher::decide), on top of the live decision. Must stay under a microsecond at 1,000 rules.
+void BM_ShadowRequest(benchmark::State& state) {
+  auto m = buildMatcher(static_cast<int>(state.range(0)));
+  std::vector<Target> ts = requestRuleTargets(static_cast<int>(state.range(0)));
+  if (ts.empty()) {
+    state.SkipWithError("no rules with request conditions");
+    return;
+  }
+  static const char* kPaths[] = {"/v1/metrics/cpu", "/v2/metrics", "/healthz", "/v1/a/b/c/d"};
+  static const char* kMethods[] = {"GET", "POST", "DELETE", "GET"};
+  std::vector<sluice::audit::RequestEvent> rows(kTargetsPerSet);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    rows[i].host = ts[i].host;
+    rows[i].port = ts[i].port;
+    rows[i].method = kMethods[i % 4];
+    rows[i].path = kPaths[(i / 4) % 4];
+  }
+  struct Stamped {
+    bool allowed;
+  };
+  runTimed(state, [&](std::size_t i) {
+    sluice::proxy::stampShadow(m.get(), rows[i]);
+    return Stamped{rows[i].stamp.shadow_decision == sluice::audit::Verdict::kAllow};
+  });
+}
+
 // Loading cost: YAML parse + validation + compile, per workflow.
 void BM_LoadAndCompile(benchmark::State& state) {
   const int rules = static_cast<int>(state.range(0));
@@ -332,6 +361,7 @@ BENCHMARK(BM_ConnectMissIp)->SLUICE_RULE_COUNTS;
 BENCHMARK(BM_ParseAndConnectHit)->SLUICE_RULE_COUNTS;
 BENCHMARK(BM_Request)->SLUICE_RULE_COUNTS;
 BENCHMARK(BM_CanonicalRequest)->SLUICE_RULE_COUNTS;
+BENCHMARK(BM_ShadowRequest)->SLUICE_RULE_COUNTS;
 BENCHMARK(BM_LoadAndCompile)->SLUICE_RULE_COUNTS->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -130,6 +130,7 @@ class QuerySql {
              " FROM (SELECT asked_at AS ts, * FROM approvals) t" + where();
     }
     if (kind == "events") return interleaved();
+    if (kind == "shadow-diff") return shadowDiff();
     return {};
   }
 
@@ -163,6 +164,33 @@ class QuerySql {
            " t.rule_id, t.reason, t.host, NULL, t.method, t.path, t.status, NULL,"
            " t.injected_secrets FROM requests t" +
            req_where + ")";
+  }
+
+  /// Where a row's shadow decision (`--shadow-policy`) differs from its decision: allow,
+  /// fail (the policy let it through) and would_deny (learn mode: the policy denied it) are
+  /// compared as allow, allow and deny; ask is a value of its own.
+  static std::string shadowDiffers() {
+    return " AND t.shadow_decision IS NOT NULL AND t.shadow_decision <> (CASE WHEN t.decision IN"
+           " ('allow', 'fail') THEN 'allow' ELSE 'deny' END)";
+  }
+
+  /// Connections, requests and DNS rows whose shadow decision differs, in chain order.
+  std::string shadowDiff() {
+    const std::string conn_where = where() + shadowDiffers();
+    const std::string req_where = where() + shadowDiffers();
+    const std::string dns_where = where() + shadowDiffers();
+    return "SELECT * FROM (SELECT t.seq, 'connection' AS type, t.ts, t.execution_id, t.workflow,"
+           " t.decision, t.rule_id, t.shadow_decision, t.shadow_rule, t.reason, t.host, t.port,"
+           " NULL AS method, NULL AS path FROM connections t" +
+           conn_where +
+           " UNION ALL SELECT t.seq, 'request', t.ts, t.execution_id, t.workflow, t.decision,"
+           " t.rule_id, t.shadow_decision, t.shadow_rule, t.reason, t.host, NULL, t.method,"
+           " t.path FROM requests t" +
+           req_where +
+           " UNION ALL SELECT t.seq, 'dns', t.ts, t.execution_id, t.workflow, t.decision,"
+           " t.rule_id, t.shadow_decision, t.shadow_rule, t.reason, t.host, NULL, t.qtype, NULL"
+           " FROM (SELECT name AS host, * FROM dns_queries) t" +
+           dns_where + ")";
   }
 
   const QueryFilter& f_;
@@ -378,10 +406,11 @@ std::expected<ResultTable, base::Error> Reader::query(const QueryFilter& f) {
   QuerySql q(f);
   std::string sql = kind == "executions" ? q.executions() : q.events(kind);
   if (sql.empty()) {
-    return std::unexpected(base::Error{
-        base::Code::kInvalidArgument,
-        "unknown query kind '" + kind +
-            "' (executions, connections, requests, forwards, dns, approvals or events)"});
+    return std::unexpected(
+        base::Error{base::Code::kInvalidArgument,
+                    "unknown query kind '" + kind +
+                        "' (executions, connections, requests, forwards, dns, approvals, events or "
+                        "shadow-diff)"});
   }
   sql += kind == "executions" ? " ORDER BY e.seq" : " ORDER BY seq";
   if (f.limit) sql += " LIMIT " + q.param(intBind(*f.limit));

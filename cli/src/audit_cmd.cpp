@@ -33,6 +33,7 @@ struct AuditArgs {
   std::string db;
   std::string format = "table";
   std::string workflow, execution, decision, host, since, until, kind;
+  bool shadow_diff = false;  // --shadow-diff
   std::int64_t limit = -1;
   std::string sql;
   std::string execution_id;
@@ -51,6 +52,10 @@ int runQuery(const AuditArgs& a) {
   if (!format) return fail(format.error().message);
   audit::QueryFilter f;
   f.kind = a.kind;
+  if (a.shadow_diff) {
+    if (!a.kind.empty()) return fail("--shadow-diff lists rows of every kind; drop --kind");
+    f.kind = "shadow-diff";
+  }
   if (!a.workflow.empty()) f.workflow = a.workflow;
   if (!a.execution.empty()) f.execution = a.execution;
   if (!a.decision.empty()) f.decision = a.decision;
@@ -261,6 +266,8 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
                    "(default: events when --decision or --host is given, else executions)")
       ->check(CLI::IsMember(
           {"executions", "connections", "requests", "forwards", "dns", "approvals", "events"}));
+  query->add_flag("--shadow-diff", args->shadow_diff,
+                  "Only rows where the --shadow-policy decision differs from the decision");
   query->add_option("--format", args->format, "table | json | csv")->check(formats);
   query->callback([args, &exit_code] { exit_code = runQuery(*args); });
 

@@ -47,6 +47,7 @@ struct ProxyArgs {
   unsigned threads = 0;
   std::string log_format = "text";
   std::string limit_window = "1h";
+  std::string shadow_policy;  // --shadow-policy FILE: decided alongside on every listener
 };
 
 // Splits ADDR:PORT / [V6]:PORT.
@@ -144,8 +145,9 @@ struct Served {
   std::shared_ptr<proxy::CertificateAuthority> ca;
   std::shared_ptr<const policy::SecretStore> secrets;
   Matchers matchers;
-  std::shared_ptr<audit::Store> store;  // null without --audit
-  std::chrono::seconds window{};        // --limit-window
+  std::shared_ptr<audit::Store> store;            // null without --audit
+  std::chrono::seconds window{};                  // --limit-window
+  std::shared_ptr<const policy::Matcher> shadow;  // --shadow-policy (null: none)
 };
 
 Step<> checkListenPairs(const ProxyArgs& args, Served&) {
@@ -186,6 +188,14 @@ Step<> compileMatchers(const ProxyArgs& args, Served& s) {
   return {};
 }
 
+Step<> compileShadow(const ProxyArgs& args, Served& s) {
+  if (args.shadow_policy.empty()) return {};
+  auto w = policy::loadWorkflowFile(args.shadow_policy);
+  if (!w) return failed(1, "--shadow-policy: " + w.error().str());
+  s.shadow = policy::Matcher::compile(std::make_shared<const policy::Workflow>(std::move(*w)));
+  return {};
+}
+
 Step<> openAuditStore(const ProxyArgs& args, Served& s) {
   if (args.audit_db.empty()) return {};
   audit::StoreOptions store_options;
@@ -218,8 +228,8 @@ Step<> readLimitWindow(const ProxyArgs& args, Served& s) {
 Step<Served> loadServed(const ProxyArgs& args) {
   using Load = Step<> (*)(const ProxyArgs&, Served&);
   static constexpr Load kSteps[] = {checkListenPairs, loadCa,          loadSecrets,
-                                    checkUpstreamCas, compileMatchers, openAuditStore,
-                                    readLimitWindow};
+                                    checkUpstreamCas, compileMatchers, compileShadow,
+                                    openAuditStore,   readLimitWindow};
   Served s;
   for (Load step : kSteps)
     if (auto r = step(args, s); !r) return std::unexpected(std::move(r.error()));
@@ -244,6 +254,7 @@ Step<std::unique_ptr<proxy::Proxy>> startProxy(const ProxyArgs& args, const Serv
     proxy::ListenerIdentity identity{"", s.matchers.at(args.workflows[i]), s.secrets, {}};
     // Shared by many clients: the workflow's limits apply to each client over the window.
     identity.per_client_window = s.window;
+    identity.shadow = s.shadow;
     auto bound = (*created)->listen(addr, port, std::move(identity));
     if (!bound) return failed(1, bound.error().message);
   }
@@ -323,6 +334,8 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--threads", args->threads, "I/O threads (default: cores)");
   cmd->add_option("--limit-window", args->limit_window,
                   "egress.limits apply per client address over this window (default 1h)");
+  cmd->add_option("--shadow-policy", args->shadow_policy,
+                  "Candidate policy decided alongside on every listener, recorded, not enforced");
   cmd->add_option("--log-format", args->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args, &exit_code] { exit_code = runProxy(*args); });

@@ -58,9 +58,25 @@ struct RunOptions {
   std::string output_dir, receipt_file;
   std::string timeout, cpu_time, memory, pids, output, disk, file_size, open_files;
   bool json = false;
-  std::string approve_with;  // CMD answering approvals of ask rules
+  std::string approve_with;   // CMD answering approvals of ask rules
+  std::string shadow_policy;  // --shadow-policy FILE: a candidate decided alongside
+  bool learn = false;         // --learn
   std::vector<std::string> command;
 };
+
+// Learn mode says so loudly, before the program starts and after it ends (docs/policy.md).
+constexpr const char* kLearnBanner =
+    "sluice run: mode: learn -- what no rule explicitly denies is LET THROUGH and recorded as "
+    "would_deny; this run does not enforce its policy";
+
+// --shadow-policy FILE compiled (null when not given).
+std::expected<std::shared_ptr<const pol::Matcher>, std::string> loadShadow(
+    const std::string& file) {
+  if (file.empty()) return nullptr;
+  auto w = pol::loadWorkflowFile(file);
+  if (!w) return std::unexpected(w.error().str());
+  return pol::Matcher::compile(std::make_shared<const pol::Workflow>(std::move(*w)));
+}
 
 int fail(const std::string& step, const std::string& message) {
   std::cerr << "sluice run: " << step << ": " << message << "\n";
@@ -354,8 +370,12 @@ int RunJob::openSandbox() {
   services_.proxy_per_execution = true;
   services_.answer_unrecorded = true;
   services_.prepared = [this] { return std::move(prepared_); };
-  auto opened =
-      execution::Sandbox::open(services_, {workflow_, execution::SandboxKind::kOneShot, id_});
+  auto shadow = loadShadow(o_.shadow_policy);
+  if (!shadow) return fail("shadow policy", shadow.error());
+  execution::OpenOptions open{workflow_, execution::SandboxKind::kOneShot, id_};
+  open.shadow = std::move(*shadow);
+  open.learn = o_.learn;
+  auto opened = execution::Sandbox::open(services_, std::move(open));
   if (!opened) return fail(opened.error().where, opened.error().message);
   sandbox_ = std::move(*opened);
   if (auto ok = sandbox_->check(command_); !ok) {
@@ -487,6 +507,10 @@ int RunJob::output(execution::Receipt& receipt) {
     std::cerr << summaryLine(receipt.result, receipt.json) << "\n";
     if (sandbox_) printRefusals(receipt.json, *sandbox_);
   }
+  if (o_.learn)
+    std::cerr << kLearnBanner << " ("
+              << receipt.json.value("network", nlohmann::json::object()).value("would_deny", 0)
+              << " would_deny; review with sluice policy learn --execution " << id_ << ")\n";
   timer_.mark("cli: output receipt");
   return 0;
 }
@@ -499,6 +523,7 @@ int RunJob::run() {
   prepared_ = std::move(*prepared);
   timer_.mark("cli: fork namespace helper");
   if (int rc = prepare(); rc != 0) return rc;
+  if (o_.learn) std::cerr << kLearnBanner << "\n";
   if (int rc = openSandbox(); rc != 0) return rc;
   if (int rc = startAuditStore(); rc != 0) return rc;
   timer_.mark("cli: start opening audit store");
@@ -583,6 +608,10 @@ void addRunCommands(CLI::App& app, int& exit_code,
                   "Command answering approvals of ask rules: gets the approval JSON on stdin, "
                   "prints allow or deny [execution]");
   run->add_flag("--json", o->json, "Print only the receipt JSON on stdout");
+  run->add_option("--shadow-policy", o->shadow_policy,
+                  "Candidate policy decided alongside, recorded in each row, never enforced");
+  run->add_flag("--learn", o->learn,
+                "Learn mode: let through what no rule explicitly denies, recorded as would_deny");
   auto* command = run->add_option("command", o->command, "-- CMD [ARGS...]");
   if (!trailing || trailing->empty()) command->required();
   run->callback([o, &exit_code, trailing] {

@@ -145,6 +145,10 @@ void addServeCommands(CLI::App& app, int& exit_code) {
       "--token-file", o.token_file,
       "Bearer tokens for TCP callers: lines NAME TOKEN [approver] [metrics] (mode 0600)");
   cmd->add_option("--pool", o.pool, "Prepared sandboxes kept per workflow");
+  cmd->add_option("--shadow-policy-dir", o.shadow_policy_dir,
+                  "Candidate policies (NAME.yaml per workflow) decided alongside, not enforced");
+  cmd->add_flag("--allow-learn", o.allow_learn,
+                "Let runs and sessions ask for learn mode (\"learn\": true)");
   addAdmissionOptions(*cmd, *args);
   cmd->add_option("--drain", args->drain, "How long SIGTERM lets executions finish (30s)");
   cmd->add_option("--approver-uid", o.approver_uids, "Uid that may answer approvals");

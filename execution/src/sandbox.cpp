@@ -33,6 +33,7 @@ proxy::Stats statsSince(const proxy::Stats& before, const proxy::Stats& after) {
   delta.bytes_in = after.bytes_in - before.bytes_in;
   delta.dns_queries = after.dns_queries - before.dns_queries;
   delta.dns_denied = after.dns_denied - before.dns_denied;
+  delta.would_deny = after.would_deny - before.would_deny;
   const std::size_t seen = std::min(before.denials.size(), after.denials.size());
   delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(seen),
                        after.denials.end());
@@ -54,6 +55,8 @@ struct Sandbox::State {
   std::shared_ptr<const pol::Workflow> workflow;
   SandboxKind kind = SandboxKind::kOneShot;
   std::string id;
+  std::shared_ptr<const pol::Matcher> shadow;  // OpenOptions::shadow
+  bool learn = false;                          // OpenOptions::learn
   std::string next_exec_id;
   bool network_proxy = false;
   rn::Limits limits;
@@ -99,6 +102,8 @@ proxy::ListenerIdentity Sandbox::State::identity() {
   proxy::ListenerIdentity i{id, matcher, sv.secrets, placeholders};
   i.names = names;  // redirected connections are decided by the names DNS gave out
   i.approvals = sv.approvals;
+  i.shadow = shadow;
+  i.learn = learn;
   return i;
 }
 
@@ -198,6 +203,7 @@ rn::ReceiptContext Sandbox::State::context() const {
   ctx.workflow = workflow->name;
   ctx.policy_sha256 = workflow->sha256;
   ctx.network_mode = network_proxy ? "proxy" : "none";
+  ctx.learn = learn;
   return ctx;
 }
 
@@ -261,6 +267,8 @@ base::Result<std::unique_ptr<Sandbox>> Sandbox::open(Services& services, OpenOpt
   const pol::Workflow& w = *o.workflow;
   st->workflow = std::move(o.workflow);
   st->kind = o.kind;
+  st->shadow = std::move(o.shadow);
+  st->learn = o.learn;
   st->id = o.id.empty() ? newExecutionId() : o.id;
   st->network_proxy = w.sandbox.network == pol::NetworkMode::kProxy;
   auto limits = workflowLimits(w, {});

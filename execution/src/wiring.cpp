@@ -83,6 +83,7 @@ rn::NetworkSummary networkSummary(const proxy::Stats& st) {
   n.bytes_in = st.bytes_in;
   n.dns_queries = st.dns_queries;
   n.dns_denied = st.dns_denied;
+  n.would_deny = st.would_deny;
   for (const auto& d : st.denials)
     n.denials.push_back({d.host, d.port, d.rule, d.reason, d.method, d.path});
   for (const auto& f : st.failures)

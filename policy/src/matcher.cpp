@@ -584,6 +584,7 @@ Decision Matcher::decide(const Query& q) const {
     d.reason = Reason::kAllowed;
     d.detail = "rule " + d.rule_id + " allows " + q.target.authority() + " (approved)";
   }
+  if (q.learn) d = learned(std::move(d), q);
   return d;
 }
 
@@ -767,6 +768,51 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
       q.target.host + " at " + q.address->str() +
       (s.global ? ""
                 : std::string(" (") + std::string(addressClassName(s.cls)) + ", allow_private)");
+  return d;
+}
+
+namespace {
+
+// What learn mode lets through: traffic the policy has no rule for (none matched, or the
+// nearest one's port, method or path did not fit). Never a deny rule's refusal, the address
+// guard's, an ask, or a form the proxy refuses (ambiguous paths, IP literals without cidrs,
+// plaintext credentials).
+bool learnable(const Decision& d) {
+  if (d.allowed || d.ask) return false;
+  return d.reason == Reason::kNoMatchingRule || d.reason == Reason::kPortNotAllowed ||
+         d.reason == Reason::kMethodNotAllowed || d.reason == Reason::kPathNotAllowed;
+}
+
+// The SSRF guard for learned traffic: a non-global address only when the nearest rule allows
+// private addresses and its cidrs contain it (as an allow at that address would need).
+bool learnableAt(const Rule* nearest, const IpAddress& addr) {
+  if (classifyAddress(addr) == AddressClass::kGlobal) return true;
+  if (!nearest || !nearest->allow_private) return false;
+  return std::any_of(nearest->cidrs.begin(), nearest->cidrs.end(),
+                     [&](const Cidr& c) { return c.contains(addr); });
+}
+
+}  // namespace
+
+Decision Matcher::learned(Decision d, const Query& q) const {
+  if (!learnable(d)) return d;
+  if (q.address) {
+    // Explicit deny rules with cidrs still refuse at the address.
+    if (auto denied = deniedAtAddress(*index_, q, d.request_rules)) return std::move(*denied);
+    if (!learnableAt(d.rule, *q.address)) {
+      Decision g;
+      g.request_rules = d.request_rules;
+      g.reason = Reason::kPrivateAddress;
+      g.detail =
+          (q.target.ip ? q.address->str() : q.target.host + " resolves to " + q.address->str()) +
+          ", a " + std::string(addressClassName(classifyAddress(*q.address))) +
+          " address; learn mode lets through only what a rule with allow_private: true "
+          "and cidrs containing it would";
+      return g;
+    }
+  }
+  d.allowed = true;
+  d.learned = true;
   return d;
 }
 

@@ -3,13 +3,16 @@
 
 namespace sluice::policy {
 
-TunnelDecision decideTunnel(const Matcher& matcher, const Target& target) {
+TunnelDecision decideTunnel(const Matcher& matcher, const Target& target, bool learn) {
   TunnelDecision t;
-  t.decision = matcher.decide({target, Visibility::kTunnel, nullptr, nullptr});
+  policy::Query q{target, Visibility::kTunnel, nullptr, nullptr};
+  q.learn = learn;
+  t.decision = matcher.decide(q);
   if (t.decision.allowed || t.decision.reason != Reason::kInspectionRequired) return t;
   // Only request rules cover it: plain HTTP in the tunnel can still be judged request by
   // request, TLS cannot.
-  auto plain = matcher.decide({target, Visibility::kPlainHttp, nullptr, nullptr});
+  q.visibility = Visibility::kPlainHttp;
+  auto plain = matcher.decide(q);
   if (!plain.allowed) return t;
   plain.request_rules = true;
   t.tls_refused = std::move(t.decision);

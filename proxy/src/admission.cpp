@@ -18,14 +18,19 @@ std::optional<Refusal> auditHealth(const Context& ctx) {
                  "the audit store has failed; refusing to run unaudited");
 }
 
-policy::Query queryFor(const Candidate& c, policy::Visibility v, const policy::IpAddress* at) {
-  return policy::Query{c.target, v, c.request, at, c.plaintext};
+// Learn mode changes decisions here alone: every query of the admission (and of a reconnect)
+// carries the listener's learn flag, and the matcher applies it (policy::Query::learn).
+policy::Query queryFor(const ConnState& conn, const Candidate& c, policy::Visibility v,
+                       const policy::IpAddress* at) {
+  policy::Query q{c.target, v, c.request, at, c.plaintext};
+  q.learn = conn.listener->learn;
+  return q;
 }
 
 // The tunnel's decision. Only rules with methods/paths (and no tls: inspect) may allow its
 // host and port: a tunnel that carries plain HTTP can be judged request by request, TLS cannot.
 std::optional<Refusal> decideTunnel(const ConnState& conn, const Candidate& c, Admitted& a) {
-  auto tunnel = policy::decideTunnel(*conn.matcher, c.target);
+  auto tunnel = policy::decideTunnel(*conn.matcher, c.target, conn.listener->learn);
   if (tunnel.tls_refused) a.http_only = denialRefusal(*tunnel.tls_refused);
   a.decision = std::move(tunnel.decision);
   const policy::Decision& d = a.decision;
@@ -45,7 +50,7 @@ std::optional<Refusal> decideTunnel(const ConnState& conn, const Candidate& c, A
 // connection is judged like a fresh one), and what the decision needs of the request itself.
 std::optional<Refusal> decideRequest(const ConnState& conn, const Candidate& c,
                                      const policy::IpAddress* reuse, Admitted& a) {
-  a.decision = conn.matcher->decide(queryFor(c, policy::Visibility::kPlainHttp, reuse));
+  a.decision = conn.matcher->decide(queryFor(conn, c, policy::Visibility::kPlainHttp, reuse));
   const policy::Decision& d = a.decision;
   if (!d.allowed && !d.ask) return denialRefusal(d);
   // RFC 9110 9.3: these methods define no meaning for a body, and an upstream that ignores one
@@ -105,7 +110,7 @@ net::awaitable<std::expected<Admitted, Refusal>> admit(ConnState& conn, tcp::soc
   if (auto r = out.cannotDial(a.decision.rule_id)) co_return std::unexpected(std::move(*r));
   auto vis =
       c.request || a.http_only ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel;
-  policy::Query q = queryFor(c, vis, nullptr);
+  policy::Query q = queryFor(conn, c, vis, nullptr);
   // The approval was for exactly this rule: the address is vetted as allowed by it.
   if (!a.approval.empty()) q.approved_rule = a.decision.rule_id;
   auto opened = co_await reconnect(conn, q, a.decision.rule_id, out);
@@ -124,7 +129,9 @@ net::awaitable<std::expected<policy::Decision, Refusal>> reconnect(ConnState& co
                                            std::to_string(limits.max_connections) +
                                            " concurrent) reached"));
   Slot slot(&conn.account());
-  auto vetted = co_await vetAddresses(conn.ctx, conn.matcher, q, rule_id);
+  policy::Query vq = q;
+  vq.learn = conn.listener->learn;  // a redial too (queryFor)
+  auto vetted = co_await vetAddresses(conn.ctx, conn.matcher, vq, rule_id);
   if (!vetted) co_return std::unexpected(std::move(vetted.error()));
   auto dialled = co_await out.dial(*vetted, q.target, rule_id);
   if (!dialled) co_return std::unexpected(std::move(dialled.error()));

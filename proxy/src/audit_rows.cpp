@@ -2,6 +2,7 @@
 #include "audit_rows.hpp"
 
 #include "log.hpp"
+#include "shadow.hpp"
 #include "sluice/audit/event_text.hpp"
 #include "sluice/base/clock.hpp"
 
@@ -29,6 +30,19 @@ void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
   ev.reason = std::string(policy::reasonName(policy::Reason::kAllowed));
 }
 
+void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
+                     const policy::Decision& d) {
+  allowConnection(ev, at, d.rule_id);
+  if (d.learned) learnedRow(ev, d);
+}
+
+void learnedRow(audit::ConnectionEvent& ev, const policy::Decision& d) {
+  ev.decision = audit::Decision::kWouldDeny;
+  ev.rule_id = d.rule_id;
+  ev.reason = std::string(policy::reasonName(d.reason));
+  ev.detail = d.detail;
+}
+
 void denyConnection(audit::ConnectionEvent& ev, const Refusal& r) {
   const bool failed = !r.failure.empty();
   ev.decision = failed ? audit::Decision::kFail : audit::Decision::kDeny;
@@ -43,6 +57,7 @@ void endConnection(audit::ConnectionEvent& ev, policy::Reason reason, std::strin
 }
 
 void recordConnectionRow(Context& ctx, Account& account, audit::ConnectionEvent ev) {
+  stampShadow(account.shadow.get(), ev);
   account.tally(ev);
   if (ctx.sink) ctx.sink->recordConnection(std::move(ev));
 }
@@ -85,6 +100,13 @@ void RequestRecord::decided(bool allowed, const std::string& rule, policy::Reaso
   ev_.reason = std::string(policy::reasonName(reason));
 }
 
+void RequestRecord::decided(const policy::Decision& d) {
+  decided(true, d.rule_id, policy::Reason::kAllowed);
+  if (!d.learned) return;
+  ev_.decision = audit::Decision::kWouldDeny;
+  ev_.reason = std::string(policy::reasonName(d.reason));
+}
+
 void RequestRecord::injected(std::vector<std::string> secret_names) {
   ev_.injected_secrets = std::move(secret_names);
 }
@@ -120,6 +142,7 @@ void RequestRecord::forwarding() {
 void RequestRecord::finish() {
   if (written_) return;
   written_ = true;
+  stampShadow(account_.shadow.get(), ev_);
   account_.tally(ev_);
   if (ctx_.sink) ctx_.sink->recordRequest(std::move(ev_));
 }

@@ -21,6 +21,13 @@ audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
 void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
                      const std::string& rule_id);
 
+/// Marks a connection row allowed by `d`, dialled to `at`: would_deny (with the denial's
+/// rule, reason and detail) when learn mode let it through (policy::Decision::learned).
+void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
+                     const policy::Decision& d);
+/// Marks a connection row would_deny: learn mode let `d` (a denial) through.
+void learnedRow(audit::ConnectionEvent& ev, const policy::Decision& d);
+
 /// Marks a connection row refused by `r` (decision, rule, reason, detail): decision deny, or
 /// fail with the failure as its reason when the network failed (Refusal::failure).
 void denyConnection(audit::ConnectionEvent& ev, const Refusal& r);
@@ -55,6 +62,9 @@ class RequestRecord {
 
   /// What the policy decided (the row's decision, rule and reason until an outcome says more).
   void decided(bool allowed, const std::string& rule, policy::Reason reason);
+  /// Let through by `d`: allowed, or would_deny with the denial's rule and reason when learn
+  /// mode let it through (policy::Decision::learned).
+  void decided(const policy::Decision& d);
   void injected(std::vector<std::string> secret_names);
   /// How the exchange ended: the status the client got and, if not the decision's, the reason.
   void outcome(int status, policy::Reason reason);

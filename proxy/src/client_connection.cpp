@@ -322,7 +322,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     if (!admitted->approval.empty()) ev.detail = admitted->approval;
     tcp::socket upstream = std::move(up.socket);
     const policy::Decision& d = admitted->decision;
-    allowConnection(ev, up.dialled.endpoint, d.rule_id);
+    allowConnection(ev, up.dialled.endpoint, d);
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
     if (!transparent && !co_await writeClient(kEstablished)) co_return false;  // slot released
     log().debug("allow connect {} -> {} rule={}", target->authority(), ev.resolved_ip, d.rule_id);

@@ -55,12 +55,16 @@ std::shared_ptr<Account> ClientBudgets::accountFor(const net::ip::address& peer)
       });
     }
     if (clients_.size() >= kMaxClients) {
-      if (!overflow_) overflow_ = std::make_shared<Account>("", window_);
+      if (!overflow_) {
+        overflow_ = std::make_shared<Account>("", window_);
+        overflow_->shadow = shadow_;
+      }
       overflow_->roll();
       overflow_->touch();
       return overflow_;
     }
     it = clients_.emplace(key, std::make_shared<Account>("", window_)).first;
+    it->second->shadow = shadow_;
   }
   it->second->roll();
   it->second->touch();
@@ -143,8 +147,11 @@ void Account::tally(const audit::RequestEvent& row) {
 void Account::note(audit::Decision decision, Denial what) {
   switch (decision) {
     case audit::Decision::kAllow:
-    case audit::Decision::kWouldDeny:  // let through by a learning run
       allowed_.fetch_add(1, std::memory_order_relaxed);
+      return;
+    case audit::Decision::kWouldDeny:  // let through by a learning run: counted as allowed
+      allowed_.fetch_add(1, std::memory_order_relaxed);
+      would_deny_.fetch_add(1, std::memory_order_relaxed);
       return;
     case audit::Decision::kDeny: {
       denied_.fetch_add(1, std::memory_order_relaxed);
@@ -171,6 +178,7 @@ void Account::addTo(Stats& stats) const {
   stats.connections += connections_.load();
   stats.dns_queries += dns_queries_.load();
   stats.dns_denied += dns_denied_.load();
+  stats.would_deny += would_deny_.load();
   std::lock_guard lock(mu_);
   for (const auto& d : denials_) {
     if (stats.denials.size() >= kMaxDenials) break;
@@ -257,6 +265,12 @@ bool Context::isOwnEndpoint(const tcp::endpoint& ep) const {
   }
   ::freeifaddrs(list);
   return local;
+}
+
+void setShadowAndLearn(Listener& l, const ListenerIdentity& identity) {
+  l.learn = identity.learn;
+  l.account->shadow = identity.shadow;
+  if (l.clients) l.clients->setShadow(identity.shadow);
 }
 
 }  // namespace sluice::proxy

@@ -41,6 +41,10 @@ class Account {
 
   const std::string& executionId() const { return execution_id_; }
 
+  /// The shadow policy whose decisions the rows charged here record (shadow.hpp); set once,
+  /// before the listener accepts. Null: none.
+  std::shared_ptr<const policy::Matcher> shadow;
+
   /// Takes a concurrent-connection slot; false when max_connections is reached.
   bool acquireConnection(const policy::EgressLimits& limits);
   void releaseConnection() { active_connections_.fetch_sub(1, std::memory_order_relaxed); }
@@ -110,6 +114,7 @@ class Account {
   std::atomic<std::uint64_t> judged_requests_{0};
   std::atomic<std::uint64_t> dns_queries_{0};
   std::atomic<std::uint64_t> dns_denied_{0};
+  std::atomic<std::uint64_t> would_deny_{0};
   mutable std::mutex mu_;
   std::vector<Denial> denials_;
   std::vector<Denial> failures_;
@@ -141,6 +146,8 @@ class ClientBudgets {
  public:
   static constexpr std::size_t kMaxClients = 4096;
   explicit ClientBudgets(std::chrono::seconds window) : window_(window) {}
+  /// The shadow policy of every client's account (set once, before the listener accepts).
+  void setShadow(std::shared_ptr<const policy::Matcher> m) { shadow_ = std::move(m); }
   std::shared_ptr<Account> accountFor(const net::ip::address& peer);
   /// Forgets every budget (SIGHUP reload): open connections keep theirs until they end.
   void reset();
@@ -151,6 +158,7 @@ class ClientBudgets {
   std::chrono::seconds window_;
   mutable std::mutex mu_;
   std::unordered_map<std::string, std::shared_ptr<Account>> clients_;
+  std::shared_ptr<const policy::Matcher> shadow_;  // each client's Account::shadow
   std::shared_ptr<Account> overflow_;
 };
 
@@ -199,11 +207,16 @@ struct Listener {
   std::shared_ptr<ApprovalDesk> approvals;
   std::string session_id;
   std::string caller;
+  // Learn mode (ListenerIdentity::learn; set once, before accepting).
+  bool learn = false;
 
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const policy::Matcher> matcher_;
 };
+
+/// Gives `l` (its accounts) the identity's shadow policy and learn mode.
+void setShadowAndLearn(Listener& l, const ListenerIdentity& identity);
 
 /// Which execution the audit rows of an owner's listeners, DNS and blocked-attempt log name:
 /// the one running in it now (a session's exec, Proxy::setCurrentExecution), else the owner (the

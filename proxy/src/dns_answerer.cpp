@@ -3,6 +3,7 @@
 #include "dns_answerer.hpp"
 
 #include "dns_message.hpp"
+#include "shadow.hpp"
 
 namespace sluice::proxy::dns {
 namespace {
@@ -83,14 +84,18 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
   // The rule behind the answer: the allow (or ask) rule that made the name answerable, or the
   // deny rule that kept it out.
   const auto name = m->nameAnswer(question.name);
+  stampShadow(shadow_.get(), out.event);
   if (name.rule != nullptr) out.event.rule_id = name.rule->id;
-  if (!name.may_be_allowed)
+  // Learn mode answers a name no rule names (a deny rule naming it still refuses).
+  const bool learned = learn_ && !name.may_be_allowed && name.rule == nullptr;
+  if (!name.may_be_allowed && !learned)
     return finish(Rcode::kNxDomain, name.rule != nullptr ? "denied_by_rule" : "no_matching_rule");
 
-  out.event.decision = audit::Decision::kAllow;
+  out.event.decision = learned ? audit::Decision::kWouldDeny : audit::Decision::kAllow;
+  const std::string answered = learned ? "no_matching_rule" : "allowed";
   if (question.type != kTypeA && question.type != kTypeAAAA) {
     out.event.answer = "NODATA";  // the name exists; it has no record of this type
-    return finish(Rcode::kNoError, "allowed");
+    return finish(Rcode::kNoError, answered);
   }
   auto addr = question.type == kTypeA ? names_->v4For(question.name) : names_->v6For(question.name);
   if (!addr) {
@@ -98,7 +103,7 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
     out.problem = "the execution's synthetic address range is used up";
     return finish(Rcode::kServFail, "limit_exceeded");
   }
-  return finish(Rcode::kNoError, "allowed", addr);
+  return finish(Rcode::kNoError, answered, addr);
 }
 
 }  // namespace sluice::proxy::dns

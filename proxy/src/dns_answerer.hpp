@@ -40,12 +40,20 @@ class Answerer {
   /// A policy reload: later queries are decided by `matcher` (the query count is kept).
   void setMatcher(std::shared_ptr<const policy::Matcher> matcher);
   std::shared_ptr<const policy::Matcher> matcher() const;
+  /// A shadow policy (its answers go into each row's PolicyStamp) and learn mode (a name no
+  /// rule names is answered, recorded would_deny); set once, before the first query.
+  void setShadowAndLearn(std::shared_ptr<const policy::Matcher> shadow, bool learn) {
+    shadow_ = std::move(shadow);
+    learn_ = learn;
+  }
   std::uint64_t queries() const { return queries_.load(std::memory_order_relaxed); }
 
  private:
   mutable std::mutex mu_;
   std::shared_ptr<const policy::Matcher> matcher_;
   std::shared_ptr<SyntheticNames> names_;
+  std::shared_ptr<const policy::Matcher> shadow_;
+  bool learn_ = false;
   std::atomic<std::uint64_t> queries_{0};
 };
 

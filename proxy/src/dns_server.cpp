@@ -118,7 +118,9 @@ void Endpoint::close(bool running) {
 Outcome Endpoint::handle(std::span<const std::uint8_t> message, Transport transport) {
   Outcome o = answerer_->answer(message, transport, !sink_ || sink_->healthy());
   if (!o.problem.empty()) log().debug("DNS query from execution {}: {}", execution_id_, o.problem);
-  if (account_) account_->noteDnsQuery(o.event.decision != audit::Decision::kAllow);
+  if (account_)
+    account_->noteDnsQuery(o.event.decision != audit::Decision::kAllow &&
+                           o.event.decision != audit::Decision::kWouldDeny);
   if (o.record && sink_) {
     o.event.execution_id = row_names_ ? row_names_->of(execution_id_) : execution_id_;
     o.event.ts_ms = base::nowMs();

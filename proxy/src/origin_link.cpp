@@ -48,7 +48,7 @@ net::awaitable<std::expected<VettedAddress, Refusal>> OriginLink::dial(
   o->event = connectionRow(*ctx_, *listener_, matcher_->workflow(), audit::ConnectionKind::kHttp);
   o->event.host = target.host;
   o->event.port = target.port;
-  allowConnection(o->event, dialled->endpoint, dialled->decision.rule_id);
+  allowConnection(o->event, dialled->endpoint, dialled->decision);
   origin_ = std::move(o);
   co_return dialled;
 }

@@ -92,6 +92,7 @@ class ProxyImpl : public Proxy {
     l->caller = std::move(identity.caller);
     if (identity.per_client_window.count() > 0)
       l->clients = std::make_unique<ClientBudgets>(identity.per_client_window);
+    setShadowAndLearn(*l, identity);
     return l;
   }
 
@@ -172,6 +173,7 @@ class ProxyImpl : public Proxy {
     if (!identity.matcher) return closeBoth("no policy matcher given");
     if (!identity.names) return closeBoth("no synthetic-name map given");
     auto answerer = std::make_shared<dns::Answerer>(identity.matcher, identity.names);
+    answerer->setShadowAndLearn(identity.shadow, identity.learn);
     auto e = std::make_shared<dns::Endpoint>(ioc_, identity.execution_id, std::move(answerer),
                                              ctx_->sink);
     if (auto r = e->adopt(udp_fd, tcp_fd); !r) return r;

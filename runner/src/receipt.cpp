@@ -141,6 +141,11 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
       {"hash", hash ? json(*hash) : json(nullptr)},
   };
   addHostPaths(receipt, spec, r);
+  if (ctx.learn) {
+    // Loud in the receipt too: this run let through what its policy denies.
+    receipt["mode"] = "learn";
+    receipt["network"]["would_deny"] = ctx.network.would_deny;
+  }
   return receipt;
 }
 

@@ -140,6 +140,9 @@ base::Result<RunRequest> parseRunRequest(const json& body) {
     if (key == "workflow") {
       if (!v.is_string()) return std::unexpected(badField("workflow", "must be a string"));
       r.workflow = v.get<std::string>();
+    } else if (key == "learn") {
+      if (!v.is_boolean()) return std::unexpected(badField("learn", "must be a boolean"));
+      r.learn = v.get<bool>();
     } else if (key == "files") {
       if (!v.is_object()) return std::unexpected(badField("files", "must be an object"));
       for (const auto& [path, content] : v.items()) {
@@ -189,6 +192,17 @@ Engine::Engine(const ServeOptions& options, Metrics& metrics)
 
 Engine::~Engine() {
   if (proxy_) proxy_->stop();
+}
+
+// --shadow-policy-dir: each workflow there compiled, by name (empty without the flag).
+static std::expected<std::map<std::string, std::shared_ptr<const pol::Matcher>>, std::string>
+loadShadows(const std::string& dir) {
+  std::map<std::string, std::shared_ptr<const pol::Matcher>> out;
+  if (dir.empty()) return out;
+  auto set = pol::loadPolicyDir(dir);
+  if (!set) return std::unexpected("--shadow-policy-dir: " + set.error().str());
+  for (const auto& [name, w] : set->workflows) out[name] = pol::Matcher::compile(w);
+  return out;
 }
 
 std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOptions& options,
@@ -265,9 +279,26 @@ std::expected<void, std::string> Engine::reload() {
                              "', which " +
                              (options_.secrets.empty() ? std::string("no --secrets FILE gives")
                                                        : options_.secrets + " lacks"));
+  auto shadows = loadShadows(options_.shadow_policy_dir);
+  if (!shadows) return std::unexpected(shadows.error());
   std::lock_guard lock(mu_);
   workflows_ = set->workflows;
+  shadows_ = std::move(*shadows);
   return {};
+}
+
+base::Result<sluice::execution::OpenOptions> Engine::openOptions(
+    std::shared_ptr<const pol::Workflow> w, sluice::execution::SandboxKind kind, std::string id,
+    bool learn) const {
+  if (learn && !options_.allow_learn)
+    return std::unexpected(apiFail(base::Code::kPermissionDenied, "learn_not_allowed",
+                                   "learn mode lets through what the policy denies; this daemon "
+                                   "was not started with --allow-learn"));
+  sluice::execution::OpenOptions o{std::move(w), kind, std::move(id)};
+  o.learn = learn;
+  std::lock_guard lock(mu_);
+  if (auto it = shadows_.find(o.workflow->name); it != shadows_.end()) o.shadow = it->second;
+  return o;
 }
 
 std::vector<WorkflowInfo> Engine::workflows() const {
@@ -315,11 +346,13 @@ base::Result<json> Engine::run(const Caller& caller, const RunRequest& request,
   const auto& o = request.command.limits;
   const bool poolable =
       !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk && !o.file_size && !o.open_files;
-  if (pool_ && poolable)
+  auto open = openOptions(w, sluice::execution::SandboxKind::kOneShot, "", request.learn);
+  if (!open) return std::unexpected(open.error());
+  // A prepared sandbox enforces (learn mode is asked for per run).
+  if (pool_ && poolable && !request.learn)
     if (auto p = pool_->take(*w))
       return runPrepared(caller, request, std::move(p), lines, stop_fd, after_answer, asked);
-  auto sandbox = sluice::execution::Sandbox::open(
-      services_, {w, sluice::execution::SandboxKind::kOneShot, ""});
+  auto sandbox = sluice::execution::Sandbox::open(services_, std::move(*open));
   if (!sandbox) return std::unexpected(sandbox.error());
   return execute(**sandbox, caller, request.command, lines, stop_fd, asked);
 }

@@ -53,6 +53,7 @@ ApiError apiError(const base::Error& e);
 struct RunRequest {
   std::string workflow;
   execution::Command command;
+  bool learn = false;  ///< "learn": true (refused unless ServeOptions::allow_learn)
 };
 
 /// Parses `key` into `out` if it is a field a run and a session exec share (argv, stdin, env):
@@ -106,6 +107,12 @@ class Engine {
 
   // For sessions (sessions.hpp): the pieces an execution is wired with.
   std::shared_ptr<const policy::Workflow> workflow(const std::string& name) const;
+  /// How a sandbox of workflow `name` opens: its shadow policy (--shadow-policy-dir) and
+  /// learn mode. An error (403 learn_not_allowed) when learn is asked for without
+  /// --allow-learn.
+  base::Result<execution::OpenOptions> openOptions(std::shared_ptr<const policy::Workflow> w,
+                                                   execution::SandboxKind kind, std::string id,
+                                                   bool learn) const;
   proxy::Proxy& proxy() { return *proxy_; }
   EventTee& tee() { return *tee_; }
   /// Where ask-rule matches of every sandbox wait for an approver (docs/approvals.md).
@@ -153,6 +160,7 @@ class Engine {
   std::shared_ptr<proxy::ApprovalDesk> approvals_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<const policy::Workflow>> workflows_;
+  std::map<std::string, std::shared_ptr<const policy::Matcher>> shadows_;  // by workflow name
   execution::Services services_;
 };
 

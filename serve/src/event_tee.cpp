@@ -61,7 +61,14 @@ void EventTee::recordPolicy(const std::string& sha256, const std::string& workfl
   store_->recordPolicy(sha256, workflow, yaml_text);
 }
 
+template <typename Event>
+void EventTee::countShadow(const Event& e) {
+  if (e.stamp.shadow_decision)
+    metrics_.shadow(audit::shadowAgrees(e.decision, *e.stamp.shadow_decision));
+}
+
 void EventTee::recordConnection(audit::ConnectionEvent e) {
+  countShadow(e);
   metrics_.decision(decisionText(e.decision), e.reason);
   if (audit::countsAsAttempt(e.kind, e.decision, e.tls)) metrics_.attempt(outcomeOf(e.decision));
   metrics_.proxyBytes(e.bytes_up, e.bytes_down);
@@ -76,6 +83,7 @@ void EventTee::recordConnection(audit::ConnectionEvent e) {
 }
 
 void EventTee::recordRequest(audit::RequestEvent e) {
+  countShadow(e);
   metrics_.decision(decisionText(e.decision), e.reason);
   metrics_.attempt(outcomeOf(e.decision));
   if (watched(e.execution_id)) {
@@ -93,6 +101,7 @@ void EventTee::recordRequest(audit::RequestEvent e) {
 void EventTee::recordForward(audit::ForwardEvent e) { store_->recordForward(std::move(e)); }
 
 void EventTee::recordDns(audit::DnsEvent e) {
+  countShadow(e);
   metrics_.decision(decisionText(e.decision), e.reason);
   store_->recordDns(std::move(e));
 }

@@ -40,6 +40,9 @@ class EventTee final : public audit::EventSink {
   /// True when a stream subscribed to `execution_id` (only then is an event rendered).
   bool watched(const std::string& execution_id);
   void publish(const std::string& execution_id, const std::string& line);
+  /// Counts a row's shadow decision, if it has one, in /metrics.
+  template <typename Event>
+  void countShadow(const Event& e);
 
   std::shared_ptr<audit::EventSink> store_;
   Metrics& metrics_;

@@ -78,6 +78,13 @@ std::string Metrics::render(std::uint64_t audit_queue_depth) const {
        "\n";
   o += "sluice_network_attempts_total{outcome=\"denied\"} " + std::to_string(denied_.load()) + "\n";
   o += "sluice_network_attempts_total{outcome=\"failed\"} " + std::to_string(failed_.load()) + "\n";
+  o += "# HELP sluice_shadow_decisions_total Rows a shadow policy decided too, by whether it "
+       "agreed with the decision (audit query --shadow-diff lists the others).\n";
+  o += "# TYPE sluice_shadow_decisions_total counter\n";
+  o += "sluice_shadow_decisions_total{agree=\"true\"} " + std::to_string(shadow_agree_.load()) +
+       "\n";
+  o += "sluice_shadow_decisions_total{agree=\"false\"} " + std::to_string(shadow_disagree_.load()) +
+       "\n";
   std::lock_guard lock(mu_);
   o += "# HELP sluice_decisions_total Audit rows of connections, requests and DNS queries, by "
        "decision (allow, deny, fail) and reason.\n";

@@ -22,6 +22,10 @@ class Metrics {
   /// One attempt as receipts count them (docs/audit.md "What is counted"): `outcome` is
   /// "allowed", "denied" or "failed".
   void attempt(std::string_view outcome);
+  /// One row a shadow policy (--shadow-policy-dir) decided too: whether it agreed.
+  void shadow(bool agree) {
+    (agree ? shadow_agree_ : shadow_disagree_).fetch_add(1, std::memory_order_relaxed);
+  }
   void proxyBytes(std::uint64_t up, std::uint64_t down) {
     bytes_up_.fetch_add(up, std::memory_order_relaxed);
     bytes_down_.fetch_add(down, std::memory_order_relaxed);
@@ -41,6 +45,7 @@ class Metrics {
   std::atomic<std::int64_t> sessions_active_{0};
   std::atomic<std::uint64_t> bytes_up_{0}, bytes_down_{0};
   std::atomic<std::uint64_t> allowed_{0}, denied_{0}, failed_{0};
+  std::atomic<std::uint64_t> shadow_agree_{0}, shadow_disagree_{0};
   mutable std::mutex mu_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> decisions_;
   std::map<std::string, std::int64_t> pool_ready_;

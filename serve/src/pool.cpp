@@ -8,8 +8,10 @@ namespace pol = sluice::policy;
 
 base::Result<std::unique_ptr<Prepared>> prepare(Engine& engine, const std::string& id,
                                                 std::shared_ptr<const pol::Workflow> w) {
-  return sluice::execution::Sandbox::open(
-      engine.services(), {std::move(w), sluice::execution::SandboxKind::kSession, id});
+  // With the workflow's shadow policy (learn mode is never pooled).
+  auto open = engine.openOptions(std::move(w), sluice::execution::SandboxKind::kSession, id, false);
+  if (!open) return std::unexpected(open.error());
+  return sluice::execution::Sandbox::open(engine.services(), std::move(*open));
 }
 
 Pool::Pool(Engine& engine, std::size_t per_workflow)

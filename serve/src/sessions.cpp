@@ -112,12 +112,16 @@ std::size_t SessionManager::active() const {
 base::Result<SessionRequest> parseSessionRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
   for (const auto& [key, v] : body.items())
-    if (key != "workflow" && key != "idle_timeout" && key != "ttl")
+    if (key != "workflow" && key != "idle_timeout" && key != "ttl" && key != "learn")
       return std::unexpected(bad(key + ": unknown field"));
   if (!body.contains("workflow") || !body["workflow"].is_string())
     return std::unexpected(bad("workflow: is required (a string)"));
   SessionRequest r;
   r.workflow = body["workflow"];
+  if (body.contains("learn")) {
+    if (!body["learn"].is_boolean()) return std::unexpected(bad("learn: must be a boolean"));
+    r.learn = body["learn"].get<bool>();
+  }
   for (auto [key, dst] : {std::pair{"idle_timeout", &r.idle_timeout}, std::pair{"ttl", &r.ttl}}) {
     if (!body.contains(key)) continue;
     auto d = duration(body, key, {});
@@ -157,7 +161,8 @@ base::Result<json> SessionManager::create(const Caller& caller, const SessionReq
       s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(ttl);
   s->last_used = std::chrono::steady_clock::now();
   s->deadline = s->last_used + ttl;
-  if (auto started = startSandbox(*s); !started) return std::unexpected(started.error());
+  if (auto started = startSandbox(*s, request.learn); !started)
+    return std::unexpected(started.error());
   engine_.approvals().attribute(s->id, {"", s->id, s->caller});
   {
     std::lock_guard lock(mu_);
@@ -172,16 +177,17 @@ base::Result<json> SessionManager::create(const Caller& caller, const SessionReq
 
 // The session's sandbox: a prepared one from the warm pool when it has one of this very policy
 // (the session then takes its id, which its listeners were attached with), else one built now.
-base::Result<void> SessionManager::startSandbox(Session& s) {
-  if (Pool* pool = engine_.pool())
+base::Result<void> SessionManager::startSandbox(Session& s, bool learn) {
+  auto open = engine_.openOptions(s.workflow, sluice::execution::SandboxKind::kSession,
+                                  Engine::newId("se-"), learn);
+  if (!open) return std::unexpected(open.error());
+  if (Pool* pool = engine_.pool(); pool && !learn)  // a prepared sandbox enforces
     if (auto p = pool->take(*s.workflow)) {
       s.pooled = true;
       s.sandbox = std::move(p);
     }
   if (!s.sandbox) {
-    auto opened = sluice::execution::Sandbox::open(
-        engine_.services(),
-        {s.workflow, sluice::execution::SandboxKind::kSession, Engine::newId("se-")});
+    auto opened = sluice::execution::Sandbox::open(engine_.services(), std::move(*open));
     if (!opened) {
       const auto& e = opened.error();
       return std::unexpected(

@@ -25,6 +25,7 @@ namespace sluice::serve {
 struct SessionRequest {
   std::string workflow;
   std::optional<std::chrono::milliseconds> idle_timeout, ttl;  ///< none: the defaults
+  bool learn = false;  ///< "learn": true (refused unless ServeOptions::allow_learn)
 };
 
 /// Parses the body of POST /v1/sessions (field errors name the field).
@@ -70,7 +71,7 @@ class SessionManager {
 
  private:
   struct Session;
-  base::Result<void> startSandbox(Session& s);
+  base::Result<void> startSandbox(Session& s, bool learn);
   base::Result<std::shared_ptr<Session>> find(const Caller& caller, const std::string& id);
   nlohmann::json finish(Session& s, const std::string& ended_by);
   template <typename T, typename Fn>

@@ -159,16 +159,37 @@ class ReplayRun : public ::testing::Test {
 
   // `sluice run` of the agent; the execution id.
   std::string runAgent(const std::string& policy_file) {
-    Outcome o = sluice({"run", "--policy", policy_file, "--audit", db(), "--upstream-ca",
-                        (dir_ / "ca.pem").string(), "--env", "PLAIN_PORT=" + plain_, "--env",
-                        "TLS_PORT=" + tls_, "--input", (dir_ / "agent.sh").string() + ":agent.sh",
-                        "--json", "--", "sh", "/input/agent.sh"});
+    return runAgentWith(policy_file, {},
+                        "200\n200\n200\n200\n200\n200\n200\n200\n200\n403\n403\npipelined 2\n")
+        .value("execution_id", std::string());
+  }
+
+  // `sluice run` of the agent with `extra` flags; the receipt. `statuses`: what it prints.
+  json runAgentWith(const std::string& policy_file, const std::vector<std::string>& extra,
+                    const std::string& statuses, std::string* err = nullptr) {
+    std::vector<std::string> args = {"run",
+                                     "--policy",
+                                     policy_file,
+                                     "--audit",
+                                     db(),
+                                     "--upstream-ca",
+                                     (dir_ / "ca.pem").string(),
+                                     "--env",
+                                     "PLAIN_PORT=" + plain_,
+                                     "--env",
+                                     "TLS_PORT=" + tls_,
+                                     "--input",
+                                     (dir_ / "agent.sh").string() + ":agent.sh",
+                                     "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "sh", "/input/agent.sh"});
+    Outcome o = sluice(args);
     EXPECT_EQ(o.status, 0) << o.out << o.err;
+    if (err) *err = o.err;
     auto receipt = sluice::testing::parseReceipt(o.out);
-    EXPECT_EQ(receipt.value("/stdout/text"_json_pointer, std::string()),
-              "200\n200\n200\n200\n200\n200\n200\n200\n200\n403\n403\npipelined 2\n")
+    EXPECT_EQ(receipt.value("/stdout/text"_json_pointer, std::string()), statuses)
         << o.out << o.err;
-    return receipt.value("execution_id", std::string());
+    return receipt;
   }
 
   json replayJson(const std::string& execution, const std::string& candidate, int expect_rc) {
@@ -300,6 +321,99 @@ TEST_F(ReplayRun, NpmInstallLearnCheckReplay) {
   json back = replayJson(exec, (dir_ / "learned.yaml").string(), 1);  // rule names differ
   EXPECT_EQ(back["counts"]["allow_to_deny"], 0) << back.dump(1) << learned.out;
   EXPECT_GT(back["counts"]["connections"].get<int>(), 0) << back.dump(1);
+}
+
+// --shadow-policy on every pipeline path: the candidate (items only) disagrees with the live
+// policy (/v1/*) on exactly the POST /v1/orders request; the traffic is what the live policy
+// decides; `audit query --shadow-diff` lists exactly that row.
+TEST_F(ReplayRun, AShadowPolicyIsRecordedOnEveryPathAndShadowDiffListsItsDisagreements) {
+  REQUIRE_SANDBOX();
+  ASSERT_EQ(sluice::testing::makeUpstreamCertificates(dir_), "") << slurp(dir_ / "certs.log");
+  plain_ = startUpstream("plain", false);
+  tls_ = startUpstream("tls", true);
+  ASSERT_FALSE(plain_.empty() || tls_.empty()) << slurp(dir_ / "upstream.stderr");
+  const std::string live = policy("history.yaml", "\"/v1/*\"");
+  const std::string candidate = policy("tight.yaml", "\"/v1/items/*\"");
+  json receipt =
+      runAgentWith(live, {"--shadow-policy", candidate},
+                   "200\n200\n200\n200\n200\n200\n200\n200\n200\n403\n403\npipelined 2\n");
+  const std::string exec = receipt.value("execution_id", std::string());
+  ASSERT_FALSE(exec.empty());
+  const std::string in_exec = " WHERE execution_id = '" + exec + "'";
+  // Every request and every tunnel has a shadow decision; plain-HTTP origin links have none.
+  EXPECT_EQ(count("SELECT count(*) FROM requests" + in_exec + " AND shadow_decision IS NULL"), 0);
+  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec +
+                  " AND kind = 'connect' AND shadow_decision IS NULL"),
+            0);
+  EXPECT_GT(count("SELECT count(*) FROM connections" + in_exec + " AND kind = 'connect'"), 0);
+  Outcome diff = sluice(
+      {"audit", "query", "--db", db(), "--execution", exec, "--shadow-diff", "--format", "json"});
+  ASSERT_EQ(diff.status, 0) << diff.err;
+  json rows = json::parse(diff.out, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << diff.out;
+  ASSERT_EQ(rows.size(), 1u) << diff.out;
+  EXPECT_EQ(rows[0]["type"], "request");
+  EXPECT_EQ(rows[0]["method"], "POST");
+  EXPECT_EQ(rows[0]["path"], "/v1/orders");
+  EXPECT_EQ(rows[0]["decision"], "allow");
+  EXPECT_EQ(rows[0]["shadow_decision"], "deny");
+  EXPECT_EQ(rows[0]["shadow_rule"], "plain-api");
+  // The same candidate replayed offline finds the same single difference.
+  json replayed = replayJson(exec, candidate, 1);
+  EXPECT_EQ(replayed["differences"].size(), 1u) << replayed.dump(1);
+}
+
+// sluice run --learn under a policy that allows only GET /v1/items/* (and explicitly denies
+// /admin): the rest goes through as would_deny, the deny rule still denies; the receipt and the
+// summary say mode: learn; learn -> check -> replay shows the would_deny rows as deny->allow and
+// nothing else.
+TEST_F(ReplayRun, LearnModeLetsThroughWhatNoRuleDeniesAndRoundTripsThroughLearnAndReplay) {
+  REQUIRE_SANDBOX();
+  ASSERT_EQ(sluice::testing::makeUpstreamCertificates(dir_), "") << slurp(dir_ / "certs.log");
+  plain_ = startUpstream("plain", false);
+  tls_ = startUpstream("tls", true);
+  ASSERT_FALSE(plain_.empty() || tls_.empty()) << slurp(dir_ / "upstream.stderr");
+  const std::string narrow = policy("narrow.yaml", "\"/v1/items/*\"");
+  std::ofstream(narrow, std::ios::app) << "    - id: no-admin\n      action: deny\n"
+                                          "      hosts: [localhost]\n      paths: [\"/admin\"]\n"
+                                          "      ports: [\"1-65535\"]\n";
+  std::string err;
+  json receipt =
+      runAgentWith(narrow, {"--learn"},
+                   "200\n200\n200\n200\n200\n200\n200\n200\n200\n403\n200\npipelined 2\n", &err);
+  EXPECT_EQ(receipt.value("mode", std::string()), "learn") << receipt.dump(1);
+  EXPECT_EQ(receipt["network"].value("would_deny", 0), 2) << receipt.dump(1);
+  EXPECT_NE(err.find("mode: learn"), std::string::npos) << err;
+  EXPECT_NE(err.find("mode: learn"), err.rfind("mode: learn")) << "said at start and end: " << err;
+  const std::string exec = receipt.value("execution_id", std::string());
+  ASSERT_FALSE(exec.empty());
+  const std::string in_exec = " WHERE execution_id = '" + exec + "'";
+  EXPECT_EQ(count("SELECT count(*) FROM requests" + in_exec + " AND decision = 'would_deny'"), 2);
+  EXPECT_EQ(count("SELECT count(*) FROM requests" + in_exec +
+                  " AND decision = 'would_deny' AND path = '/v1/orders'"
+                  " AND reason = 'path_not_allowed' AND rule_id = 'plain-api'"),
+            1);
+  EXPECT_EQ(count("SELECT count(*) FROM requests" + in_exec +
+                  " AND decision = 'deny' AND path = '/admin' AND rule_id = 'no-admin'"),
+            1);
+  Outcome learned = sluice({"policy", "learn", "--db", db(), "--execution", exec});
+  ASSERT_EQ(learned.status, 0) << learned.err;
+  std::ofstream(dir_ / "learned.yaml") << learned.out;
+  EXPECT_EQ(learned.out.find("/admin"), std::string::npos) << learned.out;
+  Outcome check = sluice({"policy", "check", (dir_ / "learned.yaml").string()});
+  EXPECT_EQ(check.status, 0) << check.out << check.err;
+  EXPECT_EQ(check.out.find("warning"), std::string::npos) << check.out;
+  json back = replayJson(exec, (dir_ / "learned.yaml").string(), 1);
+  EXPECT_EQ(back["counts"]["allow_to_deny"], 0) << back.dump(1);
+  int would_deny_rows = 0;
+  for (const auto& d : back["differences"]) {
+    if (d["change"] == "deny->allow") {
+      ++would_deny_rows;
+      EXPECT_NE(d.value("note", std::string()).find("learn mode"), std::string::npos) << d.dump();
+    }
+  }
+  EXPECT_EQ(back["counts"]["deny_to_allow"], would_deny_rows);
+  EXPECT_GE(would_deny_rows, 2) << back.dump(1);
 }
 
 }  // namespace

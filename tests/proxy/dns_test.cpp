@@ -186,7 +186,9 @@ class DnsTest : public ::testing::Test {
   }
   void TearDown() override { proxy_->stop(); }
 
-  void adopt(const std::string& execution, std::uint64_t max_queries) {
+  // `tweak` adjusts the identity (a shadow policy, learn mode) before it is adopted.
+  void adopt(const std::string& execution, std::uint64_t max_queries,
+             const std::function<void(ListenerIdentity&)>& tweak = {}) {
     std::string yaml =
         "apiVersion: sluice/v1\nkind: Workflow\nname: dns\negress:\n  rules:\n"
         "    - {id: pypi, action: allow, hosts: [pypi.org, \"*.allowed.example\"], ports: [443]}\n"
@@ -205,6 +207,7 @@ class DnsTest : public ::testing::Test {
     ASSERT_GE(tcp, 0);
     ListenerIdentity id(execution, matcher_);
     id.names = names_;
+    if (tweak) tweak(id);
     auto r = proxy_->adoptDns(udp, tcp, id);
     ASSERT_TRUE(r) << r.error().message;
   }
@@ -282,6 +285,44 @@ TEST_F(DnsTest, OtherNamesGetNxDomain) {
     EXPECT_EQ(row.rule_id, by_deny ? "no" : "") << row.name;
   }
   EXPECT_EQ(names_->size(), 0u);
+}
+
+// Learn mode answers a name no rule names (recorded would_deny), never one a deny rule names;
+// a shadow policy's answer is in every row.
+TEST_F(DnsTest, LearnModeAnswersUnnamedNamesAndRowsCarryTheShadowsAnswer) {
+  auto candidate = policy::parseWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: next\negress:\n  rules:\n"
+      "    - {id: evil-ok, action: allow, hosts: [evil.example], ports: [443]}\n",
+      "next.yaml");
+  ASSERT_TRUE(candidate);
+  auto shadow =
+      policy::Matcher::compile(std::make_shared<const policy::Workflow>(std::move(*candidate)));
+  adopt("exec-learn", 100, [&](ListenerIdentity& id) {
+    id.learn = true;
+    id.shadow = shadow;
+  });
+  UdpClient c(udp_port_);
+  Reply learned = c.ask(query(1, "evil.example", 1));
+  ASSERT_TRUE(learned.got);
+  EXPECT_EQ(learned.rcode(), 0);
+  EXPECT_TRUE(learned.address());
+  Reply denied = c.ask(query(2, "secret.allowed.example", 1));
+  ASSERT_TRUE(denied.got);
+  EXPECT_EQ(denied.rcode(), 3);
+  Reply allowed = c.ask(query(3, "pypi.org", 1));
+  ASSERT_TRUE(allowed.got);
+  EXPECT_EQ(allowed.rcode(), 0);
+  ASSERT_GE(sink_->waitDnsCount(3), 3u);
+  std::map<std::string, audit::DnsEvent> rows;
+  for (const auto& row : sink_->dns()) rows[row.name] = row;
+  EXPECT_EQ(rows["evil.example"].decision, audit::Decision::kWouldDeny);
+  EXPECT_EQ(rows["evil.example"].reason, "no_matching_rule");
+  EXPECT_EQ(rows["evil.example"].stamp.shadow_decision, audit::Verdict::kAllow);
+  EXPECT_EQ(rows["evil.example"].stamp.shadow_rule, "evil-ok");
+  EXPECT_EQ(rows["secret.allowed.example"].decision, audit::Decision::kDeny);
+  EXPECT_EQ(rows["secret.allowed.example"].stamp.shadow_decision, audit::Verdict::kDeny);
+  EXPECT_EQ(rows["pypi.org"].decision, audit::Decision::kAllow);
+  EXPECT_EQ(rows["pypi.org"].stamp.shadow_decision, audit::Verdict::kDeny);
 }
 
 TEST_F(DnsTest, ExfiltrationBySubdomainsIsAuditedThenRefused) {

@@ -424,6 +424,42 @@ TEST_F(ServeTest, MetricsMoveWithRuns) {
     EXPECT_NE(after.find(name), std::string::npos) << name;
 }
 
+// Learn mode is refused (403 learn_not_allowed) unless serve runs with --allow-learn.
+TEST_F(ServeTest, LearnModeNeedsAllowLearn) {
+  start();
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"learn":true})"), 403,
+              "learn_not_allowed");
+  expectError(call("POST", "/v1/sessions", R"({"workflow":"shell","learn":true})"), 403,
+              "learn_not_allowed");
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"learn":1})"), 400,
+              "bad_request");
+}
+
+// With --allow-learn a run may learn (its receipt says so); with --shadow-policy-dir every row
+// of workflow `web` is decided by the candidate too, and /metrics counts the disagreements.
+TEST_F(ServeTest, AllowedLearnRunsAndShadowDecisionsAreCounted) {
+  REQUIRE_SANDBOX();
+  fs::create_directories(dir_ / "shadow");
+  std::ofstream(dir_ / "shadow" / "web.yaml")
+      << "apiVersion: sluice/v1\nkind: Workflow\nname: web\negress:\n  rules:\n"
+         "    - {id: also-denied, action: allow, hosts: [denied.example], ports: [443]}\n";
+  auto o = options();
+  o.allow_learn = true;
+  o.shadow_policy_dir = (dir_ / "shadow").string();
+  start(o);
+  auto run = call("POST", "/v1/runs",
+                  R"({"workflow":"web","argv":["curl","-s","https://denied.example/"]})");
+  ASSERT_EQ(run.status, 200) << run.body;
+  auto metrics = call("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("sluice_shadow_decisions_total{agree=\"false\"} 1"), std::string::npos)
+      << metrics;
+  auto learn = call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"learn":true})");
+  ASSERT_EQ(learn.status, 200) << learn.body;
+  const auto receipt = nlohmann::json::parse(learn.body);
+  EXPECT_EQ(receipt.value("mode", std::string()), "learn") << learn.body;
+  expectSchema("Receipt", receipt);
+}
+
 TEST_F(ServeSocketTest, DrainRefusesNewWorkAndStopsWhatOutlivesIt) {
   REQUIRE_SANDBOX();
   start();

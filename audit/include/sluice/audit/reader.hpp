@@ -44,8 +44,9 @@ struct QueryFilter {
   /// (write-ahead rows of requests sent upstream, with `completed`), "dns" (queries of
   /// sluice's DNS; `host` filters the name), "approvals" (decided approvals of `ask` rules;
   /// since/until apply to asked_at) or "events"
-  /// (connections and requests interleaved). Empty: "events" when decision or host is set,
-  /// else "executions".
+  /// (connections and requests interleaved), "shadow-diff" (connections, requests and DNS
+  /// rows whose shadow policy decided otherwise: `audit query --shadow-diff`). Empty:
+  /// "events" when decision or host is set, else "executions".
   std::string kind;
   std::optional<std::string> workflow;
   std::optional<std::string> execution;

@@ -116,6 +116,10 @@ struct OpenOptions {
   std::shared_ptr<const policy::Workflow> workflow;
   SandboxKind kind = SandboxKind::kOneShot;
   std::string id;  ///< its listeners' id (a one-shot run's execution id); "" = a fresh one
+  /// A candidate policy decided alongside (`--shadow-policy`; proxy::ListenerIdentity::shadow).
+  std::shared_ptr<const policy::Matcher> shadow = nullptr;
+  /// Learn mode (`sluice run --learn`; proxy::ListenerIdentity::learn): receipts say so.
+  bool learn = false;
 };
 
 class Sandbox {

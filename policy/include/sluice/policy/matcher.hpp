@@ -41,6 +41,9 @@ struct Decision {
   /// approver allows it; the proxy then decides again with Query::approved_rule set. Fails
   /// closed for any caller that does not handle approvals.
   bool ask = false;
+  /// Learn mode (Query::learn) let through what the policy denies: `allowed` is true, and
+  /// `reason`, `rule_id`, `detail` and `nearest_miss` stay the denial's (a would_deny row).
+  bool learned = false;
 };
 
 /// "allow", "deny" or "ask": the word `policy explain`, `policy test` and audit rows use.
@@ -69,6 +72,9 @@ struct Query {
   /// The id of an ask rule an approver has allowed for this connection or request: a decision
   /// that would ask by that rule allows instead (the approval was for exactly it).
   std::string_view approved_rule = {};
+  /// Learn mode (`sluice run --learn`): what no rule explicitly refuses is allowed with
+  /// Decision::learned set; deny rules, the address guard and refused forms still refuse.
+  bool learn = false;
 };
 
 class Matcher {
@@ -117,6 +123,8 @@ class Matcher {
   // The address phase of decide(): `allowing` are the allow rules that matched the rest.
   Decision decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,
                          const Query& q) const;
+  // Learn mode's last word on `d` (Query::learn).
+  Decision learned(Decision d, const Query& q) const;
   std::shared_ptr<const Workflow> workflow_;
   std::unique_ptr<Index> index_;
 };

@@ -21,7 +21,7 @@ struct TunnelDecision {
 };
 
 /// The connection phase of a tunnel to `target` (no address yet): Matcher::decide as a tunnel,
-/// and when that wants inspection, as plain HTTP.
-TunnelDecision decideTunnel(const Matcher& matcher, const Target& target);
+/// and when that wants inspection, as plain HTTP. `learn`: Query::learn.
+TunnelDecision decideTunnel(const Matcher& matcher, const Target& target, bool learn = false);
 
 }  // namespace sluice::policy

@@ -96,6 +96,13 @@ struct ListenerIdentity {
   /// What approvers are shown about who asked: the session (sluice serve) and the caller.
   std::string session_id;
   std::string caller;
+  /// A candidate policy decided alongside `matcher` (`--shadow-policy`): every connections,
+  /// requests and DNS row records what it would have decided (PolicyStamp::shadow_decision),
+  /// traffic is untouched. Null: none.
+  std::shared_ptr<const policy::Matcher> shadow;
+  /// Learn mode (`sluice run --learn`, docs/policy.md): what no rule explicitly refuses goes
+  /// through and is recorded as would_deny (policy::Query::learn).
+  bool learn = false;
 };
 
 /// Makes the placeholders of every rule of `workflow` that declares `inject.placeholder_env`
@@ -132,6 +139,7 @@ struct Stats {
   std::vector<Denial> failures;   ///< first 1000 failures, in order
   std::uint64_t dns_queries = 0;  ///< messages to sluice's DNS (every one, malformed too)
   std::uint64_t dns_denied = 0;   ///< of those, answered deny (NXDOMAIN, REFUSED, errors)
+  std::uint64_t would_deny = 0;   ///< of `allowed`, let through only by learn mode
 };
 
 class Proxy {

@@ -39,6 +39,8 @@ struct NetworkSummary {
   /// sluice's DNS (transparent capture): every query, and those answered deny.
   std::uint64_t dns_queries = 0;
   std::uint64_t dns_denied = 0;
+  /// Of `allowed`, what learn mode let through that the policy denies (would_deny rows).
+  std::uint64_t would_deny = 0;
 };
 
 /// The receipt's `network` object for `mode` ("none" | "proxy"); sessions' summaries use it
@@ -51,6 +53,9 @@ struct ReceiptContext {
   std::string policy_sha256;
   std::string network_mode = "none";  // "none" | "proxy"
   NetworkSummary network;
+  /// A learn-mode run (`sluice run --learn`): the receipt says `mode: "learn"` and counts
+  /// network.would_deny.
+  bool learn = false;
 };
 
 /// The receipt as JSON. `hash` is the audit row's hash (null until the row is committed).

@@ -61,6 +61,13 @@ struct ServeOptions {
   /// Forks every sandbox's namespace helper (runner::SandboxZygote::start(), called by `sluice
   /// serve` first thing); without one the daemon clones each sandbox's init from itself.
   std::shared_ptr<runner::SandboxZygote> zygote;
+  /// `--shadow-policy-dir DIR`: DIR/NAME.yaml (a workflow named NAME) is decided alongside
+  /// every execution of workflow NAME, recorded, never enforced (docs/policy.md "Shadow
+  /// policy"); reloaded with the policies on SIGHUP. Empty: none.
+  std::string shadow_policy_dir;
+  /// `--allow-learn`: runs and sessions may ask for learn mode (`"learn": true`); without it
+  /// they are refused with 403 learn_not_allowed.
+  bool allow_learn = false;
 };
 
 /// The daemon. start() binds every listener and returns; the caller waits for signals and

@@ -91,4 +91,13 @@ constexpr bool countsAsAttempt(ConnectionKind kind, Decision decision, TlsHandli
   return !(through && (tls == TlsHandling::kInspect || tls == TlsHandling::kNone));
 }
 
+/// Whether a row's shadow decision (PolicyStamp::shadow_decision) agrees with its decision:
+/// allow and fail (the policy let it through) compare as allow, deny and would_deny (learn
+/// mode: the policy denied it) as deny; ask is a value of its own, agreeing with neither.
+/// `audit query --shadow-diff` is the same rule in SQL (reader.cpp).
+constexpr bool shadowAgrees(Decision decision, Verdict shadow) {
+  const bool through = decision == Decision::kAllow || decision == Decision::kFail;
+  return shadow == (through ? Verdict::kAllow : Verdict::kDeny);
+}
+
 }  // namespace sluice::audit

@@ -1,0 +1,143 @@
+// A shadow policy and learn mode through the proxy against loopback upstreams: every row
+// records what the candidate decides (and the traffic is what the live policy decides), and a
+// learning listener lets through what no rule explicitly refuses as would_deny while deny rules
+// and the address guard still refuse.
+#include <gtest/gtest.h>
+
+#include "proxy_fixture.hpp"
+
+namespace sluice::proxy::testing {
+namespace {
+
+// The candidate: upstream.test for GET only, nothing for other.test.
+std::string candidatePolicy() {
+  return "apiVersion: sluice/v1\nkind: Workflow\nname: candidate\negress:\n  rules:\n"
+         "    - id: get-only\n      action: allow\n      hosts: [upstream.test]\n"
+         "      ports: [\"1-65535\"]\n      methods: [GET]\n"
+         "      allow_private: true\n      cidrs: [\"127.0.0.0/8\"]\n";
+}
+
+// Only GET /v1/* on upstream.test, and an explicit deny of /admin/*.
+std::string learnPolicy() {
+  return "apiVersion: sluice/v1\nkind: Workflow\nname: learning\negress:\n  rules:\n"
+         "    - id: items\n      action: allow\n      hosts: [upstream.test, other.test]\n"
+         "      ports: [\"1-65535\"]\n      methods: [GET]\n      paths: [\"/v1/*\"]\n"
+         "      allow_private: true\n      cidrs: [\"127.0.0.0/8\"]\n"
+         "    - id: no-admin\n      action: deny\n      hosts: [upstream.test]\n"
+         "      paths: [\"/admin/*\"]\n      ports: [\"1-65535\"]\n";
+}
+
+class ShadowLearnTest : public ProxyFixture {
+ protected:
+  // A second listener on the same proxy: `identity` with the fixture's execution id replaced.
+  std::uint16_t listen(ListenerIdentity identity) {
+    auto port = proxy_->listen("127.0.0.1", 0, std::move(identity));
+    EXPECT_TRUE(port) << port.error().message;
+    return port ? *port : 0;
+  }
+  std::optional<audit::RequestEvent> request(const std::string& exec, const std::string& method,
+                                             const std::string& path) {
+    return sink_->waitRequest([&](const audit::RequestEvent& e) {
+      return e.execution_id == exec && e.method == method && e.path == path;
+    });
+  }
+};
+
+TEST_F(ShadowLearnTest, RowsRecordTheCandidatesDecisionAndTrafficIsUnaffected) {
+  ListenerIdentity id{"exec-shadow", matcher_};
+  id.shadow = compileWorkflow(candidatePolicy());
+  const std::uint16_t port = listen(id);
+  const std::string up = upstream();
+  {  // fresh connections: a GET both allow, a POST only the live policy allows
+    Client c(port);
+    ASSERT_TRUE(c.send(getRequest(up, "/a", "Connection: close\r\n")));
+    EXPECT_EQ(c.readResponse().status, 200);
+    Client p(port);
+    ASSERT_TRUE(
+        p.send(getRequest(up, "/b", "Content-Length: 1\r\nConnection: close\r\n", "POST") + "x"));
+    EXPECT_EQ(p.readResponse().status, 200);
+  }
+  {  // kept alive: two requests on one connection, the second one the candidate refuses
+    Client k(port);
+    ASSERT_TRUE(k.send(getRequest(up, "/k1")));
+    EXPECT_EQ(k.readResponse().status, 200);
+    ASSERT_TRUE(k.send(getRequest(up, "/k2", "Connection: close\r\n", "DELETE")));
+    EXPECT_EQ(k.readResponse().status, 403);  // the live policy's no-delete
+  }
+  {  // a tunnel the candidate has no rule for
+    Client t(port);
+    ASSERT_TRUE(t.send(connectRequest(echo())));
+    ASSERT_EQ(t.readResponse(true).status, 200);
+    ASSERT_TRUE(t.send("ping"));
+    EXPECT_EQ(t.readN(4), "ping");
+  }
+  auto a = request("exec-shadow", "GET", "/a");
+  auto b = request("exec-shadow", "POST", "/b");
+  auto k1 = request("exec-shadow", "GET", "/k1");
+  auto k2 = request("exec-shadow", "DELETE", "/k2");
+  ASSERT_TRUE(a && b && k1 && k2);
+  EXPECT_EQ(a->decision, audit::Decision::kAllow);
+  EXPECT_EQ(a->stamp.shadow_decision, audit::Verdict::kAllow);
+  EXPECT_EQ(a->stamp.shadow_rule, "get-only");
+  EXPECT_EQ(b->decision, audit::Decision::kAllow);
+  EXPECT_EQ(b->stamp.shadow_decision, audit::Verdict::kDeny);
+  EXPECT_EQ(b->stamp.shadow_rule, "get-only");  // its nearest miss
+  EXPECT_EQ(k1->stamp.shadow_decision, audit::Verdict::kAllow);
+  EXPECT_EQ(k2->decision, audit::Decision::kDeny);
+  EXPECT_EQ(k2->stamp.shadow_decision, audit::Verdict::kDeny);
+  auto tunnel = sink_->waitConnection([](const audit::ConnectionEvent& e) {
+    return e.execution_id == "exec-shadow" && e.kind == audit::ConnectionKind::kConnect;
+  });
+  ASSERT_TRUE(tunnel);
+  EXPECT_EQ(tunnel->decision, audit::Decision::kAllow);
+  EXPECT_EQ(tunnel->stamp.shadow_decision, audit::Verdict::kDeny);
+  // The fixture's own listener has no shadow: its rows stay unstamped.
+  EXPECT_EQ(roundTrip(getRequest(up, "/plain", "Connection: close\r\n")).status, 200);
+  auto plain = request("exec-1", "GET", "/plain");
+  ASSERT_TRUE(plain);
+  EXPECT_FALSE(plain->stamp.shadow_decision);
+}
+
+TEST_F(ShadowLearnTest, LearnModeLetsThroughWhatNoRuleRefusesAsWouldDeny) {
+  ListenerIdentity id{"exec-learn", compileWorkflow(learnPolicy())};
+  id.learn = true;
+  const std::uint16_t port = listen(id);
+  const std::string up = upstream();
+  auto status = [&](const std::string& method, const std::string& authority,
+                    const std::string& path) {
+    Client c(port);
+    const std::string body = method == "POST" ? "x" : "";
+    EXPECT_TRUE(c.send(getRequest(authority, path,
+                                  (body.empty() ? std::string() : "Content-Length: 1\r\n") +
+                                      "Connection: close\r\n",
+                                  method) +
+                       body));
+    return c.readResponse().status;
+  };
+  EXPECT_EQ(status("GET", up, "/v1/ok"), 200);             // the rule allows it
+  EXPECT_EQ(status("POST", up, "/v1/orders"), 200);        // learned: method not allowed
+  EXPECT_EQ(status("GET", up, "/admin/x"), 403);           // the deny rule still denies
+  EXPECT_EQ(status("GET", "metadata.test:80", "/"), 403);  // the address guard (169.254/16)
+  auto ok = request("exec-learn", "GET", "/v1/ok");
+  auto learned = request("exec-learn", "POST", "/v1/orders");
+  auto admin = request("exec-learn", "GET", "/admin/x");
+  ASSERT_TRUE(ok && learned && admin);
+  EXPECT_EQ(ok->decision, audit::Decision::kAllow);
+  EXPECT_EQ(learned->decision, audit::Decision::kWouldDeny);
+  EXPECT_EQ(learned->reason, "method_not_allowed");
+  EXPECT_EQ(learned->rule_id, "items");
+  EXPECT_EQ(admin->decision, audit::Decision::kDeny);
+  EXPECT_EQ(admin->rule_id, "no-admin");
+  // The address guard's refusal is a connections row of its own.
+  auto guard = sink_->waitConnection([](const audit::ConnectionEvent& e) {
+    return e.execution_id == "exec-learn" && e.host == "metadata.test";
+  });
+  ASSERT_TRUE(guard);
+  EXPECT_EQ(guard->decision, audit::Decision::kDeny);
+  EXPECT_EQ(guard->reason, "private_address");
+  auto stats = proxy_->stats("exec-learn");
+  EXPECT_EQ(stats.would_deny, 1u);
+}
+
+}  // namespace
+}  // namespace sluice::proxy::testing
