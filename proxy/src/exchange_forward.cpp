@@ -126,7 +126,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     body_transform_ = std::make_unique<StreamingLeakScan>(d.rule_id, conn_.listener->placeholders);
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,
-                    canon.method, target.host, canon.path);
+                    canon.method, target.host, canon.path, conn_.generation);
   rec.decided(true, d.rule_id, Reason::kAllowed);
   rec.injected(inj.secrets);
   rec.setPort(target.port);
