@@ -1,6 +1,7 @@
 // Re-deciding open tunnels at a live policy update (policy_cut.hpp).
 #include "policy_cut.hpp"
 
+#include "sluice/policy/request.hpp"
 #include "sluice/policy/tunnel.hpp"
 
 namespace sluice::proxy {
@@ -21,6 +22,19 @@ std::optional<std::string> tunnelRefusedBy(const PolicySnapshot& p,
   if (row.tls == audit::TlsHandling::kPassthrough && t.decision.tls == policy::TlsMode::kInspect)
     return head + "inspects " + where + ": a passthrough tunnel would bypass it";
   return std::nullopt;
+}
+
+bool refusesAsked(const policy::Matcher& m, const Approval& a) {
+  auto target = policy::makeTarget(a.host, a.port);
+  if (!target) return true;
+  if (!a.method) {
+    const auto d = policy::decideTunnel(m, *target).decision;
+    return !d.allowed && !d.ask;
+  }
+  auto canon = policy::canonicalRequest(*a.method, a.path.value_or("/"));
+  if (!canon) return true;
+  const auto d = m.decide(policy::Query{*target, policy::Visibility::kPlainHttp, &*canon});
+  return !d.allowed && !d.ask;
 }
 
 void markCut(audit::ConnectionEvent& row, const PolicySnapshot& p, std::string why) {

@@ -8,6 +8,7 @@
 
 #include "policy_snapshot.hpp"
 #include "sluice/audit/event_sink.hpp"
+#include "sluice/proxy/approvals.hpp"
 
 namespace sluice::proxy {
 
@@ -17,6 +18,10 @@ namespace sluice::proxy {
 /// The resolved address is not vetted again (its cidrs were checked at connect).
 std::optional<std::string> tunnelRefusedBy(const PolicySnapshot& p,
                                            const audit::ConnectionEvent& row);
+
+/// True when `m` refuses outright what approval `a` holds (neither allows nor asks for it): a
+/// tunnel decided as the admission decides it, a request as plain HTTP by its method and path.
+bool refusesAsked(const policy::Matcher& m, const Approval& a);
 
 /// Ends `row` as cut by the update to `p`: reason policy_changed, `why`, p's generation.
 void markCut(audit::ConnectionEvent& row, const PolicySnapshot& p, std::string why);

@@ -16,6 +16,7 @@
 #include "context.hpp"
 #include "dns_server.hpp"
 #include "log.hpp"
+#include "policy_cut.hpp"
 #include "sluice/base/clock.hpp"
 #include "sluice/base/net.hpp"
 #include "tls_context.hpp"
@@ -402,7 +403,20 @@ class ProxyImpl : public Proxy {
     // What the new policy refuses is cut now (open tunnels); requests and DNS queries are
     // decided by it as they come.
     for (auto& l : ls) l->forEachAccount([&](Account& a) { a.redecideAll(next); });
+    for (auto& l : ls) denyRefusedApprovals(*l, next);
     return next.generation;
+  }
+
+  // Approvals `l`'s connections wait for that `p` refuses outright are answered deny (those it
+  // still asks for, or allows, stay for an approver).
+  static void denyRefusedApprovals(const Listener& l, const PolicySnapshot& p) {
+    if (!l.approvals || l.execution_id.empty()) return;
+    for (const auto& a : l.approvals->pending()) {
+      if (a.execution_id != l.execution_id && a.session_id != l.execution_id) continue;
+      if (refusesAsked(*p.matcher, a))
+        l.approvals->answer(a.id, false, Scope::kOnce,
+                            "policy generation " + std::to_string(p.generation));
+    }
   }
 
   void recordPolicy(const policy::Matcher& m) {
