@@ -6,7 +6,8 @@
 namespace sluice::audit::detail {
 
 base::Error pgError(PGconn* c, std::string_view what) {
-  std::string msg = c ? PQerrorMessage(c) : "out of memory";
+  std::string msg = c ? PQerrorMessage(c) : libpqMissing();
+  if (msg.empty()) msg = "out of memory";
   while (!msg.empty() && (msg.back() == '\n' || msg.back() == ' ')) msg.pop_back();
   return base::Error{base::Code::kIo, fmt::format("postgresql: {}: {}", what, msg)};
 }

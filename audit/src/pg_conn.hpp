@@ -40,6 +40,9 @@ void pgCopyEscape(std::string& out, std::string_view v);
 /// "what: <the server's message>" as a kIo error.
 base::Error pgError(PGconn* c, std::string_view what);
 
+/// Why libpq could not be loaded (pg_libpq.cpp loads it when first used); empty when it was.
+std::string libpqMissing();
+
 /// `name` quoted as an SQL identifier.
 std::string pgIdent(std::string_view name);
 

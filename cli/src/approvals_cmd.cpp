@@ -33,10 +33,7 @@ struct ApprovalsOptions {
   bool json = false;
 };
 
-struct Reply {
-  unsigned status = 0;
-  std::string body;
-};
+using Reply = ServeReply;
 
 template <typename Stream>
 std::expected<Reply, std::string> exchange(Stream& s, http::request<http::string_body>& req) {
@@ -51,47 +48,11 @@ std::expected<Reply, std::string> exchange(Stream& s, http::request<http::string
   return Reply{parser.get().result_int(), parser.get().body()};
 }
 
-// One request to the server named by --connect: unix:PATH, or http://HOST:PORT.
+// One request to the server named by --connect (callServe).
 std::expected<Reply, std::string> call(const ApprovalsOptions& o, http::verb method,
                                        const std::string& target, const std::string& body) {
-  http::request<http::string_body> req{method, target, 11};
-  req.set(http::field::host, "sluice");
-  req.set(http::field::accept, "application/json");
-  std::string token = o.token;
-  if (token.empty())
-    if (const char* t = std::getenv("SLUICE_TOKEN")) token = t;
-  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
-  if (!body.empty()) {
-    req.set(http::field::content_type, "application/json");
-    req.body() = body;
-  }
-  req.prepare_payload();
-  net::io_context ioc;
-  boost::system::error_code ec;
-  if (o.connect.rfind("unix:", 0) == 0) {
-    net::local::stream_protocol::socket s(ioc);
-    s.connect(net::local::stream_protocol::endpoint(o.connect.substr(5)), ec);
-    if (ec) return std::unexpected("cannot connect to " + o.connect + ": " + ec.message());
-    return exchange(s, req);
-  }
-  std::string rest = o.connect;
-  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
-  if (auto slash = rest.find('/'); slash != std::string::npos) rest.resize(slash);
-  auto colon = rest.rfind(':');
-  if (colon == std::string::npos || rest.empty())
-    return std::unexpected("--connect '" + o.connect + "': expected unix:PATH or http://HOST:PORT");
-  std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  if (token.empty())
-    return std::unexpected("a TCP listener needs a token: --token T or SLUICE_TOKEN");
-  net::ip::tcp::resolver resolver(ioc);
-  auto eps = resolver.resolve(host, port, ec);
-  if (ec) return std::unexpected("cannot resolve " + host + ": " + ec.message());
-  net::ip::tcp::socket s(ioc);
-  net::connect(s, eps, ec);
-  if (ec) return std::unexpected("cannot connect to " + o.connect + ": " + ec.message());
-  return exchange(s, req);
+  return callServe(o.connect, o.token, std::string(http::to_string(method)), target,
+                   "application/json", body);
 }
 
 std::string text(const json& v) { return v.is_string() ? v.get<std::string>() : "-"; }
@@ -217,6 +178,49 @@ int runDecide(const ApprovalsOptions& o, const char* decision) {
 }
 
 }  // namespace
+
+std::expected<ServeReply, std::string> callServe(
+    const std::string& connect, const std::string& token_given, const std::string& method,
+    const std::string& target, const std::string& content_type, const std::string& body) {
+  http::request<http::string_body> req{http::string_to_verb(method), target, 11};
+  req.set(http::field::host, "sluice");
+  req.set(http::field::accept, "application/json");
+  std::string token = token_given;
+  if (token.empty())
+    if (const char* t = std::getenv("SLUICE_TOKEN")) token = t;
+  if (!token.empty()) req.set(http::field::authorization, "Bearer " + token);
+  if (!body.empty()) {
+    req.set(http::field::content_type, content_type);
+    req.body() = body;
+  }
+  req.prepare_payload();
+  net::io_context ioc;
+  boost::system::error_code ec;
+  if (connect.rfind("unix:", 0) == 0) {
+    net::local::stream_protocol::socket s(ioc);
+    s.connect(net::local::stream_protocol::endpoint(connect.substr(5)), ec);
+    if (ec) return std::unexpected("cannot connect to " + connect + ": " + ec.message());
+    return exchange(s, req);
+  }
+  std::string rest = connect;
+  if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
+  if (auto slash = rest.find('/'); slash != std::string::npos) rest.resize(slash);
+  auto colon = rest.rfind(':');
+  if (colon == std::string::npos || rest.empty())
+    return std::unexpected("--connect '" + connect + "': expected unix:PATH or http://HOST:PORT");
+  std::string host = rest.substr(0, colon), port = rest.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  if (token.empty())
+    return std::unexpected("a TCP listener needs a token: --token T or SLUICE_TOKEN");
+  net::ip::tcp::resolver resolver(ioc);
+  auto eps = resolver.resolve(host, port, ec);
+  if (ec) return std::unexpected("cannot resolve " + host + ": " + ec.message());
+  net::ip::tcp::socket s(ioc);
+  net::connect(s, eps, ec);
+  if (ec) return std::unexpected("cannot connect to " + connect + ": " + ec.message());
+  return exchange(s, req);
+}
 
 void addApprovalsCommands(CLI::App& app, int& exit_code) {
   auto o = std::make_shared<ApprovalsOptions>();

@@ -47,5 +47,16 @@ void addServeCommands(CLI::App& app, int& exit_code);      // serve
 void addCaCommands(CLI::App& app, int& exit_code);         // ca init
 void addMcpCommands(CLI::App& app, int& exit_code);        // mcp
 void addApprovalsCommands(CLI::App& app, int& exit_code);  // approvals list|allow|deny
+void addSessionCommands(CLI::App& app, int& exit_code);    // session policy
+
+/// One request to a running `sluice serve` at `connect` (unix:PATH, or http://HOST:PORT with a
+/// bearer `token`, else $SLUICE_TOKEN): its status and body, or why it could not be asked.
+struct ServeReply {
+  unsigned status = 0;
+  std::string body;
+};
+std::expected<ServeReply, std::string> callServe(
+    const std::string& connect, const std::string& token, const std::string& method,
+    const std::string& target, const std::string& content_type, const std::string& body);
 
 }  // namespace sluice::cli

@@ -71,7 +71,8 @@ int main(int argc, char** argv) {
       {{"ca"}, sluice::cli::addCaCommands},
       {{"serve"}, sluice::cli::addServeCommands},
       {{"mcp"}, sluice::cli::addMcpCommands},
-      {{"approvals"}, sluice::cli::addApprovalsCommands}};
+      {{"approvals"}, sluice::cli::addApprovalsCommands},
+      {{"session"}, sluice::cli::addSessionCommands}};
   std::vector<std::string_view> commands;
   for (const Group& g : groups) commands.insert(commands.end(), g.names.begin(), g.names.end());
   if (!first.empty() && first.front() != '-' &&

@@ -37,6 +37,11 @@ proxy::Stats statsSince(const proxy::Stats& before, const proxy::Stats& after) {
   const std::size_t seen = std::min(before.denials.size(), after.denials.size());
   delta.denials.assign(after.denials.begin() + static_cast<std::ptrdiff_t>(seen),
                        after.denials.end());
+  // The generation in force when the exec began, and every one after it.
+  const std::uint64_t first =
+      before.policy_generations.empty() ? 0 : before.policy_generations.back().generation;
+  for (const auto& g : after.policy_generations)
+    if (g.generation >= first) delta.policy_generations.push_back(g);
   return delta;
 }
 

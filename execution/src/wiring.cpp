@@ -93,6 +93,8 @@ rn::NetworkSummary networkSummary(const proxy::Stats& st) {
 
 void addNetwork(rn::ReceiptContext& ctx, const proxy::Stats& st) {
   ctx.network = networkSummary(st);
+  for (const auto& g : st.policy_generations)
+    ctx.policy_generations.push_back({g.generation, g.policy_sha256, g.since_ms});
 }
 
 rn::RunResult failedResult(const base::Error& e, const rn::RunSpec& spec, bool full_isolation) {

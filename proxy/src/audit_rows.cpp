@@ -9,12 +9,14 @@
 namespace sluice::proxy {
 
 audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
-                                     const policy::Workflow& workflow, audit::ConnectionKind kind) {
+                                     const policy::Workflow& workflow, audit::ConnectionKind kind,
+                                     std::uint64_t generation) {
   audit::ConnectionEvent ev;
   ev.id = ctx.newConnectionId(listener.execution_id);
   ev.execution_id = ctx.row_names->of(listener.execution_id);
   ev.workflow = workflow.name;
   ev.policy_sha256 = workflow.sha256;
+  ev.stamp.policy_generation = generation;
   ev.ts_ms = base::nowMs();
   ev.kind = kind;
   ev.tls = kind == audit::ConnectionKind::kConnect ? audit::TlsHandling::kPassthrough
@@ -80,7 +82,8 @@ void finishConnection(Context& ctx, Account& account, audit::ConnectionEvent& ev
 
 RequestRecord::RequestRecord(const Context& ctx, const Listener& listener, Account& account,
                              const policy::Workflow& workflow, std::string connection_id,
-                             std::string method, std::string host, std::string path)
+                             std::string method, std::string host, std::string path,
+                             std::uint64_t generation)
     : ctx_(ctx), account_(account) {
   ev_.connection_id = std::move(connection_id);
   ev_.execution_id = ctx.row_names->of(listener.execution_id);
@@ -90,6 +93,7 @@ RequestRecord::RequestRecord(const Context& ctx, const Listener& listener, Accou
   ev_.host = std::move(host);
   ev_.path = std::move(path);
   ev_.decision = audit::Decision::kDeny;
+  ev_.stamp.policy_generation = generation;
 }
 
 RequestRecord::~RequestRecord() { finish(); }

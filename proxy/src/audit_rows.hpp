@@ -13,9 +13,10 @@
 namespace sluice::proxy {
 
 /// A fresh connections row of `kind` for `listener`'s execution (TLS passthrough for a CONNECT,
-/// none until known otherwise).
+/// none until known otherwise), decided under policy `generation` of `workflow`.
 audit::ConnectionEvent connectionRow(Context& ctx, const Listener& listener,
-                                     const policy::Workflow& workflow, audit::ConnectionKind kind);
+                                     const policy::Workflow& workflow, audit::ConnectionKind kind,
+                                     std::uint64_t generation);
 
 /// Marks a connection row allowed by `rule_id`, dialled to `at`.
 void allowConnection(audit::ConnectionEvent& ev, const tcp::endpoint& at,
@@ -55,7 +56,7 @@ class RequestRecord {
  public:
   RequestRecord(const Context& ctx, const Listener& listener, Account& account,
                 const policy::Workflow& workflow, std::string connection_id, std::string method,
-                std::string host, std::string path);
+                std::string host, std::string path, std::uint64_t generation);
   ~RequestRecord();
   RequestRecord(const RequestRecord&) = delete;
   RequestRecord& operator=(const RequestRecord&) = delete;

@@ -11,6 +11,7 @@
 #include "inspect.hpp"
 #include "log.hpp"
 #include "origin_link.hpp"
+#include "policy_cut.hpp"
 #include "sniff.hpp"
 #include "transparent.hpp"
 #include "tunnel.hpp"
@@ -87,6 +88,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
         exchange_(conn_, client_, watch_, buf_) {
     conn_.keep_alive = [this] { return std::shared_ptr<void>(shared_from_this()); };
     exchange_.carry(Carrier::kPlainHttp, &origin_, nullptr);
+    origin_.policyFrom([this] { return PolicySnapshot{conn_.matcher, conn_.generation}; });
     ctx->live.fetch_add(1);
   }
 
@@ -112,6 +114,24 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
       ErrorCode ec;
       self->conn_.aborted = true;
       self->client_.close(ec);
+    });
+  }
+
+  // A plain-HTTP tunnel the new policy refuses is closed; kept-alive plain HTTP needs nothing
+  // (each request is decided by the policy in force), a passthrough tunnel is a Tunnel's.
+  void redecide(const PolicySnapshot& p) override {
+    auto self = shared_from_this();
+    net::post(client_.get_executor(), [self, p] {
+      if (!self->tunnel_up_ || self->conn_.aborted) return;
+      auto why = tunnelRefusedBy(p, self->tunnel_up_->row);
+      if (!why) return;
+      markCut(self->tunnel_up_->row, p, std::move(*why));
+      log().info("tunnel {} cut: {}", self->tunnel_up_->row.id, self->tunnel_up_->row.detail);
+      ErrorCode ec;
+      self->conn_.aborted = true;
+      withdrawApproval(self->conn_);
+      self->client_.close(ec);
+      self->tunnel_up_->socket.close(ec);
     });
   }
 
@@ -146,6 +166,9 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
 
   net::awaitable<void> loop() {
     bool first = true;
+    // The policy in force, for a redirected connection's decision (the exchange takes it again
+    // as each request arrives); a tunnel a live update refuses is closed at the swap.
+    conn_.adopt(conn_.listener->policy());
     // A connection the sandbox's nftables rule redirected here: decided as CONNECT to its
     // original destination (transparent.hpp), then relayed or served like a tunnel. Only a
     // sandbox's listeners (they carry its DNS names) are redirected to: a shared proxy reached
@@ -157,12 +180,6 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
       }
     }
     for (;;) {
-      // A plain-HTTP client follows policy reloads request by request; a tunnel keeps the
-      // policy its CONNECT was decided by.
-      if (!tunnel_up_) {
-        conn_.matcher = conn_.listener->matcher();
-        origin_.setMatcher(conn_.matcher);
-      }
       auto next = co_await exchange_.next(first);
       first = false;
       if (next == Exchange<tcp::socket, tcp::socket>::Next::kContinue) continue;
@@ -220,7 +237,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
   net::awaitable<bool> handleTransparent(tcp::endpoint dst) {
     transparent_ = true;
     auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(),
-                            audit::ConnectionKind::kTransparent);
+                            audit::ConnectionKind::kTransparent, conn_.generation);
     const SyntheticNames* names = conn_.listener->names.get();
     NameInOpening seen;
     if (!names || !names->nameOf(toIpAddress(dst))) {
@@ -272,7 +289,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
   // Returns true when the connection goes on serving plain HTTP inside the tunnel.
   net::awaitable<bool> handleConnect() {
     auto ev = connectionRow(*conn_.ctx, *conn_.listener, conn_.workflow(),
-                            audit::ConnectionKind::kConnect);
+                            audit::ConnectionKind::kConnect, conn_.generation);
     std::string raw_target(exchange_.parser().get().target());
     auto target = policy::parseAuthority(raw_target);
     if (!target) {
@@ -356,8 +373,8 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
       slot.release();
       handed_off_ = true;
       InspectStart start{*target, d, dialled.endpoint, ev, takeBuffered(), conn_.budget};
-      startInspection(conn_.ctx, conn_.listener, conn_.matcher, std::move(client_),
-                      std::move(upstream), std::move(start));
+      startInspection(conn_.ctx, conn_.listener, {conn_.matcher, conn_.generation},
+                      std::move(client_), std::move(upstream), std::move(start));
       co_return false;
     }
     if (opening == Opening::kTls) {

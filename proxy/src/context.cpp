@@ -188,6 +188,15 @@ void Account::addTo(Stats& stats) const {
     if (stats.failures.size() >= kMaxDenials) break;
     stats.failures.push_back(f);
   }
+  for (const auto& g : generations_)
+    if (stats.policy_generations.size() < kMaxDenials) stats.policy_generations.push_back(g);
+}
+
+void Account::notePolicy(const PolicyGeneration& g) {
+  std::lock_guard lock(mu_);
+  for (const auto& known : generations_)
+    if (known.generation == g.generation) return;
+  if (generations_.size() < kMaxDenials) generations_.push_back(g);
 }
 
 std::uint64_t Account::registerLive(std::weak_ptr<Closable> c) {
@@ -210,6 +219,16 @@ void Account::abortAll() {
       if (auto c = weak.lock()) all.push_back(std::move(c));
   }
   for (auto& c : all) c->abort();
+}
+
+void Account::redecideAll(const PolicySnapshot& p) {
+  std::vector<std::shared_ptr<Closable>> all;
+  {
+    std::lock_guard lock(mu_);
+    for (auto& [id, weak] : live_)
+      if (auto c = weak.lock()) all.push_back(std::move(c));
+  }
+  for (auto& c : all) c->redecide(p);
 }
 
 std::size_t Account::liveCount() const {

@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "policy_snapshot.hpp"
 #include "sluice/audit/event_sink.hpp"
 #include "sluice/base/net.hpp"
 #include "sluice/policy/matcher.hpp"
@@ -26,6 +27,8 @@ class Closable {
   virtual void abort() = 0;
   /// Closes the connection only if it is between requests (used when draining).
   virtual void closeIfIdle() {}
+  /// A live policy update to `p`: closes a tunnel `p` no longer admits (policy_cut.hpp).
+  virtual void redecide(const PolicySnapshot& p) { (void)p; }
 };
 
 /// Limits and counters of one listener (one execution), or of one client of a standalone
@@ -74,12 +77,16 @@ class Account {
   }
 
   void addTo(Stats& stats) const;
+  /// A policy generation came into force for this account (kept once per generation).
+  void notePolicy(const PolicyGeneration& g);
 
   /// Live connections, so a whole execution can be closed at once.
   std::uint64_t registerLive(std::weak_ptr<Closable> c);
   void unregisterLive(std::uint64_t id);
   void abortAll();
   void closeIdle();
+  /// Every live connection re-decides its open tunnel under `p` (Closable::redecide).
+  void redecideAll(const PolicySnapshot& p);
   std::size_t liveCount() const;
   /// Concurrent upstream connections held now.
   std::uint64_t activeConnections() const {
@@ -118,6 +125,7 @@ class Account {
   mutable std::mutex mu_;
   std::vector<Denial> denials_;
   std::vector<Denial> failures_;
+  std::vector<PolicyGeneration> generations_;
   std::uint64_t next_live_ = 0;
   std::unordered_map<std::uint64_t, std::weak_ptr<Closable>> live_;
 };
@@ -168,7 +176,7 @@ struct Listener {
       : acceptor(net::make_strand(ioc)),
         execution_id(std::move(exec_id)),
         account(std::make_shared<Account>(execution_id)),
-        matcher_(std::move(m)) {}
+        policy_{std::move(m), 1} {}
 
   /// The account a connection from `peer` is charged to: the listener's own, or the client's
   /// when budgets are per client.
@@ -181,13 +189,16 @@ struct Listener {
     if (clients) clients->forEach(fn);
   }
 
-  std::shared_ptr<const policy::Matcher> matcher() const {
+  /// The policy in force now: a decision takes one snapshot and stamps its rows with it.
+  PolicySnapshot policy() const {
     std::lock_guard lock(mu_);
-    return matcher_;
+    return policy_;
   }
-  void setMatcher(std::shared_ptr<const policy::Matcher> m) {
+  std::shared_ptr<const policy::Matcher> matcher() const { return policy().matcher; }
+  /// Swaps the whole policy (a live update or a reload).
+  void setPolicy(PolicySnapshot p) {
     std::lock_guard lock(mu_);
-    matcher_ = std::move(m);
+    policy_ = std::move(p);
   }
 
   tcp::acceptor acceptor;  // on its own strand: the accept loop and close() never race
@@ -212,7 +223,7 @@ struct Listener {
 
  private:
   mutable std::mutex mu_;
-  std::shared_ptr<const policy::Matcher> matcher_;
+  PolicySnapshot policy_;
 };
 
 /// Gives `l` (its accounts) the identity's shadow policy and learn mode.

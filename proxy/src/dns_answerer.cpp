@@ -15,22 +15,24 @@ bool unsupportedType(std::uint16_t t) { return t == 251 || t == 252 || t == 253 
 
 Answerer::Answerer(std::shared_ptr<const policy::Matcher> matcher,
                    std::shared_ptr<SyntheticNames> names)
-    : matcher_(std::move(matcher)), names_(std::move(names)) {}
+    : policy_{std::move(matcher), 1}, names_(std::move(names)) {}
 
-void Answerer::setMatcher(std::shared_ptr<const policy::Matcher> matcher) {
+void Answerer::setPolicy(PolicySnapshot p) {
   std::lock_guard lock(mu_);
-  matcher_ = std::move(matcher);
+  policy_ = std::move(p);
 }
 
-std::shared_ptr<const policy::Matcher> Answerer::matcher() const {
+PolicySnapshot Answerer::policy() const {
   std::lock_guard lock(mu_);
-  return matcher_;
+  return policy_;
 }
 
 Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transport,
                          bool audit_ok) {
   Outcome out;
-  auto m = matcher();
+  const PolicySnapshot snapshot = policy();
+  const auto& m = snapshot.matcher;
+  out.event.stamp.policy_generation = snapshot.generation;
   Parsed p = parseQuery(message);
   const Query& q = p.query;
   if (q.question) {

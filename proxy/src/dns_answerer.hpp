@@ -12,6 +12,7 @@
 #include <span>
 #include <vector>
 
+#include "policy_snapshot.hpp"
 #include "sluice/audit/event_sink.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/proxy/synthetic_names.hpp"
@@ -37,9 +38,11 @@ class Answerer {
   /// every query is REFUSED (fail closed, like the proxy's connections).
   Outcome answer(std::span<const std::uint8_t> message, Transport transport, bool audit_ok = true);
 
-  /// A policy reload: later queries are decided by `matcher` (the query count is kept).
-  void setMatcher(std::shared_ptr<const policy::Matcher> matcher);
-  std::shared_ptr<const policy::Matcher> matcher() const;
+  /// A policy reload or live update: later queries are decided by `p` and their rows carry its
+  /// generation (the query count is kept).
+  void setPolicy(PolicySnapshot p);
+  PolicySnapshot policy() const;
+  std::shared_ptr<const policy::Matcher> matcher() const { return policy().matcher; }
   /// A shadow policy (its answers go into each row's PolicyStamp) and learn mode (a name no
   /// rule names is answered, recorded would_deny); set once, before the first query.
   void setShadowAndLearn(std::shared_ptr<const policy::Matcher> shadow, bool learn) {
@@ -50,7 +53,7 @@ class Answerer {
 
  private:
   mutable std::mutex mu_;
-  std::shared_ptr<const policy::Matcher> matcher_;
+  PolicySnapshot policy_;
   std::shared_ptr<SyntheticNames> names_;
   std::shared_ptr<const policy::Matcher> shadow_;
   bool learn_ = false;

@@ -65,6 +65,9 @@ net::awaitable<typename Exchange<Client, Upstream>::Next> Exchange<Client, Upstr
   Refusal refused;
   auto st = co_await readHeader(first, header_len, refused);
   if (st == ReadStatus::kClosed) co_return Next::kClose;
+  // Decided, and its rows stamped, by the policy in force when the request arrived (not when
+  // a kept-alive connection began to wait for it): a live update applies to the next request.
+  conn_.adopt(conn_.listener->policy());
   if (st == ReadStatus::kRefused) {
     co_await refuse(nullptr, "", "", refused, false);
     co_return Next::kClose;
@@ -310,7 +313,7 @@ net::awaitable<void> Exchange<Client, Upstream>::refuse(const policy::Target* ta
   const std::string host = target ? target->host : std::string();
   {
     RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(),
-                      refusalConnection(target, r), method, host, path);
+                      refusalConnection(target, r), method, host, path, conn_.generation);
     rec.decided(false, r.rule, r.reason);
     rec.refused(r);
     if (target) rec.setPort(target->port);

@@ -58,9 +58,15 @@ struct ConnState {
   bool aborted = false;  // the proxy is closing this connection
   std::string pending_approval = {};  // the approval this connection waits for (approval_wait.hpp)
   MintedTokens minted = {};           // tokens minted at the proxy sent on it (redaction)
+  std::uint64_t generation = 1;       // of `matcher`: its rows' policy_generation
 
   const policy::Workflow& workflow() const { return matcher->workflow(); }
   Account& account() const { return *budget; }
+  /// Decides from now on by `p` (both fields from one snapshot, never mixed).
+  void adopt(const PolicySnapshot& p) {
+    matcher = p.matcher;
+    generation = p.generation;
+  }
 };
 
 template <typename Client, typename Upstream>

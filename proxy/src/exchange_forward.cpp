@@ -123,7 +123,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   prepareStreamingBody(d, *whole);
   // The row exists before the first byte goes upstream, and is written on every path out.
   RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), link_->row().id,
-                    canon.method, target.host, canon.path);
+                    canon.method, target.host, canon.path, conn_.generation);
   rec.decided(d);
   rec.injected(inj.secrets);
   rec.setPort(target.port);

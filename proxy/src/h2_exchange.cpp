@@ -256,6 +256,7 @@ void H2Server::startStream(std::int32_t id, const H2Headers& headers, bool end_s
   std::weak_ptr<H2Stream> weak = s;
   s->conn.keep_alive = [weak] { return std::shared_ptr<void>(weak.lock()); };
   s->conn.pending_approval.clear();
+  s->conn.adopt(t_.conn.listener->policy());  // each stream decided by the policy in force
   s->method = std::string(h2Value(headers, ":method"));
   s->te_trailers = h2Value(headers, "te") == "trailers";
   if (too_large) {

@@ -14,6 +14,7 @@
 #include "h2_exchange.hpp"
 #include "h2_upstream.hpp"
 #include "log.hpp"
+#include "policy_cut.hpp"
 #include "sluice/base/net_tls.hpp"
 #include "tls_context.hpp"
 #include "upstream_dial.hpp"
@@ -29,20 +30,20 @@ namespace ssl = net::ssl;
 class Inspection : public std::enable_shared_from_this<Inspection>, public Closable {
  public:
   Inspection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-             std::shared_ptr<const policy::Matcher> matcher, tcp::socket client,
-             tcp::socket upstream, InspectStart start)
+             PolicySnapshot policy, tcp::socket client, tcp::socket upstream, InspectStart start)
       : start_(std::move(start)),
         event_(start_.event),
         client_(std::move(client), ctx->tls->server),
         upstream_(std::move(upstream), ctx->tls->upstream),
         client_watch_(client_.get_executor()),
         upstream_watch_(client_.get_executor()),
-        conn_{ctx, listener, std::move(matcher), start_.account, {}, {}, false, false},
+        conn_{ctx, listener, policy.matcher, start_.account, {}, {}, false, false},
         link_(upstream_, upstream_watch_, ubuf_, start_.target,
               toIpAddress(start_.upstream_endpoint), event_),
         exchange_(conn_, client_, client_watch_, cbuf_),
         started_(Clock::now()) {
     conn_.keep_alive = [this] { return std::shared_ptr<void>(shared_from_this()); };
+    conn_.generation = policy.generation;
     exchange_.carry(Carrier::kInspected, &link_, &start_.target);
     ctx->live.fetch_add(1);
   }
@@ -64,6 +65,19 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   void abort() override {
     auto self = shared_from_this();
     net::post(client_.get_executor(), [self] {
+      self->conn_.aborted = true;
+      withdrawApproval(self->conn_);
+      self->closeBoth();
+    });
+  }
+
+  void redecide(const PolicySnapshot& p) override {
+    auto self = shared_from_this();
+    net::post(client_.get_executor(), [self, p] {
+      auto why = tunnelRefusedBy(p, self->event_);
+      if (!why || self->conn_.aborted) return;
+      markCut(self->event_, p, std::move(*why));
+      log().info("inspected tunnel {} cut: {}", self->event_.id, self->event_.detail);
       self->conn_.aborted = true;
       withdrawApproval(self->conn_);
       self->closeBoth();
@@ -265,9 +279,9 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
 }  // namespace
 
 void startInspection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-                     std::shared_ptr<const policy::Matcher> matcher, tcp::socket client,
-                     tcp::socket upstream, InspectStart start) {
-  auto s = std::make_shared<Inspection>(std::move(ctx), std::move(listener), std::move(matcher),
+                     PolicySnapshot policy, tcp::socket client, tcp::socket upstream,
+                     InspectStart start) {
+  auto s = std::make_shared<Inspection>(std::move(ctx), std::move(listener), std::move(policy),
                                         std::move(client), std::move(upstream), std::move(start));
   s->begin();
 }

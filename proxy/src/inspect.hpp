@@ -27,7 +27,7 @@ struct InspectStart {
 /// connected to the vetted address). The caller has taken a connection slot from the
 /// listener's account; inspection releases it.
 void startInspection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-                     std::shared_ptr<const policy::Matcher> matcher, tcp::socket client,
-                     tcp::socket upstream, InspectStart start);
+                     PolicySnapshot policy, tcp::socket client, tcp::socket upstream,
+                     InspectStart start);
 
 }  // namespace sluice::proxy

@@ -45,7 +45,9 @@ net::awaitable<std::expected<VettedAddress, Refusal>> OriginLink::dial(
   o->target = target;
   o->address = dialled->address;
   o->started = Clock::now();
-  o->event = connectionRow(*ctx_, *listener_, matcher_->workflow(), audit::ConnectionKind::kHttp);
+  const auto p = policy_();
+  o->event =
+      connectionRow(*ctx_, *listener_, p.workflow(), audit::ConnectionKind::kHttp, p.generation);
   o->event.host = target.host;
   o->event.port = target.port;
   allowConnection(o->event, dialled->endpoint, dialled->decision);
@@ -71,7 +73,9 @@ void OriginLink::abort() {
 }
 
 std::string OriginLink::refusedConnection(const policy::Target* target, const Refusal& r) {
-  auto ev = connectionRow(*ctx_, *listener_, matcher_->workflow(), audit::ConnectionKind::kHttp);
+  const auto p = policy_();
+  auto ev =
+      connectionRow(*ctx_, *listener_, p.workflow(), audit::ConnectionKind::kHttp, p.generation);
   if (target) {
     ev.host = target->host;
     ev.port = target->port;

@@ -18,9 +18,9 @@ class OriginLink final : public UpstreamLink<tcp::socket> {
              std::function<std::shared_ptr<void>()> keep);
   ~OriginLink() override;
 
-  /// The matcher whose workflow names the rows (refreshed per request by the owner, for SIGHUP
-  /// reloads).
-  void setMatcher(std::shared_ptr<const policy::Matcher> m) { matcher_ = std::move(m); }
+  /// Where the rows' workflow and generation come from: the owner's policy of the request being
+  /// handled (so a live update or reload names the policy that decided).
+  void policyFrom(std::function<PolicySnapshot()> current) { policy_ = std::move(current); }
 
   const policy::IpAddress* openTo(const policy::Target& target) override;
   std::optional<Refusal> cannotDial(const std::string&) const override { return std::nullopt; }
@@ -56,7 +56,7 @@ class OriginLink final : public UpstreamLink<tcp::socket> {
   std::shared_ptr<Context> ctx_;
   std::shared_ptr<Listener> listener_;
   std::shared_ptr<Account> account_;  // what origin connections are charged to
-  std::shared_ptr<const policy::Matcher> matcher_;
+  std::function<PolicySnapshot()> policy_;
   net::any_io_executor ex_;
   std::function<std::shared_ptr<void>()> keep_;
   std::unique_ptr<Origin> origin_;

@@ -16,6 +16,8 @@
 #include "context.hpp"
 #include "dns_server.hpp"
 #include "log.hpp"
+#include "policy_cut.hpp"
+#include "sluice/base/clock.hpp"
 #include "sluice/base/net.hpp"
 #include "tls_context.hpp"
 #include "token_source.hpp"
@@ -285,18 +287,22 @@ class ProxyImpl : public Proxy {
   void replaceMatcher(const std::string& workflow,
                       std::shared_ptr<const policy::Matcher> matcher) override {
     if (!matcher) return;
-    recordPolicy(*matcher);
-    std::lock_guard lock(mu_);
-    for (auto& l : listeners_) {
-      auto m = l->matcher();
-      if (m && m->workflow().name == workflow) {
-        l->setMatcher(matcher);
-        // A reload starts every client's budget again (docs/proxy.md, "Standalone proxy").
-        if (l->clients) l->clients->reset();
-      }
-    }
-    for (auto& e : dns_)
-      if (e->answerer().matcher()->workflow().name == workflow) e->answerer().setMatcher(matcher);
+    swapPolicy(std::move(matcher), [&](const std::string&, const policy::Matcher& now) {
+      return now.workflow().name == workflow;
+    });
+  }
+
+  std::expected<std::uint64_t, Error> replacePolicy(
+      const std::string& execution_id, std::shared_ptr<const policy::Matcher> matcher) override {
+    if (!matcher || execution_id.empty())
+      return std::unexpected(Error{base::Code::kInvalidArgument, "replacePolicy: no policy"});
+    const auto generation = swapPolicy(
+        std::move(matcher),
+        [&](const std::string& id, const policy::Matcher&) { return id == execution_id; });
+    if (generation == 0)
+      return std::unexpected(
+          Error{base::Code::kNotFound, "no listener serves execution " + execution_id});
+    return generation;
   }
 
   void start() override {
@@ -364,6 +370,57 @@ class ProxyImpl : public Proxy {
     return s;
   }
 
+  // Swaps the policy of the listeners and DNS endpoints `which(execution_id, matcher now)`
+  // selects as ONE new generation (one past the newest of theirs), once its text is recorded
+  // (no row names a policy the store lacks). Returns that generation, 0 when none matched.
+  template <typename Pred>
+  std::uint64_t swapPolicy(std::shared_ptr<const policy::Matcher> matcher, Pred which) {
+    recordPolicy(*matcher);
+    std::lock_guard lock(mu_);
+    std::vector<std::shared_ptr<Listener>> ls;
+    std::vector<std::shared_ptr<dns::Endpoint>> es;
+    std::uint64_t newest = 0;
+    for (auto& l : listeners_) {
+      const auto now = l->policy();
+      if (!which(l->execution_id, *now.matcher)) continue;
+      newest = std::max(newest, now.generation);
+      ls.push_back(l);
+    }
+    for (auto& e : dns_) {
+      const auto now = e->answerer().policy();
+      if (!which(e->executionId(), *now.matcher)) continue;
+      newest = std::max(newest, now.generation);
+      es.push_back(e);
+    }
+    if (ls.empty() && es.empty()) return 0;
+    const PolicySnapshot next{std::move(matcher), newest + 1};
+    const PolicyGeneration noted{next.generation, next.workflow().sha256, base::nowMs()};
+    for (auto& l : ls) {
+      l->setPolicy(next);
+      l->account->notePolicy(noted);
+      // A reload starts every client's budget again (docs/proxy.md, "Standalone proxy").
+      if (l->clients) l->clients->reset();
+    }
+    for (auto& e : es) e->answerer().setPolicy(next);
+    // What the new policy refuses is cut now (open tunnels); requests and DNS queries are
+    // decided by it as they come.
+    for (auto& l : ls) l->forEachAccount([&](Account& a) { a.redecideAll(next); });
+    for (auto& l : ls) denyRefusedApprovals(*l, next);
+    return next.generation;
+  }
+
+  // Approvals `l`'s connections wait for that `p` refuses outright are answered deny (those it
+  // still asks for, or allows, stay for an approver).
+  static void denyRefusedApprovals(const Listener& l, const PolicySnapshot& p) {
+    if (!l.approvals || l.execution_id.empty()) return;
+    for (const auto& a : l.approvals->pending()) {
+      if (a.execution_id != l.execution_id && a.session_id != l.execution_id) continue;
+      if (refusesAsked(*p.matcher, a))
+        l.approvals->answer(a.id, false, Scope::kOnce,
+                            "policy generation " + std::to_string(p.generation));
+    }
+  }
+
   void recordPolicy(const policy::Matcher& m) {
     if (!ctx_->sink) return;
     const auto& wf = m.workflow();
@@ -393,6 +450,8 @@ class ProxyImpl : public Proxy {
           }
       listeners_.push_back(l);
     }
+    const auto p = l->policy();
+    l->account->notePolicy({p.generation, p.workflow().sha256, base::nowMs()});
     net::co_spawn(l->acceptor.get_executor(), acceptLoop(ctx_, l), net::detached);
   }
 

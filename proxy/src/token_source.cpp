@@ -291,7 +291,7 @@ class TokenFetch : public std::enable_shared_from_this<TokenFetch> {
         stream_(ex, a_.ctx->tls ? a_.ctx->tls->upstream : plain_),
         watch_(ex),
         ev_(connectionRow(*a_.ctx, *a_.listener, a_.matcher->workflow(),
-                          audit::ConnectionKind::kToken)) {
+                          audit::ConnectionKind::kToken, a_.generation)) {
     ev_.host = url_.target.host;
     ev_.port = url_.target.port;
     ev_.tls = https_ ? audit::TlsHandling::kInspect : audit::TlsHandling::kNone;
@@ -346,7 +346,7 @@ net::awaitable<std::expected<FreshToken, Refusal>> TokenFetch::run() {
   std::expected<FreshToken, Refusal> got;
   {
     RequestRecord rec(*a_.ctx, *a_.listener, *a_.listener->account, a_.matcher->workflow(), ev_.id,
-                      canon_.method, url_.target.host, canon_.path);
+                      canon_.method, url_.target.host, canon_.path, a_.generation);
     rec.decided(true, at->decision.rule_id, Reason::kAllowed);
     rec.injected(grant_.secrets);
     rec.setPort(url_.target.port);
@@ -702,7 +702,7 @@ net::awaitable<std::optional<Refusal>> injectMintedToken(ConnState& conn, const 
                                                          PmrFields& fields, InjectionResult& inj) {
   if (!d.rule || !d.rule->inject.mintsToken()) co_return std::nullopt;
   // A named asker: g++ 12 destroys a braced temporary in a co_await expression twice.
-  TokenAsker asker{conn.ctx, conn.listener, conn.matcher};
+  TokenAsker asker{conn.ctx, conn.listener, conn.matcher, conn.generation};
   auto token = co_await conn.ctx->tokens->bearer(asker, *d.rule);
   if (!token) co_return std::move(token.error());
   std::string value = "Bearer " + *token;

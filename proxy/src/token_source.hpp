@@ -36,6 +36,7 @@ struct TokenAsker {
   std::shared_ptr<Context> ctx;
   std::shared_ptr<Listener> listener;
   std::shared_ptr<const policy::Matcher> matcher;
+  std::uint64_t generation = 1;  // of `matcher`: the token fetch's rows carry it
 };
 
 /// A token endpoint's answer: the token (secret bytes) and how long it lives.

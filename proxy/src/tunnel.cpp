@@ -13,6 +13,7 @@
 
 #include "audit_rows.hpp"
 #include "log.hpp"
+#include "policy_cut.hpp"
 
 namespace sluice::proxy {
 
@@ -85,6 +86,17 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
   void abort() override {
     auto self = shared_from_this();
     net::post(client_.get_executor(), [self] { self->closeAll("closed", "execution ended"); });
+  }
+
+  void redecide(const PolicySnapshot& p) override {
+    auto self = shared_from_this();
+    net::post(client_.get_executor(), [self, p] {
+      auto why = tunnelRefusedBy(p, self->event_);
+      if (!why || !self->end_reason_.empty()) return;
+      self->event_.stamp.policy_generation = p.generation;
+      self->closeAll("policy_changed", *why);
+      log().info("tunnel {} cut: {}", self->event_.id, self->end_detail_);
+    });
   }
 
  private:

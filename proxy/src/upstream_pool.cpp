@@ -167,7 +167,8 @@ net::awaitable<std::expected<VettedAddress, Refusal>> PooledLink::dial(
 // rule its dial was vetted for, at the address it reached.
 void PooledLink::recordAs(UpstreamPool::Owned& owned, const VettedAddress& dialled) const {
   const auto& conn = pool_.conn_;
-  owned.event = connectionRow(*conn.ctx, *conn.listener, conn.workflow(), pool_.row_.kind);
+  owned.event =
+      connectionRow(*conn.ctx, *conn.listener, conn.workflow(), pool_.row_.kind, conn.generation);
   owned.event.host = pool_.target_.host;
   owned.event.port = pool_.target_.port;
   owned.event.tls = audit::TlsHandling::kInspect;

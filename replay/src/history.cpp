@@ -72,13 +72,24 @@ base::Result<void> History::eachConnection(const Scope& scope, bool ignore_since
                                            const std::function<void(const ConnectionRow&)>& fn) {
   return pages(
       "SELECT seq, ts, id, execution_id, workflow, policy_sha256, kind, host, port, resolved_ip, "
-      "decision, rule_id, reason, detail, tls FROM connections",
+      "decision, rule_id, reason, detail, tls, policy_generation FROM connections",
       scopeClause(scope, ignore_since ? nullptr : "ts"), [&](const std::vector<audit::Cell>& c) {
-        ConnectionRow r{integer(c[0]), integer(c[1]), text(c[2]),
-                        text(c[3]),    text(c[4]),    text(c[5]),
-                        text(c[6]),    text(c[7]),    static_cast<std::uint16_t>(integer(c[8])),
-                        text(c[9]),    text(c[10]),   text(c[11]),
-                        text(c[12]),   text(c[13]),   text(c[14])};
+        ConnectionRow r{integer(c[0]),
+                        integer(c[1]),
+                        text(c[2]),
+                        text(c[3]),
+                        text(c[4]),
+                        text(c[5]),
+                        text(c[6]),
+                        text(c[7]),
+                        static_cast<std::uint16_t>(integer(c[8])),
+                        text(c[9]),
+                        text(c[10]),
+                        text(c[11]),
+                        text(c[12]),
+                        text(c[13]),
+                        text(c[14]),
+                        static_cast<std::uint64_t>(integer(c[15]))};
         fn(r);
       });
 }
@@ -87,10 +98,19 @@ base::Result<void> History::eachRequest(const Scope& scope,
                                         const std::function<void(const RequestRow&)>& fn) {
   return pages(
       "SELECT seq, connection_id, execution_id, workflow, method, host, path, decision, rule_id, "
-      "reason FROM requests",
+      "reason, policy_generation FROM requests",
       scopeClause(scope, "ts"), [&](const std::vector<audit::Cell>& c) {
-        RequestRow r{integer(c[0]), text(c[1]), text(c[2]), text(c[3]), text(c[4]),
-                     text(c[5]),    text(c[6]), text(c[7]), text(c[8]), text(c[9])};
+        RequestRow r{integer(c[0]),
+                     text(c[1]),
+                     text(c[2]),
+                     text(c[3]),
+                     text(c[4]),
+                     text(c[5]),
+                     text(c[6]),
+                     text(c[7]),
+                     text(c[8]),
+                     text(c[9]),
+                     static_cast<std::uint64_t>(integer(c[10]))};
         fn(r);
       });
 }

@@ -149,6 +149,7 @@ class Replayer {
   const policy::Matcher& candidate_;
   ReplayReport report_;
   std::unordered_map<std::string, ConnInfo> conns_;
+  std::unordered_map<std::string, std::string> generation_sha_;  // "execution#generation" -> sha
   std::map<std::string, Recorded, std::less<>> policies_;
   std::optional<base::Error> error_;
 };
@@ -242,6 +243,10 @@ void Replayer::compare(Difference diff, const Side& before, const policy::Decisi
 void Replayer::connection(const ConnectionRow& r, const Scope& scope) {
   const bool plaintext = r.kind == "http" || r.tls != "inspect";
   conns_[r.id] = ConnInfo{r.port, plaintext, r.resolved_ip, r.detail, r.policy_sha256};
+  // A live update or reload changes an execution's policy between rows: which text each
+  // generation was, as its connections rows say (a request names only its generation).
+  if (r.policy_generation > 0)
+    generation_sha_[r.execution_id + "#" + std::to_string(r.policy_generation)] = r.policy_sha256;
   if (scope.since_ms && r.ts_ms < *scope.since_ms) return;
   auto target = policy::makeTarget(r.host, r.port);
   // An origin connection for plain HTTP is opened for a request, whose row is compared; blocked
@@ -283,7 +288,12 @@ void Replayer::request(const RequestRow& r) {
   const Decide decide = [&](const policy::Matcher& m) {
     return decideRequestAt(m, *target, r, at, c.plaintext);
   };
+  // The request's own generation's policy, else its connection's (a kept-alive connection
+  // opened under an earlier generation carries requests decided under a later one).
   std::string sha = c.policy_sha256;
+  if (auto g = generation_sha_.find(r.execution_id + "#" + std::to_string(r.policy_generation));
+      r.policy_generation > 0 && g != generation_sha_.end())
+    sha = g->second;
   if (sha.empty() && !r.execution_id.empty())
     sha = history_.executionPolicy(r.execution_id).value_or("");
   Difference diff = identityOf("request", r.seq, r.execution_id, r.connection_id);

@@ -50,6 +50,18 @@ void addHostPaths(nlohmann::json& receipt, const RunSpec& spec, const RunResult&
   }
 }
 
+// The policy generations the run was decided under, oldest first (only when the proxy decided).
+void addGenerations(nlohmann::json& receipt, const ReceiptContext& ctx) {
+  if (ctx.policy_generations.empty()) return;
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& g : ctx.policy_generations)
+    out.push_back({{"generation", g.generation},
+                   {"policy_sha256", g.policy_sha256},
+                   {"since", formatTimestamp(std::chrono::system_clock::time_point(
+                                 std::chrono::milliseconds(g.since_ms)))}});
+  receipt["policy_generations"] = std::move(out);
+}
+
 }  // namespace
 
 nlohmann::json networkJson(const NetworkSummary& n, const std::string& mode) {
@@ -146,6 +158,7 @@ nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const Recei
     receipt["mode"] = "learn";
     receipt["network"]["would_deny"] = ctx.network.would_deny;
   }
+  addGenerations(receipt, ctx);
   return receipt;
 }
 

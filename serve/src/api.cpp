@@ -40,6 +40,19 @@ std::expected<json, ApiError> parseBody(const Request& req) {
   return std::move(*parsed);
 }
 
+// The body of PUT /v1/sessions/{id}/policy: the workflow YAML itself (text/yaml,
+// application/yaml), or JSON {"policy": "<yaml>"}.
+std::expected<std::string, ApiError> policyText(const Request& req) {
+  if (req.content_type.find("yaml") != std::string::npos) return req.body;
+  auto body = parseBody(req);
+  if (!body) return std::unexpected(body.error());
+  if (!body->is_object() || body->size() != 1 || !body->contains("policy") ||
+      !(*body)["policy"].is_string())
+    return std::unexpected(ApiError{
+        400, "bad_request", "policy: the body must be {\"policy\": \"<workflow YAML>\"}", ""});
+  return (*body)["policy"].get<std::string>();
+}
+
 }  // namespace
 
 std::string healthBody() { return base::dumpJson(json{{"status", "ok"}, {"version", "0.1.0"}}); }
@@ -348,6 +361,12 @@ net::awaitable<void> Api::sessionRoute(Request& req, Reply& reply, const std::st
     }
   } else if (!id.empty() && sub.empty() && m == http::verb::delete_) {
     work = makeSessionEnd(req.caller, id);
+  } else if (!id.empty() && sub == "/policy" && m == http::verb::put) {
+    auto yaml = policyText(req);
+    if (yaml)
+      work = makePolicyPut(req.caller, id, std::move(*yaml));
+    else
+      refused = yaml.error();
   } else if (!id.empty() && sub.starts_with(kFiles) && m == http::verb::put) {
     work = makeFilePut(req.caller, id, sub.substr(kFiles.size()), req.spooled);
   } else if (!id.empty() && sub.starts_with(kFiles) && m == http::verb::get) {
@@ -388,6 +407,15 @@ Api::Work Api::makeSessionEnd(Caller caller, std::string id) {
   return [this, caller = std::move(caller), id = std::move(id)](
              const std::function<void(std::string)>&, int) -> base::Result<Answer> {
     auto r = sessions_.end(caller, id);
+    if (!r) return std::unexpected(r.error());
+    return Answer{200, kJson, base::dumpJson(*r)};
+  };
+}
+
+Api::Work Api::makePolicyPut(Caller caller, std::string id, std::string yaml) {
+  return [this, caller = std::move(caller), id = std::move(id), yaml = std::move(yaml)](
+             const std::function<void(std::string)>&, int) -> base::Result<Answer> {
+    auto r = sessions_.setPolicy(caller, id, yaml);
     if (!r) return std::unexpected(r.error());
     return Answer{200, kJson, base::dumpJson(*r)};
   };

@@ -65,6 +65,7 @@ class Api {
   Work makeSessionCreate(Caller caller, nlohmann::json body);
   Work makeSessionExec(Caller caller, std::string id, nlohmann::json body);
   Work makeSessionEnd(Caller caller, std::string id);
+  Work makePolicyPut(Caller caller, std::string id, std::string yaml);
   Work makeFilePut(Caller caller, std::string id, std::string path,
                    std::shared_ptr<SpooledBody> data);
   Work makeFileGet(Caller caller, std::string id, std::string path);

@@ -7,8 +7,10 @@
 #include "sluice/base/clock.hpp"
 #include "sluice/base/json.hpp"
 #include "sluice/execution/wiring.hpp"
+#include "sluice/policy/loader.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/policy/units.hpp"
+#include "sluice/policy/widening.hpp"
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/receipt.hpp"
 #include "sluice/runner/session.hpp"
@@ -93,6 +95,9 @@ struct SessionManager::Session {
   bool ended = false;   // guarded by op
   int busy = 0;         // guarded by the manager's mu_: operations in flight (not idle)
   std::shared_ptr<void> hold;  // its unit of the manager's Quota, given back by finish()
+  // The policy in force (live updates replace it; `workflow` stays the one it started with).
+  std::mutex policy_mu;
+  std::shared_ptr<const pol::Workflow> policy;
 };
 
 SessionManager::SessionManager(Engine& engine, std::size_t max_sessions, std::size_t per_caller,
@@ -198,6 +203,7 @@ base::Result<void> SessionManager::startSandbox(Session& s, bool learn) {
   }
   s.id = s.sandbox->id();
   s.box = s.sandbox->session();
+  s.policy = s.workflow;
   return {};
 }
 
@@ -344,6 +350,38 @@ json SessionManager::finish(Session& s, const std::string& ended_by) {
   s.hold.reset();
   engine_.metrics().sessionClosed();
   return summary;
+}
+
+base::Result<json> SessionManager::setPolicy(const Caller& caller, const std::string& id,
+                                             const std::string& yaml) {
+  auto found = find(caller, id);
+  if (!found) return std::unexpected(found.error());
+  Session& s = **found;
+  auto parsed = pol::parseWorkflow(yaml, "policy.yaml");
+  if (!parsed) return std::unexpected(bad("the policy is not valid:\n" + parsed.error().str()));
+  auto next = std::make_shared<const pol::Workflow>(std::move(*parsed));
+  // One update at a time: each is checked against the policy it replaces.
+  std::lock_guard lock(s.policy_mu);
+  if (next->name != s.policy->name)
+    return std::unexpected(bad("the policy is workflow '" + next->name + "', the session's is '" +
+                               s.policy->name + "'"));
+  if (!caller.approver) {
+    const auto widening = pol::widens(*s.policy, *next);
+    if (!widening.empty()) {
+      std::string why = "only an approver may widen a session's policy:";
+      for (const auto& w : widening) why += "\n" + w;
+      return std::unexpected(apiFail(base::Code::kPermissionDenied, "widening_not_allowed", why));
+    }
+  }
+  auto generation = engine_.proxy().replacePolicy(s.id, pol::Matcher::compile(next));
+  if (!generation)
+    return std::unexpected(apiFail(base::Code::kConflict, "conflict",
+                                   "session " + id + " has no proxied network to update"));
+  s.policy = next;
+  return json{{"id", s.id},
+              {"workflow", next->name},
+              {"policy_sha256", next->sha256},
+              {"generation", *generation}};
 }
 
 base::Result<json> SessionManager::end(const Caller& caller, const std::string& id) {

@@ -60,6 +60,12 @@ class SessionManager {
   /// GET /v1/sessions/{id}/files/{path}: the bytes, or a JSON listing for a directory.
   base::Result<FileBody> getFile(const Caller& caller, const std::string& id,
                                  const std::string& path);
+  /// PUT /v1/sessions/{id}/policy -> {"id","workflow","policy_sha256","generation"}: `yaml`
+  /// (the workflow's, same name) validated (400 with FILE:LINE:COL diagnostics, the old policy
+  /// kept), checked to only narrow unless `caller` is an approver (403 widening_not_allowed
+  /// naming what widens), then swapped in the proxy as the session's next generation.
+  base::Result<nlohmann::json> setPolicy(const Caller& caller, const std::string& id,
+                                         const std::string& yaml);
   /// DELETE /v1/sessions/{id} -> the session's summary receipt.
   base::Result<nlohmann::json> end(const Caller& caller, const std::string& id);
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
+#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -158,6 +159,29 @@ TEST_F(ProxyCmdTest, ServesReloadsAndDrains) {
   EXPECT_EQ(cmd.wait(), 0) << cmd.output();
   EXPECT_TRUE(fs::exists(dir_ / "audit.db"));
   EXPECT_GT(fs::file_size(dir_ / "audit.db"), 0u);
+  // The reload is generation 2 (the rejected one made none): each request row says which
+  // policy decided it, and both texts are in policies.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ / "audit.db").c_str(), &db), SQLITE_OK);
+  std::vector<std::string> rows;
+  sqlite3_exec(
+      db, "SELECT path || ' ' || policy_generation FROM requests ORDER BY seq",
+      [](void* out, int, char** v, char**) {
+        static_cast<std::vector<std::string>*>(out)->push_back(v[0] ? v[0] : "NULL");
+        return 0;
+      },
+      &rows, nullptr);
+  int policies = 0;
+  sqlite3_exec(
+      db, "SELECT count(*) FROM policies",
+      [](void* out, int, char** v, char**) {
+        *static_cast<int*>(out) = std::atoi(v[0]);
+        return 0;
+      },
+      &policies, nullptr);
+  sqlite3_close(db);
+  EXPECT_EQ(rows, (std::vector<std::string>{"/ok/1 1", "/no 1", "/ok/2 1", "/ok/3 2", "/new/1 2"}));
+  EXPECT_EQ(policies, 2);
 }
 
 TEST_F(ProxyCmdTest, JsonLogLines) {

@@ -181,6 +181,28 @@ TEST_F(ApprovalTest, DeniedConnectGets403AndNeverReachesTheUpstream) {
   EXPECT_EQ(approvalRows(1).at(0).reason, "approval_denied");
 }
 
+// A live update answers deny the held approvals the new policy refuses outright; what it still
+// asks for stays pending for an approver.
+TEST_F(ApprovalTest, ALiveUpdateDeniesTheHeldApprovalsItRefuses) {
+  auto refused = hold(port_, echo());
+  auto still = hold(port_, "x.ask.test:443");
+  auto narrower = askPolicy();
+  for (const auto& [from, to] :
+       {std::pair<std::string, std::string>{"[other.test, \"*.ask.test\"]", "[\"*.ask.test\"]"},
+        {"[upstream.test, other.test]", "[upstream.test]"}})
+    narrower.replace(narrower.find(from), from.size(), to);
+  auto m = compileWorkflow(narrower);
+  ASSERT_TRUE(m);
+  auto g = proxy_->replacePolicy(execution_id_, m);
+  ASSERT_TRUE(g) << g.error().message;
+  auto r = refused.client->readResponse();
+  EXPECT_EQ(r.status, 403);
+  EXPECT_EQ(r.header("x-sluice-reason"), "approval_denied");
+  EXPECT_NE(r.body.find("policy generation 2"), std::string::npos) << r.body;
+  EXPECT_EQ(up_.echoLog().accepted.load(), 0);
+  EXPECT_EQ(pendingIds(), std::vector<std::string>{still.approval.id});
+}
+
 TEST_F(ApprovalTest, NoAnswerInTimeIsApprovalTimeout) {
   timeout_ = "300ms";
   proxy_->stop();

@@ -94,6 +94,42 @@ TEST_F(ProxyTest, ReplaceMatcherAppliesToNewRequests) {
   proxy_->replaceMatcher("unrelated", matcher_);
   EXPECT_EQ(roundTrip(getRequest(upstream(), "/still")).status, 403);
   EXPECT_GE(sink_->policyCount(), 2u);
+  // Each swap is a generation: rows say which decided them, the stats list them in order.
+  auto rows = sink_->requests();
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].stamp.policy_generation, 1u);
+  EXPECT_EQ(rows[1].stamp.policy_generation, 2u);
+  EXPECT_EQ(rows[2].stamp.policy_generation, 2u);
+  const auto gens = proxy_->stats(execution_id_).policy_generations;
+  ASSERT_EQ(gens.size(), 2u);
+  EXPECT_EQ(gens[0].generation, 1u);
+  EXPECT_EQ(gens[1].generation, 2u);
+  EXPECT_EQ(gens[1].policy_sha256, deny_all->workflow().sha256);
+}
+
+TEST_F(ProxyTest, ReplacePolicyIsOneGenerationOfOneExecution) {
+  auto narrower = compileWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: test\negress:\n  rules:\n"
+      "    - {id: only-other, action: allow, hosts: [elsewhere.test]}\n");
+  ASSERT_TRUE(narrower);
+  EXPECT_FALSE(proxy_->replacePolicy("no-such-exec", narrower));
+  auto g = proxy_->replacePolicy(execution_id_, narrower);
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(*g, 2u);
+  auto r = roundTrip(getRequest(upstream(), "/after"));
+  EXPECT_EQ(r.status, 403);
+  auto again = proxy_->replacePolicy(execution_id_, matcher_);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, 3u);
+  EXPECT_EQ(roundTrip(getRequest(upstream(), "/back")).status, 200);
+  auto rows = sink_->requests();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].stamp.policy_generation, 2u);
+  EXPECT_EQ(rows[1].stamp.policy_generation, 3u);
+  // The origin connection of the last request is generation 3's (its row is written at close).
+  EXPECT_TRUE(sink_->waitConnection([](const audit::ConnectionEvent& c) {
+    return c.decision == audit::Decision::kAllow && c.stamp.policy_generation == 3;
+  }));
 }
 
 TEST_F(ProxyTest, CloseExecutionEndsItsTunnelsAndListener) {

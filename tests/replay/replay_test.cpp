@@ -259,5 +259,48 @@ TEST_F(ReplayTest, AnIpLiteralIsLearnedAsItsAddressWithAllowPrivate) {
   EXPECT_TRUE(w->warnings.empty()) << *yaml;
 }
 
+// A live update mid-execution: a request on a connection opened under generation 1 was decided
+// under generation 2. Where replay needs the recorded policy's verdict (a limit refusal), it
+// takes the request's own generation's policy, not its connection's.
+TEST(ReplayGenerations, ARequestIsJudgedByItsOwnGenerationsPolicy) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("sluice-replay-gen-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string gen2_rules =
+      "    - {id: items, action: allow, hosts: [items.test], ports: [80], methods: [GET], paths: "
+      "[\"/v1/a\"]}\n";
+  const std::string yaml1 = std::string(kHead) + kRecorded;
+  const std::string yaml2 = std::string(kHead) + gen2_rules;
+  {
+    auto store = audit::Store::open(dir / "audit.db");
+    ASSERT_TRUE(store) << store.error().message;
+    auto& s = **store;
+    s.recordPolicy(base::sha256Hex(yaml1), "wf", yaml1);
+    s.recordPolicy(base::sha256Hex(yaml2), "wf", yaml2);
+    auto origin =
+        conn("c-6", ConnectionKind::kHttp, "items.test", 80, Decision::kAllow, "items", "allowed");
+    origin.stamp.policy_generation = 1;
+    s.recordConnection(origin);
+    auto later = conn("c-9", ConnectionKind::kConnect, "api.test", 443, Decision::kDeny, "",
+                      "no_matching_rule", "");
+    later.policy_sha256 = base::sha256Hex(yaml2);
+    later.stamp.policy_generation = 2;
+    s.recordConnection(later);
+    auto limited = request("/v1/b", Decision::kDeny, "", "limit_exceeded");
+    limited.stamp.policy_generation = 2;
+    s.recordRequest(limited);
+  }
+  auto h = History::open(dir / "audit.db");
+  ASSERT_TRUE(h);
+  auto r = replay(*h, Scope{{"exec-1"}, std::nullopt, std::nullopt}, *compile(gen2_rules));
+  ASSERT_TRUE(r) << r.error().message;
+  // Generation 2 refused /v1/b anyway, as the candidate does: nothing changes (judged by
+  // generation 1's policy, the connection's, it would read as allow -> deny).
+  EXPECT_EQ(r->counts.requests, 1u);
+  EXPECT_TRUE(r->differences.empty()) << replayText(*r);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace sluice::replay

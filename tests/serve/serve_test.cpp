@@ -276,6 +276,60 @@ TEST_F(ServeTest, OnlyApproversSeeApprovals) {
   EXPECT_EQ(call("GET", "/v1/approvals").status, ::getuid() == 0 ? 200 : 403);
 }
 
+// A session's policy updated live: validated first (400 with FILE:LINE:COL, the old policy
+// kept), only narrowed by a caller that is not an approver (403 widening_not_allowed), widened
+// by an approver; each update is the session's next generation, listed by the next receipt.
+TEST_F(ServeTest, ASessionsPolicyIsUpdatedLiveAndOnlyApproversWiden) {
+  REQUIRE_SANDBOX();
+  start();
+  const std::string head =
+      "apiVersion: sluice/v1\nkind: Workflow\nname: web\nsandbox:\n  timeout: 20s\n"
+      "  network: proxy\negress:\n  rules:\n";
+  const std::string wider = head +
+                            "    - {id: only-example, action: allow, hosts: [allowed.example, "
+                            "other.example], ports: [443]}\n";
+  const std::string narrower =
+      head + "    - {id: only-example, action: deny, hosts: [allowed.example], ports: [443]}\n";
+  auto put = [&](const char* token, const std::string& id, const std::string& yaml) {
+    return callTcp(token, "PUT", "/v1/sessions/" + id + "/policy", json{{"policy", yaml}}.dump());
+  };
+  auto created = callTcp(kTokenA, "POST", "/v1/sessions", R"({"workflow":"web"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string id = created.js()["id"];
+
+  auto bad =
+      put(kTokenA, id, head + "    - {id: x, action: allow, hosts: [a.example], bogus: 1}\n");
+  expectError(bad, 400, "bad_request");
+  EXPECT_NE(bad.js()["error"].get<std::string>().find("policy.yaml:9:"), std::string::npos)
+      << bad.body;
+  expectError(put(kTokenA, id, "apiVersion: sluice/v1\nkind: Workflow\nname: shell\n"), 400,
+              "bad_request");
+  auto wide = put(kTokenA, id, wider);
+  expectError(wide, 403, "widening_not_allowed");
+  EXPECT_NE(wide.js()["error"].get<std::string>().find("only-example"), std::string::npos);
+  expectError(put(kTokenB, id, narrower), 404, "not_found");  // another caller's session
+
+  auto narrowed = put(kTokenA, id, narrower);
+  ASSERT_EQ(narrowed.status, 200) << narrowed.body;
+  expectSchema("PolicyUpdated", narrowed.js());
+  EXPECT_EQ(narrowed.js()["generation"], 2);  // the refused ones swapped nothing
+  auto exec = callTcp(kTokenA, "POST", "/v1/sessions/" + id + "/exec", R"({"argv":["true"]})");
+  ASSERT_EQ(exec.status, 200) << exec.body;
+  expectSchema("Receipt", exec.js());
+  ASSERT_TRUE(exec.js().contains("policy_generations")) << exec.body;
+  EXPECT_EQ(exec.js()["policy_generations"].back()["generation"], 2);
+  EXPECT_EQ(callTcp(kTokenA, "DELETE", "/v1/sessions/" + id).status, 200);
+
+  // An approver may widen its own session's policy.
+  auto theirs = callTcp(kTokenB, "POST", "/v1/sessions", R"({"workflow":"web"})");
+  ASSERT_EQ(theirs.status, 201) << theirs.body;
+  const std::string id_b = theirs.js()["id"];
+  auto widened = put(kTokenB, id_b, wider);
+  ASSERT_EQ(widened.status, 200) << widened.body;
+  EXPECT_EQ(widened.js()["generation"], 2);
+  EXPECT_EQ(callTcp(kTokenB, "DELETE", "/v1/sessions/" + id_b).status, 200);
+}
+
 TEST_F(ServeSocketTest, OversizedBodyIs413) {
   auto o = options();
   o.max_body_bytes = 1024;

@@ -123,6 +123,14 @@ struct Denial {
   std::string path;
 };
 
+/// A policy an execution ran under: its generation (1 at start, +1 per live update or reload),
+/// the policy text's sha256 and when it came into force (ms since the epoch).
+struct PolicyGeneration {
+  std::uint64_t generation = 0;
+  std::string policy_sha256;
+  std::int64_t since_ms = 0;
+};
+
 /// Counters of one execution (all its listeners), for the receipt. allowed, denied and failed
 /// count attempts, each once, as the audit rows do (docs/audit.md "What is counted"): every
 /// request the proxy judged, and every connection it did not read as HTTP (a passthrough
@@ -140,6 +148,7 @@ struct Stats {
   std::uint64_t dns_queries = 0;  ///< messages to sluice's DNS (every one, malformed too)
   std::uint64_t dns_denied = 0;   ///< of those, answered deny (NXDOMAIN, REFUSED, errors)
   std::uint64_t would_deny = 0;   ///< of `allowed`, let through only by learn mode
+  std::vector<PolicyGeneration> policy_generations;  ///< in order, the first 1000
 };
 
 class Proxy {
@@ -192,10 +201,18 @@ class Proxy {
   /// began.
   virtual void setCurrentExecution(const std::string& owner, const std::string& execution_id) = 0;
 
-  /// Swaps the matcher of every listener serving `workflow` (SIGHUP reload). Connections
-  /// already established keep the decision they got; new decisions use the new matcher.
+  /// Swaps the matcher of every listener serving `workflow` (SIGHUP reload) as a new policy
+  /// generation of each. Connections already established keep the decision they got; new
+  /// decisions (each request, DNS query) use the new matcher.
   virtual void replaceMatcher(const std::string& workflow,
                               std::shared_ptr<const policy::Matcher> matcher) = 0;
+
+  /// A live update of one execution's (or session's: its listeners carry its id) policy: records
+  /// the text (audit `policies`), then swaps the policy of its listeners and DNS as one new
+  /// generation, which it returns; later decisions and their rows use it. kNotFound when no
+  /// listener serves `execution_id`.
+  virtual std::expected<std::uint64_t, Error> replacePolicy(
+      const std::string& execution_id, std::shared_ptr<const policy::Matcher> matcher) = 0;
 
   /// Runs the I/O threads (returns at once).
   virtual void start() = 0;

@@ -30,12 +30,14 @@ struct ConnectionRow {
   std::string id, execution_id, workflow, policy_sha256, kind, host;
   std::uint16_t port = 0;
   std::string resolved_ip, decision, rule_id, reason, detail, tls;
+  std::uint64_t policy_generation = 0;  // 0: not recorded (before schema 7)
 };
 
 /// One requests row (its port, TLS and address are its connection's).
 struct RequestRow {
   std::int64_t seq = 0;
   std::string connection_id, execution_id, workflow, method, host, path, decision, rule_id, reason;
+  std::uint64_t policy_generation = 0;  // 0: not recorded (before schema 7)
 };
 
 /// One dns_queries row.

@@ -47,6 +47,13 @@ struct NetworkSummary {
 /// too, so every surface states the same counts.
 nlohmann::json networkJson(const NetworkSummary& n, const std::string& mode);
 
+/// A policy generation the execution ran under (a live update or reload makes a new one).
+struct PolicyGenerationSeen {
+  std::uint64_t generation = 0;
+  std::string policy_sha256;
+  std::int64_t since_ms = 0;  // when it came into force, ms since the epoch
+};
+
 /// What the runner does not know itself.
 struct ReceiptContext {
   std::string workflow;
@@ -56,6 +63,8 @@ struct ReceiptContext {
   /// A learn-mode run (`sluice run --learn`): the receipt says `mode: "learn"` and counts
   /// network.would_deny.
   bool learn = false;
+  /// The receipt's optional policy_generations (absent when empty: no proxy).
+  std::vector<PolicyGenerationSeen> policy_generations;
 };
 
 /// The receipt as JSON. `hash` is the audit row's hash (null until the row is committed).

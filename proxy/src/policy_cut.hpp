@@ -1,0 +1,29 @@
+// What a live policy update cuts: an open tunnel the new policy no longer admits, decided with
+// policy::decideTunnel (the admission's own tunnel decision), in one place for every kind of
+// tunnel (CONNECT passthrough, plain HTTP in a tunnel, inspected, transparent).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "policy_snapshot.hpp"
+#include "sluice/audit/event_sink.hpp"
+#include "sluice/proxy/approvals.hpp"
+
+namespace sluice::proxy {
+
+/// Why `p` refuses the open tunnel `row` describes (its host, port and TLS handling), or none
+/// when it still admits it. A passthrough tunnel is cut when the new policy wants it inspected
+/// or allows only plain HTTP there; requests inside seen tunnels are judged one by one anyway.
+/// The resolved address is not vetted again (its cidrs were checked at connect).
+std::optional<std::string> tunnelRefusedBy(const PolicySnapshot& p,
+                                           const audit::ConnectionEvent& row);
+
+/// True when `m` refuses outright what approval `a` holds (neither allows nor asks for it): a
+/// tunnel decided as the admission decides it, a request as plain HTTP by its method and path.
+bool refusesAsked(const policy::Matcher& m, const Approval& a);
+
+/// Ends `row` as cut by the update to `p`: reason policy_changed, `why`, p's generation.
+void markCut(audit::ConnectionEvent& row, const PolicySnapshot& p, std::string why);
+
+}  // namespace sluice::proxy
