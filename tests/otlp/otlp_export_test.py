@@ -286,6 +286,30 @@ def check_dead_collectors(sluice, tmp, upstream):
     print("ok: dead and silent collectors did not break traffic")
 
 
+def check_serve(sluice, tmp, receiver):
+    """`sluice serve --otlp-endpoint`: its /metrics counters arrive as schema-valid Sums."""
+    before = len(receiver.metrics)
+    proc = subprocess.Popen(
+        [sluice, "serve", "--policy-dir", os.path.join(tmp, "policies"), "--listen",
+         "unix:" + os.path.join(tmp, "serve.sock"), "--audit", os.path.join(tmp, "serve.db"),
+         "--log-format", "text", "--otlp-endpoint", f"http://127.0.0.1:{receiver.port}",
+         "--otlp-interval", "1s"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("a metrics export from sluice serve",
+                 lambda: len(receiver.metrics) > before
+                 and "sluice_runs_total" in receiver.last_metrics(), receiver.last_metrics)
+        m = receiver.last_metrics()
+        assert m["sluice_otlp_dropped_total"][frozenset()] == 0, m
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert not receiver.errors, receiver.errors
+    print("ok: sluice serve exported its counters")
+
+
 def main():
     faulthandler.dump_traceback_later(240, exit=True)  # a hang reports where
     sluice = sys.argv[1]
@@ -298,6 +322,7 @@ def main():
         write_policy(os.path.join(tmp, "policies"), upstream.port)
         receiver = Receiver(logs_type, metrics_type)
         check_export(sluice, tmp, receiver, upstream)
+        check_serve(sluice, tmp, receiver)
         check_dead_collectors(sluice, tmp, upstream)
     finally:
         for s in (receiver, upstream):
