@@ -25,6 +25,8 @@ PACKAGES=(
   help2man dpkg-dev fakeroot man-db binutils systemd golang-go golang-github-masterminds-sprig-dev
   # Central audit store: libpq for `audit ship`/verify, the server for its tests' throwaway cluster.
   libpq-dev postgresql
+  # OTLP export test (tests/otlp/): protoc compiles the opentelemetry-proto files it checks against.
+  protobuf-compiler python3-protobuf
 )
 # npm: Debian's package, unless the installed nodejs already ships its own npm (NodeSource's
 # does, and conflicts with Debian's npm package).

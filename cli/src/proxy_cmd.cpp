@@ -29,6 +29,7 @@
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/proxy/proxy.hpp"
 #include "sluice/runner/sandbox.hpp"
+#include "sluice/serve/otlp.hpp"
 
 namespace sluice::cli {
 
@@ -48,6 +49,8 @@ struct ProxyArgs {
   std::string log_format = "text";
   std::string limit_window = "1h";
   std::string shadow_policy;  // --shadow-policy FILE: decided alongside on every listener
+  std::string otlp_endpoint;  // empty: no OpenTelemetry export
+  std::string otlp_interval = "10s";
 };
 
 // Splits ADDR:PORT / [V6]:PORT.
@@ -145,9 +148,10 @@ struct Served {
   std::shared_ptr<proxy::CertificateAuthority> ca;
   std::shared_ptr<const policy::SecretStore> secrets;
   Matchers matchers;
-  std::shared_ptr<audit::Store> store;            // null without --audit
-  std::chrono::seconds window{};                  // --limit-window
-  std::shared_ptr<const policy::Matcher> shadow;  // --shadow-policy (null: none)
+  std::shared_ptr<audit::Store> store;              // null without --audit
+  std::chrono::seconds window{};                    // --limit-window
+  std::shared_ptr<const policy::Matcher> shadow;    // --shadow-policy (null: none)
+  std::unique_ptr<serve::OtlpProxyTelemetry> otlp;  // null without --otlp-endpoint
 };
 
 Step<> checkListenPairs(const ProxyArgs& args, Served&) {
@@ -224,12 +228,27 @@ Step<> readLimitWindow(const ProxyArgs& args, Served& s) {
   return {};
 }
 
+Step<> startOtlp(const ProxyArgs& args, Served& s) {
+  if (args.otlp_endpoint.empty()) return {};
+  auto interval = policy::parseDuration(args.otlp_interval);
+  if (!interval || interval->count() < 1000)
+    return failed(2, "--otlp-interval '" + args.otlp_interval +
+                         "': " + (interval ? "must be at least 1s" : interval.error()));
+  serve::OtlpOptions options;
+  options.endpoint = args.otlp_endpoint;
+  options.interval = *interval;
+  auto started = serve::OtlpProxyTelemetry::start(std::move(options), s.store);
+  if (!started) return failed(2, started.error().message);
+  s.otlp = std::move(*started);
+  return {};
+}
+
 // Everything the arguments name, in this order (the first that fails is reported).
 Step<Served> loadServed(const ProxyArgs& args) {
   using Load = Step<> (*)(const ProxyArgs&, Served&);
   static constexpr Load kSteps[] = {checkListenPairs, loadCa,          loadSecrets,
                                     checkUpstreamCas, compileMatchers, compileShadow,
-                                    openAuditStore,   readLimitWindow};
+                                    openAuditStore,   readLimitWindow, startOtlp};
   Served s;
   for (Load step : kSteps)
     if (auto r = step(args, s); !r) return std::unexpected(std::move(r.error()));
@@ -242,7 +261,9 @@ Step<std::unique_ptr<proxy::Proxy>> startProxy(const ProxyArgs& args, const Serv
   options.threads = args.threads;
   options.ca = s.ca;
   options.upstream_ca_files = args.upstream_cas;
-  auto created = proxy::Proxy::create(options, s.store, nullptr);
+  std::shared_ptr<audit::EventSink> sink = s.store;
+  if (s.otlp) sink = s.otlp->sink();
+  auto created = proxy::Proxy::create(options, std::move(sink), nullptr);
   if (!created) return failed(1, created.error().message);
   for (std::size_t i = 0; i < args.listens.size(); ++i) {
     std::string addr;
@@ -301,6 +322,7 @@ int runProxy(const ProxyArgs& args) {
   if (!px) return report(px.error());
   serveUntilStopped(**px, args, *served, signals);
   (*px)->stop();
+  if (served->otlp) served->otlp->stop();
   if (served->store) {
     if (auto r = served->store->flush(); !r)
       return report({1, "audit store: " + r.error().message});
@@ -336,6 +358,10 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
                   "egress.limits apply per client address over this window (default 1h)");
   cmd->add_option("--shadow-policy", args->shadow_policy,
                   "Candidate policy decided alongside on every listener, recorded, not enforced");
+  cmd->add_option("--otlp-endpoint", args->otlp_endpoint,
+                  "Export decision events and counters as OTLP/HTTP JSON to this http:// URL");
+  cmd->add_option("--otlp-interval", args->otlp_interval,
+                  "Period of the OTLP metrics export (default 10s)");
   cmd->add_option("--log-format", args->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args, &exit_code] { exit_code = runProxy(*args); });

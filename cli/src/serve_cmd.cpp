@@ -30,6 +30,7 @@ struct ServeArgs {
   std::string max_session_ttl = "24h";
   std::string header_timeout = "10s";
   std::string log_format = "auto";
+  std::string otlp_interval = "10s";
 };
 
 // The duration options, parsed; false (with the message printed) on a bad one.
@@ -37,7 +38,8 @@ bool parseDurations(ServeArgs& args) {
   for (auto [flag, text, out] :
        {std::tuple{"--drain", &args.drain, &args.options.drain},
         std::tuple{"--max-session-ttl", &args.max_session_ttl, &args.options.max_session_ttl},
-        std::tuple{"--header-timeout", &args.header_timeout, &args.options.header_timeout}}) {
+        std::tuple{"--header-timeout", &args.header_timeout, &args.options.header_timeout},
+        std::tuple{"--otlp-interval", &args.otlp_interval, &args.options.otlp_interval}}) {
     auto d = policy::parseDuration(*text);
     if (!d) {
       std::fprintf(stderr, "sluice serve: %s %s: %s\n", flag, text->c_str(), d.error().c_str());
@@ -152,6 +154,10 @@ void addServeCommands(CLI::App& app, int& exit_code) {
   addAdmissionOptions(*cmd, *args);
   cmd->add_option("--drain", args->drain, "How long SIGTERM lets executions finish (30s)");
   cmd->add_option("--approver-uid", o.approver_uids, "Uid that may answer approvals");
+  cmd->add_option("--otlp-endpoint", o.otlp_endpoint,
+                  "Export decision events and counters as OTLP/HTTP JSON to this http:// URL");
+  cmd->add_option("--otlp-interval", args->otlp_interval,
+                  "Period of the OTLP metrics export (default 10s)");
   cmd->add_option("--log-format", args->log_format,
                   "text, json, or auto: json when stderr is the journal (default)")
       ->check(CLI::IsMember({"auto", "text", "json"}));

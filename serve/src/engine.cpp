@@ -192,6 +192,7 @@ Engine::Engine(const ServeOptions& options, Metrics& metrics)
 
 Engine::~Engine() {
   if (proxy_) proxy_->stop();
+  if (otlp_) otlp_->stop();  // after the proxy: its last events are exported too
 }
 
 // --shadow-policy-dir: each workflow there compiled, by name (empty without the flag).
@@ -245,7 +246,15 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   auto store = audit::Store::open(options.audit_db, store_options);
   if (!store) return std::unexpected("audit store: " + store.error().message);
   e->store_ = std::shared_ptr<audit::Store>(std::move(*store));
-  e->tee_ = std::make_shared<EventTee>(e->store_, metrics);
+  std::shared_ptr<audit::EventSink> sink = e->store_;
+  if (!options.otlp_endpoint.empty()) {
+    auto otlp = OtlpExporter::start({options.otlp_endpoint, options.otlp_interval},
+                                    [&metrics] { return metrics.counters(); });
+    if (!otlp) return std::unexpected(otlp.error().message);
+    e->otlp_ = std::move(*otlp);
+    sink = e->otlp_->wrap(std::move(sink));
+  }
+  e->tee_ = std::make_shared<EventTee>(std::move(sink), metrics);
   e->approvals_ = std::make_shared<proxy::ApprovalDesk>(e->tee_);
   // A pending approval shows in the live stream of the run or session it holds up.
   e->approvals_->watch("",

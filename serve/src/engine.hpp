@@ -25,6 +25,7 @@
 #include "sluice/runner/limits.hpp"
 #include "sluice/runner/receipt.hpp"
 #include "sluice/runner/sandbox.hpp"
+#include "sluice/serve/otlp.hpp"
 #include "sluice/serve/server.hpp"
 
 namespace sluice::serve {
@@ -153,6 +154,7 @@ class Engine {
   std::atomic<bool> zygote_warned_{false};  // preparedSandbox() has warned of its failure
   std::shared_ptr<audit::Store> store_;
   std::shared_ptr<EventTee> tee_;
+  std::shared_ptr<OtlpExporter> otlp_;  // null without --otlp-endpoint
   std::shared_ptr<const policy::SecretStore> secrets_;
   std::shared_ptr<proxy::CertificateAuthority> ca_;
   std::unique_ptr<proxy::Proxy> proxy_;

@@ -111,4 +111,28 @@ std::string Metrics::render(std::uint64_t audit_queue_depth) const {
   return o;
 }
 
+std::vector<CounterPoint> Metrics::counters() const {
+  std::vector<CounterPoint> out;
+  out.push_back({"sluice_runs_total", "Executions finished.", {}, runs_total_.load()});
+  const char* bytes = "Bytes relayed by the proxy for finished connections.";
+  out.push_back({"sluice_proxy_bytes_total", bytes, {{"direction", "out"}}, bytes_up_.load()});
+  out.push_back({"sluice_proxy_bytes_total", bytes, {{"direction", "in"}}, bytes_down_.load()});
+  const char* attempts = "What executions tried to reach, as receipts count it.";
+  for (auto [outcome, n] : {std::pair{"allowed", &allowed_}, std::pair{"denied", &denied_},
+                            std::pair{"failed", &failed_}})
+    out.push_back({"sluice_network_attempts_total", attempts, {{"outcome", outcome}}, n->load()});
+  std::lock_guard lock(mu_);
+  for (const auto& [k, n] : decisions_)
+    out.push_back({"sluice_decisions_total",
+                   "Audit rows of connections, requests and DNS queries.",
+                   {{"decision", k.first}, {"reason", k.second}},
+                   n});
+  for (const auto& [reason, n] : refused_)
+    out.push_back({"sluice_api_refusals_total",
+                   "Requests and connections refused by admission.",
+                   {{"reason", reason}},
+                   n});
+  return out;
+}
+
 }  // namespace sluice::serve

@@ -9,6 +9,9 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
+
+#include "sluice/serve/otlp.hpp"
 
 namespace sluice::serve {
 
@@ -37,6 +40,9 @@ class Metrics {
   void runStart(double seconds);
   /// The text exposition; `audit_queue_depth` is read by the caller at scrape time.
   std::string render(std::uint64_t audit_queue_depth) const;
+  /// The counters of render() (not the gauges, not the histogram), for OTLP export; points of
+  /// one name are adjacent.
+  std::vector<CounterPoint> counters() const;
 
  private:
   static constexpr std::array<double, 12> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,

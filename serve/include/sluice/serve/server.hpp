@@ -58,6 +58,10 @@ struct ServeOptions {
   /// Uids (besides root) whose Unix-socket calls may answer approvals.
   std::vector<unsigned> approver_uids;
   unsigned io_threads = 2;
+  /// OpenTelemetry export (otlp.hpp): http://HOST:PORT[/PATH]; empty: none. The counters go
+  /// every otlp_interval.
+  std::string otlp_endpoint;
+  std::chrono::milliseconds otlp_interval{10000};
   /// Forks every sandbox's namespace helper (runner::SandboxZygote::start(), called by `sluice
   /// serve` first thing); without one the daemon clones each sandbox's init from itself.
   std::shared_ptr<runner::SandboxZygote> zygote;
