@@ -82,6 +82,8 @@ TEST_F(LivePolicyTest, TighteningCutsWhatItRefusesAndKeepsTheRest) {
   ASSERT_TRUE(kept.send(in_tunnel));
   EXPECT_EQ(kept.readResponse().status, 200);
 
+  // A request's row is written when its exchange ends, just after the client read the answer.
+  sink_->waitRequestCount(2 * (kClients + 1));
   int gen1 = 0, gen2 = 0;
   for (const auto& r : sink_->requests()) {
     gen1 += r.stamp.policy_generation == 1;

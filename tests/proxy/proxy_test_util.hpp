@@ -100,6 +100,13 @@ class FakeSink : public audit::EventSink {
     cv_.wait_for(lock, timeout, [&] { return dns_.size() >= n; });
     return dns_.size();
   }
+  /// Waits (bounded) until at least `n` requests rows have arrived; returns how many there are.
+  std::size_t waitRequestCount(std::size_t n,
+                               std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return requests_.size() >= n; });
+    return requests_.size();
+  }
   std::size_t policyCount() {
     std::lock_guard lock(mu_);
     return policies_.size();
