@@ -83,3 +83,24 @@ bench_args() {
 result() {
   if [[ -n ${RESULTS:-} ]]; then echo "$1 $2" >> "$RESULTS"; fi
 }
+
+# The squid.conf lines both Squid peers share (one worker, no cache, no logs but cache.log, all
+# under $TMP/squid): a script writes its own port lines, then appends these.
+squid_common_conf() {
+  cat <<EOF
+workers 1
+http_access allow all
+cache deny all
+cache_mem 0 MB
+memory_pools off
+access_log none
+cache_store_log none
+cache_log $TMP/squid/cache.log
+pid_filename $TMP/squid/squid.pid
+coredump_dir $TMP/squid
+max_filedescriptors 65536
+shutdown_lifetime 0 seconds
+via off
+forwarded_for delete
+EOF
+}

@@ -96,21 +96,8 @@ mkdir -p "$TMP/squid"
 chown -R proxy:proxy "$TMP/squid" 2>/dev/null || true
 cat > "$TMP/squid/squid.conf" <<EOF
 http_port 127.0.0.1:$SQUID_PORT
-workers 1
-http_access allow all
-cache deny all
-cache_mem 0 MB
-memory_pools off
-access_log none
-cache_store_log none
-cache_log $TMP/squid/cache.log
-pid_filename $TMP/squid/squid.pid
-coredump_dir $TMP/squid
-max_filedescriptors 65536
-shutdown_lifetime 0 seconds
-via off
-forwarded_for delete
 EOF
+squid_common_conf >> "$TMP/squid/squid.conf"
 "$SQUID" -N -f "$TMP/squid/squid.conf" 2> "$TMP/squid/stderr.log" &
 PIDS+=($!)
 SQUID_PID=$!

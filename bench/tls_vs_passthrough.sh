@@ -126,21 +126,8 @@ acl step1 at_step SslBump1
 ssl_bump peek step1
 ssl_bump bump all
 tls_outgoing_options cafile=$TMP/pki/ca.pem
-workers 1
-http_access allow all
-cache deny all
-cache_mem 0 MB
-memory_pools off
-access_log none
-cache_store_log none
-cache_log $TMP/squid/cache.log
-pid_filename $TMP/squid/squid.pid
-coredump_dir $TMP/squid
-max_filedescriptors 65536
-shutdown_lifetime 0 seconds
-via off
-forwarded_for delete
 EOF
+squid_common_conf >> "$TMP/squid/squid.conf"
   "$SQUID" -N -f "$TMP/squid/squid.conf" 2> "$TMP/squid/stderr.log" &
   PIDS+=($!)
 }
