@@ -181,7 +181,9 @@ std::expected<std::string, std::string> McpTools::open() {
   std::lock_guard lock(mu_);
   if (!opened_) {
     opened_ = true;
-    auto created = sessions_.create(caller_, SessionRequest{workflow_, {}, {}});
+    SessionRequest request;
+    request.workflow = workflow_;
+    auto created = sessions_.create(caller_, request);
     if (created)
       session_id_ = (*created)["id"];
     else

@@ -117,7 +117,8 @@ std::size_t SessionManager::active() const {
 base::Result<SessionRequest> parseSessionRequest(const json& body) {
   if (!body.is_object()) return std::unexpected(bad("body: must be a JSON object"));
   for (const auto& [key, v] : body.items())
-    if (key != "workflow" && key != "idle_timeout" && key != "ttl" && key != "learn")
+    if (key != "workflow" && key != "idle_timeout" && key != "ttl" && key != "learn" &&
+        key != "shadow_policy")
       return std::unexpected(bad(key + ": unknown field"));
   if (!body.contains("workflow") || !body["workflow"].is_string())
     return std::unexpected(bad("workflow: is required (a string)"));
@@ -126,6 +127,11 @@ base::Result<SessionRequest> parseSessionRequest(const json& body) {
   if (body.contains("learn")) {
     if (!body["learn"].is_boolean()) return std::unexpected(bad("learn: must be a boolean"));
     r.learn = body["learn"].get<bool>();
+  }
+  if (body.contains("shadow_policy")) {
+    if (!body["shadow_policy"].is_string())
+      return std::unexpected(bad("shadow_policy: must be a string (workflow YAML)"));
+    r.shadow_policy = body["shadow_policy"].get<std::string>();
   }
   for (auto [key, dst] : {std::pair{"idle_timeout", &r.idle_timeout}, std::pair{"ttl", &r.ttl}}) {
     if (!body.contains(key)) continue;
@@ -136,12 +142,31 @@ base::Result<SessionRequest> parseSessionRequest(const json& body) {
   return r;
 }
 
+namespace {
+
+/// A session's own shadow policy (SessionRequest::shadow_policy), compiled; null when it has
+/// none. Validated like a live update's policy: diagnostics name shadow_policy.yaml:L:C.
+base::Result<std::shared_ptr<const pol::Matcher>> sessionShadow(const SessionRequest& request) {
+  if (request.shadow_policy.empty()) return nullptr;
+  auto parsed = pol::parseWorkflow(request.shadow_policy, "shadow_policy.yaml");
+  if (!parsed)
+    return std::unexpected(bad("shadow_policy: the policy is not valid:\n" + parsed.error().str()));
+  if (parsed->name != request.workflow)
+    return std::unexpected(bad("shadow_policy: the policy is workflow '" + parsed->name +
+                               "', the session's is '" + request.workflow + "'"));
+  return pol::Matcher::compile(std::make_shared<const pol::Workflow>(std::move(*parsed)));
+}
+
+}  // namespace
+
 base::Result<json> SessionManager::create(const Caller& caller, const SessionRequest& request) {
   const std::string& name = request.workflow;
   auto w = engine_.workflow(name);
   if (!w)
     return std::unexpected(
         apiFail(base::Code::kNotFound, "not_found", "workflow '" + name + "' is not served"));
+  auto shadow = sessionShadow(request);
+  if (!shadow) return std::unexpected(shadow.error());
   // Defaults within the ceiling; an explicit value above it is refused, not cut, so the
   // caller is not surprised by a session that ends early.
   const auto idle = request.idle_timeout.value_or(
@@ -166,7 +191,7 @@ base::Result<json> SessionManager::create(const Caller& caller, const SessionReq
       s->created_at + std::chrono::duration_cast<std::chrono::system_clock::duration>(ttl);
   s->last_used = std::chrono::steady_clock::now();
   s->deadline = s->last_used + ttl;
-  if (auto started = startSandbox(*s, request.learn); !started)
+  if (auto started = startSandbox(*s, request.learn, *shadow); !started)
     return std::unexpected(started.error());
   engine_.approvals().attribute(s->id, {"", s->id, s->caller});
   {
@@ -182,11 +207,15 @@ base::Result<json> SessionManager::create(const Caller& caller, const SessionReq
 
 // The session's sandbox: a prepared one from the warm pool when it has one of this very policy
 // (the session then takes its id, which its listeners were attached with), else one built now.
-base::Result<void> SessionManager::startSandbox(Session& s, bool learn) {
+base::Result<void> SessionManager::startSandbox(Session& s, bool learn,
+                                                std::shared_ptr<const pol::Matcher> shadow) {
   auto open = engine_.openOptions(s.workflow, sluice::execution::SandboxKind::kSession,
                                   Engine::newId("se-"), learn);
   if (!open) return std::unexpected(open.error());
-  if (Pool* pool = engine_.pool(); pool && !learn)  // a prepared sandbox enforces
+  const bool own_shadow = shadow != nullptr;
+  if (own_shadow) open->shadow = std::move(shadow);
+  // A prepared sandbox enforces, with the daemon's shadow: not for learn or an own shadow.
+  if (Pool* pool = engine_.pool(); pool && !learn && !own_shadow)
     if (auto p = pool->take(*s.workflow)) {
       s.pooled = true;
       s.sandbox = std::move(p);

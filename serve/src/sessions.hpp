@@ -26,6 +26,10 @@ struct SessionRequest {
   std::string workflow;
   std::optional<std::chrono::milliseconds> idle_timeout, ttl;  ///< none: the defaults
   bool learn = false;  ///< "learn": true (refused unless ServeOptions::allow_learn)
+  /// "shadow_policy": a candidate workflow (YAML text, the session's workflow name) decided
+  /// alongside every connection and request of the session, recorded, not enforced. Empty:
+  /// the daemon's --shadow-policy-dir candidate, if any.
+  std::string shadow_policy;
 };
 
 /// Parses the body of POST /v1/sessions (field errors name the field).
@@ -77,7 +81,8 @@ class SessionManager {
 
  private:
   struct Session;
-  base::Result<void> startSandbox(Session& s, bool learn);
+  base::Result<void> startSandbox(Session& s, bool learn,
+                                  std::shared_ptr<const policy::Matcher> shadow);
   base::Result<std::shared_ptr<Session>> find(const Caller& caller, const std::string& id);
   nlohmann::json finish(Session& s, const std::string& ended_by);
   template <typename T, typename Fn>

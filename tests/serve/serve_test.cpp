@@ -514,6 +514,39 @@ TEST_F(ServeTest, AllowedLearnRunsAndShadowDecisionsAreCounted) {
   expectSchema("Receipt", receipt);
 }
 
+// A session's own candidate (POST /v1/sessions "shadow_policy") decides alongside its execs; a
+// broken one is refused with where it is broken, and no session is opened.
+TEST_F(ServeTest, ASessionsOwnShadowPolicyIsDecidedAlongside) {
+  REQUIRE_SANDBOX();
+  start();
+  const nlohmann::json broken = {
+      {"workflow", "web"},
+      {"shadow_policy", "apiVersion: sluice/v1\nkind: Workflow\nname: web\negress: [\n"}};
+  auto bad = call("POST", "/v1/sessions", broken.dump());
+  expectError(bad, 400, "bad_request");
+  EXPECT_NE(bad.body.find("shadow_policy.yaml:"), std::string::npos) << bad.body;
+  const nlohmann::json other = {
+      {"workflow", "web"},
+      {"shadow_policy", "apiVersion: sluice/v1\nkind: Workflow\nname: shell\n"}};
+  expectError(call("POST", "/v1/sessions", other.dump()), 400, "bad_request");
+
+  const nlohmann::json body = {
+      {"workflow", "web"},
+      {"shadow_policy",
+       "apiVersion: sluice/v1\nkind: Workflow\nname: web\negress:\n  rules:\n"
+       "    - {id: also-denied, action: allow, hosts: [denied.example], ports: [443]}\n"}};
+  auto created = call("POST", "/v1/sessions", body.dump());
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string id = created.js()["id"];
+  auto exec = call("POST", "/v1/sessions/" + id + "/exec",
+                   R"({"argv":["curl","-s","https://denied.example/"]})");
+  ASSERT_EQ(exec.status, 200) << exec.body;
+  auto metrics = call("GET", "/metrics").body;
+  EXPECT_NE(metrics.find("sluice_shadow_decisions_total{agree=\"false\"} 1"), std::string::npos)
+      << metrics;
+  EXPECT_EQ(call("DELETE", "/v1/sessions/" + id).status, 200);
+}
+
 TEST_F(ServeSocketTest, DrainRefusesNewWorkAndStopsWhatOutlivesIt) {
   REQUIRE_SANDBOX();
   start();
