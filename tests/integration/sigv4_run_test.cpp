@@ -128,33 +128,31 @@ class SigV4Run : public ::testing::Test {
     ::chmod(p.c_str(), 0600);
   }
 
+  // `sluice run` of the s3 workflow with this fixture's policies, audit store, secrets, upstream
+  // CA and port; the caller adds its inputs, outputs and command.
+  std::vector<std::string> runArgs() const {
+    return {"run",
+            "--workflow",
+            "s3",
+            "--policy-dir",
+            (dir_ / "policies").string(),
+            "--audit",
+            (dir_ / "audit.db").string(),
+            "--secrets",
+            (dir_ / "secrets.yaml").string(),
+            "--upstream-ca",
+            (dir_ / "ca.pem").string(),
+            "--env",
+            "UPSTREAM_PORT=" + port_};
+  }
+
   Outcome runAgent() {
     const std::string src = SLUICE_SOURCE_DIR;
-    std::vector<std::string> a = {"run",
-                                  "--workflow",
-                                  "s3",
-                                  "--policy-dir",
-                                  (dir_ / "policies").string(),
-                                  "--audit",
-                                  (dir_ / "audit.db").string(),
-                                  "--secrets",
-                                  (dir_ / "secrets.yaml").string(),
-                                  "--upstream-ca",
-                                  (dir_ / "ca.pem").string(),
-                                  "--env",
-                                  "UPSTREAM_PORT=" + port_,
-                                  "--input",
-                                  src + "/tests/integration/sigv4/agent.py:agent.py",
-                                  "--input",
-                                  src + "/tests/integration/sigv4/s3sdk.mjs:s3sdk.mjs",
-                                  "--output-dir",
-                                  (dir_ / "out").string(),
-                                  "--receipt",
-                                  (dir_ / "receipt.json").string(),
-                                  "--json",
-                                  "--",
-                                  "python3",
-                                  "/input/agent.py"};
+    std::vector<std::string> a = runArgs();
+    a.insert(a.end(), {"--input", src + "/tests/integration/sigv4/agent.py:agent.py", "--input",
+                       src + "/tests/integration/sigv4/s3sdk.mjs:s3sdk.mjs", "--output-dir",
+                       (dir_ / "out").string(), "--receipt", (dir_ / "receipt.json").string(),
+                       "--json", "--", "python3", "/input/agent.py"});
     return sluice::testing::runBinary(SLUICE_BINARY, dir_, a, {"SLUICE_LOG_LEVEL=debug"});
   }
 
@@ -164,31 +162,13 @@ class SigV4Run : public ::testing::Test {
     const std::string src = SLUICE_SOURCE_DIR;
     const std::string prefix =
         sluice::testing::withHosts(dir_, std::string("127.0.0.1 ") + kTransparentHost);
-    std::vector<std::string> a = {"-m",
-                                  "--propagation",
-                                  "private",
-                                  (dir_ / "with-hosts.sh").string(),
-                                  SLUICE_BINARY,
-                                  "run",
-                                  "--workflow",
-                                  "s3",
-                                  "--policy-dir",
-                                  (dir_ / "policies").string(),
-                                  "--audit",
-                                  (dir_ / "audit.db").string(),
-                                  "--secrets",
-                                  (dir_ / "secrets.yaml").string(),
-                                  "--upstream-ca",
-                                  (dir_ / "ca.pem").string(),
-                                  "--env",
-                                  "UPSTREAM_PORT=" + port_,
-                                  "--input",
-                                  src + "/tests/integration/sigv4/transparent.sh:transparent.sh",
-                                  "--input",
-                                  src + "/tests/proxy/sigv4_stream_client.py:client.py",
-                                  "--",
-                                  "/bin/sh",
-                                  "/input/transparent.sh"};
+    std::vector<std::string> a = {"-m", "--propagation", "private",
+                                  (dir_ / "with-hosts.sh").string(), SLUICE_BINARY};
+    const auto run = runArgs();
+    a.insert(a.end(), run.begin(), run.end());
+    a.insert(a.end(), {"--input", src + "/tests/integration/sigv4/transparent.sh:transparent.sh",
+                       "--input", src + "/tests/proxy/sigv4_stream_client.py:client.py", "--",
+                       "/bin/sh", "/input/transparent.sh"});
     return sluice::testing::runBinary("/usr/bin/unshare", dir_, a);
   }
 
