@@ -335,10 +335,6 @@ void Replayer::dns(const DnsRow& r) {
 
 }  // namespace
 
-std::string_view verdictName(Verdict v) {
-  return v == Verdict::kAllow ? "allow" : v == Verdict::kAsk ? "ask" : "deny";
-}
-
 base::Result<ReplayReport> replay(History& history, const Scope& scope,
                                   const policy::Matcher& candidate) {
   return Replayer(history, candidate).run(scope);

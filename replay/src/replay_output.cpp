@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "sluice/audit/event_text.hpp"
 #include "sluice/base/json.hpp"
 #include "sluice/replay/replay.hpp"
 
@@ -11,7 +12,7 @@ namespace sluice::replay {
 namespace {
 
 std::string sideText(const Side& s) {
-  std::string t(verdictName(s.verdict));
+  std::string t(audit::textOf(s.verdict));
   if (!s.rule.empty()) t += " by " + s.rule;
   if (!s.reason.empty() && s.reason != policy::reasonName(policy::Reason::kAllowed))
     t += " (" + s.reason + ")";
@@ -38,7 +39,7 @@ std::string identity(const Difference& d) {
 }
 
 nlohmann::json sideJson(const Side& s) {
-  return {{"decision", verdictName(s.verdict)},
+  return {{"decision", audit::textOf(s.verdict)},
           {"rule", s.rule.empty() ? nlohmann::json(nullptr) : nlohmann::json(s.rule)},
           {"reason", s.reason}};
 }

@@ -8,13 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "sluice/audit/event_sink.hpp"
 #include "sluice/policy/matcher.hpp"
 #include "sluice/replay/history.hpp"
 
 namespace sluice::replay {
 
-enum class Verdict : std::uint8_t { kAllow, kDeny, kAsk };
-std::string_view verdictName(Verdict v);  // "allow" | "deny" | "ask"
+/// A policy's verdict: the audit store's own (shadow_decision's), named by audit::textOf.
+using Verdict = audit::Verdict;
 
 /// One side of a comparison: the policy's verdict, the deciding rule and the reason.
 struct Side {
