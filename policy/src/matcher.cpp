@@ -607,7 +607,14 @@ bool Matcher::nameMayBeAllowed(std::string_view raw) const {
   return nameAnswer(raw).may_be_allowed;
 }
 
-Matcher::NameAnswer Matcher::nameAnswer(std::string_view raw) const {
+Matcher::NameAnswer Matcher::nameAnswer(std::string_view raw, bool learn) const {
+  NameAnswer a = ruledNameAnswer(raw);
+  // Learn mode answers a name no rule names; a deny rule naming it still refuses.
+  if (learn && !a.may_be_allowed && a.rule == nullptr) a = {true, nullptr, true};
+  return a;
+}
+
+Matcher::NameAnswer Matcher::ruledNameAnswer(std::string_view raw) const {
   auto host = normalizeHostName(raw);
   if (!host) return {};
   // An IP literal in any spelling matches cidrs only, never a host pattern.

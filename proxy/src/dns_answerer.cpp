@@ -85,16 +85,14 @@ Outcome Answerer::answer(std::span<const std::uint8_t> message, Transport transp
   if (!question.plain) return finish(Rcode::kNxDomain, "no_matching_rule");
   // The rule behind the answer: the allow (or ask) rule that made the name answerable, or the
   // deny rule that kept it out.
-  const auto name = m->nameAnswer(question.name);
+  const auto name = m->nameAnswer(question.name, learn_);
   stampShadow(shadow_.get(), out.event);
   if (name.rule != nullptr) out.event.rule_id = name.rule->id;
-  // Learn mode answers a name no rule names (a deny rule naming it still refuses).
-  const bool learned = learn_ && !name.may_be_allowed && name.rule == nullptr;
-  if (!name.may_be_allowed && !learned)
+  if (!name.may_be_allowed)
     return finish(Rcode::kNxDomain, name.rule != nullptr ? "denied_by_rule" : "no_matching_rule");
 
-  out.event.decision = learned ? audit::Decision::kWouldDeny : audit::Decision::kAllow;
-  const std::string answered = learned ? "no_matching_rule" : "allowed";
+  out.event.decision = name.learned ? audit::Decision::kWouldDeny : audit::Decision::kAllow;
+  const std::string answered = name.learned ? "no_matching_rule" : "allowed";
   if (question.type != kTypeA && question.type != kTypeAAAA) {
     out.event.answer = "NODATA";  // the name exists; it has no record of this type
     return finish(Rcode::kNoError, answered);

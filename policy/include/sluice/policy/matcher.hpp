@@ -105,12 +105,14 @@ class Matcher {
   /// be allowed, the first allow or ask rule (policy order) that matches it on a port no deny
   /// rule covers; when allow rules match but deny rules cover all their ports, the first deny
   /// rule that covers one of those ports; else the first deny rule (without request conditions
-  /// or cidrs) whose hosts match the name; else none (no rule names it).
+  /// or cidrs) whose hosts match the name; else none (no rule names it). With `learn` (learn
+  /// mode, as Query::learn), a name no rule names may be allowed too, with `learned` set.
   struct NameAnswer {
     bool may_be_allowed = false;
     const Rule* rule = nullptr;
+    bool learned = false;
   };
-  NameAnswer nameAnswer(std::string_view host) const;
+  NameAnswer nameAnswer(std::string_view host, bool learn = false) const;
 
   ~Matcher();
   Matcher(const Matcher&) = delete;
@@ -123,6 +125,8 @@ class Matcher {
   // The address phase of decide(): `allowing` are the allow rules that matched the rest.
   Decision decideAddress(Decision connect, const std::vector<std::uint32_t>& allowing,
                          const Query& q) const;
+  // nameAnswer as the rules alone answer it (no learn mode).
+  NameAnswer ruledNameAnswer(std::string_view host) const;
   // Learn mode's last word on `d` (Query::learn).
   Decision learned(Decision d, const Query& q) const;
   std::shared_ptr<const Workflow> workflow_;
