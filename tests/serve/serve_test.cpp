@@ -898,6 +898,24 @@ namespace {
 // with it and `sluice gc` removes the cgroups; the audit store verifies either way.
 class ServeProcessTest : public ServeSocketTest {
  protected:
+  // A daemon a failed assertion left running is ended here, so no `sluice serve` outlives its
+  // test; one the test already reaped is skipped (waitpid reports it is not our child).
+  void TearDown() override {
+    for (pid_t pid : daemons_) {
+      if (::waitpid(pid, nullptr, WNOHANG) != 0) continue;
+      ::kill(pid, SIGTERM);
+      bool reaped = false;
+      for (int i = 0; i < 150 && !reaped; ++i) {
+        reaped = ::waitpid(pid, nullptr, WNOHANG) != 0;
+        if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      if (!reaped) {
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+    ServeSocketTest::TearDown();
+  }
   pid_t spawnDaemon(const std::vector<std::string>& extra = {}) {
     pid_t pid = ::fork();
     if (pid == 0) {
@@ -916,6 +934,7 @@ class ServeProcessTest : public ServeSocketTest {
       ::execv(SLUICE_BINARY, argv.data());
       ::_exit(99);
     }
+    if (pid > 0) daemons_.push_back(pid);
     for (int i = 0; i < 200 && !fs::exists(socket()); ++i)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     return pid;
@@ -949,6 +968,9 @@ class ServeProcessTest : public ServeSocketTest {
     EXPECT_EQ(rc, 0) << out;
     return out;
   }
+
+ private:
+  std::vector<pid_t> daemons_;
 };
 
 TEST_F(ServeProcessTest, SigtermDrainsEndsSessionsWithReceiptsAndLeavesNothing) {
