@@ -1,4 +1,4 @@
--- sluice audit store, schema version 7 (PRAGMA user_version = 7).
+-- sluice audit store, schema version 8 (PRAGMA user_version = 8).
 -- Reference: docs/audit.md. This file is compiled into the sluice binary and executed, in one
 -- transaction, on a new (empty) database. Times are Unix epoch milliseconds (UTC).
 --
@@ -15,9 +15,13 @@
 -- update or reload), and under a shadow policy its shadow_decision (allow | deny | ask) and
 -- shadow_rule. All three are NULL on older rows; a row's hash covers them only when one is set
 -- (docs/audit.md, "Hash chain"), so older rows keep their hashes.
+--
+-- Version 8 drops the index requests (connection_id): every commit rewrote one of its leaves
+-- per open connection (about 70% of the WAL bytes of a proxied request). Requests of one
+-- connection are found through requests_execution (docs/audit.md, "Indexes").
 
 PRAGMA application_id = 1397506885;  -- 0x534C4345, "SLCE": marks a sluice audit database
-PRAGMA user_version = 7;
+PRAGMA user_version = 8;
 
 -- Every policy text that decided anything, stored once by the SHA-256 of its bytes. Version 6
 -- makes each a row of the hash chain (so workflow and loaded_at are covered too).
@@ -112,7 +116,6 @@ CREATE TABLE requests (
   shadow_decision    TEXT,
   shadow_rule        TEXT
 ) STRICT;
-CREATE INDEX requests_connection ON requests (connection_id);
 CREATE INDEX requests_execution ON requests (execution_id);
 
 -- Version 2. One row per request sent upstream, queued before its first byte leaves the proxy

@@ -59,11 +59,12 @@ std::expected<Json, base::Error> fetchedUrls(const std::filesystem::path& db, sq
     return std::unexpected(detail::sqliteError(db, raw, rc, "cannot read requests"));
   // Allowed connections whose requests sluice did not see (a passthrough TLS tunnel): the
   // origin it reached, without a path.
-  auto tunnels = detail::prepare(
-      db, raw,
-      "SELECT c.kind, c.host, c.port, c.tls, c.bytes_down FROM connections c"
-      " WHERE c.execution_id = ?1 AND c.decision = 'allow'"
-      " AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.connection_id = c.id) ORDER BY c.seq");
+  auto tunnels =
+      detail::prepare(db, raw,
+                      "SELECT c.kind, c.host, c.port, c.tls, c.bytes_down FROM connections c"
+                      " WHERE c.execution_id = ?1 AND c.decision = 'allow'"
+                      " AND NOT EXISTS (SELECT 1 FROM requests r WHERE r.execution_id = ?1"
+                      " AND r.connection_id = c.id) ORDER BY c.seq");
   if (!tunnels) return std::unexpected(tunnels.error());
   tunnels->bindText(1, execution_id);
   while ((rc = tunnels->step()) == SQLITE_ROW) {

@@ -155,6 +155,11 @@ ALTER TABLE dns_queries ADD COLUMN shadow_decision TEXT;
 ALTER TABLE dns_queries ADD COLUMN shadow_rule TEXT;
 PRAGMA user_version = 7;
 )sql",
+    // 7 -> 8: no index on requests (connection_id); see schemas/audit.sql.
+    R"sql(
+DROP INDEX requests_connection;
+PRAGMA user_version = 8;
+)sql",
 };
 
 /// The end of migration 5 -> 6: appends each version-5 policy row (not chained then) to the

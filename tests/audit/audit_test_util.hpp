@@ -313,10 +313,16 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
   }
 }
 
+/// SQL that takes a current database back to version 7 (the index on requests (connection_id)
+/// it had then).
+inline const std::string kUndoVersion8 =
+    "CREATE INDEX requests_connection ON requests (connection_id); ";
+
 /// SQL that takes a current database's tables back to version 6 (before the policy stamp
-/// columns): run first by a test that turns a database back into an older version.
+/// columns, and version 8's index change): run first by a test that turns a database back
+/// into an older version.
 inline const std::string kUndoVersion7 = [] {
-  std::string sql;
+  std::string sql = kUndoVersion8;
   for (const char* t : {"connections", "requests", "dns_queries"})
     for (const char* c : {"policy_generation", "shadow_decision", "shadow_rule"})
       sql += std::string("ALTER TABLE ") + t + " DROP COLUMN " + c + "; ";

@@ -356,6 +356,29 @@ TEST(SchemaTest, VersionSevenStampsRowsWithoutRehashingOldOnes) {
   }
 }
 
+// Version 8 drops the index on requests (connection_id). A version-7 database ends with the
+// same indexes as a new one, and its rows keep their hashes (an index is not in the chain).
+TEST(SchemaTest, VersionEightDropsTheRequestsConnectionIndex) {
+  TempDir dir;
+  auto fresh = dir / "fresh.db";
+  auto db = dir / "audit.db";
+  testing::populate(fresh);
+  testing::populate(db);
+  ASSERT_EQ(RawDb(db).exec(testing::kUndoVersion8 + "PRAGMA user_version = 7"), "");
+  ASSERT_EQ(RawDb(db).integer("SELECT count(*) FROM sqlite_master WHERE name = "
+                              "'requests_connection'"),
+            1);
+  { ASSERT_TRUE(testing::openStore(db)); }
+  const std::string indexes =
+      "SELECT group_concat(name || ':' || coalesce(sql, ''), '; ') FROM "
+      "(SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name)";
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(raw.text(indexes), RawDb(fresh).text(indexes));
+  EXPECT_EQ(raw.text(indexes).find("requests_connection"), std::string::npos);
+  testing::expectChainIntact(db);
+}
+
 TEST(SchemaTest, DeletedApprovalIsNamed) {
   TempDir dir;
   auto db = dir / "audit.db";
