@@ -167,6 +167,30 @@ TEST(StoreTest, ReceiptIsCommittedBeforeRecordExecutionReturns) {
   EXPECT_EQ(raw.integer("SELECT count(*) FROM connections"), 1);
 }
 
+// `sluice run`'s store: no checkpoint at close, and the previous run's frames copied by the
+// writer thread after the open is reported. The copy must still come before the first write,
+// so that every run restarts the WAL instead of appending to it.
+TEST(StoreTest, ReopenedWritersRestartTheWalInsteadOfGrowingIt) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  StoreOptions o;
+  o.checkpoint_on_close = false;
+  std::uintmax_t first = 0;
+  for (int run = 0; run < 6; ++run) {
+    auto store = Store::openAsync(db, o);
+    ASSERT_TRUE(store->ready().has_value());
+    auto r = store->recordExecution(testing::sampleExecution("exec-" + std::to_string(run)));
+    ASSERT_TRUE(r.has_value()) << r.error().message;
+    store.reset();
+    const std::uintmax_t wal = std::filesystem::file_size(db.string() + "-wal");
+    if (run == 1) first = wal;  // run 0 wrote the schema as well
+    if (run > 1) {
+      EXPECT_LE(wal, first) << "run " << run;
+    }
+  }
+  EXPECT_EQ(RawDb(db).integer("SELECT count(*) FROM executions"), 6);
+}
+
 TEST(StoreTest, FlushCommitsEverythingQueuedBefore) {
   TempDir dir;
   auto db = dir / "audit.db";
