@@ -134,13 +134,17 @@ class Store::Impl {
   std::expected<void, base::Error> connectWriter();
   std::expected<void, base::Error> initSchema();
   std::expected<void, base::Error> enableWal();
+  void restartWal();
   std::expected<void, base::Error> prepareStatements();
   std::expected<void, base::Error> prepareInto(Stmt& out, std::string_view sql);
   std::expected<void, base::Error> openReader();
   // Starts the writer thread on a database openWriter() has opened.
   void start() {
     writable_ = true;
-    writer_ = std::thread([this] { writerLoop(); });
+    writer_ = std::thread([this] {
+      restartWal();
+      writerLoop();
+    });
     // Named so that top/perf show where audit time goes.
     pthread_setname_np(writer_.native_handle(), "sluice-audit");
   }
@@ -158,6 +162,7 @@ class Store::Impl {
         if (!r) open_error_ = r.error();
       }
       opened_cv_.notify_all();
+      if (r) restartWal();
       writerLoop();
     });
     pthread_setname_np(writer_.native_handle(), "sluice-audit");
@@ -402,13 +407,18 @@ std::expected<void, base::Error> Store::Impl::enableWal() {
                                            std::string(stmt->columnText(0)) + ")"});
     }
   }
-  // With a persistent WAL (connectWriter) the frames of the previous session stay valid on
-  // disk, so recovery at open counts them as not yet checkpointed and the next write would
-  // append after them: the WAL would grow without end. Checkpointing them now (a no-op copy:
-  // the previous close already did) lets the first write restart the WAL from its start.
-  // PASSIVE never waits; if another connection is busy the WAL simply restarts later.
-  sqlite3_wal_checkpoint_v2(raw, "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
   return {};
+}
+
+// With a persistent WAL (connectWriter) the frames of the previous session stay valid on disk,
+// so recovery at open counts them as not yet checkpointed and the next write would append
+// after them: the WAL would grow without end. Checkpointing them lets the first write restart
+// the WAL from its start. PASSIVE never waits; if another connection is busy the WAL simply
+// restarts later. Run by the writer thread before its first batch, after the open is reported:
+// the checkpoint's fsyncs (WAL, directory, database file) overlap what the caller does next
+// (`sluice run`: the sandbox's program) instead of delaying it.
+void Store::Impl::restartWal() {
+  sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
 }
 
 std::expected<void, base::Error> Store::Impl::prepareInto(Stmt& out, std::string_view sql) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <memory>
 #include <vector>
 
 #include "audit_rows.hpp"
@@ -25,10 +26,13 @@ constexpr std::uint64_t kSpliceAfter = 256 * 1024;
 constexpr std::size_t kPipeBytes = 256 * 1024;
 
 // Safe to share per thread: a pump uses it only between a read and a write with no
-// suspension in between.
+// suspension in between. Made on a thread's first use: a thread_local array would sit in the
+// static TLS block of every thread of every sluice process (zeroed, 16 pages faulted in, at
+// each thread's start: `sluice run`'s main, audit and resolver threads too).
 std::array<char, kScratchBytes>& scratch() {
-  thread_local std::array<char, kScratchBytes> buf;
-  return buf;
+  thread_local std::unique_ptr<std::array<char, kScratchBytes>> buf;
+  if (!buf) buf.reset(new std::array<char, kScratchBytes>);  // left uninitialised: read into
+  return *buf;
 }
 
 class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {

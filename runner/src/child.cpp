@@ -157,6 +157,31 @@ int execProgram(const ProgramLaunch& l) {
 
 int programEntry(void* launch) { programMain(*static_cast<const ProgramLaunch*>(launch)); }
 
+// 'C': the cgroup v1 `tasks` files of every hierarchy come over the channel, and init, being
+// single-threaded, moves itself by writing "0" to each: a thread moving itself skips the
+// kernel's global threadgroup lock, whose first taking waits for an RCU grace period
+// (0.5-15 ms) that a write of our pid to cgroup.procs by sluice would pay.
+void awaitCgroup(const ChildPlan& plan) {
+  const ChildFds& f = plan.fds;
+  char go = 0;
+  ssize_t n;
+  do n = ::read(f.go_read, &go, 1);
+  while (n < 0 && errno == EINTR);
+  if (n == 1 && go == 'G') return;
+  if (n != 1 || go != 'C') ::_exit(kInitSetupFailed);
+  char tag = 0;
+  int fds[kMaxPassedFds];
+  const Received got = receiveWithFds(f.listener_channel, &tag, 1, fds, kMaxPassedFds);
+  if (got.bytes != 1 || tag != 'C' || got.fd_count == 0 || got.truncated)
+    fail(plan, stepFail("receive cgroup files", EPROTO));
+  for (int i = 0; i < got.fd_count; ++i) {
+    const bool moved = ::write(fds[i], "0", 1) == 1;
+    const int err = errno;
+    ::close(fds[i]);
+    if (!moved) fail(plan, stepFail("join cgroup", err));
+  }
+}
+
 }  // namespace
 
 void reportStep(int fd, ChildMessage::Kind kind, const char* step, int err) {
@@ -222,15 +247,14 @@ void initSetUp(const ChildPlan& plan) {
     if (!readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
     have_go = true;
   }
-  // Namespace and mount setup first: it overlaps with sluice moving us into the cgroups, whose
-  // cgroup.procs write waits for an RCU grace period (milliseconds on cgroup v1).
+  // Namespace and mount setup first: it overlaps with sluice's hand-off (the cgroup files or,
+  // on v2, its write of our pid to cgroup.procs; the listener; the start gate).
   if (!plan.namespaces_ready) {
     if (::sethostname("sandbox", 7) != 0) fail(plan, stepFail("sethostname"));
     if (auto r = bringUpLoopback(); !r) fail(plan, r);
   }
   if (plan.network_proxy)
     if (auto r = sendProxyListener(f.listener_channel); !r) fail(plan, r);
-  if (!plan.session) ::close(f.listener_channel);  // a session's init keeps it: its control
   if (auto r = applyMountPlan(plan.mounts, plan.privileges.uid, plan.privileges.gid); !r)
     fail(plan, r);
   // Init should outlive a memory limit hit to report it: OOM_SCORE_ADJ_MIN keeps the OOM killer
@@ -240,9 +264,10 @@ void initSetUp(const ChildPlan& plan) {
   // and sluice tells an OOM-killed init from a failed one by the cgroup's counters.
   g_init_oom_exempt =
       static_cast<bool>(setOomScoreAdj("-1000", "protect init from the OOM killer"));
-  // Wait until sluice has put us into the cgroups. EOF means sluice died (perhaps before
-  // PR_SET_PDEATHSIG took effect): give up.
-  if (!have_go && !readByte(f.go_read, 'G')) ::_exit(kInitSetupFailed);
+  // Wait until sluice has put us into the cgroups ('G') or handed us their files to join
+  // ('C'). EOF means sluice died (perhaps before PR_SET_PDEATHSIG took effect): give up.
+  if (!have_go) awaitCgroup(plan);
+  if (!plan.session) ::close(f.listener_channel);  // a session's init keeps it: its control
   // Unsharing the cgroup namespace only now makes our (limited) cgroup the namespace's root.
   if (::unshare(CLONE_NEWCGROUP) != 0) fail(plan, stepFail("unshare cgroup namespace"));
   // Wait until sluice is ready for the program (its proxy owns the listener, its audit store is

@@ -35,11 +35,11 @@ struct InitReport {
 
 /// Pipe/socket ends the child side uses (all O_CLOEXEC).
 struct ChildFds {
-  int go_read = -1;           // parent -> init: byte 'G' (cgroups set), 'A' (listener adopted)
+  int go_read = -1;  // parent -> init: 'G' (cgroups set) or 'C' (join them), 'A' (listener adopted)
   int error_write = -1;       // -> parent: ChildMessage on failure; EOF once the program execs
   int report_write = -1;      // init -> parent: InitReport
   int control_read = -1;      // parent -> init: EOF means "tear down and exit"
-  int listener_channel = -1;  // unix socket: the proxy listener travels over it
+  int listener_channel = -1;  // unix socket: the proxy listener, the v1 cgroup files
   int stdout_write = -1;
   int stderr_write = -1;
   int stdin_read = -1;  // the program's stdin when ChildPlan::stdin_pipe (else /dev/null)
@@ -102,8 +102,8 @@ inline constexpr int kInitSetupFailed = 125;
 [[noreturn]] void sessionInitMain(const ChildPlan& plan);
 
 /// Init's set-up, shared by `sluice run` and sessions: closes every fd the plan does not name,
-/// builds the network and file system, waits for 'G' (in its cgroup), unshares the cgroup
-/// namespace and waits for 'A' (the caller is ready). A failure is reported on
+/// builds the network and file system, waits for 'G' (in its cgroup; 'C': joins it), unshares the
+/// cgroup namespace and waits for 'A' (the caller is ready). A failure is reported on
 /// plan.fds.error_write and init exits.
 void initSetUp(const ChildPlan& plan);
 

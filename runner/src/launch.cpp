@@ -209,19 +209,40 @@ base::Result<void> handSockets(const RunHooks& hooks, Fd listener4, CaptureSocke
   return {};
 }
 
-// Init is running: into the cgroup (or its uid/gid maps), 'G', the proxy listeners and DNS
-// sockets to the caller once transparent capture is set up, the start gate, then 'A'. Any
-// failure leaves `l` to kill init.
+// Cgroup v1: init moves itself in (child.cpp, awaitCgroup): the `tasks` file of each
+// hierarchy, opened here, goes to it over the channel; it reads 'C' instead of 'G' next.
+base::Result<void> sendCgroupFiles(const Cgroup& cgroup, const Launched& l) {
+  std::vector<Fd> files;
+  std::vector<int> raw;
+  for (const fs::path& dir : cgroup.dirs()) {
+    files.emplace_back(::open((dir / "tasks").c_str(), O_WRONLY | O_CLOEXEC));
+    if (!files.back()) return std::unexpected(setupError("cgroup tasks", std::strerror(errno)));
+    raw.push_back(files.back().get());
+  }
+  const char tag = 'C';
+  if (sendWithFds(l.pipes.chan_parent.get(), &tag, 1, raw.data(), static_cast<int>(raw.size())) !=
+      1)
+    return std::unexpected(l.childFailure("start sandbox"));
+  return {};
+}
+
+// Init is running: into the cgroup (v1: 'C', init joins it itself; v2: our write, then 'G') or
+// its uid/gid maps and 'G', the proxy listeners and DNS sockets to the caller once transparent
+// capture is set up, the start gate, then 'A'. Any failure leaves `l` to kill init.
 base::Result<void> handOver(const RunSpec& spec, const RunHooks& hooks, Launched& l,
                             bool id_maps_written, std::future<CaptureResult>& capture,
                             PhaseClock& clock) {
-  if (l.cgroup) {
+  char go = 'G';
+  if (l.cgroup && l.cgroup->version() == CgroupVersion::kV1) {
+    if (auto r = sendCgroupFiles(*l.cgroup, l); !r) return r;
+    go = 'C';
+  } else if (l.cgroup) {
     if (auto r = l.cgroup->addProcess(l.init); !r) return std::unexpected(r.error());
   } else if (!id_maps_written) {
     if (auto r = writeIdMaps(l.init, spec.uid, spec.gid); !r) return r;
   }
   // Init gone before it read 'G' (EPIPE): it failed a setup step and said which.
-  if (writeWithoutSigpipe(l.pipes.go_w.get(), "G", 1) != 1)
+  if (writeWithoutSigpipe(l.pipes.go_w.get(), &go, 1) != 1)
     return std::unexpected(l.childFailure("start sandbox"));
   if (spec.network_proxy) {
     Fd listener4(receiveFd(l.pipes.chan_parent.get()));

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <fstream>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "audit_test_util.hpp"
@@ -486,19 +487,22 @@ TEST(StoreTest, OpenAsyncFailureFailsTheStoreAndNamesThePath) {
   EXPECT_FALSE(std::filesystem::exists(db));
 }
 
-class ShortSessions : public ::testing::TestWithParam<bool> {};
+// (checkpoint on close, opened with openAsync as `sluice run` does)
+class ShortSessions : public ::testing::TestWithParam<std::tuple<bool, bool>> {};
 
 TEST_P(ShortSessions, PersistentWalStaysSmall) {
   // `sluice run` opens, writes one execution and closes, thousands of times a day. The WAL
   // file is kept between sessions (deleting it costs milliseconds); it must not grow, whether
   // the close copies it into the database (default) or leaves that to the next open (run).
+  // openAsync copies the previous frames after reporting the open, before its first write.
   TempDir dir;
   auto db = dir / "audit.db";
   StoreOptions o;
-  o.checkpoint_on_close = GetParam();
+  const auto [checkpoint_on_close, async] = GetParam();
+  o.checkpoint_on_close = checkpoint_on_close;
   const int kSessions = 60;
   for (int i = 0; i < kSessions; ++i) {
-    auto store = testing::openStore(db, o);
+    auto store = async ? Store::openAsync(db, o) : testing::openStore(db, o);
     ASSERT_TRUE(store);
     std::string id = "exec-" + std::to_string(i);
     for (int c = 0; c < 5; ++c) store->recordConnection(testing::sampleConnection(c, id));
@@ -515,7 +519,8 @@ TEST_P(ShortSessions, PersistentWalStaysSmall) {
   testing::expectChainIntact(db);
 }
 
-INSTANTIATE_TEST_SUITE_P(CheckpointOnClose, ShortSessions, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(CheckpointOnCloseAndAsync, ShortSessions,
+                         ::testing::Combine(::testing::Bool(), ::testing::Bool()));
 
 TEST(StoreTest, WithoutCheckpointOnCloseTheNextOpenCopiesTheWal) {
   // checkpoint_on_close = false: the rows are durable in the -wal file and readable through
