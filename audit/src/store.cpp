@@ -106,12 +106,29 @@ bool isSync(const Item& item) {
   return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item);
 }
 
-/// What a batch tells the producers waiting on its items (ExecutionItem, FlushItem): per item,
-/// the error that refused it, and an executions row's hash.
-struct ItemOutcomes {
-  explicit ItemOutcomes(std::size_t n) : errors(n), hashes(n) {}
-  std::vector<std::optional<base::Error>> errors;
-  std::vector<std::string> hashes;
+/// What a batch tells the producers waiting on its items (ExecutionItem, FlushItem): the error
+/// that refused an item, and an executions row's hash. Sparse, by item index in increasing
+/// order: a batch is thousands of rows and only a few have an outcome, so per-item slots were
+/// a measurable share of the writer's CPU (constructing and destroying them every batch).
+class ItemOutcomes {
+ public:
+  void refuse(std::size_t index, base::Error e) { errors_.emplace_back(index, std::move(e)); }
+  void setHash(std::size_t index, std::string_view hash) { hashes_.emplace_back(index, hash); }
+  /// The outcome of item `index`; items must be asked for in increasing order.
+  std::optional<base::Error> takeError(std::size_t index) { return take(errors_, e_, index); }
+  std::string takeHash(std::size_t index) { return take(hashes_, h_, index).value_or(""); }
+
+ private:
+  template <typename T>
+  static std::optional<T> take(std::vector<std::pair<std::size_t, T>>& v, std::size_t& next,
+                               std::size_t index) {
+    while (next < v.size() && v[next].first < index) ++next;
+    if (next == v.size() || v[next].first != index) return std::nullopt;
+    return std::move(v[next++].second);
+  }
+  std::vector<std::pair<std::size_t, base::Error>> errors_;
+  std::vector<std::pair<std::size_t, std::string>> hashes_;
+  std::size_t e_ = 0, h_ = 0;  // the next entry takeError / takeHash looks at
 };
 
 }  // namespace
@@ -802,7 +819,7 @@ void Store::Impl::writerLoop() {
 }
 
 void Store::Impl::processBatch(std::span<Item> batch) {
-  ItemOutcomes out(batch.size());
+  ItemOutcomes out;
   std::optional<base::Error> batch_error;
   if (failed_.load(std::memory_order_acquire)) {
     batch_error = failure().value_or(
@@ -818,9 +835,10 @@ void Store::Impl::processBatch(std::span<Item> batch) {
     }
   }
   for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::optional<base::Error> err = batch_error ? batch_error : out.errors[i];
+    if (!isSync(batch[i])) continue;
+    std::optional<base::Error> err = batch_error ? batch_error : out.takeError(i);
     if (auto* e = std::get_if<ExecutionItem>(&batch[i])) {
-      e->waiter->finish(std::move(err), std::move(out.hashes[i]));
+      e->waiter->finish(std::move(err), out.takeHash(i));
     } else if (auto* f = std::get_if<FlushItem>(&batch[i])) {
       f->waiter->finish(std::move(err));
     }
@@ -897,7 +915,7 @@ std::expected<void, base::Error> Store::Impl::writeItem(const ExecutionItem& exe
                                                         std::size_t index, ItemOutcomes& out) {
   const std::int64_t before = tip_.seq;
   auto r = insertRow(detail::rowOf<ExecutionRecord>(), *execution.record, index, out);
-  if (r && tip_.seq != before) out.hashes[index] = tip_.hash.view();  // the receipt's audit hash
+  if (r && tip_.seq != before) out.setHash(index, tip_.hash.view());  // the receipt's audit hash
   return r;
 }
 
@@ -923,7 +941,7 @@ std::expected<void, base::Error> Store::Impl::insertChained(const detail::ChainT
     base::Error e = stepError(rc, fmt::format("cannot insert into {}", table.name));
     stmt.reset();
     if ((rc & 0xff) != SQLITE_CONSTRAINT) return std::unexpected(std::move(e));
-    out.errors[index] = std::move(e);
+    out.refuse(index, std::move(e));
     return {};
   }
   stmt.reset();
