@@ -97,8 +97,13 @@ struct FlushItem {
 struct CheckpointItem {
   detail::CheckpointRow row;
 };
-using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ForwardEvent, DnsEvent,
-                          ApprovalEvent, CheckpointItem, ExecutionItem, FlushItem>;
+/// A producer's event, packed (Store::Impl::pushRow): its table and where its values are in the
+/// queue's RowArena.
+struct PackedRow {
+  std::uint32_t table;  // ChainTable::index
+  detail::RowArena::Span values;
+};
+using Item = std::variant<PolicyItem, PackedRow, CheckpointItem, ExecutionItem, FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
 
@@ -187,7 +192,11 @@ class Store::Impl {
   }
   void stop();
 
-  bool push(Item&& item);
+  // `row`: a PackedRow's values, copied into the queue's arena.
+  bool push(Item&& item, std::span<const Value> row = {});
+  // Packs the event's row (rows.hpp, RowArena) and queues it.
+  template <typename Event>
+  void pushRow(const Event& event);
   bool firstSightOfPolicy(const std::string& sha256) {
     std::lock_guard lock(mu_);
     return policies_seen_.insert(sha256).second;
@@ -228,10 +237,10 @@ class Store::Impl {
   std::expected<void, base::Error> writeItem(const FlushItem&, std::size_t, ItemOutcomes&) {
     return {};
   }
-  template <typename Event>
-  std::expected<void, base::Error> writeItem(const Event& event, std::size_t index,
+  std::expected<void, base::Error> writeItem(const PackedRow& row, std::size_t index,
                                              ItemOutcomes& out) {
-    return insertRow(detail::rowOf<Event>(), event, index, out);
+    return insertChained(detail::chainTables()[row.table], batch_rows_.values(row.values, values_),
+                         index, out);
   }
   template <typename Event>
   std::expected<void, base::Error> insertRow(const detail::RowDescription<Event>& row,
@@ -277,7 +286,9 @@ class Store::Impl {
   mutable std::mutex mu_;
   std::condition_variable not_empty_;
   std::condition_variable not_full_;
-  std::vector<Item> queue_;  // producers append; the writer swaps it out whole
+  std::vector<Item> queue_;      // producers append; the writer swaps it out whole
+  detail::RowArena rows_;        // the values of queue_'s PackedRows; swapped out with it
+  detail::RowArena batch_rows_;  // writer thread only: those of the batch being written
   std::size_t sync_in_queue_ = 0;
   std::size_t wake_threshold_ = 1;
   bool writer_waiting_ = false;
@@ -708,6 +719,17 @@ std::expected<void, base::Error> Store::Impl::setSynchronous(bool full) {
   return r;
 }
 
+template <typename Event>
+void Store::Impl::pushRow(const Event& event) {
+  // Computed here, on the producer's thread, into buffers of its own (a list's JSON text); the
+  // arena copies them under the queue's lock.
+  thread_local detail::RowScratch scratch;
+  thread_local std::array<Value, detail::kMaxColumns> values;
+  const auto& row = detail::rowOf<Event>();
+  push(PackedRow{static_cast<std::uint32_t>(row.table.index), {}},
+       detail::rowValues(row, event, scratch, values));
+}
+
 void Store::Impl::stop() {
   {
     std::lock_guard lock(mu_);
@@ -727,7 +749,7 @@ void Store::Impl::stop() {
   }
 }
 
-bool Store::Impl::push(Item&& item) {
+bool Store::Impl::push(Item&& item, std::span<const Value> row) {
   if (!writable_) return false;
   bool sync = isSync(item);
   bool notify = false;
@@ -738,6 +760,7 @@ bool Store::Impl::push(Item&& item) {
       return queue_.size() < options_.queue_capacity || failed_.load(std::memory_order_relaxed);
     });
     if (failed_.load(std::memory_order_relaxed)) return false;
+    if (auto* packed = std::get_if<PackedRow>(&item)) packed->values = rows_.append(row);
     queue_.push_back(std::move(item));
     if (sync) ++sync_in_queue_;
     notify = writer_waiting_ && (sync || queue_.size() >= wake_threshold_);
@@ -805,6 +828,7 @@ void Store::Impl::writerLoop() {
       // Take everything at once (O(1) swap; both vectors keep their capacity, so the steady
       // state allocates nothing per event).
       batch.swap(queue_);
+      batch_rows_.swap(rows_);
       sync_in_queue_ = 0;
     }
     not_full_.notify_all();
@@ -813,6 +837,7 @@ void Store::Impl::writerLoop() {
       processBatch(std::span<Item>(batch.data() + first, n));
     }
     batch.clear();
+    batch_rows_.clear();
   }
   // At close: the last rows get their checkpoint before the connection goes.
   finalCheckpoint();
@@ -1058,12 +1083,12 @@ void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
   impl_->push(PolicyItem{sha256, workflow, yaml_text, base::nowMs()});
 }
 
-void Store::recordConnection(ConnectionEvent event) { impl_->push(std::move(event)); }
+void Store::recordConnection(ConnectionEvent event) { impl_->pushRow(event); }
 
-void Store::recordRequest(RequestEvent event) { impl_->push(std::move(event)); }
-void Store::recordForward(ForwardEvent event) { impl_->push(std::move(event)); }
-void Store::recordDns(DnsEvent event) { impl_->push(std::move(event)); }
-void Store::recordApproval(ApprovalEvent event) { impl_->push(std::move(event)); }
+void Store::recordRequest(RequestEvent event) { impl_->pushRow(event); }
+void Store::recordForward(ForwardEvent event) { impl_->pushRow(event); }
+void Store::recordDns(DnsEvent event) { impl_->pushRow(event); }
+void Store::recordApproval(ApprovalEvent event) { impl_->pushRow(event); }
 
 bool Store::healthy() const { return impl_->healthy(); }
 
