@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -85,7 +86,11 @@ struct Waiter {
   }
 };
 
-using PolicyItem = detail::PolicyRecord;
+// Items stay small (a queue holds thousands; the writer walks them): the rare ones with
+// strings of their own (policy texts, checkpoints) are held by pointer.
+struct PolicyItem {
+  std::unique_ptr<detail::PolicyRecord> record;
+};
 struct ExecutionItem {
   const ExecutionRecord* record;
   Waiter* waiter;
@@ -95,7 +100,7 @@ struct FlushItem {
 };
 /// A signed checkpoint from the Checkpointer, to insert in the next transaction.
 struct CheckpointItem {
-  detail::CheckpointRow row;
+  std::unique_ptr<detail::CheckpointRow> row;
 };
 /// A producer's event, packed (Store::Impl::pushRow): its table and where its values are in the
 /// queue's RowArena.
@@ -485,8 +490,9 @@ std::expected<void, base::Error> Store::Impl::loadTree() {
   const std::int64_t last_position = tree_size_;
   checkpointer_ = std::make_unique<detail::Checkpointer>(
       options_.signing_key, options_.checkpoint_rows, options_.checkpoint_interval,
-      std::move(*tree), last_position,
-      [this](detail::CheckpointRow row) { push(CheckpointItem{std::move(row)}); });
+      std::move(*tree), last_position, [this](detail::CheckpointRow row) {
+        push(CheckpointItem{std::make_unique<detail::CheckpointRow>(std::move(row))});
+      });
   return {};
 }
 
@@ -690,7 +696,7 @@ void Store::Impl::finalCheckpoint() {
     // Checkpoints the thread queued after our loop's last batch: insert them too.
     std::lock_guard lock(mu_);
     for (auto& item : queue_) {
-      if (auto* k = std::get_if<CheckpointItem>(&item)) rows.push_back(std::move(k->row));
+      if (auto* k = std::get_if<CheckpointItem>(&item)) rows.push_back(std::move(*k->row));
     }
     std::erase_if(queue_, [](const Item& i) { return std::holds_alternative<CheckpointItem>(i); });
   }
@@ -846,20 +852,24 @@ void Store::Impl::writerLoop() {
 void Store::Impl::processBatch(std::span<Item> batch) {
   ItemOutcomes out;
   std::optional<base::Error> batch_error;
+  // One pass over the items before the transaction: does it hold a receipt (synchronous=FULL),
+  // and is anyone waiting for an answer.
+  bool durable = false, waited_for = false;
+  for (const Item& item : batch) {
+    durable = durable || std::holds_alternative<ExecutionItem>(item);
+    waited_for = waited_for || isSync(item);
+  }
   if (failed_.load(std::memory_order_acquire)) {
     batch_error = failure().value_or(
         base::Error{base::Code::kUnavailable, path_.string() + ": store failed"});
   } else {
-    bool durable = std::any_of(batch.begin(), batch.end(), [](const Item& item) {
-      return std::holds_alternative<ExecutionItem>(item);
-    });
     auto r = writeBatch(batch, durable, out);
     if (!r) {
       fail(r.error());
       batch_error = r.error();
     }
   }
-  for (std::size_t i = 0; i < batch.size(); ++i) {
+  for (std::size_t i = 0; waited_for && i < batch.size(); ++i) {
     if (!isSync(batch[i])) continue;
     std::optional<base::Error> err = batch_error ? batch_error : out.takeError(i);
     if (auto* e = std::get_if<ExecutionItem>(&batch[i])) {
@@ -922,8 +932,9 @@ std::expected<void, base::Error> Store::Impl::readTip() {
   return r;
 }
 
-std::expected<void, base::Error> Store::Impl::writeItem(const PolicyItem& policy, std::size_t index,
+std::expected<void, base::Error> Store::Impl::writeItem(const PolicyItem& item, std::size_t index,
                                                         ItemOutcomes& out) {
+  const detail::PolicyRecord& policy = *item.record;
   // policies is content-addressed and verify checks it: a key that is not the text's hash
   // would make the whole database fail verification, so refuse it here.
   if (hasher_.sha256(policy.yaml) != policy.sha256) {
@@ -946,7 +957,7 @@ std::expected<void, base::Error> Store::Impl::writeItem(const ExecutionItem& exe
 
 std::expected<void, base::Error> Store::Impl::writeItem(const CheckpointItem& checkpoint,
                                                         std::size_t, ItemOutcomes&) {
-  return insertCheckpoint(checkpoint.row);
+  return insertCheckpoint(*checkpoint.row);
 }
 
 // Appends one row to the chain (the tip moves on). On a constraint violation (duplicate
@@ -1080,7 +1091,8 @@ std::expected<void, base::Error> Store::flush() { return impl_->flush(); }
 void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
                          const std::string& yaml_text) {
   if (!impl_->firstSightOfPolicy(sha256)) return;  // stored once; no need to queue it again
-  impl_->push(PolicyItem{sha256, workflow, yaml_text, base::nowMs()});
+  impl_->push(PolicyItem{std::make_unique<detail::PolicyRecord>(
+      detail::PolicyRecord{sha256, workflow, yaml_text, base::nowMs()})});
 }
 
 void Store::recordConnection(ConnectionEvent event) { impl_->pushRow(event); }

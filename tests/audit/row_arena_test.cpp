@@ -90,5 +90,16 @@ TEST(RowArenaTest, PackedRowsAreHashedFromTheEventsOwnValues) {
   EXPECT_EQ(raw.text("SELECT injected_secrets FROM requests"), "[]");
 }
 
+// The canonical encoding (docs/audit.md "Hash chain") pinned by a digest computed independently
+// (Python's hashlib over the documented bytes): a faster encoder must write the same bytes.
+TEST(RowHashTest, EncodingIsPinned) {
+  detail::RowHasher hasher;
+  const std::array<Value, 5> values = {Value{std::string_view("c-exec-1-1")}, Value{},
+                                       Value{std::int64_t{-2}}, Value{std::string_view("")},
+                                       Value{std::int64_t{1'763'700'000'123}}};
+  EXPECT_EQ(hasher.hash("requests", 258, detail::kGenesisHash, values),
+            "0fd4b1eddfc429ebffc0668fbf493f0462b177970b87a1f6f9cf90ce7d973b58");
+}
+
 }  // namespace
 }  // namespace sluice::audit
