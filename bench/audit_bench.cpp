@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "sluice/audit/evidence.hpp"
@@ -108,6 +109,70 @@ BENCHMARK(BM_ConnectionEventsSustained)
     ->Args({4, 4096, 0})
     ->Args({4, 4096, 1})
     ->Args({1, 16384, 0})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->MeasureProcessCPUTime();
+
+/// A standalone proxy's rows for plain-HTTP request `n` on kept-alive connection `conn`: the
+/// forwards row before it is sent and the requests row when it ends (proxy/src/audit_rows.cpp).
+std::pair<sluice::audit::ForwardEvent, sluice::audit::RequestEvent> proxyRows(int conn, int n) {
+  sluice::audit::RequestEvent r;
+  r.connection_id = "c-888994b5-" + std::to_string(conn);
+  r.workflow = "bench";
+  r.ts_ms = 1'795'753'965'126 + n;
+  r.method = "GET";
+  r.host = "127.0.0.1";
+  r.path = "/small";
+  r.status = 200;
+  r.decision = sluice::audit::Decision::kAllow;
+  r.rule_id = "nginx";
+  r.reason = "allowed";
+  r.stamp.policy_generation = 1;
+  sluice::audit::ForwardEvent f;
+  f.connection_id = r.connection_id;
+  f.workflow = r.workflow;
+  f.ts_ms = r.ts_ms;
+  f.method = r.method;
+  f.host = r.host;
+  f.path = r.path;
+  f.rule_id = r.rule_id;
+  return {std::move(f), std::move(r)};
+}
+
+/// The store at the proxy's batch sizes: plain-HTTP requests (a forwards and a requests row
+/// each) spread over `connections` kept-alive connections, a commit every `per_commit`
+/// requests (flush(); `sluice proxy --threads 1` at ~27,000 requests/s fills a 5 ms batch
+/// with ~135). Small commits cost more per row: each rewrites every page it touched, among
+/// them one requests_connection leaf per connection (docs/benchmarks.md, "What each index
+/// costs"). Items are requests; "CPU" is the whole process.
+void BM_ProxyRequestRows(benchmark::State& state) {
+  const int connections = static_cast<int>(state.range(0));
+  const int per_commit = static_cast<int>(state.range(1));
+  constexpr int kCommitsPerIteration = 20;
+  BenchDir dir;
+  auto store = Store::open(dir.db(), signing(false));
+  if (!store) {
+    state.SkipWithError(store.error().message.c_str());
+    return;
+  }
+  int n = 0;
+  for (auto _ : state) {
+    for (int c = 0; c < kCommitsPerIteration; ++c) {
+      for (int i = 0; i < per_commit; ++i, ++n) {
+        auto [forward, request] = proxyRows(n % connections + 1, n);
+        (*store)->recordForward(std::move(forward));
+        (*store)->recordRequest(std::move(request));
+      }
+      if (!(*store)->flush()) state.SkipWithError("flush failed");
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * kCommitsPerIteration * per_commit);
+}
+// Args: kept-alive connections, requests per commit.
+BENCHMARK(BM_ProxyRequestRows)
+    ->Args({50, 135})
+    ->Args({50, 540})
+    ->Args({10, 135})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

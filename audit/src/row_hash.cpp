@@ -23,9 +23,11 @@ std::size_t encodedSize(const Value& v) {
 }
 
 char* putU64(char* p, std::uint64_t v) {
-  // Big-endian, fixed 8 bytes: no ambiguity between adjacent fields.
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (56 - 8 * i)) & 0xff);
-  return p + 8;
+  // Big-endian, fixed 8 bytes: no ambiguity between adjacent fields. One swap and one store
+  // (a byte loop here was a third of the encoder's time).
+  if constexpr (std::endian::native == std::endian::little) v = std::byteswap(v);
+  std::memcpy(p, &v, sizeof v);
+  return p + sizeof v;
 }
 
 char* putBytes(char* p, char tag, std::string_view s) {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <type_traits>
@@ -52,6 +53,9 @@ Value integer(const auto& e, std::string&) {
 /// nothing may kill the writer thread.
 template <auto M>
 Value jsonList(const auto& e, std::string& buffer) {
+  // Most rows have none: "[]" is what dumpJson writes for an empty array, without building a
+  // json value (this runs on the producer's thread, the proxy's request path).
+  if ((e.*M).empty()) return Value{std::string_view("[]")};
   buffer = base::dumpJson(nlohmann::json(e.*M));
   return Value{std::string_view(buffer)};
 }
@@ -337,6 +341,49 @@ void bindRow(Stmt& stmt, std::int64_t seq, std::string_view prev_hash, std::stri
       stmt.bindNull(index);  // the writer's values are never Real or Blob
     }
   }
+}
+
+RowArena::Span RowArena::append(std::span<const Value> values) {
+  const Span row{static_cast<std::uint32_t>(cells_.size()),
+                 static_cast<std::uint32_t>(values.size())};
+  for (const Value& v : values) {
+    Cell c;
+    c.kind = static_cast<std::uint8_t>(v.index());
+    std::string_view text;
+    if (auto* n = std::get_if<std::int64_t>(&v)) c.number = *n;
+    if (auto* r = std::get_if<Real>(&v)) c.number = std::bit_cast<std::int64_t>(r->v);
+    if (auto* t = std::get_if<std::string_view>(&v)) text = *t;
+    if (auto* b = std::get_if<Blob>(&v)) text = b->v;
+    c.offset = bytes_.size();
+    c.size = static_cast<std::uint32_t>(text.size());
+    bytes_.append(text);
+    cells_.push_back(c);
+  }
+  return row;
+}
+
+std::span<const Value> RowArena::values(Span row, std::span<Value> out) const {
+  for (std::uint32_t i = 0; i < row.count; ++i) {
+    const Cell& c = cells_[row.first + i];
+    const std::string_view text(bytes_.data() + c.offset, c.size);
+    switch (c.kind) {
+      case 1:
+        out[i] = c.number;
+        break;
+      case 2:
+        out[i] = text;
+        break;
+      case 3:
+        out[i] = Real{std::bit_cast<double>(c.number)};
+        break;
+      case 4:
+        out[i] = Blob{text};
+        break;
+      default:
+        out[i] = std::monostate{};
+    }
+  }
+  return out.first(row.count);
 }
 
 std::string columnList(const ChainTable& t, std::string_view prefix,

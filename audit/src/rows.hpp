@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "row_hash.hpp"
 #include "sluice/audit/event_sink.hpp"
@@ -106,6 +107,43 @@ std::string columnList(const ChainTable& t, std::string_view prefix,
 
 /// The kind of a result column named `name` in any chained table (kPlain when none has it).
 ColumnKind columnKind(std::string_view name);
+
+/// Rows' values copied into one buffer: how events travel from producers to the writer. A
+/// producer packs an event's values (rowValues) and its text bytes are copied once into
+/// `bytes`; the writer hashes and binds them from there. Nothing is allocated or freed per row
+/// once the buffers have grown (both sides keep their capacity across swaps), and the writer
+/// never frees memory its producers allocated (a free into another thread's malloc arena takes
+/// that arena's lock).
+class RowArena {
+ public:
+  /// Where a row's values are: cells [first, first + count).
+  struct Span {
+    std::uint32_t first = 0, count = 0;
+  };
+  /// Appends the values (text copied); they may point anywhere, e.g. into the event.
+  Span append(std::span<const Value> values);
+  /// The values of `row`, into `out` (kMaxColumns long); text points into this arena, valid
+  /// until the next append(), clear() or swap().
+  std::span<const Value> values(Span row, std::span<Value> out) const;
+  void clear() {
+    cells_.clear();
+    bytes_.clear();
+  }
+  void swap(RowArena& other) noexcept {
+    cells_.swap(other.cells_);
+    bytes_.swap(other.bytes_);
+  }
+
+ private:
+  struct Cell {
+    std::int64_t number = 0;   // an integer, or a Real's bits
+    std::uint64_t offset = 0;  // text or blob: where in bytes_
+    std::uint32_t size = 0;    // (SQLite's limit on a value is below 4 GiB)
+    std::uint8_t kind = 0;     // the Value's index
+  };
+  std::vector<Cell> cells_;
+  std::string bytes_;
+};
 
 /// The row's values, in column order, into `out` (kMaxColumns long).
 template <typename Event>

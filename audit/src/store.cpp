@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -85,7 +86,11 @@ struct Waiter {
   }
 };
 
-using PolicyItem = detail::PolicyRecord;
+// Items stay small (a queue holds thousands; the writer walks them): the rare ones with
+// strings of their own (policy texts, checkpoints) are held by pointer.
+struct PolicyItem {
+  std::unique_ptr<detail::PolicyRecord> record;
+};
 struct ExecutionItem {
   const ExecutionRecord* record;
   Waiter* waiter;
@@ -95,10 +100,15 @@ struct FlushItem {
 };
 /// A signed checkpoint from the Checkpointer, to insert in the next transaction.
 struct CheckpointItem {
-  detail::CheckpointRow row;
+  std::unique_ptr<detail::CheckpointRow> row;
 };
-using Item = std::variant<PolicyItem, ConnectionEvent, RequestEvent, ForwardEvent, DnsEvent,
-                          ApprovalEvent, CheckpointItem, ExecutionItem, FlushItem>;
+/// A producer's event, packed (Store::Impl::pushRow): its table and where its values are in the
+/// queue's RowArena.
+struct PackedRow {
+  std::uint32_t table;  // ChainTable::index
+  detail::RowArena::Span values;
+};
+using Item = std::variant<PolicyItem, PackedRow, CheckpointItem, ExecutionItem, FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
 
@@ -106,12 +116,29 @@ bool isSync(const Item& item) {
   return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item);
 }
 
-/// What a batch tells the producers waiting on its items (ExecutionItem, FlushItem): per item,
-/// the error that refused it, and an executions row's hash.
-struct ItemOutcomes {
-  explicit ItemOutcomes(std::size_t n) : errors(n), hashes(n) {}
-  std::vector<std::optional<base::Error>> errors;
-  std::vector<std::string> hashes;
+/// What a batch tells the producers waiting on its items (ExecutionItem, FlushItem): the error
+/// that refused an item, and an executions row's hash. Sparse, by item index in increasing
+/// order: a batch is thousands of rows and only a few have an outcome, so per-item slots were
+/// a measurable share of the writer's CPU (constructing and destroying them every batch).
+class ItemOutcomes {
+ public:
+  void refuse(std::size_t index, base::Error e) { errors_.emplace_back(index, std::move(e)); }
+  void setHash(std::size_t index, std::string_view hash) { hashes_.emplace_back(index, hash); }
+  /// The outcome of item `index`; items must be asked for in increasing order.
+  std::optional<base::Error> takeError(std::size_t index) { return take(errors_, e_, index); }
+  std::string takeHash(std::size_t index) { return take(hashes_, h_, index).value_or(""); }
+
+ private:
+  template <typename T>
+  static std::optional<T> take(std::vector<std::pair<std::size_t, T>>& v, std::size_t& next,
+                               std::size_t index) {
+    while (next < v.size() && v[next].first < index) ++next;
+    if (next == v.size() || v[next].first != index) return std::nullopt;
+    return std::move(v[next++].second);
+  }
+  std::vector<std::pair<std::size_t, base::Error>> errors_;
+  std::vector<std::pair<std::size_t, std::string>> hashes_;
+  std::size_t e_ = 0, h_ = 0;  // the next entry takeError / takeHash looks at
 };
 
 }  // namespace
@@ -175,7 +202,11 @@ class Store::Impl {
   }
   void stop();
 
-  bool push(Item&& item);
+  // `row`: a PackedRow's values, copied into the queue's arena.
+  bool push(Item&& item, std::span<const Value> row = {});
+  // Packs the event's row (rows.hpp, RowArena) and queues it.
+  template <typename Event>
+  void pushRow(const Event& event);
   bool firstSightOfPolicy(const std::string& sha256) {
     std::lock_guard lock(mu_);
     return policies_seen_.insert(sha256).second;
@@ -216,10 +247,10 @@ class Store::Impl {
   std::expected<void, base::Error> writeItem(const FlushItem&, std::size_t, ItemOutcomes&) {
     return {};
   }
-  template <typename Event>
-  std::expected<void, base::Error> writeItem(const Event& event, std::size_t index,
+  std::expected<void, base::Error> writeItem(const PackedRow& row, std::size_t index,
                                              ItemOutcomes& out) {
-    return insertRow(detail::rowOf<Event>(), event, index, out);
+    return insertChained(detail::chainTables()[row.table], batch_rows_.values(row.values, values_),
+                         index, out);
   }
   template <typename Event>
   std::expected<void, base::Error> insertRow(const detail::RowDescription<Event>& row,
@@ -265,7 +296,9 @@ class Store::Impl {
   mutable std::mutex mu_;
   std::condition_variable not_empty_;
   std::condition_variable not_full_;
-  std::vector<Item> queue_;  // producers append; the writer swaps it out whole
+  std::vector<Item> queue_;      // producers append; the writer swaps it out whole
+  detail::RowArena rows_;        // the values of queue_'s PackedRows; swapped out with it
+  detail::RowArena batch_rows_;  // writer thread only: those of the batch being written
   std::size_t sync_in_queue_ = 0;
   std::size_t wake_threshold_ = 1;
   bool writer_waiting_ = false;
@@ -467,8 +500,9 @@ std::expected<void, base::Error> Store::Impl::loadTree() {
   const std::int64_t last_position = tree_size_;
   checkpointer_ = std::make_unique<detail::Checkpointer>(
       options_.signing_key, options_.checkpoint_rows, options_.checkpoint_interval,
-      std::move(*tree), last_position,
-      [this](detail::CheckpointRow row) { push(CheckpointItem{std::move(row)}); });
+      std::move(*tree), last_position, [this](detail::CheckpointRow row) {
+        push(CheckpointItem{std::make_unique<detail::CheckpointRow>(std::move(row))});
+      });
   return {};
 }
 
@@ -672,7 +706,7 @@ void Store::Impl::finalCheckpoint() {
     // Checkpoints the thread queued after our loop's last batch: insert them too.
     std::lock_guard lock(mu_);
     for (auto& item : queue_) {
-      if (auto* k = std::get_if<CheckpointItem>(&item)) rows.push_back(std::move(k->row));
+      if (auto* k = std::get_if<CheckpointItem>(&item)) rows.push_back(std::move(*k->row));
     }
     std::erase_if(queue_, [](const Item& i) { return std::holds_alternative<CheckpointItem>(i); });
   }
@@ -701,6 +735,17 @@ std::expected<void, base::Error> Store::Impl::setSynchronous(bool full) {
   return r;
 }
 
+template <typename Event>
+void Store::Impl::pushRow(const Event& event) {
+  // Computed here, on the producer's thread, into buffers of its own (a list's JSON text); the
+  // arena copies them under the queue's lock.
+  thread_local detail::RowScratch scratch;
+  thread_local std::array<Value, detail::kMaxColumns> values;
+  const auto& row = detail::rowOf<Event>();
+  push(PackedRow{static_cast<std::uint32_t>(row.table.index), {}},
+       detail::rowValues(row, event, scratch, values));
+}
+
 void Store::Impl::stop() {
   {
     std::lock_guard lock(mu_);
@@ -720,7 +765,7 @@ void Store::Impl::stop() {
   }
 }
 
-bool Store::Impl::push(Item&& item) {
+bool Store::Impl::push(Item&& item, std::span<const Value> row) {
   if (!writable_) return false;
   bool sync = isSync(item);
   bool notify = false;
@@ -731,6 +776,7 @@ bool Store::Impl::push(Item&& item) {
       return queue_.size() < options_.queue_capacity || failed_.load(std::memory_order_relaxed);
     });
     if (failed_.load(std::memory_order_relaxed)) return false;
+    if (auto* packed = std::get_if<PackedRow>(&item)) packed->values = rows_.append(row);
     queue_.push_back(std::move(item));
     if (sync) ++sync_in_queue_;
     notify = writer_waiting_ && (sync || queue_.size() >= wake_threshold_);
@@ -798,6 +844,7 @@ void Store::Impl::writerLoop() {
       // Take everything at once (O(1) swap; both vectors keep their capacity, so the steady
       // state allocates nothing per event).
       batch.swap(queue_);
+      batch_rows_.swap(rows_);
       sync_in_queue_ = 0;
     }
     not_full_.notify_all();
@@ -806,31 +853,37 @@ void Store::Impl::writerLoop() {
       processBatch(std::span<Item>(batch.data() + first, n));
     }
     batch.clear();
+    batch_rows_.clear();
   }
   // At close: the last rows get their checkpoint before the connection goes.
   finalCheckpoint();
 }
 
 void Store::Impl::processBatch(std::span<Item> batch) {
-  ItemOutcomes out(batch.size());
+  ItemOutcomes out;
   std::optional<base::Error> batch_error;
+  // One pass over the items before the transaction: does it hold a receipt (synchronous=FULL),
+  // and is anyone waiting for an answer.
+  bool durable = false, waited_for = false;
+  for (const Item& item : batch) {
+    durable = durable || std::holds_alternative<ExecutionItem>(item);
+    waited_for = waited_for || isSync(item);
+  }
   if (failed_.load(std::memory_order_acquire)) {
     batch_error = failure().value_or(
         base::Error{base::Code::kUnavailable, path_.string() + ": store failed"});
   } else {
-    bool durable = std::any_of(batch.begin(), batch.end(), [](const Item& item) {
-      return std::holds_alternative<ExecutionItem>(item);
-    });
     auto r = writeBatch(batch, durable, out);
     if (!r) {
       fail(r.error());
       batch_error = r.error();
     }
   }
-  for (std::size_t i = 0; i < batch.size(); ++i) {
-    std::optional<base::Error> err = batch_error ? batch_error : out.errors[i];
+  for (std::size_t i = 0; waited_for && i < batch.size(); ++i) {
+    if (!isSync(batch[i])) continue;
+    std::optional<base::Error> err = batch_error ? batch_error : out.takeError(i);
     if (auto* e = std::get_if<ExecutionItem>(&batch[i])) {
-      e->waiter->finish(std::move(err), std::move(out.hashes[i]));
+      e->waiter->finish(std::move(err), out.takeHash(i));
     } else if (auto* f = std::get_if<FlushItem>(&batch[i])) {
       f->waiter->finish(std::move(err));
     }
@@ -889,8 +942,9 @@ std::expected<void, base::Error> Store::Impl::readTip() {
   return r;
 }
 
-std::expected<void, base::Error> Store::Impl::writeItem(const PolicyItem& policy, std::size_t index,
+std::expected<void, base::Error> Store::Impl::writeItem(const PolicyItem& item, std::size_t index,
                                                         ItemOutcomes& out) {
+  const detail::PolicyRecord& policy = *item.record;
   // policies is content-addressed and verify checks it: a key that is not the text's hash
   // would make the whole database fail verification, so refuse it here.
   if (hasher_.sha256(policy.yaml) != policy.sha256) {
@@ -907,13 +961,13 @@ std::expected<void, base::Error> Store::Impl::writeItem(const ExecutionItem& exe
                                                         std::size_t index, ItemOutcomes& out) {
   const std::int64_t before = tip_.seq;
   auto r = insertRow(detail::rowOf<ExecutionRecord>(), *execution.record, index, out);
-  if (r && tip_.seq != before) out.hashes[index] = tip_.hash.view();  // the receipt's audit hash
+  if (r && tip_.seq != before) out.setHash(index, tip_.hash.view());  // the receipt's audit hash
   return r;
 }
 
 std::expected<void, base::Error> Store::Impl::writeItem(const CheckpointItem& checkpoint,
                                                         std::size_t, ItemOutcomes&) {
-  return insertCheckpoint(checkpoint.row);
+  return insertCheckpoint(*checkpoint.row);
 }
 
 // Appends one row to the chain (the tip moves on). On a constraint violation (duplicate
@@ -933,7 +987,7 @@ std::expected<void, base::Error> Store::Impl::insertChained(const detail::ChainT
     base::Error e = stepError(rc, fmt::format("cannot insert into {}", table.name));
     stmt.reset();
     if ((rc & 0xff) != SQLITE_CONSTRAINT) return std::unexpected(std::move(e));
-    out.errors[index] = std::move(e);
+    out.refuse(index, std::move(e));
     return {};
   }
   stmt.reset();
@@ -1047,15 +1101,16 @@ std::expected<void, base::Error> Store::flush() { return impl_->flush(); }
 void Store::recordPolicy(const std::string& sha256, const std::string& workflow,
                          const std::string& yaml_text) {
   if (!impl_->firstSightOfPolicy(sha256)) return;  // stored once; no need to queue it again
-  impl_->push(PolicyItem{sha256, workflow, yaml_text, base::nowMs()});
+  impl_->push(PolicyItem{std::make_unique<detail::PolicyRecord>(
+      detail::PolicyRecord{sha256, workflow, yaml_text, base::nowMs()})});
 }
 
-void Store::recordConnection(ConnectionEvent event) { impl_->push(std::move(event)); }
+void Store::recordConnection(ConnectionEvent event) { impl_->pushRow(event); }
 
-void Store::recordRequest(RequestEvent event) { impl_->push(std::move(event)); }
-void Store::recordForward(ForwardEvent event) { impl_->push(std::move(event)); }
-void Store::recordDns(DnsEvent event) { impl_->push(std::move(event)); }
-void Store::recordApproval(ApprovalEvent event) { impl_->push(std::move(event)); }
+void Store::recordRequest(RequestEvent event) { impl_->pushRow(event); }
+void Store::recordForward(ForwardEvent event) { impl_->pushRow(event); }
+void Store::recordDns(DnsEvent event) { impl_->pushRow(event); }
+void Store::recordApproval(ApprovalEvent event) { impl_->pushRow(event); }
 
 bool Store::healthy() const { return impl_->healthy(); }
 
