@@ -122,6 +122,8 @@ TEST_F(ProxyTest, ReplacePolicyIsOneGenerationOfOneExecution) {
   ASSERT_TRUE(again);
   EXPECT_EQ(*again, 3u);
   EXPECT_EQ(roundTrip(getRequest(upstream(), "/back")).status, 200);
+  // A request's row is written when its exchange ends, which may be after the client read it.
+  ASSERT_EQ(sink_->waitRequestCount(2), 2u);
   auto rows = sink_->requests();
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0].stamp.policy_generation, 2u);
