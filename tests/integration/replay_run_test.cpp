@@ -406,8 +406,9 @@ TEST_F(ReplayRun, NpmInstallUnderAnAllowAllLearnRunLearnsAPolicyANormalRunPasses
 }
 
 // --shadow-policy on every pipeline path: the candidate (items only) disagrees with the live
-// policy (/v1/*) on exactly the POST /v1/orders request; the traffic is what the live policy
-// decides; `audit query --shadow-diff` lists exactly that row.
+// policy (/v1/*) on exactly the POST /v1/orders request (and the plain-HTTP origin connection
+// opened for it, which that request decided); the traffic is what the live policy decides;
+// `audit query --shadow-diff` lists exactly those two rows.
 TEST_F(ReplayRun, AShadowPolicyIsRecordedOnEveryPathAndShadowDiffListsItsDisagreements) {
   REQUIRE_SANDBOX();
   ASSERT_EQ(sluice::testing::makeUpstreamCertificates(dir_), "") << slurp(dir_ / "certs.log");
@@ -422,10 +423,9 @@ TEST_F(ReplayRun, AShadowPolicyIsRecordedOnEveryPathAndShadowDiffListsItsDisagre
   const std::string exec = receipt.value("execution_id", std::string());
   ASSERT_FALSE(exec.empty());
   const std::string in_exec = " WHERE execution_id = '" + exec + "'";
-  // Every request and every tunnel has a shadow decision; plain-HTTP origin links have none.
+  // Every request, tunnel and plain-HTTP origin connection has a shadow decision.
   EXPECT_EQ(count("SELECT count(*) FROM requests" + in_exec + " AND shadow_decision IS NULL"), 0);
-  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec +
-                  " AND kind = 'connect' AND shadow_decision IS NULL"),
+  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec + " AND shadow_decision IS NULL"),
             0);
   EXPECT_GT(count("SELECT count(*) FROM connections" + in_exec + " AND kind = 'connect'"), 0);
   Outcome diff = sluice(
@@ -433,14 +433,22 @@ TEST_F(ReplayRun, AShadowPolicyIsRecordedOnEveryPathAndShadowDiffListsItsDisagre
   ASSERT_EQ(diff.status, 0) << diff.err;
   json rows = json::parse(diff.out, nullptr, false);
   ASSERT_TRUE(rows.is_array()) << diff.out;
-  ASSERT_EQ(rows.size(), 1u) << diff.out;
-  EXPECT_EQ(rows[0]["type"], "request");
-  EXPECT_EQ(rows[0]["method"], "POST");
-  EXPECT_EQ(rows[0]["path"], "/v1/orders");
-  EXPECT_EQ(rows[0]["decision"], "allow");
-  EXPECT_EQ(rows[0]["shadow_decision"], "deny");
-  EXPECT_EQ(rows[0]["shadow_rule"], "plain-api");
-  // The same candidate replayed offline finds the same single difference.
+  ASSERT_EQ(rows.size(), 2u) << diff.out;
+  for (const json& row : rows) {
+    EXPECT_EQ(row["decision"], "allow") << row.dump();
+    EXPECT_EQ(row["shadow_decision"], "deny") << row.dump();
+    EXPECT_EQ(row["shadow_rule"], "plain-api") << row.dump();
+  }
+  const bool request_first = rows[0]["type"] == "request";
+  const json& req = rows[request_first ? 0 : 1];
+  const json& origin = rows[request_first ? 1 : 0];
+  EXPECT_EQ(req["type"], "request");
+  EXPECT_EQ(req["method"], "POST");
+  EXPECT_EQ(req["path"], "/v1/orders");
+  EXPECT_EQ(origin["type"], "connection");
+  EXPECT_EQ(origin["port"], std::stoi(plain_));
+  // The same candidate replayed offline finds the same request (replay compares the requests
+  // an origin connection carried, not the connection).
   json replayed = replayJson(exec, candidate, 1);
   EXPECT_EQ(replayed["differences"].size(), 1u) << replayed.dump(1);
 }
