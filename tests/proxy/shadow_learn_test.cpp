@@ -171,6 +171,26 @@ TEST_F(ShadowLearnTest, TheShadowDecidesAtTheAddressAndStampsEveryConnectionKind
   EXPECT_EQ(tunnel->stamp.shadow_rule, tunnel->rule_id);
 }
 
+// The shadow decides a request as it travelled: over plain http:// a candidate's rule that
+// injects credentials (without allow_plaintext_credentials) refuses it, as the live one would.
+TEST_F(ShadowLearnTest, TheShadowDecidesARequestAsItTravelledOutsideTls) {
+  ListenerIdentity id{"exec-plain", matcher_};
+  id.shadow = compileWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: injects\negress:\n  rules:\n"
+      "    - id: injects\n      action: allow\n      hosts: [upstream.test]\n"
+      "      ports: [\"1-65535\"]\n      allow_private: true\n      cidrs: [\"127.0.0.0/8\"]\n"
+      "      inject:\n        headers:\n          Authorization: \"Bearer ${secret:api_token}\"\n");
+  ASSERT_TRUE(id.shadow);
+  Client c(listen(id));
+  ASSERT_TRUE(c.send(getRequest(upstream(), "/plain", "Connection: close\r\n")));
+  EXPECT_EQ(c.readResponse().status, 200);  // the live policy injects nothing here
+  auto plain = request("exec-plain", "GET", "/plain");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->decision, audit::Decision::kAllow);
+  EXPECT_EQ(plain->stamp.shadow_decision, audit::Verdict::kDeny);
+  EXPECT_EQ(plain->stamp.shadow_rule, "injects");
+}
+
 TEST_F(ShadowLearnTest, LearnModeLetsThroughWhatNoRuleRefusesAsWouldDeny) {
   ListenerIdentity id{"exec-learn", compileWorkflow(learnPolicy())};
   id.learn = true;
