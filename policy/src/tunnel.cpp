@@ -20,4 +20,16 @@ TunnelDecision decideTunnel(const Matcher& matcher, const Target& target, bool l
   return t;
 }
 
+Decision decideTunnelAt(const Matcher& matcher, const Target& target, const IpAddress* address,
+                        bool learn) {
+  auto tunnel = decideTunnel(matcher, target, learn);
+  Decision d = std::move(tunnel.decision);
+  if (!address || !(d.allowed || d.ask)) return d;
+  Query q{target, tunnel.visibility(), nullptr, address, false};
+  q.learn = learn;
+  if (d.ask) q.approved_rule = d.rule_id;
+  auto at = matcher.decide(q);
+  return !at.allowed || !d.ask ? at : d;
+}
+
 }  // namespace sluice::policy

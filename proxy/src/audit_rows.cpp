@@ -59,7 +59,7 @@ void endConnection(audit::ConnectionEvent& ev, policy::Reason reason, std::strin
 }
 
 void recordConnectionRow(Context& ctx, Account& account, audit::ConnectionEvent ev) {
-  stampShadow(account.shadow.get(), ev);
+  if (!ev.stamp.shadow_decision) stampShadow(account.shadow.get(), ev);
   account.tally(ev);
   if (ctx.sink) ctx.sink->recordConnection(std::move(ev));
 }
@@ -70,6 +70,8 @@ void recordDeniedConnection(Context& ctx, Account& account, audit::ConnectionEve
   log().info("{} {} {}:{} rule={} reason={}: {}", audit::textOf(ev.decision),
              audit::textOf(ev.kind), ev.host, ev.port, r.rule.empty() ? "-" : r.rule, ev.reason,
              r.detail);
+  if (!ev.stamp.shadow_decision)
+    stampShadow(account.shadow.get(), ev, r.address ? &*r.address : nullptr);
   recordConnectionRow(ctx, account, std::move(ev));
 }
 
@@ -120,7 +122,13 @@ void RequestRecord::outcome(int status, policy::Reason reason) {
   ev_.reason = std::string(policy::reasonName(reason));
 }
 
+void RequestRecord::at(const std::string& resolved_ip, bool plaintext) {
+  at_ = resolved_ip.empty() ? std::nullopt : policy::parseIpLiteral(resolved_ip);
+  plaintext_ = plaintext;
+}
+
 void RequestRecord::refused(const Refusal& r) {
+  if (r.address) at_ = r.address;
   ev_.status = static_cast<int>(r.status);
   const bool failed = !r.failure.empty();
   ev_.decision = failed ? audit::Decision::kFail : audit::Decision::kDeny;
@@ -143,10 +151,16 @@ void RequestRecord::forwarding() {
   ctx_.sink->recordForward(std::move(f));
 }
 
+const audit::PolicyStamp& RequestRecord::shadow() {
+  if (!ev_.stamp.shadow_decision)
+    stampShadow(account_.shadow.get(), ev_, at_ ? &*at_ : nullptr, plaintext_);
+  return ev_.stamp;
+}
+
 void RequestRecord::finish() {
   if (written_) return;
   written_ = true;
-  stampShadow(account_.shadow.get(), ev_);
+  shadow();
   account_.tally(ev_);
   if (ctx_.sink) ctx_.sink->recordRequest(std::move(ev_));
 }

@@ -3,6 +3,7 @@
 // every path an exchange can end by, once the request has been decided.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -75,9 +76,15 @@ class RequestRecord {
   void refused(const Refusal& r);
   void setConnection(std::string id) { ev_.connection_id = std::move(id); }
   void setPort(std::uint16_t port) { ev_.port = port; }
+  /// Where it went (or would have gone): its connection's address (`resolved_ip`, empty when
+  /// none) and whether it travels outside TLS; a shadow policy decides the row there too.
+  void at(const std::string& resolved_ip, bool plaintext);
   /// Records (write-ahead) that the request is about to go upstream on the row's connection:
   /// called before its first byte is written, once per attempt.
   void forwarding();
+  /// The row's stamp with the shadow policy's decision of the request (decided once, at the
+  /// address and TLS `at` gave; no shadow policy: none).
+  const audit::PolicyStamp& shadow();
   /// Writes the row now.
   void finish();
 
@@ -85,6 +92,8 @@ class RequestRecord {
   const Context& ctx_;
   Account& account_;
   audit::RequestEvent ev_;
+  std::optional<policy::IpAddress> at_;
+  bool plaintext_ = false;
   bool written_ = false;
   int attempts_ = 0;
 };

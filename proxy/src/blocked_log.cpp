@@ -14,6 +14,7 @@
 #include <future>
 
 #include "log.hpp"
+#include "shadow.hpp"
 #include "sluice/base/clock.hpp"
 
 namespace sluice::proxy::blocked {
@@ -318,6 +319,7 @@ void Log::row(std::string host, std::uint16_t port, std::string detail) {
   ev.reason = reason;
   ev.detail = std::move(detail);
   ev.tls = audit::TlsHandling::kNone;
+  stampShadow(account_ ? account_->shadow.get() : nullptr, ev);
   ctx_->sink->recordConnection(std::move(ev));
 }
 

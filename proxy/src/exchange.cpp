@@ -301,8 +301,9 @@ void Exchange<Client, Upstream>::redact(http::response_header<PmrFields>& head,
 
 template <typename Client, typename Upstream>
 std::string Exchange<Client, Upstream>::refusalConnection(const policy::Target* target,
-                                                          const Refusal& r) {
-  return link_ ? link_->refusedConnection(target, r) : std::string();
+                                                          const Refusal& r,
+                                                          const audit::PolicyStamp& request) {
+  return link_ ? link_->refusedConnection(target, r, request) : std::string();
 }
 
 template <typename Client, typename Upstream>
@@ -312,11 +313,13 @@ net::awaitable<void> Exchange<Client, Upstream>::refuse(const policy::Target* ta
                                                         bool keep_alive) {
   const std::string host = target ? target->host : std::string();
   {
-    RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(),
-                      refusalConnection(target, r), method, host, path, conn_.generation);
+    RequestRecord rec(*conn_.ctx, *conn_.listener, conn_.account(), conn_.workflow(), "", method,
+                      host, path, conn_.generation);
     rec.decided(false, r.rule, r.reason);
+    rec.at("", carrier_ != Carrier::kInspected);  // the refusal's address, if it has one
     rec.refused(r);
     if (target) rec.setPort(target->port);
+    rec.setConnection(refusalConnection(target, r, rec.shadow()));
   }
   log().info("deny {} {}{} rule={} reason={}: {}", method.empty() ? "-" : method,
              target ? target->authority() : std::string("-"), path, r.rule.empty() ? "-" : r.rule,

@@ -156,7 +156,8 @@ class Exchange {
   net::awaitable<bool> upgrade(RespParser& rp, const policy::Decision& d);
   net::awaitable<bool> writeClient(std::string_view bytes);
   void redact(http::response_header<PmrFields>& head, const std::string& authority);
-  std::string refusalConnection(const policy::Target* target, const Refusal& r);
+  std::string refusalConnection(const policy::Target* target, const Refusal& r,
+                                const audit::PolicyStamp& request);
 
   ConnState& conn_;
   Client& client_;

@@ -14,6 +14,7 @@
 #include "log.hpp"
 #include "placeholder.hpp"
 #include "request_body.hpp"
+#include "shadow.hpp"
 #include "sluice/base/clock.hpp"
 #include "sluice/base/digest.hpp"
 #include "sluice/base/net_tls.hpp"
@@ -127,6 +128,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   rec.decided(d);
   rec.injected(inj.secrets);
   rec.setPort(target.port);
+  rec.at(link_->row().resolved_ip, carrier_ != Carrier::kInspected);
+  shadowOfRequest(link_->row(), rec.shadow());  // an origin connection opened for it
   WipeOnExit wipe{parser.get(), inj, body};
   if (expect_continue && !parser.is_done() && !co_await writeClient(kContinue)) co_return false;
   for (int attempt = 0;; ++attempt) {

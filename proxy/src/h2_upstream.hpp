@@ -129,7 +129,10 @@ class H2Link final : public UpstreamLink<tcp::socket> {
     ErrorCode ec;
     u_.exchange_side.close(ec);
   }
-  std::string refusedConnection(const policy::Target*, const Refusal&) override { return row_.id; }
+  std::string refusedConnection(const policy::Target*, const Refusal&,
+                                const audit::PolicyStamp&) override {
+    return row_.id;
+  }
 
  private:
   ConnState& conn_;

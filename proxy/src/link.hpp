@@ -62,8 +62,10 @@ class UpstreamLink : public Outlet {
   /// Ends the open connection (its row is written when it is the link's own).
   virtual void close() = 0;
   /// The connection id a refused request's row names. Plain HTTP writes a denied connections
-  /// row for it; a tunnel names its own.
-  virtual std::string refusedConnection(const policy::Target* target, const Refusal& r) = 0;
+  /// row for it, with the shadow decision of the request (`request`: its row's stamp, which
+  /// decided it); a tunnel names its own.
+  virtual std::string refusedConnection(const policy::Target* target, const Refusal& r,
+                                        const audit::PolicyStamp& request) = 0;
 };
 
 /// The upstream of a tunnel: one connection to the CONNECT target, dialled and vetted before
@@ -111,7 +113,10 @@ class FixedLink final : public UpstreamLink<Stream> {
     ErrorCode ec;
     beast::get_lowest_layer(stream_).close(ec);
   }
-  std::string refusedConnection(const policy::Target*, const Refusal&) override { return row_.id; }
+  std::string refusedConnection(const policy::Target*, const Refusal&,
+                                const audit::PolicyStamp&) override {
+    return row_.id;
+  }
 
  private:
   Stream& stream_;

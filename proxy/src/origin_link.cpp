@@ -2,6 +2,7 @@
 #include "origin_link.hpp"
 
 #include "log.hpp"
+#include "shadow.hpp"
 
 namespace sluice::proxy {
 
@@ -72,7 +73,8 @@ void OriginLink::abort() {
   origin_->watch.timer.cancel();
 }
 
-std::string OriginLink::refusedConnection(const policy::Target* target, const Refusal& r) {
+std::string OriginLink::refusedConnection(const policy::Target* target, const Refusal& r,
+                                          const audit::PolicyStamp& request) {
   const auto p = policy_();
   auto ev =
       connectionRow(*ctx_, *listener_, p.workflow(), audit::ConnectionKind::kHttp, p.generation);
@@ -81,6 +83,7 @@ std::string OriginLink::refusedConnection(const policy::Target* target, const Re
     ev.port = target->port;
   }
   auto id = ev.id;
+  shadowOfRequest(ev, request);
   recordDeniedConnection(*ctx_, *account_, std::move(ev), r);
   return id;
 }

@@ -35,7 +35,8 @@ class OriginLink final : public UpstreamLink<tcp::socket> {
   bool canRedial() const override { return true; }
   void used() override { ++origin_->uses; }
   void close() override;
-  std::string refusedConnection(const policy::Target* target, const Refusal& r) override;
+  std::string refusedConnection(const policy::Target* target, const Refusal& r,
+                                const audit::PolicyStamp& request) override;
 
   /// Cancels a pending deadline timer (the owner is ending) and closes the socket.
   void abort();

@@ -74,7 +74,7 @@ static_assert(rowsInOrder(), "kRows must list every Reason in enum order");
 
 Refusal refusal(Reason reason, std::string detail, std::string rule) {
   const Row& row = kRows[static_cast<std::size_t>(reason)];
-  return Refusal{row.status, row.error, reason, std::move(rule), std::move(detail), {}};
+  return Refusal{row.status, row.error, reason, std::move(rule), std::move(detail), {}, {}};
 }
 
 Refusal networkFailure(Reason reason, std::string_view failure, std::string detail,

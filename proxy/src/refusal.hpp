@@ -4,6 +4,7 @@
 // {"error", "workflow", "rule", "reason", "detail"}.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "sluice/base/net.hpp"
@@ -21,6 +22,9 @@ struct Refusal {
   /// below. Its rows say decision `fail` with this reason, and the receipt counts a failure,
   /// not a denial. Empty for every refusal of the policy, a limit or the proxy's own checks.
   std::string failure;
+  /// The address the policy refused at (an address-phase denial: the SSRF guard, cidrs), never
+  /// dialled: a shadow policy decides the row at it too (shadow.hpp).
+  std::optional<policy::IpAddress> address;
 
   std::string_view reasonText() const { return policy::reasonName(reason); }
 };

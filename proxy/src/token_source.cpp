@@ -350,6 +350,7 @@ net::awaitable<std::expected<FreshToken, Refusal>> TokenFetch::run() {
     rec.decided(true, at->decision.rule_id, Reason::kAllowed);
     rec.injected(grant_.secrets);
     rec.setPort(url_.target.port);
+    rec.at(ev_.resolved_ip, !https_);
     if (auto r = co_await handshake()) {
       rec.refused(*r);
       denyConnection(ev_, *r);

@@ -74,6 +74,7 @@ net::awaitable<std::expected<std::vector<VettedAddress>, Refusal>> vetAddresses(
     if (!d.allowed) {
       auto r = denialRefusal(d);
       if (r.detail.find(a.str()) == std::string::npos) r.detail += " (address " + a.str() + ")";
+      r.address = a;
       co_return std::unexpected(std::move(r));
     }
     auto ep = toEndpoint(a, target.port);

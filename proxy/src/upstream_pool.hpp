@@ -87,7 +87,8 @@ class PooledLink final : public UpstreamLink<SslStream> {
   bool canRedial() const override { return !pool_.failure_ && !pool_.closed_; }
   void used() override { ++entry_->uses; }
   void close() override;
-  std::string refusedConnection(const policy::Target*, const Refusal&) override {
+  std::string refusedConnection(const policy::Target*, const Refusal&,
+                                const audit::PolicyStamp&) override {
     return pool_.row_.id;
   }
 

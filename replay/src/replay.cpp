@@ -80,19 +80,6 @@ std::optional<policy::IpAddress> addressInDetail(std::string_view detail) {
   return std::nullopt;
 }
 
-// A tunnel as admit() decides it: the connection phase, then the dialled address (for an ask,
-// vetted for the rule an approver would allow).
-policy::Decision decideTunnelAt(const policy::Matcher& m, const policy::Target& t,
-                                const policy::IpAddress* addr) {
-  auto tunnel = policy::decideTunnel(m, t);
-  policy::Decision d = std::move(tunnel.decision);
-  if (!addr || !(d.allowed || d.ask)) return d;
-  policy::Query q{t, tunnel.visibility(), nullptr, addr, false};
-  if (d.ask) q.approved_rule = d.rule_id;
-  auto at = m.decide(q);
-  return !at.allowed || !d.ask ? at : d;
-}
-
 // A request as admit() decides it: on its canonical form (a spelling the proxy refuses is a
 // deny with that reason), at its connection's address.
 policy::Decision decideRequestAt(const policy::Matcher& m, const policy::Target& t,
@@ -259,7 +246,9 @@ void Replayer::connection(const ConnectionRow& r, const Scope& scope) {
   if (!addr && kAddressReasons.contains(r.reason)) addr = addressInDetail(r.detail);
   if (!addr) addr = target->ip;
   const policy::IpAddress* at = addr ? &*addr : nullptr;
-  const Decide decide = [&](const policy::Matcher& m) { return decideTunnelAt(m, *target, at); };
+  const Decide decide = [&](const policy::Matcher& m) {
+    return policy::decideTunnelAt(m, *target, at);
+  };
   Difference diff = identityOf("connection", r.seq, r.execution_id, r.id);
   diff.host = r.host;
   diff.port = r.port;

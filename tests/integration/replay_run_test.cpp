@@ -8,7 +8,8 @@
 // - a broken candidate exits 2 naming FILE:LINE:COL;
 // - learn -> policy check (no warning) -> replay of the learned policy: no allow->deny;
 // - the same round trip with a real `npm install` (skipped when the host's registry is
-//   unreachable and CI is not set).
+//   unreachable and CI is not set), and under an allow-all learn run: learn -> check ->
+//   replay -> a normal run of the install under the learned policy.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -323,9 +324,91 @@ TEST_F(ReplayRun, NpmInstallLearnCheckReplay) {
   EXPECT_GT(back["counts"]["connections"].get<int>(), 0) << back.dump(1);
 }
 
+// The same npm install under an allow-all learn run: a workflow whose rules allow nothing npm
+// does (at most one rule for the registry on an unused port, vouching for its addresses where
+// this machine reaches it at a non-global one: learn mode's SSRF guard lets a private address
+// through only under such a rule). Everything goes through as would_deny; the policy learned
+// from it passes check, replays as only deny->allow (learn mode) lines, and a normal run of the
+// install under it succeeds.
+TEST_F(ReplayRun, NpmInstallUnderAnAllowAllLearnRunLearnsAPolicyANormalRunPassesUnder) {
+  REQUIRE_SANDBOX();
+  sluice::testing::NpmRegistry reg;
+  if (std::system("command -v npm >/dev/null 2>&1") != 0) {
+    if (isolationRequired()) FAIL() << "npm missing (scripts/install-deps.sh installs it)";
+    GTEST_SKIP() << "npm not installed";
+  }
+  if (const std::string why = sluice::testing::hostNpmRegistry(dir_, reg); !why.empty()) {
+    if (std::getenv("CI")) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  const std::string unused_port = reg.port == "1" ? "2" : "1";
+  std::ofstream(dir_ / "nothing.yaml")
+      << "apiVersion: sluice/v1\nkind: Workflow\nname: npm\n"
+         "sandbox:\n  timeout: 180s\n  cpu_time: 120s\negress:\n  rules:\n"
+      << sluice::testing::reachableRule(
+             "    - id: registry-addresses\n      action: allow\n"
+             "      hosts: [\"" +
+                 reg.host + "\"]\n      ports: [" + unused_port + "]\n",
+             reg.host, unused_port, dir_);
+  auto install = [&](const std::string& policy, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"run",
+                                     "--policy",
+                                     policy,
+                                     "--audit",
+                                     db(),
+                                     "--env",
+                                     "npm_config_registry=" + reg.url,
+                                     "--env",
+                                     "npm_config_update_notifier=false",
+                                     "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "sh", "-c",
+                             "cd /tmp && npm init -y >/dev/null && npm install --no-audit "
+                             "--no-fund --loglevel=error is-number@7.0.0 >&2 && node -e "
+                             "'console.log(require(\"is-number\")(7))'"});
+    Outcome o = sluice(args);
+    EXPECT_EQ(o.status, 0) << o.err;
+    json receipt = sluice::testing::parseReceipt(o.out);
+    EXPECT_EQ(receipt.value("/stdout/text"_json_pointer, std::string()), "true\n") << o.err;
+    return receipt;
+  };
+  json learning = install((dir_ / "nothing.yaml").string(), {"--learn"});
+  EXPECT_EQ(learning.value("mode", std::string()), "learn") << learning.dump(1);
+  EXPECT_GT(learning["network"].value("would_deny", 0), 0) << learning.dump(1);
+  const std::string exec = learning.value("execution_id", std::string());
+  ASSERT_FALSE(exec.empty());
+  const std::string in_exec = " WHERE execution_id = '" + exec + "'";
+  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec +
+                  " AND kind = 'connect' AND decision <> 'would_deny'"),
+            0);
+  Outcome learned = sluice({"policy", "learn", "--db", db(), "--execution", exec});
+  ASSERT_EQ(learned.status, 0) << learned.err;
+  std::ofstream(dir_ / "learned.yaml") << learned.out;
+  Outcome check = sluice({"policy", "check", (dir_ / "learned.yaml").string()});
+  EXPECT_EQ(check.status, 0) << check.out << learned.out;
+  EXPECT_EQ(check.out.find("warning"), std::string::npos) << check.out;
+  // Every row went through only because of learn mode: replayed against the learned policy,
+  // each is deny->allow with the learn-mode note, and nothing else changes.
+  json back = replayJson(exec, (dir_ / "learned.yaml").string(), 1);
+  EXPECT_EQ(back["counts"]["allow_to_deny"], 0) << back.dump(1) << learned.out;
+  EXPECT_GT(back["counts"]["deny_to_allow"].get<int>(), 0) << back.dump(1);
+  for (const auto& d : back["differences"]) {
+    EXPECT_EQ(d["change"], "deny->allow") << d.dump();
+    EXPECT_NE(d.value("note", std::string()).find("learn mode"), std::string::npos) << d.dump();
+  }
+  json normal = install((dir_ / "learned.yaml").string(), {});
+  EXPECT_EQ(normal.value("mode", std::string("enforce")), "enforce") << normal.dump(1);
+  const std::string second = normal.value("execution_id", std::string());
+  ASSERT_FALSE(second.empty());
+  EXPECT_EQ(count("SELECT count(*) FROM connections WHERE execution_id = '" + second +
+                  "' AND decision <> 'allow'"),
+            0);
+}
+
 // --shadow-policy on every pipeline path: the candidate (items only) disagrees with the live
-// policy (/v1/*) on exactly the POST /v1/orders request; the traffic is what the live policy
-// decides; `audit query --shadow-diff` lists exactly that row.
+// policy (/v1/*) on exactly the POST /v1/orders request (and the plain-HTTP origin connection
+// opened for it, which that request decided); the traffic is what the live policy decides;
+// `audit query --shadow-diff` lists exactly those two rows.
 TEST_F(ReplayRun, AShadowPolicyIsRecordedOnEveryPathAndShadowDiffListsItsDisagreements) {
   REQUIRE_SANDBOX();
   ASSERT_EQ(sluice::testing::makeUpstreamCertificates(dir_), "") << slurp(dir_ / "certs.log");
@@ -340,10 +423,9 @@ TEST_F(ReplayRun, AShadowPolicyIsRecordedOnEveryPathAndShadowDiffListsItsDisagre
   const std::string exec = receipt.value("execution_id", std::string());
   ASSERT_FALSE(exec.empty());
   const std::string in_exec = " WHERE execution_id = '" + exec + "'";
-  // Every request and every tunnel has a shadow decision; plain-HTTP origin links have none.
+  // Every request, tunnel and plain-HTTP origin connection has a shadow decision.
   EXPECT_EQ(count("SELECT count(*) FROM requests" + in_exec + " AND shadow_decision IS NULL"), 0);
-  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec +
-                  " AND kind = 'connect' AND shadow_decision IS NULL"),
+  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec + " AND shadow_decision IS NULL"),
             0);
   EXPECT_GT(count("SELECT count(*) FROM connections" + in_exec + " AND kind = 'connect'"), 0);
   Outcome diff = sluice(
@@ -351,14 +433,22 @@ TEST_F(ReplayRun, AShadowPolicyIsRecordedOnEveryPathAndShadowDiffListsItsDisagre
   ASSERT_EQ(diff.status, 0) << diff.err;
   json rows = json::parse(diff.out, nullptr, false);
   ASSERT_TRUE(rows.is_array()) << diff.out;
-  ASSERT_EQ(rows.size(), 1u) << diff.out;
-  EXPECT_EQ(rows[0]["type"], "request");
-  EXPECT_EQ(rows[0]["method"], "POST");
-  EXPECT_EQ(rows[0]["path"], "/v1/orders");
-  EXPECT_EQ(rows[0]["decision"], "allow");
-  EXPECT_EQ(rows[0]["shadow_decision"], "deny");
-  EXPECT_EQ(rows[0]["shadow_rule"], "plain-api");
-  // The same candidate replayed offline finds the same single difference.
+  ASSERT_EQ(rows.size(), 2u) << diff.out;
+  for (const json& row : rows) {
+    EXPECT_EQ(row["decision"], "allow") << row.dump();
+    EXPECT_EQ(row["shadow_decision"], "deny") << row.dump();
+    EXPECT_EQ(row["shadow_rule"], "plain-api") << row.dump();
+  }
+  const bool request_first = rows[0]["type"] == "request";
+  const json& req = rows[request_first ? 0 : 1];
+  const json& origin = rows[request_first ? 1 : 0];
+  EXPECT_EQ(req["type"], "request");
+  EXPECT_EQ(req["method"], "POST");
+  EXPECT_EQ(req["path"], "/v1/orders");
+  EXPECT_EQ(origin["type"], "connection");
+  EXPECT_EQ(origin["port"], std::stoi(plain_));
+  // The same candidate replayed offline finds the same request (replay compares the requests
+  // an origin connection carried, not the connection).
   json replayed = replayJson(exec, candidate, 1);
   EXPECT_EQ(replayed["differences"].size(), 1u) << replayed.dump(1);
 }

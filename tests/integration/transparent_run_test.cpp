@@ -312,12 +312,18 @@ class TransparentRun : public ::testing::Test {
            "  limits: {max_dns_queries: "
         << max_dns_queries << "}\n";
   }
-  // `sluice run --json -- ARGS` (ARGS is shell text): the receipt. /input/in holds the scripts.
-  json run(const std::string& args, const std::string& policy = "policy.yaml") {
-    auto [rc, out] = sh(with_hosts_ + SLUICE_BINARY + " run --policy " + (dir_ / policy).string() +
-                        " --audit " + db() + " --input " + (dir_ / "in").string() +
-                        ":in --receipt " + (dir_ / "receipt.json").string() + " --json -- " + args);
+  // `sluice run --json [FLAGS] -- ARGS` (ARGS and FLAGS are shell text): the receipt.
+  // /input/in holds the scripts.
+  json run(const std::string& args, const std::string& policy = "policy.yaml",
+           const std::string& flags = "") {
+    auto [rc, out] =
+        sh("{ " + with_hosts_ + SLUICE_BINARY + " run " + flags + " --policy " +
+           (dir_ / policy).string() + " --audit " + db() + " --input " + (dir_ / "in").string() +
+           ":in --receipt " + (dir_ / "receipt.json").string() + " --json -- " + args + " 2>" +
+           (dir_ / "run.stderr").string() + "; }");
     json j = parseReceipt(out);
+    // What sluice said on stderr (`mode: learn`, errors) stays out of the receipt's JSON.
+    out += slurp(dir_ / "run.stderr");
     EXPECT_FALSE(j.is_discarded()) << out;
     // No receipt: what sluice said stands in for the program's output, so every expectation
     // fails with it rather than the test aborting on a missing field.
@@ -642,6 +648,101 @@ TEST_F(TransparentRun, AFloodOfBlockedAttemptsIsBoundedRowsWithEveryAttemptCount
   EXPECT_EQ(r["network"]["denials"].size(), 1000u);  // the receipt keeps the first 1000
   EXPECT_EQ(arrived("udp 53"), 0);
   EXPECT_TRUE(receiptMatchesSchema());
+}
+
+// Every proxy variable removed, so only transparent capture carries the traffic.
+constexpr const char* kNoProxyVariables =
+    "unset http_proxy https_proxy HTTP_PROXY HTTPS_PROXY all_proxy ALL_PROXY no_proxy NO_PROXY; ";
+
+// `sluice run --learn` under transparent capture: the connections to port 2223 (no rule allows
+// it; the nearest rules, with the address in their cidrs and allow_private, would at 2222) go
+// through as would_deny, by name and by address; the deny rule still refuses its names. The
+// policy learned from the run passes check and replays as deny->allow (learn mode) lines, no
+// allow->deny.
+TEST_F(TransparentRun, LearnModeLetsRefusedRedirectedConnectionsThroughAndRoundTrips) {
+  REQUIRE_SANDBOX();
+  auto r = run(std::string("/bin/sh -c '") + kNoProxyVariables +
+                   "python3 /input/in/raw.py; node /input/in/get.js'",
+               "policy.yaml", "--learn");
+  const std::string out = r["stdout"]["text"];
+  const std::string banner = "banner=SSH-2.0-sluice-test reply=got hello";
+  EXPECT_NE(out.find("other-port-by-name " + banner), std::string::npos) << out << r.dump();
+  EXPECT_NE(out.find("other-port-by-address " + banner), std::string::npos) << out;
+  EXPECT_NE(out.find("node-by-name 200 hello from upstream"), std::string::npos) << out;
+  EXPECT_EQ(out.find("node-denied-name 200"), std::string::npos) << out;  // no-evil still denies
+  EXPECT_EQ(arrived("tcp 2223"), 2);
+  EXPECT_EQ(r.value("mode", std::string()), "learn") << r.dump(1);
+  EXPECT_EQ(r["network"].value("would_deny", 0), 2) << r.dump(1);
+  const std::string exec = r["execution_id"];
+  ASSERT_FALSE(exec.empty());
+  const std::string in_exec = " WHERE execution_id = '" + exec + "'";
+  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec +
+                  " AND kind = 'transparent' AND port = 2223 AND decision = 'would_deny'"
+                  " AND reason = 'port_not_allowed'"),
+            2);
+  EXPECT_EQ(count("SELECT count(*) FROM dns_queries" + in_exec +
+                  " AND name = 'nothing.evil.test' AND decision = 'allow'"),
+            0);
+  auto [lrc, learned] = sh(std::string(SLUICE_BINARY) + " policy learn --db " + db() +
+                           " --execution " + exec + " 2>&1");
+  ASSERT_EQ(lrc, 0) << learned;
+  std::ofstream(dir_ / "learned.yaml") << learned;
+  auto [crc, checked] =
+      sh(std::string(SLUICE_BINARY) + " policy check " + (dir_ / "learned.yaml").string());
+  EXPECT_EQ(crc, 0) << checked << learned;
+  EXPECT_EQ(checked.find("warning"), std::string::npos) << checked;
+  auto [rrc, replayed] =
+      sh("{ " + std::string(SLUICE_BINARY) + " policy replay --db " + db() + " --execution " +
+         exec + " --policy " + (dir_ / "learned.yaml").string() + " --json; } 2>/dev/null");
+  EXPECT_EQ(rrc, 1) << replayed;
+  json back = json::parse(replayed, nullptr, false);
+  EXPECT_EQ(back["counts"]["allow_to_deny"], 0) << back.dump(1) << learned;
+  EXPECT_GE(back["counts"]["deny_to_allow"].get<int>(), 2) << back.dump(1);
+  for (const auto& d : back["differences"]) {
+    if (d["change"] == "deny->allow") {
+      EXPECT_NE(d.value("note", std::string()).find("learn mode"), std::string::npos) << d.dump();
+    }
+  }
+}
+
+// `--shadow-policy` under transparent capture: the candidate differs from the live policy only
+// in web's cidrs, so the shadow disagrees only where the address is decided: the redirected
+// connection to web.allowed.test (its DNS answer, decided by name, agrees). Every redirected
+// connection, DNS answer and blocked attempt is stamped; the traffic is the live policy's.
+TEST_F(TransparentRun, AShadowPolicyIsDecidedAtTheAddressOfRedirectedConnections) {
+  REQUIRE_SANDBOX();
+  std::string candidate = slurp(dir_ / "policy.yaml");
+  const std::string web = "hosts: [web.allowed.test], cidrs: [\"10.231.0.2/32\"]";
+  const auto at = candidate.find(web);
+  ASSERT_NE(at, std::string::npos) << candidate;
+  candidate.replace(at, web.size(), "hosts: [web.allowed.test], cidrs: [\"10.99.0.1/32\"]");
+  std::ofstream(dir_ / "candidate.yaml") << candidate;
+  auto r = run(std::string("/bin/sh -c '") + kNoProxyVariables +
+                   "node /input/in/get.js; python3 /input/in/blocked.py'",
+               "policy.yaml", "--shadow-policy " + (dir_ / "candidate.yaml").string());
+  const std::string out = r["stdout"]["text"];
+  EXPECT_NE(out.find("node-by-name 200 hello from upstream"), std::string::npos) << out;
+  const std::string exec = r["execution_id"];
+  ASSERT_FALSE(exec.empty()) << r.dump();
+  const std::string in_exec = " WHERE execution_id = '" + exec + "'";
+  EXPECT_EQ(count("SELECT count(*) FROM connections" + in_exec + " AND shadow_decision IS NULL"),
+            0);
+  EXPECT_EQ(count("SELECT count(*) FROM dns_queries" + in_exec + " AND shadow_decision IS NULL"),
+            0);
+  EXPECT_GT(count("SELECT count(*) FROM connections" + in_exec +
+                  " AND kind = 'blocked' AND shadow_decision = 'deny'"),
+            0);
+  auto [rc, diff] = sh(std::string(SLUICE_BINARY) + " audit query --db " + db() + " --execution " +
+                       exec + " --shadow-diff --format json 2>&1");
+  ASSERT_EQ(rc, 0) << diff;
+  json rows = json::parse(diff, nullptr, false);
+  ASSERT_TRUE(rows.is_array()) << diff;
+  ASSERT_EQ(rows.size(), 1u) << diff;
+  EXPECT_EQ(rows[0]["type"], "connection");
+  EXPECT_EQ(rows[0]["host"], "web.allowed.test");
+  EXPECT_EQ(rows[0]["decision"], "allow");
+  EXPECT_EQ(rows[0]["shadow_decision"], "deny");
+  EXPECT_EQ(rows[0]["shadow_rule"], "web");
 }
 
 }  // namespace

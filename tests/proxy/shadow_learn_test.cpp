@@ -98,6 +98,99 @@ TEST_F(ShadowLearnTest, RowsRecordTheCandidatesDecisionAndTrafficIsUnaffected) {
   EXPECT_FALSE(plain->stamp.shadow_decision);
 }
 
+// A candidate that names every host the traffic goes to, but not at the addresses it goes to:
+// upstream.test outside its cidrs, other.test without allow_private, metadata.test (the
+// fixture's 169.254.169.254) without allow_private.
+std::string addressCandidate() {
+  return "apiVersion: sluice/v1\nkind: Workflow\nname: addresses\negress:\n  rules:\n"
+         "    - id: outside-cidrs\n      action: allow\n      hosts: [upstream.test]\n"
+         "      ports: [\"1-65535\"]\n      allow_private: true\n      cidrs: [\"10.0.0.0/8\"]\n"
+         "    - id: no-private\n      action: allow\n      hosts: [other.test, metadata.test]\n"
+         "      ports: [\"1-65535\"]\n";
+}
+
+// The shadow is decided with the checks the live decision makes at the address (rule cidrs,
+// the SSRF guard, also at the address a live refusal was decided at), and every connection
+// kind with a live decision is stamped, plain-HTTP origin connections included. The same
+// traffic under a candidate equal to the live policy agrees row for row.
+TEST_F(ShadowLearnTest, TheShadowDecidesAtTheAddressAndStampsEveryConnectionKind) {
+  auto traffic = [&](const std::string& exec, std::shared_ptr<const policy::Matcher> shadow) {
+    ListenerIdentity id{exec, matcher_};
+    id.shadow = std::move(shadow);
+    const std::uint16_t port = listen(id);
+    Client c(port);
+    EXPECT_TRUE(c.send(getRequest(upstream(), "/fresh", "Connection: close\r\n")));
+    EXPECT_EQ(c.readResponse().status, 200);
+    Client m(port);
+    EXPECT_TRUE(m.send(getRequest("metadata.test:80", "/latest", "Connection: close\r\n")));
+    EXPECT_EQ(m.readResponse().status, 403);  // the live SSRF guard
+    Client t(port);
+    EXPECT_TRUE(t.send(connectRequest(echo())));
+    EXPECT_EQ(t.readResponse(true).status, 200);
+    EXPECT_TRUE(t.send("ping"));
+    EXPECT_EQ(t.readN(4), "ping");
+  };
+  auto connection = [&](const std::string& exec, audit::ConnectionKind kind,
+                        const std::string& host) {
+    return sink_->waitConnection([&](const audit::ConnectionEvent& e) {
+      return e.execution_id == exec && e.kind == kind && e.host == host;
+    });
+  };
+  traffic("exec-addr", compileWorkflow(addressCandidate()));
+  auto fresh = request("exec-addr", "GET", "/fresh");
+  auto origin = connection("exec-addr", audit::ConnectionKind::kHttp, "upstream.test");
+  auto guarded = request("exec-addr", "GET", "/latest");
+  auto guarded_conn = connection("exec-addr", audit::ConnectionKind::kHttp, "metadata.test");
+  auto tunnel = connection("exec-addr", audit::ConnectionKind::kConnect, "other.test");
+  ASSERT_TRUE(fresh && origin && guarded && guarded_conn && tunnel);
+  EXPECT_EQ(fresh->decision, audit::Decision::kAllow);
+  EXPECT_EQ(fresh->stamp.shadow_decision, audit::Verdict::kDeny);  // 127.0.0.1 not in 10/8
+  EXPECT_EQ(fresh->stamp.shadow_rule, "outside-cidrs");
+  EXPECT_EQ(origin->decision, audit::Decision::kAllow);
+  EXPECT_EQ(origin->stamp.shadow_decision, audit::Verdict::kDeny);
+  EXPECT_EQ(origin->stamp.shadow_rule, "outside-cidrs");
+  EXPECT_EQ(guarded->decision, audit::Decision::kDeny);
+  EXPECT_EQ(guarded->stamp.shadow_decision, audit::Verdict::kDeny);  // at 169.254.169.254
+  EXPECT_EQ(guarded->stamp.shadow_rule, "no-private");
+  EXPECT_EQ(guarded_conn->stamp.shadow_decision, audit::Verdict::kDeny);
+  EXPECT_EQ(tunnel->decision, audit::Decision::kAllow);
+  EXPECT_EQ(tunnel->stamp.shadow_decision, audit::Verdict::kDeny);  // loopback, no allow_private
+  EXPECT_EQ(tunnel->stamp.shadow_rule, "no-private");
+
+  traffic("exec-same", matcher_);
+  fresh = request("exec-same", "GET", "/fresh");
+  origin = connection("exec-same", audit::ConnectionKind::kHttp, "upstream.test");
+  guarded = request("exec-same", "GET", "/latest");
+  tunnel = connection("exec-same", audit::ConnectionKind::kConnect, "other.test");
+  ASSERT_TRUE(fresh && origin && guarded && tunnel);
+  EXPECT_EQ(fresh->stamp.shadow_decision, audit::Verdict::kAllow);
+  EXPECT_EQ(fresh->stamp.shadow_rule, fresh->rule_id);
+  EXPECT_EQ(origin->stamp.shadow_decision, audit::Verdict::kAllow);
+  EXPECT_EQ(guarded->stamp.shadow_decision, audit::Verdict::kDeny);
+  EXPECT_EQ(tunnel->stamp.shadow_decision, audit::Verdict::kAllow);
+  EXPECT_EQ(tunnel->stamp.shadow_rule, tunnel->rule_id);
+}
+
+// The shadow decides a request as it travelled: over plain http:// a candidate's rule that
+// injects credentials (without allow_plaintext_credentials) refuses it, as the live one would.
+TEST_F(ShadowLearnTest, TheShadowDecidesARequestAsItTravelledOutsideTls) {
+  ListenerIdentity id{"exec-plain", matcher_};
+  id.shadow = compileWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: injects\negress:\n  rules:\n"
+      "    - id: injects\n      action: allow\n      hosts: [upstream.test]\n"
+      "      ports: [\"1-65535\"]\n      allow_private: true\n      cidrs: [\"127.0.0.0/8\"]\n"
+      "      inject:\n        headers:\n          Authorization: \"Bearer ${secret:api_token}\"\n");
+  ASSERT_TRUE(id.shadow);
+  Client c(listen(id));
+  ASSERT_TRUE(c.send(getRequest(upstream(), "/plain", "Connection: close\r\n")));
+  EXPECT_EQ(c.readResponse().status, 200);  // the live policy injects nothing here
+  auto plain = request("exec-plain", "GET", "/plain");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->decision, audit::Decision::kAllow);
+  EXPECT_EQ(plain->stamp.shadow_decision, audit::Verdict::kDeny);
+  EXPECT_EQ(plain->stamp.shadow_rule, "injects");
+}
+
 TEST_F(ShadowLearnTest, LearnModeLetsThroughWhatNoRuleRefusesAsWouldDeny) {
   ListenerIdentity id{"exec-learn", compileWorkflow(learnPolicy())};
   id.learn = true;

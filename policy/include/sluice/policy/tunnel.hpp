@@ -24,4 +24,13 @@ struct TunnelDecision {
 /// and when that wants inspection, as plain HTTP. `learn`: Query::learn.
 TunnelDecision decideTunnel(const Matcher& matcher, const Target& target, bool learn = false);
 
+/// A tunnel's whole decision as the proxy's admission makes it: the connection phase
+/// (decideTunnel), then, when that allows or asks, the address phase at `address` (the SSRF
+/// guard, rule cidrs, deny rules with cidrs: Matcher::decide with the address and the tunnel's
+/// visibility, as the admission vets every address it dials). An ask is vetted for the rule an
+/// approver would allow and stays an ask. `address` null: the connection phase alone. A shadow
+/// policy and `policy replay` decide recorded tunnels through it.
+Decision decideTunnelAt(const Matcher& matcher, const Target& target, const IpAddress* address,
+                        bool learn = false);
+
 }  // namespace sluice::policy
