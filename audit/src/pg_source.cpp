@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <cstdlib>
 #include <limits>
 #include <vector>
 
@@ -182,7 +181,7 @@ std::expected<CentralTarget, base::Error> parseCentralUri(std::string_view uri,
   out.conninfo += rest;
   if (out.node.empty() && node_required)
     return base::fail(base::Code::kInvalidArgument,
-                      "a postgresql:// audit database needs ?node=ID (whose chain to verify)");
+                      "a postgresql:// audit database needs ?node=ID (whose rows to read)");
   return out;
 }
 
@@ -191,51 +190,6 @@ std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& targ
   PgChainSource source(target);
   if (auto r = source.open(); !r) return std::unexpected(r.error());
   return detail::verifyChain(source, options);
-}
-
-namespace {
-
-/// Cell (row, col) of a result as Reader::sql gives it: NULL, integer, real or text.
-Cell cellOf(const PGresult* r, int row, int col) {
-  if (PQgetisnull(r, row, col)) return std::monostate{};
-  switch (PQftype(r, col)) {
-    case 20:  // int8
-    case 21:  // int2
-    case 23:  // int4
-      return toInt(r, row, col);
-    case 700:  // float4
-    case 701:  // float8
-      return std::strtod(PQgetvalue(r, row, col), nullptr);
-    default:
-      return std::string(text(r, row, col));
-  }
-}
-
-}  // namespace
-
-std::expected<ResultTable, base::Error> sqlCentral(const CentralTarget& target,
-                                                   std::string_view statement) {
-  auto c = detail::pgConnect(target.conninfo);
-  if (!c) return std::unexpected(c.error());
-  if (auto r = detail::pgExec(c->get(), "BEGIN READ ONLY"); !r) return std::unexpected(r.error());
-  // PQexecParams: exactly one statement (a second one after ';' is refused by the server).
-  const std::string sql(statement);
-  PgResult res(PQexecParams(c->get(), sql.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0));
-  if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK)
-    return std::unexpected(detail::pgError(c->get(), "sql"));
-  const PGresult* r = res.get();
-  ResultTable table;
-  for (int i = 0; i < PQnfields(r); ++i) {
-    table.columns.emplace_back(PQfname(r, i));
-    table.json_columns.push_back(detail::columnKind(table.columns.back()) ==
-                                 detail::ColumnKind::kJson);
-  }
-  for (int row = 0; row < PQntuples(r); ++row) {
-    std::vector<Cell> cells;
-    for (int col = 0; col < PQnfields(r); ++col) cells.push_back(cellOf(r, row, col));
-    table.rows.push_back(std::move(cells));
-  }
-  return table;
 }
 
 }  // namespace sluice::audit

@@ -8,6 +8,7 @@
 #include <expected>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -63,9 +64,9 @@ std::expected<ShipProgress, base::Error> ship(const ShipOptions& options);
 std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,
                                                        const VerifyOptions& options);
 
-/// `sluice audit sql` against the central store: one statement in a READ ONLY transaction (the
-/// server refuses writes), its rows as Reader::sql returns them (JSON columns marked).
-std::expected<ResultTable, base::Error> sqlCentral(const CentralTarget& target,
-                                                   std::string_view statement);
+/// `sluice audit query|show|sql` against one node's rows in the central store (`target.node`;
+/// `sql` reads every node's): the SQLite reader's queries and output, in one READ ONLY
+/// REPEATABLE READ transaction.
+std::expected<std::unique_ptr<Reader>, base::Error> openCentralReader(const CentralTarget& target);
 
 }  // namespace sluice::audit
