@@ -357,5 +357,27 @@ TEST_F(AuditPgTest, BadUriOrUnreachableServerIsAClearErrorWithoutThePassword) {
   EXPECT_NE(no_node.out.find("needs ?node=ID"), std::string::npos) << no_node.out;
 }
 
+TEST_F(AuditPgTest, ShipWithoutNodeUsesTheMachineIdElseTheHostName) {
+  std::string expected;
+  std::ifstream("/etc/machine-id") >> expected;
+  if (expected.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    expected = host;
+  }
+  ASSERT_FALSE(expected.empty());
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 5);
+  auto r = sluice("audit ship --once --db " + db.string() + " --to " + to());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string said = "node id " + expected + " (from ";
+  EXPECT_NE(r.out.find(said), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(said), r.out.rfind(said)) << "said once: " << r.out;
+  EXPECT_EQ(psql(db_, "SELECT node FROM ship_positions"), expected);
+  int status = -1;
+  const std::string out = verifyNode(expected, &status);
+  EXPECT_EQ(status, 0) << out;
+}
+
 }  // namespace
 }  // namespace sluice::audit
