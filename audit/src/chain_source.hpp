@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <expected>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -38,6 +39,9 @@ struct CheckpointRow {
   std::int64_t ts = 0;
   std::string_view frontier;
 };
+
+/// `c` as export and inclusion proofs print a checkpoint (chain_rows.hpp, checkpointJson).
+nlohmann::ordered_json checkpointJson(const CheckpointRow& c);
 
 /// The chain's recorded end (SQLite: chain_head; PostgreSQL: the shipped position).
 struct ChainHead {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "chain_rows.hpp"
 #include "chain_source.hpp"
 #include "pg_conn.hpp"
 #include "sluice/audit/central.hpp"
@@ -144,6 +145,16 @@ class PgChainSource final : public detail::ChainSource {
 
   std::string_view headName() const override { return "ship_positions"; }
 
+  /// The seq of the node's execution `id`; nullopt when it has none.
+  std::expected<std::optional<std::int64_t>, base::Error> executionSeq(std::string_view id) {
+    const std::string key(id);
+    auto r = detail::pgExec(conn_.get(), "SELECT seq FROM executions WHERE node = $1 AND id = $2",
+                            {target_.node.c_str(), key.c_str()});
+    if (!r) return std::unexpected(r.error());
+    if (PQntuples(r->get()) != 1) return std::nullopt;
+    return toInt(r->get(), 0, 0);
+  }
+
  private:
   const CentralTarget& target_;
   detail::PgConn conn_;
@@ -183,6 +194,88 @@ std::expected<CentralTarget, base::Error> parseCentralUri(std::string_view uri,
     return base::fail(base::Code::kInvalidArgument,
                       "a postgresql:// audit database needs ?node=ID (whose rows to read)");
   return out;
+}
+
+namespace {
+
+/// The node's latest checkpoint as JSON (nullopt: none), read to the end of `source`'s list.
+std::expected<std::optional<nlohmann::ordered_json>, base::Error> latestCheckpoint(
+    detail::ChainSource& source) {
+  std::optional<nlohmann::ordered_json> latest;
+  detail::CheckpointRow c;
+  for (;;) {
+    auto more = source.nextCheckpoint(c);
+    if (!more) return std::unexpected(more.error());
+    if (!*more) return latest;
+    latest = detail::checkpointJson(c);
+  }
+}
+
+/// The row at `seq` and the audit path of leaf seq - 1 over rows 1..position, from one pass
+/// over the node's chain (checking it is unbroken), as JSON text.
+std::expected<std::string, base::Error> provePath(detail::ChainSource& source,
+                                                  const std::string& node, std::int64_t seq,
+                                                  const nlohmann::ordered_json& checkpoint) {
+  const auto position = checkpoint["position"].get<std::int64_t>();
+  detail::InclusionPathBuilder tree(static_cast<std::uint64_t>(seq - 1),
+                                    static_cast<std::uint64_t>(position));
+  const detail::ChainTable* table = nullptr;
+  std::string prev, hash;
+  nlohmann::ordered_json columns;
+  detail::ChainRow row;
+  std::int64_t rows = 0;
+  while (rows < position) {
+    auto more = source.nextRow(row);
+    if (!more) return std::unexpected(more.error());
+    if (!*more) break;
+    const auto d = detail::fromHex(row.hash);
+    if (row.seq != rows + 1 || !d)
+      return base::fail(base::Code::kIntegrity,
+                        fmt::format("{}: the chain is broken at seq {}; run sluice audit verify",
+                                    node, rows + 1));
+    tree.append(detail::leafHash(*d));
+    if (row.seq == seq) {
+      table = row.table;
+      prev = row.prev_hash;
+      hash = row.hash;
+      columns = detail::valuesJson(*row.table, row.values);
+    }
+    ++rows;
+  }
+  if (rows != position || !table)
+    return base::fail(base::Code::kIntegrity,
+                      fmt::format("{}: the chain ends at seq {} but the checkpoint covers {}; run "
+                                  "sluice audit verify",
+                                  node, rows, position));
+  if (detail::toHex(tree.root()) != checkpoint["root"].get<std::string>())
+    return base::fail(base::Code::kIntegrity,
+                      fmt::format("{}: rows 1..{} do not match checkpoint seq {}'s root; run "
+                                  "sluice audit verify --pubkey",
+                                  node, position, checkpoint["seq"].get<std::int64_t>()));
+  return detail::proofJson(*table, seq, prev, hash, std::move(columns), position, tree.path(),
+                           checkpoint);
+}
+
+}  // namespace
+
+std::expected<std::string, base::Error> proveCentral(const CentralTarget& target,
+                                                     std::string_view execution_id) {
+  PgChainSource source(target);
+  if (auto r = source.open(); !r) return std::unexpected(r.error());
+  const std::string node = "postgresql node " + target.node;
+  auto seq = source.executionSeq(execution_id);
+  if (!seq) return std::unexpected(seq.error());
+  if (!*seq)
+    return base::fail(base::Code::kNotFound,
+                      fmt::format("{}: no execution with id '{}'", node, execution_id));
+  auto checkpoint = latestCheckpoint(source);
+  if (!checkpoint) return std::unexpected(checkpoint.error());
+  if (!*checkpoint || (**checkpoint)["position"].get<std::int64_t>() < **seq)
+    return base::fail(base::Code::kNotFound,
+                      fmt::format("{}: execution {} (seq {}) is not covered by a shipped signed "
+                                  "checkpoint yet",
+                                  node, execution_id, **seq));
+  return provePath(source, node, **seq, **checkpoint);
 }
 
 std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,

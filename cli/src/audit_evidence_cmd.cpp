@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "sluice/audit/central.hpp"
 #include "sluice/audit/evidence.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
@@ -45,7 +46,14 @@ std::expected<std::string, std::string> slurp(const std::string& path) {
 }
 
 int runProve(const EvidenceArgs& a) {
-  auto proof = audit::proveExecution(a.db, a.execution);
+  std::expected<std::string, base::Error> proof;
+  if (audit::isPostgresUri(a.db)) {
+    auto target = audit::parseCentralUri(a.db);
+    if (!target) return fail(target.error().message);
+    proof = audit::proveCentral(*target, a.execution);
+  } else {
+    proof = audit::proveExecution(a.db, a.execution);
+  }
   if (!proof) return fail(proof.error().message);
   std::cout << *proof;
   return 0;
@@ -172,7 +180,7 @@ void addAuditEvidenceCommands(CLI::App& audit_cmd, int& exit_code) {
 
   CLI::App* prove = audit_cmd.add_subcommand(
       "prove", "Inclusion proof (JSON) of one execution's receipt against the latest checkpoint");
-  prove->add_option("--db", args->db, "Audit database")->required();
+  prove->add_option("--db", args->db, "Audit database, or postgresql://...?node=ID")->required();
   prove->add_option("--execution", args->execution, "Execution id")->required();
   prove->callback([args, &exit_code] { exit_code = runProve(*args); });
 

@@ -357,6 +357,37 @@ TEST_F(AuditPgTest, BadUriOrUnreachableServerIsAClearErrorWithoutThePassword) {
   EXPECT_NE(no_node.out.find("needs ?node=ID"), std::string::npos) << no_node.out;
 }
 
+TEST_F(AuditPgTest, ProveGivesTheSameProofFromPostgres) {
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 40);  // signed, a checkpoint every 50 rows and at close
+  auto r = sluice("audit ship --once --db " + db.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const std::string exec : {"exec-3", "exec-39"}) {
+    auto lite = sluice("audit prove --db " + db.string() + " --execution " + exec, "2>/dev/null");
+    auto pg = sluice("audit prove --db " + verifyDb("n1") + " --execution " + exec, "2>/dev/null");
+    ASSERT_EQ(lite.status, 0) << lite.out;
+    EXPECT_EQ(pg.status, 0) << pg.out;
+    EXPECT_EQ(pg.out, lite.out) << exec;
+    std::ofstream(tmp_ / "proof.json") << pg.out;
+    auto check = sluice("audit check-proof --pubkey " + (tmp_ / "audit.pub").string() + " " +
+                        (tmp_ / "proof.json").string());
+    EXPECT_EQ(check.status, 0) << check.out;
+  }
+  auto none = sluice("audit prove --db " + verifyDb("n1") + " --execution exec-nope");
+  EXPECT_EQ(none.status, 2) << none.out;
+  EXPECT_NE(none.out.find("postgresql node n1: no execution with id 'exec-nope'"),
+            std::string::npos)
+      << none.out;
+  // A row hash changed in PostgreSQL: the tree no longer has the checkpoint's root.
+  ASSERT_EQ(psql(db_,
+                 "UPDATE connections SET hash = repeat('0', 64) WHERE node = 'n1' AND seq = "
+                 "(SELECT min(seq) FROM connections WHERE node = 'n1')"),
+            "");
+  auto tampered = sluice("audit prove --db " + verifyDb("n1") + " --execution exec-3");
+  EXPECT_EQ(tampered.status, 2) << tampered.out;
+  EXPECT_NE(tampered.out.find("do not match checkpoint"), std::string::npos) << tampered.out;
+}
+
 TEST_F(AuditPgTest, ShipWithoutNodeUsesTheMachineIdElseTheHostName) {
   std::string expected;
   std::ifstream("/etc/machine-id") >> expected;

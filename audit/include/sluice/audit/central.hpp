@@ -64,6 +64,11 @@ std::expected<ShipProgress, base::Error> ship(const ShipOptions& options);
 std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,
                                                        const VerifyOptions& options);
 
+/// `sluice audit prove` (evidence.hpp, proveExecution) against the node's rows and
+/// checkpoints in the central store: the same proof as from the node's own store.
+std::expected<std::string, base::Error> proveCentral(const CentralTarget& target,
+                                                     std::string_view execution_id);
+
 /// `sluice audit query|show|sql` against one node's rows in the central store (`target.node`;
 /// `sql` reads every node's): the SQLite reader's queries and output, in one READ ONLY
 /// REPEATABLE READ transaction.
