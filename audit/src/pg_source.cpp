@@ -63,7 +63,10 @@ struct PgCursor {
 
 class PgChainSource final : public detail::ChainSource {
  public:
-  explicit PgChainSource(const CentralTarget& target) : target_(target) {}
+  /// Rows after seq `after` and checkpoints past that position (verify: all of them).
+  explicit PgChainSource(const CentralTarget& target,
+                         std::int64_t after = std::numeric_limits<std::int64_t>::min())
+      : target_(target), after_(after) {}
 
   std::expected<void, base::Error> open() {
     auto c = detail::pgConnect(target_.conninfo);
@@ -83,16 +86,17 @@ class PgChainSource final : public detail::ChainSource {
       cur.row = -1;
       const std::string sql = fmt::format(
           "DECLARE {} NO SCROLL CURSOR FOR SELECT seq, prev_hash, hash, {} FROM {} "
-          "WHERE node = {} ORDER BY seq",
-          cur.name, detail::columnList(t, ""), t.name, node_literal_);
+          "WHERE node = {} AND seq > {} ORDER BY seq",
+          cur.name, detail::columnList(t, ""), t.name, node_literal_, after_);
       if (auto r = detail::pgExec(conn_.get(), sql); !r) return std::unexpected(r.error());
       if (auto r = cur.next(conn_.get()); !r) return r;
       cursors_.push_back(std::move(cur));
     }
     auto ck = detail::pgExec(conn_.get(), fmt::format("SELECT seq, position, root, signature, "
                                                       "key_id, ts, frontier FROM checkpoints "
-                                                      "WHERE node = {} ORDER BY position, seq",
-                                                      node_literal_));
+                                                      "WHERE node = {} AND position > {} "
+                                                      "ORDER BY position, seq",
+                                                      node_literal_, after_));
     if (!ck) return std::unexpected(ck.error());
     checkpoints_ = std::move(*ck);
     return {};
@@ -145,6 +149,21 @@ class PgChainSource final : public detail::ChainSource {
 
   std::string_view headName() const override { return "ship_positions"; }
 
+  /// The first seq (in chain order) whose row's time is >= `since_ms`; nullopt when none.
+  std::expected<std::optional<std::int64_t>, base::Error> firstSeqSince(std::int64_t since_ms) {
+    std::string sql;
+    for (const auto& t : detail::chainTables()) {
+      sql += fmt::format("{}SELECT min(seq) AS s FROM {} WHERE node = $1 AND {} >= $2",
+                         sql.empty() ? "" : " UNION ALL ", t.name, t.time_column);
+    }
+    const std::string since = std::to_string(since_ms);
+    auto r = detail::pgExec(conn_.get(), "SELECT min(s) FROM (" + sql + ") m",
+                            {target_.node.c_str(), since.c_str()});
+    if (!r) return std::unexpected(r.error());
+    if (PQntuples(r->get()) != 1 || PQgetisnull(r->get(), 0, 0)) return std::nullopt;
+    return toInt(r->get(), 0, 0);
+  }
+
   /// The seq of the node's execution `id`; nullopt when it has none.
   std::expected<std::optional<std::int64_t>, base::Error> executionSeq(std::string_view id) {
     const std::string key(id);
@@ -157,6 +176,7 @@ class PgChainSource final : public detail::ChainSource {
 
  private:
   const CentralTarget& target_;
+  const std::int64_t after_;
   detail::PgConn conn_;
   std::string node_literal_;
   std::vector<PgCursor> cursors_;
@@ -276,6 +296,24 @@ std::expected<std::string, base::Error> proveCentral(const CentralTarget& target
                                   "checkpoint yet",
                                   node, execution_id, **seq));
   return provePath(source, node, **seq, **checkpoint);
+}
+
+std::expected<ExportStats, base::Error> exportCentral(const CentralTarget& target,
+                                                      const ExportOptions& options,
+                                                      std::ostream& out) {
+  std::int64_t after = std::max<std::int64_t>(options.after_seq, 0);
+  if (options.since_ms) {
+    // The first row that recent, in a snapshot of its own: it only picks where to start.
+    PgChainSource probe(target);
+    if (auto r = probe.open(); !r) return std::unexpected(r.error());
+    auto first = probe.firstSeqSince(*options.since_ms);
+    if (!first) return std::unexpected(first.error());
+    if (!*first) return ExportStats{0, 0, after};  // nothing that recent
+    after = std::max(after, **first - 1);
+  }
+  PgChainSource source(target, after);
+  if (auto r = source.open(); !r) return std::unexpected(r.error());
+  return detail::exportSource(source, options.format, after, out);
 }
 
 std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,

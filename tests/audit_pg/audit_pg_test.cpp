@@ -388,6 +388,31 @@ TEST_F(AuditPgTest, ProveGivesTheSameProofFromPostgres) {
   EXPECT_NE(tampered.out.find("do not match checkpoint"), std::string::npos) << tampered.out;
 }
 
+TEST_F(AuditPgTest, ExportGivesTheSameLinesFromPostgres) {
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 30);
+  auto r = sluice("audit ship --once --db " + db.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  writeStore(tmp_ / "other.db", 5);  // another node's rows must not show
+  r = sluice("audit ship --once --db " + (tmp_ / "other.db").string() + " --to " + to() +
+             " --node n2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const std::string opts : {"", "--format csv", "--after-seq 77", "--after-seq 100000",
+                                 "--since 2025-11-21T04:40:00.010Z"}) {
+    auto lite = sluice("audit export --db " + db.string() + " " + opts);
+    auto pg = sluice("audit export --db " + verifyDb("n1") + " " + opts);
+    ASSERT_EQ(lite.status, 0) << lite.out;
+    EXPECT_EQ(pg.status, 0) << pg.out;
+    EXPECT_EQ(pg.out, lite.out) << opts;
+  }
+  auto all = sluice("audit export --db " + verifyDb("n1"), "2>/dev/null");
+  ASSERT_GT(all.out.size(), 1000u);
+  std::ofstream(tmp_ / "export.jsonl") << all.out;
+  auto check = sluice("audit verify-export --pubkey " + (tmp_ / "audit.pub").string() + " " +
+                      (tmp_ / "export.jsonl").string());
+  EXPECT_EQ(check.status, 0) << check.out;
+}
+
 TEST_F(AuditPgTest, ShipWithoutNodeUsesTheMachineIdElseTheHostName) {
   std::string expected;
   std::ifstream("/etc/machine-id") >> expected;
