@@ -3,7 +3,9 @@
 
 #include <fmt/format.h>
 
+#include "chain_source.hpp"
 #include "merkle.hpp"
+#include "sluice/base/json.hpp"
 
 namespace sluice::audit::detail {
 
@@ -56,6 +58,18 @@ nlohmann::ordered_json checkpointJson(sqlite3_stmt* s) {
   return cp;
 }
 
+nlohmann::ordered_json checkpointJson(const CheckpointRow& c) {
+  // The keys and their order of checkpointJson(sqlite3_stmt*): a proof is the same from either.
+  nlohmann::ordered_json cp = nlohmann::ordered_json::object();
+  cp["seq"] = c.seq;
+  cp["position"] = c.position;
+  cp["root"] = std::string(c.root);
+  cp["ts"] = c.ts;
+  cp["key_id"] = std::string(c.key_id);
+  cp["signature"] = std::string(c.signature);
+  return cp;
+}
+
 std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const ChainTable& t,
                                                     std::int64_t seq, std::string_view prev_hash,
                                                     const nlohmann::ordered_json& columns) {
@@ -87,6 +101,36 @@ std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const Cha
     }
   }
   return hasher.hash(t.name, seq, prev_hash, hashedValues(t, values));
+}
+
+nlohmann::ordered_json valuesJson(const ChainTable& t, std::span<const Value> values) {
+  nlohmann::ordered_json cols = nlohmann::ordered_json::object();
+  for (std::size_t i = 0; i < t.columns.size() && i < values.size(); ++i) {
+    nlohmann::ordered_json v = nullptr;
+    if (const auto* n = std::get_if<std::int64_t>(&values[i])) v = *n;
+    if (const auto* s = std::get_if<std::string_view>(&values[i])) v = std::string(*s);
+    cols[std::string(t.columns[i])] = std::move(v);
+  }
+  return cols;
+}
+
+std::string proofJson(const ChainTable& t, std::int64_t seq, std::string_view prev_hash,
+                      std::string_view hash, nlohmann::ordered_json columns, std::int64_t tree_size,
+                      std::span<const Digest> path, nlohmann::ordered_json checkpoint) {
+  nlohmann::ordered_json audit_path = nlohmann::ordered_json::array();
+  for (const auto& d : path) audit_path.push_back(toHex(d));
+  nlohmann::ordered_json proof = nlohmann::ordered_json::object();
+  proof["type"] = kProofType;
+  proof["row"] = {{"table", t.name},
+                  {"seq", seq},
+                  {"prev_hash", std::string(prev_hash)},
+                  {"hash", std::string(hash)},
+                  {"columns", std::move(columns)}};
+  proof["leaf_index"] = seq - 1;
+  proof["tree_size"] = tree_size;
+  proof["audit_path"] = std::move(audit_path);
+  proof["checkpoint"] = std::move(checkpoint);
+  return base::dumpJson(proof, 2) + "\n";
 }
 
 bool isHexDigest(const nlohmann::ordered_json& j) {

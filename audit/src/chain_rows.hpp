@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 
+#include "merkle.hpp"
 #include "row_hash.hpp"
 #include "rows.hpp"
 
@@ -46,6 +47,20 @@ nlohmann::ordered_json rowColumnsJson(sqlite3_stmt* s, const ChainTable& t);
 std::expected<std::string, std::string> hashJsonRow(RowHasher& hasher, const ChainTable& t,
                                                     std::int64_t seq, std::string_view prev_hash,
                                                     const nlohmann::ordered_json& columns);
+
+/// A row's hashed columns as JSON from its values (a ChainSource's rows), as rowColumnsJson
+/// gives them from SQLite.
+nlohmann::ordered_json valuesJson(const ChainTable& t, std::span<const Value> values);
+
+/// The `type` of an inclusion proof.
+inline constexpr std::string_view kProofType = "sluice-inclusion-proof/v1";
+
+/// The JSON of `sluice audit prove` (evidence.hpp, proveExecution) from its parts: the row,
+/// the audit path of leaf seq - 1 in the tree of `tree_size` leaves, and the checkpoint
+/// (checkpointJson).
+std::string proofJson(const ChainTable& t, std::int64_t seq, std::string_view prev_hash,
+                      std::string_view hash, nlohmann::ordered_json columns, std::int64_t tree_size,
+                      std::span<const Digest> path, nlohmann::ordered_json checkpoint);
 
 /// True when `j` is a string of exactly 64 lowercase hex characters (a SHA-256).
 bool isHexDigest(const nlohmann::ordered_json& j);

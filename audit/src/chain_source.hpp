@@ -5,13 +5,18 @@
 
 #include <cstdint>
 #include <expected>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <ostream>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "row_hash.hpp"
 #include "rows.hpp"
+#include "sluice/audit/evidence.hpp"
 #include "sluice/audit/store.hpp"
 #include "sluice/base/error.hpp"
 
@@ -39,6 +44,9 @@ struct CheckpointRow {
   std::string_view frontier;
 };
 
+/// `c` as export and inclusion proofs print a checkpoint (chain_rows.hpp, checkpointJson).
+nlohmann::ordered_json checkpointJson(const CheckpointRow& c);
+
 /// The chain's recorded end (SQLite: chain_head; PostgreSQL: the shipped position).
 struct ChainHead {
   std::int64_t seq = 0;
@@ -57,6 +65,17 @@ class ChainSource {
   /// What the head is called in verify's messages.
   virtual std::string_view headName() const = 0;
 };
+
+/// The SQLite store's chain (verify.cpp): rows after seq `after`, checkpoints past that position,
+/// in one snapshot.
+std::expected<std::unique_ptr<ChainSource>, base::Error> openSqliteChain(
+    const std::filesystem::path& db, std::int64_t after);
+
+/// `sluice audit export` of `source` (export.cpp): its rows in seq order, each checkpoint right
+/// after the row at its position. `after`: the source starts after this seq (the stats' last_seq
+/// when nothing follows).
+std::expected<ExportStats, base::Error> exportSource(ChainSource& source, ExportFormat format,
+                                                     std::int64_t after, std::ostream& out);
 
 /// Walks `source`'s chain with every check of `sluice audit verify` (docs/audit.md).
 /// `wal_missing` only adds its explanation to an unsigned log's message.

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "chain_rows.hpp"
+#include "chain_source.hpp"
 #include "merkle.hpp"
 #include "schema.hpp"
 #include "sluice/audit/evidence.hpp"
@@ -19,23 +20,6 @@ namespace {
 
 using detail::Stmt;
 using Json = nlohmann::ordered_json;
-
-struct TableCursor {
-  const detail::ChainTable* table = nullptr;
-  Stmt stmt;
-  bool has_row = false;
-  std::int64_t seq = 0;
-};
-
-std::expected<void, base::Error> step(const std::filesystem::path& db, sqlite3* raw,
-                                      TableCursor& c) {
-  int rc = c.stmt.step();
-  c.has_row = rc == SQLITE_ROW;
-  if (c.has_row) c.seq = c.stmt.columnInt(0);
-  if (rc == SQLITE_ROW || rc == SQLITE_DONE) return {};
-  return std::unexpected(
-      detail::sqliteError(db, raw, rc, fmt::format("cannot read {}", c.table->name)));
-}
 
 /// RFC 4180 field.
 std::string csvField(std::string_view s) {
@@ -70,36 +54,35 @@ class Writer {
   Writer(std::ostream& out, ExportFormat format) : out_(out), format_(format) {
     if (format_ == ExportFormat::kCsv) out_ << "type,table,seq,time,prev_hash,hash,data\r\n";
   }
-  void row(const detail::ChainTable& t, sqlite3_stmt* s, std::int64_t seq) {
-    Json cols = detail::rowColumnsJson(s, t);
+  void row(const detail::ChainRow& r) {
+    const detail::ChainTable& t = *r.table;
+    Json cols = detail::valuesJson(t, r.values);
     const std::int64_t ms = timeOf(t, cols);
-    const std::string prev(reinterpret_cast<const char*>(sqlite3_column_text(s, 1)));
-    const std::string hash(reinterpret_cast<const char*>(sqlite3_column_text(s, 2)));
     if (format_ == ExportFormat::kCsv) {
-      out_ << "row," << t.name << ',' << seq << ',' << formatTime(ms) << ',' << prev << ',' << hash
-           << ',' << csvField(base::dumpJson(cols)) << "\r\n";
+      out_ << "row," << t.name << ',' << r.seq << ',' << formatTime(ms) << ',' << r.prev_hash << ','
+           << r.hash << ',' << csvField(base::dumpJson(cols)) << "\r\n";
       return;
     }
     Json line = Json::object();
     line["type"] = "row";
     line["table"] = t.name;
-    line["seq"] = seq;
+    line["seq"] = r.seq;
     line["time"] = formatTime(ms);
-    line["prev_hash"] = prev;
-    line["hash"] = hash;
+    line["prev_hash"] = std::string(r.prev_hash);
+    line["hash"] = std::string(r.hash);
     line["columns"] = std::move(cols);
     out_ << base::dumpJson(line) << '\n';
   }
-  void checkpoint(Stmt& c) {
-    Json cp = detail::checkpointJson(c.get());
+  void checkpoint(const detail::CheckpointRow& c) {
+    Json cp = detail::checkpointJson(c);
     if (format_ == ExportFormat::kCsv) {
-      out_ << "checkpoint,checkpoints," << c.columnInt(0) << ',' << formatTime(c.columnInt(5))
-           << ",,," << csvField(base::dumpJson(cp)) << "\r\n";
+      out_ << "checkpoint,checkpoints," << c.seq << ',' << formatTime(c.ts) << ",,,"
+           << csvField(base::dumpJson(cp)) << "\r\n";
       return;
     }
     Json line = Json::object();
     line["type"] = "checkpoint";
-    line["time"] = formatTime(c.columnInt(5));
+    line["time"] = formatTime(c.ts);
     line.update(cp);
     out_ << base::dumpJson(line) << '\n';
   }
@@ -113,71 +96,61 @@ class Writer {
   ExportFormat format_;
 };
 
+base::Error writeFailed() {
+  return base::Error{base::Code::kIo, "cannot write the export (output closed or full)"};
+}
+
 }  // namespace
+
+namespace detail {
+
+std::expected<ExportStats, base::Error> exportSource(ChainSource& source, ExportFormat format,
+                                                     std::int64_t after, std::ostream& out) {
+  ExportStats stats;
+  stats.last_seq = after;
+  Writer writer(out, format);
+  CheckpointRow ckpt;
+  auto have_ckpt = source.nextCheckpoint(ckpt);
+  ChainRow row;
+  for (;;) {
+    if (!have_ckpt) return std::unexpected(have_ckpt.error());
+    auto more = source.nextRow(row);
+    if (!more) return std::unexpected(more.error());
+    // Checkpoints go right after the row at their position (before any later row).
+    while (*have_ckpt && (!*more || ckpt.position < row.seq)) {
+      writer.checkpoint(ckpt);
+      ++stats.checkpoints;
+      have_ckpt = source.nextCheckpoint(ckpt);
+      if (!have_ckpt) return std::unexpected(have_ckpt.error());
+    }
+    if (!*more) break;
+    writer.row(row);
+    ++stats.rows;
+    stats.last_seq = row.seq;
+    if (!out) return std::unexpected(writeFailed());
+  }
+  out.flush();
+  if (!out) return std::unexpected(writeFailed());
+  return stats;
+}
+
+}  // namespace detail
 
 std::expected<ExportStats, base::Error> exportChain(const std::filesystem::path& db,
                                                     const ExportOptions& options,
                                                     std::ostream& out) {
-  auto conn = detail::openReadSnapshot(db);
-  if (!conn) return std::unexpected(conn.error());
-  sqlite3* raw = conn->get();
-
-  ExportStats stats;
   std::int64_t after = std::max<std::int64_t>(options.after_seq, 0);
-  stats.last_seq = after;
   if (options.since_ms) {
-    auto first = firstSeqSince(db, raw, *options.since_ms);
+    auto conn = detail::openReadSnapshot(db);
+    if (!conn) return std::unexpected(conn.error());
+    auto first = firstSeqSince(db, conn->get(), *options.since_ms);
     if (!first) return std::unexpected(first.error());
-    if (!*first) return stats;  // nothing that recent
+    if (!*first) return ExportStats{0, 0, after};  // nothing that recent
     after = std::max(after, **first - 1);
   }
-
-  std::vector<TableCursor> cursors;
-  for (const auto& t : detail::chainTables()) {
-    TableCursor c;
-    c.table = &t;
-    auto st = detail::prepare(db, raw, detail::chainSelectSql(t));
-    if (!st) return std::unexpected(st.error());
-    c.stmt = std::move(*st);
-    c.stmt.bindInt(1, after);
-    if (auto r = step(db, raw, c); !r) return std::unexpected(r.error());
-    cursors.push_back(std::move(c));
-  }
-  auto ckpt = detail::prepare(
-      db, raw,
-      fmt::format("{} WHERE position > ?1 ORDER BY position, seq", detail::kCheckpointSelect));
-  if (!ckpt) return std::unexpected(ckpt.error());
-  ckpt->bindInt(1, after);
-  int ckpt_rc = ckpt->step();
-
-  Writer writer(out, options.format);
-  for (;;) {
-    TableCursor* cur = nullptr;
-    for (auto& c : cursors) {
-      if (c.has_row && (!cur || c.seq < cur->seq)) cur = &c;
-    }
-    // Checkpoints go right after the row at their position (before any later row).
-    while (ckpt_rc == SQLITE_ROW && (!cur || ckpt->columnInt(1) < cur->seq)) {
-      writer.checkpoint(*ckpt);
-      ++stats.checkpoints;
-      ckpt_rc = ckpt->step();
-    }
-    if (!cur) break;
-    writer.row(*cur->table, cur->stmt.get(), cur->seq);
-    ++stats.rows;
-    stats.last_seq = cur->seq;
-    if (auto r = step(db, raw, *cur); !r) return std::unexpected(r.error());
-    if (!out)
-      return std::unexpected(
-          base::Error{base::Code::kIo, "cannot write the export (output closed or full)"});
-  }
-  if (ckpt_rc != SQLITE_DONE)
-    return std::unexpected(detail::sqliteError(db, raw, ckpt_rc, "cannot read checkpoints"));
-  out.flush();
-  if (!out)
-    return std::unexpected(
-        base::Error{base::Code::kIo, "cannot write the export (output closed or full)"});
-  return stats;
+  auto source = detail::openSqliteChain(db, after);
+  if (!source) return std::unexpected(source.error());
+  return detail::exportSource(**source, options.format, after, out);
 }
 
 namespace {

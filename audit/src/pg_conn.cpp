@@ -12,10 +12,40 @@ base::Error pgError(PGconn* c, std::string_view what) {
   return base::Error{base::Code::kIo, fmt::format("postgresql: {}: {}", what, msg)};
 }
 
+namespace {
+
+/// The password a connection string names: a URI's user:PASSWORD@ or a password= parameter
+/// ("" when none).
+std::string passwordIn(std::string_view conninfo) {
+  if (const auto scheme = conninfo.find("://"); scheme != std::string_view::npos) {
+    const std::string_view rest = conninfo.substr(scheme + 3);
+    const auto at = rest.find('@');
+    const auto colon = rest.substr(0, at).find(':');
+    if (at != std::string_view::npos && colon != std::string_view::npos)
+      return std::string(rest.substr(colon + 1, at - colon - 1));
+  }
+  const auto p = conninfo.find("password=");
+  if (p == std::string_view::npos) return {};
+  const std::string_view v = conninfo.substr(p + 9);
+  return std::string(v.substr(0, v.find_first_of("& ")));
+}
+
+/// `e` with every copy of the connection string's password replaced: libpq's messages quote
+/// parts of a malformed URI, which may be the password.
+base::Error redacted(base::Error e, std::string_view conninfo) {
+  const std::string pw = passwordIn(conninfo);
+  if (pw.empty()) return e;
+  for (auto at = e.message.find(pw); at != std::string::npos; at = e.message.find(pw, at + 3))
+    e.message.replace(at, pw.size(), "***");
+  return e;
+}
+
+}  // namespace
+
 std::expected<PgConn, base::Error> pgConnect(const std::string& conninfo) {
   PgConn c(PQconnectdb(conninfo.c_str()));
   if (!c || PQstatus(c.get()) != CONNECTION_OK)
-    return std::unexpected(pgError(c.get(), "cannot connect"));
+    return std::unexpected(redacted(pgError(c.get(), "cannot connect"), conninfo));
   // The server's notices ("relation ... already exists, skipping") are not the user's business.
   PQsetNoticeProcessor(
       c.get(), [](void*, const char*) {}, nullptr);

@@ -3,10 +3,10 @@
 #include <fmt/format.h>
 
 #include <charconv>
-#include <cstdlib>
 #include <limits>
 #include <vector>
 
+#include "chain_rows.hpp"
 #include "chain_source.hpp"
 #include "pg_conn.hpp"
 #include "sluice/audit/central.hpp"
@@ -63,7 +63,10 @@ struct PgCursor {
 
 class PgChainSource final : public detail::ChainSource {
  public:
-  explicit PgChainSource(const CentralTarget& target) : target_(target) {}
+  /// Rows after seq `after` and checkpoints past that position (verify: all of them).
+  explicit PgChainSource(const CentralTarget& target,
+                         std::int64_t after = std::numeric_limits<std::int64_t>::min())
+      : target_(target), after_(after) {}
 
   std::expected<void, base::Error> open() {
     auto c = detail::pgConnect(target_.conninfo);
@@ -83,16 +86,17 @@ class PgChainSource final : public detail::ChainSource {
       cur.row = -1;
       const std::string sql = fmt::format(
           "DECLARE {} NO SCROLL CURSOR FOR SELECT seq, prev_hash, hash, {} FROM {} "
-          "WHERE node = {} ORDER BY seq",
-          cur.name, detail::columnList(t, ""), t.name, node_literal_);
+          "WHERE node = {} AND seq > {} ORDER BY seq",
+          cur.name, detail::columnList(t, ""), t.name, node_literal_, after_);
       if (auto r = detail::pgExec(conn_.get(), sql); !r) return std::unexpected(r.error());
       if (auto r = cur.next(conn_.get()); !r) return r;
       cursors_.push_back(std::move(cur));
     }
     auto ck = detail::pgExec(conn_.get(), fmt::format("SELECT seq, position, root, signature, "
                                                       "key_id, ts, frontier FROM checkpoints "
-                                                      "WHERE node = {} ORDER BY position, seq",
-                                                      node_literal_));
+                                                      "WHERE node = {} AND position > {} "
+                                                      "ORDER BY position, seq",
+                                                      node_literal_, after_));
     if (!ck) return std::unexpected(ck.error());
     checkpoints_ = std::move(*ck);
     return {};
@@ -145,8 +149,34 @@ class PgChainSource final : public detail::ChainSource {
 
   std::string_view headName() const override { return "ship_positions"; }
 
+  /// The first seq (in chain order) whose row's time is >= `since_ms`; nullopt when none.
+  std::expected<std::optional<std::int64_t>, base::Error> firstSeqSince(std::int64_t since_ms) {
+    std::string sql;
+    for (const auto& t : detail::chainTables()) {
+      sql += fmt::format("{}SELECT min(seq) AS s FROM {} WHERE node = $1 AND {} >= $2",
+                         sql.empty() ? "" : " UNION ALL ", t.name, t.time_column);
+    }
+    const std::string since = std::to_string(since_ms);
+    auto r = detail::pgExec(conn_.get(), "SELECT min(s) FROM (" + sql + ") m",
+                            {target_.node.c_str(), since.c_str()});
+    if (!r) return std::unexpected(r.error());
+    if (PQntuples(r->get()) != 1 || PQgetisnull(r->get(), 0, 0)) return std::nullopt;
+    return toInt(r->get(), 0, 0);
+  }
+
+  /// The seq of the node's execution `id`; nullopt when it has none.
+  std::expected<std::optional<std::int64_t>, base::Error> executionSeq(std::string_view id) {
+    const std::string key(id);
+    auto r = detail::pgExec(conn_.get(), "SELECT seq FROM executions WHERE node = $1 AND id = $2",
+                            {target_.node.c_str(), key.c_str()});
+    if (!r) return std::unexpected(r.error());
+    if (PQntuples(r->get()) != 1) return std::nullopt;
+    return toInt(r->get(), 0, 0);
+  }
+
  private:
   const CentralTarget& target_;
+  const std::int64_t after_;
   detail::PgConn conn_;
   std::string node_literal_;
   std::vector<PgCursor> cursors_;
@@ -182,8 +212,108 @@ std::expected<CentralTarget, base::Error> parseCentralUri(std::string_view uri,
   out.conninfo += rest;
   if (out.node.empty() && node_required)
     return base::fail(base::Code::kInvalidArgument,
-                      "a postgresql:// audit database needs ?node=ID (whose chain to verify)");
+                      "a postgresql:// audit database needs ?node=ID (whose rows to read)");
   return out;
+}
+
+namespace {
+
+/// The node's latest checkpoint as JSON (nullopt: none), read to the end of `source`'s list.
+std::expected<std::optional<nlohmann::ordered_json>, base::Error> latestCheckpoint(
+    detail::ChainSource& source) {
+  std::optional<nlohmann::ordered_json> latest;
+  detail::CheckpointRow c;
+  for (;;) {
+    auto more = source.nextCheckpoint(c);
+    if (!more) return std::unexpected(more.error());
+    if (!*more) return latest;
+    latest = detail::checkpointJson(c);
+  }
+}
+
+/// The row at `seq` and the audit path of leaf seq - 1 over rows 1..position, from one pass
+/// over the node's chain (checking it is unbroken), as JSON text.
+std::expected<std::string, base::Error> provePath(detail::ChainSource& source,
+                                                  const std::string& node, std::int64_t seq,
+                                                  const nlohmann::ordered_json& checkpoint) {
+  const auto position = checkpoint["position"].get<std::int64_t>();
+  detail::InclusionPathBuilder tree(static_cast<std::uint64_t>(seq - 1),
+                                    static_cast<std::uint64_t>(position));
+  const detail::ChainTable* table = nullptr;
+  std::string prev, hash;
+  nlohmann::ordered_json columns;
+  detail::ChainRow row;
+  std::int64_t rows = 0;
+  while (rows < position) {
+    auto more = source.nextRow(row);
+    if (!more) return std::unexpected(more.error());
+    if (!*more) break;
+    const auto d = detail::fromHex(row.hash);
+    if (row.seq != rows + 1 || !d)
+      return base::fail(base::Code::kIntegrity,
+                        fmt::format("{}: the chain is broken at seq {}; run sluice audit verify",
+                                    node, rows + 1));
+    tree.append(detail::leafHash(*d));
+    if (row.seq == seq) {
+      table = row.table;
+      prev = row.prev_hash;
+      hash = row.hash;
+      columns = detail::valuesJson(*row.table, row.values);
+    }
+    ++rows;
+  }
+  if (rows != position || !table)
+    return base::fail(base::Code::kIntegrity,
+                      fmt::format("{}: the chain ends at seq {} but the checkpoint covers {}; run "
+                                  "sluice audit verify",
+                                  node, rows, position));
+  if (detail::toHex(tree.root()) != checkpoint["root"].get<std::string>())
+    return base::fail(base::Code::kIntegrity,
+                      fmt::format("{}: rows 1..{} do not match checkpoint seq {}'s root; run "
+                                  "sluice audit verify --pubkey",
+                                  node, position, checkpoint["seq"].get<std::int64_t>()));
+  return detail::proofJson(*table, seq, prev, hash, std::move(columns), position, tree.path(),
+                           checkpoint);
+}
+
+}  // namespace
+
+std::expected<std::string, base::Error> proveCentral(const CentralTarget& target,
+                                                     std::string_view execution_id) {
+  PgChainSource source(target);
+  if (auto r = source.open(); !r) return std::unexpected(r.error());
+  const std::string node = "postgresql node " + target.node;
+  auto seq = source.executionSeq(execution_id);
+  if (!seq) return std::unexpected(seq.error());
+  if (!*seq)
+    return base::fail(base::Code::kNotFound,
+                      fmt::format("{}: no execution with id '{}'", node, execution_id));
+  auto checkpoint = latestCheckpoint(source);
+  if (!checkpoint) return std::unexpected(checkpoint.error());
+  if (!*checkpoint || (**checkpoint)["position"].get<std::int64_t>() < **seq)
+    return base::fail(base::Code::kNotFound,
+                      fmt::format("{}: execution {} (seq {}) is not covered by a shipped signed "
+                                  "checkpoint yet",
+                                  node, execution_id, **seq));
+  return provePath(source, node, **seq, **checkpoint);
+}
+
+std::expected<ExportStats, base::Error> exportCentral(const CentralTarget& target,
+                                                      const ExportOptions& options,
+                                                      std::ostream& out) {
+  std::int64_t after = std::max<std::int64_t>(options.after_seq, 0);
+  if (options.since_ms) {
+    // The first row that recent, in a snapshot of its own: it only picks where to start.
+    PgChainSource probe(target);
+    if (auto r = probe.open(); !r) return std::unexpected(r.error());
+    auto first = probe.firstSeqSince(*options.since_ms);
+    if (!first) return std::unexpected(first.error());
+    if (!*first) return ExportStats{0, 0, after};  // nothing that recent
+    after = std::max(after, **first - 1);
+  }
+  PgChainSource source(target, after);
+  if (auto r = source.open(); !r) return std::unexpected(r.error());
+  return detail::exportSource(source, options.format, after, out);
 }
 
 std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,
@@ -191,51 +321,6 @@ std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& targ
   PgChainSource source(target);
   if (auto r = source.open(); !r) return std::unexpected(r.error());
   return detail::verifyChain(source, options);
-}
-
-namespace {
-
-/// Cell (row, col) of a result as Reader::sql gives it: NULL, integer, real or text.
-Cell cellOf(const PGresult* r, int row, int col) {
-  if (PQgetisnull(r, row, col)) return std::monostate{};
-  switch (PQftype(r, col)) {
-    case 20:  // int8
-    case 21:  // int2
-    case 23:  // int4
-      return toInt(r, row, col);
-    case 700:  // float4
-    case 701:  // float8
-      return std::strtod(PQgetvalue(r, row, col), nullptr);
-    default:
-      return std::string(text(r, row, col));
-  }
-}
-
-}  // namespace
-
-std::expected<ResultTable, base::Error> sqlCentral(const CentralTarget& target,
-                                                   std::string_view statement) {
-  auto c = detail::pgConnect(target.conninfo);
-  if (!c) return std::unexpected(c.error());
-  if (auto r = detail::pgExec(c->get(), "BEGIN READ ONLY"); !r) return std::unexpected(r.error());
-  // PQexecParams: exactly one statement (a second one after ';' is refused by the server).
-  const std::string sql(statement);
-  PgResult res(PQexecParams(c->get(), sql.c_str(), 0, nullptr, nullptr, nullptr, nullptr, 0));
-  if (!res || PQresultStatus(res.get()) != PGRES_TUPLES_OK)
-    return std::unexpected(detail::pgError(c->get(), "sql"));
-  const PGresult* r = res.get();
-  ResultTable table;
-  for (int i = 0; i < PQnfields(r); ++i) {
-    table.columns.emplace_back(PQfname(r, i));
-    table.json_columns.push_back(detail::columnKind(table.columns.back()) ==
-                                 detail::ColumnKind::kJson);
-  }
-  for (int row = 0; row < PQntuples(r); ++row) {
-    std::vector<Cell> cells;
-    for (int col = 0; col < PQnfields(r); ++col) cells.push_back(cellOf(r, row, col));
-    table.rows.push_back(std::move(cells));
-  }
-  return table;
 }
 
 }  // namespace sluice::audit

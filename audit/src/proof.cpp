@@ -16,7 +16,7 @@ namespace sluice::audit {
 namespace {
 
 using Json = nlohmann::ordered_json;
-constexpr std::string_view kProofType = "sluice-inclusion-proof/v1";
+using detail::kProofType;
 
 /// The audit path of leaf `index` and the root of the tree over rows 1..position, from one pass
 /// over their chain hashes in seq order, checking they form an unbroken sequence. Memory is
@@ -96,21 +96,9 @@ std::expected<std::string, base::Error> proveExecution(const std::filesystem::pa
                                                    "{}'s root; run sluice audit verify --pubkey",
                                                    db.string(), position, ckpt->columnInt(0))});
   }
-  Json path = Json::array();
-  for (const auto& d : tree->path()) path.push_back(detail::toHex(d));
-
-  Json proof = Json::object();
-  proof["type"] = kProofType;
-  proof["row"] = {{"table", table.name},
-                  {"seq", seq},
-                  {"prev_hash", std::string(row->columnText(1))},
-                  {"hash", std::string(row->columnText(2))},
-                  {"columns", detail::rowColumnsJson(row->get(), table)}};
-  proof["leaf_index"] = seq - 1;
-  proof["tree_size"] = position;
-  proof["audit_path"] = std::move(path);
-  proof["checkpoint"] = detail::checkpointJson(ckpt->get());
-  return base::dumpJson(proof, 2) + "\n";
+  return detail::proofJson(table, seq, row->columnText(1), row->columnText(2),
+                           detail::rowColumnsJson(row->get(), table), position, tree->path(),
+                           detail::checkpointJson(ckpt->get()));
 }
 
 ProofCheck checkProof(std::string_view proof_json, const PublicKey& key) {

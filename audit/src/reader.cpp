@@ -7,6 +7,7 @@
 #include <array>
 #include <string>
 
+#include "reader_backend.hpp"
 #include "rows.hpp"
 #include "schema.hpp"
 #include "sqlite_db.hpp"
@@ -37,63 +38,82 @@ bool contains(const std::array<std::string_view, N>& list, std::string_view s) {
   return false;
 }
 
-/// A bound parameter. (Not a std::variant: g++ 12 warns falsely about its string member.)
-struct Bind {
-  bool is_text = false;
-  std::int64_t i = 0;
-  std::string s;
-};
-Bind textBind(std::string s) { return Bind{true, 0, std::move(s)}; }
-Bind intBind(std::int64_t i) { return Bind{false, i, {}}; }
+using detail::Bind;
+using detail::intBind;
+using detail::textBind;
 
-/// The SQL of `sluice audit query` for a filter: one statement per kind, its parameters bound
-/// in order. The event kinds list their table's columns from the row descriptions (rows.hpp).
+/// The SQL of `sluice audit query` and `show` for a filter: one statement per kind, its
+/// parameters bound in order, for either backend (QueryDialect). The event kinds list their
+/// table's columns from the row descriptions (rows.hpp).
 class QuerySql {
  public:
-  explicit QuerySql(const QueryFilter& f) : f_(f) {}
+  QuerySql(const QueryFilter& f, const detail::QueryDialect& d) : f_(f), d_(d) {
+    if (d_.postgres) node_ = param(textBind(d_.node));
+  }
 
-  /// "?N" for a new parameter.
+  /// "?N" (or "$N") for a new parameter.
   std::string param(Bind b) {
     binds_.push_back(std::move(b));
-    return fmt::format("?{}", binds_.size());
+    return fmt::format("{}{}", d_.postgres ? '$' : '?', binds_.size());
   }
   const std::vector<Bind>& binds() const { return binds_; }
+
+  /// `table` as `alias` in a FROM clause. Every table is read through here: in PostgreSQL that
+  /// is only the node's rows, so no other node's row can reach a result.
+  std::string from(std::string_view table, std::string_view alias) const {
+    if (!d_.postgres) return fmt::format("{} {}", table, alias);
+    // SQLite's requests.id is a generated column (= seq); the central table has no copy of it.
+    const std::string_view id = table == "requests" ? "seq AS id, " : "";
+    return fmt::format("(SELECT {}* FROM {} WHERE node = {}) {}", id, table, node_, alias);
+  }
+
+  /// a = b where NULL equals NULL.
+  std::string same(std::string_view a, std::string_view b) const {
+    return fmt::format("{} {} {}", a, d_.postgres ? "IS NOT DISTINCT FROM" : "IS", b);
+  }
 
   /// The attempts of e.id with `decision`, counted as its receipt counts them (docs/audit.md
   /// "What is counted"): every requests row, and the connections rows
   /// audit::countsAsAttempt selects (the same rule in SQL).
-  static std::string attempts(std::string_view decision) {
+  std::string attempts(std::string_view decision) const {
     const std::string d = "'" + std::string(decision) + "'";
-    return "((SELECT count(*) FROM requests r WHERE r.execution_id = e.id AND r.decision = " + d +
-           ") + (SELECT count(*) FROM connections c WHERE c.execution_id = e.id"
-           " AND c.decision = " +
-           d +
+    return "((SELECT count(*) FROM " + from("requests", "r") +
+           " WHERE r.execution_id = e.id AND r.decision = " + d + ") + (SELECT count(*) FROM " +
+           from("connections", "c") + " WHERE c.execution_id = e.id AND c.decision = " + d +
            " AND coalesce(c.kind, '') <> 'http'"
            " AND NOT (c.decision IN ('allow', 'would_deny')"
            " AND coalesce(c.tls, 'none') IN ('inspect', 'none'))))";
   }
 
+  /// The sum of the execution's connections' `column` (0 when none).
+  std::string connectionSum(std::string_view column) const {
+    return fmt::format(
+        "(SELECT CAST(coalesce(sum(c.{}), 0) AS BIGINT) FROM {}"
+        " WHERE c.execution_id = e.id)",
+        column, from("connections", "c"));
+  }
+
   /// Each execution with a summary of what it tried to reach.
   std::string executions() {
+    const std::string hosts =
+        d_.postgres ? "string_agg(h, ' ' ORDER BY h)" : "group_concat(h, ' ')";
     std::string sql =
         "SELECT e.id, e.workflow, e.started_at, e.ended_at - e.started_at AS duration_ms,"
         " e.exit_code, e.signal, e.limit_hit, " +
         attempts("allow") + " AS allowed, " + attempts("deny") + " AS denied, " + attempts("fail") +
-        " AS failed,"
-        " (SELECT coalesce(sum(c.bytes_up), 0) FROM connections c"
-        "   WHERE c.execution_id = e.id) AS bytes_out,"
-        " (SELECT coalesce(sum(c.bytes_down), 0) FROM connections c"
-        "   WHERE c.execution_id = e.id) AS bytes_in,"
-        " (SELECT group_concat(h, ' ') FROM (SELECT DISTINCT c.host || ':' || c.port AS h"
-        "   FROM connections c WHERE c.execution_id = e.id ORDER BY h)) AS hosts"
-        " FROM executions e WHERE 1";
+        " AS failed, " + connectionSum("bytes_up") + " AS bytes_out, " +
+        connectionSum("bytes_down") + " AS bytes_in, (SELECT " + hosts +
+        " FROM (SELECT DISTINCT c.host || ':' || c.port AS h FROM " + from("connections", "c") +
+        " WHERE c.execution_id = e.id ORDER BY h) hs) AS hosts FROM " + from("executions", "e") +
+        " WHERE 1 = 1";
     if (f_.workflow) sql += " AND e.workflow = " + param(textBind(*f_.workflow));
     if (f_.execution) sql += " AND e.id = " + param(textBind(*f_.execution));
     if (f_.since_ms) sql += " AND e.started_at >= " + param(intBind(*f_.since_ms));
     if (f_.until_ms) sql += " AND e.started_at < " + param(intBind(*f_.until_ms));
     // --decision and --host together mean one connection with both (e.g. allowed to host Y).
     if (f_.decision || f_.host) {
-      sql += " AND EXISTS (SELECT 1 FROM connections c WHERE c.execution_id = e.id";
+      sql +=
+          " AND EXISTS (SELECT 1 FROM " + from("connections", "c") + " WHERE c.execution_id = e.id";
       if (f_.decision) sql += " AND c.decision = " + param(textBind(*f_.decision));
       if (f_.host) sql += " AND c.host = " + param(textBind(*f_.host));
       sql += ")";
@@ -105,29 +125,31 @@ class QuerySql {
   /// kind.
   std::string events(std::string_view kind) {
     if (kind == "connections") {
-      return "SELECT t.seq, " + columns("connections", {"policy_sha256"}) + " FROM connections t" +
-             where();
+      return "SELECT t.seq, " + columns("connections", {"policy_sha256"}) + " FROM " +
+             from("connections", "t") + where();
     }
     if (kind == "requests")
-      return "SELECT t.id, " + columns("requests") + " FROM requests t" + where();
+      return "SELECT t.id, " + columns("requests") + " FROM " + from("requests", "t") + where();
     if (kind == "forwards") {
       // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
-      return "SELECT t.id, " + columns("forwards") +
-             ", EXISTS (SELECT 1 FROM requests r WHERE r.execution_id IS t.execution_id"
-             "   AND r.workflow = t.workflow AND r.ts = t.ts AND r.method IS t.method"
-             "   AND r.host IS t.host AND r.path IS t.path AND r.seq > t.seq) AS completed"
-             " FROM (SELECT seq AS id, * FROM forwards) t" +
-             where();
+      return "SELECT t.id, " + columns("forwards") + ", CASE WHEN EXISTS (SELECT 1 FROM " +
+             from("requests", "r") + " WHERE " + same("r.execution_id", "t.execution_id") +
+             " AND r.workflow = t.workflow AND r.ts = t.ts AND " + same("r.method", "t.method") +
+             " AND " + same("r.host", "t.host") + " AND " + same("r.path", "t.path") +
+             " AND r.seq > t.seq) THEN 1 ELSE 0 END AS completed"
+             " FROM (SELECT f.seq AS id, f.* FROM " +
+             from("forwards", "f") + ") t" + where();
     }
     if (kind == "dns") {
       // sluice's DNS: one row per query; --host matches the queried name.
       return "SELECT t.id, " + columns("dns_queries") +
-             " FROM (SELECT seq AS id, name AS host, * FROM dns_queries) t" + where();
+             " FROM (SELECT d.seq AS id, d.name AS host, d.* FROM " + from("dns_queries", "d") +
+             ") t" + where();
     }
     if (kind == "approvals") {
       // Decided approvals of `ask` rules; --since/--until apply to when it was asked.
-      return "SELECT t.seq, " + columns("approvals") +
-             " FROM (SELECT asked_at AS ts, * FROM approvals) t" + where();
+      return "SELECT t.seq, " + columns("approvals") + " FROM (SELECT a.asked_at AS ts, a.* FROM " +
+             from("approvals", "a") + ") t" + where();
     }
     if (kind == "events") return interleaved();
     if (kind == "shadow-diff") return shadowDiff();
@@ -142,7 +164,7 @@ class QuerySql {
 
   /// Conditions on an event row aliased `t` (time column `ts`).
   std::string where() {
-    std::string w = " WHERE 1";
+    std::string w = " WHERE 1 = 1";
     if (f_.workflow) w += " AND t.workflow = " + param(textBind(*f_.workflow));
     if (f_.execution) w += " AND t.execution_id = " + param(textBind(*f_.execution));
     if (f_.decision) w += " AND t.decision = " + param(textBind(*f_.decision));
@@ -158,12 +180,12 @@ class QuerySql {
     std::string req_where = where();
     return "SELECT * FROM (SELECT t.seq, 'connection' AS type, t.ts, t.execution_id, t.workflow,"
            " t.decision, t.rule_id, t.reason, t.host, t.port, NULL AS method, NULL AS path,"
-           " NULL AS status, t.detail, NULL AS injected_secrets FROM connections t" +
-           conn_where +
+           " NULL AS status, t.detail, NULL AS injected_secrets FROM " +
+           from("connections", "t") + conn_where +
            " UNION ALL SELECT t.seq, 'request', t.ts, t.execution_id, t.workflow, t.decision,"
            " t.rule_id, t.reason, t.host, NULL, t.method, t.path, t.status, NULL,"
-           " t.injected_secrets FROM requests t" +
-           req_where + ")";
+           " t.injected_secrets FROM " +
+           from("requests", "t") + req_where + ") u";
   }
 
   /// Where a row's shadow decision (`--shadow-policy`) differs from its decision: allow,
@@ -181,19 +203,21 @@ class QuerySql {
     const std::string dns_where = where() + shadowDiffers();
     return "SELECT * FROM (SELECT t.seq, 'connection' AS type, t.ts, t.execution_id, t.workflow,"
            " t.decision, t.rule_id, t.shadow_decision, t.shadow_rule, t.reason, t.host, t.port,"
-           " NULL AS method, NULL AS path FROM connections t" +
-           conn_where +
+           " NULL AS method, NULL AS path FROM " +
+           from("connections", "t") + conn_where +
            " UNION ALL SELECT t.seq, 'request', t.ts, t.execution_id, t.workflow, t.decision,"
            " t.rule_id, t.shadow_decision, t.shadow_rule, t.reason, t.host, NULL, t.method,"
-           " t.path FROM requests t" +
-           req_where +
+           " t.path FROM " +
+           from("requests", "t") + req_where +
            " UNION ALL SELECT t.seq, 'dns', t.ts, t.execution_id, t.workflow, t.decision,"
            " t.rule_id, t.shadow_decision, t.shadow_rule, t.reason, t.host, NULL, t.qtype, NULL"
-           " FROM (SELECT name AS host, * FROM dns_queries) t" +
-           dns_where + ")";
+           " FROM (SELECT d.name AS host, d.* FROM " +
+           from("dns_queries", "d") + ") t" + dns_where + ") u";
   }
 
   const QueryFilter& f_;
+  const detail::QueryDialect& d_;
+  std::string node_;  // PostgreSQL: the node's parameter
   std::vector<Bind> binds_;
 };
 
@@ -202,30 +226,30 @@ std::string columnsOf(std::string_view table, std::initializer_list<std::string_
   return detail::columnList(*detail::findChainTable(table), "", omit);
 }
 
-}  // namespace
-
-class Reader::Impl {
+/// The node's own SQLite store.
+class SqliteReader final : public Reader::Impl {
  public:
-  explicit Impl(std::filesystem::path path) : path_(std::move(path)) {}
+  explicit SqliteReader(std::filesystem::path path) : path_(std::move(path)) {}
 
   std::expected<void, base::Error> open();
   std::expected<ResultTable, base::Error> run(std::string_view sql, const std::vector<Bind>& binds,
-                                              bool format_times, bool single_statement);
-  std::expected<Stmt, base::Error> prepareReadOnly(std::string_view sql, bool single_statement);
-  const std::filesystem::path& path() const { return path_; }
+                                              bool format_times, bool single_statement) override;
+  const detail::QueryDialect& dialect() const override { return dialect_; }
 
  private:
+  std::expected<Stmt, base::Error> prepareReadOnly(std::string_view sql, bool single_statement);
   static int authorize(void* self, int action, const char* a, const char* b, const char* db,
                        const char* trigger);
 
   std::filesystem::path path_;
   detail::Db db_;
   std::string refused_;  // what the authorizer refused last, for the error message
+  detail::QueryDialect dialect_;
 };
 
-int Reader::Impl::authorize(void* self, int action, const char* a, const char* b,
+int SqliteReader::authorize(void* self, int action, const char* a, const char* b,
                             const char* /*db*/, const char* /*trigger*/) {
-  auto* impl = static_cast<Impl*>(self);
+  auto* impl = static_cast<SqliteReader*>(self);
   switch (action) {
     case SQLITE_SELECT:
     case SQLITE_READ:
@@ -259,7 +283,7 @@ int Reader::Impl::authorize(void* self, int action, const char* a, const char* b
   }
 }
 
-std::expected<void, base::Error> Reader::Impl::open() {
+std::expected<void, base::Error> SqliteReader::open() {
   std::error_code ec;
   if (!std::filesystem::exists(path_, ec)) {
     return std::unexpected(base::Error{base::Code::kNotFound, path_.string() + ": no such file"});
@@ -275,12 +299,12 @@ std::expected<void, base::Error> Reader::Impl::open() {
   sqlite3_limit(raw, SQLITE_LIMIT_ATTACHED, 0);
   sqlite3_db_config(raw, SQLITE_DBCONFIG_DEFENSIVE, 1, nullptr);
   sqlite3_db_config(raw, SQLITE_DBCONFIG_ENABLE_LOAD_EXTENSION, 0, nullptr);
-  sqlite3_set_authorizer(raw, &Impl::authorize, this);
+  sqlite3_set_authorizer(raw, &SqliteReader::authorize, this);
   return {};
 }
 
 // One read-only statement of `sql` (exactly one when `single_statement`), or why not.
-std::expected<Stmt, base::Error> Reader::Impl::prepareReadOnly(std::string_view sql,
+std::expected<Stmt, base::Error> SqliteReader::prepareReadOnly(std::string_view sql,
                                                                bool single_statement) {
   sqlite3* raw = db_.get();
   sqlite3_stmt* s = nullptr;
@@ -317,7 +341,7 @@ std::expected<Stmt, base::Error> Reader::Impl::prepareReadOnly(std::string_view 
   return stmt;
 }
 
-std::expected<ResultTable, base::Error> Reader::Impl::run(std::string_view sql,
+std::expected<ResultTable, base::Error> SqliteReader::run(std::string_view sql,
                                                           const std::vector<Bind>& binds,
                                                           bool format_times,
                                                           bool single_statement) {
@@ -377,11 +401,13 @@ std::expected<ResultTable, base::Error> Reader::Impl::run(std::string_view sql,
   return table;
 }
 
+}  // namespace
+
 Reader::Reader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Reader::~Reader() = default;
 
 std::expected<std::unique_ptr<Reader>, base::Error> Reader::open(const std::filesystem::path& db) {
-  auto impl = std::make_unique<Impl>(db);
+  auto impl = std::make_unique<SqliteReader>(db);
   if (auto r = impl->open(); !r) return std::unexpected(r.error());
   return std::unique_ptr<Reader>(new Reader(std::move(impl)));
 }
@@ -403,7 +429,7 @@ std::expected<ResultTable, base::Error> Reader::query(const QueryFilter& f) {
                                        "--decision does not apply to forwards (every forward was "
                                        "allowed; its outcome is the matching request)"});
   }
-  QuerySql q(f);
+  QuerySql q(f, impl_->dialect());
   std::string sql = kind == "executions" ? q.executions() : q.events(kind);
   if (sql.empty()) {
     return std::unexpected(
@@ -418,29 +444,35 @@ std::expected<ResultTable, base::Error> Reader::query(const QueryFilter& f) {
 }
 
 std::expected<std::optional<ExecutionDetail>, base::Error> Reader::show(std::string_view id) {
-  std::vector<Bind> binds{textBind(std::string(id))};
+  const QueryFilter all;
+  QuerySql q(all, impl_->dialect());
+  const std::string id_param = q.param(textBind(std::string(id)));
+  const std::string where = " WHERE t.id = " + id_param;
+  const auto& binds = q.binds();
   // The receipt is read apart, unformatted; the rest as `query` shows it.
-  auto exec = impl_->run("SELECT seq, " + columnsOf("executions", {"receipt"}) +
-                             ", hash FROM executions WHERE id = ?1",
+  auto exec = impl_->run("SELECT seq, " + columnsOf("executions", {"receipt"}) + ", hash FROM " +
+                             q.from("executions", "t") + where,
                          binds, true, false);
   if (!exec) return std::unexpected(exec.error());
   if (exec->rows.empty()) return std::optional<ExecutionDetail>{};
   ExecutionDetail d;
   d.execution = std::move(*exec);
-  auto receipt = impl_->run("SELECT receipt FROM executions WHERE id = ?1", binds, false, false);
+  auto receipt =
+      impl_->run("SELECT receipt FROM " + q.from("executions", "t") + where, binds, false, false);
   if (!receipt) return std::unexpected(receipt.error());
   if (!receipt->rows.empty()) {
     if (auto* s = std::get_if<std::string>(&receipt->rows[0][0])) d.receipt_json = *s;
   }
   // The execution's connections and requests, without the columns the execution gives.
+  const std::string of_exec = " WHERE t.execution_id = " + id_param;
   auto conns = impl_->run(
       "SELECT seq, " + columnsOf("connections", {"execution_id", "workflow", "policy_sha256"}) +
-          " FROM connections WHERE execution_id = ?1 ORDER BY seq",
+          " FROM " + q.from("connections", "t") + of_exec + " ORDER BY seq",
       binds, true, false);
   if (!conns) return std::unexpected(conns.error());
   d.connections = std::move(*conns);
   auto reqs = impl_->run("SELECT id, " + columnsOf("requests", {"execution_id", "workflow"}) +
-                             " FROM requests WHERE execution_id = ?1 ORDER BY seq",
+                             " FROM " + q.from("requests", "t") + of_exec + " ORDER BY seq",
                          binds, true, false);
   if (!reqs) return std::unexpected(reqs.error());
   d.requests = std::move(*reqs);

@@ -85,10 +85,13 @@ std::string verifySelectSql(const detail::ChainTable& t) {
 }
 
 /// The chain as the SQLite store holds it: one cursor per chained table, merged by seq, read
-/// in one snapshot.
+/// in one snapshot; rows after seq `after` and checkpoints past that position.
 class SqliteChainSource final : public detail::ChainSource {
  public:
-  explicit SqliteChainSource(const std::filesystem::path& db) : db_(db) {}
+  // Every row by default, even one inserted at seq <= 0 (which the walk reports as a duplicate).
+  explicit SqliteChainSource(std::filesystem::path db,
+                             std::int64_t after = std::numeric_limits<std::int64_t>::min())
+      : db_(std::move(db)), after_(after) {}
 
   std::expected<void, base::Error> open() {
     auto conn = detail::openReadSnapshot(db_);
@@ -101,16 +104,16 @@ class SqliteChainSource final : public detail::ChainSource {
       Cursor c;
       c.table = &t;
       c.stmt = std::move(*s);
-      // Every row, even one inserted at seq <= 0 (which the walk reports as a duplicate).
-      c.stmt.bindInt(1, std::numeric_limits<std::int64_t>::min());
+      c.stmt.bindInt(1, after_);
       if (auto r = c.next(db_, raw_); !r) return r;
       cursors_.push_back(std::move(c));
     }
     auto ckpt = detail::prepare(db_, raw_,
                                 "SELECT seq, position, root, signature, key_id, ts, frontier "
-                                "FROM checkpoints ORDER BY position, seq");
+                                "FROM checkpoints WHERE position > ?1 ORDER BY position, seq");
     if (!ckpt) return std::unexpected(ckpt.error());
     ckpt_ = std::move(*ckpt);
+    ckpt_.bindInt(1, after_);
     return {};
   }
 
@@ -156,7 +159,8 @@ class SqliteChainSource final : public detail::ChainSource {
   std::string_view headName() const override { return "chain_head"; }
 
  private:
-  const std::filesystem::path& db_;
+  const std::filesystem::path db_;
+  const std::int64_t after_;
   detail::Db conn_;  // before the statements: they are finalized first
   sqlite3* raw_ = nullptr;
   std::vector<Cursor> cursors_;
@@ -374,6 +378,13 @@ std::expected<VerifyResult, base::Error> verify(const std::filesystem::path& db,
 }
 
 namespace detail {
+
+std::expected<std::unique_ptr<ChainSource>, base::Error> openSqliteChain(
+    const std::filesystem::path& db, std::int64_t after) {
+  auto source = std::make_unique<SqliteChainSource>(db, after);
+  if (auto r = source->open(); !r) return std::unexpected(r.error());
+  return source;
+}
 
 std::expected<VerifyResult, base::Error> verifyChain(ChainSource& source,
                                                      const VerifyOptions& options,

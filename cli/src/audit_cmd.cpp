@@ -47,6 +47,23 @@ int fail(const std::string& message) {
   return 2;
 }
 
+/// The store `db` names: a SQLite file, or a node's rows in the central PostgreSQL store
+/// (every node's when `node_required` is false: audit sql).
+std::expected<std::unique_ptr<audit::Reader>, base::Error> openReader(const std::string& db,
+                                                                      bool node_required) {
+  if (!audit::isPostgresUri(db)) return audit::Reader::open(db);
+  auto target = audit::parseCentralUri(db, node_required);
+  if (!target) return std::unexpected(target.error());
+  return audit::openCentralReader(*target);
+}
+
+/// How messages name `db`: a postgresql:// URI may hold a password, so only its node.
+std::string shownDb(const std::string& db) {
+  if (!audit::isPostgresUri(db)) return db;
+  auto target = audit::parseCentralUri(db, false);
+  return "postgresql node " + (target ? target->node : std::string("?"));
+}
+
 int runQuery(const AuditArgs& a) {
   auto format = audit::parseFormat(a.format);
   if (!format) return fail(format.error().message);
@@ -72,7 +89,7 @@ int runQuery(const AuditArgs& a) {
     f.until_ms = *t;
   }
   if (a.limit >= 0) f.limit = a.limit;
-  auto reader = audit::Reader::open(a.db);
+  auto reader = openReader(a.db, true);
   if (!reader) return fail(reader.error().message);
   auto table = (*reader)->query(f);
   if (!table) return fail(table.error().message);
@@ -111,12 +128,11 @@ int runVerify(const AuditArgs& a) {
     o.consistent_with = std::string(std::istreambuf_iterator<char>(in), {});
     o.consistent_with_name = a.consistent_with;
   }
-  std::string shown = a.db;  // a postgresql:// URI may hold a password: name the node instead
+  const std::string shown = shownDb(a.db);
   std::expected<audit::VerifyResult, base::Error> result;
   if (audit::isPostgresUri(a.db)) {
     auto target = audit::parseCentralUri(a.db);
     if (!target) return fail(target.error().message);
-    shown = "postgresql node " + target->node;
     result = audit::verifyCentral(*target, o);
   } else {
     result = audit::verify(a.db, o);
@@ -153,16 +169,9 @@ int runVerify(const AuditArgs& a) {
 int runSql(const AuditArgs& a) {
   auto format = audit::parseFormat(a.format);
   if (!format) return fail(format.error().message);
-  std::expected<audit::ResultTable, base::Error> table;
-  if (audit::isPostgresUri(a.db)) {
-    auto target = audit::parseCentralUri(a.db, false);
-    if (!target) return fail(target.error().message);
-    table = audit::sqlCentral(*target, a.sql);
-  } else {
-    auto reader = audit::Reader::open(a.db);
-    if (!reader) return fail(reader.error().message);
-    table = (*reader)->sql(a.sql);
-  }
+  auto reader = openReader(a.db, false);
+  if (!reader) return fail(reader.error().message);
+  auto table = (*reader)->sql(a.sql);
   if (!table) return fail(table.error().message);
   std::cout << audit::formatResult(*table, *format);
   return 0;
@@ -171,12 +180,13 @@ int runSql(const AuditArgs& a) {
 int runShow(const AuditArgs& a) {
   auto format = audit::parseFormat(a.format);
   if (!format) return fail(format.error().message);
-  auto reader = audit::Reader::open(a.db);
+  auto reader = openReader(a.db, true);
   if (!reader) return fail(reader.error().message);
   auto detail = (*reader)->show(a.execution_id);
   if (!detail) return fail(detail.error().message);
   if (!*detail) {
-    std::cerr << "sluice audit: " << a.db << ": no execution with id '" << a.execution_id << "'\n";
+    std::cerr << "sluice audit: " << shownDb(a.db) << ": no execution with id '" << a.execution_id
+              << "'\n";
     return 1;
   }
   const audit::ExecutionDetail& d = **detail;
@@ -249,7 +259,11 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
 
   CLI::App* query = audit_cmd->add_subcommand(
       "query", "Executions with their connection summaries, or connections and requests");
-  query->add_option("--db", args->db, "Audit database")->required();
+  query
+      ->add_option("--db", args->db,
+                   "Audit database, or postgresql://...?node=ID: that node's rows in the central "
+                   "store (audit ship)")
+      ->required();
   query->add_option("--workflow", args->workflow, "Only this workflow");
   query->add_option("--execution", args->execution, "Only this execution id");
   query
@@ -310,7 +324,7 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
 
   CLI::App* show = audit_cmd->add_subcommand(
       "show", "One execution's receipt and every connection and request it made");
-  show->add_option("--db", args->db, "Audit database")->required();
+  show->add_option("--db", args->db, "Audit database, or postgresql://...?node=ID")->required();
   show->add_option("--format", args->format, "table | json")->check(formats);
   show->add_option("execution_id", args->execution_id, "Execution id")->required();
   show->callback([args, &exit_code] { exit_code = runShow(*args); });

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "sluice/audit/central.hpp"
 #include "sluice/audit/evidence.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/signing.hpp"
@@ -45,7 +46,14 @@ std::expected<std::string, std::string> slurp(const std::string& path) {
 }
 
 int runProve(const EvidenceArgs& a) {
-  auto proof = audit::proveExecution(a.db, a.execution);
+  std::expected<std::string, base::Error> proof;
+  if (audit::isPostgresUri(a.db)) {
+    auto target = audit::parseCentralUri(a.db);
+    if (!target) return fail(target.error().message);
+    proof = audit::proveCentral(*target, a.execution);
+  } else {
+    proof = audit::proveExecution(a.db, a.execution);
+  }
   if (!proof) return fail(proof.error().message);
   std::cout << *proof;
   return 0;
@@ -107,7 +115,14 @@ int runExport(const EvidenceArgs& a) {
     o.since_ms = *t;
   }
   std::ios::sync_with_stdio(false);
-  auto stats = audit::exportChain(a.db, o, std::cout);
+  std::expected<audit::ExportStats, base::Error> stats;
+  if (audit::isPostgresUri(a.db)) {
+    auto target = audit::parseCentralUri(a.db);
+    if (!target) return fail(target.error().message);
+    stats = audit::exportCentral(*target, o, std::cout);
+  } else {
+    stats = audit::exportChain(a.db, o, std::cout);
+  }
   if (!stats) return fail(stats.error().message);
   std::cerr << "sluice audit export: " << stats->rows << " rows, " << stats->checkpoints
             << " checkpoints; next time: --after-seq " << stats->last_seq << "\n";
@@ -172,7 +187,7 @@ void addAuditEvidenceCommands(CLI::App& audit_cmd, int& exit_code) {
 
   CLI::App* prove = audit_cmd.add_subcommand(
       "prove", "Inclusion proof (JSON) of one execution's receipt against the latest checkpoint");
-  prove->add_option("--db", args->db, "Audit database")->required();
+  prove->add_option("--db", args->db, "Audit database, or postgresql://...?node=ID")->required();
   prove->add_option("--execution", args->execution, "Execution id")->required();
   prove->callback([args, &exit_code] { exit_code = runProve(*args); });
 
@@ -193,7 +208,7 @@ void addAuditEvidenceCommands(CLI::App& audit_cmd, int& exit_code) {
 
   CLI::App* exp = audit_cmd.add_subcommand(
       "export", "Stream every chained row and checkpoint in chain order (for a SIEM)");
-  exp->add_option("--db", args->db, "Audit database")->required();
+  exp->add_option("--db", args->db, "Audit database, or postgresql://...?node=ID")->required();
   exp->add_option("--since", args->since,
                   "Start at the first row at or after this time (RFC 3339, or 1h, 7d, ... ago)");
   exp->add_option("--after-seq", args->after_seq, "Resume after this seq")

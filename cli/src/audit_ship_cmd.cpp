@@ -1,15 +1,19 @@
 // `sluice audit ship --db DB --to postgresql://... [--node ID] [--once]`: copies the node's audit
 // rows and checkpoints into the central PostgreSQL store, then follows the store (like tail -f)
-// until SIGINT/SIGTERM. Resumes from the position kept in the target.
+// until SIGINT/SIGTERM. Resumes from the position kept in the target. Without --node the id is
+// /etc/machine-id, else the host name.
 // Exit status: 0 shipped (or stopped by a signal); 2 error (nothing of a failed batch is kept).
 #include <signal.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <ctime>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "commands.hpp"
 #include "sluice/audit/central.hpp"
@@ -35,11 +39,32 @@ bool waitForStopSignal(std::chrono::milliseconds timeout) {
   return ::sigtimedwait(&set, nullptr, &ts) > 0;
 }
 
-int runShip(const ShipArgs& a) {
+/// The node id when --node is not given, and where it came from: /etc/machine-id (stable across
+/// reboots and renames), else the host name; empty when neither is there.
+std::pair<std::string, std::string> defaultNode() {
+  std::ifstream in("/etc/machine-id");
+  std::string id;
+  if (in && std::getline(in, id)) {
+    while (!id.empty() && (id.back() == ' ' || id.back() == '\r')) id.pop_back();
+    if (!id.empty()) return {id, "/etc/machine-id"};
+  }
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) == 0 && host[0] != '\0')
+    return {std::string(host), "the host name"};
+  return {};
+}
+
+int runShip(ShipArgs a) {
   if (a.node.empty()) {
-    // The store records no node id of its own: the operator names it.
-    std::cerr << "sluice audit: ship: --node ID is required (the store has no node id)\n";
-    return 2;
+    // The store records no node id of its own: a stable one of this machine's, said once.
+    auto [node, from] = defaultNode();
+    if (node.empty()) {
+      std::cerr << "sluice audit: ship: --node ID is required (no /etc/machine-id, no host name)\n";
+      return 2;
+    }
+    std::cerr << "sluice audit: ship: node id " << node << " (from " << from
+              << "; --node ID to choose)\n";
+    a.node = std::move(node);
   }
   sigset_t set;
   sigemptyset(&set);
@@ -74,7 +99,9 @@ void addAuditShipCommand(CLI::App& audit_cmd, int& exit_code) {
       "then follow it (resumable from the position kept there)");
   ship->add_option("--db", args->db, "Audit database (the node's store)")->required();
   ship->add_option("--to", args->to, "postgresql://... (a libpq connection URI)")->required();
-  ship->add_option("--node", args->node, "The node id its rows are kept under");
+  ship->add_option("--node", args->node,
+                   "The node id its rows are kept under (default: /etc/machine-id, else the host "
+                   "name)");
   ship->add_flag("--once", args->once, "Copy what is there and exit (default: follow)");
   ship->add_option("--batch", args->batch, "Rows per PostgreSQL transaction")
       ->check(CLI::PositiveNumber);

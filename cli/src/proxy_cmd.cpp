@@ -51,6 +51,7 @@ struct ProxyArgs {
   std::string shadow_policy;  // --shadow-policy FILE: decided alongside on every listener
   std::string otlp_endpoint;  // empty: no OpenTelemetry export
   std::string otlp_interval = "10s";
+  std::string otlp_ca;  // https: PEM CAs to trust; empty: the system's
 };
 
 // Splits ADDR:PORT / [V6]:PORT.
@@ -237,6 +238,7 @@ Step<> startOtlp(const ProxyArgs& args, Served& s) {
   serve::OtlpOptions options;
   options.endpoint = args.otlp_endpoint;
   options.interval = *interval;
+  options.ca_file = args.otlp_ca;
   auto started = serve::OtlpProxyTelemetry::start(std::move(options), s.store);
   if (!started) return failed(2, started.error().message);
   s.otlp = std::move(*started);
@@ -359,7 +361,9 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--shadow-policy", args->shadow_policy,
                   "Candidate policy decided alongside on every listener, recorded, not enforced");
   cmd->add_option("--otlp-endpoint", args->otlp_endpoint,
-                  "Export decision events and counters as OTLP/HTTP JSON to this http:// URL");
+                  "Export decision events and counters as OTLP/HTTP JSON to this http[s]:// URL");
+  cmd->add_option("--otlp-ca", args->otlp_ca,
+                  "PEM CAs to trust for an https:// --otlp-endpoint (default: the system's)");
   cmd->add_option("--otlp-interval", args->otlp_interval,
                   "Period of the OTLP metrics export (default 10s)");
   cmd->add_option("--log-format", args->log_format, "text or json")

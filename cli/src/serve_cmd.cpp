@@ -155,7 +155,9 @@ void addServeCommands(CLI::App& app, int& exit_code) {
   cmd->add_option("--drain", args->drain, "How long SIGTERM lets executions finish (30s)");
   cmd->add_option("--approver-uid", o.approver_uids, "Uid that may answer approvals");
   cmd->add_option("--otlp-endpoint", o.otlp_endpoint,
-                  "Export decision events and counters as OTLP/HTTP JSON to this http:// URL");
+                  "Export decision events and counters as OTLP/HTTP JSON to this http[s]:// URL");
+  cmd->add_option("--otlp-ca", o.otlp_ca,
+                  "PEM CAs to trust for an https:// --otlp-endpoint (default: the system's)");
   cmd->add_option("--otlp-interval", args->otlp_interval,
                   "Period of the OTLP metrics export (default 10s)");
   cmd->add_option("--log-format", args->log_format,

@@ -166,7 +166,7 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
       co_return;
     }
     co_await reply.send(http::status::ok, "text/plain; version=0.0.4",
-                        metrics_.render(engine_.auditQueueDepth()));
+                        metrics_.render(engine_.auditQueueDepth(), engine_.otlpCounters()));
     co_return;
   }
   if (path == "/v1/runs" && m == http::verb::post) {

@@ -248,8 +248,12 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   e->store_ = std::shared_ptr<audit::Store>(std::move(*store));
   std::shared_ptr<audit::EventSink> sink = e->store_;
   if (!options.otlp_endpoint.empty()) {
-    auto otlp = OtlpExporter::start({options.otlp_endpoint, options.otlp_interval},
-                                    [&metrics] { return metrics.counters(); });
+    OtlpOptions otlp_options;
+    otlp_options.endpoint = options.otlp_endpoint;
+    otlp_options.interval = options.otlp_interval;
+    otlp_options.ca_file = options.otlp_ca;
+    auto otlp =
+        OtlpExporter::start(std::move(otlp_options), [&metrics] { return metrics.counters(); });
     if (!otlp) return std::unexpected(otlp.error().message);
     e->otlp_ = std::move(*otlp);
     sink = e->otlp_->wrap(std::move(sink));

@@ -103,6 +103,10 @@ class Engine {
   Pool* pool() const { return pool_; }
 
   std::uint64_t auditQueueDepth() const;
+  /// The OpenTelemetry exporter's counters for /metrics (none without --otlp-endpoint).
+  std::vector<CounterPoint> otlpCounters() const {
+    return otlp_ ? otlpCounterPoints(*otlp_) : std::vector<CounterPoint>{};
+  }
   /// Flushes the audit store (drain).
   void flush();
 

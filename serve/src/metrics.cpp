@@ -56,7 +56,8 @@ void Metrics::runStart(double seconds) {
   start_sum_ += seconds;
 }
 
-std::string Metrics::render(std::uint64_t audit_queue_depth) const {
+std::string Metrics::render(std::uint64_t audit_queue_depth,
+                            const std::vector<CounterPoint>& more) const {
   std::string o;
   o += "# HELP sluice_runs_total Executions finished (one-shot runs and session execs).\n";
   o += "# TYPE sluice_runs_total counter\n";
@@ -108,6 +109,12 @@ std::string Metrics::render(std::uint64_t audit_queue_depth) const {
   o += "sluice_run_start_seconds_bucket{le=\"+Inf\"} " + std::to_string(start_count_) + "\n";
   o += "sluice_run_start_seconds_sum " + number(start_sum_) + "\n";
   o += "sluice_run_start_seconds_count " + std::to_string(start_count_) + "\n";
+  for (const CounterPoint& p : more) {
+    // Counters without attributes (the exporter's): one sample each.
+    o += "# HELP " + p.name + " " + p.description + "\n";
+    o += "# TYPE " + p.name + " counter\n";
+    o += p.name + " " + std::to_string(p.value) + "\n";
+  }
   return o;
 }
 

@@ -38,8 +38,10 @@ class Metrics {
   void refused(const std::string& reason);
   /// Seconds from a run's request to its program's start.
   void runStart(double seconds);
-  /// The text exposition; `audit_queue_depth` is read by the caller at scrape time.
-  std::string render(std::uint64_t audit_queue_depth) const;
+  /// The text exposition; `audit_queue_depth` and the counters in `more` (the OpenTelemetry
+  /// exporter's) are read by the caller at scrape time.
+  std::string render(std::uint64_t audit_queue_depth,
+                     const std::vector<CounterPoint>& more = {}) const;
   /// The counters of render() (not the gauges, not the histogram), for OTLP export; points of
   /// one name are adjacent.
   std::vector<CounterPoint> counters() const;

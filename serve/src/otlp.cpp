@@ -2,18 +2,16 @@
 // mapping: camelCase field names, 64-bit integers as decimal strings, enums as numbers.
 #include "sluice/serve/otlp.hpp"
 
+#include <algorithm>
 #include <atomic>
-#include <boost/asio/connect.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "event_tee.hpp"
 #include "metrics.hpp"
+#include "otlp_http.hpp"
 #include "sluice/audit/event_text.hpp"
 #include "sluice/base/json.hpp"
 #include "sluice/base/log.hpp"
@@ -22,84 +20,18 @@
 namespace sluice::serve {
 namespace {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
 using json = nlohmann::json;
+using Clock = base::BackgroundLoop::Clock;
 
-// How long one POST may take; a slower collector loses that batch (it is counted as dropped).
-constexpr std::chrono::seconds kPostTimeout{2};
 constexpr std::size_t kBatch = 512;
 // Log records leave at least this often (sooner when a batch fills).
 constexpr std::chrono::milliseconds kLogPeriod{1000};
+// Tries of one batch (the first and the retries) before it is dropped.
+constexpr int kMaxAttempts = 6;
 // OTLP SeverityNumber values.
 constexpr int kSeverityInfo = 9;
 constexpr int kSeverityWarn = 13;
 constexpr int kCumulative = 2;  // AggregationTemporality CUMULATIVE
-
-struct Target {
-  std::string host;
-  std::string port;
-  std::string prefix;  // path before /v1/logs, without a trailing '/'
-};
-
-base::Result<Target> parseEndpoint(const std::string& url) {
-  const std::string scheme = "http://";
-  if (url.rfind("https://", 0) == 0)
-    return base::fail(base::Code::kInvalidArgument,
-                      "--otlp-endpoint: https is not supported yet; give http://HOST:PORT");
-  if (url.rfind(scheme, 0) != 0)
-    return base::fail(base::Code::kInvalidArgument,
-                      "--otlp-endpoint '" + url + "' is not http://HOST:PORT[/PATH]");
-  std::string rest = url.substr(scheme.size());
-  Target t;
-  auto slash = rest.find('/');
-  if (slash != std::string::npos) {
-    t.prefix = rest.substr(slash);
-    rest.resize(slash);
-  }
-  while (!t.prefix.empty() && t.prefix.back() == '/') t.prefix.pop_back();
-  auto colon = rest.rfind(':');
-  bool v6 = !rest.empty() && rest.back() == ']';
-  t.host = (colon == std::string::npos || v6) ? rest : rest.substr(0, colon);
-  t.port = (colon == std::string::npos || v6) ? "80" : rest.substr(colon + 1);
-  if (t.host.size() >= 2 && t.host.front() == '[') t.host = t.host.substr(1, t.host.size() - 2);
-  if (t.host.empty() || t.port.empty() ||
-      t.port.find_first_not_of("0123456789") != std::string::npos)
-    return base::fail(base::Code::kInvalidArgument,
-                      "--otlp-endpoint '" + url + "' is not http://HOST:PORT[/PATH]");
-  return t;
-}
-
-// One POST of a JSON body; the collector's status, or why there is none. Asynchronous on its
-// own io_context because Beast's deadline (expires_after) applies to asynchronous operations
-// only: a collector that accepts and never answers costs kPostTimeout, not forever.
-base::Result<int> post(const Target& t, const std::string& path, std::string body) {
-  boost::asio::io_context io;
-  beast::error_code ec;
-  boost::asio::ip::tcp::resolver resolver(io);
-  auto endpoints = resolver.resolve(t.host, t.port, ec);
-  if (ec) return base::fail(base::Code::kUnavailable, ec.message(), t.host);
-  http::request<http::string_body> req{http::verb::post, t.prefix + path, 11};
-  req.set(http::field::host, t.host + ":" + t.port);
-  req.set(http::field::content_type, "application/json");
-  req.body() = std::move(body);
-  req.prepare_payload();
-  beast::tcp_stream stream(io);
-  beast::flat_buffer buf;
-  http::response<http::string_body> res;
-  stream.expires_after(kPostTimeout);
-  stream.async_connect(endpoints, [&](beast::error_code e, const auto&) {
-    if (e) return void(ec = e);
-    http::async_write(stream, req, [&](beast::error_code e2, std::size_t) {
-      if (e2) return void(ec = e2);
-      http::async_read(stream, buf, res, [&](beast::error_code e3, std::size_t) { ec = e3; });
-    });
-  });
-  io.run();
-  if (ec) return base::fail(base::Code::kUnavailable, ec.message(), t.host + ":" + t.port);
-  stream.socket().shutdown(boost::asio::ip::tcp::socket::shutdown_both, ec);
-  return static_cast<int>(res.result_int());
-}
 
 std::string nanos(std::int64_t ms) { return std::to_string(ms) + "000000"; }
 
@@ -183,99 +115,152 @@ json metricsBody(const OtlpOptions& o, const std::vector<CounterPoint>& points,
   return {{"resourceMetrics", json::array({std::move(rm)})}};
 }
 
+/// A batch of log records on its way: its body, and when it may be tried again.
+struct Batch {
+  std::string body;
+  std::size_t records = 0;
+  int attempts = 0;
+  Clock::time_point retry_at{};
+};
+
 class Exporter final : public OtlpExporter, public std::enable_shared_from_this<Exporter> {
  public:
-  Exporter(OtlpOptions o, Target t, Counters c)
-      : options_(std::move(o)), target_(std::move(t)), counters_(std::move(c)) {}
+  Exporter(OtlpOptions o, std::unique_ptr<detail::OtlpClient> client, Counters c)
+      : options_(std::move(o)),
+        client_(std::move(client)),
+        counters_(std::move(c)),
+        max_batches_(std::max<std::size_t>(1, options_.queue_limit / kBatch)) {}
 
   void begin() {
-    next_metrics_ = base::BackgroundLoop::Clock::now() + options_.interval;
-    loop_.start([this] { tick(); }, kLogPeriod);
+    next_metrics_ = Clock::now() + options_.interval;
+    loop_.startScheduled([this] { return tick(); });
   }
 
-  /// Queues a record unless the queue is full (then counts it dropped); never waits.
+  /// Queues a record; never waits. A full queue drops its oldest batch (counted): the newest
+  /// events say most about now.
   void enqueue(json record) {
-    std::size_t depth = 0;
+    bool full = false;
     {
       std::lock_guard lock(mu_);
-      if (queue_.size() >= options_.queue_limit) {
-        dropped_.fetch_add(1, std::memory_order_relaxed);
-        return;
+      if (queue_.empty() || queue_.back().size() >= kBatch) {
+        if (queue_.size() >= max_batches_) {
+          dropped_.fetch_add(queue_.front().size(), std::memory_order_relaxed);
+          queue_.pop_front();
+        }
+        queue_.emplace_back();
       }
-      queue_.push_back(std::move(record));
-      depth = queue_.size();
+      queue_.back().push_back(std::move(record));
+      full = queue_.back().size() == kBatch;
     }
-    if (depth == kBatch) loop_.wake();
+    if (full) loop_.wake();
   }
 
   std::shared_ptr<audit::EventSink> wrap(std::shared_ptr<audit::EventSink> next) override;
   std::uint64_t dropped() const override { return dropped_.load(); }
+  std::uint64_t exported() const override { return exported_.load(); }
 
   void stop() override {
     if (stopped_.exchange(true)) return;
     loop_.stop();
-    sendLogs();
+    sendLogs(true);
     sendMetrics();
+    if (dropped_.load() > 0)
+      base::logger(base::LoggerId::kServe)
+          .warn("otlp export to {}: {} records exported, {} dropped", client_->where(),
+                exported_.load(), dropped_.load());
   }
 
   ~Exporter() override { loop_.stop(); }
 
  private:
-  void tick() {
-    sendLogs();
-    if (base::BackgroundLoop::Clock::now() < next_metrics_) return;
-    next_metrics_ += options_.interval;
-    sendMetrics();
+  // The loop's tick: logs (and a batch's retry) when due, metrics every interval; returns when
+  // it is next due.
+  Clock::time_point tick() {
+    sendLogs(false);
+    const auto now = Clock::now();
+    if (now >= next_metrics_) {
+      next_metrics_ = std::max(next_metrics_ + options_.interval, now);
+      sendMetrics();
+    }
+    auto due = std::min(next_metrics_, Clock::now() + kLogPeriod);
+    if (inflight_) due = std::min(due, std::max(inflight_->retry_at, Clock::now()));
+    return due;
   }
 
-  // Every queued record, in batches; a batch the collector did not take is dropped.
-  void sendLogs() {
+  /// The oldest queued batch, as a request body; nullopt when the queue is empty.
+  std::optional<Batch> takeBatch() {
+    std::vector<json> records;
+    {
+      std::lock_guard lock(mu_);
+      if (queue_.empty()) return std::nullopt;
+      records = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    Batch b;
+    b.records = records.size();
+    b.body = base::dumpJson(logsBody(options_, json(std::move(records))));
+    return b;
+  }
+
+  // Every queued batch in order, each until it is delivered, refused or out of tries; stops at
+  // a batch waiting for its retry. `last` (at stop): one try each, no waiting.
+  void sendLogs(bool last) {
     for (;;) {
-      json batch = json::array();
-      {
-        std::lock_guard lock(mu_);
-        while (!queue_.empty() && batch.size() < kBatch) {
-          batch.push_back(std::move(queue_.front()));
-          queue_.pop_front();
-        }
-      }
-      if (batch.empty()) return;
-      const std::size_t n = batch.size();
-      if (!delivered("/v1/logs", logsBody(options_, std::move(batch))))
-        dropped_.fetch_add(n, std::memory_order_relaxed);
+      if (!inflight_) inflight_ = takeBatch();
+      if (!inflight_) return;
+      if (!last && Clock::now() < inflight_->retry_at) return;
+      if (!attempt(*inflight_, last)) return;
+      inflight_.reset();
     }
   }
 
-  void sendMetrics() {
-    std::vector<CounterPoint> points = counters_ ? counters_() : std::vector<CounterPoint>{};
-    points.push_back({"sluice_otlp_dropped_total",
-                      "Decision events not exported: the queue was full or the collector "
-                      "did not take them.",
-                      {},
-                      dropped_.load()});
-    delivered("/v1/metrics", metricsBody(options_, points, start_ms_));
-  }
-
-  bool delivered(const std::string& path, const json& body) {
-    auto status = post(target_, path, base::dumpJson(body));
-    if (status && *status / 100 == 2) return true;
-    // Warned once per outage, not per batch: a dead collector must not flood the log.
-    if (!warned_.exchange(true))
-      base::logger(base::LoggerId::kServe)
-          .warn("otlp export to {}:{}{} failed: {}", target_.host, target_.port, path,
-                status ? "HTTP " + std::to_string(*status) : status.error().text());
+  /// One try of `b`; true when it is done with (delivered, or dropped and counted).
+  bool attempt(Batch& b, bool last) {
+    auto reply = client_->post("/v1/logs", b.body);
+    if (reply && reply->status / 100 == 2) {
+      exported_.fetch_add(b.records, std::memory_order_relaxed);
+      warned_.store(false);
+      return true;
+    }
+    warn("/v1/logs", reply);
+    ++b.attempts;
+    // 4xx other than 429: the collector will not take this batch however often it is sent.
+    if (last || !detail::otlpRetryable(reply) || b.attempts >= kMaxAttempts) {
+      dropped_.fetch_add(b.records, std::memory_order_relaxed);
+      return true;
+    }
+    b.retry_at = Clock::now() + detail::otlpBackoff(b.attempts, reply);
     return false;
   }
 
+  // One try: the counters are cumulative, so the next export carries whatever this one lost.
+  void sendMetrics() {
+    std::vector<CounterPoint> points = counters_ ? counters_() : std::vector<CounterPoint>{};
+    for (auto& p : otlpCounterPoints(*this)) points.push_back(std::move(p));
+    auto reply =
+        client_->post("/v1/metrics", base::dumpJson(metricsBody(options_, points, start_ms_)));
+    if (!reply || reply->status / 100 != 2) warn("/v1/metrics", reply);
+  }
+
+  // Warned once per outage, not per batch: a dead collector must not flood the log.
+  void warn(const std::string& path, const base::Result<detail::OtlpReply>& reply) {
+    if (warned_.exchange(true)) return;
+    base::logger(base::LoggerId::kServe)
+        .warn("otlp export to {}{} failed: {}", client_->where(), path,
+              reply ? "HTTP " + std::to_string(reply->status) : reply.error().text());
+  }
+
   OtlpOptions options_;
-  Target target_;
+  std::unique_ptr<detail::OtlpClient> client_;
   Counters counters_;
+  const std::size_t max_batches_;
   const std::int64_t start_ms_ = nowMs();
   base::BackgroundLoop loop_{"otlp-export"};
-  base::BackgroundLoop::Clock::time_point next_metrics_{};
+  Clock::time_point next_metrics_{};
+  std::optional<Batch> inflight_;  // the loop's: the batch being sent or waiting for a retry
   std::mutex mu_;
-  std::deque<json> queue_;
-  std::atomic<std::uint64_t> dropped_{0};
+  std::deque<std::vector<json>> queue_;  // batches of up to kBatch records, oldest first
+  std::atomic<std::uint64_t> dropped_{0}, exported_{0};
   std::atomic<bool> warned_{false}, stopped_{false};
 };
 
@@ -390,13 +375,27 @@ class ProxyTelemetry final : public OtlpProxyTelemetry {
 
 }  // namespace
 
+std::vector<CounterPoint> otlpCounterPoints(const OtlpExporter& ex) {
+  return {{"sluice_otlp_exported_total",
+           "Decision events the OpenTelemetry collector took.",
+           {},
+           ex.exported()},
+          {"sluice_otlp_dropped_total",
+           "Decision events not exported: the queue overflowed (oldest batch first), or the "
+           "collector refused them or stayed unreachable through every retry.",
+           {},
+           ex.dropped()}};
+}
+
 base::Result<std::shared_ptr<OtlpExporter>> OtlpExporter::start(OtlpOptions options,
                                                                 Counters counters) {
-  auto target = parseEndpoint(options.endpoint);
+  auto target = detail::parseOtlpEndpoint(options.endpoint);
   if (!target) return std::unexpected(std::move(target.error()));
   if (options.interval.count() < 1)
     return base::fail(base::Code::kInvalidArgument, "--otlp-interval must be positive");
-  auto ex = std::make_shared<Exporter>(std::move(options), std::move(*target), std::move(counters));
+  auto client = detail::OtlpClient::make(std::move(*target), options.ca_file);
+  if (!client) return std::unexpected(std::move(client.error()));
+  auto ex = std::make_shared<Exporter>(std::move(options), std::move(*client), std::move(counters));
   ex->begin();
   return ex;
 }

@@ -250,5 +250,190 @@ TEST_F(AuditPgTest, FollowShipsRowsAppendedLater) {
   EXPECT_NE(out.find(std::to_string(second) + " rows verified"), std::string::npos) << out;
 }
 
+/// A store with every kind of row and some variety to filter on: denied and failed
+/// connections, shadow decisions that differ, DNS denials; node `tag` names its executions.
+void writeVariedStore(const std::filesystem::path& db, int rounds, const std::string& tag) {
+  auto store = testing::openStore(db);
+  ASSERT_TRUE(store);
+  testing::recordSamplePolicy(*store);
+  for (int i = 0; i < rounds; ++i) {
+    const std::string exec = "exec-" + std::to_string(i % 4);
+    const Decision d = i % 3 == 2   ? Decision::kDeny
+                       : i % 5 == 4 ? Decision::kFail
+                                    : Decision::kAllow;
+    ConnectionEvent c = testing::sampleConnection(i, exec, d);
+    c.host = tag + (i % 2 ? ".pypi.org" : ".files.example");
+    if (i % 4 == 1) c.stamp.shadow_decision = Verdict::kDeny;
+    store->recordConnection(std::move(c));
+    store->recordRequest(testing::sampleRequest(i, exec));
+    if (i % 3 != 1) store->recordForward(testing::sampleForward(i, exec));
+    store->recordDns(testing::sampleDns(i, exec, i % 2 ? Decision::kDeny : Decision::kAllow));
+    store->recordApproval(testing::sampleApproval(i, exec));
+    if (i + 4 >= rounds) {  // each execution once, after its rows
+      ASSERT_TRUE(store->recordExecution(testing::sampleExecution(exec)).has_value());
+    }
+  }
+  ASSERT_TRUE(store->flush().has_value());
+}
+
+TEST_F(AuditPgTest, QueryAndShowGiveTheSameRowsOnBothBackends) {
+  // Two nodes with the same execution ids: a node filter that leaked would show the other's.
+  const auto a = tmp_ / "a.db";
+  const auto b = tmp_ / "b.db";
+  writeVariedStore(a, 24, "a");
+  writeVariedStore(b, 9, "b");
+  for (const auto& [db, node] : {std::pair{a, "n-a"}, std::pair{b, "n-b"}}) {
+    auto r = sluice("audit ship --once --db " + db.string() + " --to " + to() + " --node " + node);
+    ASSERT_EQ(r.status, 0) << r.out;
+  }
+  const std::vector<std::string> queries = {
+      "",
+      "--kind executions --format table",
+      "--kind executions --decision deny",
+      "--kind executions --host a.pypi.org --workflow data-analysis",
+      "--kind connections",
+      "--kind connections --decision fail --limit 2",
+      "--kind requests --execution exec-2",
+      "--kind forwards",
+      "--kind dns --decision deny --format csv",
+      "--kind approvals --since 2025-11-21T04:40:00.003Z --until 2025-11-21T04:40:00.020Z",
+      "--kind events --decision deny",
+      "--host a.files.example",
+      "--shadow-diff",
+  };
+  for (const auto& [db, node] : {std::pair{a, "n-a"}, std::pair{b, "n-b"}}) {
+    for (const auto& q : queries) {
+      const std::string f = q.find("--format") == std::string::npos ? " --format json" : "";
+      auto lite = sluice("audit query --db " + db.string() + " " + q + f);
+      auto pg = sluice("audit query --db " + verifyDb(node) + " " + q + f);
+      ASSERT_EQ(lite.status, 0) << q << ": " << lite.out;
+      EXPECT_EQ(pg.status, 0) << q << ": " << pg.out;
+      EXPECT_EQ(pg.out, lite.out) << node << " " << q;
+      if (std::string(node) == "n-a") {
+        EXPECT_GT(lite.out.size(), 10u) << q << ": finds rows";
+      }
+    }
+    for (const std::string format : {"json", "table"}) {
+      auto lite = sluice("audit show --format " + format + " --db " + db.string() + " exec-3");
+      auto pg = sluice("audit show --format " + format + " --db " + verifyDb(node) + " exec-3");
+      ASSERT_EQ(lite.status, 0) << lite.out;
+      EXPECT_EQ(pg.status, 0) << pg.out;
+      EXPECT_EQ(pg.out, lite.out) << node << " show " << format;
+    }
+  }
+  // Node b's rows only: its connections name b.* hosts, never node a's.
+  auto conns = sluice("audit query --kind connections --format csv --db " + verifyDb("n-b"));
+  EXPECT_EQ(conns.out.find("a.pypi.org"), std::string::npos) << conns.out;
+  EXPECT_EQ(conns.out.find("a.files.example"), std::string::npos) << conns.out;
+  auto none = sluice("audit show --db " + verifyDb("n-c") + " exec-3");
+  EXPECT_EQ(none.status, 1) << none.out;
+  EXPECT_NE(none.out.find("postgresql node n-c: no execution"), std::string::npos) << none.out;
+  auto empty = sluice("audit query --kind connections --format json --db " + verifyDb("n-c"));
+  EXPECT_EQ(empty.status, 0) << empty.out;
+  EXPECT_EQ(empty.out, "[]\n");
+}
+
+TEST_F(AuditPgTest, BadUriOrUnreachableServerIsAClearErrorWithoutThePassword) {
+  // Nothing listens in tmp_: the server is unreachable.
+  auto down =
+      sluice("audit query --db 'postgresql://alice:Pw-s3cret-9@/x?host=" + tmp_.path().string() +
+             "&node=n1'");
+  EXPECT_EQ(down.status, 2) << down.out;
+  EXPECT_NE(down.out.find("postgresql: cannot connect"), std::string::npos) << down.out;
+  EXPECT_EQ(down.out.find("Pw-s3cret-9"), std::string::npos) << down.out;
+  // A malformed URI: libpq quotes the bad token, here the password.
+  auto bad =
+      sluice("audit show --db 'postgresql://alice:Pw%zz-s3cret@/x?host=" + tmp_.path().string() +
+             "&node=n1' exec-1");
+  EXPECT_EQ(bad.status, 2) << bad.out;
+  EXPECT_NE(bad.out.find("cannot connect"), std::string::npos) << bad.out;
+  EXPECT_EQ(bad.out.find("s3cret"), std::string::npos) << bad.out;
+  auto pw_param = sluice("audit query --db 'postgresql:///x?host=" + tmp_.path().string() +
+                         "&password=Pw-s3cret-9&node=n1&port=notaport'");
+  EXPECT_EQ(pw_param.status, 2) << pw_param.out;
+  EXPECT_EQ(pw_param.out.find("Pw-s3cret-9"), std::string::npos) << pw_param.out;
+  auto no_node = sluice("audit query --db " + to());
+  EXPECT_EQ(no_node.status, 2) << no_node.out;
+  EXPECT_NE(no_node.out.find("needs ?node=ID"), std::string::npos) << no_node.out;
+}
+
+TEST_F(AuditPgTest, ProveGivesTheSameProofFromPostgres) {
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 40);  // signed, a checkpoint every 50 rows and at close
+  auto r = sluice("audit ship --once --db " + db.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const std::string exec : {"exec-3", "exec-39"}) {
+    auto lite = sluice("audit prove --db " + db.string() + " --execution " + exec, "2>/dev/null");
+    auto pg = sluice("audit prove --db " + verifyDb("n1") + " --execution " + exec, "2>/dev/null");
+    ASSERT_EQ(lite.status, 0) << lite.out;
+    EXPECT_EQ(pg.status, 0) << pg.out;
+    EXPECT_EQ(pg.out, lite.out) << exec;
+    std::ofstream(tmp_ / "proof.json") << pg.out;
+    auto check = sluice("audit check-proof --pubkey " + (tmp_ / "audit.pub").string() + " " +
+                        (tmp_ / "proof.json").string());
+    EXPECT_EQ(check.status, 0) << check.out;
+  }
+  auto none = sluice("audit prove --db " + verifyDb("n1") + " --execution exec-nope");
+  EXPECT_EQ(none.status, 2) << none.out;
+  EXPECT_NE(none.out.find("postgresql node n1: no execution with id 'exec-nope'"),
+            std::string::npos)
+      << none.out;
+  // A row hash changed in PostgreSQL: the tree no longer has the checkpoint's root.
+  ASSERT_EQ(psql(db_,
+                 "UPDATE connections SET hash = repeat('0', 64) WHERE node = 'n1' AND seq = "
+                 "(SELECT min(seq) FROM connections WHERE node = 'n1')"),
+            "");
+  auto tampered = sluice("audit prove --db " + verifyDb("n1") + " --execution exec-3");
+  EXPECT_EQ(tampered.status, 2) << tampered.out;
+  EXPECT_NE(tampered.out.find("do not match checkpoint"), std::string::npos) << tampered.out;
+}
+
+TEST_F(AuditPgTest, ExportGivesTheSameLinesFromPostgres) {
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 30);
+  auto r = sluice("audit ship --once --db " + db.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  writeStore(tmp_ / "other.db", 5);  // another node's rows must not show
+  r = sluice("audit ship --once --db " + (tmp_ / "other.db").string() + " --to " + to() +
+             " --node n2");
+  ASSERT_EQ(r.status, 0) << r.out;
+  for (const std::string opts : {"", "--format csv", "--after-seq 77", "--after-seq 100000",
+                                 "--since 2025-11-21T04:40:00.010Z"}) {
+    auto lite = sluice("audit export --db " + db.string() + " " + opts);
+    auto pg = sluice("audit export --db " + verifyDb("n1") + " " + opts);
+    ASSERT_EQ(lite.status, 0) << lite.out;
+    EXPECT_EQ(pg.status, 0) << pg.out;
+    EXPECT_EQ(pg.out, lite.out) << opts;
+  }
+  auto all = sluice("audit export --db " + verifyDb("n1"), "2>/dev/null");
+  ASSERT_GT(all.out.size(), 1000u);
+  std::ofstream(tmp_ / "export.jsonl") << all.out;
+  auto check = sluice("audit verify-export --pubkey " + (tmp_ / "audit.pub").string() + " " +
+                      (tmp_ / "export.jsonl").string());
+  EXPECT_EQ(check.status, 0) << check.out;
+}
+
+TEST_F(AuditPgTest, ShipWithoutNodeUsesTheMachineIdElseTheHostName) {
+  std::string expected;
+  std::ifstream("/etc/machine-id") >> expected;
+  if (expected.empty()) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    expected = host;
+  }
+  ASSERT_FALSE(expected.empty());
+  const auto db = tmp_ / "node.db";
+  writeStore(db, 5);
+  auto r = sluice("audit ship --once --db " + db.string() + " --to " + to());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const std::string said = "node id " + expected + " (from ";
+  EXPECT_NE(r.out.find(said), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find(said), r.out.rfind(said)) << "said once: " << r.out;
+  EXPECT_EQ(psql(db_, "SELECT node FROM ship_positions"), expected);
+  int status = -1;
+  const std::string out = verifyNode(expected, &status);
+  EXPECT_EQ(status, 0) << out;
+}
+
 }  // namespace
 }  // namespace sluice::audit

@@ -8,9 +8,12 @@
 #include <expected>
 #include <filesystem>
 #include <functional>
+#include <iosfwd>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "sluice/audit/evidence.hpp"
 #include "sluice/audit/reader.hpp"
 #include "sluice/audit/store.hpp"
 #include "sluice/base/error.hpp"
@@ -63,9 +66,20 @@ std::expected<ShipProgress, base::Error> ship(const ShipOptions& options);
 std::expected<VerifyResult, base::Error> verifyCentral(const CentralTarget& target,
                                                        const VerifyOptions& options);
 
-/// `sluice audit sql` against the central store: one statement in a READ ONLY transaction (the
-/// server refuses writes), its rows as Reader::sql returns them (JSON columns marked).
-std::expected<ResultTable, base::Error> sqlCentral(const CentralTarget& target,
-                                                   std::string_view statement);
+/// `sluice audit prove` (evidence.hpp, proveExecution) against the node's rows and
+/// checkpoints in the central store: the same proof as from the node's own store.
+std::expected<std::string, base::Error> proveCentral(const CentralTarget& target,
+                                                     std::string_view execution_id);
+
+/// `sluice audit export` (evidence.hpp, exportChain) of the node's rows and checkpoints in the
+/// central store: the same lines as from the node's own store.
+std::expected<ExportStats, base::Error> exportCentral(const CentralTarget& target,
+                                                      const ExportOptions& options,
+                                                      std::ostream& out);
+
+/// `sluice audit query|show|sql` against one node's rows in the central store (`target.node`;
+/// `sql` reads every node's): the SQLite reader's queries and output, in one READ ONLY
+/// REPEATABLE READ transaction.
+std::expected<std::unique_ptr<Reader>, base::Error> openCentralReader(const CentralTarget& target);
 
 }  // namespace sluice::audit

@@ -67,10 +67,15 @@ struct ExecutionDetail {
 
 /// A read-only connection to an audit database: opened with SQLITE_OPEN_READONLY (a missing
 /// file is an error, never created), `PRAGMA query_only`, no ATTACH, and an authorizer that
-/// refuses every write, schema change, transaction, ATTACH and state-changing pragma.
+/// refuses every write, schema change, transaction, ATTACH and state-changing pragma. Or one
+/// node's rows in the central PostgreSQL store (openCentralReader, central.hpp): the same
+/// queries, with the same output.
 class Reader {
  public:
   static std::expected<std::unique_ptr<Reader>, base::Error> open(const std::filesystem::path& db);
+  class Impl;
+  /// For the backends (reader.cpp, pg_reader.cpp).
+  explicit Reader(std::unique_ptr<Impl> impl);
   ~Reader();
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
@@ -82,10 +87,7 @@ class Reader {
   /// nullopt when no execution has this id.
   std::expected<std::optional<ExecutionDetail>, base::Error> show(std::string_view execution_id);
 
-  class Impl;
-
  private:
-  explicit Reader(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,8 +1,11 @@
 // OpenTelemetry export (`--otlp-endpoint URL` on `sluice serve` and `sluice proxy`): every
 // decision event as an OTLP log record and the /metrics counters as OTLP Sum metrics, sent as
-// OTLP/HTTP JSON to URL/v1/logs and URL/v1/metrics from one background thread. Export is
-// telemetry, not the record: a bounded queue drops (counted, sluice_otlp_dropped_total) when
-// the collector is slow or down, and the data plane never waits for it. Plain http:// only.
+// OTLP/HTTP JSON to URL/v1/logs and URL/v1/metrics from one background thread, over http://
+// or https:// (OpenSSL: the system CAs or --otlp-ca, the host name verified). A batch the
+// collector could not take (no connection, 429, 5xx) is retried with exponential backoff,
+// honouring Retry-After; any other 4xx drops it. Export is telemetry, not the record: a bounded
+// queue drops its oldest batch when full (sluice_otlp_dropped_total), and the data plane never
+// waits for it.
 #pragma once
 
 #include <chrono>
@@ -19,10 +22,12 @@
 namespace sluice::serve {
 
 struct OtlpOptions {
-  std::string endpoint;                        ///< http://HOST:PORT[/PREFIX]
+  std::string endpoint;                        ///< http[s]://HOST[:PORT][/PREFIX]
   std::chrono::milliseconds interval{10'000};  ///< metrics export period (--otlp-interval)
-  std::size_t queue_limit = 4096;              ///< log records held for export; more are dropped
-  std::string service_name = "sluice";         ///< resource attribute service.name
+  /// Log records held for export, in batches of 512; when full, the oldest batch is dropped.
+  std::size_t queue_limit = 4096;
+  std::string service_name = "sluice";  ///< resource attribute service.name
+  std::string ca_file;  ///< https: PEM CAs to trust (--otlp-ca); empty: the system's
 };
 
 /// One cumulative counter value with its attributes (a Prometheus sample of a counter).
@@ -42,11 +47,18 @@ class OtlpExporter {
   /// A sink that queues every decision event for export, then passes it on to `next` (may be
   /// null: nothing stored).
   virtual std::shared_ptr<audit::EventSink> wrap(std::shared_ptr<audit::EventSink> next) = 0;
-  /// Records dropped because the queue was full or the collector refused them.
+  /// Records dropped: the queue overflowed, or the collector refused them or stayed
+  /// unreachable through every retry.
   virtual std::uint64_t dropped() const = 0;
+  /// Records the collector took (2xx).
+  virtual std::uint64_t exported() const = 0;
   /// Sends what is queued and a last metrics export (one attempt each), then joins.
   virtual void stop() = 0;
 };
+
+/// The exporter's own counters, sluice_otlp_exported_total and sluice_otlp_dropped_total: in
+/// its metrics export and in serve's /metrics.
+std::vector<CounterPoint> otlpCounterPoints(const OtlpExporter& ex);
 
 /// For `sluice proxy`: counts what `sluice serve`'s /metrics counts of the proxy's events
 /// (decisions, attempts, bytes) and exports them and the events. `store` may be null.

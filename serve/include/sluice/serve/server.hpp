@@ -61,6 +61,7 @@ struct ServeOptions {
   /// OpenTelemetry export (otlp.hpp): http://HOST:PORT[/PATH]; empty: none. The counters go
   /// every otlp_interval.
   std::string otlp_endpoint;
+  std::string otlp_ca;  // https: PEM CAs to trust; empty: the system's
   std::chrono::milliseconds otlp_interval{10000};
   /// Forks every sandbox's namespace helper (runner::SandboxZygote::start(), called by `sluice
   /// serve` first thing); without one the daemon clones each sandbox's init from itself.
