@@ -1,7 +1,7 @@
 // `sluice audit ship --db DB --to postgresql://... [--node ID] [--once]`: copies the node's audit
 // rows and checkpoints into the central PostgreSQL store, then follows the store (like tail -f)
 // until SIGINT/SIGTERM. Resumes from the position kept in the target. Without --node the id is
-// /etc/machine-id, else the host name.
+// derived from /etc/machine-id, else the host name.
 // Exit status: 0 shipped (or stopped by a signal); 2 error (nothing of a failed batch is kept).
 #include <signal.h>
 #include <unistd.h>
@@ -17,6 +17,8 @@
 
 #include "commands.hpp"
 #include "sluice/audit/central.hpp"
+#include "sluice/base/digest.hpp"
+#include "sluice/base/hex.hpp"
 
 namespace sluice::cli {
 namespace {
@@ -39,14 +41,18 @@ bool waitForStopSignal(std::chrono::milliseconds timeout) {
   return ::sigtimedwait(&set, nullptr, &ts) > 0;
 }
 
-/// The node id when --node is not given, and where it came from: /etc/machine-id (stable across
-/// reboots and renames), else the host name; empty when neither is there.
+/// The node id when --node is not given, and where it came from: one derived from
+/// /etc/machine-id (stable across reboots and renames), else the host name; empty when neither
+/// is there. The machine id itself is confidential (machine-id(5): derive an application-specific
+/// id instead of sending it off the machine), so the id is 32 hex digits of an HMAC keyed by it.
 std::pair<std::string, std::string> defaultNode() {
   std::ifstream in("/etc/machine-id");
   std::string id;
   if (in && std::getline(in, id)) {
     while (!id.empty() && (id.back() == ' ' || id.back() == '\r')) id.pop_back();
-    if (!id.empty()) return {id, "/etc/machine-id"};
+    const std::string_view app[] = {"sluice audit ship node"};
+    const std::string mac = id.empty() ? "" : base::hmac(base::HmacDigest::kSha256, id, app);
+    if (mac.size() >= 16) return {base::hexEncode(mac.substr(0, 16)), "/etc/machine-id"};
   }
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) == 0 && host[0] != '\0')
@@ -99,9 +105,10 @@ void addAuditShipCommand(CLI::App& audit_cmd, int& exit_code) {
       "then follow it (resumable from the position kept there)");
   ship->add_option("--db", args->db, "Audit database (the node's store)")->required();
   ship->add_option("--to", args->to, "postgresql://... (a libpq connection URI)")->required();
-  ship->add_option("--node", args->node,
-                   "The node id its rows are kept under (default: /etc/machine-id, else the host "
-                   "name)");
+  ship->add_option(
+      "--node", args->node,
+      "The node id its rows are kept under (default: derived from /etc/machine-id, else the host "
+      "name)");
   ship->add_flag("--once", args->once, "Copy what is there and exit (default: follow)");
   ship->add_option("--batch", args->batch, "Rows per PostgreSQL transaction")
       ->check(CLI::PositiveNumber);

@@ -23,10 +23,8 @@ using sluice::testing::sluice;
 
 std::string pgDir() { return SLUICE_PG_DIR; }
 
-/// `psql -At -c SQL` on database `db`; its output, trimmed.
-std::string psql(const std::string& db, const std::string& sql) {
-  const std::string cmd = "psql -X -q -At 'postgresql:///" + db + "?host=" + pgDir() +
-                          "&user=postgres' -c \"" + sql + "\" 2>&1";
+/// What a shell command prints, trailing newlines trimmed.
+std::string capture(const std::string& cmd) {
   std::string out;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return out;
@@ -36,6 +34,12 @@ std::string psql(const std::string& db, const std::string& sql) {
   pclose(p);
   while (!out.empty() && out.back() == '\n') out.pop_back();
   return out;
+}
+
+/// `psql -At -c SQL` on database `db`; its output, trimmed.
+std::string psql(const std::string& db, const std::string& sql) {
+  return capture("psql -X -q -At 'postgresql:///" + db + "?host=" + pgDir() +
+                 "&user=postgres' -c \"" + sql + "\" 2>&1");
 }
 
 class AuditPgTest : public ::testing::Test {
@@ -414,8 +418,16 @@ TEST_F(AuditPgTest, ExportGivesTheSameLinesFromPostgres) {
 }
 
 TEST_F(AuditPgTest, ShipWithoutNodeUsesTheMachineIdElseTheHostName) {
+  std::string machine_id;
+  std::ifstream("/etc/machine-id") >> machine_id;
+  // Derived from the machine id, which itself never leaves the machine.
   std::string expected;
-  std::ifstream("/etc/machine-id") >> expected;
+  if (!machine_id.empty()) {
+    const std::string& key = machine_id;
+    expected = capture("printf %s 'sluice audit ship node' | openssl dgst -sha256 -hmac '" + key +
+                       "' -r | cut -c1-32");
+    EXPECT_EQ(expected.size(), 32u) << expected;
+  }
   if (expected.empty()) {
     char host[256] = {};
     ::gethostname(host, sizeof host - 1);
@@ -429,6 +441,9 @@ TEST_F(AuditPgTest, ShipWithoutNodeUsesTheMachineIdElseTheHostName) {
   const std::string said = "node id " + expected + " (from ";
   EXPECT_NE(r.out.find(said), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find(said), r.out.rfind(said)) << "said once: " << r.out;
+  if (!machine_id.empty()) {
+    EXPECT_EQ(r.out.find(machine_id), std::string::npos) << "the machine id itself";
+  }
   EXPECT_EQ(psql(db_, "SELECT node FROM ship_positions"), expected);
   int status = -1;
   const std::string out = verifyNode(expected, &status);
