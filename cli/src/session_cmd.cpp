@@ -1,8 +1,8 @@
 // `sluice session policy ID --policy FILE`: a live update of a running `sluice serve` session's
 // policy (PUT /v1/sessions/{id}/policy), over its Unix socket or over TCP with a bearer token.
-// Exit 0 swapped (the new generation is printed), 1 refused by the server (invalid policy,
-// widening without being an approver, no such session: its error is printed), 2 cannot read
-// the file or reach the server.
+// Exit 0 swapped (the new generation is printed), 1 an invalid policy (checked here first: its
+// diagnostics as FILE:LINE:COL) or refused by the server (widening without being an approver,
+// no such session: its error is printed), 2 cannot read the file or reach the server.
 #include <CLI/CLI.hpp>
 #include <fstream>
 #include <iostream>
@@ -12,6 +12,7 @@
 
 #include "commands.hpp"
 #include "sluice/base/strict_json.hpp"
+#include "sluice/policy/loader.hpp"
 
 namespace sluice::cli {
 
@@ -33,6 +34,12 @@ int runPolicy(const SessionOptions& o) {
   }
   std::ostringstream yaml;
   yaml << in.rdbuf();
+  // Checked here first, as `policy check` would: its diagnostics name the user's file
+  // (FILE:LINE:COL), not the server's copy of the body.
+  if (auto w = policy::parseWorkflow(yaml.str(), o.policy_file); !w) {
+    std::cerr << "sluice session policy: the policy is not valid:\n" << w.error().str();
+    return 1;
+  }
   auto r = callServe(o.connect, o.token, "PUT", "/v1/sessions/" + o.id + "/policy",
                      "application/yaml", yaml.str());
   if (!r) {

@@ -68,8 +68,11 @@ struct Sandbox::State {
   // The sandbox gets VAR=<random token> per rule with inject.placeholder_env; the proxy swaps
   // the token for the secret only on that rule's requests.
   std::vector<proxy::Placeholder> placeholders;
-  // Compiled when the first listener arrives: a one-shot run's start overlaps it.
+  // The policy in force: compiled when the first listener arrives (a one-shot run's start
+  // overlaps it), replaced by a live update (replacePolicy). Guarded by matcher_mu.
   std::shared_ptr<const pol::Matcher> matcher;
+  mutable std::mutex matcher_mu;
+  std::shared_ptr<const pol::Matcher> policyInForce();
   // The synthetic DNS names: written by the sandbox's DNS server, read by its listeners.
   std::shared_ptr<proxy::SyntheticNames> names = std::make_shared<proxy::SyntheticNames>();
   std::vector<std::pair<std::string, std::string>> extra_files;
@@ -102,9 +105,14 @@ struct Sandbox::State {
   rn::RunSpec describe(const Command& cmd, const std::string& exec_id) const;
 };
 
-proxy::ListenerIdentity Sandbox::State::identity() {
+std::shared_ptr<const pol::Matcher> Sandbox::State::policyInForce() {
+  std::lock_guard lock(matcher_mu);
   if (!matcher) matcher = pol::Matcher::compile(workflow);
-  proxy::ListenerIdentity i{id, matcher, sv.secrets, placeholders};
+  return matcher;
+}
+
+proxy::ListenerIdentity Sandbox::State::identity() {
+  proxy::ListenerIdentity i{id, policyInForce(), sv.secrets, placeholders};
   i.names = names;  // redirected connections are decided by the names DNS gave out
   i.approvals = sv.approvals;
   i.shadow = shadow;
@@ -419,9 +427,19 @@ void Sandbox::close() {
   if (s.network_proxy && s.sv.proxy) s.sv.proxy->closeExecution(s.id);
 }
 
-std::shared_ptr<const pol::Matcher> Sandbox::matcher() const {
-  if (!s_->matcher) s_->matcher = pol::Matcher::compile(s_->workflow);
-  return s_->matcher;
+std::shared_ptr<const pol::Matcher> Sandbox::matcher() const { return s_->policyInForce(); }
+
+base::Result<std::uint64_t> Sandbox::replacePolicy(std::shared_ptr<const pol::Matcher> next) {
+  State& s = *s_;
+  if (!s.network_proxy || !s.sv.proxy)
+    return std::unexpected(
+        base::Error{base::Code::kConflict, "sandbox " + s.id + " has no proxied network"});
+  // One swap at a time, so the proxy's generation and matcher() name the same policy.
+  std::lock_guard lock(s.matcher_mu);
+  auto generation = s.sv.proxy->replacePolicy(s.id, next);
+  if (!generation) return std::unexpected(generation.error());
+  s.matcher = std::move(next);
+  return *generation;
 }
 
 const std::string& Sandbox::id() const { return s_->id; }

@@ -50,13 +50,14 @@ constexpr auto kNames = std::to_array<std::pair<Reason, std::string_view>>({
     {Reason::kClosed, "closed"},
     {Reason::kProtocolNotAllowed, "protocol_not_allowed"},
     {Reason::kTokenUnavailable, "token_unavailable"},
+    {Reason::kPolicyChanged, "policy_changed"},
 });
 
 // The table is indexed by the enum: a reordering or a missing row fails the build.
 constexpr bool tableInOrder() {
   for (std::size_t i = 0; i < kNames.size(); ++i)
     if (static_cast<std::size_t>(kNames[i].first) != i) return false;
-  return static_cast<std::size_t>(Reason::kTokenUnavailable) + 1 == kNames.size();
+  return static_cast<std::size_t>(Reason::kPolicyChanged) + 1 == kNames.size();
 }
 static_assert(tableInOrder(), "kNames must list every Reason in enum order");
 

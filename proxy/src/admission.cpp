@@ -69,6 +69,58 @@ std::optional<Refusal> decide(const ConnState& conn, const Candidate& c,
   return c.request ? decideRequest(conn, c, reuse, a) : decideTunnel(conn, c, a);
 }
 
+// The refusal of what an approver let through and the policy `now` (a live update while it
+// waited) refuses: reason policy_changed, the new policy's own refusal in its detail.
+Refusal changedRefusal(const PolicySnapshot& now, const Refusal& r) {
+  return refusal(Reason::kPolicyChanged,
+                 "policy generation " + std::to_string(now.generation) +
+                     " refuses what an approver let through (" + std::string(r.reasonText()) +
+                     ": " + r.detail + ")",
+                 r.rule);
+}
+
+// An ask decision turned into an allow by an approver's answer (`approval`: its detail).
+policy::Decision granted(policy::Decision asked, std::string approval) {
+  asked.ask = false;
+  asked.allowed = true;
+  asked.reason = Reason::kAllowed;
+  asked.detail = std::move(approval);
+  return asked;
+}
+
+// An approver's grant meets the policy in force when it comes, not the one the candidate
+// arrived under: after a live update (or reload) meanwhile, the candidate is decided again.
+// Refused now: policy_changed; asked still: the grant applies (to the rule that asks now);
+// allowed outright: allowed by it.
+std::optional<Refusal> applyGrant(ConnState& conn, const Candidate& c,
+                                  const policy::IpAddress* reuse, const policy::Decision& grant,
+                                  Admitted& a) {
+  const PolicySnapshot now = conn.listener->policy();
+  if (now.generation == conn.generation) {
+    a.decision = grant;
+    a.approval = grant.detail;
+    return std::nullopt;
+  }
+  conn.adopt(now);  // the rows of what follows carry the generation that decided it
+  Admitted again;
+  if (auto r = decide(conn, c, reuse, again)) return changedRefusal(now, *r);
+  a = std::move(again);
+  if (!a.decision.ask) return std::nullopt;
+  a.decision = granted(std::move(a.decision), grant.detail);
+  a.approval = grant.detail;
+  return std::nullopt;
+}
+
+// Step 3: an ask is held for an approver; the answer is applied by applyGrant.
+net::awaitable<std::optional<Refusal>> ask(ConnState& conn, tcp::socket& client, const Candidate& c,
+                                           const policy::IpAddress* reuse, Admitted& a) {
+  const std::string* method = c.request ? &c.request->method : nullptr;
+  const std::string* path = c.request ? &c.request->path : nullptr;
+  auto answer = co_await awaitApproval(conn, a.decision, c.target, method, path, client);
+  if (!answer) co_return std::move(answer.error());
+  co_return applyGrant(conn, c, reuse, *answer, a);
+}
+
 // Step 4: the budget of what the connection is charged to. `counted`: whether an execution's
 // request count (taken before the decision, see admit) was still within max_requests.
 std::optional<Refusal> budget(ConnState& conn, const Candidate& c, bool counted) {
@@ -96,14 +148,8 @@ net::awaitable<std::expected<Admitted, Refusal>> admit(ConnState& conn, tcp::soc
   Admitted& a = *result;
   const policy::IpAddress* reuse = out.openTo(c.target);
   if (auto r = decide(conn, c, reuse, a)) co_return std::unexpected(std::move(*r));
-  if (a.decision.ask) {
-    const std::string* method = c.request ? &c.request->method : nullptr;
-    const std::string* path = c.request ? &c.request->path : nullptr;
-    auto answer = co_await awaitApproval(conn, a.decision, c.target, method, path, client);
-    if (!answer) co_return std::unexpected(std::move(answer.error()));
-    a.decision = std::move(*answer);
-    a.approval = a.decision.detail;
-  }
+  if (a.decision.ask)
+    if (auto r = co_await ask(conn, client, c, reuse, a)) co_return std::unexpected(std::move(*r));
   if (auto r = budget(conn, c, counted)) co_return std::unexpected(std::move(*r));
   reuse = co_await out.take(c.target, reuse);  // a lent connection only now (link.hpp)
   if (reuse) co_return result;

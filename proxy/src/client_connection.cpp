@@ -327,6 +327,8 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     TunnelDial up(conn_, client_.get_executor(), shared_from_this());
     const Candidate tunnel{*target};
     auto admitted = co_await admit(conn_, client_, tunnel, up);
+    // A live update while an approval waited re-decided it: the row is that generation's.
+    ev.stamp.policy_generation = conn_.generation;
     if (!admitted) {
       if (!up.tried.empty()) ev.resolved_ip = up.tried;
       co_await refuseConnect(ev, admitted.error());

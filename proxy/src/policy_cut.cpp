@@ -6,17 +6,46 @@
 
 namespace sluice::proxy {
 
+namespace {
+
+std::string why(const policy::Decision& d) {
+  return " (" + std::string(policy::reasonName(d.reason)) +
+         (d.rule_id.empty() ? "" : ", rule " + d.rule_id) + ")";
+}
+
+// The admission's address step (the SSRF guard, the rule's cidrs; upstream_dial.cpp) for the
+// address the tunnel connected to: a new cidr deny or a dropped allow_private cuts it too.
+std::optional<std::string> addressRefused(const policy::Matcher& m, const policy::Target& target,
+                                          const policy::TunnelDecision& t,
+                                          const audit::ConnectionEvent& row, bool granted) {
+  auto ip = policy::parseIpLiteral(row.resolved_ip);
+  if (!ip) return "cannot judge the address '" + row.resolved_ip + "' it connected to";
+  const auto vis = t.tls_refused ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel;
+  policy::Query q{target, vis, nullptr, &*ip};
+  if (granted) q.approved_rule = row.rule_id;  // as the admission vetted it
+  const auto d = m.decide(q);
+  if (d.allowed) return std::nullopt;
+  return "refuses " + target.authority() + " at " + ip->str() + why(d);
+}
+
+AskedVerdict verdictOf(const policy::Decision& d) {
+  if (d.ask) return AskedVerdict::kAsks;
+  return d.allowed ? AskedVerdict::kAllows : AskedVerdict::kRefuses;
+}
+
+}  // namespace
+
 std::optional<std::string> tunnelRefusedBy(const PolicySnapshot& p,
                                            const audit::ConnectionEvent& row) {
   const std::string where = row.host + ":" + std::to_string(row.port);
-  auto target = policy::makeTarget(row.host, row.port);
-  if (!target)
-    return "policy generation " + std::to_string(p.generation) + " cannot judge " + where;
-  const auto t = policy::decideTunnel(*p.matcher, *target);
   const std::string head = "policy generation " + std::to_string(p.generation) + " ";
-  if (!t.decision.allowed)
-    return head + "refuses " + where + " (" + std::string(policy::reasonName(t.decision.reason)) +
-           (t.decision.rule_id.empty() ? "" : ", rule " + t.decision.rule_id) + ")";
+  auto target = policy::makeTarget(row.host, row.port);
+  if (!target) return head + "cannot judge " + where;
+  const auto t = policy::decideTunnel(*p.matcher, *target);
+  // A tunnel an approver let through by the rule that still asks keeps its grant.
+  const bool granted = t.decision.ask && t.decision.rule_id == row.rule_id;
+  if (!t.decision.allowed && !granted) return head + "refuses " + where + why(t.decision);
+  if (auto refused = addressRefused(*p.matcher, *target, t, row, granted)) return head + *refused;
   if (row.tls == audit::TlsHandling::kNone) return std::nullopt;  // requests judged one by one
   if (t.tls_refused) return head + "allows only plain HTTP to " + where;
   if (row.tls == audit::TlsHandling::kPassthrough && t.decision.tls == policy::TlsMode::kInspect)
@@ -24,17 +53,13 @@ std::optional<std::string> tunnelRefusedBy(const PolicySnapshot& p,
   return std::nullopt;
 }
 
-bool refusesAsked(const policy::Matcher& m, const Approval& a) {
+AskedVerdict decideAsked(const policy::Matcher& m, const Approval& a) {
   auto target = policy::makeTarget(a.host, a.port);
-  if (!target) return true;
-  if (!a.method) {
-    const auto d = policy::decideTunnel(m, *target).decision;
-    return !d.allowed && !d.ask;
-  }
+  if (!target) return AskedVerdict::kRefuses;
+  if (!a.method) return verdictOf(policy::decideTunnel(m, *target).decision);
   auto canon = policy::canonicalRequest(*a.method, a.path.value_or("/"));
-  if (!canon) return true;
-  const auto d = m.decide(policy::Query{*target, policy::Visibility::kPlainHttp, &*canon});
-  return !d.allowed && !d.ask;
+  if (!canon) return AskedVerdict::kRefuses;
+  return verdictOf(m.decide(policy::Query{*target, policy::Visibility::kPlainHttp, &*canon}));
 }
 
 void markCut(audit::ConnectionEvent& row, const PolicySnapshot& p, std::string why) {

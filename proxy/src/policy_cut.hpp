@@ -3,6 +3,7 @@
 // tunnel (CONNECT passthrough, plain HTTP in a tunnel, inspected, transparent).
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -15,13 +16,15 @@ namespace sluice::proxy {
 /// Why `p` refuses the open tunnel `row` describes (its host, port and TLS handling), or none
 /// when it still admits it. A passthrough tunnel is cut when the new policy wants it inspected
 /// or allows only plain HTTP there; requests inside seen tunnels are judged one by one anyway.
-/// The resolved address is not vetted again (its cidrs were checked at connect).
+/// The address it connected to (`row.resolved_ip`) is vetted again as the admission vets it
+/// (the SSRF guard, the rules' cidrs).
 std::optional<std::string> tunnelRefusedBy(const PolicySnapshot& p,
                                            const audit::ConnectionEvent& row);
 
-/// True when `m` refuses outright what approval `a` holds (neither allows nor asks for it): a
-/// tunnel decided as the admission decides it, a request as plain HTTP by its method and path.
-bool refusesAsked(const policy::Matcher& m, const Approval& a);
+/// What `m` says of what approval `a` holds: a tunnel decided as the admission decides it, a
+/// request as plain HTTP by its method and path.
+enum class AskedVerdict : std::uint8_t { kAllows, kAsks, kRefuses };
+AskedVerdict decideAsked(const policy::Matcher& m, const Approval& a);
 
 /// Ends `row` as cut by the update to `p`: reason policy_changed, `why`, p's generation.
 void markCut(audit::ConnectionEvent& row, const PolicySnapshot& p, std::string why);

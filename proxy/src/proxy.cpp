@@ -405,20 +405,31 @@ class ProxyImpl : public Proxy {
     // What the new policy refuses is cut now (open tunnels); requests and DNS queries are
     // decided by it as they come.
     for (auto& l : ls) l->forEachAccount([&](Account& a) { a.redecideAll(next); });
-    for (auto& l : ls) denyRefusedApprovals(*l, next);
+    for (auto& l : ls) redecideApprovals(*l, next);
     return next.generation;
   }
 
-  // Approvals `l`'s connections wait for that `p` refuses outright are answered deny (those it
-  // still asks for, or allows, stay for an approver).
-  static void denyRefusedApprovals(const Listener& l, const PolicySnapshot& p) {
-    if (!l.approvals || l.execution_id.empty()) return;
+  // The approvals `l`'s connections wait for, decided again by `p` (a live update or a
+  // reload): what it refuses outright is answered deny, what it allows outright is released
+  // as allowed, what it still asks for stays for an approver. Either answer names p's
+  // generation; the waiting connection then applies it to the policy in force (admission.cpp).
+  static void redecideApprovals(const Listener& l, const PolicySnapshot& p) {
+    if (!l.approvals) return;
+    const std::string by = "policy generation " + std::to_string(p.generation);
     for (const auto& a : l.approvals->pending()) {
-      if (a.execution_id != l.execution_id && a.session_id != l.execution_id) continue;
-      if (refusesAsked(*p.matcher, a))
-        l.approvals->answer(a.id, false, Scope::kOnce,
-                            "policy generation " + std::to_string(p.generation));
+      if (!heldBy(l, p, a)) continue;
+      const auto verdict = decideAsked(*p.matcher, a);
+      if (verdict != AskedVerdict::kAsks)
+        l.approvals->answer(a.id, verdict == AskedVerdict::kAllows, Scope::kOnce, by);
     }
+  }
+
+  // Whether approval `a` waits on a connection of `l`: its execution's (or session's), or on a
+  // standalone listener (no execution) one of the workflow `p` replaces there.
+  static bool heldBy(const Listener& l, const PolicySnapshot& p, const Approval& a) {
+    if (!l.execution_id.empty())
+      return a.execution_id == l.execution_id || a.session_id == l.execution_id;
+    return a.execution_id.empty() && a.session_id.empty() && a.workflow == p.workflow().name;
   }
 
   void recordPolicy(const policy::Matcher& m) {

@@ -61,12 +61,13 @@ constexpr auto kRows = std::to_array<Row>({
     {Reason::kClosed, http::status::service_unavailable, "closed"},
     {Reason::kProtocolNotAllowed, http::status::forbidden, "denied"},
     {Reason::kTokenUnavailable, http::status::bad_gateway, "token_unavailable"},
+    {Reason::kPolicyChanged, http::status::forbidden, "denied"},
 });
 
 constexpr bool rowsInOrder() {
   for (std::size_t i = 0; i < kRows.size(); ++i)
     if (static_cast<std::size_t>(kRows[i].reason) != i) return false;
-  return static_cast<std::size_t>(Reason::kTokenUnavailable) + 1 == kRows.size();
+  return static_cast<std::size_t>(Reason::kPolicyChanged) + 1 == kRows.size();
 }
 static_assert(rowsInOrder(), "kRows must list every Reason in enum order");
 

@@ -402,7 +402,7 @@ base::Result<json> SessionManager::setPolicy(const Caller& caller, const std::st
       return std::unexpected(apiFail(base::Code::kPermissionDenied, "widening_not_allowed", why));
     }
   }
-  auto generation = engine_.proxy().replacePolicy(s.id, pol::Matcher::compile(next));
+  auto generation = s.sandbox->replacePolicy(pol::Matcher::compile(next));
   if (!generation)
     return std::unexpected(apiFail(base::Code::kConflict, "conflict",
                                    "session " + id + " has no proxied network to update"));

@@ -12,6 +12,8 @@
 #include <fstream>
 
 #include "sluice/policy/loader.hpp"
+#include "sluice/policy/tunnel.hpp"
+#include "sluice/proxy/proxy.hpp"
 
 namespace sluice::execution {
 namespace {
@@ -75,6 +77,47 @@ TEST_F(SandboxCheck, ARunnerVariableAndALooserLimitAreRefused) {
 }
 
 // inject.aws_sigv4's stand-ins are placeholders like any other: a command cannot set them.
+// matcher() is the policy in force: after a live update (replacePolicy) it is the new one, which
+// explains refusals; a failed update leaves it as it was.
+TEST(SandboxPolicy, MatcherIsThePolicyInForceAfterALiveUpdate) {
+  auto parse = [](const std::string& rules) {
+    auto w = policy::parseWorkflow(
+        "apiVersion: sluice/v1\nkind: Workflow\nname: live\nsandbox:\n  network: proxy\n"
+        "egress:\n  rules:\n" +
+            rules,
+        "live.yaml");
+    EXPECT_TRUE(w) << w.error().str();
+    return std::make_shared<const policy::Workflow>(std::move(*w));
+  };
+  auto first = parse("    - {id: api, action: allow, hosts: [api.example.com], ports: [443]}\n");
+  auto narrower = policy::Matcher::compile(
+      parse("    - {id: api, action: deny, hosts: [api.example.com], ports: [443]}\n"));
+  auto px = proxy::Proxy::create({}, nullptr, nullptr);
+  ASSERT_TRUE(px) << px.error().message;
+  Services services;
+  services.proxy = px->get();
+  auto opened = Sandbox::open(services, {first, SandboxKind::kOneShot, ""});
+  ASSERT_TRUE(opened) << opened.error().text();
+  Sandbox& sandbox = **opened;
+  const auto original = sandbox.matcher();
+  EXPECT_EQ(original->workflow().sha256, first->sha256);
+  // No listener of its yet: nothing to update, matcher() unchanged.
+  EXPECT_FALSE(sandbox.replacePolicy(narrower));
+  EXPECT_EQ(sandbox.matcher(), original);
+  // Its listener (what its network start makes), then the update.
+  ASSERT_TRUE((*px)->listen("127.0.0.1", 0, proxy::ListenerIdentity{sandbox.id(), original}));
+  auto g = sandbox.replacePolicy(narrower);
+  ASSERT_TRUE(g) << g.error().text();
+  EXPECT_EQ(*g, 2u);
+  EXPECT_EQ(sandbox.matcher(), narrower);
+  const auto d =
+      policy::decideTunnel(*sandbox.matcher(), *policy::makeTarget("api.example.com", 443));
+  EXPECT_FALSE(d.decision.allowed);
+  EXPECT_EQ(d.decision.rule_id, "api");
+  EXPECT_EQ(sandbox.workflow().sha256, first->sha256);  // the workflow it was built with
+  (*px)->stop();
+}
+
 TEST(SandboxAwsSigv4, ItsVariablesCannotBeGiven) {
   auto w = policy::parseWorkflow(
       "apiVersion: sluice/v1\nkind: Workflow\nname: s3\nsandbox:\n  network: proxy\n"

@@ -97,5 +97,50 @@ TEST_F(LivePolicyTest, TighteningCutsWhatItRefusesAndKeepsTheRest) {
             2);
 }
 
+// Tunnels are judged again with the address they connected to, as the admission judged it:
+// other.test stays allowed by host and port, but no longer at a private address (the SSRF
+// guard), so its open tunnels to 127.0.0.1 are cut; upstream.test keeps allow_private and its
+// tunnel goes on.
+TEST_F(LivePolicyTest, TunnelsAreCutByTheAddressTheyConnectedTo) {
+  std::vector<std::unique_ptr<Client>> echoes;
+  for (int i = 0; i < 2; ++i) {
+    echoes.push_back(std::make_unique<Client>(port_));
+    ASSERT_TRUE(echoes.back()->send(connectRequest(echo())));
+    ASSERT_EQ(echoes.back()->readResponse(true).status, 200);
+    ASSERT_TRUE(echoes.back()->send("abc"));
+    ASSERT_EQ(echoes.back()->readN(3), "abc");
+  }
+  Client kept(port_);
+  ASSERT_TRUE(kept.send(connectRequest(upstream())));
+  ASSERT_EQ(kept.readResponse(true).status, 200);
+  const std::string in_tunnel = "GET /in HTTP/1.1\r\nHost: " + upstream() + "\r\n\r\n";
+  ASSERT_TRUE(kept.send(in_tunnel));
+  ASSERT_EQ(kept.readResponse().status, 200);
+
+  const std::string both = "[upstream.test, other.test]\n      ports: [\"1-65535\"]\n";
+  auto yaml = policyYaml();
+  yaml.replace(yaml.find(both), both.size(),
+               "[upstream.test]\n      ports: [\"1-65535\"]\n"
+               "      allow_private: true\n      cidrs: [\"127.0.0.0/8\"]\n"
+               "    - id: other-public\n      action: allow\n      hosts: [other.test]\n"
+               "      ports: [\"1-65535\"]\n    - id: upstream-rest\n      action: allow\n"
+               "      hosts: [upstream.test]\n      ports: [\"1-65535\"]\n");
+  auto g = proxy_->replacePolicy(execution_id_, compileWorkflow(yaml));
+  ASSERT_TRUE(g) << g.error().message;
+
+  for (auto& e : echoes) EXPECT_TRUE(e->waitClosed());
+  for (int i = 0; i < 2; ++i) {
+    auto row = sink_->waitConnection(
+        [&](const audit::ConnectionEvent& c) { return c.reason == "policy_changed"; });
+    ASSERT_TRUE(row);
+    EXPECT_EQ(row->stamp.policy_generation, 2u);
+    EXPECT_NE(row->detail.find("policy generation 2 refuses other.test"), std::string::npos)
+        << row->detail;
+    EXPECT_NE(row->detail.find("at 127.0.0.1 (private_address"), std::string::npos) << row->detail;
+  }
+  ASSERT_TRUE(kept.send(in_tunnel));
+  EXPECT_EQ(kept.readResponse().status, 200);
+}
+
 }  // namespace
 }  // namespace sluice::proxy::testing

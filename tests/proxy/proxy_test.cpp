@@ -95,6 +95,7 @@ TEST_F(ProxyTest, ReplaceMatcherAppliesToNewRequests) {
   EXPECT_EQ(roundTrip(getRequest(upstream(), "/still")).status, 403);
   EXPECT_GE(sink_->policyCount(), 2u);
   // Each swap is a generation: rows say which decided them, the stats list them in order.
+  sink_->waitRequestCount(3);  // each written just after its client read the answer
   auto rows = sink_->requests();
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_EQ(rows[0].stamp.policy_generation, 1u);

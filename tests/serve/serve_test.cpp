@@ -182,6 +182,63 @@ TEST_F(ServeSocketTest, ARunAndASessionOverTheSocketAndTcp) {
   expectError(callTcp("", "POST", "/v1/sessions", R"({"workflow":"shell"})"), 401, "unauthorized");
 }
 
+// `sluice session policy` as a user runs it: over the Unix socket (this uid) and over TCP with a
+// token. Success prints the new generation; an invalid file exits 1 with its FILE:LINE:COL
+// diagnostics, the session untouched; widening by a caller that is no approver exits 1 naming
+// the widening.
+TEST_F(ServeSocketTest, SessionPolicyCommandOverTheSocketAndTcp) {
+  REQUIRE_SANDBOX();
+  start();
+  const std::string head =
+      "apiVersion: sluice/v1\nkind: Workflow\nname: web\nsandbox:\n  timeout: 20s\n"
+      "  network: proxy\negress:\n  rules:\n";
+  auto file = [&](const std::string& name, const std::string& rules) {
+    const auto path = dir_ / name;
+    std::ofstream(path) << head << rules;
+    return path.string();
+  };
+  const auto narrower =
+      file("narrower.yaml", "    - {id: only-example, action: deny, hosts: [allowed.example]}\n");
+  const auto wider = file("wider.yaml",
+                          "    - {id: only-example, action: allow, hosts: [allowed.example, "
+                          "other.example], ports: [443]}\n");
+  const auto bad = file("bad.yaml", "    - {id: x, action: allow, hosts: [a.example], bogus: 1}\n");
+  auto sessionPolicy = [&](const std::string& id, const std::string& policy,
+                           const std::string& via) {
+    return sluice::testing::shellOutput(std::string(SLUICE_BINARY) + " session policy " + id +
+                                        " --policy " + policy + " " + via);
+  };
+
+  auto mine = call("POST", "/v1/sessions", R"({"workflow":"web"})");
+  ASSERT_EQ(mine.status, 201) << mine.body;
+  const std::string id = mine.js()["id"];
+  const std::string unix_via = "--connect unix:" + socket();
+  auto [brc, bout] = sessionPolicy(id, bad, unix_via);
+  EXPECT_EQ(brc, 1) << bout;
+  EXPECT_NE(bout.find(bad + ":9:"), std::string::npos) << bout;
+  auto [rc, out] = sessionPolicy(id, narrower, unix_via);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("session " + id + ": policy "), std::string::npos) << out;
+  EXPECT_NE(out.find("in force as generation 2"), std::string::npos)
+      << out;  // bad.yaml swapped nothing
+
+  auto theirs = callTcp(kTokenA, "POST", "/v1/sessions", R"({"workflow":"web"})");
+  ASSERT_EQ(theirs.status, 201) << theirs.body;
+  const std::string id_a = theirs.js()["id"];
+  const std::string tcp_via =
+      "--connect http://127.0.0.1:" + std::to_string(port_) + " --token " + kTokenA;
+  auto [wrc, wout] = sessionPolicy(id_a, wider, tcp_via);
+  EXPECT_EQ(wrc, 1) << wout;
+  EXPECT_NE(wout.find("403"), std::string::npos) << wout;
+  EXPECT_NE(wout.find("only an approver may widen"), std::string::npos) << wout;
+  EXPECT_NE(wout.find("only-example"), std::string::npos) << wout;
+  auto [nrc, nout] = sessionPolicy(id_a, narrower, tcp_via);
+  EXPECT_EQ(nrc, 0) << nout;
+  EXPECT_NE(nout.find("in force as generation 2"), std::string::npos) << nout;
+  EXPECT_EQ(call("DELETE", "/v1/sessions/" + id).status, 200);
+  EXPECT_EQ(callTcp(kTokenA, "DELETE", "/v1/sessions/" + id_a).status, 200);
+}
+
 TEST_F(ServeSocketTest, HealthAndWorkflowsOverTheUnixSocket) {
   start();
   auto h = call("GET", "/v1/healthz");

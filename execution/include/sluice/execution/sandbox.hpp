@@ -149,9 +149,13 @@ class Sandbox {
   const std::string& nextExecutionId() const;
   const policy::Workflow& workflow() const;
   const std::shared_ptr<const policy::Workflow>& workflowShared() const;
-  /// The workflow's compiled matcher, the one the proxy decided with (compiled now when the
-  /// sandbox has no network): what a caller explaining a refusal asks.
+  /// The policy in force: the workflow's compiled matcher (compiled now when the sandbox has no
+  /// network), or the one a live update (replacePolicy) put in its place; the one the proxy
+  /// decides with, what a caller explaining a refusal asks. workflow() stays the original.
   std::shared_ptr<const policy::Matcher> matcher() const;
+  /// A live update of the sandbox's policy (proxy::Proxy::replacePolicy under its id): the new
+  /// generation, and matcher() returns `next` from now on. kConflict without proxied network.
+  base::Result<std::uint64_t> replacePolicy(std::shared_ptr<const policy::Matcher> next);
   bool networkProxy() const;
   /// A session's limits (the workflow's); a one-shot's before the command's overrides.
   const runner::Limits& limits() const;

@@ -60,6 +60,9 @@ enum class Reason : std::uint8_t {
   // A bearer token the proxy mints (inject.oauth2, inject.google_service_account) could not be
   // had from its token endpoint.
   kTokenUnavailable,
+  // A live policy update (or reload) refused what an approver let through while it waited, or
+  // cut a tunnel open under the policy before.
+  kPolicyChanged,
 };
 
 /// The stable text of a reason.
