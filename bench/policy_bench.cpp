@@ -329,7 +329,7 @@ void BM_ShadowRequest(benchmark::State& state) {
     bool allowed;
   };
   runTimed(state, [&](std::size_t i) {
-    sluice::proxy::stampShadow(m.get(), rows[i]);
+    sluice::proxy::stampShadow(m.get(), rows[i], nullptr, false);  // inside TLS, no address
     return Stamped{rows[i].stamp.shadow_decision == sluice::audit::Verdict::kAllow};
   });
 }
