@@ -97,6 +97,20 @@ print("pipelined", data.count(b"HTTP/1.1 200"))
 PY
 )SH";
 
+// The host's npm registry (npm's own configuration names it), or the test is skipped (failed
+// where isolation is required or in CI).
+#define REQUIRE_NPM_REGISTRY(reg)                                                              \
+  do {                                                                                         \
+    if (std::system("command -v npm >/dev/null 2>&1") != 0) {                                  \
+      if (isolationRequired()) FAIL() << "npm missing (scripts/install-deps.sh installs it)";  \
+      GTEST_SKIP() << "npm not installed";                                                     \
+    }                                                                                          \
+    if (const std::string why_ = sluice::testing::hostNpmRegistry(dir_, reg); !why_.empty()) { \
+      if (std::getenv("CI")) FAIL() << why_;                                                   \
+      GTEST_SKIP() << why_;                                                                    \
+    }                                                                                          \
+  } while (0)
+
 class ReplayRun : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -157,6 +171,27 @@ class ReplayRun : public ::testing::Test {
   }
 
   std::string db() const { return (dir_ / "audit.db").string(); }
+  /// `npm install is-number@7.0.0` from `registry` in `sluice run --policy policy EXTRA...`,
+  /// then the package used (prints "true").
+  Outcome npmInstall(const std::string& policy, const std::string& registry,
+                     const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> args = {"run",
+                                     "--policy",
+                                     policy,
+                                     "--audit",
+                                     db(),
+                                     "--env",
+                                     "npm_config_registry=" + registry,
+                                     "--env",
+                                     "npm_config_update_notifier=false",
+                                     "--json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", "sh", "-c",
+                             "cd /tmp && npm init -y >/dev/null && npm install --no-audit "
+                             "--no-fund --loglevel=error is-number@7.0.0 >&2 && node -e "
+                             "'console.log(require(\"is-number\")(7))'"});
+    return sluice(args);
+  }
 
   // `sluice run` of the agent; the execution id.
   std::string runAgent(const std::string& policy_file) {
@@ -292,24 +327,12 @@ TEST_F(ReplayRun, EveryPipelinePathReplaysUnchangedAndATightenedPolicyShowsItsDe
 TEST_F(ReplayRun, NpmInstallLearnCheckReplay) {
   REQUIRE_SANDBOX();
   sluice::testing::NpmRegistry reg;
-  if (std::system("command -v npm >/dev/null 2>&1") != 0) {
-    if (isolationRequired()) FAIL() << "npm missing (scripts/install-deps.sh installs it)";
-    GTEST_SKIP() << "npm not installed";
-  }
-  if (const std::string why = sluice::testing::hostNpmRegistry(dir_, reg); !why.empty()) {
-    if (std::getenv("CI")) FAIL() << why;
-    GTEST_SKIP() << why;
-  }
+  REQUIRE_NPM_REGISTRY(reg);
   std::ofstream(dir_ / "npm.yaml") << "apiVersion: sluice/v1\nkind: Workflow\nname: npm\n"
                                       "sandbox:\n  timeout: 180s\n  cpu_time: 120s\n"
                                       "egress:\n  rules:\n"
                                    << sluice::testing::npmRegistryRule(reg, dir_);
-  Outcome o = sluice({"run", "--policy", (dir_ / "npm.yaml").string(), "--audit", db(), "--env",
-                      "npm_config_registry=" + reg.url, "--env", "npm_config_update_notifier=false",
-                      "--json", "--", "sh", "-c",
-                      "cd /tmp && npm init -y >/dev/null && npm install --no-audit --no-fund "
-                      "--loglevel=error is-number@7.0.0 >&2 && node -e "
-                      "'console.log(require(\"is-number\")(7))'"});
+  Outcome o = npmInstall((dir_ / "npm.yaml").string(), reg.url);
   ASSERT_EQ(o.status, 0) << o.err;
   const std::string exec = sluice::testing::parseReceipt(o.out).value("execution_id", "");
   ASSERT_FALSE(exec.empty());
@@ -333,14 +356,7 @@ TEST_F(ReplayRun, NpmInstallLearnCheckReplay) {
 TEST_F(ReplayRun, NpmInstallUnderAnAllowAllLearnRunLearnsAPolicyANormalRunPassesUnder) {
   REQUIRE_SANDBOX();
   sluice::testing::NpmRegistry reg;
-  if (std::system("command -v npm >/dev/null 2>&1") != 0) {
-    if (isolationRequired()) FAIL() << "npm missing (scripts/install-deps.sh installs it)";
-    GTEST_SKIP() << "npm not installed";
-  }
-  if (const std::string why = sluice::testing::hostNpmRegistry(dir_, reg); !why.empty()) {
-    if (std::getenv("CI")) FAIL() << why;
-    GTEST_SKIP() << why;
-  }
+  REQUIRE_NPM_REGISTRY(reg);
   const std::string unused_port = reg.port == "1" ? "2" : "1";
   std::ofstream(dir_ / "nothing.yaml")
       << "apiVersion: sluice/v1\nkind: Workflow\nname: npm\n"
@@ -351,22 +367,7 @@ TEST_F(ReplayRun, NpmInstallUnderAnAllowAllLearnRunLearnsAPolicyANormalRunPasses
                  reg.host + "\"]\n      ports: [" + unused_port + "]\n",
              reg.host, unused_port, dir_);
   auto install = [&](const std::string& policy, const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"run",
-                                     "--policy",
-                                     policy,
-                                     "--audit",
-                                     db(),
-                                     "--env",
-                                     "npm_config_registry=" + reg.url,
-                                     "--env",
-                                     "npm_config_update_notifier=false",
-                                     "--json"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    args.insert(args.end(), {"--", "sh", "-c",
-                             "cd /tmp && npm init -y >/dev/null && npm install --no-audit "
-                             "--no-fund --loglevel=error is-number@7.0.0 >&2 && node -e "
-                             "'console.log(require(\"is-number\")(7))'"});
-    Outcome o = sluice(args);
+    Outcome o = npmInstall(policy, reg.url, extra);
     EXPECT_EQ(o.status, 0) << o.err;
     json receipt = sluice::testing::parseReceipt(o.out);
     EXPECT_EQ(receipt.value("/stdout/text"_json_pointer, std::string()), "true\n") << o.err;

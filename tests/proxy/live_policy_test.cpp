@@ -28,6 +28,21 @@ class LivePolicyTest : public ProxyFixture {
     }));
   }
   std::string other() const { return "other.test:" + std::to_string(up_.httpPort()); }
+  // Two raw tunnels to the echo server, each carrying "abc" both ways, and `kept`, a tunnel to
+  // upstream.test with one plain-HTTP request answered in it.
+  void openTunnels(std::vector<std::unique_ptr<Client>>& echoes, Client& kept) {
+    for (int i = 0; i < 2; ++i) {
+      echoes.push_back(std::make_unique<Client>(port_));
+      ASSERT_TRUE(echoes.back()->send(connectRequest(echo())));
+      ASSERT_EQ(echoes.back()->readResponse(true).status, 200);
+      ASSERT_TRUE(echoes.back()->send("abc"));
+      ASSERT_EQ(echoes.back()->readN(3), "abc");
+    }
+    ASSERT_TRUE(kept.send(connectRequest(upstream())));
+    ASSERT_EQ(kept.readResponse(true).status, 200);
+    ASSERT_TRUE(kept.send("GET /in HTTP/1.1\r\nHost: " + upstream() + "\r\n\r\n"));
+    ASSERT_EQ(kept.readResponse().status, 200);
+  }
 };
 
 TEST_F(LivePolicyTest, TighteningCutsWhatItRefusesAndKeepsTheRest) {
@@ -42,19 +57,9 @@ TEST_F(LivePolicyTest, TighteningCutsWhatItRefusesAndKeepsTheRest) {
   // Two raw tunnels to other.test's echo server (to be cut), one plain-HTTP tunnel to
   // upstream.test (kept).
   std::vector<std::unique_ptr<Client>> echoes;
-  for (int i = 0; i < 2; ++i) {
-    echoes.push_back(std::make_unique<Client>(port_));
-    ASSERT_TRUE(echoes.back()->send(connectRequest(echo())));
-    ASSERT_EQ(echoes.back()->readResponse(true).status, 200);
-    ASSERT_TRUE(echoes.back()->send("abc"));
-    ASSERT_EQ(echoes.back()->readN(3), "abc");
-  }
   Client kept(port_);
-  ASSERT_TRUE(kept.send(connectRequest(upstream())));
-  ASSERT_EQ(kept.readResponse(true).status, 200);
+  ASSERT_NO_FATAL_FAILURE(openTunnels(echoes, kept));
   const std::string in_tunnel = "GET /in HTTP/1.1\r\nHost: " + upstream() + "\r\n\r\n";
-  ASSERT_TRUE(kept.send(in_tunnel));
-  ASSERT_EQ(kept.readResponse().status, 200);
   const int other_before = headsFor("other.test");
 
   auto g = proxy_->replacePolicy(execution_id_, tightened());
@@ -103,19 +108,9 @@ TEST_F(LivePolicyTest, TighteningCutsWhatItRefusesAndKeepsTheRest) {
 // tunnel goes on.
 TEST_F(LivePolicyTest, TunnelsAreCutByTheAddressTheyConnectedTo) {
   std::vector<std::unique_ptr<Client>> echoes;
-  for (int i = 0; i < 2; ++i) {
-    echoes.push_back(std::make_unique<Client>(port_));
-    ASSERT_TRUE(echoes.back()->send(connectRequest(echo())));
-    ASSERT_EQ(echoes.back()->readResponse(true).status, 200);
-    ASSERT_TRUE(echoes.back()->send("abc"));
-    ASSERT_EQ(echoes.back()->readN(3), "abc");
-  }
   Client kept(port_);
-  ASSERT_TRUE(kept.send(connectRequest(upstream())));
-  ASSERT_EQ(kept.readResponse(true).status, 200);
+  ASSERT_NO_FATAL_FAILURE(openTunnels(echoes, kept));
   const std::string in_tunnel = "GET /in HTTP/1.1\r\nHost: " + upstream() + "\r\n\r\n";
-  ASSERT_TRUE(kept.send(in_tunnel));
-  ASSERT_EQ(kept.readResponse().status, 200);
 
   const std::string both = "[upstream.test, other.test]\n      ports: [\"1-65535\"]\n";
   auto yaml = policyYaml();
