@@ -445,13 +445,33 @@ std::expected<void, base::Error> Store::Impl::enableWal() {
 
 // With a persistent WAL (connectWriter) the frames of the previous session stay valid on disk,
 // so recovery at open counts them as not yet checkpointed and the next write would append
-// after them: the WAL would grow without end. Checkpointing them lets the first write restart
+// after them: the WAL would grow without end. Checkpointing them lets the next write restart
 // the WAL from its start. PASSIVE never waits; if another connection is busy the WAL simply
 // restarts later. Run by the writer thread before its first batch, after the open is reported:
 // the checkpoint's fsyncs (WAL, directory, database file) overlap what the caller does next
 // (`sluice run`: the sandbox's program) instead of delaying it.
+//
+// The write that restarts the WAL writes its new header and syncs it before its frames (SQLite
+// does, so a frame of the new generation can never sit behind a stale header). Left to the
+// first batch, that sync lands on the commit a caller waits for (`sluice run`'s receipt: two
+// flushes instead of one), so a one-page write that changes nothing restarts it here instead.
 void Store::Impl::restartWal() {
-  sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  int log_frames = -1, copied = -1;
+  const int rc =
+      sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, &log_frames, &copied);
+  // Frames a reader still needs (not all copied): a write now would append, not restart.
+  if (rc != SQLITE_OK || copied != log_frames) return;
+  // Two updates that cancel out: a row rewritten with its own value leaves its page clean
+  // (SQLite compares the bytes) and nothing would be written.
+  auto r = detail::exec(path_, db_.get(),
+                        "BEGIN IMMEDIATE; UPDATE chain_head SET seq = seq + 1 WHERE id = 0; "
+                        "UPDATE chain_head SET seq = seq - 1 WHERE id = 0; COMMIT");
+  if (!r) {
+    // Only an optimisation: the first batch restarts the WAL instead.
+    (void)detail::exec(path_, db_.get(), "ROLLBACK");
+    logger().debug("audit store {}: WAL not restarted at open: {}", path_.string(),
+                   r.error().message);
+  }
 }
 
 std::expected<void, base::Error> Store::Impl::prepareInto(Stmt& out, std::string_view sql) {
