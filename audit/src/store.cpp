@@ -111,6 +111,11 @@ struct PackedRow {
 using Item = std::variant<PolicyItem, PackedRow, CheckpointItem, ExecutionItem, FlushItem>;
 
 constexpr std::uintmax_t kTruncateWalAbove = 4u << 20;
+// A writer's open copies the kept WAL into the database only above this many frames
+// (readyWal, 256 KiB of 4 KiB pages): one `sluice run` appends about 25 KiB, so every ten runs.
+constexpr int kCheckpointWalFrames = 64;
+// SQLite checkpoints after a commit that leaves the WAL above this many pages (16 MiB).
+constexpr int kAutocheckpointPages = 4096;
 
 bool isSync(const Item& item) {
   return std::holds_alternative<ExecutionItem>(item) || std::holds_alternative<FlushItem>(item);
@@ -161,7 +166,9 @@ class Store::Impl {
   std::expected<void, base::Error> connectWriter();
   std::expected<void, base::Error> initSchema();
   std::expected<void, base::Error> enableWal();
-  void restartWal();
+  void readyWal();
+  bool restartWal();
+  int writeNoOpFrame();
   std::expected<void, base::Error> prepareStatements();
   std::expected<void, base::Error> prepareInto(Stmt& out, std::string_view sql);
   std::expected<void, base::Error> openReader();
@@ -169,7 +176,7 @@ class Store::Impl {
   void start() {
     writable_ = true;
     writer_ = std::thread([this] {
-      restartWal();
+      readyWal();
       writerLoop();
     });
     // Named so that top/perf show where audit time goes.
@@ -189,7 +196,7 @@ class Store::Impl {
         if (!r) open_error_ = r.error();
       }
       opened_cv_.notify_all();
-      if (r) restartWal();
+      if (r) readyWal();
       writerLoop();
     });
     pthread_setname_np(writer_.native_handle(), "sluice-audit");
@@ -377,8 +384,8 @@ std::expected<void, base::Error> Store::Impl::openWriter() {
   // re-read them), and a larger autocheckpoint interval means fewer checkpoint fsyncs at
   // 200k rows/s. Readers are unaffected: WAL lets them read while the WAL grows.
   if (auto r = detail::exec(path_, db_.get(),
-                            fmt::format("PRAGMA cache_size=-{}; PRAGMA wal_autocheckpoint=4096",
-                                        std::max(64u, options_.cache_kib)));
+                            fmt::format("PRAGMA cache_size=-{}; PRAGMA wal_autocheckpoint={}",
+                                        std::max(64u, options_.cache_kib), kAutocheckpointPages));
       !r) {
     return r;
   }
@@ -443,15 +450,66 @@ std::expected<void, base::Error> Store::Impl::enableWal() {
   return {};
 }
 
-// With a persistent WAL (connectWriter) the frames of the previous session stay valid on disk,
-// so recovery at open counts them as not yet checkpointed and the next write would append
-// after them: the WAL would grow without end. Checkpointing them lets the first write restart
-// the WAL from its start. PASSIVE never waits; if another connection is busy the WAL simply
-// restarts later. Run by the writer thread before its first batch, after the open is reported:
-// the checkpoint's fsyncs (WAL, directory, database file) overlap what the caller does next
-// (`sluice run`: the sandbox's program) instead of delaying it.
-void Store::Impl::restartWal() {
-  sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+// Run by the writer thread once the open is reported, before its first batch, so that what it
+// syncs overlaps what the caller does next (`sluice run`: the sandbox's program) instead of
+// delaying it; the commit a caller waits for then pays one flush of the WAL and nothing else.
+// With a persistent WAL (connectWriter) the previous sessions' frames stay valid on disk and
+// writes append after them. A one-page write that changes nothing (writeNoOpFrame) tells how
+// many frames the WAL holds, and:
+// - if it started a new WAL (none was left), it wrote and synced the header, which the first
+//   batch would otherwise do on the waited-for commit;
+// - above kCheckpointWalFrames, the frames are copied into the database and the WAL restarted
+//   (restartWal), so it stays small and the next open's recovery reads little;
+// - otherwise the WAL is synced once (its new frame needs no sync): SQLite syncs the WAL's
+//   directory on the first sync of each connection's WAL, which would land on that commit too.
+// Appending rather than copying at every open saves a `sluice run` the copy's three flushes
+// (WAL, directory, database file) and the restart's one.
+void Store::Impl::readyWal() {
+  const int frames = writeNoOpFrame();
+  if (frames < 0 || frames == 1) return;
+  if (frames > kCheckpointWalFrames && restartWal()) return;
+  sqlite3_file* wal = nullptr;
+  if (sqlite3_file_control(db_.get(), "main", SQLITE_FCNTL_JOURNAL_POINTER, &wal) == SQLITE_OK &&
+      wal && wal->pMethods)
+    wal->pMethods->xSync(wal, SQLITE_SYNC_NORMAL);
+}
+
+// Copies the WAL's frames into the database (their fsyncs: WAL, database file) and restarts
+// the WAL with a frame that changes nothing (its header synced). PASSIVE never waits; false
+// when another connection still reads frames (they are copied and the WAL restarted later).
+bool Store::Impl::restartWal() {
+  int log_frames = -1, copied = -1;
+  const int rc =
+      sqlite3_wal_checkpoint_v2(db_.get(), "main", SQLITE_CHECKPOINT_PASSIVE, &log_frames, &copied);
+  if (rc != SQLITE_OK || copied != log_frames) return false;
+  return writeNoOpFrame() == 1;
+}
+
+// One transaction whose page goes to the WAL unchanged; the frames in the WAL after it (-1:
+// it failed). A write at the start of the WAL writes the WAL's header and syncs it before its
+// frames (SQLite does, so a frame of a new generation can never sit behind a stale header).
+int Store::Impl::writeNoOpFrame() {
+  int frames = -1;
+  // The WAL hook reports the frame count; setting it replaces the autocheckpoint's, which is
+  // set again after.
+  sqlite3_wal_hook(
+      db_.get(),
+      [](void* out, sqlite3*, const char*, int n) {
+        *static_cast<int*>(out) = n;
+        return SQLITE_OK;
+      },
+      &frames);
+  // Two updates that cancel out: a row rewritten with its own value leaves its page clean
+  // (SQLite compares the bytes) and nothing would be written.
+  auto r = detail::exec(path_, db_.get(),
+                        "BEGIN IMMEDIATE; UPDATE chain_head SET seq = seq + 1 WHERE id = 0; "
+                        "UPDATE chain_head SET seq = seq - 1 WHERE id = 0; COMMIT");
+  sqlite3_wal_autocheckpoint(db_.get(), kAutocheckpointPages);
+  if (r) return frames;
+  // Only an optimisation: the first batch writes the header instead.
+  (void)detail::exec(path_, db_.get(), "ROLLBACK");
+  logger().debug("audit store {}: no frame written at open: {}", path_.string(), r.error().message);
+  return -1;
 }
 
 std::expected<void, base::Error> Store::Impl::prepareInto(Stmt& out, std::string_view sql) {

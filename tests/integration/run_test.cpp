@@ -486,4 +486,44 @@ TEST_F(SluiceRun, SigtermStopsTheRunCleanly) {
   EXPECT_EQ(WEXITSTATUS(st), 143) << slurp(out);
 }
 
+// The receipt is reported only once its commit is durable; a sluice killed right after it
+// printed the receipt (while it closes the store) has it in the store all the same.
+TEST_F(SluiceRun, SigkillRightAfterTheReceiptKeepsItInTheStore) {
+  REQUIRE_SANDBOX();
+  for (int i = 0; i < 5; ++i) {
+    int fds[2];
+    ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      ::dup2(fds[1], 1);
+      auto args = runArgs("sandboxed", {"--json"}, {"/bin/true"});
+      std::vector<char*> argv{const_cast<char*>(SLUICE_BINARY)};
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(SLUICE_BINARY, argv.data());
+      ::_exit(99);
+    }
+    ::close(fds[1]);
+    // The receipt is one line on stdout: kill at its newline, before sluice can exit.
+    std::string out;
+    char c = 0;
+    while (::read(fds[0], &c, 1) == 1) {
+      out += c;
+      if (c == '\n') break;
+    }
+    ::kill(pid, SIGKILL);
+    ::close(fds[0]);
+    ::waitpid(pid, nullptr, 0);
+    json receipt = json::parse(out, nullptr, false);
+    ASSERT_FALSE(receipt.is_discarded()) << out;
+    const std::string id = receipt["execution_id"].get<std::string>();
+    Outcome q = sluice({"audit", "sql", "--db", db().string(),
+                        "SELECT id FROM executions WHERE id = '" + id + "'"});
+    EXPECT_EQ(q.status, 0) << q.err;
+    EXPECT_NE(q.out.find(id), std::string::npos) << id << " is not in the store: " << q.out;
+  }
+  Outcome v = sluice({"audit", "verify", "--db", db().string()});
+  EXPECT_EQ(v.status, 0) << v.out << v.err;
+}
+
 }  // namespace

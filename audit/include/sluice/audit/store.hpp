@@ -34,10 +34,10 @@ struct StoreOptions {
   /// Open without a writer (for inspection); every record* call then fails.
   bool read_only = false;
   /// Copy the WAL into the database file (one fsync of it) when the store closes, so the .db
-  /// file alone holds every row. false (`sluice run`, ~0.1 ms off every run): the next writer
-  /// copies them when it opens, off its caller's path; until then the rows are safe in the
-  /// -wal file, which SQLite and sluice read as part of the database, but a copy of the .db
-  /// file alone lacks the last session's rows.
+  /// file alone holds every row. false (`sluice run`, ~0.1 ms off every run): a later writer
+  /// copies them when it opens with more than 256 KiB in the WAL, off its caller's path; until
+  /// then the rows are safe in the -wal file, which SQLite and sluice read as part of the
+  /// database, but a copy of the .db file alone lacks the last sessions' rows.
   bool checkpoint_on_close = true;
   /// How long a write waits for a lock held by another connection (another process's
   /// writer, an auditor's long read is no obstacle in WAL) before the store fails.
