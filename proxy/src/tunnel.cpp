@@ -1,8 +1,9 @@
 // CONNECT tunnel relay. Memory matters here (10,000 idle tunnels): an idle tunnel holds two
-// sockets, a timer and three small coroutine frames, but no buffers. Each pump waits for
-// readability, then reads into a per-thread scratch buffer and writes it on at once; only a
-// write the peer cannot take immediately gets a heap copy of the remainder. A direction that
-// turns out to carry bulk data switches to splice(2) through a pipe: no copies to user space.
+// sockets, a timer and three small coroutine frames, but no buffers. Each pump reads into a
+// per-thread scratch buffer until the socket is drained (waiting for readability only then)
+// and writes each read on at once; only a write the peer cannot take immediately gets a heap
+// copy of the remainder. A direction that turns out to carry bulk data switches to splice(2)
+// through a pipe: no copies to user space, and the pipe lets reading and writing overlap.
 #include "tunnel.hpp"
 
 #include <fcntl.h>
@@ -119,8 +120,12 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
     if (--open_pumps_ == 0) closeAll();
   }
 
+  // How one read attempt on a pump's source ended.
+  enum class Got { kBytes, kWouldBlock, kEof, kFailed };
+
   // Relays one direction until EOF (then half-closes the other side) or an error (then
-  // closes both).
+  // closes both). Copies through the scratch buffer until the direction has carried
+  // kSpliceAfter bytes, then hands over to splicePump.
   static net::awaitable<void> pump(std::shared_ptr<Tunnel> t, bool up, std::string initial) {
     auto& from = up ? t->client_ : t->upstream_;
     auto& to = up ? t->upstream_ : t->client_;
@@ -136,89 +141,125 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       std::string().swap(initial);
     }
     for (;;) {
-      co_await from.async_wait(tcp::socket::wait_read, net::redirect_error(net::use_awaitable, ec));
-      if (ec) break;  // closed by the other pump, the watchdog or stop()
-      int* pipe = t->pipeFor(up);
+      if (int* pipe = t->pipeFor(up)) {
+        if (co_await splicePump(t, up, pipe)) break;
+        continue;  // splice(2) is not supported here: copy from now on
+      }
+      // Read first, wait only when the socket is drained: a busy socket costs no epoll
+      // round trip per read.
       std::size_t n = 0;
-      if (pipe) {
-        // Bulk transfer: move the bytes socket -> pipe -> socket inside the kernel.
-        ssize_t r = ::splice(from.native_handle(), nullptr, pipe[1], nullptr, kPipeBytes,
-                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (r > 0) {
-          n = static_cast<std::size_t>(r);
-        } else if (r == 0) {
-          ec = net::error::eof;
-        } else if (errno == EAGAIN || errno == EINTR) {
-          continue;
-        } else if (errno == EINVAL || errno == ENOSYS) {
-          t->disableSplice();  // not supported here: copy from now on
-          continue;
-        } else {
-          ec = ErrorCode(errno, boost::system::system_category());
-        }
-      } else {
-        n = from.read_some(net::buffer(scratch()), ec);
-        if (ec == net::error::would_block || ec == net::error::try_again) continue;
-      }
-      if (ec == net::error::eof) {
-        // Half-close: the peer finished sending; pass the FIN on and keep the other
-        // direction running.
-        ErrorCode ignored;
-        to.shutdown(tcp::socket::shutdown_send, ignored);
-        break;
-      }
-      if (ec) {
-        // A reset from either side ends both directions; an upstream reset is recorded.
-        if (up)
-          t->closeAll();
-        else
-          t->closeAll("upstream_error", "upstream connection failed mid-stream: " + ec.message());
-        break;
-      }
-      t->last_activity_ = std::chrono::steady_clock::now();
-      if (!t->count(up, n)) break;
-      if (pipe) {
-        bool failed = false;
-        for (std::size_t left = n; left > 0 && !failed;) {
-          ssize_t w = ::splice(pipe[0], nullptr, to.native_handle(), nullptr, left,
-                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-          if (w > 0) {
-            left -= static_cast<std::size_t>(w);
-          } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-            co_await to.async_wait(tcp::socket::wait_write,
-                                   net::redirect_error(net::use_awaitable, ec));
-            failed = static_cast<bool>(ec);
-          } else {
-            failed = true;
-          }
-        }
-        if (failed) {
-          t->closeAll();
-          break;
-        }
+      Got got = t->readInto(up, from, n);
+      if (got == Got::kWouldBlock) {
+        co_await from.async_wait(tcp::socket::wait_read,
+                                 net::redirect_error(net::use_awaitable, ec));
+        if (ec) break;  // closed by the other pump, the watchdog or stop()
         continue;
       }
+      if (got == Got::kEof) {
+        t->halfClose(to);
+        break;
+      }
+      if (got == Got::kFailed || !t->count(up, n)) break;
       auto& buf = scratch();
       std::size_t w = to.write_some(net::buffer(buf.data(), n), ec);
       if (ec == net::error::would_block || ec == net::error::try_again) {
         w = 0;
         ec = {};
       }
+      if (!ec && w < n) {
+        std::vector<char> rest(buf.data() + w, buf.data() + n);
+        co_await net::async_write(to, net::buffer(rest),
+                                  net::redirect_error(net::use_awaitable, ec));
+      }
       if (ec) {
         t->closeAll();
         break;
       }
-      if (w < n) {
-        std::vector<char> rest(buf.data() + w, buf.data() + n);
-        co_await net::async_write(to, net::buffer(rest),
-                                  net::redirect_error(net::use_awaitable, ec));
-        if (ec) {
-          t->closeAll();
-          break;
-        }
-      }
     }
     t->pumpDone();
+  }
+
+  // One non-blocking read into the scratch buffer; an error other than EOF closes the tunnel.
+  Got readInto(bool up, tcp::socket& from, std::size_t& n) {
+    ErrorCode ec;
+    n = from.read_some(net::buffer(scratch()), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) return Got::kWouldBlock;
+    if (ec == net::error::eof) return Got::kEof;
+    if (ec) return readFailed(up, ec);
+    last_activity_ = std::chrono::steady_clock::now();
+    return Got::kBytes;
+  }
+
+  // A reset from either side ends both directions; an upstream reset is recorded.
+  Got readFailed(bool up, const ErrorCode& ec) {
+    if (up)
+      closeAll();
+    else
+      closeAll("upstream_error", "upstream connection failed mid-stream: " + ec.message());
+    return Got::kFailed;
+  }
+
+  // Half-close: the peer finished sending; pass the FIN on and keep the other direction.
+  static void halfClose(tcp::socket& to) {
+    ErrorCode ignored;
+    to.shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  // Bulk transfer: moves the bytes socket -> pipe -> socket inside the kernel. Fills the pipe
+  // while the receiver is slow and drains it while the sender is idle, so reading and writing
+  // overlap; waits (for writability while bytes are queued, else for readability) only when
+  // neither end can move. Returns true when the direction is finished, false when splice(2)
+  // turned out to be unsupported before any byte went through it (copy instead).
+  static net::awaitable<bool> splicePump(std::shared_ptr<Tunnel> t, bool up, int* pipe) {
+    auto& from = up ? t->client_ : t->upstream_;
+    auto& to = up ? t->upstream_ : t->client_;
+    std::size_t queued = 0;  // bytes in the pipe, already counted
+    bool eof = false;
+    for (;;) {
+      bool moved = false;
+      if (!eof) {
+        ssize_t r = ::splice(from.native_handle(), nullptr, pipe[1], nullptr, kPipeBytes,
+                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (r > 0) {
+          t->last_activity_ = std::chrono::steady_clock::now();
+          if (!t->count(up, static_cast<std::size_t>(r))) co_return true;
+          queued += static_cast<std::size_t>(r);
+          moved = true;
+        } else if (r == 0) {
+          eof = true;
+        } else if ((errno == EINVAL || errno == ENOSYS) && queued == 0) {
+          t->disableSplice();
+          co_return false;
+        } else if (errno != EAGAIN && errno != EINTR) {
+          t->readFailed(up, ErrorCode(errno, boost::system::system_category()));
+          co_return true;
+        }
+      }
+      if (queued > 0) {
+        ssize_t w = ::splice(pipe[0], nullptr, to.native_handle(), nullptr, queued,
+                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (w > 0) {
+          queued -= static_cast<std::size_t>(w);
+          moved = true;
+        } else if (w == 0 || (errno != EAGAIN && errno != EINTR)) {
+          t->closeAll();
+          co_return true;
+        }
+      }
+      if (eof && queued == 0) {
+        halfClose(to);
+        co_return true;
+      }
+      if (moved) continue;
+      ErrorCode ec;
+      if (queued > 0)
+        co_await to.async_wait(tcp::socket::wait_write,
+                               net::redirect_error(net::use_awaitable, ec));
+      else
+        co_await from.async_wait(tcp::socket::wait_read,
+                                 net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return true;  // closed by the other pump, the watchdog or stop()
+    }
   }
 
   // The pipe for splicing one direction, created once that direction has carried
