@@ -24,7 +24,10 @@ namespace {
 constexpr std::size_t kScratchBytes = 64 * 1024;
 // Directions that carried this much switch from copying to splice(2) through a pipe.
 constexpr std::uint64_t kSpliceAfter = 256 * 1024;
-constexpr std::size_t kPipeBytes = 256 * 1024;
+// The pipe each bulk direction asks for, and a smaller one to fall back to: an unprivileged
+// user's pipes share /proc/sys/fs/pipe-user-pages-soft (64 MiB by default).
+constexpr std::size_t kPipeBytes = 1024 * 1024;
+constexpr std::size_t kPipeFallbackBytes = 256 * 1024;
 
 // Safe to share per thread: a pump uses it only between a read and a write with no
 // suspension in between. Made on a thread's first use: a thread_local array would sit in the
@@ -272,9 +275,11 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       p[0] = p[1] = -1;
       return nullptr;
     }
-    // A bigger pipe means fewer splice calls per megabyte; the kernel caps it at
-    // /proc/sys/fs/pipe-max-size and a failure just keeps the default.
-    ::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+    // A bigger pipe means fewer splice calls per megabyte (and more room to overlap reading
+    // and writing); the kernel caps it at /proc/sys/fs/pipe-max-size and a failure of both
+    // just keeps the default.
+    if (::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes)) < 0)
+      ::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kPipeFallbackBytes));
     return p;
   }
 
