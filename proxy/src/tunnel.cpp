@@ -1,9 +1,10 @@
 // CONNECT tunnel relay. Memory matters here (10,000 idle tunnels): an idle tunnel holds two
 // sockets, a timer and three small coroutine frames, but no buffers. Each pump reads into a
-// per-thread scratch buffer until the socket is drained (waiting for readability only then)
-// and writes each read on at once; only a write the peer cannot take immediately gets a heap
-// copy of the remainder. A direction that turns out to carry bulk data switches to splice(2)
-// through a pipe: no copies to user space, and the pipe lets reading and writing overlap.
+// per-thread scratch buffer (reading again at once after a read that filled it, else waiting
+// for readability first) and writes each read on at once; only a write the peer cannot take
+// immediately gets a heap copy of the remainder. A direction that turns out to carry bulk data
+// switches to splice(2) through a pipe: no copies to user space, and the pipe lets reading and
+// writing overlap.
 #include "tunnel.hpp"
 
 #include <fcntl.h>
@@ -143,21 +144,24 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       }
       std::string().swap(initial);
     }
+    bool drained = true;  // nothing is read before the socket is readable: idle tunnels wait
     for (;;) {
       if (int* pipe = t->pipeFor(up)) {
         if (co_await splicePump(t, up, pipe)) break;
         continue;  // splice(2) is not supported here: copy from now on
       }
-      // Read first, wait only when the socket is drained: a busy socket costs no epoll
-      // round trip per read.
-      std::size_t n = 0;
-      Got got = t->readInto(up, from, n);
-      if (got == Got::kWouldBlock) {
+      // After a read that filled the buffer, read again at once (a busy socket costs no
+      // epoll round trip per read); after a short one the socket is most likely drained, so
+      // wait first (a chatty tunnel pays no extra read that finds nothing).
+      if (drained) {
         co_await from.async_wait(tcp::socket::wait_read,
                                  net::redirect_error(net::use_awaitable, ec));
         if (ec) break;  // closed by the other pump, the watchdog or stop()
-        continue;
       }
+      std::size_t n = 0;
+      Got got = t->readInto(up, from, n);
+      drained = got != Got::kBytes || n < kScratchBytes;
+      if (got == Got::kWouldBlock) continue;
       if (got == Got::kEof) {
         t->halfClose(to);
         break;
