@@ -222,9 +222,13 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
     auto& to = up ? t->upstream_ : t->client_;
     std::size_t queued = 0;  // bytes in the pipe, already counted
     bool eof = false;
+    // The last splice in found the socket empty or took a short run (a chatty tunnel's
+    // message): do not try again before a wait, or each message costs a splice that finds
+    // nothing.
+    bool drained = false;
     for (;;) {
       bool moved = false;
-      if (!eof) {
+      if (!eof && !drained) {
         ssize_t r = ::splice(from.native_handle(), nullptr, pipe[1], nullptr, kPipeBytes,
                              SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
         if (r > 0) {
@@ -232,6 +236,7 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
           if (!t->count(up, static_cast<std::size_t>(r))) co_return true;
           queued += static_cast<std::size_t>(r);
           moved = true;
+          drained = static_cast<std::size_t>(r) < kScratchBytes;
         } else if (r == 0) {
           eof = true;
         } else if ((errno == EINVAL || errno == ENOSYS) && queued == 0) {
@@ -240,6 +245,8 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
         } else if (errno != EAGAIN && errno != EINTR) {
           t->readFailed(up, ErrorCode(errno, boost::system::system_category()));
           co_return true;
+        } else {
+          drained = errno == EAGAIN;
         }
       }
       if (queued > 0) {
@@ -266,6 +273,7 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
         co_await from.async_wait(tcp::socket::wait_read,
                                  net::redirect_error(net::use_awaitable, ec));
       if (ec) co_return true;  // closed by the other pump, the watchdog or stop()
+      drained = false;
     }
   }
 
