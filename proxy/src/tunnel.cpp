@@ -1,8 +1,10 @@
 // CONNECT tunnel relay. Memory matters here (10,000 idle tunnels): an idle tunnel holds two
-// sockets, a timer and three small coroutine frames, but no buffers. Each pump waits for
-// readability, then reads into a per-thread scratch buffer and writes it on at once; only a
-// write the peer cannot take immediately gets a heap copy of the remainder. A direction that
-// turns out to carry bulk data switches to splice(2) through a pipe: no copies to user space.
+// sockets, a timer and three small coroutine frames, but no buffers. Each pump reads into a
+// per-thread scratch buffer (reading again at once after a read that filled it, else waiting
+// for readability first) and writes each read on at once; only a write the peer cannot take
+// immediately gets a heap copy of the remainder. A direction that turns out to carry bulk data
+// switches to splice(2) through a pipe: no copies to user space, and the pipe lets reading and
+// writing overlap.
 #include "tunnel.hpp"
 
 #include <fcntl.h>
@@ -23,7 +25,10 @@ namespace {
 constexpr std::size_t kScratchBytes = 64 * 1024;
 // Directions that carried this much switch from copying to splice(2) through a pipe.
 constexpr std::uint64_t kSpliceAfter = 256 * 1024;
-constexpr std::size_t kPipeBytes = 256 * 1024;
+// The pipe each bulk direction asks for, and a smaller one to fall back to: an unprivileged
+// user's pipes share /proc/sys/fs/pipe-user-pages-soft (64 MiB by default).
+constexpr std::size_t kPipeBytes = 1024 * 1024;
+constexpr std::size_t kPipeFallbackBytes = 256 * 1024;
 
 // Safe to share per thread: a pump uses it only between a read and a write with no
 // suspension in between. Made on a thread's first use: a thread_local array would sit in the
@@ -119,8 +124,12 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
     if (--open_pumps_ == 0) closeAll();
   }
 
+  // How one read attempt on a pump's source ended.
+  enum class Got { kBytes, kWouldBlock, kEof, kFailed };
+
   // Relays one direction until EOF (then half-closes the other side) or an error (then
-  // closes both).
+  // closes both). Copies through the scratch buffer until the direction has carried
+  // kSpliceAfter bytes, then hands over to splicePump.
   static net::awaitable<void> pump(std::shared_ptr<Tunnel> t, bool up, std::string initial) {
     auto& from = up ? t->client_ : t->upstream_;
     auto& to = up ? t->upstream_ : t->client_;
@@ -135,90 +144,137 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       }
       std::string().swap(initial);
     }
+    bool drained = true;  // nothing is read before the socket is readable: idle tunnels wait
     for (;;) {
-      co_await from.async_wait(tcp::socket::wait_read, net::redirect_error(net::use_awaitable, ec));
-      if (ec) break;  // closed by the other pump, the watchdog or stop()
-      int* pipe = t->pipeFor(up);
+      if (int* pipe = t->pipeFor(up)) {
+        if (co_await splicePump(t, up, pipe)) break;
+        continue;  // splice(2) is not supported here: copy from now on
+      }
+      // After a read that filled the buffer, read again at once (a busy socket costs no
+      // epoll round trip per read); after a short one the socket is most likely drained, so
+      // wait first (a chatty tunnel pays no extra read that finds nothing).
+      if (drained) {
+        co_await from.async_wait(tcp::socket::wait_read,
+                                 net::redirect_error(net::use_awaitable, ec));
+        if (ec) break;  // closed by the other pump, the watchdog or stop()
+      }
       std::size_t n = 0;
-      if (pipe) {
-        // Bulk transfer: move the bytes socket -> pipe -> socket inside the kernel.
-        ssize_t r = ::splice(from.native_handle(), nullptr, pipe[1], nullptr, kPipeBytes,
-                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (r > 0) {
-          n = static_cast<std::size_t>(r);
-        } else if (r == 0) {
-          ec = net::error::eof;
-        } else if (errno == EAGAIN || errno == EINTR) {
-          continue;
-        } else if (errno == EINVAL || errno == ENOSYS) {
-          t->disableSplice();  // not supported here: copy from now on
-          continue;
-        } else {
-          ec = ErrorCode(errno, boost::system::system_category());
-        }
-      } else {
-        n = from.read_some(net::buffer(scratch()), ec);
-        if (ec == net::error::would_block || ec == net::error::try_again) continue;
-      }
-      if (ec == net::error::eof) {
-        // Half-close: the peer finished sending; pass the FIN on and keep the other
-        // direction running.
-        ErrorCode ignored;
-        to.shutdown(tcp::socket::shutdown_send, ignored);
+      Got got = t->readInto(up, from, n);
+      drained = got != Got::kBytes || n < kScratchBytes;
+      if (got == Got::kWouldBlock) continue;
+      if (got == Got::kEof) {
+        t->halfClose(to);
         break;
       }
-      if (ec) {
-        // A reset from either side ends both directions; an upstream reset is recorded.
-        if (up)
-          t->closeAll();
-        else
-          t->closeAll("upstream_error", "upstream connection failed mid-stream: " + ec.message());
-        break;
-      }
-      t->last_activity_ = std::chrono::steady_clock::now();
-      if (!t->count(up, n)) break;
-      if (pipe) {
-        bool failed = false;
-        for (std::size_t left = n; left > 0 && !failed;) {
-          ssize_t w = ::splice(pipe[0], nullptr, to.native_handle(), nullptr, left,
-                               SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-          if (w > 0) {
-            left -= static_cast<std::size_t>(w);
-          } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-            co_await to.async_wait(tcp::socket::wait_write,
-                                   net::redirect_error(net::use_awaitable, ec));
-            failed = static_cast<bool>(ec);
-          } else {
-            failed = true;
-          }
-        }
-        if (failed) {
-          t->closeAll();
-          break;
-        }
-        continue;
-      }
+      if (got == Got::kFailed || !t->count(up, n)) break;
       auto& buf = scratch();
       std::size_t w = to.write_some(net::buffer(buf.data(), n), ec);
       if (ec == net::error::would_block || ec == net::error::try_again) {
         w = 0;
         ec = {};
       }
+      if (!ec && w < n) {
+        std::vector<char> rest(buf.data() + w, buf.data() + n);
+        co_await net::async_write(to, net::buffer(rest),
+                                  net::redirect_error(net::use_awaitable, ec));
+      }
       if (ec) {
         t->closeAll();
         break;
       }
-      if (w < n) {
-        std::vector<char> rest(buf.data() + w, buf.data() + n);
-        co_await net::async_write(to, net::buffer(rest),
-                                  net::redirect_error(net::use_awaitable, ec));
-        if (ec) {
-          t->closeAll();
-          break;
-        }
-      }
     }
     t->pumpDone();
+  }
+
+  // One non-blocking read into the scratch buffer; an error other than EOF closes the tunnel.
+  Got readInto(bool up, tcp::socket& from, std::size_t& n) {
+    ErrorCode ec;
+    n = from.read_some(net::buffer(scratch()), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) return Got::kWouldBlock;
+    if (ec == net::error::eof) return Got::kEof;
+    if (ec) return readFailed(up, ec);
+    last_activity_ = std::chrono::steady_clock::now();
+    return Got::kBytes;
+  }
+
+  // A reset from either side ends both directions; an upstream reset is recorded.
+  Got readFailed(bool up, const ErrorCode& ec) {
+    if (up)
+      closeAll();
+    else
+      closeAll("upstream_error", "upstream connection failed mid-stream: " + ec.message());
+    return Got::kFailed;
+  }
+
+  // Half-close: the peer finished sending; pass the FIN on and keep the other direction.
+  static void halfClose(tcp::socket& to) {
+    ErrorCode ignored;
+    to.shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  // Bulk transfer: moves the bytes socket -> pipe -> socket inside the kernel. Fills the pipe
+  // while the receiver is slow and drains it while the sender is idle, so reading and writing
+  // overlap; waits (for writability while bytes are queued, else for readability) only when
+  // neither end can move. Returns true when the direction is finished, false when splice(2)
+  // turned out to be unsupported before any byte went through it (copy instead).
+  static net::awaitable<bool> splicePump(std::shared_ptr<Tunnel> t, bool up, int* pipe) {
+    auto& from = up ? t->client_ : t->upstream_;
+    auto& to = up ? t->upstream_ : t->client_;
+    std::size_t queued = 0;  // bytes in the pipe, already counted
+    bool eof = false;
+    // The last splice in found the socket empty or took a short run (a chatty tunnel's
+    // message): do not try again before a wait, or each message costs a splice that finds
+    // nothing.
+    bool drained = false;
+    for (;;) {
+      bool moved = false;
+      if (!eof && !drained) {
+        ssize_t r = ::splice(from.native_handle(), nullptr, pipe[1], nullptr, kPipeBytes,
+                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (r > 0) {
+          t->last_activity_ = std::chrono::steady_clock::now();
+          if (!t->count(up, static_cast<std::size_t>(r))) co_return true;
+          queued += static_cast<std::size_t>(r);
+          moved = true;
+          drained = static_cast<std::size_t>(r) < kScratchBytes;
+        } else if (r == 0) {
+          eof = true;
+        } else if ((errno == EINVAL || errno == ENOSYS) && queued == 0) {
+          t->disableSplice();
+          co_return false;
+        } else if (errno != EAGAIN && errno != EINTR) {
+          t->readFailed(up, ErrorCode(errno, boost::system::system_category()));
+          co_return true;
+        } else {
+          drained = errno == EAGAIN;
+        }
+      }
+      if (queued > 0) {
+        ssize_t w = ::splice(pipe[0], nullptr, to.native_handle(), nullptr, queued,
+                             SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (w > 0) {
+          queued -= static_cast<std::size_t>(w);
+          moved = true;
+        } else if (w == 0 || (errno != EAGAIN && errno != EINTR)) {
+          t->closeAll();
+          co_return true;
+        }
+      }
+      if (eof && queued == 0) {
+        halfClose(to);
+        co_return true;
+      }
+      if (moved) continue;
+      ErrorCode ec;
+      if (queued > 0)
+        co_await to.async_wait(tcp::socket::wait_write,
+                               net::redirect_error(net::use_awaitable, ec));
+      else
+        co_await from.async_wait(tcp::socket::wait_read,
+                                 net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return true;  // closed by the other pump, the watchdog or stop()
+      drained = false;
+    }
   }
 
   // The pipe for splicing one direction, created once that direction has carried
@@ -231,9 +287,11 @@ class Tunnel : public std::enable_shared_from_this<Tunnel>, public Closable {
       p[0] = p[1] = -1;
       return nullptr;
     }
-    // A bigger pipe means fewer splice calls per megabyte; the kernel caps it at
-    // /proc/sys/fs/pipe-max-size and a failure just keeps the default.
-    ::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes));
+    // A bigger pipe means fewer splice calls per megabyte (and more room to overlap reading
+    // and writing); the kernel caps it at /proc/sys/fs/pipe-max-size and a failure of both
+    // just keeps the default.
+    if (::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kPipeBytes)) < 0)
+      ::fcntl(p[1], F_SETPIPE_SZ, static_cast<int>(kPipeFallbackBytes));
     return p;
   }
 

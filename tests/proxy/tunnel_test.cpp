@@ -1,8 +1,10 @@
 // CONNECT tunnels: relay both ways, eager client bytes, half-close, upstream reset, idle
-// timeout, inspection refusal, workflow limits, 1,000 concurrent tunnels, audit rows.
+// timeout, inspection refusal, workflow limits, 1,000 concurrent tunnels, audit rows, a
+// receiver that reads late (bytes still in the splice pipe when an EOF arrives).
 #include <gtest/gtest.h>
 #include <sys/resource.h>
 
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "proxy_fixture.hpp"
@@ -52,6 +54,36 @@ TEST_F(TunnelTest, BulkTransferArrivesIntactBothWays) {
     c.send(payload);
     c.shutdownWrite();
   });
+  std::string got = c.readAll();
+  writer.join();
+  ASSERT_EQ(got.size(), kBytes + 3);
+  EXPECT_TRUE(got.compare(0, kBytes, payload) == 0);
+  EXPECT_EQ(got.substr(kBytes), "BYE");
+  auto row = sink_->waitConnection(
+      [](const auto& e) { return e.kind == audit::ConnectionKind::kConnect; });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->bytes_up, kBytes);
+  EXPECT_EQ(row->bytes_down, kBytes + 3);
+}
+
+TEST_F(TunnelTest, AReceiverThatReadsLateGetsEveryByteBeforeTheFin) {
+  // The client reads nothing until it has sent everything and half-closed: the echo's replies
+  // back up into the tunnel, so the pipes hold bytes when each EOF arrives and must drain
+  // before the FIN is passed on.
+  constexpr std::size_t kBytes = 8 << 20;
+  std::string payload(kBytes, '\0');
+  for (std::size_t i = 0; i < kBytes; ++i) payload[i] = static_cast<char>((i * 7 + i / 251) & 0xff);
+  Client c(port_, std::chrono::seconds(30));
+  ASSERT_TRUE(c.send(connectRequest(echo())));
+  ASSERT_EQ(c.readResponse(true).status, 200);
+  std::promise<void> sent;
+  std::thread writer([&] {
+    c.send(payload);
+    c.shutdownWrite();
+    sent.set_value();
+  });
+  // Reading starts when the writer is done or blocked by the backed-up tunnel.
+  sent.get_future().wait_for(std::chrono::milliseconds(300));
   std::string got = c.readAll();
   writer.join();
   ASSERT_EQ(got.size(), kBytes + 3);
