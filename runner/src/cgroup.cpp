@@ -6,9 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <array>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <span>
 #include <sstream>
 #include <thread>
 
@@ -35,18 +39,57 @@ std::expected<void, std::string> writeFile(const fs::path& file, std::string_vie
   return {};
 }
 
-std::optional<std::uint64_t> readNumber(const fs::path& file) {
-  std::ifstream in(file);
-  if (!in) return std::nullopt;
-  std::string word;
-  in >> word;
-  if (word.empty()) return std::nullopt;
-  if (word == "max") return UINT64_MAX;
-  try {
-    return std::stoull(word);
-  } catch (...) {
-    return std::nullopt;
+// A counter's text: the value on the line starting with `key` ("key value" lines), or without
+// a key the first word ("max": UINT64_MAX). Anything else is no value.
+std::optional<std::uint64_t> parseCounter(std::string_view text, const char* key) {
+  while (key) {
+    const std::string_view k(key);
+    if (text.starts_with(k) && text.size() > k.size() && text[k.size()] == ' ') {
+      text.remove_prefix(k.size() + 1);
+      break;
+    }
+    const auto nl = text.find('\n');
+    if (nl == std::string_view::npos) return std::nullopt;
+    text.remove_prefix(nl + 1);
   }
+  if (!key && text.starts_with("max")) return UINT64_MAX;
+  std::uint64_t v = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end == text.data()) return std::nullopt;
+  return v;
+}
+
+// One counter of CgroupStats: the file (in dirs_[dir]), its key ("key value" files) and the
+// unit it is kept in (cpuacct.usage counts nanoseconds, the stats microseconds).
+struct CounterFile {
+  std::size_t dir;
+  const char* name;
+  const char* key;
+  std::uint64_t CgroupStats::*field;
+  std::uint64_t divisor = 1;
+};
+
+constexpr std::array<CounterFile, 6> kV2Counters{{
+    {0, "memory.events", "oom_kill", &CgroupStats::oom_kills},
+    {0, "pids.events", "max", &CgroupStats::pids_max_events},
+    {0, "cpu.stat", "usage_usec", &CgroupStats::cpu_usage_us},
+    {0, "memory.peak", nullptr, &CgroupStats::memory_peak},
+    {0, "pids.current", nullptr, &CgroupStats::pids_current},
+    {0, "pids.peak", nullptr, &CgroupStats::pids_peak},
+}};
+constexpr std::array<CounterFile, 7> kV1Counters{{
+    {0, "memory.oom_control", "oom_kill", &CgroupStats::oom_kills},
+    {0, "memory.max_usage_in_bytes", nullptr, &CgroupStats::memory_peak},
+    {0, "memory.failcnt", nullptr, &CgroupStats::memory_failcnt},
+    {1, "pids.events", "max", &CgroupStats::pids_max_events},
+    {1, "pids.current", nullptr, &CgroupStats::pids_current},
+    {1, "pids.peak", nullptr, &CgroupStats::pids_peak},
+    {2, "cpuacct.usage", nullptr, &CgroupStats::cpu_usage_us, 1000},
+}};
+
+std::span<const CounterFile> countersOf(CgroupVersion v) {
+  if (v == CgroupVersion::kV2) return kV2Counters;
+  return kV1Counters;
 }
 
 base::Error cgError(std::string step, std::string message) {
@@ -112,11 +155,27 @@ std::expected<CgroupLayout, std::string> detectCgroupLayout(const fs::path& root
   return layout;
 }
 
+// The counter files of one cgroup, kept open: a session reads them after every exec, and a
+// pread of an open cgroupfs file (the kernel formats it afresh at offset 0) costs a fraction
+// of a path walk, open, read and close per file.
+struct Cgroup::CounterFiles {
+  std::once_flag opened;
+  std::array<int, kV1Counters.size()> fds;
+  CounterFiles() { fds.fill(-1); }
+  ~CounterFiles() {
+    for (int fd : fds)
+      if (fd >= 0) ::close(fd);
+  }
+  CounterFiles(const CounterFiles&) = delete;
+  CounterFiles& operator=(const CounterFiles&) = delete;
+};
+
 base::Result<Cgroup> Cgroup::create(const CgroupLayout& layout, std::string_view name,
                                     const Limits& limits) {
   Cgroup cg;
   cg.version_ = layout.version;
   cg.removed_ = false;
+  cg.counters_ = std::make_unique<CounterFiles>();
   auto fail = [&](std::string step, std::string msg) -> std::unexpected<base::Error> {
     (void)cg.remove();
     return std::unexpected(cgError(std::move(step), std::move(msg)));
@@ -164,7 +223,10 @@ base::Result<Cgroup> Cgroup::create(const CgroupLayout& layout, std::string_view
 }
 
 Cgroup::Cgroup(Cgroup&& other) noexcept
-    : version_(other.version_), dirs_(std::move(other.dirs_)), removed_(other.removed_) {
+    : version_(other.version_),
+      dirs_(std::move(other.dirs_)),
+      removed_(other.removed_),
+      counters_(std::move(other.counters_)) {
   other.removed_ = true;
   other.dirs_.clear();
 }
@@ -175,6 +237,7 @@ Cgroup& Cgroup::operator=(Cgroup&& other) noexcept {
     version_ = other.version_;
     dirs_ = std::move(other.dirs_);
     removed_ = other.removed_;
+    counters_ = std::move(other.counters_);
     other.removed_ = true;
     other.dirs_.clear();
   }
@@ -193,26 +256,22 @@ base::Result<void> Cgroup::addProcess(pid_t pid) const {
 
 CgroupStats Cgroup::stats() const {
   CgroupStats s;
-  if (dirs_.empty()) return s;
-  if (version_ == CgroupVersion::kV2) {
-    const fs::path& d = dirs_[0];
-    s.oom_kills = readKeyedCounter(d / "memory.events", "oom_kill").value_or(0);
-    s.pids_max_events = readKeyedCounter(d / "pids.events", "max").value_or(0);
-    s.cpu_usage_us = readKeyedCounter(d / "cpu.stat", "usage_usec").value_or(0);
-    s.memory_peak = readNumber(d / "memory.peak").value_or(0);
-    s.pids_current = readNumber(d / "pids.current").value_or(0);
-    s.pids_peak = readNumber(d / "pids.peak").value_or(0);
-    return s;
+  if (dirs_.empty() || !counters_) return s;
+  const auto files = countersOf(version_);
+  std::call_once(counters_->opened, [&] {
+    for (std::size_t i = 0; i < files.size(); ++i)
+      if (files[i].dir < dirs_.size())
+        counters_->fds[i] =
+            ::open((dirs_[files[i].dir] / files[i].name).c_str(), O_RDONLY | O_CLOEXEC);
+  });
+  char buf[4096];
+  for (std::size_t i = 0; i < files.size(); ++i) {
+    if (counters_->fds[i] < 0) continue;
+    const ssize_t n = ::pread(counters_->fds[i], buf, sizeof buf, 0);
+    if (n <= 0) continue;
+    if (auto v = parseCounter({buf, static_cast<std::size_t>(n)}, files[i].key))
+      s.*files[i].field = *v / files[i].divisor;
   }
-  s.oom_kills = readKeyedCounter(dirs_[0] / "memory.oom_control", "oom_kill").value_or(0);
-  s.memory_peak = readNumber(dirs_[0] / "memory.max_usage_in_bytes").value_or(0);
-  s.memory_failcnt = readNumber(dirs_[0] / "memory.failcnt").value_or(0);
-  if (dirs_.size() > 1) {
-    s.pids_max_events = readKeyedCounter(dirs_[1] / "pids.events", "max").value_or(0);
-    s.pids_current = readNumber(dirs_[1] / "pids.current").value_or(0);
-    s.pids_peak = readNumber(dirs_[1] / "pids.peak").value_or(0);
-  }
-  if (dirs_.size() > 2) s.cpu_usage_us = readNumber(dirs_[2] / "cpuacct.usage").value_or(0) / 1000;
   return s;
 }
 
@@ -233,6 +292,7 @@ void Cgroup::killAll() const {
 }
 
 std::expected<void, std::string> Cgroup::remove() {
+  counters_.reset();
   if (removed_) return {};
   std::string errors;
   for (const fs::path& d : dirs_) {

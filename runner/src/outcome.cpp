@@ -31,11 +31,21 @@ bool acceptReportLostToOom(Supervised& sup, const CgroupStats& counters) {
   return true;
 }
 
+namespace {
+bool lowOnScratch(const struct statvfs& sv) {
+  return static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize < (64u << 10) || sv.f_favail == 0;
+}
+}  // namespace
+
 bool scratchFull(pid_t init) {
   const std::string work = "/proc/" + std::to_string(init) + "/root/work";
   struct statvfs sv {};
-  if (::statvfs(work.c_str(), &sv) != 0) return false;
-  return static_cast<std::uint64_t>(sv.f_bavail) * sv.f_frsize < (64u << 10) || sv.f_favail == 0;
+  return ::statvfs(work.c_str(), &sv) == 0 && lowOnScratch(sv);
+}
+
+bool scratchFullAt(int work_fd) {
+  struct statvfs sv {};
+  return work_fd >= 0 && ::fstatvfs(work_fd, &sv) == 0 && lowOnScratch(sv);
 }
 
 namespace {

@@ -28,6 +28,9 @@ bool acceptReportLostToOom(Supervised& sup, const CgroupStats& counters);
 /// True when the scratch tmpfs of the sandbox whose init is `init` is full (< 64 KiB or no
 /// inodes free), read through /proc/<init>/root while its mount namespace lives.
 bool scratchFull(pid_t init);
+/// The same through `work_fd`, the sandbox's /work held open (O_PATH will do): a session's,
+/// opened once, so that an exec does not walk /proc/<init>/root/work again.
+bool scratchFullAt(int work_fd);
 
 /// Fills exit, usage, output, stop and limit_hit of `result` (which limit: sluice's own timer
 /// first, then the kernel's counters and the killing signal). `sup` must have a report.

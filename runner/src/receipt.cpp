@@ -64,94 +64,143 @@ void addGenerations(nlohmann::json& receipt, const ReceiptContext& ctx) {
 
 }  // namespace
 
-nlohmann::json networkJson(const NetworkSummary& n, const std::string& mode) {
-  using nlohmann::json;
-  auto list = [](const std::vector<NetworkSummary::Denial>& items, bool with_rule) {
-    json out = json::array();
-    for (const auto& d : items) {
-      json j = {{"host", d.host}, {"port", d.port}, {"reason", d.reason}};
-      if (with_rule) j["rule"] = d.rule.empty() ? json(nullptr) : json(d.rule);
-      if (!d.method.empty()) {
-        j["method"] = d.method;
-        j["path"] = d.path;
-      }
-      out.push_back(std::move(j));
+namespace {
+
+// The receipt's objects are filled key by key: a braced initializer list builds each pair as a
+// two-element array first and copies nested lists, several times the allocations for the same
+// JSON (an object's keys are sorted either way).
+nlohmann::json denialList(const std::vector<NetworkSummary::Denial>& items) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& d : items) {
+    nlohmann::json j = nlohmann::json::object();
+    j["host"] = d.host;
+    j["port"] = d.port;
+    j["reason"] = d.reason;
+    j["rule"] = d.rule.empty() ? nlohmann::json(nullptr) : nlohmann::json(d.rule);
+    if (!d.method.empty()) {
+      j["method"] = d.method;
+      j["path"] = d.path;
     }
-    return out;
-  };
-  return json{{"mode", mode},
-              {"allowed", n.allowed},
-              {"denied", n.denied},
-              {"failed", n.failed},
-              {"connections", n.connections},
-              {"requests", n.requests},
-              {"bytes_out", n.bytes_out},
-              {"bytes_in", n.bytes_in},
-              {"denials", list(n.denials, true)},
-              {"failures", list(n.failures, true)},
-              {"dns", {{"queries", n.dns_queries}, {"denied", n.dns_denied}}}};
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+nlohmann::json streamJson(const StreamCapture& s) {
+  nlohmann::json j = nlohmann::json::object();
+  j["bytes"] = s.bytes;
+  j["truncated"] = s.truncated;
+  j["text"] = s.text;
+  return j;
+}
+
+nlohmann::json artifactsJson(const RunResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const Artifact& a : r.artifacts) {
+    nlohmann::json j = nlohmann::json::object();
+    j["path"] = a.path;
+    j["bytes"] = a.bytes;
+    j["sha256"] = a.sha256;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+nlohmann::json limitsJson(const Limits& l, const ReceiptContext& ctx) {
+  nlohmann::json j = nlohmann::json::object();
+  j["timeout_ms"] = l.timeout.count();
+  j["cpu_time_ms"] = l.cpu_time.count();
+  j["memory"] = l.memory;
+  j["pids"] = l.pids;
+  j["output"] = l.output;
+  j["disk"] = l.disk;
+  j["file_size"] = l.file_size ? l.file_size : l.disk;
+  j["open_files"] = l.open_files;
+  j["network"] = ctx.network_mode;
+  return j;
+}
+
+nlohmann::json exitJson(const RunResult& r) {
+  nlohmann::json j = nlohmann::json::object();
+  j["code"] = r.exit_code;
+  j["signal"] = r.signal == 0 ? nlohmann::json(nullptr) : nlohmann::json(r.signal);
+  j["status"] = r.sluiceExitStatus();
+  return j;
+}
+
+nlohmann::json usageJson(const Usage& u) {
+  nlohmann::json j = nlohmann::json::object();
+  j["cpu_user_ms"] = u.cpu_user_ms;
+  j["cpu_sys_ms"] = u.cpu_sys_ms;
+  j["max_rss_bytes"] = u.max_rss_bytes;
+  j["pids_peak"] = u.pids_peak;
+  return j;
+}
+
+nlohmann::json isolationJson(const Isolation& i) {
+  nlohmann::json j = nlohmann::json::object();
+  j["namespaces"] = i.namespaces;
+  j["seccomp"] = i.seccomp;
+  j["landlock"] = i.landlock;
+  j["no_new_privs"] = i.no_new_privs;
+  j["uid"] = i.uid;
+  j["gid"] = i.gid;
+  j["cgroup"] = i.cgroup;
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json networkJson(const NetworkSummary& n, const std::string& mode) {
+  nlohmann::json j = nlohmann::json::object();
+  j["mode"] = mode;
+  j["allowed"] = n.allowed;
+  j["denied"] = n.denied;
+  j["failed"] = n.failed;
+  j["connections"] = n.connections;
+  j["requests"] = n.requests;
+  j["bytes_out"] = n.bytes_out;
+  j["bytes_in"] = n.bytes_in;
+  j["denials"] = denialList(n.denials);
+  j["failures"] = denialList(n.failures);
+  nlohmann::json dns = nlohmann::json::object();
+  dns["queries"] = n.dns_queries;
+  dns["denied"] = n.dns_denied;
+  j["dns"] = std::move(dns);
+  return j;
 }
 
 nlohmann::json buildReceipt(const RunSpec& spec, const RunResult& r, const ReceiptContext& ctx,
                             const std::optional<std::string>& hash) {
   using nlohmann::json;
-  auto stream = [](const StreamCapture& s) {
-    return json{{"bytes", s.bytes}, {"truncated", s.truncated}, {"text", s.text}};
-  };
-  json artifacts = json::array();
-  for (const Artifact& a : r.artifacts)
-    artifacts.push_back({{"path", a.path}, {"bytes", a.bytes}, {"sha256", a.sha256}});
-  json artifacts_truncated = nullptr;
-  if (r.artifacts_truncated)
-    artifacts_truncated = {{"reason", std::string(artifactSkipName(r.artifacts_truncated->reason))},
-                           {"skipped", r.artifacts_truncated->skipped}};
-  const Limits& l = spec.limits;
+  json receipt = json::object();
+  receipt["receipt_version"] = 1;
+  receipt["execution_id"] = spec.execution_id;
+  receipt["workflow"] = ctx.workflow;
+  receipt["policy_sha256"] = ctx.policy_sha256;
+  receipt["argv"] = spec.argv;
+  receipt["started_at"] = formatTimestamp(r.started_at);
+  receipt["ended_at"] = formatTimestamp(r.ended_at);
+  receipt["duration_ms"] =
+      std::chrono::duration_cast<std::chrono::milliseconds>(r.ended_at - r.started_at).count();
+  receipt["exit"] = exitJson(r);
   const auto hit = limitHitName(r.limit_hit);
-  json receipt = json{
-      {"receipt_version", 1},
-      {"execution_id", spec.execution_id},
-      {"workflow", ctx.workflow},
-      {"policy_sha256", ctx.policy_sha256},
-      {"argv", spec.argv},
-      {"started_at", formatTimestamp(r.started_at)},
-      {"ended_at", formatTimestamp(r.ended_at)},
-      {"duration_ms",
-       std::chrono::duration_cast<std::chrono::milliseconds>(r.ended_at - r.started_at).count()},
-      {"exit",
-       {{"code", r.exit_code},
-        {"signal", r.signal == 0 ? json(nullptr) : json(r.signal)},
-        {"status", r.sluiceExitStatus()}}},
-      {"limit_hit", hit.empty() ? json(nullptr) : json(std::string(hit))},
-      {"limits",
-       {{"timeout_ms", l.timeout.count()},
-        {"cpu_time_ms", l.cpu_time.count()},
-        {"memory", l.memory},
-        {"pids", l.pids},
-        {"output", l.output},
-        {"disk", l.disk},
-        {"file_size", l.file_size ? l.file_size : l.disk},
-        {"open_files", l.open_files},
-        {"network", ctx.network_mode}}},
-      {"usage",
-       {{"cpu_user_ms", r.usage.cpu_user_ms},
-        {"cpu_sys_ms", r.usage.cpu_sys_ms},
-        {"max_rss_bytes", r.usage.max_rss_bytes},
-        {"pids_peak", r.usage.pids_peak}}},
-      {"stdout", stream(r.out)},
-      {"stderr", stream(r.err)},
-      {"artifacts", artifacts},
-      {"artifacts_truncated", artifacts_truncated},
-      {"network", networkJson(ctx.network, ctx.network_mode)},
-      {"isolation",
-       {{"namespaces", r.isolation.namespaces},
-        {"seccomp", r.isolation.seccomp},
-        {"landlock", r.isolation.landlock},
-        {"no_new_privs", r.isolation.no_new_privs},
-        {"uid", r.isolation.uid},
-        {"gid", r.isolation.gid},
-        {"cgroup", r.isolation.cgroup}}},
-      {"hash", hash ? json(*hash) : json(nullptr)},
-  };
+  receipt["limit_hit"] = hit.empty() ? json(nullptr) : json(std::string(hit));
+  receipt["limits"] = limitsJson(spec.limits, ctx);
+  receipt["usage"] = usageJson(r.usage);
+  receipt["stdout"] = streamJson(r.out);
+  receipt["stderr"] = streamJson(r.err);
+  receipt["artifacts"] = artifactsJson(r);
+  json artifacts_truncated = nullptr;
+  if (r.artifacts_truncated) {
+    artifacts_truncated = json::object();
+    artifacts_truncated["reason"] = std::string(artifactSkipName(r.artifacts_truncated->reason));
+    artifacts_truncated["skipped"] = r.artifacts_truncated->skipped;
+  }
+  receipt["artifacts_truncated"] = std::move(artifacts_truncated);
+  receipt["network"] = networkJson(ctx.network, ctx.network_mode);
+  receipt["isolation"] = isolationJson(r.isolation);
+  receipt["hash"] = hash ? json(*hash) : json(nullptr);
   addHostPaths(receipt, spec, r);
   if (ctx.learn) {
     // Loud in the receipt too: this run let through what its policy denies.

@@ -140,6 +140,7 @@ struct SandboxSession::State {
   std::unique_ptr<detail::Launched> sandbox;  // init, its cgroup, the control socket
   detail::Fd root;                            // O_PATH fd of the sandbox's "/"
   dev_t scratch_dev = 0;
+  detail::Fd work;  // O_PATH fd of the sandbox's /work (scratchFullAt after each exec)
   // Init's parent thread: PR_SET_PDEATHSIG follows the thread that cloned init, so a thread
   // of the session's own does it and lives until end().
   std::thread keeper;
@@ -262,6 +263,8 @@ base::Result<std::unique_ptr<SandboxSession>> SandboxSession::start(
   auto dev = detail::scratchDevice(s.root.get());
   if (!dev) return std::unexpected(setupError("session root", dev.error()));
   s.scratch_dev = *dev;
+  s.work.reset(::openat(s.root.get(), "work", O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+  if (!s.work) return std::unexpected(setupError("session /work", std::strerror(errno)));
   s.counters = s.sandbox->cgroup ? s.sandbox->cgroup->stats() : CgroupStats{};
   return session;
 }
@@ -291,7 +294,7 @@ base::Result<RunResult> SandboxSession::exec(const ExecSpec& spec, const ExecHoo
   const bool init_gone = initGone(init);
   if (init_gone) s_->breakWith("the session's sandbox ended (its init died)");
   if (sup.child_error || !sup.have_report) return std::unexpected(detail::failureOf(sup));
-  const bool disk_full = !init_gone && detail::scratchFull(init);
+  const bool disk_full = !init_gone && detail::scratchFullAt(s_->work.get());
   result.ended_at = std::chrono::system_clock::now();
   detail::fillOutcome(sup, counters, s_->spec.limits, disk_full, result);
   result.isolation = detail::isolationOf(*s_->sandbox, s_->spec.uid, s_->spec.gid);
@@ -356,6 +359,7 @@ void SandboxSession::end() {
     std::lock_guard serial(s_->exec_mu);  // a running exec has returned
     std::lock_guard lock(s_->mu);
     s_->root.reset();
+    s_->work.reset();  // an open fd would keep the scratch tmpfs (and its contents) alive
     if (s_->sandbox) s_->sandbox->teardown();  // reaps init, removes the cgroup
     s_->sandbox.reset();
   }

@@ -13,6 +13,7 @@
 #include "sluice/base/log.hpp"
 #include "sluice/base/strict_json.hpp"
 #include "sluice/runner/receipt.hpp"
+#include "timing.hpp"
 
 namespace sluice::serve {
 using nlohmann::json;
@@ -225,13 +226,23 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     }
   } done_guard{this, slot};
   auto answer = std::make_shared<base::Result<Answer>>();
+  // SLUICE_TIMING=1: the call's steps, logged once the answer is out.
+  std::shared_ptr<StepTrace> trace;
+  if (StepTrace::enabled()) {
+    trace = std::make_shared<StepTrace>();
+    trace->mark("request read");
+  }
   // A worker thread: the runner blocks (and a sandbox is tied to the thread that made it until
   // its job is done).
-  workers_.run([slot, answer, work = std::move(work), stream] {
+  workers_.run([slot, answer, work = std::move(work), stream, trace] {
     auto lines = stream ? std::function<void(std::string)>(
                               [slot](std::string line) { slot->push(std::move(line)); })
                         : std::function<void(std::string)>();
+    StepTrace::setCurrent(trace.get());
+    if (trace) trace->mark("handed to a worker thread");
     *answer = work(lines, slot->stop);
+    if (trace) trace->mark("answer's JSON");
+    StepTrace::setCurrent(nullptr);
     slot->finish(json());
   });
 
@@ -254,7 +265,12 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
       if (a) a->after.reset();
     }
   } release_after{*answer};
+  if (trace) trace->mark("back on the connection's thread");
   if (client_here) co_await sendAnswer(reply, *answer, stream, streaming);
+  if (trace) {
+    trace->mark("answer written");
+    base::logger(base::LoggerId::kServe).info("timing: {}", trace->render());
+  }
 }
 
 net::awaitable<bool> Api::pumpLines(Reply& reply, RunSlot& slot, bool& streaming) {

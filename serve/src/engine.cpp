@@ -21,6 +21,7 @@
 #include "sluice/proxy/certificate_authority.hpp"
 #include "sluice/runner/environment.hpp"
 #include "sluice/runner/receipt.hpp"
+#include "timing.hpp"
 
 namespace sluice::serve {
 namespace rn = sluice::runner;
@@ -396,6 +397,12 @@ base::Result<json> Engine::execute(sluice::execution::Sandbox& sandbox, const Ca
   }
   auto receipt = once ? sandbox.runOnce(cmd, io) : sandbox.exec(cmd, io);
   if (lines) tee_->unsubscribe(exec_id);
+  if (auto* trace = StepTrace::current(); trace && receipt) {
+    // The runner stamps when the exec was sent to init and when its outcome was complete.
+    trace->markAt("sandbox taken, exec built and sent", receipt->result.started_at);
+    trace->markAt("program run and reaped, counters read", receipt->result.ended_at);
+    trace->mark("receipt built and committed");
+  }
   if (!receipt) return std::unexpected(receipt.error());
   return std::move(receipt->json);
 }

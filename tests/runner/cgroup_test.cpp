@@ -124,6 +124,13 @@ TEST_F(FakeCgroupFs, V2StatsComeFromKernelFiles) {
   EXPECT_EQ(s.memory_peak, 4096u);
   EXPECT_EQ(s.pids_current, 3u);
   EXPECT_EQ(s.pids_peak, 9u);
+  // The files stay open after the first read: a later read sees the values as they are then.
+  put(d / "pids.current", "4\n");
+  put(d / "cpu.stat", "usage_usec 2500000\nuser_usec 2000000\n");
+  s = cg->stats();
+  EXPECT_EQ(s.pids_current, 4u);
+  EXPECT_EQ(s.cpu_usage_us, 2500000u);
+  EXPECT_EQ(s.oom_kills, 1u);
   emptyDirs(*cg);
 }
 

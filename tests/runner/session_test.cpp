@@ -256,6 +256,23 @@ TEST(Session, MemoryAndPidsLimitsBoundTheWholeSession) {
   EXPECT_EQ(r.out.text, "fine\n");
 }
 
+TEST(Session, AnExecThatFillsTheScratchSpaceHitsTheDiskLimit) {
+  REQUIRE_SANDBOX();
+  SessionSpec spec = sessionSpec();
+  spec.limits.disk = 8ull << 20;
+  auto s = mustStart(spec);
+  ASSERT_TRUE(s);
+  auto r = mustExec(*s, sh("echo small > /work/a"));
+  EXPECT_EQ(r.limit_hit, LimitHit::kNone);
+  r = mustExec(*s, sh("for i in $(seq 100); do head -c 1048576 /dev/zero > /work/f$i || "
+                      "exit 1; done"));
+  EXPECT_EQ(r.limit_hit, LimitHit::kDisk) << r.err.text;
+  EXPECT_EQ(r.sluiceExitStatus(), 124);
+  // Freed again, the next exec is within its limits.
+  r = mustExec(*s, sh("rm -f /work/f*"));
+  EXPECT_EQ(r.limit_hit, LimitHit::kNone) << r.err.text;
+}
+
 TEST(Session, ExecsFromSeveralThreadsRunOneAtATime) {
   REQUIRE_SANDBOX();
   auto s = mustStart(sessionSpec());

@@ -973,12 +973,23 @@ class ServeProcessTest : public ServeSocketTest {
     }
     ServeSocketTest::TearDown();
   }
-  pid_t spawnDaemon(const std::vector<std::string>& extra = {}) {
+  // `timing_log`: the daemon runs with SLUICE_TIMING=1, its stderr in that file.
+  pid_t spawnDaemon(const std::vector<std::string>& extra = {},
+                    const std::string& timing_log = "") {
+    // Built before fork: the child only dups and execs.
+    std::vector<std::string> env_text;
+    for (char** e = environ; *e; ++e) env_text.emplace_back(*e);
+    if (!timing_log.empty()) env_text.emplace_back("SLUICE_TIMING=1");
+    std::vector<char*> envp;
+    for (auto& e : env_text) envp.push_back(e.data());
+    envp.push_back(nullptr);
     pid_t pid = ::fork();
     if (pid == 0) {
       int devnull = ::open("/dev/null", O_WRONLY);
       ::dup2(devnull, 1);
-      ::dup2(devnull, 2);
+      ::dup2(timing_log.empty() ? devnull
+                                : ::open(timing_log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600),
+             2);
       std::vector<std::string> args = {SLUICE_BINARY,  "serve",
                                        "--policy-dir", (dir_ / "policies").string(),
                                        "--listen",     "unix:" + socket(),
@@ -988,7 +999,7 @@ class ServeProcessTest : public ServeSocketTest {
       std::vector<char*> argv;
       for (auto& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
-      ::execv(SLUICE_BINARY, argv.data());
+      ::execve(SLUICE_BINARY, argv.data(), envp.data());
       ::_exit(99);
     }
     if (pid > 0) daemons_.push_back(pid);
@@ -1029,6 +1040,36 @@ class ServeProcessTest : public ServeSocketTest {
  private:
   std::vector<pid_t> daemons_;
 };
+
+TEST_F(ServeProcessTest, TimingLogsEveryStepOfAnExecInOrder) {
+  REQUIRE_SANDBOX();
+  const fs::path log = dir_ / "serve-timing.log";
+  ASSERT_GT(spawnDaemon({}, log.string()), 0);
+  auto created = call("POST", "/v1/sessions", R"({"workflow":"shell"})");
+  ASSERT_EQ(created.status, 201) << created.body;
+  const std::string session = created.js().value("id", "");
+  auto ran = call("POST", "/v1/sessions/" + session + "/exec", R"({"argv":["true"]})");
+  ASSERT_EQ(ran.status, 200) << ran.body;
+  // The line is logged once the answer is written, so it may follow the answer by a moment.
+  std::string line;
+  for (int i = 0; i < 250 && line.empty(); ++i) {
+    std::istringstream text(sluice::testing::slurp(log));
+    for (std::string l; std::getline(text, l);)
+      if (l.find("timing: ") != std::string::npos && l.find("sandbox taken") != std::string::npos)
+        line = l;
+    if (line.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_FALSE(line.empty()) << sluice::testing::slurp(log);
+  std::size_t at = 0;
+  for (const char* step :
+       {"handed to a worker thread ", "sandbox taken, exec built and sent ",
+        "program run and reaped, counters read ", "receipt built and committed ", "answer's JSON ",
+        "back on the connection's thread ", "answer written ", "total "}) {
+    const auto found = line.find(step, at);
+    ASSERT_NE(found, std::string::npos) << step << " in " << line;
+    at = found;
+  }
+}
 
 TEST_F(ServeProcessTest, SigtermDrainsEndsSessionsWithReceiptsAndLeavesNothing) {
   REQUIRE_SANDBOX();

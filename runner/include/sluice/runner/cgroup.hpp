@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <expected>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -59,7 +60,8 @@ class Cgroup {
 
   /// Moves `pid` into the cgroup (every hierarchy on v1).
   base::Result<void> addProcess(pid_t pid) const;
-  /// Reads the counters; missing files read as 0.
+  /// Reads the counters; missing files read as 0. The counter files are opened on the first
+  /// call and kept open (each later call is one pread per file); a file missing then stays 0.
   CgroupStats stats() const;
   /// SIGKILLs every process in the cgroup (cgroup.kill on v2 where present), bounded retries.
   void killAll() const;
@@ -75,6 +77,8 @@ class Cgroup {
   CgroupVersion version_ = CgroupVersion::kV2;
   std::vector<std::filesystem::path> dirs_;  // v1: memory, pids, cpuacct (in that order)
   bool removed_ = true;
+  struct CounterFiles;                      // cgroup.cpp
+  std::unique_ptr<CounterFiles> counters_;  // made by create(), filled by the first stats()
 };
 
 /// Start time of `pid` (clock ticks since boot, /proc/PID/stat field 22), if it exists.
