@@ -2,13 +2,14 @@
 // policy reload, drain on stop, and per-execution stats.
 #include "sluice/proxy/proxy.hpp"
 
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <deque>
 #include <future>
-#include <random>
 #include <thread>
 
 #include "blocked_log.hpp"
@@ -28,11 +29,15 @@ namespace {
 
 constexpr int kListenBacklog = 4096;
 
+// Connection ids' prefix: unique per proxy, not secret. getrandom(2) rather than
+// std::random_device, whose RDRAND probe (CPUID) traps on some VMs at ~18 us per process start.
 std::string randomPrefix() {
-  std::random_device rd;
-  std::uint64_t v = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  std::uint32_t v = 0;
+  if (::getrandom(&v, sizeof v, GRND_NONBLOCK) != static_cast<ssize_t>(sizeof v))
+    v = static_cast<std::uint32_t>(::getpid()) ^
+        static_cast<std::uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", static_cast<unsigned>(v));
   return std::string(buf, 8);
 }
 
