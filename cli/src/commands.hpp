@@ -4,6 +4,7 @@
 
 #include <signal.h>
 
+#include <chrono>
 #include <expected>
 #include <memory>
 #include <optional>
@@ -55,6 +56,11 @@ struct ServeReply {
   unsigned status = 0;
   std::string body;
 };
+/// --otlp-endpoint, --otlp-ca and --otlp-interval on `cmd` (sluice proxy, sluice serve).
+void addOtlpOptions(CLI::App& cmd, std::string& endpoint, std::string& ca, std::string& interval);
+/// --otlp-interval's value: a duration of at least 1s, or the message saying why not.
+std::expected<std::chrono::milliseconds, std::string> parseOtlpInterval(const std::string& text);
+
 std::expected<ServeReply, std::string> callServe(
     const std::string& connect, const std::string& token, const std::string& method,
     const std::string& target, const std::string& content_type, const std::string& body);

@@ -231,10 +231,8 @@ Step<> readLimitWindow(const ProxyArgs& args, Served& s) {
 
 Step<> startOtlp(const ProxyArgs& args, Served& s) {
   if (args.otlp_endpoint.empty()) return {};
-  auto interval = policy::parseDuration(args.otlp_interval);
-  if (!interval || interval->count() < 1000)
-    return failed(2, "--otlp-interval '" + args.otlp_interval +
-                         "': " + (interval ? "must be at least 1s" : interval.error()));
+  auto interval = parseOtlpInterval(args.otlp_interval);
+  if (!interval) return failed(2, interval.error());
   serve::OtlpOptions options;
   options.endpoint = args.otlp_endpoint;
   options.interval = *interval;
@@ -360,15 +358,26 @@ void addProxyCommands(CLI::App& app, int& exit_code) {
                   "egress.limits apply per client address over this window (default 1h)");
   cmd->add_option("--shadow-policy", args->shadow_policy,
                   "Candidate policy decided alongside on every listener, recorded, not enforced");
-  cmd->add_option("--otlp-endpoint", args->otlp_endpoint,
-                  "Export decision events and counters as OTLP/HTTP JSON to this http[s]:// URL");
-  cmd->add_option("--otlp-ca", args->otlp_ca,
-                  "PEM CAs to trust for an https:// --otlp-endpoint (default: the system's)");
-  cmd->add_option("--otlp-interval", args->otlp_interval,
-                  "Period of the OTLP metrics export (default 10s)");
+  addOtlpOptions(*cmd, args->otlp_endpoint, args->otlp_ca, args->otlp_interval);
   cmd->add_option("--log-format", args->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}));
   cmd->callback([args, &exit_code] { exit_code = runProxy(*args); });
+}
+
+void addOtlpOptions(CLI::App& cmd, std::string& endpoint, std::string& ca, std::string& interval) {
+  cmd.add_option("--otlp-endpoint", endpoint,
+                 "Export decision events and counters as OTLP/HTTP JSON to this http[s]:// URL");
+  cmd.add_option("--otlp-ca", ca,
+                 "PEM CAs to trust for an https:// --otlp-endpoint (default: the system's)");
+  cmd.add_option("--otlp-interval", interval, "Period of the OTLP metrics export (default 10s)");
+}
+
+std::expected<std::chrono::milliseconds, std::string> parseOtlpInterval(const std::string& text) {
+  auto interval = policy::parseDuration(text);
+  if (!interval || interval->count() < 1000)
+    return std::unexpected("--otlp-interval '" + text +
+                           "': " + (interval ? "must be at least 1s" : interval.error()));
+  return *interval;
 }
 
 }  // namespace sluice::cli

@@ -38,8 +38,7 @@ bool parseDurations(ServeArgs& args) {
   for (auto [flag, text, out] :
        {std::tuple{"--drain", &args.drain, &args.options.drain},
         std::tuple{"--max-session-ttl", &args.max_session_ttl, &args.options.max_session_ttl},
-        std::tuple{"--header-timeout", &args.header_timeout, &args.options.header_timeout},
-        std::tuple{"--otlp-interval", &args.otlp_interval, &args.options.otlp_interval}}) {
+        std::tuple{"--header-timeout", &args.header_timeout, &args.options.header_timeout}}) {
     auto d = policy::parseDuration(*text);
     if (!d) {
       std::fprintf(stderr, "sluice serve: %s %s: %s\n", flag, text->c_str(), d.error().c_str());
@@ -47,6 +46,12 @@ bool parseDurations(ServeArgs& args) {
     }
     *out = *d;
   }
+  auto every = parseOtlpInterval(args.otlp_interval);  // the same rule as sluice proxy's
+  if (!every) {
+    std::fprintf(stderr, "sluice serve: %s\n", every.error().c_str());
+    return false;
+  }
+  args.options.otlp_interval = *every;
   return true;
 }
 
@@ -154,12 +159,7 @@ void addServeCommands(CLI::App& app, int& exit_code) {
   addAdmissionOptions(*cmd, *args);
   cmd->add_option("--drain", args->drain, "How long SIGTERM lets executions finish (30s)");
   cmd->add_option("--approver-uid", o.approver_uids, "Uid that may answer approvals");
-  cmd->add_option("--otlp-endpoint", o.otlp_endpoint,
-                  "Export decision events and counters as OTLP/HTTP JSON to this http[s]:// URL");
-  cmd->add_option("--otlp-ca", o.otlp_ca,
-                  "PEM CAs to trust for an https:// --otlp-endpoint (default: the system's)");
-  cmd->add_option("--otlp-interval", args->otlp_interval,
-                  "Period of the OTLP metrics export (default 10s)");
+  addOtlpOptions(*cmd, o.otlp_endpoint, o.otlp_ca, args->otlp_interval);
   cmd->add_option("--log-format", args->log_format,
                   "text, json, or auto: json when stderr is the journal (default)")
       ->check(CLI::IsMember({"auto", "text", "json"}));
