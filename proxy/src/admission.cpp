@@ -156,30 +156,29 @@ net::awaitable<std::expected<Admitted, Refusal>> admit(ConnState& conn, tcp::soc
   if (auto r = out.cannotDial(a.decision.rule_id)) co_return std::unexpected(std::move(*r));
   auto vis =
       c.request || a.http_only ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel;
-  policy::Query q = queryFor(conn, c, vis, nullptr);
-  // The approval was for exactly this rule: the address is vetted as allowed by it.
-  if (!a.approval.empty()) q.approved_rule = a.decision.rule_id;
-  auto opened = co_await reconnect(conn, q, a.decision.rule_id, out);
+  auto opened = co_await reconnect(conn, c, vis, a.decision.rule_id, !a.approval.empty(), out);
   if (!opened) co_return std::unexpected(std::move(opened.error()));
   a.decision = std::move(*opened);
   co_return result;
 }
 
 net::awaitable<std::expected<policy::Decision, Refusal>> reconnect(ConnState& conn,
-                                                                   const policy::Query& q,
+                                                                   const Candidate& c,
+                                                                   policy::Visibility vis,
                                                                    const std::string& rule_id,
-                                                                   Outlet& out) {
+                                                                   bool approved, Outlet& out) {
   const auto& limits = conn.workflow().limits;
   if (!conn.account().acquireConnection(limits))
     co_return std::unexpected(limitRefusal("workflow limit max_connections (" +
                                            std::to_string(limits.max_connections) +
                                            " concurrent) reached"));
   Slot slot(&conn.account());
-  policy::Query vq = q;
-  vq.learn = conn.listener->learn;  // a redial too (queryFor)
-  auto vetted = co_await vetAddresses(conn.ctx, conn.matcher, vq, rule_id);
+  policy::Query q = queryFor(conn, c, vis, nullptr);
+  // The approval was for exactly this rule: the address is vetted as allowed by it.
+  if (approved) q.approved_rule = rule_id;
+  auto vetted = co_await vetAddresses(conn.ctx, conn.matcher, q, rule_id);
   if (!vetted) co_return std::unexpected(std::move(vetted.error()));
-  auto dialled = co_await out.dial(*vetted, q.target, rule_id);
+  auto dialled = co_await out.dial(*vetted, c.target, rule_id);
   if (!dialled) co_return std::unexpected(std::move(dialled.error()));
   slot.release();  // the outlet holds it now
   co_return std::move(dialled->decision);

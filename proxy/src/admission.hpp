@@ -41,11 +41,13 @@ struct Admitted {
 net::awaitable<std::expected<Admitted, Refusal>> admit(ConnState& conn, tcp::socket& client,
                                                        const Candidate& c, Outlet& out);
 
-/// The last three steps alone (slot, vet, dial) for `q`: a request sent again on a new
+/// The last three steps alone (slot, vet, dial) for `c` seen as `vis`, allowed by `rule_id`
+/// (`approved`: an approver let it through by that rule): a request sent again on a new
 /// connection after its kept-alive one went stale. The decision for the dialled address.
 net::awaitable<std::expected<policy::Decision, Refusal>> reconnect(ConnState& conn,
-                                                                   const policy::Query& q,
+                                                                   const Candidate& c,
+                                                                   policy::Visibility vis,
                                                                    const std::string& rule_id,
-                                                                   Outlet& out);
+                                                                   bool approved, Outlet& out);
 
 }  // namespace sluice::proxy

@@ -123,6 +123,8 @@ void RequestRecord::outcome(int status, policy::Reason reason) {
 }
 
 void RequestRecord::at(const std::string& resolved_ip, bool plaintext) {
+  // Only a shadow policy decides at the address: no parse per request without one.
+  if (!account_.shadow) return;
   at_ = resolved_ip.empty() ? std::nullopt : policy::parseIpLiteral(resolved_ip);
   plaintext_ = plaintext;
 }

@@ -63,8 +63,8 @@ struct ConnState {
   const policy::Workflow& workflow() const { return matcher->workflow(); }
   Account& account() const { return *budget; }
   /// Decides from now on by `p` (both fields from one snapshot, never mixed).
-  void adopt(const PolicySnapshot& p) {
-    matcher = p.matcher;
+  void adopt(PolicySnapshot p) {  // by value: the per-request snapshot is moved in, not copied
+    matcher = std::move(p.matcher);
     generation = p.generation;
   }
 };

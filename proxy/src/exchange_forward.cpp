@@ -484,9 +484,9 @@ template <typename Client, typename Upstream>
 auto Exchange<Client, Upstream>::redial(RequestRecord& rec, const policy::Target& target,
                                         const policy::HttpRequest& canon, const policy::Decision& d)
     -> net::awaitable<std::optional<Failure>> {
-  policy::Query q{target, policy::Visibility::kPlainHttp, &canon, nullptr,
-                  carrier_ != Carrier::kInspected};
-  auto opened = co_await reconnect(conn_, q, d.rule_id, *link_);
+  const Candidate c{target, &canon, carrier_ != Carrier::kInspected};
+  auto opened = co_await reconnect(conn_, c, policy::Visibility::kPlainHttp, d.rule_id,
+                                   /*approved=*/false, *link_);
   if (opened && opened->rule == d.rule) {
     rec.setConnection(link_->row().id);
     co_return std::nullopt;

@@ -9,24 +9,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "hmac_signature.hpp"
-#include "https_upstream.hpp"
-#include "proxy_test_util.hpp"
-#include "sluice/policy/loader.hpp"
-#include "sluice/policy/secrets.hpp"
-#include "sluice/proxy/certificate_authority.hpp"
-#include "sluice/proxy/proxy.hpp"
+#include "inspecting_fixture.hpp"
 #include "tls_client.hpp"
 
 namespace sluice::tls_testing {
 namespace {
-
-namespace fs = std::filesystem;
-using proxy::testing::FakeSink;
 
 constexpr const char* kKey = "whsec-hmac-test-3b9d1f0a7c5e";
 
@@ -85,45 +75,11 @@ std::string slurp(FILE* f) {
   return out;
 }
 
-class HmacTest : public ::testing::Test {
+class HmacTest : public InspectingProxyTest {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/sluice-tls-hmac-XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    std::ofstream(dir_ / "upstream-ca.pem") << pki_.caPem();
-    auto leaf = pki_.leaf({"hook.test", "stamp.test", "sig.test"});
-    std::ofstream(dir_ / "upstream.pem") << leaf.cert_pem;
-    std::ofstream(dir_ / "upstream.key") << leaf.key_pem;
-    auto ca = proxy::CertificateAuthority::createEphemeral("sluice hmac test CA");
-    ASSERT_TRUE(ca) << ca.error();
-    ca_ = *ca;
-    std::ofstream(dir_ / "proxy-ca.pem") << ca_->certificatePem();
-    auto w = policy::parseWorkflow(kPolicy, "tls-hmac.yaml");
-    ASSERT_TRUE(w) << w.error().str();
-    auto workflow = std::make_shared<const policy::Workflow>(std::move(*w));
-    sink_ = std::make_shared<FakeSink>();
-    auto resolver = std::make_shared<proxy::StaticResolver>();
-    for (const char* h : {"hook.test", "stamp.test", "sig.test"})
-      resolver->add(h, {*policy::parseIpLiteral("127.0.0.1")});
-    auto p = proxy::Proxy::create(inspectingOptions(ca_, (dir_ / "upstream-ca.pem").string()),
-                                  sink_, resolver);
-    ASSERT_TRUE(p) << p.error().message;
-    proxy_ = std::move(*p);
-    proxy::ListenerIdentity id;
-    id.execution_id = "exec-tls-hmac";
-    id.matcher = policy::Matcher::compile(workflow);
-    id.secrets = policy::makeSecretStore({{"hook_key", kKey}});
-    auto port = proxy_->listen("127.0.0.1", 0, std::move(id));
-    ASSERT_TRUE(port) << port.error().message;
-    port_ = *port;
-    proxy_->start();
-  }
-
-  void TearDown() override {
-    if (proxy_) proxy_->stop();
-    std::error_code ec;
-    if (!dir_.empty()) fs::remove_all(dir_, ec);
+    ASSERT_NO_FATAL_FAILURE(startProxy(kPolicy, {"hook.test", "stamp.test", "sig.test"},
+                                       {{"hook_key", kKey}}, "exec-tls-hmac"));
   }
 
   // Runs the Python clients and verifying upstream; their JSON verdicts.
@@ -144,12 +100,6 @@ class HmacTest : public ::testing::Test {
     return j;
   }
 
-  TestPki pki_;
-  fs::path dir_;
-  std::shared_ptr<proxy::CertificateAuthority> ca_;
-  std::shared_ptr<FakeSink> sink_;
-  std::unique_ptr<proxy::Proxy> proxy_;
-  std::uint16_t port_ = 0;
   std::string output_;
 };
 
