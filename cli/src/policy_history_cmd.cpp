@@ -2,7 +2,6 @@
 // candidate policy, and the tightest policy for what executions did (sluice::replay).
 #include <CLI/CLI.hpp>
 #include <iostream>
-#include <regex>
 
 #include "commands.hpp"
 #include "sluice/audit/reader.hpp"
@@ -80,8 +79,7 @@ int runReplay(const ReplayOptions& o) {
 
 int runLearn(const std::string& db, const std::vector<std::string>& executions,
              const std::string& name) {
-  static const std::regex kName("[a-z0-9][a-z0-9-]{0,62}");
-  if (!std::regex_match(name, kName)) {
+  if (!policy::isWorkflowName(name)) {
     std::cerr << "sluice policy learn: --name '" << name
               << "': a workflow name is [a-z0-9][a-z0-9-]*, at most 63 characters\n";
     return 2;
