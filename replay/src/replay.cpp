@@ -80,6 +80,18 @@ std::optional<policy::IpAddress> addressInDetail(std::string_view detail) {
   return std::nullopt;
 }
 
+// The address a row was decided at: the one dialled, else the one a denial at the address
+// phase names, else the target's own (an IP literal); none for a refusal before resolving.
+std::optional<policy::IpAddress> recordedAddress(const std::string& resolved_ip,
+                                                 const std::string& reason,
+                                                 const std::string& detail,
+                                                 const policy::Target& target) {
+  std::optional<policy::IpAddress> addr = policy::parseIpLiteral(resolved_ip);
+  if (!addr && kAddressReasons.contains(reason)) addr = addressInDetail(detail);
+  if (!addr) addr = target.ip;
+  return addr;
+}
+
 // A request as admit() decides it: on its canonical form (a spelling the proxy refuses is a
 // deny with that reason), at its connection's address.
 policy::Decision decideRequestAt(const policy::Matcher& m, const policy::Target& t,
@@ -242,9 +254,7 @@ void Replayer::connection(const ConnectionRow& r, const Scope& scope) {
     ++report_.counts.not_compared;
     return;
   }
-  std::optional<policy::IpAddress> addr = policy::parseIpLiteral(r.resolved_ip);
-  if (!addr && kAddressReasons.contains(r.reason)) addr = addressInDetail(r.detail);
-  if (!addr) addr = target->ip;
+  const auto addr = recordedAddress(r.resolved_ip, r.reason, r.detail, *target);
   const policy::IpAddress* at = addr ? &*addr : nullptr;
   const Decide decide = [&](const policy::Matcher& m) {
     return policy::decideTunnelAt(m, *target, at);
@@ -270,9 +280,7 @@ void Replayer::request(const RequestRow& r) {
     return;
   }
   const ConnInfo& c = conn->second;
-  std::optional<policy::IpAddress> addr = policy::parseIpLiteral(c.resolved_ip);
-  if (!addr && kAddressReasons.contains(r.reason)) addr = addressInDetail(c.detail);
-  if (!addr) addr = target->ip;
+  const auto addr = recordedAddress(c.resolved_ip, r.reason, c.detail, *target);
   const policy::IpAddress* at = addr ? &*addr : nullptr;
   const Decide decide = [&](const policy::Matcher& m) {
     return decideRequestAt(m, *target, r, at, c.plaintext);
