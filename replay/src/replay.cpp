@@ -133,6 +133,7 @@ class Replayer {
   void connection(const ConnectionRow& r, const Scope& scope);
   void request(const RequestRow& r);
   void dns(const DnsRow& r);
+  std::string requestPolicy(const RequestRow& r, const ConnInfo& c);
   std::optional<Side> recorded(const std::string& decision, const std::string& rule,
                                const std::string& reason, const std::string& sha,
                                const Decide& decide, std::string& note);
@@ -149,6 +150,7 @@ class Replayer {
   ReplayReport report_;
   std::unordered_map<std::string, ConnInfo> conns_;
   std::unordered_map<std::string, std::string> generation_sha_;  // "execution#generation" -> sha
+  std::unordered_map<std::string, std::string> execution_sha_;   // execution -> its policy
   std::map<std::string, Recorded, std::less<>> policies_;
   std::optional<base::Error> error_;
 };
@@ -271,6 +273,21 @@ void Replayer::connection(const ConnectionRow& r, const Scope& scope) {
   compare(std::move(diff), *before, decide(candidate_));
 }
 
+// The request's own generation's policy, else its connection's (a kept-alive connection
+// opened under an earlier generation carries requests decided under a later one), else its
+// execution's, looked up once per execution (rows with no policy_sha256 of their own).
+std::string Replayer::requestPolicy(const RequestRow& r, const ConnInfo& c) {
+  std::string sha = c.policy_sha256;
+  if (r.policy_generation > 0) {
+    auto g = generation_sha_.find(r.execution_id + "#" + std::to_string(r.policy_generation));
+    if (g != generation_sha_.end()) sha = g->second;
+  }
+  if (!sha.empty() || r.execution_id.empty()) return sha;
+  auto [it, fresh] = execution_sha_.try_emplace(r.execution_id);
+  if (fresh) it->second = history_.executionPolicy(r.execution_id).value_or("");
+  return it->second;
+}
+
 void Replayer::request(const RequestRow& r) {
   auto conn = conns_.find(r.connection_id);
   std::expected<policy::Target, std::string> target = std::unexpected("");
@@ -285,14 +302,7 @@ void Replayer::request(const RequestRow& r) {
   const Decide decide = [&](const policy::Matcher& m) {
     return decideRequestAt(m, *target, r, at, c.plaintext);
   };
-  // The request's own generation's policy, else its connection's (a kept-alive connection
-  // opened under an earlier generation carries requests decided under a later one).
-  std::string sha = c.policy_sha256;
-  if (auto g = generation_sha_.find(r.execution_id + "#" + std::to_string(r.policy_generation));
-      r.policy_generation > 0 && g != generation_sha_.end())
-    sha = g->second;
-  if (sha.empty() && !r.execution_id.empty())
-    sha = history_.executionPolicy(r.execution_id).value_or("");
+  const std::string sha = requestPolicy(r, c);
   Difference diff = identityOf("request", r.seq, r.execution_id, r.connection_id);
   diff.method = r.method;
   diff.host = r.host;
