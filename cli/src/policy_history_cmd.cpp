@@ -61,12 +61,9 @@ int runReplay(const ReplayOptions& o) {
     std::cerr << "sluice policy replay: " << o.db << ": " << history.error().message << "\n";
     return 2;
   }
-  for (const auto& e : o.executions) {
-    auto known = history->hasExecution(e);
-    if (!known || !*known) {
-      std::cerr << "sluice policy replay: no execution '" << e << "' in " << o.db << "\n";
-      return 2;
-    }
+  if (auto known = history->requireExecutions(o.executions); !known) {
+    std::cerr << "sluice policy replay: " << o.db << ": " << known.error().message << "\n";
+    return 2;
   }
   auto report = replay::replay(*history, *scope, *policy::Matcher::compile(candidate));
   if (!report) {

@@ -92,11 +92,7 @@ Group& Learner::group(const std::string& host, std::uint16_t port) {
 }
 
 base::Result<void> Learner::read(const std::vector<std::string>& executions) {
-  for (const auto& e : executions) {
-    auto known = history_.hasExecution(e);
-    if (!known) return std::unexpected(known.error());
-    if (!*known) return base::fail(base::Code::kNotFound, "no execution '" + e + "' in the store");
-  }
+  if (auto known = history_.requireExecutions(executions); !known) return known;
   Scope scope{executions, std::nullopt, std::nullopt};
   auto c = history_.eachConnection(scope, true, [&](const ConnectionRow& r) { connection(r); });
   if (!c) return c;

@@ -156,6 +156,20 @@ class ReplayTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// `policy replay --execution` and `policy learn` refuse an id the store has no executions row for.
+TEST_F(ReplayTest, AnExecutionNotInTheStoreIsRefused) {
+  auto h = History::open(db());
+  ASSERT_TRUE(h);
+  EXPECT_TRUE(h->requireExecutions({"exec-1", "exec-2"}));
+  auto missing = h->requireExecutions({"exec-1", "exec-9"});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, base::Code::kNotFound);
+  EXPECT_NE(missing.error().message.find("'exec-9'"), std::string::npos);
+  auto learned = learn(*h, {"exec-9"}, "wf");
+  ASSERT_FALSE(learned);
+  EXPECT_EQ(learned.error().code, base::Code::kNotFound);
+}
+
 TEST_F(ReplayTest, TheRecordedPolicyChangesNothing) {
   ReplayReport r = run(kRecorded);
   EXPECT_TRUE(r.differences.empty()) << replayText(r);
