@@ -135,5 +135,30 @@ TEST(Widening, SuffixesIpLiteralsPrivateAddressesAndTheNetwork) {
   EXPECT_NE(r.back().find("sandbox.network"), std::string::npos) << r.back();
 }
 
+// A minted token's client secret goes to its token_url: a non-approver may not point the same
+// secrets at another token endpoint (theirs), nor mint where the old rule injected nothing.
+TEST(Widening, AMintedTokensEndpointIsPartOfItsSecrets) {
+  // Both endpoints allowed (the loader wants a rule for each), in every version alike.
+  const std::string auth =
+      "    - {id: auth, action: allow, hosts: [auth.example.com, auth.attacker.test], ports: "
+      "[443], tls: inspect, methods: [POST]}\n";
+  const auto minting = [&](const std::string& token_url) {
+    return load(auth +
+                "    - id: t\n      action: allow\n      hosts: [api.test]\n      ports: [443]\n"
+                "      tls: inspect\n      inject:\n        oauth2:\n"
+                "          token_url: " +
+                token_url +
+                "\n          client_id: ${secret:client_id}\n"
+                "          client_secret: ${secret:client_secret}\n");
+  };
+  const auto old = minting("https://auth.example.com/oauth/token");
+  EXPECT_TRUE(widens(old, old).empty());
+  EXPECT_EQ(widens(old, minting("https://auth.attacker.test/token")).size(), 1u);
+  const auto plain =
+      load(auth + "    - {id: t, action: allow, hosts: [api.test], ports: [443], tls: inspect}\n");
+  EXPECT_TRUE(widens(old, plain).empty());
+  EXPECT_EQ(widens(plain, old).size(), 1u);
+}
+
 }  // namespace
 }  // namespace sluice::policy
