@@ -2,7 +2,6 @@
 // candidate policy, and the tightest policy for what executions did (sluice::replay).
 #include <CLI/CLI.hpp>
 #include <iostream>
-#include <regex>
 
 #include "commands.hpp"
 #include "sluice/audit/reader.hpp"
@@ -62,12 +61,9 @@ int runReplay(const ReplayOptions& o) {
     std::cerr << "sluice policy replay: " << o.db << ": " << history.error().message << "\n";
     return 2;
   }
-  for (const auto& e : o.executions) {
-    auto known = history->hasExecution(e);
-    if (!known || !*known) {
-      std::cerr << "sluice policy replay: no execution '" << e << "' in " << o.db << "\n";
-      return 2;
-    }
+  if (auto known = history->requireExecutions(o.executions); !known) {
+    std::cerr << "sluice policy replay: " << o.db << ": " << known.error().message << "\n";
+    return 2;
   }
   auto report = replay::replay(*history, *scope, *policy::Matcher::compile(candidate));
   if (!report) {
@@ -80,8 +76,7 @@ int runReplay(const ReplayOptions& o) {
 
 int runLearn(const std::string& db, const std::vector<std::string>& executions,
              const std::string& name) {
-  static const std::regex kName("[a-z0-9][a-z0-9-]{0,62}");
-  if (!std::regex_match(name, kName)) {
+  if (!policy::isWorkflowName(name)) {
     std::cerr << "sluice policy learn: --name '" << name
               << "': a workflow name is [a-z0-9][a-z0-9-]*, at most 63 characters\n";
     return 2;

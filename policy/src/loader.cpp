@@ -52,13 +52,6 @@ bool isRuleId(std::string_view s) {
   });
 }
 
-// [a-z0-9][a-z0-9-]{0,62}
-bool isWorkflowName(std::string_view s) {
-  auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
-  if (s.empty() || s.size() > 63 || !ok(s[0])) return false;
-  return std::all_of(s.begin(), s.end(), [&](char c) { return ok(c) || c == '-'; });
-}
-
 using Keys = std::initializer_list<std::string_view>;
 
 class Parser {
@@ -921,6 +914,12 @@ std::expected<PolicySet, LoadError> loadPolicyPath(const std::filesystem::path& 
   std::string name = w->name;
   set.workflows.emplace(name, std::make_shared<const Workflow>(std::move(*w)));
   return set;
+}
+
+bool isWorkflowName(std::string_view s) {
+  auto ok = [](char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'); };
+  if (s.empty() || s.size() > 63 || !ok(s[0])) return false;
+  return std::all_of(s.begin(), s.end(), [&](char c) { return ok(c) || c == '-'; });
 }
 
 }  // namespace sluice::policy

@@ -147,4 +147,13 @@ base::Result<bool> History::hasExecution(const std::string& execution_id) {
   return !t->rows.empty();
 }
 
+base::Result<void> History::requireExecutions(const std::vector<std::string>& execution_ids) {
+  for (const auto& e : execution_ids) {
+    auto known = hasExecution(e);
+    if (!known) return std::unexpected(known.error());
+    if (!*known) return base::fail(base::Code::kNotFound, "no execution '" + e + "' in the store");
+  }
+  return {};
+}
+
 }  // namespace sluice::replay

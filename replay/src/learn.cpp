@@ -83,20 +83,18 @@ class Learner {
 };
 
 Group& Learner::group(const std::string& host, std::uint16_t port) {
-  const std::string key = host + ":" + std::to_string(port);
-  Group& g = groups_[key];
-  g.host = host;
-  g.port = port;
-  g.ip_literal = policy::parseIpLiteral(host).has_value();
+  auto [it, fresh] = groups_.try_emplace(host + ":" + std::to_string(port));
+  Group& g = it->second;
+  if (fresh) {
+    g.host = host;
+    g.port = port;
+    g.ip_literal = policy::parseIpLiteral(host).has_value();
+  }
   return g;
 }
 
 base::Result<void> Learner::read(const std::vector<std::string>& executions) {
-  for (const auto& e : executions) {
-    auto known = history_.hasExecution(e);
-    if (!known) return std::unexpected(known.error());
-    if (!*known) return base::fail(base::Code::kNotFound, "no execution '" + e + "' in the store");
-  }
+  if (auto known = history_.requireExecutions(executions); !known) return known;
   Scope scope{executions, std::nullopt, std::nullopt};
   auto c = history_.eachConnection(scope, true, [&](const ConnectionRow& r) { connection(r); });
   if (!c) return c;
@@ -124,9 +122,7 @@ void Learner::request(const RequestRow& r) {
   if (c == conns_.end()) return;
   c->second.carried_requests = true;
   if (!wentThrough(r.decision) || r.method.empty()) return;
-  const std::string& key = c->second.key;
-  const std::uint16_t port = static_cast<std::uint16_t>(std::stoi(key.substr(key.rfind(':') + 1)));
-  Group& g = group(r.host, port);
+  Group& g = group(r.host, c->second.port);
   if (c->second.inspect) g.inspected = true;
   auto& seen = g.shapes[pathShape(r.path)][r.method];
   ++seen.count;

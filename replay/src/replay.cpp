@@ -80,6 +80,18 @@ std::optional<policy::IpAddress> addressInDetail(std::string_view detail) {
   return std::nullopt;
 }
 
+// The address a row was decided at: the one dialled, else the one a denial at the address
+// phase names, else the target's own (an IP literal); none for a refusal before resolving.
+std::optional<policy::IpAddress> recordedAddress(const std::string& resolved_ip,
+                                                 const std::string& reason,
+                                                 const std::string& detail,
+                                                 const policy::Target& target) {
+  std::optional<policy::IpAddress> addr = policy::parseIpLiteral(resolved_ip);
+  if (!addr && kAddressReasons.contains(reason)) addr = addressInDetail(detail);
+  if (!addr) addr = target.ip;
+  return addr;
+}
+
 // A request as admit() decides it: on its canonical form (a spelling the proxy refuses is a
 // deny with that reason), at its connection's address.
 policy::Decision decideRequestAt(const policy::Matcher& m, const policy::Target& t,
@@ -121,6 +133,7 @@ class Replayer {
   void connection(const ConnectionRow& r, const Scope& scope);
   void request(const RequestRow& r);
   void dns(const DnsRow& r);
+  std::string requestPolicy(const RequestRow& r, const ConnInfo& c);
   std::optional<Side> recorded(const std::string& decision, const std::string& rule,
                                const std::string& reason, const std::string& sha,
                                const Decide& decide, std::string& note);
@@ -137,6 +150,7 @@ class Replayer {
   ReplayReport report_;
   std::unordered_map<std::string, ConnInfo> conns_;
   std::unordered_map<std::string, std::string> generation_sha_;  // "execution#generation" -> sha
+  std::unordered_map<std::string, std::string> execution_sha_;   // execution -> its policy
   std::map<std::string, Recorded, std::less<>> policies_;
   std::optional<base::Error> error_;
 };
@@ -242,9 +256,7 @@ void Replayer::connection(const ConnectionRow& r, const Scope& scope) {
     ++report_.counts.not_compared;
     return;
   }
-  std::optional<policy::IpAddress> addr = policy::parseIpLiteral(r.resolved_ip);
-  if (!addr && kAddressReasons.contains(r.reason)) addr = addressInDetail(r.detail);
-  if (!addr) addr = target->ip;
+  const auto addr = recordedAddress(r.resolved_ip, r.reason, r.detail, *target);
   const policy::IpAddress* at = addr ? &*addr : nullptr;
   const Decide decide = [&](const policy::Matcher& m) {
     return policy::decideTunnelAt(m, *target, at);
@@ -261,6 +273,21 @@ void Replayer::connection(const ConnectionRow& r, const Scope& scope) {
   compare(std::move(diff), *before, decide(candidate_));
 }
 
+// The request's own generation's policy, else its connection's (a kept-alive connection
+// opened under an earlier generation carries requests decided under a later one), else its
+// execution's, looked up once per execution (rows with no policy_sha256 of their own).
+std::string Replayer::requestPolicy(const RequestRow& r, const ConnInfo& c) {
+  std::string sha = c.policy_sha256;
+  if (r.policy_generation > 0) {
+    auto g = generation_sha_.find(r.execution_id + "#" + std::to_string(r.policy_generation));
+    if (g != generation_sha_.end()) sha = g->second;
+  }
+  if (!sha.empty() || r.execution_id.empty()) return sha;
+  auto [it, fresh] = execution_sha_.try_emplace(r.execution_id);
+  if (fresh) it->second = history_.executionPolicy(r.execution_id).value_or("");
+  return it->second;
+}
+
 void Replayer::request(const RequestRow& r) {
   auto conn = conns_.find(r.connection_id);
   std::expected<policy::Target, std::string> target = std::unexpected("");
@@ -270,21 +297,12 @@ void Replayer::request(const RequestRow& r) {
     return;
   }
   const ConnInfo& c = conn->second;
-  std::optional<policy::IpAddress> addr = policy::parseIpLiteral(c.resolved_ip);
-  if (!addr && kAddressReasons.contains(r.reason)) addr = addressInDetail(c.detail);
-  if (!addr) addr = target->ip;
+  const auto addr = recordedAddress(c.resolved_ip, r.reason, c.detail, *target);
   const policy::IpAddress* at = addr ? &*addr : nullptr;
   const Decide decide = [&](const policy::Matcher& m) {
     return decideRequestAt(m, *target, r, at, c.plaintext);
   };
-  // The request's own generation's policy, else its connection's (a kept-alive connection
-  // opened under an earlier generation carries requests decided under a later one).
-  std::string sha = c.policy_sha256;
-  if (auto g = generation_sha_.find(r.execution_id + "#" + std::to_string(r.policy_generation));
-      r.policy_generation > 0 && g != generation_sha_.end())
-    sha = g->second;
-  if (sha.empty() && !r.execution_id.empty())
-    sha = history_.executionPolicy(r.execution_id).value_or("");
+  const std::string sha = requestPolicy(r, c);
   Difference diff = identityOf("request", r.seq, r.execution_id, r.connection_id);
   diff.method = r.method;
   diff.host = r.host;

@@ -305,6 +305,10 @@ TEST_F(ReplayRun, EveryPipelinePathReplaysUnchangedAndATightenedPolicyShowsItsDe
   Outcome no_db =
       sluice({"policy", "replay", "--db", (dir_ / "none.db").string(), "--policy", ran_under});
   EXPECT_EQ(no_db.status, 2) << no_db.out;
+  Outcome no_exec = sluice(
+      {"policy", "replay", "--db", db(), "--execution", "no-such-exec", "--policy", ran_under});
+  EXPECT_EQ(no_exec.status, 2) << no_exec.out;
+  EXPECT_NE(no_exec.err.find("no execution 'no-such-exec'"), std::string::npos) << no_exec.err;
 
   // Learn -> check -> replay: the learned policy refuses nothing the run did.
   Outcome learned =

@@ -112,5 +112,35 @@ TEST(LearnMode, ATunnelNoRuleNamesIsLearnedByDecideTunnel) {
   EXPECT_EQ(learned.decision.reason, Reason::kNoMatchingRule);
 }
 
+// The edges of what learn mode lets through: the DNS answer (nameAnswer) for a name no rule
+// names but not for one a deny rule names; an address a deny rule's cidrs hold; an IP literal,
+// a form only rules with cidrs may allow.
+TEST(LearnMode, DenyRulesNamesAndAddressesAndIpLiteralsStayRefused) {
+  auto m = compileRules(
+      std::string(kRules) +
+      "    - {id: no-net, action: deny, ports: [8080], cidrs: [\"93.184.216.0/24\"]}\n");
+  EXPECT_FALSE(m->nameAnswer("unknown.test").may_be_allowed);
+  const auto learned = m->nameAnswer("unknown.test", true);
+  EXPECT_TRUE(learned.may_be_allowed);
+  EXPECT_TRUE(learned.learned);
+  const auto bad = m->nameAnswer("bad.test", true);
+  EXPECT_FALSE(bad.may_be_allowed);
+  EXPECT_FALSE(bad.learned);
+  ASSERT_NE(bad.rule, nullptr);
+  EXPECT_EQ(bad.rule->id, "bad");
+
+  const IpAddress denied = parseIpLiteral("93.184.216.34").value();
+  const Decision at_denied = request(*m, "GET", "/", &denied, true, "other.test");
+  EXPECT_FALSE(at_denied.allowed);
+  EXPECT_FALSE(at_denied.learned);
+  EXPECT_EQ(at_denied.reason, Reason::kDeniedByRule) << at_denied.detail;
+  EXPECT_EQ(at_denied.rule_id, "no-net");
+
+  const Decision literal = request(*m, "GET", "/", nullptr, true, "198.51.100.7");
+  EXPECT_FALSE(literal.allowed);
+  EXPECT_FALSE(literal.learned);
+  EXPECT_EQ(literal.reason, Reason::kIpLiteralNeedsCidrs) << reasonName(literal.reason);
+}
+
 }  // namespace
 }  // namespace sluice::policy

@@ -414,6 +414,18 @@ TEST(Loader, TopLevelRequirements) {
   EXPECT_NE(problems("a: [\n").find("p.yaml:"), std::string::npos);  // YAML syntax error
 }
 
+// The check the loader makes of `name:` is the one `policy learn --name` makes too.
+TEST(Loader, WorkflowNameBoundaries) {
+  EXPECT_TRUE(isWorkflowName("a"));
+  EXPECT_TRUE(isWorkflowName("0-learned-2"));
+  EXPECT_TRUE(isWorkflowName(std::string(63, 'a')));
+  EXPECT_FALSE(isWorkflowName(std::string(64, 'a')));
+  EXPECT_FALSE(isWorkflowName(""));
+  EXPECT_FALSE(isWorkflowName("-a"));
+  EXPECT_FALSE(isWorkflowName("Has_Caps"));
+  EXPECT_FALSE(isWorkflowName("a.b"));
+}
+
 TEST(Loader, ReportsEveryProblemInOnePass) {
   std::string yaml = std::string(kHead) +
                      "sandbox:\n  timeout: nope\n  network: wifi\n"

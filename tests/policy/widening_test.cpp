@@ -99,5 +99,66 @@ TEST(Widening, SecretsAddressesAndLimits) {
   EXPECT_NE(r[0].find("max_requests"), std::string::npos);
 }
 
+// The edges of coverage: a name that only ends like a wildcard's domain, a cidrs-only rule
+// (it matches IP literals) under a rule with hosts, allow_private added, the sandbox given a
+// network it lacked.
+TEST(Widening, SuffixesIpLiteralsPrivateAddressesAndTheNetwork) {
+  const std::string cdn = "    - {id: c, action: allow, hosts: ['*.cdn.test'], ports: [443]}\n";
+  const auto with_host = [](const std::string& h) {
+    return load("    - {id: c, action: allow, hosts: ['" + h + "'], ports: [443]}\n");
+  };
+  EXPECT_TRUE(widens(load(cdn), with_host("a.b.cdn.test")).empty());
+  EXPECT_TRUE(widens(load(cdn), with_host("*.img.cdn.test")).empty());
+  EXPECT_EQ(widens(load(cdn), with_host("evilcdn.test")).size(), 1u);
+  EXPECT_EQ(widens(load(cdn), with_host("*.evilcdn.test")).size(), 1u);
+
+  const std::string named =
+      "    - {id: m, action: allow, hosts: [m.test], cidrs: ['10.20.0.0/16'],"
+      " allow_private: true}\n";
+  EXPECT_EQ(widens(load(named), load("    - {id: m, action: allow, cidrs: ['10.20.0.0/24'],"
+                                     " allow_private: true}\n"))
+                .size(),
+            1u);
+  const std::string global_only =
+      "    - {id: g, action: allow, hosts: [g.test], cidrs: ['10.20.0.0/16']}\n";
+  auto now_private = global_only;
+  now_private.replace(now_private.find("]}"), 2, "], allow_private: true}");
+  EXPECT_TRUE(widens(load(global_only), load(global_only)).empty());
+  EXPECT_EQ(widens(load(global_only), load(now_private)).size(), 1u);
+
+  auto none = parseWorkflow(
+      "apiVersion: sluice/v1\nkind: Workflow\nname: wf\nsandbox:\n  network: none\n", "n.yaml");
+  ASSERT_TRUE(none) << none.error().str();
+  EXPECT_TRUE(widens(*none, *none).empty());
+  auto r = widens(*none, load(cdn));
+  ASSERT_FALSE(r.empty());
+  EXPECT_NE(r.back().find("sandbox.network"), std::string::npos) << r.back();
+}
+
+// A minted token's client secret goes to its token_url: a non-approver may not point the same
+// secrets at another token endpoint (theirs), nor mint where the old rule injected nothing.
+TEST(Widening, AMintedTokensEndpointIsPartOfItsSecrets) {
+  // Both endpoints allowed (the loader wants a rule for each), in every version alike.
+  const std::string auth =
+      "    - {id: auth, action: allow, hosts: [auth.example.com, auth.attacker.test], ports: "
+      "[443], tls: inspect, methods: [POST]}\n";
+  const auto minting = [&](const std::string& token_url) {
+    return load(auth +
+                "    - id: t\n      action: allow\n      hosts: [api.test]\n      ports: [443]\n"
+                "      tls: inspect\n      inject:\n        oauth2:\n"
+                "          token_url: " +
+                token_url +
+                "\n          client_id: ${secret:client_id}\n"
+                "          client_secret: ${secret:client_secret}\n");
+  };
+  const auto old = minting("https://auth.example.com/oauth/token");
+  EXPECT_TRUE(widens(old, old).empty());
+  EXPECT_EQ(widens(old, minting("https://auth.attacker.test/token")).size(), 1u);
+  const auto plain =
+      load(auth + "    - {id: t, action: allow, hosts: [api.test], ports: [443], tls: inspect}\n");
+  EXPECT_TRUE(widens(old, plain).empty());
+  EXPECT_EQ(widens(plain, old).size(), 1u);
+}
+
 }  // namespace
 }  // namespace sluice::policy

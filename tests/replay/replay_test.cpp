@@ -156,6 +156,20 @@ class ReplayTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// `policy replay --execution` and `policy learn` refuse an id the store has no executions row for.
+TEST_F(ReplayTest, AnExecutionNotInTheStoreIsRefused) {
+  auto h = History::open(db());
+  ASSERT_TRUE(h);
+  EXPECT_TRUE(h->requireExecutions({"exec-1", "exec-2"}));
+  auto missing = h->requireExecutions({"exec-1", "exec-9"});
+  ASSERT_FALSE(missing);
+  EXPECT_EQ(missing.error().code, base::Code::kNotFound);
+  EXPECT_NE(missing.error().message.find("'exec-9'"), std::string::npos);
+  auto learned = learn(*h, {"exec-9"}, "wf");
+  ASSERT_FALSE(learned);
+  EXPECT_EQ(learned.error().code, base::Code::kNotFound);
+}
+
 TEST_F(ReplayTest, TheRecordedPolicyChangesNothing) {
   ReplayReport r = run(kRecorded);
   EXPECT_TRUE(r.differences.empty()) << replayText(r);
@@ -299,6 +313,47 @@ TEST(ReplayGenerations, ARequestIsJudgedByItsOwnGenerationsPolicy) {
   // generation 1's policy, the connection's, it would read as allow -> deny).
   EXPECT_EQ(r->counts.requests, 1u);
   EXPECT_TRUE(r->differences.empty()) << replayText(*r);
+  fs::remove_all(dir);
+}
+
+// A connection row with no policy_sha256 of its own: a refusal no policy makes (a limit) is
+// compared with the verdict of its execution's policy (the executions row), for each request.
+TEST(ReplayExecutionPolicy, RowsWithoutTheirOwnPolicyTakeTheirExecutions) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("sluice-replay-exec-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string yaml = std::string(kHead) + kRecorded;
+  {
+    auto store = audit::Store::open(dir / "audit.db");
+    ASSERT_TRUE(store) << store.error().message;
+    auto& s = **store;
+    s.recordPolicy(base::sha256Hex(yaml), "wf", yaml);
+    auto origin =
+        conn("c-6", ConnectionKind::kHttp, "items.test", 80, Decision::kAllow, "items", "allowed");
+    origin.policy_sha256.clear();
+    s.recordConnection(origin);
+    s.recordRequest(request("/v1/b", Decision::kDeny, "", "limit_exceeded"));
+    s.recordRequest(request("/v1/c", Decision::kDeny, "", "limit_exceeded"));
+    audit::ExecutionRecord e;
+    e.id = "exec-1";
+    e.workflow = "wf";
+    e.policy_sha256 = base::sha256Hex(yaml);
+    e.receipt_json = "{}";
+    ASSERT_TRUE(s.recordExecution(e));
+  }
+  auto h = History::open(dir / "audit.db");
+  ASSERT_TRUE(h);
+  const std::string narrowed =
+      "    - {id: items, action: allow, hosts: [items.test], ports: [80], methods: [GET], paths: "
+      "[\"/v1/b\"]}\n";
+  auto r = replay(*h, Scope{{"exec-1"}, std::nullopt, std::nullopt}, *compile(narrowed));
+  ASSERT_TRUE(r) << r.error().message;
+  // The execution's policy allowed both paths: /v1/c is now denied, /v1/b is not.
+  EXPECT_EQ(r->counts.requests, 2u);
+  ASSERT_EQ(r->differences.size(), 1u) << replayText(*r);
+  EXPECT_EQ(r->differences[0].path, "/v1/c");
+  EXPECT_EQ(r->differences[0].change, "allow->deny");
   fs::remove_all(dir);
 }
 

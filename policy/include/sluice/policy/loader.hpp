@@ -13,6 +13,9 @@
 
 namespace sluice::policy {
 
+/// A valid workflow name: [a-z0-9][a-z0-9-]{0,62}.
+bool isWorkflowName(std::string_view s);
+
 /// Parses and validates one workflow from text; `file` names it in diagnostics.
 std::expected<Workflow, LoadError> parseWorkflow(std::string_view yaml, std::string_view file);
 

@@ -65,6 +65,8 @@ class History {
   base::Result<std::string> executionPolicy(const std::string& execution_id);
   /// Whether an executions row with this id exists.
   base::Result<bool> hasExecution(const std::string& execution_id);
+  /// Ok when each id names an executions row; else kNotFound naming the first that does not.
+  base::Result<void> requireExecutions(const std::vector<std::string>& execution_ids);
 
  private:
   explicit History(std::unique_ptr<audit::Reader> reader) : reader_(std::move(reader)) {}
