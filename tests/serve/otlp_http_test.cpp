@@ -40,6 +40,21 @@ TEST(OtlpEndpoint, WhatIsNotAnEndpointIsRefusedAndNamed) {
   }
 }
 
+// A password in the URL would reach every warning that names the collector: refused, and the
+// refusal does not repeat it. An '@' in the path is only a path.
+TEST(OtlpEndpoint, CredentialsInTheUrlAreRefusedWithoutEchoingThem) {
+  for (const char* url : {"http://otel:hunter2@collector:4318", "https://hunter2@collector/otel"}) {
+    auto t = parseOtlpEndpoint(url);
+    ASSERT_FALSE(t) << url;
+    EXPECT_EQ(t.error().code, base::Code::kInvalidArgument);
+    EXPECT_EQ(t.error().text().find("hunter2"), std::string::npos) << t.error().text();
+  }
+  auto t = parseOtlpEndpoint("http://collector:4318/team@otel");
+  ASSERT_TRUE(t) << t.error().text();
+  EXPECT_EQ(t->host, "collector");
+  EXPECT_EQ(t->prefix, "/team@otel");
+}
+
 TEST(OtlpRetry, NoReply429And5xxAreRetriedOtherStatusesAreFinal) {
   EXPECT_TRUE(otlpRetryable(base::fail(base::Code::kUnavailable, "connection refused")));
   for (int status : {429, 500, 503})
