@@ -360,12 +360,13 @@ base::Result<json> Engine::run(const Caller& caller, const RunRequest& request,
   const auto& o = request.command.limits;
   const bool poolable =
       !o.cpu_time && !o.memory && !o.pids && !o.output && !o.disk && !o.file_size && !o.open_files;
-  auto open = openOptions(w, sluice::execution::SandboxKind::kOneShot, "", request.learn);
-  if (!open) return std::unexpected(open.error());
-  // A prepared sandbox enforces (learn mode is asked for per run).
+  // A prepared sandbox enforces (learn mode is asked for per run, and refused by openOptions
+  // when the daemon does not allow it), so a pooled run needs no options of its own.
   if (pool_ && poolable && !request.learn)
     if (auto p = pool_->take(*w))
       return runPrepared(caller, request, std::move(p), lines, stop_fd, after_answer, asked);
+  auto open = openOptions(w, sluice::execution::SandboxKind::kOneShot, "", request.learn);
+  if (!open) return std::unexpected(open.error());
   auto sandbox = sluice::execution::Sandbox::open(services_, std::move(*open));
   if (!sandbox) return std::unexpected(sandbox.error());
   return execute(**sandbox, caller, request.command, lines, stop_fd, asked);

@@ -49,31 +49,57 @@ json intAttr(const std::string& key, std::int64_t value) {
   return {{"key", key}, {"value", {{"intValue", std::to_string(value)}}}};
 }
 
+// One attribute of a queued log record, its key without the "sluice." prefix.
+struct Attr {
+  const char* key;
+  std::string text;  // a string attribute (is_text)
+  std::int64_t number = 0;
+  bool is_text = true;
+};
+
 // A log record's attributes, built field by field; empty strings are left out.
 class Attrs {
  public:
-  Attrs& str(const std::string& key, const std::string& value) {
-    if (!value.empty()) list_.push_back(stringAttr("sluice." + key, value));
+  Attrs() { list_.reserve(16); }
+  Attrs& str(const char* key, const std::string& value) {
+    if (!value.empty()) list_.push_back({key, value});
     return *this;
   }
-  Attrs& num(const std::string& key, std::int64_t value) {
-    list_.push_back(intAttr("sluice." + key, value));
+  Attrs& num(const char* key, std::int64_t value) {
+    list_.push_back({key, {}, value, false});
     return *this;
   }
-  json take() { return std::move(list_); }
+  std::vector<Attr> take() { return std::move(list_); }
 
  private:
-  json list_ = json::array();
+  std::vector<Attr> list_;
 };
 
-json logRecord(std::int64_t ts_ms, audit::Decision d, const std::string& body, Attrs attrs) {
-  const bool allowed = d == audit::Decision::kAllow;
-  return {{"timeUnixNano", nanos(ts_ms)},
-          {"observedTimeUnixNano", nanos(nowMs())},
-          {"severityNumber", allowed ? kSeverityInfo : kSeverityWarn},
-          {"severityText", allowed ? "INFO" : "WARN"},
-          {"body", {{"stringValue", body}}},
-          {"attributes", attrs.take()}};
+// A decision event as queued: plain fields. The proxy's thread only copies them; the export
+// thread builds the JSON (toJson), so no JSON tree is allocated on the data plane.
+struct Record {
+  std::int64_t ts_ms = 0;
+  std::int64_t observed_ms = 0;  // when it was queued
+  bool allowed = false;
+  std::string body;
+  std::vector<Attr> attrs;
+};
+
+Record logRecord(std::int64_t ts_ms, audit::Decision d, std::string body, Attrs attrs) {
+  return {ts_ms, nowMs(), d == audit::Decision::kAllow, std::move(body), attrs.take()};
+}
+
+json toJson(const Record& r) {
+  json attrs = json::array();
+  for (const Attr& a : r.attrs)
+    attrs.push_back(a.is_text ? stringAttr(std::string("sluice.") + a.key, a.text)
+                              : intAttr(std::string("sluice.") + a.key, a.number));
+  return {{"timeUnixNano", nanos(r.ts_ms)},
+          {"observedTimeUnixNano", nanos(r.observed_ms)},
+          {"severityNumber", r.allowed ? kSeverityInfo : kSeverityWarn},
+          {"severityText", r.allowed ? "INFO" : "WARN"},
+          {"body", {{"stringValue", r.body}}},
+          {"attributes", std::move(attrs)}};
 }
 
 std::string decisionText(audit::Decision d) { return std::string(audit::textOf(d)); }
@@ -138,7 +164,7 @@ class Exporter final : public OtlpExporter, public std::enable_shared_from_this<
 
   /// Queues a record; never waits. A full queue drops its oldest batch (counted): the newest
   /// events say most about now.
-  void enqueue(json record) {
+  void enqueue(Record record) {
     bool full = false;
     {
       std::lock_guard lock(mu_);
@@ -189,16 +215,18 @@ class Exporter final : public OtlpExporter, public std::enable_shared_from_this<
 
   /// The oldest queued batch, as a request body; nullopt when the queue is empty.
   std::optional<Batch> takeBatch() {
-    std::vector<json> records;
+    std::vector<Record> records;
     {
       std::lock_guard lock(mu_);
       if (queue_.empty()) return std::nullopt;
       records = std::move(queue_.front());
       queue_.pop_front();
     }
+    json list = json::array();
+    for (const Record& r : records) list.push_back(toJson(r));
     Batch b;
     b.records = records.size();
-    b.body = base::dumpJson(logsBody(options_, json(std::move(records))));
+    b.body = base::dumpJson(logsBody(options_, std::move(list)));
     return b;
   }
 
@@ -259,7 +287,7 @@ class Exporter final : public OtlpExporter, public std::enable_shared_from_this<
   Clock::time_point next_metrics_{};
   std::optional<Batch> inflight_;  // the loop's: the batch being sent or waiting for a retry
   std::mutex mu_;
-  std::deque<std::vector<json>> queue_;  // batches of up to kBatch records, oldest first
+  std::deque<std::vector<Record>> queue_;  // batches of up to kBatch records, oldest first
   std::atomic<std::uint64_t> dropped_{0}, exported_{0};
   std::atomic<bool> warned_{false}, stopped_{false};
 };

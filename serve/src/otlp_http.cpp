@@ -92,6 +92,11 @@ base::Result<OtlpTarget> parseOtlpEndpoint(const std::string& url) {
     rest.resize(slash);
   }
   while (!t.prefix.empty() && t.prefix.back() == '/') t.prefix.pop_back();
+  // USER:PASSWORD@ would go out nowhere (there is no Basic auth) yet into every message that
+  // names the collector; refused without echoing the URL, which holds the password.
+  if (rest.find('@') != std::string::npos)
+    return base::fail(base::Code::kInvalidArgument,
+                      "--otlp-endpoint: credentials in the URL (USER:PASSWORD@) are not supported");
   auto colon = rest.rfind(':');
   bool v6 = !rest.empty() && rest.back() == ']';
   const bool no_port = colon == std::string::npos || v6;

@@ -20,7 +20,7 @@ struct OtlpTarget {
   std::string prefix;  // path before /v1/logs, without a trailing '/'
 };
 
-/// http[s]://HOST[:PORT][/PATH] (port 80 or 443 by default).
+/// http[s]://HOST[:PORT][/PATH] (port 80 or 443 by default); USER:PASSWORD@ is refused.
 base::Result<OtlpTarget> parseOtlpEndpoint(const std::string& url);
 
 struct OtlpReply {

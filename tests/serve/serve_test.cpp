@@ -845,6 +845,24 @@ TEST_F(ServeTest, WarmPoolServesRunsOnceEachAndFollowsReloads) {
 // listeners were attached with; a session built on demand is "se-"), each prepared sandbox goes
 // to one session only (a file one session leaves is never seen by another), the pool refills
 // while the session lives, and after a reload a session gets a sandbox built on the new policy.
+// A learn run is refused without --allow-learn even when a prepared sandbox of its workflow is
+// ready, and leaves that sandbox in the pool (prepared sandboxes only enforce).
+TEST_F(ServeTest, ALearnRunIsRefusedBeforeTheWarmPoolIsAsked) {
+  REQUIRE_SANDBOX();
+  auto o = options();
+  o.pool = 1;
+  start(o);
+  const std::string ready = "sluice_pool_ready{workflow=\"shell\"}";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (metricValue(call("GET", "/metrics").body, ready) != "1" &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_EQ(metricValue(call("GET", "/metrics").body, ready), "1");
+  expectError(call("POST", "/v1/runs", R"({"workflow":"shell","argv":["true"],"learn":true})"), 403,
+              "learn_not_allowed");
+  EXPECT_EQ(metricValue(call("GET", "/metrics").body, ready), "1");
+}
+
 TEST_F(ServeTest, WarmPoolServesNewSessionsOnceEachAndFollowsReloads) {
   REQUIRE_SANDBOX();
   std::ofstream(dir_ / "policies" / "nopool.yaml")
