@@ -21,10 +21,10 @@ namespace sluice::proxy {
 std::optional<std::string> tunnelRefusedBy(const PolicySnapshot& p,
                                            const audit::ConnectionEvent& row);
 
-/// What `m` says of what approval `a` holds: a tunnel decided as the admission decides it, a
-/// request as plain HTTP by its method and path.
+/// What `p` says of what approval `a` holds: a tunnel decided as the admission decides it, a
+/// request as plain HTTP by its method and path (in learn mode when `p.learn`).
 enum class AskedVerdict : std::uint8_t { kAllows, kAsks, kRefuses };
-AskedVerdict decideAsked(const policy::Matcher& m, const Approval& a);
+AskedVerdict decideAsked(const PolicySnapshot& p, const Approval& a);
 
 /// Ends `row` as cut by the update to `p`: reason policy_changed, `why`, p's generation.
 void markCut(audit::ConnectionEvent& row, const PolicySnapshot& p, std::string why);

@@ -14,6 +14,10 @@ struct PolicySnapshot {
   std::shared_ptr<const policy::Matcher> matcher;
   /// 1 for the policy a listener started with, +1 per swap (audit column policy_generation).
   std::uint64_t generation = 1;
+  /// The listener's learn mode (ListenerIdentity::learn), on the copy a swap re-decides that
+  /// listener's open tunnels and held approvals with (policy_cut.hpp), so they are judged as
+  /// its admission judged them; the listener's own snapshot leaves it false.
+  bool learn = false;
 
   const policy::Workflow& workflow() const { return matcher->workflow(); }
 };

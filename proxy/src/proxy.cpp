@@ -409,8 +409,12 @@ class ProxyImpl : public Proxy {
     for (auto& e : es) e->answerer().setPolicy(next);
     // What the new policy refuses is cut now (open tunnels); requests and DNS queries are
     // decided by it as they come.
-    for (auto& l : ls) l->forEachAccount([&](Account& a) { a.redecideAll(next); });
-    for (auto& l : ls) redecideApprovals(*l, next);
+    for (auto& l : ls) {
+      PolicySnapshot judged = next;  // as this listener's admission judges: in learn mode or not
+      judged.learn = l->learn;
+      l->forEachAccount([&](Account& a) { a.redecideAll(judged); });
+      redecideApprovals(*l, judged);
+    }
     return next.generation;
   }
 
@@ -423,7 +427,7 @@ class ProxyImpl : public Proxy {
     const std::string by = "policy generation " + std::to_string(p.generation);
     for (const auto& a : l.approvals->pending()) {
       if (!heldBy(l, p, a)) continue;
-      const auto verdict = decideAsked(*p.matcher, a);
+      const auto verdict = decideAsked(p, a);
       if (verdict != AskedVerdict::kAsks)
         l.approvals->answer(a.id, verdict == AskedVerdict::kAllows, Scope::kOnce, by);
     }

@@ -232,5 +232,35 @@ TEST_F(ShadowLearnTest, LearnModeLetsThroughWhatNoRuleRefusesAsWouldDeny) {
   EXPECT_EQ(stats.would_deny, 1u);
 }
 
+// A live update re-decides a learning listener's open tunnels in learn mode, as its admission
+// decided them: a raw tunnel let through as would_deny (the one rule names other.test on
+// another port, vouching for its loopback address) is not cut by an update that changes
+// nothing for it. The tunnel's row is written at closeExecution, after the update's
+// re-decision on the same strand, so its reason says whether the update cut it.
+TEST_F(ShadowLearnTest, ALiveUpdateJudgesALearningListenersTunnelsInLearnMode) {
+  const std::string yaml =
+      "apiVersion: sluice/v1\nkind: Workflow\nname: learning\negress:\n  rules:\n"
+      "    - id: echo-address\n      action: allow\n      hosts: [other.test]\n"
+      "      ports: [\"1\"]\n      allow_private: true\n      cidrs: [\"127.0.0.0/8\"]\n";
+  ListenerIdentity id{"exec-learn", compileWorkflow(yaml)};
+  id.learn = true;
+  Client c(listen(id));
+  ASSERT_TRUE(c.send(connectRequest(echo())));
+  ASSERT_EQ(c.readResponse(true).status, 200);
+  ASSERT_TRUE(c.send("abc"));
+  ASSERT_EQ(c.readN(3), "abc");
+  auto g = proxy_->replacePolicy("exec-learn", compileWorkflow(yaml));
+  ASSERT_TRUE(g) << g.error().message;
+  ASSERT_TRUE(c.send("def"));
+  EXPECT_EQ(c.readN(3), "def");
+  proxy_->closeExecution("exec-learn");
+  auto row = sink_->waitConnection([](const audit::ConnectionEvent& e) {
+    return e.execution_id == "exec-learn" && e.kind == audit::ConnectionKind::kConnect;
+  });
+  ASSERT_TRUE(row);
+  EXPECT_EQ(row->decision, audit::Decision::kWouldDeny);
+  EXPECT_NE(row->reason, "policy_changed") << row->detail;
+}
+
 }  // namespace
 }  // namespace sluice::proxy::testing
