@@ -361,6 +361,23 @@ TEST_F(AuditPgTest, BadUriOrUnreachableServerIsAClearErrorWithoutThePassword) {
   EXPECT_NE(no_node.out.find("needs ?node=ID"), std::string::npos) << no_node.out;
 }
 
+TEST_F(AuditPgTest, UriQuotedWholeByLibpqShowsNoSecret) {
+  // libpq quotes the whole URI when the host is malformed ("[::1]x"). The query's '@' opens
+  // no userinfo, and sslpassword= and password= are both secrets.
+  auto r = sluice(
+      "audit query --db 'postgresql://[::1]x/db?sslpassword=Key-s3cret-7&password=Pw@s3cret-9"
+      "&node=n1'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("[::1]x"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
+  // The same through audit ship --to (its own connection).
+  auto ship = sluice("audit ship --once --node n1 --db " + (tmp_ / "none.db").string() +
+                     " --to 'postgresql://alice:Pw-s3cret-9@[::1]x/db'");
+  EXPECT_EQ(ship.status, 2) << ship.out;
+  EXPECT_NE(ship.out.find("cannot connect"), std::string::npos) << ship.out;
+  EXPECT_EQ(ship.out.find("s3cret"), std::string::npos) << ship.out;
+}
+
 TEST_F(AuditPgTest, ProveGivesTheSameProofFromPostgres) {
   const auto db = tmp_ / "node.db";
   writeStore(db, 40);  // signed, a checkpoint every 50 rows and at close
