@@ -234,6 +234,31 @@ TEST_F(AuditPgTest, TamperedRowsInPostgresAreCaughtByVerify) {
   EXPECT_EQ(status, 1);
 }
 
+TEST_F(AuditPgTest, ShipOfAnotherStoreUnderTheSameNodeIsRefused) {
+  const auto first = tmp_ / "first.db";
+  writeStore(first, 30);
+  auto r = sluice("audit ship --once --db " + first.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto shipped = storeRows(first);
+  // A longer store with other rows: its row shipped.seq + 1 does not link to the shipped head.
+  const auto other = tmp_ / "other.db";
+  writeStore(other, 40, 100);
+  ASSERT_GT(storeRows(other), shipped);
+  auto refused =
+      sluice("audit ship --once --db " + other.string() + " --to " + to() + " --node n1");
+  EXPECT_EQ(refused.status, 2) << refused.out;
+  EXPECT_NE(refused.out.find("does not continue the chain shipped for this node"),
+            std::string::npos)
+      << refused.out;
+  // Nothing of it was kept: the position and the node's chain are the first store's.
+  EXPECT_EQ(psql(db_, "SELECT seq FROM ship_positions WHERE node = 'n1'"), std::to_string(shipped));
+  EXPECT_EQ(psql(db_, "SELECT count(*) FROM executions WHERE node = 'n1'"), "30");
+  int status = -1;
+  const std::string out = verifyNode("n1", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(std::to_string(shipped) + " rows verified"), std::string::npos) << out;
+}
+
 TEST_F(AuditPgTest, FollowShipsRowsAppendedLater) {
   const auto db = tmp_ / "node.db";
   writeStore(db, 10);
