@@ -128,15 +128,7 @@ std::pair<sluice::audit::ForwardEvent, sluice::audit::RequestEvent> proxyRows(in
   r.rule_id = "nginx";
   r.reason = "allowed";
   r.stamp.policy_generation = 1;
-  sluice::audit::ForwardEvent f;
-  f.connection_id = r.connection_id;
-  f.workflow = r.workflow;
-  f.ts_ms = r.ts_ms;
-  f.method = r.method;
-  f.host = r.host;
-  f.path = r.path;
-  f.rule_id = r.rule_id;
-  return {std::move(f), std::move(r)};
+  return {sluice::audit::forwardOf(r), std::move(r)};
 }
 
 /// The store at the proxy's batch sizes: plain-HTTP requests (a forwards and a requests row

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace sluice::audit::detail {
 
 base::Error pgError(PGconn* c, std::string_view what) {
@@ -14,29 +16,43 @@ base::Error pgError(PGconn* c, std::string_view what) {
 
 namespace {
 
-/// The password a connection string names: a URI's user:PASSWORD@ or a password= parameter
-/// ("" when none).
-std::string passwordIn(std::string_view conninfo) {
+/// The secrets a connection string names: a URI's user:PASSWORD@ (the userinfo, which libpq
+/// ends at the first '@' or '/', so an '@' in a later parameter does not open one) and the
+/// value of every password= and sslpassword= parameter, URI or keyword form.
+std::vector<std::string> secretsIn(std::string_view conninfo) {
+  std::vector<std::string> out;
   if (const auto scheme = conninfo.find("://"); scheme != std::string_view::npos) {
     const std::string_view rest = conninfo.substr(scheme + 3);
-    const auto at = rest.find('@');
-    const auto colon = rest.substr(0, at).find(':');
-    if (at != std::string_view::npos && colon != std::string_view::npos)
-      return std::string(rest.substr(colon + 1, at - colon - 1));
+    const auto end = rest.find_first_of("@/");
+    if (end != std::string_view::npos && rest[end] == '@') {
+      if (const auto colon = rest.substr(0, end).find(':'); colon != std::string_view::npos)
+        out.emplace_back(rest.substr(colon + 1, end - colon - 1));
+    }
   }
-  const auto p = conninfo.find("password=");
-  if (p == std::string_view::npos) return {};
-  const std::string_view v = conninfo.substr(p + 9);
-  return std::string(v.substr(0, v.find_first_of("& ")));
+  for (auto p = conninfo.find("password="); p != std::string_view::npos;
+       p = conninfo.find("password=", p + 9)) {
+    std::string_view v = conninfo.substr(p + 9);
+    // A keyword-form value may be quoted ('a b'): everything up to the closing quote.
+    const bool quoted = v.starts_with('\'');
+    if (quoted) v.remove_prefix(1);
+    out.emplace_back(v.substr(0, v.find_first_of(quoted ? "'" : "& ")));
+  }
+  return out;
 }
 
-/// `e` with every copy of the connection string's password replaced: libpq's messages quote
+/// `e` with every copy of the connection string's secrets replaced: libpq's messages quote
 /// parts of a malformed URI, which may be the password.
 base::Error redacted(base::Error e, std::string_view conninfo) {
-  const std::string pw = passwordIn(conninfo);
-  if (pw.empty()) return e;
-  for (auto at = e.message.find(pw); at != std::string::npos; at = e.message.find(pw, at + 3))
-    e.message.replace(at, pw.size(), "***");
+  std::vector<std::string> secrets = secretsIn(conninfo);
+  // Longest first: a secret that contains another is replaced whole.
+  std::sort(secrets.begin(), secrets.end(),
+            [](const auto& a, const auto& b) { return a.size() > b.size(); });
+  for (const std::string& secret : secrets) {
+    if (secret.empty()) continue;
+    for (auto at = e.message.find(secret); at != std::string::npos;
+         at = e.message.find(secret, at + 3))
+      e.message.replace(at, secret.size(), "***");
+  }
   return e;
 }
 

@@ -30,12 +30,18 @@ struct ShipArgs {
   int interval_ms = 200;
 };
 
-/// Waits up to `timeout` for SIGINT/SIGTERM (blocked, so they wait for us); true when one came.
-bool waitForStopSignal(std::chrono::milliseconds timeout) {
+/// The signals that stop a following ship: SIGINT, SIGTERM.
+sigset_t stopSignals() {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  return set;
+}
+
+/// Waits up to `timeout` for a stop signal (blocked, so they wait for us); true when one came.
+bool waitForStopSignal(std::chrono::milliseconds timeout) {
+  const sigset_t set = stopSignals();
   const auto ms = timeout.count();
   const timespec ts{static_cast<std::time_t>(ms / 1000), static_cast<long>(ms % 1000) * 1000000};
   return ::sigtimedwait(&set, nullptr, &ts) > 0;
@@ -72,11 +78,8 @@ int runShip(ShipArgs a) {
               << "; --node ID to choose)\n";
     a.node = std::move(node);
   }
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  const sigset_t stop = stopSignals();
+  ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
   audit::ShipOptions o;
   o.db = a.db;
   o.conninfo = a.to;

@@ -139,18 +139,7 @@ void RequestRecord::refused(const Refusal& r) {
 
 void RequestRecord::forwarding() {
   if (!ctx_.sink) return;
-  audit::ForwardEvent f;
-  f.connection_id = ev_.connection_id;
-  f.execution_id = ev_.execution_id;
-  f.workflow = ev_.workflow;
-  f.ts_ms = ev_.ts_ms;
-  f.method = ev_.method;
-  f.host = ev_.host;
-  f.path = ev_.path;
-  f.rule_id = ev_.rule_id;
-  f.attempt = ++attempts_;
-  f.injected_secrets = ev_.injected_secrets;
-  ctx_.sink->recordForward(std::move(f));
+  ctx_.sink->recordForward(audit::forwardOf(ev_, ++attempts_));
 }
 
 const audit::PolicyStamp& RequestRecord::shadow() {

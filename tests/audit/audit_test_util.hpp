@@ -136,18 +136,7 @@ inline RequestEvent sampleRequest(int n, const std::string& execution = "exec-1"
 
 /// The write-ahead row of sampleRequest(n) (same connection, execution, ts, method, host, path).
 inline ForwardEvent sampleForward(int n, const std::string& execution = "exec-1") {
-  RequestEvent r = sampleRequest(n, execution);
-  ForwardEvent f;
-  f.connection_id = r.connection_id;
-  f.execution_id = r.execution_id;
-  f.workflow = r.workflow;
-  f.ts_ms = r.ts_ms;
-  f.method = r.method;
-  f.host = r.host;
-  f.path = r.path;
-  f.rule_id = r.rule_id;
-  f.injected_secrets = r.injected_secrets;
-  return f;
+  return forwardOf(sampleRequest(n, execution));
 }
 
 /// One query of sluice's DNS: allowed (a synthetic address) or denied (NXDOMAIN).

@@ -234,6 +234,31 @@ TEST_F(AuditPgTest, TamperedRowsInPostgresAreCaughtByVerify) {
   EXPECT_EQ(status, 1);
 }
 
+TEST_F(AuditPgTest, ShipOfAnotherStoreUnderTheSameNodeIsRefused) {
+  const auto first = tmp_ / "first.db";
+  writeStore(first, 30);
+  auto r = sluice("audit ship --once --db " + first.string() + " --to " + to() + " --node n1");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const auto shipped = storeRows(first);
+  // A longer store with other rows: its row shipped.seq + 1 does not link to the shipped head.
+  const auto other = tmp_ / "other.db";
+  writeStore(other, 40, 100);
+  ASSERT_GT(storeRows(other), shipped);
+  auto refused =
+      sluice("audit ship --once --db " + other.string() + " --to " + to() + " --node n1");
+  EXPECT_EQ(refused.status, 2) << refused.out;
+  EXPECT_NE(refused.out.find("does not continue the chain shipped for this node"),
+            std::string::npos)
+      << refused.out;
+  // Nothing of it was kept: the position and the node's chain are the first store's.
+  EXPECT_EQ(psql(db_, "SELECT seq FROM ship_positions WHERE node = 'n1'"), std::to_string(shipped));
+  EXPECT_EQ(psql(db_, "SELECT count(*) FROM executions WHERE node = 'n1'"), "30");
+  int status = -1;
+  const std::string out = verifyNode("n1", &status);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find(std::to_string(shipped) + " rows verified"), std::string::npos) << out;
+}
+
 TEST_F(AuditPgTest, FollowShipsRowsAppendedLater) {
   const auto db = tmp_ / "node.db";
   writeStore(db, 10);
@@ -359,6 +384,23 @@ TEST_F(AuditPgTest, BadUriOrUnreachableServerIsAClearErrorWithoutThePassword) {
   auto no_node = sluice("audit query --db " + to());
   EXPECT_EQ(no_node.status, 2) << no_node.out;
   EXPECT_NE(no_node.out.find("needs ?node=ID"), std::string::npos) << no_node.out;
+}
+
+TEST_F(AuditPgTest, UriQuotedWholeByLibpqShowsNoSecret) {
+  // libpq quotes the whole URI when the host is malformed ("[::1]x"). The query's '@' opens
+  // no userinfo, and sslpassword= and password= are both secrets.
+  auto r = sluice(
+      "audit query --db 'postgresql://[::1]x/db?sslpassword=Key-s3cret-7&password=Pw@s3cret-9"
+      "&node=n1'");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_NE(r.out.find("[::1]x"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("s3cret"), std::string::npos) << r.out;
+  // The same through audit ship --to (its own connection).
+  auto ship = sluice("audit ship --once --node n1 --db " + (tmp_ / "none.db").string() +
+                     " --to 'postgresql://alice:Pw-s3cret-9@[::1]x/db'");
+  EXPECT_EQ(ship.status, 2) << ship.out;
+  EXPECT_NE(ship.out.find("cannot connect"), std::string::npos) << ship.out;
+  EXPECT_EQ(ship.out.find("s3cret"), std::string::npos) << ship.out;
 }
 
 TEST_F(AuditPgTest, ProveGivesTheSameProofFromPostgres) {

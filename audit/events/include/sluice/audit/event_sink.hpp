@@ -119,6 +119,20 @@ struct ForwardEvent {
   std::vector<std::string> injected_secrets;  // secret NAMES only
 };
 
+/// The write-ahead row of request `r` (the fields the two share), sent as attempt `attempt`.
+inline ForwardEvent forwardOf(const RequestEvent& r, int attempt = 1) {
+  return {.connection_id = r.connection_id,
+          .execution_id = r.execution_id,
+          .workflow = r.workflow,
+          .ts_ms = r.ts_ms,
+          .method = r.method,
+          .host = r.host,
+          .path = r.path,
+          .rule_id = r.rule_id,
+          .attempt = attempt,
+          .injected_secrets = r.injected_secrets};
+}
+
 /// One query sluice's DNS answered for a sandbox (DESIGN.md "Transparent capture and DNS").
 /// Schema table `dns_queries`.
 struct DnsEvent {
