@@ -197,6 +197,9 @@ TEST_F(H2TransparentRun, NghttpIsInspectedStreamByStreamAgainstAnH2OnlyUpstream)
                        "SELECT count(*) FROM requests WHERE path='/denied.html' AND "
                        "decision='deny' AND status=403 AND reason='path_not_allowed'"),
             1);
+  // The real value reached the upstream only: not sluice's output, logs or audit store.
+  for (const auto& where : sluice::testing::whereFound({secret_}, o, dir_))
+    ADD_FAILURE() << "the injected secret found in " << where;
 }
 
 }  // namespace

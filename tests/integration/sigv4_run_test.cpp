@@ -186,20 +186,7 @@ class SigV4Run : public ::testing::Test {
   // Where the real key, secret or token can be read after the run: the sandbox's dumps (its
   // environment, /work, /tmp), the receipt, sluice's output, the audit database.
   std::vector<std::string> leaks(const Outcome& o) {
-    std::vector<std::string> found;
-    auto check = [&](const std::string& where, const std::string& bytes) {
-      for (const std::string* s : {&secret_, &token_})
-        if (bytes.find(*s) != std::string::npos) found.push_back(where);
-    };
-    check("sluice stdout", o.out);
-    check("sluice stderr", o.err);
-    check("receipt", slurp(dir_ / "receipt.json"));
-    for (const auto& e : fs::recursive_directory_iterator(dir_ / "out"))
-      if (e.is_regular_file()) check(e.path().string(), slurp(e.path()));
-    for (const auto& e : fs::directory_iterator(dir_))
-      if (e.path().filename().string().starts_with("audit.db"))
-        check(e.path().string(), slurp(e.path()));
-    return found;
+    return sluice::testing::whereFound({secret_, token_}, o, dir_);
   }
 
   // The upstream: every request it got carried the real key's signature; none of the refused
