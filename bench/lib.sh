@@ -10,9 +10,13 @@ need() {  # need BINARY PACKAGE
 }
 
 PIDS=()
-bench_cleanup() {
+bench_stop() {  # ends the processes in PIDS (by pid), waits for them and forgets them
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+bench_cleanup() {
+  bench_stop
   rm -rf "$TMP"
 }
 bench_init() {  # bench_init PREFIX: scratch directory in $TMP, removed on exit
