@@ -9,7 +9,9 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "proc_scan.hpp"
@@ -46,6 +48,14 @@ inline long auditCount(const std::string& db, const std::string& q) {
   const std::string out = auditSql(db, q);
   const auto nl = out.find('\n');
   return nl == std::string::npos ? -1 : std::atol(out.c_str() + nl + 1);
+}
+
+/// `n` characters drawn from `alphabet` (a test secret's real value, unique to the run).
+inline std::string randomText(std::size_t n, std::string_view alphabet = "0123456789abcdef") {
+  std::random_device rd;
+  std::string s;
+  for (std::size_t i = 0; i < n; ++i) s += alphabet[rd() % alphabet.size()];
+  return s;
 }
 
 /// Where any of `values` (a secret's real value) can be read on the host after a `sluice run`

@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "https_upstream.hpp"
@@ -32,14 +31,8 @@ using namespace std::chrono_literals;
 namespace {
 
 using sluice::testing::Outcome;
+using sluice::testing::randomText;
 using sluice::testing::slurp;
-
-std::string randomText(std::size_t n, std::string_view alphabet) {
-  std::random_device rd;
-  std::string s;
-  for (std::size_t i = 0; i < n; ++i) s += alphabet[rd() % alphabet.size()];
-  return s;
-}
 
 bool toolsPresent(std::string* missing) {
   for (const char* t :

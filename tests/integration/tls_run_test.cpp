@@ -23,12 +23,12 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "https_upstream.hpp"
 #include "isolation.hpp"
 #include "proc_scan.hpp"
+#include "run_fixture.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -50,18 +50,6 @@ std::string sha256Hex(const std::string& s) {
     out += k[md[i] & 15];
   }
   return out;
-}
-
-std::string randomHex(std::size_t bytes) {
-  std::random_device rd;
-  static const char* k = "0123456789abcdef";
-  std::string s;
-  for (std::size_t i = 0; i < bytes; ++i) {
-    unsigned v = rd() & 0xff;
-    s += k[v >> 4];
-    s += k[v & 15];
-  }
-  return s;
 }
 
 bool toolsPresent(std::string* missing) {
@@ -312,7 +300,7 @@ class TlsRun : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "policies");
     fs::create_directories(dir_ / "out");
-    secret_ = "sk-sluice-TLSWIRE-" + randomHex(16);
+    secret_ = "sk-sluice-TLSWIRE-" + sluice::testing::randomText(32);
     std::ofstream(dir_ / "agent.py") << kAgentPy;
     std::ofstream(dir_ / "upstream.py") << kUpstreamPy;
   }
