@@ -22,7 +22,7 @@ bench_init sluice-bench-ship
 chmod 755 "$TMP"
 PG="$TMP/pg"
 stop_cluster() {  # the ship first, then the cluster it is connected to
-  for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done
+  bench_stop
   "$CLUSTER" stop "$PG" || true
   bench_cleanup
 }

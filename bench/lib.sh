@@ -10,9 +10,13 @@ need() {  # need BINARY PACKAGE
 }
 
 PIDS=()
-bench_cleanup() {
+bench_stop() {  # ends the processes in PIDS (by pid), waits for them and forgets them
   for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+  PIDS=()
+}
+bench_cleanup() {
+  bench_stop
   rm -rf "$TMP"
 }
 bench_init() {  # bench_init PREFIX: scratch directory in $TMP, removed on exit
@@ -103,4 +107,19 @@ shutdown_lifetime 0 seconds
 via off
 forwarded_for delete
 EOF
+}
+
+# A private upstream CA (CN=$1) and a certificate it signed for localhost / 127.0.0.1, in
+# $TMP/pki: ca.pem, ca.key, server.pem, server.key (readable by all: servers may drop privileges).
+upstream_pki() {  # upstream_pki CA_NAME
+  mkdir -p "$TMP/pki"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj "/CN=$1" -keyout "$TMP/pki/ca.key" -out "$TMP/pki/ca.pem" \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
+    -keyout "$TMP/pki/server.key" -out "$TMP/pki/server.csr" 2>/dev/null
+  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$TMP/pki/ext"
+  openssl x509 -req -in "$TMP/pki/server.csr" -CA "$TMP/pki/ca.pem" -CAkey "$TMP/pki/ca.key" \
+    -CAcreateserial -days 2 -extfile "$TMP/pki/ext" -out "$TMP/pki/server.pem" 2>/dev/null
+  chmod -R a+rX "$TMP/pki"
 }

@@ -47,16 +47,7 @@ REAL_ID=AKIA$(random_text 16 ABCDEFGHIJKLMNOPQRSTUVWXYZ234567)
 REAL_SECRET=$(random_text 40 ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789)
 
 # ---- a private upstream CA and a certificate for "localhost" ------------------------------
-mkdir -p "$TMP/pki"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-  -subj "/CN=sigv4 bench upstream CA" -keyout "$TMP/pki/ca.key" -out "$TMP/pki/ca.pem" \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-  -keyout "$TMP/pki/server.key" -out "$TMP/pki/server.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$TMP/pki/ext"
-openssl x509 -req -in "$TMP/pki/server.csr" -CA "$TMP/pki/ca.pem" -CAkey "$TMP/pki/ca.key" \
-  -CAcreateserial -days 2 -extfile "$TMP/pki/ext" -out "$TMP/pki/server.pem" 2>/dev/null
-chmod -R a+rX "$TMP/pki"
+upstream_pki "sigv4 bench upstream CA"
 
 # ---- the upstream, measuring the process named in $TMP/measured.pid --------------------------
 python3 "$CLIENTS/sigv4_stream_upstream.py" --cert "$TMP/pki/server.pem" \

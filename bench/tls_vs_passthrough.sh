@@ -67,16 +67,7 @@ chmod 755 "$TMP"
 # ---- a private upstream CA and a certificate for "localhost" ------------------------------
 # "localhost" resolves (via /etc/hosts) to loopback, which the policy allows with
 # allow_private + cidrs, so the proxy's SSRF guard and name resolution run as in production.
-mkdir -p "$TMP/pki"
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-  -subj "/CN=tls bench upstream CA" -keyout "$TMP/pki/ca.key" -out "$TMP/pki/ca.pem" \
-  -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign" 2>/dev/null
-openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=localhost" \
-  -keyout "$TMP/pki/server.key" -out "$TMP/pki/server.csr" 2>/dev/null
-printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n' > "$TMP/pki/ext"
-openssl x509 -req -in "$TMP/pki/server.csr" -CA "$TMP/pki/ca.pem" -CAkey "$TMP/pki/ca.key" \
-  -CAcreateserial -days 2 -extfile "$TMP/pki/ext" -out "$TMP/pki/server.pem" 2>/dev/null
-chmod -R a+rX "$TMP/pki"
+upstream_pki "tls bench upstream CA"
 
 # ---- upstream: nginx, one worker, TLS, a 17-byte body ---------------------------------------
 mkdir -p "$TMP/nginx"

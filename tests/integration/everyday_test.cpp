@@ -286,19 +286,13 @@ std::string hostDebianMirrorRule(const fs::path& dir, std::string& rule) {
   if (rc != 0 || line.rfind("'", 0) != 0)
     return std::string("the host's apt lists have no package ") + kAptPackage + ": " + line;
   const std::string url = line.substr(1, line.find('\'', 1) - 1);  // 'URL' FILE SIZE HASH
-  const auto scheme_end = url.find("://");
-  if (scheme_end == std::string::npos) return "apt printed no URL: " + line;
+  sluice::testing::UrlParts mirror;
+  if (const std::string why = sluice::testing::splitUrl(url, mirror); !why.empty())
+    return "the host's apt mirror URL cannot be used: " + why;  // not the URL: credentials
   const bool https = url.starts_with("https://");
-  std::string authority = url.substr(scheme_end + 3);
-  const std::string path = authority.substr(authority.find('/'));
-  authority = authority.substr(0, authority.find('/'));
-  if (authority.find('@') != std::string::npos) return "the host's apt mirror URL has credentials";
-  const auto pool = path.find("/pool/");
+  const auto pool = mirror.path.find("/pool/");
   if (pool == std::string::npos) return "the host's apt mirror has no /pool/: " + url;
-  const auto colon = authority.rfind(':');
-  const std::string host = authority.substr(0, colon);
-  const std::string port =
-      colon != std::string::npos ? authority.substr(colon + 1) : (https ? "443" : "80");
+  const std::string &host = mirror.host, &port = mirror.port, &path = mirror.path;
   fs::create_directories(dir / "host-apt");
   auto [drc, dout] = shellOutput("cd " + (dir / "host-apt").string() +
                                  " && timeout 60 apt-get download " + kAptPackage + " 2>&1");

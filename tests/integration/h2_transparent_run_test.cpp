@@ -14,7 +14,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -34,13 +33,6 @@ using sluice::testing::shellOutput;
 using sluice::testing::slurp;
 
 constexpr const char* kHost = "h2.sluice.test";
-
-std::string randomHex(std::size_t n) {
-  std::random_device rd;
-  std::string s;
-  for (std::size_t i = 0; i < n; ++i) s += "0123456789abcdef"[rd() % 16];
-  return s;
-}
 
 // What `nghttp -v` printed: each request's :path and the :status it got, by stream.
 std::map<std::string, int> statusByPath(const std::string& verbose) {
@@ -74,7 +66,7 @@ class H2TransparentRun : public ::testing::Test {
     fs::create_directories(dir_ / "htdocs");
     std::ofstream(dir_ / "htdocs" / "index.html") << "hello over h2\n";
     std::ofstream(dir_ / "htdocs" / "denied.html") << "must not be served\n";
-    secret_ = "sk-h2-transparent-" + randomHex(16);
+    secret_ = "sk-h2-transparent-" + sluice::testing::randomText(16);
   }
   void TearDown() override {
     if (nghttpd_ > 0) {
@@ -197,6 +189,9 @@ TEST_F(H2TransparentRun, NghttpIsInspectedStreamByStreamAgainstAnH2OnlyUpstream)
                        "SELECT count(*) FROM requests WHERE path='/denied.html' AND "
                        "decision='deny' AND status=403 AND reason='path_not_allowed'"),
             1);
+  // The real value reached the upstream only: not sluice's output, logs or audit store.
+  for (const auto& where : sluice::testing::whereFound({secret_}, o, dir_))
+    ADD_FAILURE() << "the injected secret found in " << where;
 }
 
 }  // namespace

@@ -20,22 +20,39 @@ struct NpmRegistry {
   std::string url, host, port, rule;
 };
 
+/// The host, port (the scheme's default when the URL names none) and path ("/..." or "") of a
+/// registry or mirror URL. Returns "" and fills them, or why the URL cannot be used.
+struct UrlParts {
+  std::string host, port, path;
+};
+inline std::string splitUrl(const std::string& url, UrlParts& parts) {
+  const auto scheme_end = url.find("://");
+  if (scheme_end == std::string::npos) return "no scheme://";
+  const std::string rest = url.substr(scheme_end + 3);
+  const auto slash = rest.find('/');
+  const std::string authority = rest.substr(0, slash);
+  // A URL with user:password@ is a credential: it must not reach a policy file or a log.
+  if (authority.find('@') != std::string::npos) return "it carries credentials";
+  const auto colon = authority.rfind(':');
+  parts.host = authority.substr(0, colon);
+  parts.port = colon != std::string::npos ? authority.substr(colon + 1)
+                                          : (url.starts_with("https://") ? "443" : "80");
+  parts.path = slash != std::string::npos ? rest.substr(slash) : "";
+  return "";
+}
+
 /// Reads the registry from the host's own npm configuration and checks the host can reach it
 /// (`npm view`, with a throw-away cache). Returns "" and fills `reg`, or why it cannot be used.
 inline std::string hostNpmRegistry(const std::filesystem::path& dir, NpmRegistry& reg) {
   auto [rc, url] = shellOutput("npm config get registry 2>/dev/null");
   while (!url.empty() && (url.back() == '\n' || url.back() == '\r')) url.pop_back();
-  const auto scheme_end = url.find("://");
-  if (rc != 0 || scheme_end == std::string::npos) return "npm has no registry configured";
-  std::string authority = url.substr(scheme_end + 3);
-  authority = authority.substr(0, authority.find('/'));
-  // A URL with user:password@ is a credential: it must not reach a policy file or a log.
-  if (authority.find('@') != std::string::npos) return "npm's registry URL carries credentials";
-  const auto colon = authority.rfind(':');
+  if (rc != 0 || url.find("://") == std::string::npos) return "npm has no registry configured";
+  UrlParts parts;
+  if (const std::string why = splitUrl(url, parts); !why.empty())
+    return "npm's registry URL cannot be used: " + why;
   reg.url = url;
-  reg.host = authority.substr(0, colon);
-  reg.port = colon != std::string::npos ? authority.substr(colon + 1)
-                                        : (url.starts_with("https") ? "443" : "80");
+  reg.host = parts.host;
+  reg.port = parts.port;
   auto [vrc, vout] = shellOutput("timeout 60 npm view is-number@7.0.0 version --cache " +
                                  (dir / "host-npm-cache").string());
   std::filesystem::remove_all(dir / "host-npm-cache");

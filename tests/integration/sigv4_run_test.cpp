@@ -17,7 +17,6 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "https_upstream.hpp"
@@ -32,14 +31,8 @@ using namespace std::chrono_literals;
 namespace {
 
 using sluice::testing::Outcome;
+using sluice::testing::randomText;
 using sluice::testing::slurp;
-
-std::string randomText(std::size_t n, std::string_view alphabet) {
-  std::random_device rd;
-  std::string s;
-  for (std::size_t i = 0; i < n; ++i) s += alphabet[rd() % alphabet.size()];
-  return s;
-}
 
 bool toolsPresent(std::string* missing) {
   for (const char* t :
@@ -186,20 +179,7 @@ class SigV4Run : public ::testing::Test {
   // Where the real key, secret or token can be read after the run: the sandbox's dumps (its
   // environment, /work, /tmp), the receipt, sluice's output, the audit database.
   std::vector<std::string> leaks(const Outcome& o) {
-    std::vector<std::string> found;
-    auto check = [&](const std::string& where, const std::string& bytes) {
-      for (const std::string* s : {&secret_, &token_})
-        if (bytes.find(*s) != std::string::npos) found.push_back(where);
-    };
-    check("sluice stdout", o.out);
-    check("sluice stderr", o.err);
-    check("receipt", slurp(dir_ / "receipt.json"));
-    for (const auto& e : fs::recursive_directory_iterator(dir_ / "out"))
-      if (e.is_regular_file()) check(e.path().string(), slurp(e.path()));
-    for (const auto& e : fs::directory_iterator(dir_))
-      if (e.path().filename().string().starts_with("audit.db"))
-        check(e.path().string(), slurp(e.path()));
-    return found;
+    return sluice::testing::whereFound({secret_, token_}, o, dir_);
   }
 
   // The upstream: every request it got carried the real key's signature; none of the refused

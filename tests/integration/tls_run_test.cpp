@@ -23,12 +23,12 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 
 #include "https_upstream.hpp"
 #include "isolation.hpp"
 #include "proc_scan.hpp"
+#include "run_fixture.hpp"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -50,18 +50,6 @@ std::string sha256Hex(const std::string& s) {
     out += k[md[i] & 15];
   }
   return out;
-}
-
-std::string randomHex(std::size_t bytes) {
-  std::random_device rd;
-  static const char* k = "0123456789abcdef";
-  std::string s;
-  for (std::size_t i = 0; i < bytes; ++i) {
-    unsigned v = rd() & 0xff;
-    s += k[v >> 4];
-    s += k[v & 15];
-  }
-  return s;
 }
 
 bool toolsPresent(std::string* missing) {
@@ -312,7 +300,7 @@ class TlsRun : public ::testing::Test {
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "policies");
     fs::create_directories(dir_ / "out");
-    secret_ = "sk-sluice-TLSWIRE-" + randomHex(16);
+    secret_ = "sk-sluice-TLSWIRE-" + sluice::testing::randomText(32);
     std::ofstream(dir_ / "agent.py") << kAgentPy;
     std::ofstream(dir_ / "upstream.py") << kUpstreamPy;
   }
@@ -433,32 +421,18 @@ class TlsRun : public ::testing::Test {
     return out;
   }
 
-  // Every byte the secret could have leaked into on the host side: the sandbox's /output, the
-  // receipt, sluice's stdout/stderr, the audit database and its WAL/SHM files. Returns where
-  // it was found.
+  // Every byte the secret could have leaked into on the host side (whereFound: the sandbox's
+  // /output, the receipt, sluice's stdout/stderr, the audit database and its WAL/SHM files),
+  // once the agent's dump and the audit store are there to search. Returns where it was found.
   std::vector<std::string> secretLocations(const Outcome& o) {
-    std::vector<std::string> found;
-    auto check = [&](const std::string& where, const std::string& bytes) {
-      if (bytes.find(secret_) != std::string::npos) found.push_back(where);
-    };
-    check("sluice stdout (receipt)", o.out);
-    check("sluice stderr", o.err);
-    check("receipt file", slurp(dir_ / "receipt.json"));
-    std::size_t files = 0;
-    for (const auto& e : fs::recursive_directory_iterator(dir_ / "out")) {
-      if (!e.is_regular_file()) continue;
-      ++files;
-      check("/output file " + e.path().string(), slurp(e.path()));
-    }
+    std::size_t files = 0, db_files = 0;
+    for (const auto& e : fs::recursive_directory_iterator(dir_ / "out"))
+      files += e.is_regular_file() ? 1 : 0;
     EXPECT_GT(files, 10u) << "the agent dumped too little to be a meaningful search";
-    std::size_t db_files = 0;
-    for (const auto& e : fs::directory_iterator(dir_)) {
-      if (!e.path().filename().string().starts_with("audit.db")) continue;
-      ++db_files;
-      check("audit file " + e.path().string(), slurp(e.path()));
-    }
+    for (const auto& e : fs::directory_iterator(dir_))
+      db_files += e.path().filename().string().starts_with("audit.db") ? 1 : 0;
     EXPECT_GE(db_files, 1u);
-    return found;
+    return sluice::testing::whereFound({secret_}, o, dir_);
   }
   void expectSecretNowhere(const Outcome& o) {
     for (const auto& where : secretLocations(o)) ADD_FAILURE() << "secret found in " << where;

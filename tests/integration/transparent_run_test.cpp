@@ -15,6 +15,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <utility>
 
 #include "isolation.hpp"
 #include "netns_upstream.hpp"
@@ -334,6 +335,14 @@ class TransparentRun : public ::testing::Test {
   std::string db() const { return (dir_ / "audit.db").string(); }
   std::string sql(const std::string& q) { return auditSql(db(), q); }
   long count(const std::string& q) { return auditCount(db(), q); }
+  // `sluice policy replay --json` of execution `exec` against dir_/`policy`: its exit status
+  // and the report (discarded JSON when it printed none).
+  std::pair<int, json> replay(const std::string& exec, const std::string& policy) {
+    auto [rc, out] =
+        sh("{ " + std::string(SLUICE_BINARY) + " policy replay --db " + db() + " --execution " +
+           exec + " --policy " + (dir_ / policy).string() + " --json; } 2>/dev/null");
+    return {rc, json::parse(out, nullptr, false)};
+  }
   // How many lines "tcp PORT" / "udp PORT" the upstreams logged.
   int arrived(const std::string& what) {
     const std::string log = slurp(dir_ / "upstream.log");
@@ -464,14 +473,8 @@ TEST_F(TransparentRun, ReplayDecidesRedirectedConnectionsAndDnsAnswersAgain) {
   auto r = run("node /input/in/get.js");
   const std::string exec = r["execution_id"];
   ASSERT_FALSE(exec.empty()) << r.dump();
-  auto replay = [&](const std::string& policy) {
-    auto [rc, out] =
-        sh("{ " + std::string(SLUICE_BINARY) + " policy replay --db " + db() + " --execution " +
-           exec + " --policy " + (dir_ / policy).string() + " --json; } 2>/dev/null");
-    return std::make_pair(rc, json::parse(out, nullptr, false));
-  };
   const std::string in_exec = " WHERE execution_id = '" + exec + "'";
-  auto [same_rc, same] = replay("policy.yaml");
+  auto [same_rc, same] = replay(exec, "policy.yaml");
   EXPECT_EQ(same_rc, 0) << same.dump(1);
   EXPECT_EQ(same["differences"].size(), 0u) << same.dump(1);
   EXPECT_EQ(same["counts"]["connections"],
@@ -483,7 +486,7 @@ TEST_F(TransparentRun, ReplayDecidesRedirectedConnectionsAndDnsAnswersAgain) {
   ASSERT_NE(web, std::string::npos);
   without_web.erase(web, without_web.find('\n', web) + 1 - web);
   std::ofstream(dir_ / "no-web.yaml") << without_web;
-  auto [tight_rc, tight] = replay("no-web.yaml");
+  auto [tight_rc, tight] = replay(exec, "no-web.yaml");
   EXPECT_EQ(tight_rc, 1) << tight.dump(1);
   const long web_rows =
       count("SELECT count(*) FROM connections" + in_exec + " AND host = 'web.allowed.test'") +
@@ -691,11 +694,8 @@ TEST_F(TransparentRun, LearnModeLetsRefusedRedirectedConnectionsThroughAndRoundT
       sh(std::string(SLUICE_BINARY) + " policy check " + (dir_ / "learned.yaml").string());
   EXPECT_EQ(crc, 0) << checked << learned;
   EXPECT_EQ(checked.find("warning"), std::string::npos) << checked;
-  auto [rrc, replayed] =
-      sh("{ " + std::string(SLUICE_BINARY) + " policy replay --db " + db() + " --execution " +
-         exec + " --policy " + (dir_ / "learned.yaml").string() + " --json; } 2>/dev/null");
-  EXPECT_EQ(rrc, 1) << replayed;
-  json back = json::parse(replayed, nullptr, false);
+  auto [rrc, back] = replay(exec, "learned.yaml");
+  EXPECT_EQ(rrc, 1) << back.dump(1);
   EXPECT_EQ(back["counts"]["allow_to_deny"], 0) << back.dump(1) << learned;
   EXPECT_GE(back["counts"]["deny_to_allow"].get<int>(), 2) << back.dump(1);
   for (const auto& d : back["differences"]) {
