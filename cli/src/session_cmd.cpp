@@ -4,6 +4,7 @@
 // diagnostics as FILE:LINE:COL) or refused by the server (widening without being an approver,
 // no such session: its error is printed), 2 cannot read the file or reach the server.
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "commands.hpp"
 #include "sluice/base/strict_json.hpp"
 #include "sluice/policy/loader.hpp"
+#include "sluice/proxy/approvals.hpp"
 
 namespace sluice::cli {
 
@@ -25,6 +27,12 @@ struct SessionOptions {
   std::string policy_file;
   bool json = false;
 };
+
+/// `key` of a JSON object when it is a string, else "".
+std::string stringField(const nlohmann::json& object, const char* key) {
+  const auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
 
 int runPolicy(const SessionOptions& o) {
   std::ifstream in(o.policy_file, std::ios::binary);
@@ -47,23 +55,27 @@ int runPolicy(const SessionOptions& o) {
     return 2;
   }
   auto j = base::parseStrictJson(r->body);
+  const nlohmann::json answer = j && j->is_object() ? *j : nlohmann::json::object();
   if (r->status != 200) {
-    std::cerr << "sluice session policy: " << r->status << " ";
-    if (j && j->is_object() && j->contains("error"))
-      std::cerr << (*j)["error"].get<std::string>() << "\n";
-    else
-      std::cerr << r->body << "\n";
+    const std::string error = stringField(answer, "error");
+    // Escaped and cut: the daemon's words reach the user's terminal.
+    std::cerr << "sluice session policy: " << r->status << " "
+              << proxy::displayText(error.empty() ? r->body : error, 400) << "\n";
     return 1;
   }
-  if (!j) {
-    std::cerr << "sluice session policy: the server's answer is not JSON\n";
+  // The daemon's answer is read as untrusted input: a malformed one is an error, not a throw.
+  const std::string sha = stringField(answer, "policy_sha256");
+  const auto generation = answer.find("generation");
+  if (sha.empty() || generation == answer.end() || !generation->is_number_unsigned()) {
+    std::cerr << "sluice session policy: the server's answer is not a policy update "
+                 "(policy_sha256, generation)\n";
     return 2;
   }
   if (o.json)
-    std::cout << j->dump() << "\n";
+    std::cout << answer.dump() << "\n";
   else
-    std::cout << "session " << o.id << ": policy " << (*j)["policy_sha256"].get<std::string>()
-              << " in force as generation " << (*j)["generation"].dump() << "\n";
+    std::cout << "session " << o.id << ": policy " << sha << " in force as generation "
+              << generation->get<std::uint64_t>() << "\n";
   return 0;
 }
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "canned_server.hpp"
 #include "isolation.hpp"
 #include "proc_scan.hpp"
 #include "serve_client.hpp"
@@ -38,22 +39,12 @@ namespace {
 using serve_test::expectSchema;
 using serve_test::Http;
 using serve_test::Response;
+using sluice::testing::CannedServer;
+using sluice::testing::readRequestHead;
 using sluice::testing::shellOutput;
 
 constexpr const char* kAgentA = "aaaaaaaaaaaaaaaaaaaaaaaa";  // not an approver
 constexpr const char* kAgentB = "bbbbbbbbbbbbbbbbbbbbbbbb";  // approver
-
-/// What a client sent on `c` up to the end of its request head (or until it stopped sending).
-std::string readRequestHead(int c) {
-  std::string req;
-  char buf[4096];
-  while (req.find("\r\n\r\n") == std::string::npos) {
-    ssize_t n = ::recv(c, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    req.append(buf, static_cast<std::size_t>(n));
-  }
-  return req;
-}
 
 // A loopback HTTP upstream: answers every request with 200 "upstream-ok PATH" and remembers
 // the request lines it got.
@@ -576,43 +567,6 @@ TEST_F(ServeApprovals, EveryJsonBodyRefusesADuplicateKey) {
     EXPECT_NE(r.js().value("detail", "").find("duplicate key"), std::string::npos) << r.body;
   }
 }
-
-// A Unix-socket server that answers every request with `body` (status 200): what a tampered or
-// hostile daemon could send `sluice approvals`.
-class CannedServer {
- public:
-  CannedServer(const std::string& path, std::string body) : body_(std::move(body)) {
-    fd_ = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_un a{};
-    a.sun_family = AF_UNIX;
-    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
-    ::unlink(path.c_str());
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(fd_, 8) != 0)
-      return;
-    thread_ = std::thread([this] {
-      for (;;) {
-        int c = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (c < 0) return;
-        readRequestHead(c);
-        const std::string resp =
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
-            std::to_string(body_.size()) + "\r\nConnection: close\r\n\r\n" + body_;
-        (void)!::send(c, resp.data(), resp.size(), MSG_NOSIGNAL);
-        ::close(c);
-      }
-    });
-  }
-  ~CannedServer() {
-    ::shutdown(fd_, SHUT_RDWR);
-    ::close(fd_);
-    if (thread_.joinable()) thread_.join();
-  }
-
- private:
-  std::string body_;
-  int fd_ = -1;
-  std::thread thread_;
-};
 
 // `sluice approvals list` never hands the terminal a control byte of what it shows (ESC, CR,
 // a newline in a path) and refuses an answer that names a key twice.

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "api_harness.hpp"
+#include "canned_server.hpp"
 #include "isolation.hpp"
 #include "proc_scan.hpp"
 #include "serve_client.hpp"
@@ -237,6 +238,43 @@ TEST_F(ServeSocketTest, SessionPolicyCommandOverTheSocketAndTcp) {
   EXPECT_NE(nout.find("in force as generation 2"), std::string::npos) << nout;
   EXPECT_EQ(call("DELETE", "/v1/sessions/" + id).status, 200);
   EXPECT_EQ(callTcp(kTokenA, "DELETE", "/v1/sessions/" + id_a).status, 200);
+}
+
+// A tampered or hostile daemon's answer is untrusted input to `sluice session policy`: a field of
+// the wrong type or a body that is no object is a clear error (it used to throw and abort), and
+// what the daemon says reaches the terminal escaped.
+TEST_F(ServeSocketTest, SessionPolicyCommandTreatsAMalformedAnswerAsAnError) {
+  const auto policy = (dir_ / "web.yaml").string();
+  std::ofstream(policy) << "apiVersion: sluice/v1\nkind: Workflow\nname: web\nsandbox:\n"
+                           "  network: proxy\negress:\n  rules:\n"
+                           "    - {id: a, action: allow, hosts: [a.example]}\n";
+  const std::string sock = (dir_ / "canned.sock").string();
+  auto sessionPolicy = [&](const std::string& body, int status) {
+    sluice::testing::CannedServer server(sock, body, status);
+    return sluice::testing::shellOutput(std::string(SLUICE_BINARY) +
+                                        " session policy s-1 --policy " + policy +
+                                        " --connect unix:" + sock);
+  };
+  const struct {
+    std::string body;
+    int status;
+    int rc;
+    std::string said;
+  } cases[] = {
+      {R"({"policy_sha256": 7, "generation": 2})", 200, 2, "not a policy update"},
+      {R"({"policy_sha256": "ab", "generation": "2"})", 200, 2, "not a policy update"},
+      {R"([1, 2])", 200, 2, "not a policy update"},
+      {"not json", 200, 2, "not a policy update"},
+      {R"({"error": 5})", 403, 1, R"(403 {"error": 5})"},
+      {R"({"error": "no\u001b[2J such session"})", 404, 1, "404 no\\x1b[2J such session"},
+      {R"({"policy_sha256": "ab", "generation": 3})", 200, 0, "policy ab in force as generation 3"},
+  };
+  for (const auto& c : cases) {
+    auto [rc, out] = sessionPolicy(c.body, c.status);
+    EXPECT_EQ(rc, c.rc) << c.body << ": " << out;
+    EXPECT_NE(out.find(c.said), std::string::npos) << c.body << ": " << out;
+    EXPECT_EQ(out.find('\x1b'), std::string::npos) << c.body << ": " << out;
+  }
 }
 
 TEST_F(ServeSocketTest, HealthAndWorkflowsOverTheUnixSocket) {
