@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "../runner/isolation_required.hpp"
 #include "sluice/audit/signing.hpp"
 #include "sluice/audit/store.hpp"
 
@@ -42,11 +43,7 @@ class TempDir {
 };
 
 /// Tests needing root or mounts: skip normally, fail when CI demands isolation.
-inline bool isolationRequired() {
-  const char* ci = std::getenv("CI");
-  const char* req = std::getenv("SLUICE_REQUIRE_ISOLATION");
-  return (ci && std::string(ci) == "true") || (req && std::string(req) == "1");
-}
+using ::isolationRequired;
 #define SLUICE_SKIP_OR_FAIL(msg)                         \
   do {                                                   \
     if (::sluice::audit::testing::isolationRequired()) { \

@@ -9,13 +9,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "isolation_required.hpp"
 #include "sluice/runner/sandbox.hpp"
-
-inline bool isolationRequired() {
-  const char* ci = std::getenv("CI");
-  const char* req = std::getenv("SLUICE_REQUIRE_ISOLATION");
-  return (ci && std::string(ci) == "true") || (req && std::string(req) == "1");
-}
 
 // An execution id no other sandbox of this test process (or of a parallel one) uses.
 inline std::string uniqueId(const char* tag) {
