@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "sluice/audit/central.hpp"
+
 namespace sluice::audit::detail {
 
 base::Error pgError(PGconn* c, std::string_view what) {
@@ -57,6 +59,19 @@ base::Error redacted(base::Error e, std::string_view conninfo) {
 }
 
 }  // namespace
+
+}  // namespace sluice::audit::detail
+
+namespace sluice::audit {
+
+bool conninfoHoldsSecret(std::string_view conninfo) {
+  const auto secrets = detail::secretsIn(conninfo);
+  return std::any_of(secrets.begin(), secrets.end(), [](const auto& s) { return !s.empty(); });
+}
+
+}  // namespace sluice::audit
+
+namespace sluice::audit::detail {
 
 std::expected<PgConn, base::Error> pgConnect(const std::string& conninfo) {
   PgConn c(PQconnectdb(conninfo.c_str()));

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "audit_db.hpp"
 #include "commands.hpp"
 #include "sluice/audit/central.hpp"
 #include "sluice/audit/reader.hpp"
@@ -51,10 +52,9 @@ int fail(const std::string& message) {
 /// (every node's when `node_required` is false: audit sql).
 std::expected<std::unique_ptr<audit::Reader>, base::Error> openReader(const std::string& db,
                                                                       bool node_required) {
-  if (!audit::isPostgresUri(db)) return audit::Reader::open(db);
-  auto target = audit::parseCentralUri(db, node_required);
-  if (!target) return std::unexpected(target.error());
-  return audit::openCentralReader(*target);
+  auto central = centralTargetOf(db, node_required);
+  if (!central) return std::unexpected(central.error());
+  return *central ? audit::openCentralReader(**central) : audit::Reader::open(db);
 }
 
 /// How messages name `db`: a postgresql:// URI may hold a password, so only its node.
@@ -130,13 +130,9 @@ int runVerify(const AuditArgs& a) {
   }
   const std::string shown = shownDb(a.db);
   std::expected<audit::VerifyResult, base::Error> result;
-  if (audit::isPostgresUri(a.db)) {
-    auto target = audit::parseCentralUri(a.db);
-    if (!target) return fail(target.error().message);
-    result = audit::verifyCentral(*target, o);
-  } else {
-    result = audit::verify(a.db, o);
-  }
+  auto central = centralTargetOf(a.db);
+  if (!central) return fail(central.error().message);
+  result = *central ? audit::verifyCentral(**central, o) : audit::verify(a.db, o);
   if (!result) return fail(result.error().message);
   if (result->wal_missing) {
     std::cerr << "sluice audit: warning: " << a.db << " is in WAL mode but " << a.db
@@ -328,6 +324,24 @@ void addAuditCommands(CLI::App& app, int& exit_code) {
   show->add_option("--format", args->format, "table | json")->check(formats);
   show->add_option("execution_id", args->execution_id, "Execution id")->required();
   show->callback([args, &exit_code] { exit_code = runShow(*args); });
+}
+
+std::expected<std::optional<audit::CentralTarget>, base::Error> centralTargetOf(
+    const std::string& db, bool node_required) {
+  if (!audit::isPostgresUri(db)) return std::nullopt;
+  warnPasswordInUri(db);
+  auto target = audit::parseCentralUri(db, node_required);
+  if (!target) return std::unexpected(target.error());
+  return std::optional<audit::CentralTarget>(std::move(*target));
+}
+
+void warnPasswordInUri(const std::string& uri) {
+  static bool warned = false;
+  if (warned || !audit::conninfoHoldsSecret(uri)) return;
+  warned = true;
+  std::cerr << "sluice audit: warning: the postgresql:// URI holds a password, which every "
+               "local user can read in this command line (ps, /proc/PID/cmdline): put it in "
+               "PGPASSWORD or ~/.pgpass instead\n";
 }
 
 }  // namespace sluice::cli

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "audit_db.hpp"
 #include "sluice/audit/central.hpp"
 #include "sluice/audit/evidence.hpp"
 #include "sluice/audit/reader.hpp"
@@ -47,13 +48,10 @@ std::expected<std::string, std::string> slurp(const std::string& path) {
 
 int runProve(const EvidenceArgs& a) {
   std::expected<std::string, base::Error> proof;
-  if (audit::isPostgresUri(a.db)) {
-    auto target = audit::parseCentralUri(a.db);
-    if (!target) return fail(target.error().message);
-    proof = audit::proveCentral(*target, a.execution);
-  } else {
-    proof = audit::proveExecution(a.db, a.execution);
-  }
+  auto central = centralTargetOf(a.db);
+  if (!central) return fail(central.error().message);
+  proof = *central ? audit::proveCentral(**central, a.execution)
+                   : audit::proveExecution(a.db, a.execution);
   if (!proof) return fail(proof.error().message);
   std::cout << *proof;
   return 0;
@@ -116,13 +114,10 @@ int runExport(const EvidenceArgs& a) {
   }
   std::ios::sync_with_stdio(false);
   std::expected<audit::ExportStats, base::Error> stats;
-  if (audit::isPostgresUri(a.db)) {
-    auto target = audit::parseCentralUri(a.db);
-    if (!target) return fail(target.error().message);
-    stats = audit::exportCentral(*target, o, std::cout);
-  } else {
-    stats = audit::exportChain(a.db, o, std::cout);
-  }
+  auto central = centralTargetOf(a.db);
+  if (!central) return fail(central.error().message);
+  stats = *central ? audit::exportCentral(**central, o, std::cout)
+                   : audit::exportChain(a.db, o, std::cout);
   if (!stats) return fail(stats.error().message);
   std::cerr << "sluice audit export: " << stats->rows << " rows, " << stats->checkpoints
             << " checkpoints; next time: --after-seq " << stats->last_seq << "\n";

@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "audit_db.hpp"
 #include "commands.hpp"
 #include "sluice/audit/central.hpp"
 #include "sluice/base/digest.hpp"
@@ -80,6 +81,7 @@ int runShip(ShipArgs a) {
   }
   const sigset_t stop = stopSignals();
   ::pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  warnPasswordInUri(a.to);
   audit::ShipOptions o;
   o.db = a.db;
   o.conninfo = a.to;

@@ -370,6 +370,10 @@ TEST_F(AuditPgTest, BadUriOrUnreachableServerIsAClearErrorWithoutThePassword) {
   EXPECT_EQ(down.status, 2) << down.out;
   EXPECT_NE(down.out.find("postgresql: cannot connect"), std::string::npos) << down.out;
   EXPECT_EQ(down.out.find("Pw-s3cret-9"), std::string::npos) << down.out;
+  // A password on a command line is readable by every local user: said once, never repeated.
+  const std::string warning = "holds a password, which every local user can read";
+  EXPECT_NE(down.out.find(warning), std::string::npos) << down.out;
+  EXPECT_EQ(down.out.find(warning), down.out.rfind(warning)) << down.out;
   // A malformed URI: libpq quotes the bad token, here the password.
   auto bad =
       sluice("audit show --db 'postgresql://alice:Pw%zz-s3cret@/x?host=" + tmp_.path().string() +
@@ -384,6 +388,8 @@ TEST_F(AuditPgTest, BadUriOrUnreachableServerIsAClearErrorWithoutThePassword) {
   auto no_node = sluice("audit query --db " + to());
   EXPECT_EQ(no_node.status, 2) << no_node.out;
   EXPECT_NE(no_node.out.find("needs ?node=ID"), std::string::npos) << no_node.out;
+  EXPECT_EQ(no_node.out.find(warning), std::string::npos) << no_node.out;
+  EXPECT_NE(pw_param.out.find(warning), std::string::npos) << pw_param.out;
 }
 
 TEST_F(AuditPgTest, UriQuotedWholeByLibpqShowsNoSecret) {
@@ -401,6 +407,7 @@ TEST_F(AuditPgTest, UriQuotedWholeByLibpqShowsNoSecret) {
   EXPECT_EQ(ship.status, 2) << ship.out;
   EXPECT_NE(ship.out.find("cannot connect"), std::string::npos) << ship.out;
   EXPECT_EQ(ship.out.find("s3cret"), std::string::npos) << ship.out;
+  EXPECT_NE(ship.out.find("holds a password"), std::string::npos) << ship.out;
 }
 
 TEST_F(AuditPgTest, ProveGivesTheSameProofFromPostgres) {

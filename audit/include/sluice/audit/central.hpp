@@ -23,6 +23,10 @@ namespace sluice::audit {
 /// True when `db` names a PostgreSQL database (postgresql:// or postgres://).
 bool isPostgresUri(std::string_view db);
 
+/// True when the connection string holds a password (user:PASSWORD@, password= or
+/// sslpassword=): what error messages redact.
+bool conninfoHoldsSecret(std::string_view conninfo);
+
 /// A node's rows in the central store: the libpq connection URI without the `node` parameter,
 /// and the node id.
 struct CentralTarget {
