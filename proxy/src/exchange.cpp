@@ -110,8 +110,8 @@ net::awaitable<typename Exchange<Client, Upstream>::Next> Exchange<Client, Upstr
     co_await refuse(&loc->target, canon->method, canon->path, admitted.error(), go_on);
     co_return go_on ? Next::kContinue : Next::kClose;
   }
-  const bool more =
-      co_await forward(loc->target, *canon, admitted->decision, isWebSocketUpgrade(req));
+  const bool more = co_await forward(loc->target, *canon, admitted->decision,
+                                     !admitted->approval.empty(), isWebSocketUpgrade(req));
   co_return more ? Next::kContinue : Next::kClose;
 }
 

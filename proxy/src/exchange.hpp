@@ -118,8 +118,10 @@ class Exchange {
     bool timed_out = false;
     bool client_gone = false;  // an interim response could not be passed on
   };
+  // `approved`: an approver let it through (Admitted::approval), so a redial is vetted by the
+  // rule that was approved, as the admission vetted the first connection.
   net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
-                               const policy::Decision& d, bool ws);
+                               const policy::Decision& d, bool approved, bool ws);
   net::awaitable<std::expected<bool, Refusal>> readBody(const policy::Decision& d,
                                                         bool expect_continue, std::string& body);
   InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,
@@ -142,7 +144,7 @@ class Exchange {
                          const ResponseHead& h);
   net::awaitable<std::optional<Failure>> redial(RequestRecord& rec, const policy::Target& target,
                                                 const policy::HttpRequest& canon,
-                                                const policy::Decision& d);
+                                                const policy::Decision& d, bool approved);
   net::awaitable<bool> switchProtocols(RequestRecord& rec, RespParser& rp,
                                        const policy::Target& target,
                                        const policy::HttpRequest& canon, const policy::Decision& d,

@@ -84,7 +84,8 @@ struct WipeOnExit {
 template <typename Client, typename Upstream>
 net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& target,
                                                          const policy::HttpRequest& canon,
-                                                         const policy::Decision& d, bool ws) {
+                                                         const policy::Decision& d, bool approved,
+                                                         bool ws) {
   auto& parser = *req_parser_;
   // What the client asked for, before the request is rewritten for the upstream.
   const bool body_pending = !parser.is_done();
@@ -146,7 +147,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
                          (!head.rp || !head.rp->got_some()) && link_->canRedial();
       link_->close();
       if (!stale) co_return co_await fail(rec, target, canon, upstreamFailed(target, d, head));
-      if (auto f = co_await redial(rec, target, canon, d))
+      if (auto f = co_await redial(rec, target, canon, d, approved))
         co_return co_await fail(rec, target, canon, *f);
       continue;
     }
@@ -482,11 +483,11 @@ auto Exchange<Client, Upstream>::upstreamFailed(const policy::Target& target,
 // again on it (the address still falls under the rule that allowed it).
 template <typename Client, typename Upstream>
 auto Exchange<Client, Upstream>::redial(RequestRecord& rec, const policy::Target& target,
-                                        const policy::HttpRequest& canon, const policy::Decision& d)
-    -> net::awaitable<std::optional<Failure>> {
+                                        const policy::HttpRequest& canon, const policy::Decision& d,
+                                        bool approved) -> net::awaitable<std::optional<Failure>> {
   const Candidate c{target, &canon, carrier_ != Carrier::kInspected};
-  auto opened = co_await reconnect(conn_, c, policy::Visibility::kPlainHttp, d.rule_id,
-                                   /*approved=*/false, *link_);
+  auto opened =
+      co_await reconnect(conn_, c, policy::Visibility::kPlainHttp, d.rule_id, approved, *link_);
   if (opened && opened->rule == d.rule) {
     rec.setConnection(link_->row().id);
     co_return std::nullopt;
@@ -657,9 +658,9 @@ net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp,
 }
 
 using SslStream = beast::ssl_stream<tcp::socket>;
-#define SLUICE_INSTANTIATE(C, U)                                                         \
-  template net::awaitable<bool> Exchange<C, U>::forward(                                 \
-      const policy::Target&, const policy::HttpRequest&, const policy::Decision&, bool); \
+#define SLUICE_INSTANTIATE(C, U)                                                               \
+  template net::awaitable<bool> Exchange<C, U>::forward(                                       \
+      const policy::Target&, const policy::HttpRequest&, const policy::Decision&, bool, bool); \
   template net::awaitable<bool> Exchange<C, U>::upgrade(RespParser&, const policy::Decision&);
 SLUICE_INSTANTIATE(tcp::socket, tcp::socket)
 SLUICE_INSTANTIATE(SslStream, SslStream)

@@ -319,6 +319,30 @@ TEST_F(ApprovalTest, AnExecutionGrantOnAGetIsNotAGrantForOtherMethodsButScopeHos
             "scope:host of " + p->id + " (tester)");
 }
 
+// A request an approver let through is sent again on a fresh connection when its kept-alive
+// upstream connection turns out stale, and that connection is vetted by the approved rule, as
+// the admission vetted the first one: it was vetted without the approval, so the ask rule
+// refused the request it had just granted (403 approval_required).
+TEST_F(ApprovalTest, AnApprovedRequestIsSentAgainWhenItsKeptAliveConnectionWentStale) {
+  const std::string plain = "other.test:" + std::to_string(up_.httpPort());
+  Client client(port_);
+  client.send(getRequest(plain, "/drop-next"));
+  auto a = nextRaised();
+  ASSERT_TRUE(a);
+  ASSERT_EQ(approvals_->answer(a->id, true, Scope::kHost, "tester"), AnswerStatus::kAnswered);
+  auto first = client.readResponse();
+  ASSERT_EQ(first.status, 200);
+  ASSERT_FALSE(first.closed);
+  // The same client connection, so the same kept-alive upstream one, which the upstream drops
+  // when this request reaches it: the proxy dials again and sends it there.
+  client.send(getRequest(plain, "/after-drop"));
+  auto second = client.readResponse();
+  EXPECT_EQ(second.status, 200) << second.header("x-sluice-reason") << " "
+                                << second.header("x-sluice-detail");
+  EXPECT_NE(second.body.find("GET /after-drop"), std::string::npos) << second.body;
+  EXPECT_FALSE(nextRaised(std::chrono::milliseconds(200))) << "the covered request was asked";
+}
+
 // A tunnel shows no method: `scope: host` covers its host and port as `scope: execution` does.
 TEST_F(ApprovalTest, ScopeHostOnATunnelCoversTheHostAndPort) {
   auto first = std::make_unique<Client>(port_);

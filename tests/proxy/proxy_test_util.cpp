@@ -15,6 +15,7 @@ using ErrorCode = boost::system::error_code;
 // One HTTP connection of the upstream: serves requests until the client closes.
 net::awaitable<void> serveHttp(tcp::socket sock, UpstreamLog* log) {
   beast::flat_buffer buf;
+  bool drop_next = false;  // after /drop-next: read the next request, then close unanswered
   for (;;) {
     ErrorCode ec;
     http::request<http::string_body> req;
@@ -29,6 +30,12 @@ net::awaitable<void> serveHttp(tcp::socket sock, UpstreamLog* log) {
       log->request_heads.push_back(head.str());
     }
     std::string target(req.target());
+    if (drop_next) {
+      // A kept-alive connection that went stale as the request arrived: the proxy's redial.
+      sock.close(ec);
+      co_return;
+    }
+    drop_next = target == "/drop-next";
     if (req.find("X-Test-Interim") != req.end()) {
       // An interim response before the answer (the matrix's "after a 1xx" path).
       static constexpr std::string_view kInterim =

@@ -167,7 +167,9 @@ struct UpstreamLog {
 /// Loopback servers on one io_context thread:
 ///  - HTTP (Beast): "/" echoes the request head in the body; "/big/N" returns N bytes;
 ///    "/chunked" a chunked body; "/reset" a partial body then RST; "/slow" never answers;
-///    "/close" answers with Connection: close. A request with `X-Test-Interim` gets a 103 first.
+///    "/close" answers with Connection: close; "/drop-next" answers and keeps the connection,
+///    then closes it unanswered when the next request arrives (a stale kept-alive connection). A
+///    request with `X-Test-Interim` gets a 103 first.
 ///  - echo: echoes bytes; on EOF writes "BYE" and half-closes.
 ///  - reset: accepts, sends "partial", then resets.
 class Upstreams {
