@@ -64,6 +64,12 @@ bool readByte(int fd, char expected) {
   return n == 1 && c == expected;
 }
 
+// Whether this process has a child, living or not yet reaped (without reaping it).
+bool hasChildren() {
+  siginfo_t info{};
+  return ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
 // The program init runs now (a run's: 0; a session's exec: its sequence number; idle: -1) and
 // the highest one a stop was asked for. A stop can arrive before the program exists (before a
 // session's init has even read the exec): it is remembered, and the program killed once started.
@@ -316,7 +322,10 @@ InitReport reapUntilEmpty(pid_t program) {
       program_done = true;
       rep.wait_status = status;
       // The program is done: nothing it started may outlive it (daemons, setsid double-forks).
-      ::kill(-1, SIGKILL);
+      // Everything in the namespace descends from init, and what the program left was handed
+      // to init before the program could be reaped: with no child left, nothing is (kill(-1)
+      // would walk every process of the host to find none).
+      if (hasChildren()) ::kill(-1, SIGKILL);
     }
   }
   return rep;
