@@ -166,6 +166,10 @@ void sessionInitMain(const ChildPlan& plan) {
   // can gain any through execve.
   if (auto r = dropCapabilityBounds(plan.privileges); !r) failSetUp(f.error_write, r);
   if (auto r = loadSeccompProgram(plan.seccomp); !r) failSetUp(f.error_write, r);
+  // What the first exec would otherwise fault in on its way (a pooled run is a first exec):
+  // the program's stack, and the first page of the message buffer.
+  if (!prepareProgramStack()) failSetUp(f.error_write, stepFail("map the program's stack"));
+  std::memset(g_message, 0, 4096);
   // Ready: sluice reads 'R', then EOF on the error pipe. The run-only fds go.
   writeFully(f.report_write, "R", 1);
   for (int fd : {f.report_write, f.error_write, f.go_read, f.control_read, f.stdout_write,
