@@ -64,6 +64,12 @@ bool readByte(int fd, char expected) {
   return n == 1 && c == expected;
 }
 
+// Whether this process has a child, living or not yet reaped (without reaping it).
+bool hasChildren() {
+  siginfo_t info{};
+  return ::waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
 // The program init runs now (a run's: 0; a session's exec: its sequence number; idle: -1) and
 // the highest one a stop was asked for. A stop can arrive before the program exists (before a
 // session's init has even read the exec): it is remembered, and the program killed once started.
@@ -209,21 +215,39 @@ void closeAllExcept(int* keep, int count) {
 // memory at once. Everything programMain does before execve is a raw system call on its own
 // stack (no allocation, no locks, nothing glibc tracks per thread); the credentials, seccomp
 // filter and Landlock domain it sets belong to its task alone.
-pid_t spawnProgram(const ProgramLaunch& launch) {
-  // Its own stack until it execs: mapped, not allocated (only the pages it touches are ever
-  // faulted in), once per process (a session's init spawns one program per exec; CLONE_VFORK
-  // means the previous one no longer runs on it).
-  constexpr std::size_t kStack = 256 * 1024;
-  static void* stack = nullptr;
-  if (stack == nullptr) {
-    void* s = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+//
+// Its own stack until it execs: mapped, not allocated (only the pages it touches are ever
+// faulted in), once per process (a session's init spawns one program per exec; CLONE_VFORK
+// means the previous one no longer runs on it).
+namespace {
+constexpr std::size_t kProgramStack = 256 * 1024;
+void* g_program_stack = nullptr;
+
+void* programStack() {
+  if (g_program_stack == nullptr) {
+    void* s = ::mmap(nullptr, kProgramStack, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-    if (s == MAP_FAILED) return -1;
-    stack = s;
+    if (s != MAP_FAILED) g_program_stack = s;
   }
-  auto top = (reinterpret_cast<std::uintptr_t>(stack) + kStack) & ~std::uintptr_t{15};
+  return g_program_stack;
+}
+}  // namespace
+
+pid_t spawnProgram(const ProgramLaunch& launch) {
+  void* stack = programStack();
+  if (stack == nullptr) return -1;
+  auto top = (reinterpret_cast<std::uintptr_t>(stack) + kProgramStack) & ~std::uintptr_t{15};
   return ::clone(programEntry, reinterpret_cast<void*>(top), CLONE_VM | CLONE_VFORK | SIGCHLD,
                  const_cast<ProgramLaunch*>(&launch));
+}
+
+bool prepareProgramStack() {
+  // The top pages: programMain's frames and execProgram's path buffer.
+  constexpr std::size_t kUsed = 16 * 1024;
+  auto* stack = static_cast<char*>(programStack());
+  if (stack == nullptr) return false;
+  std::memset(stack + kProgramStack - kUsed, 0, kUsed);
+  return true;
 }
 
 void initSetUp(const ChildPlan& plan) {
@@ -316,7 +340,10 @@ InitReport reapUntilEmpty(pid_t program) {
       program_done = true;
       rep.wait_status = status;
       // The program is done: nothing it started may outlive it (daemons, setsid double-forks).
-      ::kill(-1, SIGKILL);
+      // Everything in the namespace descends from init, and what the program left was handed
+      // to init before the program could be reaped: with no child left, nothing is (kill(-1)
+      // would walk every process of the host to find none).
+      if (hasChildren()) ::kill(-1, SIGKILL);
     }
   }
   return rep;

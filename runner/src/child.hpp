@@ -122,6 +122,9 @@ void killIfStopped();
 /// Starts the program like posix_spawn (clone with CLONE_VM | CLONE_VFORK, on a stack mapped
 /// once per process): returns once it has exec'd or failed; -1 with errno if clone failed.
 pid_t spawnProgram(const ProgramLaunch& launch);
+/// Maps spawnProgram()'s stack now and faults in the pages a program's start uses, so that a
+/// session's first exec does not (false if it cannot be mapped).
+bool prepareProgramStack();
 
 /// Reaps every process of the pid namespace (init is its pid 1). When `program` exits, every
 /// other process is SIGKILLed (daemons, setsid double-forks). Returns the program's wait

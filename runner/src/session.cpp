@@ -19,7 +19,9 @@
 #include <future>
 #include <mutex>
 #include <set>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "artifacts.hpp"
 #include "exec_request.hpp"
@@ -91,16 +93,22 @@ base::Result<void> checkExecSpec(const ExecSpec& e) {
   return {};
 }
 
-// The exec's side of the pipes, kept by sluice while it runs.
+// The exec's side of the pipes, kept by sluice while it runs, and its blob: inline (sent after
+// the request's header) when it fits, else in a memfd.
 struct ExecPipes {
+  std::string inline_blob;
   Fd blob, out_r, out_w, errs_r, errs_w, err_r, err_w, rep_r, rep_w, in_r, in_w;
 };
 
-base::Result<ExecPipes> makeExecPipes(const std::string& blob, bool with_stdin) {
+base::Result<ExecPipes> makeExecPipes(std::string blob, bool with_stdin) {
   ExecPipes p;
-  p.blob.reset(::memfd_create("sluice-exec", MFD_CLOEXEC));
-  if (!p.blob || !detail::writeAll(p.blob.get(), blob))
-    return std::unexpected(setupError("exec request", std::strerror(errno)));
+  if (blob.size() <= detail::kExecInlineMax) {
+    p.inline_blob = std::move(blob);
+  } else {
+    p.blob.reset(::memfd_create("sluice-exec", MFD_CLOEXEC));
+    if (!p.blob || !detail::writeAll(p.blob.get(), blob))
+      return std::unexpected(setupError("exec request", std::strerror(errno)));
+  }
   if (!detail::makePipe(p.out_r, p.out_w) || !detail::makePipe(p.errs_r, p.errs_w) ||
       !detail::makePipe(p.err_r, p.err_w) || !detail::makePipe(p.rep_r, p.rep_w) ||
       (with_stdin && !detail::makePipe(p.in_r, p.in_w)))
@@ -109,18 +117,28 @@ base::Result<ExecPipes> makeExecPipes(const std::string& blob, bool with_stdin) 
   return p;
 }
 
-// Hands the exec to init: the request and the fds of its side (closed here once sent).
+// Hands the exec to init: the request (and the inline blob) and the fds of its side, in
+// ExecFd's order (closed here once sent).
 base::Result<void> sendExec(int control, ExecPipes& p, int seq) {
-  int fds[] = {p.blob.get(),  p.out_w.get(), p.errs_w.get(),
-               p.err_w.get(), p.rep_w.get(), p.in_r.get()};
   detail::ExecRequest req;
-  req.fd_count = p.in_r ? detail::kExecFdCount : detail::kExecStdin;
   req.seq = seq;
-  const ssize_t n =
-      detail::sendWithFds(control, &req, sizeof req, fds, static_cast<int>(req.fd_count));
+  std::vector<int> fds = {p.out_w.get(), p.errs_w.get(), p.err_w.get(), p.rep_w.get()};
+  if (p.in_r) {
+    req.flags |= detail::kExecHasStdin;
+    fds.push_back(p.in_r.get());
+  }
+  if (p.blob) {
+    req.flags |= detail::kExecBlobInMemfd;
+    fds.push_back(p.blob.get());
+  }
+  req.blob_bytes = static_cast<std::uint32_t>(p.inline_blob.size());
+  std::string message(reinterpret_cast<const char*>(&req), sizeof req);
+  message += p.inline_blob;
+  const ssize_t n = detail::sendWithFds(control, message.data(), message.size(), fds.data(),
+                                        static_cast<int>(fds.size()));
   const int err = errno;
   for (Fd* fd : {&p.blob, &p.out_w, &p.errs_w, &p.err_w, &p.rep_w, &p.in_r}) fd->reset();
-  if (n != static_cast<ssize_t>(sizeof req))
+  if (n != static_cast<ssize_t>(message.size()))
     return std::unexpected(sessionError(std::string("the session's init is gone: ") +
                                         std::strerror(n < 0 ? err : EPIPE)));
   return {};

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -24,31 +25,78 @@
 namespace sluice::runner::detail {
 namespace {
 
+// The exec's fds by ExecFd (-1: not sent), and where its blob is: inline in the message buffer,
+// or a memfd mapped here (unmapped by release()).
 struct ReceivedExec {
   int fds[kExecFdCount] = {-1, -1, -1, -1, -1, -1};
-  int count = 0;
   int seq = 0;
+  char* blob = nullptr;
+  std::size_t blob_size = 0;
+  bool mapped = false;
 
   void closeAll() {
     for (int& fd : fds)
       if (fd >= 0) ::close(std::exchange(fd, -1));
   }
+  void release() {
+    if (mapped) ::munmap(blob, blob_size);
+    mapped = false;
+    blob = nullptr;
+  }
 };
 
-// One request from the control socket: 1 with its fds, 0 on EOF (the session ends), -1 for
-// anything else (its fds closed; an interrupted call is retried).
+// One message: the header and the inline blob. Static: init does not allocate, and serves one
+// exec at a time.
+alignas(alignof(char*)) char g_message[sizeof(ExecRequest) + kExecInlineMax];
+
+// The memfd blob, mapped privately (decodeExecBlob writes its pointer table into it).
+bool mapBlob(ReceivedExec& out) {
+  struct stat st {};
+  if (::fstat(out.fds[kExecBlob], &st) != 0 || st.st_size <= 0) return false;
+  void* mem = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE, out.fds[kExecBlob], 0);
+  if (mem == MAP_FAILED) return false;
+  out.blob = static_cast<char*>(mem);
+  out.blob_size = static_cast<std::size_t>(st.st_size);
+  out.mapped = true;
+  return true;
+}
+
+// The received fds into their ExecFd slots: the four always sent, then the optional ones the
+// flags announce, in order. False if the count does not match the flags.
+bool placeFds(const ExecRequest& req, const int* got, int count, ReceivedExec& out) {
+  const bool has_stdin = (req.flags & kExecHasStdin) != 0;
+  const bool memfd = (req.flags & kExecBlobInMemfd) != 0;
+  if (count != kExecStdin + (has_stdin ? 1 : 0) + (memfd ? 1 : 0)) return false;
+  int at = 0;
+  for (int i = kExecStdout; i < kExecStdin; ++i) out.fds[i] = got[at++];
+  if (has_stdin) out.fds[kExecStdin] = got[at++];
+  if (memfd) out.fds[kExecBlob] = got[at++];
+  return true;
+}
+
+// One request from the control socket: 1 with its fds and blob, 0 on EOF (the session ends),
+// -1 for anything else (its fds closed; an interrupted call is retried).
 int receiveExec(int control, ReceivedExec& out) {
-  ExecRequest req;
-  const Received r = receiveWithFds(control, &req, sizeof req, out.fds, kExecFdCount);
-  out.count = r.fd_count;
+  int got[kExecFdCount];
+  const Received r = receiveWithFds(control, g_message, sizeof g_message, got, kExecFdCount);
   if (r.bytes <= 0) {  // EOF, or the socket is unusable: the session is over either way
-    out.closeAll();
+    for (int i = 0; i < r.fd_count; ++i) ::close(got[i]);
     return 0;
   }
-  const bool ok = r.bytes == static_cast<ssize_t>(sizeof req) && !r.truncated &&
-                  req.magic == kExecRequestMagic && out.count == static_cast<int>(req.fd_count) &&
-                  out.count >= kExecStdin && req.seq > 0;
-  if (!ok) out.closeAll();
+  ExecRequest req;
+  std::memcpy(&req, g_message, std::min(sizeof req, static_cast<std::size_t>(r.bytes)));
+  const bool memfd = (req.flags & kExecBlobInMemfd) != 0;
+  bool ok = r.bytes >= static_cast<ssize_t>(sizeof req) && !r.truncated &&
+            req.magic == kExecRequestMagic && req.seq > 0 &&
+            static_cast<std::size_t>(r.bytes) == sizeof req + req.blob_bytes &&
+            memfd == (req.blob_bytes == 0) && placeFds(req, got, r.fd_count, out);
+  if (!ok)
+    for (int i = 0; i < r.fd_count; ++i) ::close(got[i]);
+  if (ok && !memfd) {
+    out.blob = g_message + sizeof req;
+    out.blob_size = req.blob_bytes;
+  }
   out.seq = req.seq;
   return ok ? 1 : -1;
 }
@@ -61,19 +109,13 @@ int receiveExec(int control, ReceivedExec& out) {
 // Built once by the session's init, in the sandbox's root, for every exec (buildLandlockRuleset).
 int g_landlock_ruleset = -1;
 
-// One exec: map its arguments, start the program, reap everything, report.
+// One exec: decode its arguments, start the program, reap everything, report.
 void serveExec(const ChildPlan& plan, ReceivedExec& req) {
   const int error_fd = req.fds[kExecError];
-  struct stat st {};
-  void* mem = MAP_FAILED;
-  if (::fstat(req.fds[kExecBlob], &st) == 0 && st.st_size > 0)
-    mem = ::mmap(nullptr, static_cast<std::size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_PRIVATE,
-                 req.fds[kExecBlob], 0);
   ExecArgs args;
-  if (mem == MAP_FAILED ||
-      !decodeExecBlob(static_cast<char*>(mem), static_cast<std::size_t>(st.st_size), args)) {
+  if ((req.fds[kExecBlob] >= 0 && !mapBlob(req)) ||
+      !decodeExecBlob(req.blob, req.blob_size, args)) {
     reportStep(error_fd, ChildMessage::kSetupFailed, "read exec request", EINVAL);
-    if (mem != MAP_FAILED) ::munmap(mem, static_cast<std::size_t>(st.st_size));
     return;
   }
   ProgramLaunch launch;
@@ -84,7 +126,7 @@ void serveExec(const ChildPlan& plan, ReceivedExec& req) {
   launch.privileges = &plan.privileges;
   launch.seccomp = nullptr;  // in force since sessionInitMain loaded it
   launch.landlock_ruleset = g_landlock_ruleset;
-  launch.stdin_fd = req.count > kExecStdin ? req.fds[kExecStdin] : -1;
+  launch.stdin_fd = req.fds[kExecStdin];
   launch.stdout_fd = req.fds[kExecStdout];
   launch.stderr_fd = req.fds[kExecStderr];
   launch.error_fd = error_fd;
@@ -104,7 +146,6 @@ void serveExec(const ChildPlan& plan, ReceivedExec& req) {
   for (int i : {kExecStdout, kExecStderr, kExecError})
     if (req.fds[i] >= 0) ::close(std::exchange(req.fds[i], -1));
   if (program >= 0) writeFully(req.fds[kExecReport], &rep, sizeof rep);
-  ::munmap(mem, static_cast<std::size_t>(st.st_size));
 }
 
 }  // namespace
@@ -125,6 +166,10 @@ void sessionInitMain(const ChildPlan& plan) {
   // can gain any through execve.
   if (auto r = dropCapabilityBounds(plan.privileges); !r) failSetUp(f.error_write, r);
   if (auto r = loadSeccompProgram(plan.seccomp); !r) failSetUp(f.error_write, r);
+  // What the first exec would otherwise fault in on its way (a pooled run is a first exec):
+  // the program's stack, and the first page of the message buffer.
+  if (!prepareProgramStack()) failSetUp(f.error_write, stepFail("map the program's stack"));
+  std::memset(g_message, 0, 4096);
   // Ready: sluice reads 'R', then EOF on the error pipe. The run-only fds go.
   writeFully(f.report_write, "R", 1);
   for (int fd : {f.report_write, f.error_write, f.go_read, f.control_read, f.stdout_write,
@@ -138,6 +183,7 @@ void sessionInitMain(const ChildPlan& plan) {
     beginExec(req.seq);
     serveExec(plan, req);
     endExec();
+    req.release();
     req.closeAll();
   }
   ::_exit(0);

@@ -100,6 +100,26 @@ struct Api::RunSlot {
       if (auto s = w.lock()) s->wake.cancel();
     });
   }
+  // On the worker thread: runs `work` (its lines pushed here with `stream`) and, with `direct`,
+  // writes a whole answer there; then wakes the handler.
+  void runWork(const Work& work, bool stream, base::Result<Answer>& answer, StepTrace* trace,
+               DirectAnswer* direct) {
+    auto lines =
+        stream
+            ? std::function<void(std::string)>([this](std::string line) { push(std::move(line)); })
+            : std::function<void(std::string)>();
+    StepTrace::setCurrent(trace);
+    if (trace) trace->mark("handed to a worker thread");
+    answer = work(lines, stop);
+    if (trace) trace->mark("answer's JSON");
+    if (direct && answer) {
+      direct->write(static_cast<http::status>(answer->status), answer->content_type,
+                    std::move(answer->body));
+      if (trace) trace->mark("answer written");
+    }
+    StepTrace::setCurrent(nullptr);
+    finish(json());
+  }
   void requestStop() {
     std::uint64_t one = 1;
     if (stop >= 0) (void)!::write(stop, &one, sizeof one);
@@ -232,18 +252,15 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     trace = std::make_shared<StepTrace>();
     trace->mark("request read");
   }
+  // A whole answer is written by the worker itself (one hand-off fewer), while this coroutine
+  // waits for it and so neither reads nor writes the connection; a stream's lines, and errors,
+  // are written here.
+  std::shared_ptr<DirectAnswer> direct;
+  if (!stream) direct = reply.direct();
   // A worker thread: the runner blocks (and a sandbox is tied to the thread that made it until
   // its job is done).
-  workers_.run([slot, answer, work = std::move(work), stream, trace] {
-    auto lines = stream ? std::function<void(std::string)>(
-                              [slot](std::string line) { slot->push(std::move(line)); })
-                        : std::function<void(std::string)>();
-    StepTrace::setCurrent(trace.get());
-    if (trace) trace->mark("handed to a worker thread");
-    *answer = work(lines, slot->stop);
-    if (trace) trace->mark("answer's JSON");
-    StepTrace::setCurrent(nullptr);
-    slot->finish(json());
+  workers_.run([slot, answer, work = std::move(work), stream, trace, direct] {
+    slot->runWork(work, stream, *answer, trace.get(), direct.get());
   });
 
   // A client that goes away while nothing is written (a quiet program) ends its run too.
@@ -266,9 +283,14 @@ net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {
     }
   } release_after{*answer};
   if (trace) trace->mark("back on the connection's thread");
-  if (client_here) co_await sendAnswer(reply, *answer, stream, streaming);
+  if (client_here && direct && direct->written()) {
+    if (!direct->rest().empty() && co_await reply.sendRest(*direct) && trace)
+      trace->mark("the rest of the answer written");
+  } else if (client_here) {
+    co_await sendAnswer(reply, *answer, stream, streaming);
+    if (trace) trace->mark("answer written");
+  }
   if (trace) {
-    trace->mark("answer written");
     base::logger(base::LoggerId::kServe).info("timing: {}", trace->render());
   }
 }

@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <utility>
 
 #include "http_body.hpp"
 
@@ -46,6 +47,20 @@ net::awaitable<void> watchPeer(Stream* s, std::shared_ptr<std::function<void()>>
   if (ec || n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) (*on_close)();
 }
 
+// A whole answer: what Reply::send() writes, and DirectAnswer serializes.
+http::response<http::string_body> wholeResponse(http::status status, unsigned version,
+                                                bool keep_alive, const std::string& content_type,
+                                                std::string body, unsigned retry_after) {
+  http::response<http::string_body> res{status, version};
+  res.set(http::field::server, "sluice");
+  res.set(http::field::content_type, content_type);
+  if (retry_after > 0) res.set(http::field::retry_after, std::to_string(retry_after));
+  res.keep_alive(keep_alive);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
 // The Reply of one connection; `Stream` is a tcp or Unix stream socket.
 template <typename Stream>
 class StreamReply final : public Reply {
@@ -55,16 +70,24 @@ class StreamReply final : public Reply {
 
   net::awaitable<bool> send(http::status status, std::string content_type,
                             std::string body) override {
-    http::response<http::string_body> res{status, version_};
-    res.set(http::field::server, "sluice");
-    res.set(http::field::content_type, content_type);
-    if (retry_after_ > 0) res.set(http::field::retry_after, std::to_string(retry_after_));
-    retry_after_ = 0;
-    res.keep_alive(keep_alive_);
-    res.body() = std::move(body);
-    res.prepare_payload();
+    auto res = wholeResponse(status, version_, keep_alive_, content_type, std::move(body),
+                             std::exchange(retry_after_, 0));
     ErrorCode ec;
     co_await http::async_write(s_, res, net::redirect_error(net::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  std::unique_ptr<DirectAnswer> direct() override {
+    const int fd = ::fcntl(s_.native_handle(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0) return nullptr;
+    return std::make_unique<DirectAnswer>(fd, version_, keep_alive_);
+  }
+
+  net::awaitable<bool> sendRest(const DirectAnswer& answer) override {
+    const std::string_view rest = answer.rest();
+    ErrorCode ec;
+    co_await net::async_write(s_, net::buffer(rest.data(), rest.size()),
+                              net::redirect_error(net::use_awaitable, ec));
     co_return !ec;
   }
 
@@ -119,6 +142,35 @@ class StreamReply final : public Reply {
 };
 
 }  // namespace
+
+DirectAnswer::DirectAnswer(int socket, unsigned version, bool keep_alive)
+    : fd_(socket), version_(version), keep_alive_(keep_alive) {}
+
+DirectAnswer::~DirectAnswer() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+bool DirectAnswer::write(http::status status, const std::string& content_type, std::string body) {
+  written_ = true;
+  auto res = wholeResponse(status, version_, keep_alive_, content_type, std::move(body), 0);
+  http::response_serializer<http::string_body> sr{res};
+  ErrorCode ec;
+  while (!ec && !sr.is_done())
+    sr.next(ec, [&](ErrorCode&, const auto& buffers) {
+      for (const auto b : beast::buffers_range_ref(buffers))
+        wire_.append(static_cast<const char*>(b.data()), b.size());
+      sr.consume(beast::buffer_bytes(buffers));
+    });
+  // Non-blocking: a client that reads slowly gets the rest from the strand.
+  while (sent_ < wire_.size()) {
+    const ssize_t n =
+        ::send(fd_, wire_.data() + sent_, wire_.size() - sent_, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    sent_ += static_cast<std::size_t>(n);
+  }
+  return sent_ == wire_.size();
+}
 
 struct HttpServer::State {
   State(net::io_context& i, HttpServerOptions o, Handler h, ErrorWriter e)

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "auth.hpp"
@@ -63,6 +64,35 @@ struct BodyPlan {
 /// `head` is the request without its body.
 using Planner = std::function<BodyPlan(const Request& head)>;
 
+/// One whole answer written from a thread other than its connection's, so that it leaves
+/// without passing back through the connection's strand (Api::offload: the worker that made it
+/// writes it). Made on the strand by Reply::direct(), with its own duplicate of the socket; its
+/// write() may then run on any thread, but only while the strand neither reads nor writes the
+/// connection (a handler waiting for the work that writes), and once. What the socket did not
+/// take without blocking is left for Reply::sendRest(), on the strand.
+class DirectAnswer {
+ public:
+  DirectAnswer(int socket, unsigned version, bool keep_alive);
+  ~DirectAnswer();
+  DirectAnswer(const DirectAnswer&) = delete;
+  DirectAnswer& operator=(const DirectAnswer&) = delete;
+
+  /// The response Reply::send() would write, serialized and written now without blocking.
+  /// True if all of it left.
+  bool write(http::status status, const std::string& content_type, std::string body);
+  /// Whether write() ran, and what it left unwritten (everything, if the socket failed).
+  bool written() const { return written_; }
+  std::string_view rest() const { return std::string_view(wire_).substr(sent_); }
+
+ private:
+  int fd_ = -1;
+  unsigned version_;
+  bool keep_alive_;
+  bool written_ = false;
+  std::string wire_;
+  std::size_t sent_ = 0;
+};
+
 /// How a handler answers: once with send(), or as a chunked stream.
 class Reply {
  public:
@@ -78,6 +108,10 @@ class Reply {
   /// (a client that went away mid-run). Until stopWatching().
   virtual void watchClose(std::function<void()> on_close) = 0;
   virtual void stopWatching() = 0;
+  /// A DirectAnswer for this request (null if the socket cannot be duplicated).
+  virtual std::unique_ptr<DirectAnswer> direct() = 0;
+  /// Writes what `answer` left unwritten. False if the connection failed.
+  virtual net::awaitable<bool> sendRest(const DirectAnswer& answer) = 0;
   /// The next send() carries `Retry-After: seconds` (429, 503).
   void retryAfter(unsigned seconds) { retry_after_ = seconds; }
 

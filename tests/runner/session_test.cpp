@@ -133,6 +133,24 @@ TEST(Session, EachExecHasItsOwnStdinEnvCwdAndTimeout) {
   EXPECT_EQ(mustExec(*s, sh("echo still")).out.text, "still\n");
 }
 
+// An exec's argv and environment travel inline after its request up to 60 KiB and in a memfd
+// beyond (here: argv and env of twice 29 KiB fit, of twice 31 KiB do not): both ways arrive
+// whole, one after the other in one session.
+TEST(Session, ArgumentsTooLargeToSendInlineStillArriveWhole) {
+  REQUIRE_SANDBOX();
+  auto s = mustStart(sessionSpec());
+  ASSERT_TRUE(s);
+  for (std::size_t size : {100u, 29u * 1024, 31u * 1024, 100u * 1024, 100u}) {
+    ExecSpec e = sh("printf '%s %s' ${#BIG} \"$1\"");
+    e.argv.push_back("sh");
+    e.argv.push_back(std::string(size, 'a'));
+    e.env = {"BIG=" + std::string(size, 'x')};
+    auto r = mustExec(*s, e);
+    EXPECT_EQ(r.exit_code, 0) << r.err.text;
+    EXPECT_EQ(r.out.text, std::to_string(size) + " " + std::string(size, 'a')) << size;
+  }
+}
+
 TEST(Session, ExecsAreConfinedLikeARunsProgram) {
   REQUIRE_SANDBOX();
   auto s = mustStart(sessionSpec());

@@ -54,6 +54,11 @@ class RecordingReply final : public sluice::serve::Reply {
   sluice::net::any_io_executor executor() override { return executor_; }
   void watchClose(std::function<void()>) override {}
   void stopWatching() override {}
+  // No socket: every answer comes through send() (the worker's direct write needs one).
+  std::unique_ptr<sluice::serve::DirectAnswer> direct() override { return nullptr; }
+  sluice::net::awaitable<bool> sendRest(const sluice::serve::DirectAnswer&) override {
+    co_return false;
+  }
 
   Response response() const {
     Response r;

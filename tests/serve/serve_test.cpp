@@ -1120,7 +1120,7 @@ TEST_F(ServeProcessTest, TimingLogsEveryStepOfAnExecInOrder) {
   for (const char* step :
        {"handed to a worker thread ", "sandbox taken, exec built and sent ",
         "program run and reaped, counters read ", "receipt built and committed ", "answer's JSON ",
-        "back on the connection's thread ", "answer written ", "total "}) {
+        "answer written ", "back on the connection's thread ", "total "}) {
     const auto found = line.find(step, at);
     ASSERT_NE(found, std::string::npos) << step << " in " << line;
     at = found;
@@ -1433,6 +1433,66 @@ TEST(ApiErrorRendering, OneRenderingOfEveryBaseError) {
   EXPECT_EQ(failed.status, 500);
   EXPECT_EQ(failed.reason, "internal");
   EXPECT_EQ(failed.message, "audit store: database or disk is full");
+}
+
+// The response in `wire`, parsed whole (the body read to its end), or null.
+std::optional<sluice::http::response<sluice::http::string_body>> parseWhole(
+    const std::string& wire) {
+  sluice::http::response_parser<sluice::http::string_body> parser;
+  parser.body_limit(wire.size());
+  sluice::ErrorCode ec;
+  std::size_t used = 0;
+  while (!ec && !parser.is_done() && used < wire.size())
+    used += parser.put(sluice::net::buffer(wire.data() + used, wire.size() - used), ec);
+  if (ec || !parser.is_done() || used != wire.size()) return std::nullopt;
+  return parser.release();
+}
+
+// An answer written by the worker thread (DirectAnswer) is the response Reply::send() writes:
+// parsed back, the same status, headers and body, and Connection: close when the connection
+// does not stay open. What a full socket does not take is left whole for the strand.
+TEST(DirectAnswer, WritesTheWholeResponseAndLeavesWhatDoesNotFit) {
+  namespace http = sluice::http;
+  for (const bool keep_alive : {true, false}) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    serve::DirectAnswer answer(::dup(sv[0]), 11, keep_alive);
+    EXPECT_FALSE(answer.written());
+    EXPECT_TRUE(answer.write(http::status::ok, "application/json", R"({"a":1})"));
+    EXPECT_TRUE(answer.written());
+    EXPECT_TRUE(answer.rest().empty());
+    char buf[4096];
+    const ssize_t n = ::recv(sv[1], buf, sizeof buf, MSG_DONTWAIT);
+    ASSERT_GT(n, 0);
+    const std::string wire(buf, static_cast<std::size_t>(n));
+    const auto res = parseWhole(wire);
+    ASSERT_TRUE(res) << wire;
+    EXPECT_EQ(res->result(), http::status::ok);
+    EXPECT_EQ((*res)[http::field::content_type], "application/json");
+    EXPECT_EQ((*res)[http::field::server], "sluice");
+    EXPECT_EQ(res->body(), R"({"a":1})");
+    EXPECT_EQ(res->keep_alive(), keep_alive) << wire;
+    ::close(sv[0]);
+    ::close(sv[1]);
+  }
+  // A body larger than the socket takes at once: the rest is kept, nothing lost or repeated.
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  const std::string big(4 << 20, 'x');
+  serve::DirectAnswer answer(::dup(sv[0]), 11, true);
+  EXPECT_FALSE(answer.write(http::status::ok, "application/json", big));
+  ASSERT_FALSE(answer.rest().empty());
+  std::string got;
+  char buf[65536];
+  for (ssize_t n; (n = ::recv(sv[1], buf, sizeof buf, MSG_DONTWAIT)) > 0;)
+    got.append(buf, static_cast<std::size_t>(n));
+  EXPECT_FALSE(got.empty());
+  got += answer.rest();
+  const auto res = parseWhole(got);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->body(), big);
+  ::close(sv[0]);
+  ::close(sv[1]);
 }
 
 }  // namespace
