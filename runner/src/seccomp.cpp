@@ -122,6 +122,11 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
   // filter written for x86-64 numbers: kill instead.
   if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0)
     return std::unexpected("seccomp: cannot set bad-arch action");
+  // The syscall numbers as a binary tree, not a list: installing the filter makes the kernel
+  // run it once per syscall number to find the ones it always allows (the action cache), which
+  // over a list cost ~100 us of every start; over the tree ~40 us. Same decisions.
+  if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2) != 0)
+    return std::unexpected("seccomp: cannot ask for the binary-tree layout");
   const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
   auto rule = [&](uint32_t action, const char* name, unsigned n,
                   const scmp_arg_cmp* args) -> std::expected<void, std::string> {
