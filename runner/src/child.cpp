@@ -182,6 +182,18 @@ void awaitCgroup(const ChildPlan& plan) {
   }
 }
 
+// Root: the new network namespace goes to the parent ('N') as soon as it exists, so that it
+// can set up transparent capture in it whether this process still runs or has exited (through
+// /proc/PID it could not be had once this process is gone). Sent without the fd if it cannot
+// be opened (the parent then sets capture up in init's namespace): the parent waits for this
+// message before it sends the plan. Unprivileged there is none: the parent cannot join it.
+void sendNetns(int channel) {
+  const int ns = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  const char tag = 'N';
+  (void)sendWithFds(channel, &tag, 1, &ns, ns >= 0 ? 1 : 0);
+  if (ns >= 0) ::close(ns);
+}
+
 }  // namespace
 
 void reportStep(int fd, ChildMessage::Kind kind, const char* step, int err) {
@@ -376,6 +388,8 @@ void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_name
   if (user_namespace) {
     const pid_t ready = 0;  // the parent writes the uid/gid maps now
     writeFully(pid_write, &ready, sizeof ready);
+  } else {
+    sendNetns(f.listener_channel);
   }
   if (::sethostname("sandbox", 7) != 0) failed(stepFail("sethostname"));
   if (auto r = bringUpLoopback(); !r) failed(r);

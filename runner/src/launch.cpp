@@ -251,8 +251,6 @@ base::Result<void> handOver(const RunSpec& spec, const RunHooks& hooks, Launched
     if (capture.valid()) {
       const auto waited = Clock::now();
       captured.emplace(capture.get());
-      if (!*captured && captured->error().where == kHelperGone)  // too late there: init's
-        captured.emplace(startCapture(l.init, static_cast<bool>(hooks.on_dns)).get());
       if (!*captured) return std::unexpected(captured->error());
       clock.add("runner: (during clone) transparent capture: routes, nft rules, sockets",
                 (*captured)->took_us);
@@ -271,6 +269,23 @@ base::Result<void> handOver(const RunSpec& spec, const RunHooks& hooks, Launched
   if (writeWithoutSigpipe(l.pipes.go_w.get(), "A", 1) != 1)
     return std::unexpected(l.childFailure("start sandbox"));
   return {};
+}
+
+// The helper's network namespace ('N': root only, sent right after its unshare and before it
+// reads the plan): transparent capture is set up there, on a thread of its own, while the plan
+// is built and init started. Taken when it is there (`wait`: waits for it), with or without
+// capture: the channel's next message is init's.
+void takeHelperNetns(PreparedSandboxState& prep, bool wait, bool transparent, bool dns,
+                     std::future<CaptureResult>& capture) {
+  if (prep.user_namespace || prep.netns_taken) return;
+  const int channel = prep.pipes.chan_parent.get();
+  if (!wait && !readable(channel)) return;
+  prep.netns_taken = true;
+  char tag = 0;
+  int fd = -1;
+  const Received r = receiveWithFds(channel, &tag, 1, &fd, 1);
+  Fd ns(r.fd_count == 1 ? fd : -1);
+  if (r.bytes == 1 && tag == 'N' && ns && transparent) capture = startCaptureIn(std::move(ns), dns);
 }
 
 // Before planning: root needs a cgroup hierarchy and the staging directory.
@@ -436,14 +451,16 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   if (auto r = validateRunSpec(spec); !r) return std::unexpected(r.error());
   auto l = std::make_unique<Launched>();
   if (auto r = prepareHost(*l); !r) return std::unexpected(r.error());
+  if (prepared && prepared->user_namespace != l->user_namespace) prepared.reset();  // mismatched
   // Transparent capture is set up on a thread of its own (transparent.hpp): in a prepared
-  // sandbox's namespace while the plan is built, else in init's once it exists. Unprivileged,
-  // sluice cannot join the namespace (setns needs CAP_SYS_ADMIN in its own user namespace).
+  // sandbox's namespace as soon as its helper sent it, else in init's once it exists.
+  // Unprivileged, sluice cannot join the namespace (setns needs CAP_SYS_ADMIN in its own user
+  // namespace).
   const bool transparent = spec.network_proxy && !l->user_namespace;
+  const bool dns = static_cast<bool>(hooks.on_dns);
   if (spec.network_proxy && l->user_namespace) warnNoTransparentCapture();
   std::future<CaptureResult> capture;
-  if (transparent && prepared && prepared->user_namespace == l->user_namespace)
-    capture = startCaptureInHelper(prepared->helper, static_cast<bool>(hooks.on_dns));
+  if (prepared) takeHelperNetns(*prepared, false, transparent, dns, capture);
   ChildPlan plan;
   if (auto r = buildChildPlan(spec, l->user_namespace, plan); !r) return std::unexpected(r.error());
   plan.session = session;
@@ -455,7 +472,7 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
     if (!c) return std::unexpected(c.error());
     l->cgroup.emplace(std::move(*c));
   }
-  if (prepared && prepared->user_namespace != l->user_namespace) prepared.reset();  // mismatched
+  if (prepared) takeHelperNetns(*prepared, true, transparent, dns, capture);
   if (prepared)
     l->pipes = std::move(prepared->pipes);
   else if (auto r = l->pipes.make(); !r)
@@ -469,8 +486,7 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
       prepared ? startFromHelper(spec, plan, *prepared, *l, id_maps_written) : cloneInit(plan, *l);
   l->pipes.closeChildEnds();
   if (!started) return std::unexpected(started.error());
-  if (transparent && !capture.valid())
-    capture = startCapture(l->init, static_cast<bool>(hooks.on_dns));
+  if (transparent && !capture.valid()) capture = startCapture(l->init, dns);
   // Without stdin data the program reads /dev/null; else sluice feeds the pipe without
   // blocking (supervise.cpp).
   if (spec.stdin_data.empty())

@@ -63,6 +63,7 @@ struct PreparedSandboxState {
   Fd plan_w;                    // -> helper: the encoded plan, then EOF
   Fd pid_r;                     // <- helper: init's pid
   Pipes pipes;
+  bool netns_taken = false;  // its network namespace ('N') was read off pipes.chan_parent
 
   void reapHelper(bool kill);
 };
