@@ -123,31 +123,34 @@ base::Result<void> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
   return put("gid_map", std::to_string(gid) + " " + std::to_string(::getegid()) + " 1");
 }
 
-// The prepared path: the helper has built the namespaces meanwhile. Unprivileged, it says when
-// its user namespace exists (pid 0), and its uid/gid maps, which init will share, go in first.
-// Then the plan goes to it and init's pid comes back.
-base::Result<void> startFromHelper(const RunSpec& spec, const ChildPlan& plan,
-                                   PreparedSandboxState& prep, Launched& l, bool& id_maps_written) {
+// The prepared path, first half: the helper has built the namespaces meanwhile. Unprivileged,
+// it says when its user namespace exists (pid 0), and its uid/gid maps, which init will share,
+// go in first. Then the plan goes to it. Returns whether it went (awaitInit finds out why not).
+base::Result<bool> sendPlan(const RunSpec& spec, const ChildPlan& plan, PreparedSandboxState& prep,
+                            Launched& l, bool& id_maps_written) {
   l.pipes.closeChildEnds();  // the helper has its copies; EOF on the error pipe if it dies
-  ssize_t got = sizeof l.init;
+  bool ready = true;
   if (l.user_namespace) {
-    pid_t ready = -1;
-    got = ::read(prep.pid_r.get(), &ready, sizeof ready);
-    if (got == static_cast<ssize_t>(sizeof ready) && ready == 0) {
+    pid_t said = -1;
+    ready = ::read(prep.pid_r.get(), &said, sizeof said) == static_cast<ssize_t>(sizeof said) &&
+            said == 0;
+    if (ready) {
       if (auto maps = writeIdMaps(prep.helper, spec.uid, spec.gid); !maps) {
         prep.reapHelper(true);
         return std::unexpected(maps.error());
       }
       id_maps_written = true;
-    } else {
-      got = -1;
     }
   }
-  const bool sent =
-      got == static_cast<ssize_t>(sizeof l.init) && writeAll(prep.plan_w.get(), encodePlan(plan));
+  const bool sent = ready && writeAll(prep.plan_w.get(), encodePlan(plan));
   prep.plan_w.reset();
+  return sent;
+}
+
+// The prepared path, second half: init's pid comes back, and the helper has exited.
+base::Result<void> awaitInit(PreparedSandboxState& prep, Launched& l, bool sent) {
   pid_t init = -1;
-  got = sent ? ::read(prep.pid_r.get(), &init, sizeof init) : -1;
+  const ssize_t got = sent ? ::read(prep.pid_r.get(), &init, sizeof init) : -1;
   prep.reapHelper(got != static_cast<ssize_t>(sizeof init));
   if (got != static_cast<ssize_t>(sizeof init) || init <= 0) {
     base::Error e = l.childFailure("prepare namespaces");
@@ -286,6 +289,33 @@ void takeHelperNetns(PreparedSandboxState& prep, bool wait, bool transparent, bo
   const Received r = receiveWithFds(channel, &tag, 1, &fd, 1);
   Fd ns(r.fd_count == 1 ? fd : -1);
   if (r.bytes == 1 && tag == 'N' && ns && transparent) capture = startCaptureIn(std::move(ns), dns);
+}
+
+// The name carries our pid and start time so `sluice gc` can tell live runs from leftovers.
+base::Result<void> makeCgroup(const RunSpec& spec, Launched& l) {
+  if (!l.layout) return {};
+  auto c = Cgroup::create(*l.layout, cgroupName(spec.execution_id), spec.limits);
+  if (!c) return std::unexpected(c.error());
+  l.cgroup.emplace(std::move(*c));
+  return {};
+}
+
+// Init started: the plan to a prepared sandbox's helper, or init cloned here. Its cgroup is made
+// meanwhile, while the helper forks init and init builds its mounts: init joins it only after
+// them (handOver). A failure once init runs leaves `l` to kill it.
+base::Result<void> startInit(const RunSpec& spec, const ChildPlan& plan, PreparedSandboxState* prep,
+                             Launched& l, bool& id_maps_written) {
+  base::Result<bool> sent = true;
+  if (prep) {
+    sent = sendPlan(spec, plan, *prep, l, id_maps_written);
+    if (!sent) return std::unexpected(sent.error());
+  } else if (auto r = cloneInit(plan, l); !r) {
+    return r;
+  }
+  const base::Result<void> cgroup = *sent ? makeCgroup(spec, l) : base::Result<void>{};
+  if (prep)
+    if (auto r = awaitInit(*prep, l, *sent); !r) return r;
+  return cgroup;
 }
 
 // Before planning: root needs a cgroup hierarchy and the staging directory.
@@ -466,24 +496,17 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   plan.session = session;
   l->landlock_abi = plan.privileges.landlock_abi;
   clock.mark("runner: plan (mount plan, seccomp, env)");
-  // The name carries our pid and start time so `sluice gc` can tell live runs from leftovers.
-  if (l->layout) {
-    auto c = Cgroup::create(*l->layout, cgroupName(spec.execution_id), spec.limits);
-    if (!c) return std::unexpected(c.error());
-    l->cgroup.emplace(std::move(*c));
-  }
   if (prepared) takeHelperNetns(*prepared, true, transparent, dns, capture);
   if (prepared)
     l->pipes = std::move(prepared->pipes);
   else if (auto r = l->pipes.make(); !r)
     return std::unexpected(r.error());
   plan.fds = l->pipes.childFds();
-  clock.mark("runner: cgroup create + pipes");
+  clock.mark("runner: pipes");
 
   l->cloned_at = Clock::now();
   bool id_maps_written = false;
-  auto started =
-      prepared ? startFromHelper(spec, plan, *prepared, *l, id_maps_written) : cloneInit(plan, *l);
+  auto started = startInit(spec, plan, prepared.get(), *l, id_maps_written);
   l->pipes.closeChildEnds();
   if (!started) return std::unexpected(started.error());
   if (transparent && !capture.valid()) capture = startCapture(l->init, dns);
@@ -496,7 +519,7 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   if (auto r = handOver(spec, hooks, *l, id_maps_written, capture, clock); !r)
     return std::unexpected(r.error());
   if (!session) l->pipes.chan_parent.reset();
-  clock.mark("runner: clone + cgroup attach + listener hand-off");
+  clock.mark("runner: clone + cgroup create + attach + listener hand-off");
   return l;
 }
 
