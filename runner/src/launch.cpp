@@ -411,15 +411,21 @@ void Launched::kill() {
   }
 }
 
-void Launched::teardown() {
+void Launched::releaseInit() {
   pipes.ctl_w.reset();  // init exits, and with it the namespaces and every mount
   pipes.chan_parent.reset();
+}
+
+void Launched::teardown() {
+  releaseInit();
   int st = 0;
   while (init > 0 && ::waitpid(init, &st, 0) < 0 && errno == EINTR) {
   }
   init = -1;
+  // No killAll() first: init was pid 1 of the sandbox's pid namespace, and the kernel reaps
+  // every other process of it before init's exit is reported, so nothing is left in the
+  // cgroup. remove() still kills whatever it finds should a directory be busy.
   if (cgroup) {
-    cgroup->killAll();
     if (auto r = cgroup->remove(); !r) runnerLog().warn("cgroup cleanup: {}", r.error());
     cgroup.reset();
   }
