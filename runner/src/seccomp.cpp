@@ -49,6 +49,24 @@ std::vector<scmp_arg_cmp> socketFamilyDenyRules() {
   return out;
 }
 
+// Exports the filter as BPF through a memfd (libseccomp writes to an fd) into a vector.
+std::expected<std::vector<sock_filter>, std::string> exportProgram(scmp_filter_ctx ctx) {
+  int fd = ::memfd_create("sluice-seccomp", MFD_CLOEXEC);
+  if (fd < 0) return std::unexpected(std::string("memfd_create: ") + std::strerror(errno));
+  int rc = seccomp_export_bpf(ctx, fd);
+  if (rc != 0) {
+    ::close(fd);
+    return std::unexpected(std::string("seccomp_export_bpf: ") + std::strerror(-rc));
+  }
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  std::vector<sock_filter> prog(static_cast<size_t>(size) / sizeof(sock_filter));
+  ssize_t got = ::pread(fd, prog.data(), prog.size() * sizeof(sock_filter), 0);
+  ::close(fd);
+  if (got != static_cast<ssize_t>(prog.size() * sizeof(sock_filter)) || prog.empty())
+    return std::unexpected("seccomp: short read of exported filter");
+  return prog;
+}
+
 }  // namespace
 
 const std::vector<DeniedSyscall>& deniedSyscalls() {
@@ -176,21 +194,7 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
     if (auto r = rule(eperm, "ioctl", 1, &a); !r) return std::unexpected(r.error());
   }
 
-  // Export as BPF through a memfd (libseccomp writes to an fd), then copy into a vector.
-  int fd = ::memfd_create("sluice-seccomp", MFD_CLOEXEC);
-  if (fd < 0) return std::unexpected(std::string("memfd_create: ") + std::strerror(errno));
-  int rc = seccomp_export_bpf(ctx, fd);
-  if (rc != 0) {
-    ::close(fd);
-    return std::unexpected(std::string("seccomp_export_bpf: ") + std::strerror(-rc));
-  }
-  off_t size = ::lseek(fd, 0, SEEK_END);
-  std::vector<sock_filter> prog(static_cast<size_t>(size) / sizeof(sock_filter));
-  ssize_t got = ::pread(fd, prog.data(), prog.size() * sizeof(sock_filter), 0);
-  ::close(fd);
-  if (got != static_cast<ssize_t>(prog.size() * sizeof(sock_filter)) || prog.empty())
-    return std::unexpected("seccomp: short read of exported filter");
-  return prog;
+  return exportProgram(ctx);
 }
 
 StepResult loadSeccompProgram(const std::vector<sock_filter>& program) {
