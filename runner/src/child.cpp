@@ -186,12 +186,15 @@ void awaitCgroup(const ChildPlan& plan) {
 // can set up transparent capture in it whether this process still runs or has exited (through
 // /proc/PID it could not be had once this process is gone). Sent without the fd if it cannot
 // be opened (the parent then sets capture up in init's namespace): the parent waits for this
-// message before it sends the plan. Unprivileged there is none: the parent cannot join it.
-void sendNetns(int channel) {
+// message before it sends the plan, so a failed send is a failed helper (the parent then
+// sees the channel's EOF). Unprivileged there is none: the parent cannot join it.
+StepResult sendNetns(int channel) {
   const int ns = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   const char tag = 'N';
-  (void)sendWithFds(channel, &tag, 1, &ns, ns >= 0 ? 1 : 0);
+  const bool sent = sendWithFds(channel, &tag, 1, &ns, ns >= 0 ? 1 : 0) == 1;
+  const int err = errno;
   if (ns >= 0) ::close(ns);
+  return sent ? stepOk() : stepFail("send the network namespace to sluice", err);
 }
 
 // What the helper's init starts with (startInit).
@@ -414,8 +417,8 @@ void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_name
   if (user_namespace) {
     const pid_t ready = 0;  // the parent writes the uid/gid maps now
     writeFully(pid_write, &ready, sizeof ready);
-  } else {
-    sendNetns(f.listener_channel);
+  } else if (auto r = sendNetns(f.listener_channel); !r) {
+    failed(r);
   }
   if (::sethostname("sandbox", 7) != 0) failed(stepFail("sethostname"));
   if (auto r = bringUpLoopback(); !r) failed(r);

@@ -283,6 +283,8 @@ void takeHelperNetns(PreparedSandboxState& prep, bool wait, bool transparent, bo
   if (prep.user_namespace || prep.netns_taken) return;
   const int channel = prep.pipes.chan_parent.get();
   if (!wait && !readable(channel)) return;
+  // The helper has its copies: a helper that died before sending gives EOF, not a wait forever.
+  if (wait) prep.pipes.closeChildEnds();
   prep.netns_taken = true;
   char tag = 0;
   int fd = -1;
