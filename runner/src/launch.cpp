@@ -274,23 +274,28 @@ base::Result<void> handOver(const RunSpec& spec, const RunHooks& hooks, Launched
   return {};
 }
 
-// The helper's network namespace ('N': root only, sent right after its unshare and before it
-// reads the plan): transparent capture is set up there, on a thread of its own, while the plan
-// is built and init started. Taken when it is there (`wait`: waits for it), with or without
-// capture: the channel's next message is init's.
-void takeHelperNetns(PreparedSandboxState& prep, bool wait, bool transparent, bool dns,
-                     std::future<CaptureResult>& capture) {
+// Where transparent capture is started once the helper's network namespace is in hand.
+struct CaptureStart {
+  bool transparent = false;
+  bool dns = false;
+  std::future<CaptureResult>* capture = nullptr;
+};
+
+// The helper's network namespace ('N' on `channel`: root only, sent right after its unshare
+// and before it reads the plan, so before anything init sends): transparent capture is set up
+// there, on a thread of its own, while the plan is built and init started. Taken when it is
+// there (`wait`: waits for it, which the caller does only once its copies of the child-side
+// fds are closed, so that a dead helper is an EOF), with or without capture.
+void takeHelperNetns(PreparedSandboxState& prep, int channel, bool wait, const CaptureStart& cs) {
   if (prep.user_namespace || prep.netns_taken) return;
-  const int channel = prep.pipes.chan_parent.get();
   if (!wait && !readable(channel)) return;
-  // The helper has its copies: a helper that died before sending gives EOF, not a wait forever.
-  if (wait) prep.pipes.closeChildEnds();
   prep.netns_taken = true;
   char tag = 0;
   int fd = -1;
   const Received r = receiveWithFds(channel, &tag, 1, &fd, 1);
   Fd ns(r.fd_count == 1 ? fd : -1);
-  if (r.bytes == 1 && tag == 'N' && ns && transparent) capture = startCaptureIn(std::move(ns), dns);
+  if (r.bytes == 1 && tag == 'N' && ns && cs.transparent)
+    *cs.capture = startCaptureIn(std::move(ns), cs.dns);
 }
 
 // The name carries our pid and start time so `sluice gc` can tell live runs from leftovers.
@@ -304,9 +309,10 @@ base::Result<void> makeCgroup(const RunSpec& spec, Launched& l) {
 
 // Init started: the plan to a prepared sandbox's helper, or init cloned here. Its cgroup is made
 // meanwhile, while the helper forks init and init builds its mounts: init joins it only after
-// them (handOver). A failure once init runs leaves `l` to kill it.
+// them (handOver). The helper's network namespace is taken only then: the plan never waits for
+// it. A failure once init runs leaves `l` to kill it.
 base::Result<void> startInit(const RunSpec& spec, const ChildPlan& plan, PreparedSandboxState* prep,
-                             Launched& l, bool& id_maps_written) {
+                             Launched& l, bool& id_maps_written, const CaptureStart& cs) {
   base::Result<bool> sent = true;
   if (prep) {
     sent = sendPlan(spec, plan, *prep, l, id_maps_written);
@@ -315,8 +321,10 @@ base::Result<void> startInit(const RunSpec& spec, const ChildPlan& plan, Prepare
     return r;
   }
   const base::Result<void> cgroup = *sent ? makeCgroup(spec, l) : base::Result<void>{};
-  if (prep)
+  if (prep) {
+    takeHelperNetns(*prep, l.pipes.chan_parent.get(), true, cs);  // child ends closed: sendPlan
     if (auto r = awaitInit(*prep, l, *sent); !r) return r;
+  }
   return cgroup;
 }
 
@@ -498,13 +506,13 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   const bool dns = static_cast<bool>(hooks.on_dns);
   if (spec.network_proxy && l->user_namespace) warnNoTransparentCapture();
   std::future<CaptureResult> capture;
-  if (prepared) takeHelperNetns(*prepared, false, transparent, dns, capture);
+  const CaptureStart cs{transparent, dns, &capture};
+  if (prepared) takeHelperNetns(*prepared, prepared->pipes.chan_parent.get(), false, cs);
   ChildPlan plan;
   if (auto r = buildChildPlan(spec, l->user_namespace, plan); !r) return std::unexpected(r.error());
   plan.session = session;
   l->landlock_abi = plan.privileges.landlock_abi;
   clock.mark("runner: plan (mount plan, seccomp, env)");
-  if (prepared) takeHelperNetns(*prepared, true, transparent, dns, capture);
   if (prepared)
     l->pipes = std::move(prepared->pipes);
   else if (auto r = l->pipes.make(); !r)
@@ -514,7 +522,7 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
 
   l->cloned_at = Clock::now();
   bool id_maps_written = false;
-  auto started = startInit(spec, plan, prepared.get(), *l, id_maps_written);
+  auto started = startInit(spec, plan, prepared.get(), *l, id_maps_written, cs);
   l->pipes.closeChildEnds();
   if (!started) return std::unexpected(started.error());
   if (transparent && !capture.valid()) capture = startCapture(l->init, dns);
