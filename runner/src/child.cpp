@@ -188,6 +188,47 @@ void awaitCgroup(const ChildPlan& plan) {
   }
 }
 
+// Root: the new network namespace goes to the parent ('N') as soon as it exists, so that it
+// can set up transparent capture in it whether this process still runs or has exited (through
+// /proc/PID it could not be had once this process is gone). Sent without the fd if it cannot
+// be opened (the parent then sets capture up in init's namespace): the parent waits for this
+// message before it sends the plan, so a failed send is a failed helper (the parent then
+// sees the channel's EOF). Unprivileged there is none: the parent cannot join it.
+StepResult sendNetns(int channel) {
+  const int ns = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  const char tag = 'N';
+  const bool sent = sendWithFds(channel, &tag, 1, &ns, ns >= 0 ? 1 : 0) == 1;
+  const int err = errno;
+  if (ns >= 0) ::close(ns);
+  return sent ? stepOk() : stepFail("send the network namespace to sluice", err);
+}
+
+// What the helper's init starts with (startInit).
+struct InitStart {
+  const ChildPlan* plan;
+  int pid_write;  // the helper's; init keeps no copy
+};
+
+int initEntry(void* arg) {
+  const auto* start = static_cast<const InitStart*>(arg);
+  ::close(start->pid_write);
+  initMain(*start->plan);
+}
+
+// The helper's init shares the helper's memory (CLONE_VM) instead of getting a copy of it: the
+// helper only writes init's pid and exits, so the two never use that memory at once (init's
+// plan, decoded by the helper, is read-only to both), and starting init copies no page tables
+// and costs none of the copy-on-write faults a fork's child takes. Init runs on a stack of its
+// own, mapped, not allocated: only the pages it touches are faulted in.
+pid_t startInit(InitStart& start) {
+  constexpr std::size_t kStack = 1024 * 1024;
+  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+  if (stack == MAP_FAILED) return -1;
+  auto top = (reinterpret_cast<std::uintptr_t>(stack) + kStack) & ~std::uintptr_t{15};
+  return ::clone(initEntry, reinterpret_cast<void*>(top), CLONE_PARENT | CLONE_VM, &start);
+}
+
 }  // namespace
 
 void reportStep(int fd, ChildMessage::Kind kind, const char* step, int err) {
@@ -403,6 +444,8 @@ void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_name
   if (user_namespace) {
     const pid_t ready = 0;  // the parent writes the uid/gid maps now
     writeFully(pid_write, &ready, sizeof ready);
+  } else if (auto r = sendNetns(f.listener_channel); !r) {
+    failed(r);
   }
   if (::sethostname("sandbox", 7) != 0) failed(stepFail("sethostname"));
   if (auto r = bringUpLoopback(); !r) failed(r);
@@ -424,12 +467,9 @@ void prepareMain(int plan_read, int pid_write, const ChildFds& f, bool user_name
   ::close(plan_read);
   // CLONE_PARENT: init is the parent's child (it waits for it and receives PDEATHSIG from
   // it); being the first process made after unshare(CLONE_NEWPID), it is pid 1 there.
-  pid_t init = static_cast<pid_t>(::syscall(SYS_clone, CLONE_PARENT, 0, 0, 0, 0));
+  static InitStart start{&plan, pid_write};
+  const pid_t init = startInit(start);
   if (init < 0) failed(stepFail("fork sandbox init"));
-  if (init == 0) {
-    ::close(pid_write);
-    initMain(plan);
-  }
   writeFully(pid_write, &init, sizeof init);
   ::_exit(0);
 }

@@ -143,12 +143,13 @@ void closeAllExcept(int* keep, int count);
 
 /// The helper of a prepared sandbox (prepareSandbox in sandbox.cpp): a fork of the parent
 /// made while it was still single-threaded, so unlike init it may allocate. Unshares the
-/// mount, network, IPC, UTS and (for its next child) PID namespaces, names the host and brings
-/// up lo while the parent does its own start-up; then reads the encoded plan from `plan_read`
-/// (EOF: the parent gave up), forks init as the parent's own child (CLONE_PARENT) and writes
-/// init's pid to `pid_write`. Failures go to fds.error_write as a ChildMessage. Never returns.
-/// `user_namespace` (not root): the helper unshares a user namespace too, then writes pid 0 to
-/// `pid_write` and the parent writes its uid/gid maps (which init shares) before the plan.
+/// mount, network, IPC, UTS and (for its next child) PID namespaces, sends the new network
+/// namespace to the parent ('N' on fds.listener_channel; as root only), names the host and
+/// brings up lo while the parent does its own start-up; then reads the encoded plan from
+/// `plan_read` (EOF: the parent gave up), forks init as the parent's own child (CLONE_PARENT) and
+/// writes init's pid to `pid_write`. Failures go to fds.error_write as a ChildMessage. Never
+/// returns. `user_namespace` (not root): the helper unshares a user namespace too, then writes pid
+/// 0 to `pid_write` and the parent writes its uid/gid maps (which init shares) before the plan.
 [[noreturn]] void prepareMain(int plan_read, int pid_write, const ChildFds& fds,
                               bool user_namespace);
 

@@ -1,13 +1,19 @@
 // `sluice gc`: removes cgroups left behind by a sluice that was SIGKILLed. Namespaces and
 // mounts need no collection: they belong to the sandbox's init, which dies with sluice
 // (PR_SET_PDEATHSIG) and takes its pid namespace and private mounts with it.
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/sandbox.hpp"
@@ -15,20 +21,29 @@
 namespace sluice::runner {
 
 std::optional<std::uint64_t> processStartTime(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  char path[32];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
+  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  char buf[1024];  // the fields before the 22nd fit: a 15-byte name and 19 numbers
+  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
+  ::close(fd);
+  if (n <= 0) return std::nullopt;
+  buf[n] = '\0';
   // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return std::nullopt;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string field;
-  for (int i = 3; i <= 22; ++i)
-    if (!(rest >> field)) return std::nullopt;
-  try {
-    return std::stoull(field);
-  } catch (...) {
-    return std::nullopt;
+  const char* p = std::strrchr(buf, ')');
+  if (p == nullptr) return std::nullopt;
+  ++p;
+  for (int field = 3; field < 22; ++field) {  // skip fields 3..21
+    while (*p == ' ') ++p;
+    while (*p != ' ' && *p != '\0') ++p;
   }
+  while (*p == ' ') ++p;
+  if (*p < '0' || *p > '9') return std::nullopt;
+  char* end = nullptr;
+  const unsigned long long start = std::strtoull(p, &end, 10);
+  if (*end != ' ' && *end != '\0' && *end != '\n') return std::nullopt;
+  return start;
 }
 
 namespace {
@@ -37,20 +52,78 @@ namespace fs = std::filesystem;
 
 // A cgroup is live when the process that made it still runs. Its name is
 // "<pid>.<start time>.<execution id>": the start time (clock ticks since boot, /proc/PID/stat
-// field 22) tells a live owner from an unrelated process that reused the pid.
-bool ownerAlive(const std::string& name) {
-  const auto dot1 = name.find('.');
-  if (dot1 == std::string::npos || dot1 == 0) return false;
-  const auto dot2 = name.find('.', dot1 + 1);
-  if (dot2 == std::string::npos) return false;
-  pid_t pid = 0;
-  for (size_t i = 0; i < dot1; ++i) {
-    if (name[i] < '0' || name[i] > '9') return false;
-    pid = pid * 10 + (name[i] - '0');
+// field 22) tells a live owner from an unrelated process that reused the pid. The answer is
+// kept per owner ("<pid>.<start time>"): on v1 every execution has one directory per hierarchy.
+class Owners {
+ public:
+  bool alive(std::string_view name) {
+    const auto dot1 = name.find('.');
+    if (dot1 == std::string::npos || dot1 == 0) return false;
+    const auto dot2 = name.find('.', dot1 + 1);
+    if (dot2 == std::string::npos) return false;
+    const std::string_view owner = name.substr(0, dot2);
+    for (const auto& [known, live] : seen_)
+      if (known == owner) return live;
+    const bool live = check(name.substr(0, dot1), name.substr(dot1 + 1, dot2 - dot1 - 1));
+    seen_.emplace_back(std::string(owner), live);
+    return live;
   }
-  if (pid == ::getpid()) return true;
-  auto started = processStartTime(pid);
-  return started && std::to_string(*started) == name.substr(dot1 + 1, dot2 - dot1 - 1);
+
+ private:
+  static bool check(std::string_view pid_text, std::string_view start) {
+    pid_t pid = 0;
+    for (char c : pid_text) {
+      if (c < '0' || c > '9') return false;
+      pid = pid * 10 + (c - '0');
+    }
+    if (pid == ::getpid()) return true;
+    auto started = processStartTime(pid);
+    return started && std::to_string(*started) == start;
+  }
+
+  std::vector<std::pair<std::string, bool>> seen_;
+};
+
+// The cgroups under `parent` whose owner is gone. A plain readdir: this runs at the start of
+// every `sluice run`, where the directory holds the controllers' own files and live runs.
+std::vector<fs::path> deadCgroups(const fs::path& parent, Owners& owners) {
+  std::vector<fs::path> dead;
+  DIR* dir = ::opendir(parent.c_str());
+  if (dir == nullptr) return dead;
+  while (const dirent* e = ::readdir(dir)) {
+    if (e->d_name[0] == '.') continue;
+    bool is_dir = e->d_type == DT_DIR;
+    if (e->d_type == DT_UNKNOWN) {
+      struct stat st {};
+      is_dir =
+          ::fstatat(::dirfd(dir), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode);
+    }
+    if (is_dir && !owners.alive(e->d_name)) dead.push_back(parent / e->d_name);
+  }
+  ::closedir(dir);
+  return dead;
+}
+
+// Bounded: SIGKILL what is inside, then rmdir (retrying while the dead are reaped).
+void collect(const fs::path& cgroup, GcReport& report) {
+  for (int round = 0; round < 50; ++round) {
+    auto pids = cgroupProcs(cgroup);
+    if (pids.empty()) break;
+    for (pid_t p : pids) {
+      ::kill(p, SIGKILL);
+      report.killed_pids.push_back(std::to_string(p));
+    }
+    ::usleep(10000);
+  }
+  bool removed = false;
+  for (int i = 0; i < 50 && !removed; ++i) {
+    removed = ::rmdir(cgroup.c_str()) == 0 || errno == ENOENT;
+    if (!removed) ::usleep(10000);
+  }
+  if (removed)
+    report.removed_cgroups.push_back(cgroup.string());
+  else
+    report.errors.push_back(cgroup.string() + ": " + std::strerror(errno));
 }
 
 }  // namespace
@@ -65,34 +138,9 @@ std::expected<GcReport, std::string> collectGarbage() {
     for (const fs::path& h : {layout->memory_dir, layout->pids_dir, layout->cpuacct_dir})
       parents.push_back(h / layout->parent);
   GcReport report;
-  for (const fs::path& parent : parents) {
-    std::error_code ec;
-    if (!fs::is_directory(parent, ec)) continue;
-    for (const auto& entry : fs::directory_iterator(parent, ec)) {
-      if (!entry.is_directory(ec)) continue;
-      const std::string name = entry.path().filename().string();
-      if (ownerAlive(name)) continue;
-      // Bounded: SIGKILL what is inside, then rmdir (retrying while the dead are reaped).
-      for (int round = 0; round < 50; ++round) {
-        auto pids = cgroupProcs(entry.path());
-        if (pids.empty()) break;
-        for (pid_t p : pids) {
-          ::kill(p, SIGKILL);
-          report.killed_pids.push_back(std::to_string(p));
-        }
-        ::usleep(10000);
-      }
-      bool removed = false;
-      for (int i = 0; i < 50 && !removed; ++i) {
-        removed = ::rmdir(entry.path().c_str()) == 0 || errno == ENOENT;
-        if (!removed) ::usleep(10000);
-      }
-      if (removed)
-        report.removed_cgroups.push_back(entry.path().string());
-      else
-        report.errors.push_back(entry.path().string() + ": " + std::strerror(errno));
-    }
-  }
+  Owners owners;
+  for (const fs::path& parent : parents)
+    for (const fs::path& cgroup : deadCgroups(parent, owners)) collect(cgroup, report);
   return report;
 }
 

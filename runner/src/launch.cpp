@@ -123,31 +123,34 @@ base::Result<void> writeIdMaps(pid_t pid, uid_t uid, gid_t gid) {
   return put("gid_map", std::to_string(gid) + " " + std::to_string(::getegid()) + " 1");
 }
 
-// The prepared path: the helper has built the namespaces meanwhile. Unprivileged, it says when
-// its user namespace exists (pid 0), and its uid/gid maps, which init will share, go in first.
-// Then the plan goes to it and init's pid comes back.
-base::Result<void> startFromHelper(const RunSpec& spec, const ChildPlan& plan,
-                                   PreparedSandboxState& prep, Launched& l, bool& id_maps_written) {
+// The prepared path, first half: the helper has built the namespaces meanwhile. Unprivileged,
+// it says when its user namespace exists (pid 0), and its uid/gid maps, which init will share,
+// go in first. Then the plan goes to it. Returns whether it went (awaitInit finds out why not).
+base::Result<bool> sendPlan(const RunSpec& spec, const ChildPlan& plan, PreparedSandboxState& prep,
+                            Launched& l, bool& id_maps_written) {
   l.pipes.closeChildEnds();  // the helper has its copies; EOF on the error pipe if it dies
-  ssize_t got = sizeof l.init;
+  bool ready = true;
   if (l.user_namespace) {
-    pid_t ready = -1;
-    got = ::read(prep.pid_r.get(), &ready, sizeof ready);
-    if (got == static_cast<ssize_t>(sizeof ready) && ready == 0) {
+    pid_t said = -1;
+    ready = ::read(prep.pid_r.get(), &said, sizeof said) == static_cast<ssize_t>(sizeof said) &&
+            said == 0;
+    if (ready) {
       if (auto maps = writeIdMaps(prep.helper, spec.uid, spec.gid); !maps) {
         prep.reapHelper(true);
         return std::unexpected(maps.error());
       }
       id_maps_written = true;
-    } else {
-      got = -1;
     }
   }
-  const bool sent =
-      got == static_cast<ssize_t>(sizeof l.init) && writeAll(prep.plan_w.get(), encodePlan(plan));
+  const bool sent = ready && writeAll(prep.plan_w.get(), encodePlan(plan));
   prep.plan_w.reset();
+  return sent;
+}
+
+// The prepared path, second half: init's pid comes back, and the helper has exited.
+base::Result<void> awaitInit(PreparedSandboxState& prep, Launched& l, bool sent) {
   pid_t init = -1;
-  got = sent ? ::read(prep.pid_r.get(), &init, sizeof init) : -1;
+  const ssize_t got = sent ? ::read(prep.pid_r.get(), &init, sizeof init) : -1;
   prep.reapHelper(got != static_cast<ssize_t>(sizeof init));
   if (got != static_cast<ssize_t>(sizeof init) || init <= 0) {
     base::Error e = l.childFailure("prepare namespaces");
@@ -251,8 +254,6 @@ base::Result<void> handOver(const RunSpec& spec, const RunHooks& hooks, Launched
     if (capture.valid()) {
       const auto waited = Clock::now();
       captured.emplace(capture.get());
-      if (!*captured && captured->error().where == kHelperGone)  // too late there: init's
-        captured.emplace(startCapture(l.init, static_cast<bool>(hooks.on_dns)).get());
       if (!*captured) return std::unexpected(captured->error());
       clock.add("runner: (during clone) transparent capture: routes, nft rules, sockets",
                 (*captured)->took_us);
@@ -271,6 +272,60 @@ base::Result<void> handOver(const RunSpec& spec, const RunHooks& hooks, Launched
   if (writeWithoutSigpipe(l.pipes.go_w.get(), "A", 1) != 1)
     return std::unexpected(l.childFailure("start sandbox"));
   return {};
+}
+
+// Where transparent capture is started once the helper's network namespace is in hand.
+struct CaptureStart {
+  bool transparent = false;
+  bool dns = false;
+  std::future<CaptureResult>* capture = nullptr;
+};
+
+// The helper's network namespace ('N' on `channel`: root only, sent right after its unshare
+// and before it reads the plan, so before anything init sends): transparent capture is set up
+// there, on a thread of its own, while the plan is built and init started. Taken when it is
+// there (`wait`: waits for it, which the caller does only once its copies of the child-side
+// fds are closed, so that a dead helper is an EOF), with or without capture.
+void takeHelperNetns(PreparedSandboxState& prep, int channel, bool wait, const CaptureStart& cs) {
+  if (prep.user_namespace || prep.netns_taken) return;
+  if (!wait && !readable(channel)) return;
+  prep.netns_taken = true;
+  char tag = 0;
+  int fd = -1;
+  const Received r = receiveWithFds(channel, &tag, 1, &fd, 1);
+  Fd ns(r.fd_count == 1 ? fd : -1);
+  if (r.bytes == 1 && tag == 'N' && ns && cs.transparent)
+    *cs.capture = startCaptureIn(std::move(ns), cs.dns);
+}
+
+// The name carries our pid and start time so `sluice gc` can tell live runs from leftovers.
+base::Result<void> makeCgroup(const RunSpec& spec, Launched& l) {
+  if (!l.layout) return {};
+  auto c = Cgroup::create(*l.layout, cgroupName(spec.execution_id), spec.limits);
+  if (!c) return std::unexpected(c.error());
+  l.cgroup.emplace(std::move(*c));
+  return {};
+}
+
+// Init started: the plan to a prepared sandbox's helper, or init cloned here. Its cgroup is made
+// meanwhile, while the helper forks init and init builds its mounts: init joins it only after
+// them (handOver). The helper's network namespace is taken only then: the plan never waits for
+// it. A failure once init runs leaves `l` to kill it.
+base::Result<void> startInit(const RunSpec& spec, const ChildPlan& plan, PreparedSandboxState* prep,
+                             Launched& l, bool& id_maps_written, const CaptureStart& cs) {
+  base::Result<bool> sent = true;
+  if (prep) {
+    sent = sendPlan(spec, plan, *prep, l, id_maps_written);
+    if (!sent) return std::unexpected(sent.error());
+  } else if (auto r = cloneInit(plan, l); !r) {
+    return r;
+  }
+  const base::Result<void> cgroup = *sent ? makeCgroup(spec, l) : base::Result<void>{};
+  if (prep) {
+    takeHelperNetns(*prep, l.pipes.chan_parent.get(), true, cs);  // child ends closed: sendPlan
+    if (auto r = awaitInit(*prep, l, *sent); !r) return r;
+  }
+  return cgroup;
 }
 
 // Before planning: root needs a cgroup hierarchy and the staging directory.
@@ -366,15 +421,21 @@ void Launched::kill() {
   }
 }
 
-void Launched::teardown() {
+void Launched::releaseInit() {
   pipes.ctl_w.reset();  // init exits, and with it the namespaces and every mount
   pipes.chan_parent.reset();
+}
+
+void Launched::teardown() {
+  releaseInit();
   int st = 0;
   while (init > 0 && ::waitpid(init, &st, 0) < 0 && errno == EINTR) {
   }
   init = -1;
+  // No killAll() first: init was pid 1 of the sandbox's pid namespace, and the kernel reaps
+  // every other process of it before init's exit is reported, so nothing is left in the
+  // cgroup. remove() still kills whatever it finds should a directory be busy.
   if (cgroup) {
-    cgroup->killAll();
     if (auto r = cgroup->remove(); !r) runnerLog().warn("cgroup cleanup: {}", r.error());
     cgroup.reset();
   }
@@ -436,41 +497,35 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   if (auto r = validateRunSpec(spec); !r) return std::unexpected(r.error());
   auto l = std::make_unique<Launched>();
   if (auto r = prepareHost(*l); !r) return std::unexpected(r.error());
+  if (prepared && prepared->user_namespace != l->user_namespace) prepared.reset();  // mismatched
   // Transparent capture is set up on a thread of its own (transparent.hpp): in a prepared
-  // sandbox's namespace while the plan is built, else in init's once it exists. Unprivileged,
-  // sluice cannot join the namespace (setns needs CAP_SYS_ADMIN in its own user namespace).
+  // sandbox's namespace as soon as its helper sent it, else in init's once it exists.
+  // Unprivileged, sluice cannot join the namespace (setns needs CAP_SYS_ADMIN in its own user
+  // namespace).
   const bool transparent = spec.network_proxy && !l->user_namespace;
+  const bool dns = static_cast<bool>(hooks.on_dns);
   if (spec.network_proxy && l->user_namespace) warnNoTransparentCapture();
   std::future<CaptureResult> capture;
-  if (transparent && prepared && prepared->user_namespace == l->user_namespace)
-    capture = startCaptureInHelper(prepared->helper, static_cast<bool>(hooks.on_dns));
+  const CaptureStart cs{transparent, dns, &capture};
+  if (prepared) takeHelperNetns(*prepared, prepared->pipes.chan_parent.get(), false, cs);
   ChildPlan plan;
   if (auto r = buildChildPlan(spec, l->user_namespace, plan); !r) return std::unexpected(r.error());
   plan.session = session;
   l->landlock_abi = plan.privileges.landlock_abi;
   clock.mark("runner: plan (mount plan, seccomp, env)");
-  // The name carries our pid and start time so `sluice gc` can tell live runs from leftovers.
-  if (l->layout) {
-    auto c = Cgroup::create(*l->layout, cgroupName(spec.execution_id), spec.limits);
-    if (!c) return std::unexpected(c.error());
-    l->cgroup.emplace(std::move(*c));
-  }
-  if (prepared && prepared->user_namespace != l->user_namespace) prepared.reset();  // mismatched
   if (prepared)
     l->pipes = std::move(prepared->pipes);
   else if (auto r = l->pipes.make(); !r)
     return std::unexpected(r.error());
   plan.fds = l->pipes.childFds();
-  clock.mark("runner: cgroup create + pipes");
+  clock.mark("runner: pipes");
 
   l->cloned_at = Clock::now();
   bool id_maps_written = false;
-  auto started =
-      prepared ? startFromHelper(spec, plan, *prepared, *l, id_maps_written) : cloneInit(plan, *l);
+  auto started = startInit(spec, plan, prepared.get(), *l, id_maps_written, cs);
   l->pipes.closeChildEnds();
   if (!started) return std::unexpected(started.error());
-  if (transparent && !capture.valid())
-    capture = startCapture(l->init, static_cast<bool>(hooks.on_dns));
+  if (transparent && !capture.valid()) capture = startCapture(l->init, dns);
   // Without stdin data the program reads /dev/null; else sluice feeds the pipe without
   // blocking (supervise.cpp).
   if (spec.stdin_data.empty())
@@ -480,7 +535,7 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   if (auto r = handOver(spec, hooks, *l, id_maps_written, capture, clock); !r)
     return std::unexpected(r.error());
   if (!session) l->pipes.chan_parent.reset();
-  clock.mark("runner: clone + cgroup attach + listener hand-off");
+  clock.mark("runner: clone + cgroup create + attach + listener hand-off");
   return l;
 }
 

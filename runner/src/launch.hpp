@@ -63,6 +63,7 @@ struct PreparedSandboxState {
   Fd plan_w;                    // -> helper: the encoded plan, then EOF
   Fd pid_r;                     // <- helper: init's pid
   Pipes pipes;
+  bool netns_taken = false;  // its network namespace ('N') was read off pipes.chan_parent
 
   void reapHelper(bool kill);
 };
@@ -103,8 +104,10 @@ struct Launched {
 
   /// SIGKILLs init, reaps it, kills what is left in the cgroup and removes it.
   void kill();
-  /// The normal end: closes the control pipe (init exits, and with it every mount), reaps
-  /// init, removes the cgroup.
+  /// Closes the control pipe: init exits, and the kernel tears down its namespaces and every
+  /// mount while the caller goes on (teardown() reaps it). Idempotent.
+  void releaseInit();
+  /// The normal end: releaseInit() if not done yet, reaps init, removes the cgroup.
   void teardown();
   /// Reads init's (or the program's) ChildMessage after a failure; `fallback_step` if none.
   base::Error childFailure(const char* fallback_step) const;

@@ -64,9 +64,21 @@ bool safeRelative(const std::string& p) {
   return true;
 }
 
+// A file the plan writes: new (the usual case), it gets its exact mode from open (the umask is
+// 0 while the plan is applied); one there already (written earlier in the plan) is truncated
+// and given the mode.
 StepResult writeAll(const char* path, const std::string& content, unsigned mode) {
-  int fd = ::open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
-  if (fd < 0 || ::fchmod(fd, mode) != 0) return stepFail("write file in new root");  // no umask
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW;
+  int fd = ::open(path, kFlags | O_EXCL, mode);
+  if (fd < 0 && errno == EEXIST) {
+    fd = ::open(path, kFlags, mode);
+    if (fd >= 0 && ::fchmod(fd, mode) != 0) {
+      const int e = errno;
+      ::close(fd);
+      return stepFail("write file in new root", e);
+    }
+  }
+  if (fd < 0) return stepFail("write file in new root");
   const char* p = content.data();
   size_t left = content.size();
   while (left > 0) {
@@ -80,6 +92,17 @@ StepResult writeAll(const char* path, const std::string& content, unsigned mode)
     p += n;
     left -= static_cast<size_t>(n);
   }
+  ::close(fd);
+  return stepOk();
+}
+
+// An empty regular file at `path`, a bind's mount point: one mknod. If something is there
+// already, what open(O_CREAT) does: a file is fine, a directory or a symlink is refused.
+StepResult touch(const char* path) {
+  if (::mknod(path, S_IFREG | 0644, 0) == 0) return stepOk();
+  if (errno != EEXIST) return stepFail("create mount point");
+  const int fd = ::open(path, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return stepFail("create mount point");
   ::close(fd);
   return stepOk();
 }
@@ -510,8 +533,76 @@ std::vector<MountOp> planScratch(const RunSpec& spec, const std::string& s, Plan
   return stage_ops;
 }
 
-}  // namespace
+// One step of the plan (the umask is 0: modes are exact).
+StepResult applyOp(const MountOp& op, uid_t uid, gid_t gid) {
+  using K = MountOp::Kind;
+  const char* p = op.path.c_str();
+  switch (op.kind) {
+    case K::kMkdir:
+      // The exact mode, sticky bit included (the umask is 0 here); one made earlier in the
+      // plan gets it too.
+      if (::mkdir(p, op.mode) != 0 && (errno != EEXIST || ::chmod(p, op.mode) != 0))
+        return stepFail(op.step);
+      break;
+    case K::kSymlink:
+      if (::symlink(op.source.c_str(), p) != 0) return stepFail(op.step);
+      break;
+    case K::kTouch:
+      if (auto r = touch(p); !r) return stepFail(op.step, r.err);
+      break;
+    case K::kWriteFile:
+      if (auto r = writeAll(p, op.content, op.mode); !r) return stepFail(op.step, r.err);
+      break;
+    case K::kBindRo:
+    case K::kBindRw: {
+      unsigned long flags = MS_NOSUID | op.keep_flags;
+      // Device nodes bound from the host's /dev must stay usable.
+      if (op.step == nullptr || std::strcmp(op.step, "bind /dev node") != 0) flags |= MS_NODEV;
+      if (op.kind == K::kBindRo) flags |= MS_RDONLY;
+      if (auto r = bindAndRemount(op.source.c_str(), p, flags, op.step); !r) return r;
+      break;
+    }
+    case K::kOverlayRo:
+      if (auto r = mountInputOverlay(op); !r) return r;
+      break;
+    case K::kMask:
+      if (auto r = maskProcEntry(op); !r) return r;
+      break;
+    case K::kTmpfs:
+      if (::mount("tmpfs", p, "tmpfs", MS_NOSUID, op.source.c_str()) != 0) return stepFail(op.step);
+      break;
+    case K::kProc:
+      if (::mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
+        return stepFail(op.step);
+      break;
+    case K::kDevpts:
+      if (::mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, op.source.c_str()) != 0)
+        return stepFail(op.step);
+      break;
+    case K::kMknod:
+      if (::mknod(p, S_IFCHR | 0666, op.dev) != 0) return stepFail(op.step);  // umask 0
+      break;
+    case K::kChown:
+      if (::chown(p, uid, gid) != 0) return stepFail(op.step);
+      break;
+  }
+  return stepOk();
+}
 
+// The process's umask for the lifetime of a scope (the program inherits init's, which must be
+// the caller's again when the plan is applied).
+class UmaskScope {
+ public:
+  explicit UmaskScope(mode_t mask) : old_(::umask(mask)) {}
+  ~UmaskScope() { ::umask(old_); }
+  UmaskScope(const UmaskScope&) = delete;
+  UmaskScope& operator=(const UmaskScope&) = delete;
+
+ private:
+  mode_t old_;
+};
+
+}  // namespace
 base::Result<MountPlan> buildMountPlan(const RunSpec& spec, bool user_namespace) {
   MountPlan plan;
   auto stage = chooseStage(spec, user_namespace);
@@ -542,6 +633,9 @@ base::Result<MountPlan> buildMountPlan(const RunSpec& spec, bool user_namespace)
 
 // Child side. Everything below runs between clone and exec: syscalls only.
 StepResult applyMountPlan(const MountPlan& plan, uid_t uid, gid_t gid) {
+  // Every mode in the plan is exact: with no umask, mkdir, mknod and open(O_CREAT) set it in
+  // one call, without a chmod after each.
+  const UmaskScope no_umask(0);
   // Our mounts must not propagate back to the host (systemd makes / shared).
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     return stepFail("make mounts private");
@@ -555,63 +649,8 @@ StepResult applyMountPlan(const MountPlan& plan, uid_t uid, gid_t gid) {
   if (::mount("tmpfs", plan.new_root.c_str(), "tmpfs", MS_NOSUID | MS_NODEV,
               "size=16m,nr_inodes=16384,mode=0755") != 0)
     return stepFail("mount new root tmpfs");
-  using K = MountOp::Kind;
-  for (const MountOp& op : plan.ops) {
-    const char* p = op.path.c_str();
-    switch (op.kind) {
-      case K::kMkdir:
-        if (::mkdir(p, 0755) != 0 && errno != EEXIST) return stepFail(op.step);
-        // mkdir honours the umask; chmod sets sticky bits and exact modes.
-        if (::chmod(p, op.mode) != 0) return stepFail(op.step);
-        break;
-      case K::kSymlink:
-        if (::symlink(op.source.c_str(), p) != 0) return stepFail(op.step);
-        break;
-      case K::kTouch: {
-        int fd = ::open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (fd < 0) return stepFail(op.step);
-        ::close(fd);
-        break;
-      }
-      case K::kWriteFile:
-        if (auto r = writeAll(p, op.content, op.mode); !r) return stepFail(op.step, r.err);
-        break;
-      case K::kBindRo:
-      case K::kBindRw: {
-        unsigned long flags = MS_NOSUID | op.keep_flags;
-        // Device nodes bound from the host's /dev must stay usable.
-        if (op.step == nullptr || std::strcmp(op.step, "bind /dev node") != 0) flags |= MS_NODEV;
-        if (op.kind == K::kBindRo) flags |= MS_RDONLY;
-        if (auto r = bindAndRemount(op.source.c_str(), p, flags, op.step); !r) return r;
-        break;
-      }
-      case K::kOverlayRo:
-        if (auto r = mountInputOverlay(op); !r) return r;
-        break;
-      case K::kMask:
-        if (auto r = maskProcEntry(op); !r) return r;
-        break;
-      case K::kTmpfs:
-        if (::mount("tmpfs", p, "tmpfs", MS_NOSUID, op.source.c_str()) != 0)
-          return stepFail(op.step);
-        break;
-      case K::kProc:
-        if (::mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) != 0)
-          return stepFail(op.step);
-        break;
-      case K::kDevpts:
-        if (::mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC, op.source.c_str()) != 0)
-          return stepFail(op.step);
-        break;
-      case K::kMknod:
-        if (::mknod(p, S_IFCHR | 0666, op.dev) != 0) return stepFail(op.step);
-        if (::chmod(p, 0666) != 0) return stepFail(op.step);
-        break;
-      case K::kChown:
-        if (::chown(p, uid, gid) != 0) return stepFail(op.step);
-        break;
-    }
-  }
+  for (const MountOp& op : plan.ops)
+    if (auto r = applyOp(op, uid, gid); !r) return r;
   // pivot_root(".", "."): stacks the old root on top of the new one; detaching it leaves
   // nothing of the host reachable (unlike chroot, which keeps the old tree mounted).
   if (::chdir(plan.new_root.c_str()) != 0) return stepFail("chdir new root");

@@ -50,8 +50,9 @@ base::Result<bool> collectScratch(const RunSpec& spec, pid_t init, RunResult& re
   return disk_full;
 }
 
-// After the program: the result is made final before the teardown, so the caller may start
-// committing it (on_result) while the namespaces and cgroups go away.
+// After the program: init is let go as soon as /output is copied and the counters are read,
+// and the result is made final before the teardown, so the caller may start committing it
+// (on_result) while the namespaces and cgroups go away.
 base::Result<RunResult> finishRun(const RunSpec& spec, const RunHooks& hooks, detail::Launched& l,
                                   detail::Supervised& sup, detail::PhaseClock& clock,
                                   detail::InputDigester& digester, RunResult& result) {
@@ -68,6 +69,10 @@ base::Result<RunResult> finishRun(const RunSpec& spec, const RunHooks& hooks, de
     return std::unexpected(detail::failureOf(sup));
   }
   clock.mark("runner: artifacts + counters");
+  // Init is not needed any more (/output copied, counters read): it exits now, and the kernel
+  // tears down its namespaces and mounts while the result is made final and the caller starts
+  // committing it; teardown() then finds less to wait for.
+  l.releaseInit();
   result.ended_at = std::chrono::system_clock::now();
   detail::fillOutcome(sup, stats, spec.limits, disk_full, result);
   result.isolation = detail::isolationOf(l, spec.uid, spec.gid);

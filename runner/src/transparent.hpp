@@ -47,12 +47,9 @@ using CaptureResult = base::Result<CaptureSockets>;
 /// so a rule can never land on the host. `dns`: also make the DNS sockets.
 std::future<CaptureResult> startCapture(pid_t init, bool dns);
 
-/// The same in a prepared sandbox's namespace, through its helper, which may not have
-/// unshared it yet: the thread waits for that (polling, at most 1 s). If the helper is gone
-/// first (it exits once it has forked init), the result is an error with step kHelperGone, and
-/// the caller starts over with startCapture(init).
-std::future<CaptureResult> startCaptureInHelper(pid_t helper, bool dns);
-inline constexpr char kHelperGone[] = "namespace helper gone";
+/// The same in the network namespace `netns` (a prepared sandbox's, which its helper sent),
+/// with the same refusal of sluice's own.
+std::future<CaptureResult> startCaptureIn(Fd netns, bool dns);
 
 /// Installs table inet sluice (the capture rules) in the calling thread's network namespace:
 /// one nftables netlink batch, all or nothing. Fails (step "nftables rules", the kernel's

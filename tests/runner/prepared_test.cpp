@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -16,6 +18,7 @@
 #include <thread>
 
 #include "isolation.hpp"
+#include "launch.hpp"
 #include "plan_codec.hpp"
 #include "proc_scan.hpp"
 #include "sluice/runner/sandbox.hpp"
@@ -143,6 +146,30 @@ TEST(PreparedSandbox, AnUnusedOneIsKilledAndReaped) {
   EXPECT_EQ(::waitpid(-1, &st, WNOHANG), -1);
   EXPECT_EQ(errno, ECHILD);
   EXPECT_TRUE(sluice::testing::childrenNamed(::getpid(), "sluice-prepare").empty());
+}
+
+TEST(PreparedSandbox, AHelperThatDiedFailsTheRunInsteadOfHangingIt) {
+  REQUIRE_SANDBOX();
+  auto prepared = prepareSandbox();
+  ASSERT_TRUE(prepared) << prepared.error().message;
+  ASSERT_TRUE(*prepared);
+  // Killed right after the fork, before its unshare (~0.3 ms) can have sent the network
+  // namespace sluice waits for before it sends the plan.
+  ASSERT_GT((*prepared)->helper, 0);
+  ::kill((*prepared)->helper, SIGKILL);
+  auto run = std::async(std::launch::async, [p = std::move(*prepared)]() mutable {
+    return runSandboxed(shell("true", "dead-helper"), RunHooks{}, std::move(p));
+  });
+  if (run.wait_for(20s) != std::future_status::ready) {
+    ADD_FAILURE() << "the run waited for a dead namespace helper";
+    std::_Exit(1);  // the hung thread cannot be joined
+  }
+  auto r = run.get();
+  ASSERT_FALSE(r);
+  EXPECT_FALSE(r.error().where.empty()) << r.error().message;
+  int st = 0;
+  EXPECT_EQ(::waitpid(-1, &st, WNOHANG), -1);
+  EXPECT_EQ(errno, ECHILD);
 }
 
 TEST(PreparedSandbox, InitHoldsNothingLoadedAfterPreparing) {

@@ -7,6 +7,7 @@
 #include "transparent.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/netfilter.h>
 #include <linux/netfilter/nf_tables.h>
@@ -568,21 +569,19 @@ TEST(CaptureRules, InstalledAsOneBatchAndReadBackExactly) {
 TEST(CaptureRules, NeverInstalledInSluicesOwnNamespace) {
   REQUIRE_SANDBOX();
   // Asked to capture in a "sandbox" whose namespace is the host's (a pid of this process, or a
-  // helper that never left the host's namespace), the set-up refuses before touching anything.
+  // namespace a helper that never left the host's would send), the set-up refuses before
+  // touching anything.
   const std::string before = runCommand("ip route; ip -6 route; nft list ruleset");
   auto own = detail::startCapture(::getpid(), true).get();
   ASSERT_FALSE(own);
   EXPECT_EQ(own.error().where, "open the sandbox's network namespace");
   EXPECT_NE(own.error().message.find("sluice's own"), std::string::npos) << own.error().message;
-  const pid_t helper = ::fork();
-  if (helper == 0) {
-    ::usleep(200 * 1000);  // stays in the host's namespace, then exits
-    ::_exit(0);
-  }
-  auto gone = detail::startCaptureInHelper(helper, true).get();
-  ::waitpid(helper, nullptr, 0);
-  ASSERT_FALSE(gone);
-  EXPECT_EQ(gone.error().where, detail::kHelperGone) << gone.error().message;
+  detail::Fd host_ns(::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC));
+  ASSERT_TRUE(host_ns);
+  auto sent = detail::startCaptureIn(std::move(host_ns), true).get();
+  ASSERT_FALSE(sent);
+  EXPECT_EQ(sent.error().where, "open the sandbox's network namespace");
+  EXPECT_NE(sent.error().message.find("sluice's own"), std::string::npos) << sent.error().message;
   EXPECT_EQ(runCommand("ip route; ip -6 route; nft list ruleset"), before);
 }
 
