@@ -176,6 +176,31 @@ std::size_t takeWholeMessage(http::parser<isRequest, http::buffer_body, PmrAlloc
   return head + len;
 }
 
+/// Gives `p` what `buf` holds of a message header: true when the header is complete or `ec`
+/// says why it cannot be.
+template <bool isRequest>
+bool headerFrom(http::parser<isRequest, http::buffer_body, PmrAllocator>& p,
+                beast::flat_buffer& buf, ErrorCode& ec) {
+  if (buf.size() == 0) return false;
+  buf.consume(p.put(buf.data(), ec));
+  if (ec == http::error::need_more) ec = {};
+  return ec || p.is_header_done();
+}
+
+/// A read that failed under a header being parsed, as Beast's reads report it: the end of the
+/// stream before any byte is end_of_stream, after some the parser's own verdict.
+template <bool isRequest>
+void endOfStream(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, ErrorCode& ec) {
+  if (ec != net::error::eof) return;
+  if (!p.got_some()) {
+    ec = http::error::end_of_stream;
+    return;
+  }
+  ec = {};
+  p.put_eof(ec);
+  if (!ec && !p.is_header_done()) ec = http::error::partial_message;
+}
+
 /// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
 /// `transform` (optional) rewrites the body on the way (BodyTransform).
 /// `count` is told every byte written to `out` and returns false to stop (limit). When body

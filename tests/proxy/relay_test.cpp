@@ -94,5 +94,23 @@ TEST(RelayWhole, ABodyNotYetReadOrChunkedStreams) {
   EXPECT_FALSE(ec);
 }
 
+TEST(RelayHead, EndOfStreamBeforeAnyByteIsEndOfStreamAfterSomeIsPartial) {
+  std::pmr::unsynchronized_pool_resource pool;
+  http::parser<false, http::buffer_body, PmrAllocator> fresh(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(PmrAllocator(&pool)));
+  ErrorCode ec = net::error::eof;
+  endOfStream(fresh, ec);
+  EXPECT_EQ(ec, http::error::end_of_stream);
+  http::parser<false, http::buffer_body, PmrAllocator> started(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(PmrAllocator(&pool)));
+  beast::flat_buffer buf;
+  std::string_view some = "HTTP/1.1 200 OK\r\nA: b\r\n";
+  buf.commit(net::buffer_copy(buf.prepare(some.size()), net::buffer(some.data(), some.size())));
+  EXPECT_FALSE(headerFrom(started, buf, ec = {}));
+  ec = net::error::eof;
+  endOfStream(started, ec);
+  EXPECT_EQ(ec, http::error::partial_message);
+}
+
 }  // namespace
 }  // namespace sluice::proxy
