@@ -201,40 +201,19 @@ void endOfStream(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Er
   if (!ec && !p.is_header_done()) ec = http::error::partial_message;
 }
 
-/// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
-/// `transform` (optional) rewrites the body on the way (BodyTransform).
-/// `count` is told every byte written to `out` and returns false to stop (limit). When body
-/// bytes are already buffered, header and first body bytes leave in one write (unless the body
-/// is chunked); when none are, the header goes at once so the peer is not kept waiting
-/// (streaming responses, slow uploads). A message already whole in `in` (takeWholeMessage)
-/// leaves in one write of one buffer, without the serializer.
+/// relayMessage for a message that is not whole in `in`: the serializer sends the header, then
+/// body bytes as they are read into `buf` (kRelayBufferBytes). When body bytes are already
+/// buffered, header and first body bytes leave in one write (unless the body is chunked); when
+/// none are, the header goes at once so the peer is not kept waiting (streaming responses,
+/// slow uploads).
 template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
-net::awaitable<RelayResult> relayMessage(
+net::awaitable<RelayResult> streamMessage(
     Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
-    std::chrono::milliseconds timeout, Count count, KeepAlive keep,
-    BodyTransform* transform = nullptr) {
+    std::chrono::milliseconds timeout, Count count, KeepAlive keep, BodyTransform* transform,
+    char* buf) {
   RelayResult res;
-  RelayBuffer relay_buf;
-  char* buf = relay_buf.data();
   auto& out_sock = beast::get_lowest_layer(out.stream);
   auto& in_sock = beast::get_lowest_layer(in.stream);
-  if (const std::size_t whole = transform ? 0 : takeWholeMessage(p, in.buf, buf, res.ec)) {
-    if (res.ec) {
-      res.fail = RelayFail::kInput;
-      co_return res;
-    }
-    Deadline d(out.watch, out_sock, Clock::now() + timeout, keep);
-    const std::size_t n = co_await net::async_write(
-        out.stream, net::buffer(buf, whole), net::redirect_error(net::use_awaitable, res.ec));
-    res.header_written = n > 0;
-    if (res.ec) {
-      res.timed_out = d.fired();
-      res.fail = RelayFail::kOutput;
-    } else if (!count(n)) {
-      res.fail = RelayFail::kLimit;
-    }
-    co_return res;
-  }
   http::serializer<isRequest, http::buffer_body, PmrFields> sr{p.get()};
   // A chunked body's trailer fields are appended to the message's fields as they are parsed:
   // its header goes before any body byte is parsed, so none of them is sent as a header field.
@@ -301,6 +280,39 @@ net::awaitable<RelayResult> relayMessage(
       res.fail = RelayFail::kLimit;
       co_return res;
     }
+  }
+  co_return res;
+}
+
+/// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
+/// `transform` (optional) rewrites the body on the way (BodyTransform).
+/// `count` is told every byte written to `out` and returns false to stop (limit). A message
+/// already whole in `in` (takeWholeMessage) leaves in one write of one buffer, without the
+/// serializer; any other streams (streamMessage).
+template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
+net::awaitable<RelayResult> relayMessage(
+    Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
+    std::chrono::milliseconds timeout, Count count, KeepAlive keep,
+    BodyTransform* transform = nullptr) {
+  RelayResult res;
+  RelayBuffer relay_buf;
+  char* buf = relay_buf.data();
+  const std::size_t whole = transform ? 0 : takeWholeMessage(p, in.buf, buf, res.ec);
+  if (whole == 0)
+    co_return co_await streamMessage(in, p, out, timeout, count, keep, transform, buf);
+  if (res.ec) {
+    res.fail = RelayFail::kInput;
+    co_return res;
+  }
+  Deadline d(out.watch, beast::get_lowest_layer(out.stream), Clock::now() + timeout, keep);
+  const std::size_t n = co_await net::async_write(out.stream, net::buffer(buf, whole),
+                                                  net::redirect_error(net::use_awaitable, res.ec));
+  res.header_written = n > 0;
+  if (res.ec) {
+    res.timed_out = d.fired();
+    res.fail = RelayFail::kOutput;
+  } else if (!count(n)) {
+    res.fail = RelayFail::kLimit;
   }
   co_return res;
 }
