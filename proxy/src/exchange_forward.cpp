@@ -443,8 +443,19 @@ auto Exchange<Client, Upstream>::readResponseHead(RequestRecord& rec, const poli
       Deadline dl(link_->watch(), beast::get_lowest_layer(link_->stream()),
                   Clock::now() + conn_.ctx->options.upstream_timeout,
                   [this] { return conn_.keep_alive(); });
-      co_await http::async_read_header(link_->stream(), link_->buffer(), *head.rp,
-                                       net::redirect_error(net::use_awaitable, head.ec));
+      auto& buf = link_->buffer();
+      // Beast's async_read_header, without its composed operation: the parser takes what is
+      // buffered, and each read is one read_some.
+      while (!headerFrom(*head.rp, buf, head.ec)) {
+        const std::size_t n = co_await link_->stream().async_read_some(
+            buf.prepare(beast::read_size(buf, 65536)),
+            net::redirect_error(net::use_awaitable, head.ec));
+        buf.commit(n);
+        if (head.ec) {
+          endOfStream(*head.rp, head.ec);
+          break;
+        }
+      }
       if (head.ec && dl.fired()) head.timed_out = true;
     }
     if (head.ec) co_return head;

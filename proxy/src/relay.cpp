@@ -1,5 +1,8 @@
-// The per-thread pool of relay buffers (relay.hpp).
+// The per-thread pool of relay buffers, and the header writer of a message relayed whole
+// (relay.hpp).
 #include "relay.hpp"
+
+#include <cstring>
 
 namespace sluice::proxy {
 namespace {
@@ -11,7 +14,76 @@ std::vector<std::unique_ptr<char[]>>& pool() {
   return p;
 }
 
+// Appends `s` at `out[at]` when it fits in `cap`; false otherwise.
+bool put(char* out, std::size_t cap, std::size_t& at, std::string_view s) {
+  if (s.size() > cap - at) return false;
+  std::memcpy(out + at, s.data(), s.size());
+  at += s.size();
+  return true;
+}
+
+// Every field as Beast stores it ("name: value\r\n"), then the empty line; 0 when it does not
+// fit.
+std::size_t putFields(const PmrFields& f, char* out, std::size_t cap, std::size_t at) {
+  for (const auto& field : f) {
+    const auto name = field.name_string();
+    const auto value = field.value();
+    if (!put(out, cap, at, {name.data(), name.size()}) || !put(out, cap, at, ": ") ||
+        !put(out, cap, at, {value.data(), value.size()}) || !put(out, cap, at, "\r\n"))
+      return 0;
+  }
+  return put(out, cap, at, "\r\n") ? at : 0;
+}
+
 }  // namespace
+
+// The same bytes as Beast's fields writer: "<method> <target> HTTP/X.Y\r\n" for a request,
+// "HTTP/X.Y ### <reason>\r\n" for a response (the status's standard reason when it has none).
+std::size_t formatHeader(const http::request_header<PmrFields>& h, char* out, std::size_t cap) {
+  const auto method = h.method_string();
+  const auto target = h.target();
+  const char version[] = {' ',
+                          'H',
+                          'T',
+                          'T',
+                          'P',
+                          '/',
+                          static_cast<char>('0' + h.version() / 10),
+                          '.',
+                          static_cast<char>('0' + h.version() % 10),
+                          '\r',
+                          '\n'};
+  std::size_t at = 0;
+  if (!put(out, cap, at, {method.data(), method.size()}) || !put(out, cap, at, " ") ||
+      !put(out, cap, at, {target.data(), target.size()}) ||
+      !put(out, cap, at, {version, sizeof version}))
+    return 0;
+  return putFields(h, out, cap, at);
+}
+
+std::size_t formatHeader(const http::response_header<PmrFields>& h, char* out, std::size_t cap) {
+  const unsigned code = h.result_int();
+  const char line[] = {'H',
+                       'T',
+                       'T',
+                       'P',
+                       '/',
+                       static_cast<char>('0' + h.version() / 10),
+                       '.',
+                       static_cast<char>('0' + h.version() % 10),
+                       ' ',
+                       static_cast<char>('0' + code / 100 % 10),
+                       static_cast<char>('0' + code / 10 % 10),
+                       static_cast<char>('0' + code % 10),
+                       ' '};
+  auto reason = h.reason();
+  if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(code));
+  std::size_t at = 0;
+  if (!put(out, cap, at, {line, sizeof line}) ||
+      !put(out, cap, at, {reason.data(), reason.size()}) || !put(out, cap, at, "\r\n"))
+    return 0;
+  return putFields(h, out, cap, at);
+}
 
 RelayBuffer::RelayBuffer() {
   auto& p = pool();

@@ -149,23 +149,72 @@ bool transformBody(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, 
   return true;
 }
 
-/// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
-/// `transform` (optional) rewrites the body on the way (BodyTransform).
-/// `count` is told every byte written to `out` and returns false to stop (limit). When body
-/// bytes are already buffered, header and first body bytes leave in one write (unless the body
-/// is chunked); when none are, the header goes at once so the peer is not kept waiting
-/// (streaming responses, slow uploads).
+/// Writes `h` as Beast's serializer does (start line, fields in order, CRLF) into `out`; 0 when
+/// it does not fit in `cap` bytes. (relay.cpp)
+std::size_t formatHeader(const http::request_header<PmrFields>& h, char* out, std::size_t cap);
+std::size_t formatHeader(const http::response_header<PmrFields>& h, char* out, std::size_t cap);
+
+/// A message that is whole in `in` (no body, or a Content-Length body already read along with
+/// its header) and fits in one relay buffer with its header: formats the header into `buf` and
+/// parses the body right after it. The bytes to send (0: not this case, nothing consumed); a
+/// body that does not parse sets `ec`.
+template <bool isRequest>
+std::size_t takeWholeMessage(http::parser<isRequest, http::buffer_body, PmrAllocator>& p,
+                             beast::flat_buffer& in, char* buf, ErrorCode& ec) {
+  if (p.chunked()) return 0;
+  const auto declared = p.content_length();
+  if (!p.is_done() && !declared) return 0;
+  const std::size_t len = p.is_done() ? 0 : static_cast<std::size_t>(*declared);
+  if (len > in.size() || len > kRelayBufferBytes) return 0;
+  const std::size_t head = formatHeader(p.get(), buf, kRelayBufferBytes - len);
+  if (head == 0 || p.is_done()) return head;
+  auto& body = p.get().body();
+  body.data = buf + head;
+  body.size = len;
+  in.consume(p.put(in.data(), ec));
+  if (!ec && !p.is_done()) ec = http::error::partial_message;
+  return head + len;
+}
+
+/// Gives `p` what `buf` holds of a message header: true when the header is complete or `ec`
+/// says why it cannot be.
+template <bool isRequest>
+bool headerFrom(http::parser<isRequest, http::buffer_body, PmrAllocator>& p,
+                beast::flat_buffer& buf, ErrorCode& ec) {
+  if (buf.size() == 0) return false;
+  buf.consume(p.put(buf.data(), ec));
+  if (ec == http::error::need_more) ec = {};
+  return ec || p.is_header_done();
+}
+
+/// A read that failed under a header being parsed, as Beast's reads report it: the end of the
+/// stream before any byte is end_of_stream, after some the parser's own verdict.
+template <bool isRequest>
+void endOfStream(http::parser<isRequest, http::buffer_body, PmrAllocator>& p, ErrorCode& ec) {
+  if (ec != net::error::eof) return;
+  if (!p.got_some()) {
+    ec = http::error::end_of_stream;
+    return;
+  }
+  ec = {};
+  p.put_eof(ec);
+  if (!ec && !p.is_header_done()) ec = http::error::partial_message;
+}
+
+/// relayMessage for a message that is not whole in `in`: the serializer sends the header, then
+/// body bytes as they are read into `buf` (kRelayBufferBytes). When body bytes are already
+/// buffered, header and first body bytes leave in one write (unless the body is chunked); when
+/// none are, the header goes at once so the peer is not kept waiting (streaming responses,
+/// slow uploads).
 template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
-net::awaitable<RelayResult> relayMessage(
+net::awaitable<RelayResult> streamMessage(
     Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
-    std::chrono::milliseconds timeout, Count count, KeepAlive keep,
-    BodyTransform* transform = nullptr) {
+    std::chrono::milliseconds timeout, Count count, KeepAlive keep, BodyTransform* transform,
+    char* buf) {
   RelayResult res;
-  http::serializer<isRequest, http::buffer_body, PmrFields> sr{p.get()};
-  RelayBuffer relay_buf;
-  char* buf = relay_buf.data();
   auto& out_sock = beast::get_lowest_layer(out.stream);
   auto& in_sock = beast::get_lowest_layer(in.stream);
+  http::serializer<isRequest, http::buffer_body, PmrFields> sr{p.get()};
   // A chunked body's trailer fields are appended to the message's fields as they are parsed:
   // its header goes before any body byte is parsed, so none of them is sent as a header field.
   if (!p.is_done() && (in.buf.size() == 0 || p.chunked())) {
@@ -231,6 +280,39 @@ net::awaitable<RelayResult> relayMessage(
       res.fail = RelayFail::kLimit;
       co_return res;
     }
+  }
+  co_return res;
+}
+
+/// Streams one message: header (already parsed into `p`) then body, from `in` to `out`.
+/// `transform` (optional) rewrites the body on the way (BodyTransform).
+/// `count` is told every byte written to `out` and returns false to stop (limit). A message
+/// already whole in `in` (takeWholeMessage) leaves in one write of one buffer, without the
+/// serializer; any other streams (streamMessage).
+template <bool isRequest, typename In, typename Out, typename Count, typename KeepAlive>
+net::awaitable<RelayResult> relayMessage(
+    Endpoint<In> in, http::parser<isRequest, http::buffer_body, PmrAllocator>& p, Endpoint<Out> out,
+    std::chrono::milliseconds timeout, Count count, KeepAlive keep,
+    BodyTransform* transform = nullptr) {
+  RelayResult res;
+  RelayBuffer relay_buf;
+  char* buf = relay_buf.data();
+  const std::size_t whole = transform ? 0 : takeWholeMessage(p, in.buf, buf, res.ec);
+  if (whole == 0)
+    co_return co_await streamMessage(in, p, out, timeout, count, keep, transform, buf);
+  if (res.ec) {
+    res.fail = RelayFail::kInput;
+    co_return res;
+  }
+  Deadline d(out.watch, beast::get_lowest_layer(out.stream), Clock::now() + timeout, keep);
+  const std::size_t n = co_await net::async_write(out.stream, net::buffer(buf, whole),
+                                                  net::redirect_error(net::use_awaitable, res.ec));
+  res.header_written = n > 0;
+  if (res.ec) {
+    res.timed_out = d.fired();
+    res.fail = RelayFail::kOutput;
+  } else if (!count(n)) {
+    res.fail = RelayFail::kLimit;
   }
   co_return res;
 }

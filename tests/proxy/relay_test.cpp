@@ -1,0 +1,116 @@
+// Unit tests of the relay's whole-message path: the header it writes without Beast's
+// serializer is byte for byte what the serializer writes, and a whole message takes its own
+// body and nothing of the message after it.
+#include "relay.hpp"
+
+#include <gtest/gtest.h>
+
+#include <memory_resource>
+#include <sstream>
+
+namespace sluice::proxy {
+namespace {
+
+// What Beast's serializer writes for `h` (the relay's general path).
+template <bool isRequest>
+std::string serialized(const http::header<isRequest, PmrFields>& h) {
+  std::ostringstream out;
+  out << h;
+  return out.str();
+}
+
+template <bool isRequest>
+std::string formatted(const http::header<isRequest, PmrFields>& h) {
+  std::string buf(4096, '\0');
+  buf.resize(formatHeader(h, buf.data(), buf.size()));
+  return buf;
+}
+
+template <bool isRequest>
+std::pair<std::unique_ptr<http::parser<isRequest, http::buffer_body, PmrAllocator>>,
+          beast::flat_buffer>
+parsed(std::pmr::memory_resource* pool, std::string_view wire) {
+  auto p = std::make_unique<http::parser<isRequest, http::buffer_body, PmrAllocator>>(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(PmrAllocator(pool)));
+  beast::flat_buffer buf;
+  buf.commit(net::buffer_copy(buf.prepare(wire.size()), net::buffer(wire.data(), wire.size())));
+  ErrorCode ec;
+  buf.consume(p->put(buf.data(), ec));
+  EXPECT_FALSE(ec);
+  EXPECT_TRUE(p->is_header_done());
+  return {std::move(p), std::move(buf)};
+}
+
+TEST(RelayHeader, RequestIsWhatTheSerializerWrites) {
+  std::pmr::unsynchronized_pool_resource pool;
+  for (std::string_view wire :
+       {"GET /a?b=c HTTP/1.1\r\nHost: x:8080\r\nX-Two: 1\r\nx-two: 2\r\n\r\n",
+        "PURGE /odd HTTP/1.0\r\nHost: x\r\n\r\n", "DELETE http://x/ HTTP/1.1\r\n\r\n"}) {
+    auto [p, buf] = parsed<true>(&pool, wire);
+    p->get().set(http::field::host, "rewritten.test");
+    EXPECT_EQ(formatted<true>(p->get()), serialized<true>(p->get())) << wire;
+  }
+}
+
+TEST(RelayHeader, ResponseIsWhatTheSerializerWritesWithOrWithoutAReason) {
+  std::pmr::unsynchronized_pool_resource pool;
+  for (std::string_view wire :
+       {"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 404 \r\nServer: s\r\n\r\n",
+        "HTTP/1.0 299 Custom Words\r\nA: b\r\n\r\n"}) {
+    auto [p, buf] = parsed<false>(&pool, wire);
+    EXPECT_EQ(formatted<false>(p->get()), serialized<false>(p->get())) << wire;
+  }
+}
+
+TEST(RelayHeader, AHeaderThatDoesNotFitIsLeftToTheSerializer) {
+  std::pmr::unsynchronized_pool_resource pool;
+  auto [p, buf] = parsed<true>(&pool, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  char out[16];
+  EXPECT_EQ(formatHeader(p->get(), out, sizeof out), 0u);
+}
+
+TEST(RelayWhole, TakesItsBodyAndLeavesThePipelinedRequestAfterIt) {
+  std::pmr::unsynchronized_pool_resource pool;
+  auto [p, in] = parsed<true>(
+      &pool, "POST /u HTTP/1.1\r\nContent-Length: 5\r\n\r\nhelloGET /next HTTP/1.1\r\n");
+  auto buf = std::make_unique<char[]>(kRelayBufferBytes);
+  ErrorCode ec;
+  const std::size_t n = takeWholeMessage(*p, in, buf.get(), ec);
+  EXPECT_FALSE(ec);
+  EXPECT_EQ(std::string(buf.get(), n), "POST /u HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello");
+  EXPECT_EQ(beast::buffers_to_string(in.data()), "GET /next HTTP/1.1\r\n");
+}
+
+TEST(RelayWhole, ABodyNotYetReadOrChunkedStreams) {
+  std::pmr::unsynchronized_pool_resource pool;
+  auto buf = std::make_unique<char[]>(kRelayBufferBytes);
+  ErrorCode ec;
+  auto [partial, in1] = parsed<false>(&pool, "HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nhalf");
+  EXPECT_EQ(takeWholeMessage(*partial, in1, buf.get(), ec), 0u);
+  EXPECT_EQ(beast::buffers_to_string(in1.data()), "half");
+  auto [chunked, in2] =
+      parsed<false>(&pool, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n");
+  EXPECT_EQ(takeWholeMessage(*chunked, in2, buf.get(), ec), 0u);
+  EXPECT_FALSE(ec);
+}
+
+TEST(RelayHead, EndOfStreamBeforeAnyByteIsEndOfStreamAfterSomeIsPartial) {
+  std::pmr::unsynchronized_pool_resource pool;
+  http::parser<false, http::buffer_body, PmrAllocator> fresh(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(PmrAllocator(&pool)));
+  ErrorCode ec = net::error::eof;
+  endOfStream(fresh, ec);
+  EXPECT_EQ(ec, http::error::end_of_stream);
+  http::parser<false, http::buffer_body, PmrAllocator> started(
+      std::piecewise_construct, std::make_tuple(), std::make_tuple(PmrAllocator(&pool)));
+  beast::flat_buffer buf;
+  std::string_view some = "HTTP/1.1 200 OK\r\nA: b\r\n";
+  buf.commit(net::buffer_copy(buf.prepare(some.size()), net::buffer(some.data(), some.size())));
+  EXPECT_FALSE(headerFrom(started, buf, ec = {}));
+  ec = net::error::eof;
+  endOfStream(started, ec);
+  EXPECT_EQ(ec, http::error::partial_message);
+}
+
+}  // namespace
+}  // namespace sluice::proxy
