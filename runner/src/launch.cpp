@@ -511,6 +511,10 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   ChildPlan plan;
   if (auto r = buildChildPlan(spec, l->user_namespace, plan); !r) return std::unexpected(r.error());
   plan.session = session;
+  // Looked for again once the plan is built (its 0.2-2 ms usually see 'N' arrive): capture's
+  // nftables commit, mostly the kernel patching its netfilter hooks in with IPIs, then overlaps
+  // sending the plan, making the cgroup and init's mounts instead of starting after them.
+  if (prepared) takeHelperNetns(*prepared, prepared->pipes.chan_parent.get(), false, cs);
   l->landlock_abi = plan.privileges.landlock_abi;
   clock.mark("runner: plan (mount plan, seccomp, env)");
   if (prepared)
