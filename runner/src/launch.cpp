@@ -317,6 +317,12 @@ base::Result<void> startInit(const RunSpec& spec, const ChildPlan& plan, Prepare
   if (prep) {
     sent = sendPlan(spec, plan, *prep, l, id_maps_written);
     if (!sent) return std::unexpected(sent.error());
+    // Looked for again once the plan is on its way (the plan's 0.2-2 ms usually see 'N'
+    // arrive): capture's nftables commit, mostly the kernel enabling its netfilter hooks with
+    // IPIs when no other namespace holds them, then overlaps the cgroup and init's mounts. Not
+    // before the plan: the thread's start would delay the helper's, which leads when the
+    // commit is cheap.
+    takeHelperNetns(*prep, l.pipes.chan_parent.get(), false, cs);
   } else if (auto r = cloneInit(plan, l); !r) {
     return r;
   }
@@ -511,10 +517,6 @@ base::Result<std::unique_ptr<Launched>> launchSandbox(const RunSpec& spec, const
   ChildPlan plan;
   if (auto r = buildChildPlan(spec, l->user_namespace, plan); !r) return std::unexpected(r.error());
   plan.session = session;
-  // Looked for again once the plan is built (its 0.2-2 ms usually see 'N' arrive): capture's
-  // nftables commit, mostly the kernel patching its netfilter hooks in with IPIs, then overlaps
-  // sending the plan, making the cgroup and init's mounts instead of starting after them.
-  if (prepared) takeHelperNetns(*prepared, prepared->pipes.chan_parent.get(), false, cs);
   l->landlock_abi = plan.privileges.landlock_abi;
   clock.mark("runner: plan (mount plan, seccomp, env)");
   if (prepared)
