@@ -317,6 +317,12 @@ base::Result<void> startInit(const RunSpec& spec, const ChildPlan& plan, Prepare
   if (prep) {
     sent = sendPlan(spec, plan, *prep, l, id_maps_written);
     if (!sent) return std::unexpected(sent.error());
+    // Looked for again once the plan is on its way (the plan's 0.2-2 ms usually see 'N'
+    // arrive): capture's nftables commit, mostly the kernel enabling its netfilter hooks with
+    // IPIs when no other namespace holds them, then overlaps the cgroup and init's mounts. Not
+    // before the plan: the thread's start would delay the helper's, which leads when the
+    // commit is cheap.
+    takeHelperNetns(*prep, l.pipes.chan_parent.get(), false, cs);
   } else if (auto r = cloneInit(plan, l); !r) {
     return r;
   }
