@@ -131,6 +131,7 @@ int execProgram(const ProgramLaunch& l) {
     reportStep(l.error_fd, ChildMessage::kSetupFailed, r.step, r.err);
     ::_exit(kInitSetupFailed);
   };
+  if (l.cpus != nullptr) (void)::sched_setaffinity(0, sizeof *l.cpus, l.cpus);
   // Default signal dispositions and mask for the program (init changed some).
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;

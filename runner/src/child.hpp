@@ -7,6 +7,7 @@
 #pragma once
 
 #include <linux/filter.h>
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <cstdint>
@@ -68,6 +69,9 @@ struct ProgramLaunch {
   // The bounding and ambient capability sets are already empty (a session's init emptied its
   // own, which the program inherits).
   bool capability_bounds_dropped = false;
+  // The CPUs the program may run on, set first thing (a session's init is pinned to the CPU
+  // of whoever sent the exec; the program gets the CPUs init started with); null: inherited.
+  const cpu_set_t* cpus = nullptr;
 };
 
 struct ChildPlan {

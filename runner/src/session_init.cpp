@@ -6,6 +6,7 @@
 // kernel kills whatever is left in its pid namespace). Like every init it may be a copy of a
 // multi-threaded process: system calls only, no allocation.
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -109,6 +110,10 @@ int receiveExec(int control, ReceivedExec& out) {
 // Built once by the session's init, in the sandbox's root, for every exec (buildLandlockRuleset).
 int g_landlock_ruleset = -1;
 
+// The CPUs init started with, every exec's program's (sluice pins init to one CPU per exec).
+cpu_set_t g_program_cpus;
+bool g_have_program_cpus = false;
+
 // One exec: decode its arguments, start the program, reap everything, report.
 void serveExec(const ChildPlan& plan, ReceivedExec& req) {
   const int error_fd = req.fds[kExecError];
@@ -132,6 +137,7 @@ void serveExec(const ChildPlan& plan, ReceivedExec& req) {
   launch.error_fd = error_fd;
   launch.session = true;
   launch.capability_bounds_dropped = true;  // sessionInitMain did it for itself
+  launch.cpus = g_have_program_cpus ? &g_program_cpus : nullptr;
   const pid_t program = spawnProgram(launch);
   if (program < 0) reportStep(error_fd, ChildMessage::kSetupFailed, "start program", errno);
   killIfStopped();  // a stop that came before the program existed
@@ -154,6 +160,7 @@ void sessionInitMain(const ChildPlan& plan) {
   const ChildFds& f = plan.fds;
   initSetUp(plan);
   endExec();  // idle: no stop applies until the first exec
+  g_have_program_cpus = ::sched_getaffinity(0, sizeof g_program_cpus, &g_program_cpus) == 0;
   installInitSignalHandlers();
   // What every exec's program would otherwise build for itself: the Landlock ruleset, and the
   // seccomp filter, loaded here into init (it needs none of what the filter refuses any more;

@@ -219,13 +219,17 @@ net::awaitable<void> Api::handle(Request& req, Reply& reply) {
                  apiError(404, "not_found", "no such endpoint: " + req.method_text + " " + path));
 }
 
+// On a worker thread: the receipt is read from the audit store (opening it, a query), and the
+// connections' one I/O thread does not wait for the disk.
 net::awaitable<void> Api::getExecution(Request& req, Reply& reply, const std::string& id) {
-  auto receipt = engine_.execution(req.caller, id);
-  if (!receipt) {
-    co_await error(reply, apiError(404, "not_found", "no execution " + id));
-    co_return;
-  }
-  co_await reply.send(http::status::ok, kJson, base::dumpJson(*receipt));
+  Work work = [this, caller = req.caller, id](const std::function<void(std::string)>&,
+                                              int) -> base::Result<Answer> {
+    auto receipt = engine_.execution(caller, id);
+    if (!receipt)
+      return std::unexpected(apiFail(base::Code::kNotFound, "not_found", "no execution " + id));
+    return Answer{200, kJson, base::dumpJson(*receipt)};
+  };
+  co_await offload(reply, std::move(work), false);
 }
 
 net::awaitable<void> Api::offload(Reply& reply, Work work, bool stream) {

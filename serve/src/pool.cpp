@@ -63,11 +63,13 @@ std::unique_ptr<Prepared> Pool::take(const pol::Workflow& w) {
     // The replacement is built once the taker is done with its first work (a run's sandbox is
     // retired after the run answered; a session asks after its first exec), so that building it
     // does not compete with that work for the CPU (on a small machine it doubles a run's time).
-    // An empty pool is refilled at once: nobody's work is waiting.
+    // An empty pool is refilled at once: nobody's work is waiting. A take that got one does
+    // not wake the filler: it would find nothing due (the taker is not done yet) and would only
+    // be a thread woken on the taker's path.
     last_take_ = std::chrono::steady_clock::now();
     if (!p) ++asked_;
   }
-  filler_.wake();
+  if (!p) filler_.wake();
   return p;
 }
 

@@ -188,6 +188,23 @@ TEST(Session, AnExecHoldsOnlyItsStdio) {
   }
 }
 
+// sluice pins the session's init to one CPU for each exec (its wake-ups then stay on a CPU that
+// is awake); the program must still get every CPU the session started with.
+TEST(Session, AnExecsProgramMayRunOnEveryCpuTheSessionMay) {
+  REQUIRE_SANDBOX();
+  const std::string status = sluice::testing::slurp("/proc/self/status");
+  const auto at = status.find("Cpus_allowed_list:");
+  ASSERT_NE(at, std::string::npos);
+  const std::string ours = status.substr(at, status.find('\n', at) - at + 1);
+  auto s = mustStart(sessionSpec());
+  ASSERT_TRUE(s);
+  for (int i = 0; i < 3; ++i) {
+    auto r = mustExec(*s, sh("while read -r l; do case $l in Cpus_allowed_list*) echo \"$l\";; "
+                             "esac; done < /proc/self/status"));
+    EXPECT_EQ(r.out.text, ours) << "exec " << i;
+  }
+}
+
 TEST(Session, WhatAnExecLeftRunningIsGoneWhenItEnds) {
   REQUIRE_SANDBOX();
   auto s = mustStart(sessionSpec());

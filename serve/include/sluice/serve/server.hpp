@@ -57,7 +57,10 @@ struct ServeOptions {
   std::size_t max_body_bytes = 64u << 20;
   /// Uids (besides root) whose Unix-socket calls may answer approvals.
   std::vector<unsigned> approver_uids;
-  unsigned io_threads = 2;
+  /// Threads running the connections' I/O. One: every call's blocking work (runs, execs, file
+  /// operations, receipts read back) is on worker threads, and with two the I/O threads handed
+  /// each event to one another (a futex wake-up and a context switch per event).
+  unsigned io_threads = 1;
   /// OpenTelemetry export (otlp.hpp): http://HOST:PORT[/PATH]; empty: none. The counters go
   /// every otlp_interval.
   std::string otlp_endpoint;
