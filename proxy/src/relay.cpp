@@ -35,6 +35,15 @@ std::size_t putFields(const PmrFields& f, char* out, std::size_t cap, std::size_
   return put(out, cap, at, "\r\n") ? at : 0;
 }
 
+// "HTTP/X.Y" for a message's version (11 -> "HTTP/1.1").
+std::string_view httpVersion(unsigned version, char (&buf)[8]) {
+  std::memcpy(buf, "HTTP/", 5);
+  buf[5] = static_cast<char>('0' + version / 10 % 10);
+  buf[6] = '.';
+  buf[7] = static_cast<char>('0' + version % 10);
+  return {buf, sizeof buf};
+}
+
 }  // namespace
 
 // The same bytes as Beast's fields writer: "<method> <target> HTTP/X.Y\r\n" for a request,
@@ -42,44 +51,26 @@ std::size_t putFields(const PmrFields& f, char* out, std::size_t cap, std::size_
 std::size_t formatHeader(const http::request_header<PmrFields>& h, char* out, std::size_t cap) {
   const auto method = h.method_string();
   const auto target = h.target();
-  const char version[] = {' ',
-                          'H',
-                          'T',
-                          'T',
-                          'P',
-                          '/',
-                          static_cast<char>('0' + h.version() / 10),
-                          '.',
-                          static_cast<char>('0' + h.version() % 10),
-                          '\r',
-                          '\n'};
+  char version[8];
   std::size_t at = 0;
   if (!put(out, cap, at, {method.data(), method.size()}) || !put(out, cap, at, " ") ||
-      !put(out, cap, at, {target.data(), target.size()}) ||
-      !put(out, cap, at, {version, sizeof version}))
+      !put(out, cap, at, {target.data(), target.size()}) || !put(out, cap, at, " ") ||
+      !put(out, cap, at, httpVersion(h.version(), version)) || !put(out, cap, at, "\r\n"))
     return 0;
   return putFields(h, out, cap, at);
 }
 
 std::size_t formatHeader(const http::response_header<PmrFields>& h, char* out, std::size_t cap) {
   const unsigned code = h.result_int();
-  const char line[] = {'H',
-                       'T',
-                       'T',
-                       'P',
-                       '/',
-                       static_cast<char>('0' + h.version() / 10),
-                       '.',
-                       static_cast<char>('0' + h.version() % 10),
-                       ' ',
-                       static_cast<char>('0' + code / 100 % 10),
-                       static_cast<char>('0' + code / 10 % 10),
-                       static_cast<char>('0' + code % 10),
-                       ' '};
+  const char status[] = {' ', static_cast<char>('0' + code / 100 % 10),
+                         static_cast<char>('0' + code / 10 % 10),
+                         static_cast<char>('0' + code % 10), ' '};
   auto reason = h.reason();
   if (reason.empty()) reason = http::obsolete_reason(static_cast<http::status>(code));
+  char version[8];
   std::size_t at = 0;
-  if (!put(out, cap, at, {line, sizeof line}) ||
+  if (!put(out, cap, at, httpVersion(h.version(), version)) ||
+      !put(out, cap, at, {status, sizeof status}) ||
       !put(out, cap, at, {reason.data(), reason.size()}) || !put(out, cap, at, "\r\n"))
     return 0;
   return putFields(h, out, cap, at);
