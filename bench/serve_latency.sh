@@ -123,7 +123,8 @@ result("serve.pool_p99_ms", pool["p99_ms"])
 result("serve.exec_p50_ms", ex["p50_ms"])
 result("serve.exec_p99_ms", ex["p99_ms"])
 print(f"{conc['n']} runs by 100 concurrent clients{'':<13} {conc['per_s']:8.1f} runs/s  p50 "
-      f"{conc['p50_ms']:.1f} ms  p99 {conc['p99_ms']:.1f} ms  errors {conc['errors']}")
+      f"{conc['p50_ms']:.1f} ms  p99 {conc['p99_ms']:.1f} ms  errors {conc['errors']}  "
+      f"refused by the --max-runs quota (429, not in the figures) {conc.get('refused', 0)}")
 if durable != durable:  # NaN: audit_bench failed
     print(f"floors: /bin/true started bare (no sandbox) p50 {true50:.3f} ms = "
           f"{true50 / bwrap:.2f}x bwrap; durable receipt commit: audit_bench failed")
