@@ -8,43 +8,18 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "proc_stat.hpp"
 #include "sluice/runner/cgroup.hpp"
 #include "sluice/runner/sandbox.hpp"
 
 namespace sluice::runner {
 
-std::optional<std::uint64_t> processStartTime(pid_t pid) {
-  char path[32];
-  std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
-  const int fd = ::open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  char buf[1024];  // the fields before the 22nd fit: a 15-byte name and 19 numbers
-  const ssize_t n = ::read(fd, buf, sizeof buf - 1);
-  ::close(fd);
-  if (n <= 0) return std::nullopt;
-  buf[n] = '\0';
-  // The command name (field 2) may hold spaces and parentheses: fields resume after the last ')'.
-  const char* p = std::strrchr(buf, ')');
-  if (p == nullptr) return std::nullopt;
-  ++p;
-  for (int field = 3; field < 22; ++field) {  // skip fields 3..21
-    while (*p == ' ') ++p;
-    while (*p != ' ' && *p != '\0') ++p;
-  }
-  while (*p == ' ') ++p;
-  if (*p < '0' || *p > '9') return std::nullopt;
-  char* end = nullptr;
-  const unsigned long long start = std::strtoull(p, &end, 10);
-  if (*end != ' ' && *end != '\0' && *end != '\n') return std::nullopt;
-  return start;
-}
+std::optional<std::uint64_t> processStartTime(pid_t pid) { return detail::ProcStat(pid).field(22); }
 
 namespace {
 

@@ -18,10 +18,10 @@
 #include <future>
 #include <mutex>
 #include <optional>
-#include <sstream>
 
 #include "namespaces.hpp"
 #include "plan_codec.hpp"
+#include "proc_stat.hpp"
 #include "sandbox_paths.hpp"
 #include "seccomp.hpp"
 #include "sluice/runner/environment.hpp"
@@ -89,20 +89,11 @@ void planRlimits(const Limits& l, bool user_namespace, PrivilegePlan& p) {
 // Fields 48 and 49 of /proc/self/stat: where our argv strings live (the child's copy of this
 // memory is what its /proc/PID/cmdline shows, and init overwrites it).
 void findOwnArgv(ChildPlan& plan) {
-  std::ifstream in("/proc/self/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
-  const auto close = stat.rfind(')');
-  if (close == std::string::npos) return;
-  std::istringstream rest(stat.substr(close + 1));
-  std::string field;
-  unsigned long long start = 0, end = 0;
-  for (int i = 3; i <= 49 && rest >> field; ++i) {
-    if (i == 48) start = std::stoull(field);
-    if (i == 49) end = std::stoull(field);
-  }
-  if (start != 0 && end > start) {
-    plan.arg_start = reinterpret_cast<char*>(static_cast<std::uintptr_t>(start));
-    plan.arg_len = static_cast<std::size_t>(end - start);
+  const ProcStat stat;
+  const auto start = stat.field(48), end = stat.field(49);
+  if (start && end && *start != 0 && *end > *start) {
+    plan.arg_start = reinterpret_cast<char*>(static_cast<std::uintptr_t>(*start));
+    plan.arg_len = static_cast<std::size_t>(*end - *start);
   }
 }
 
@@ -353,23 +344,7 @@ base::Result<void> prepareHost(Launched& l) {
 
 }  // namespace
 
-long threadCount() {
-  Fd fd(::open("/proc/self/stat", O_RDONLY | O_CLOEXEC));
-  if (!fd) return 0;
-  char buf[1024];
-  const ssize_t n = ::read(fd.get(), buf, sizeof buf - 1);
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces and parentheses
-  if (!p) return 0;
-  long threads = 0;
-  // After ')': state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime
-  // stime cutime cstime priority nice num_threads (fields 3..20).
-  if (std::sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %ld",
-                  &threads) != 1)
-    return 0;
-  return threads;
-}
+long threadCount() { return static_cast<long>(ProcStat().field(20).value_or(0)); }
 
 base::Error setupError(std::string step, std::string message) {
   return base::Error{base::Code::kIo, std::move(message), std::move(step)};

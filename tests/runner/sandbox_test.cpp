@@ -9,7 +9,9 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +22,7 @@
 
 #include "isolation.hpp"
 #include "proc_scan.hpp"
+#include "proc_stat.hpp"
 #include "sluice/runner/cgroup.hpp"
 
 namespace fs = std::filesystem;
@@ -458,6 +461,36 @@ TEST(Gc, RemovesLeftoversOfDeadOwnersOnly) {
   for (const auto& d : live->dirs()) EXPECT_TRUE(fs::exists(d)) << d;
   EXPECT_TRUE(live->remove());
   (void)dead->remove();
+}
+
+// /proc/PID/stat's fields are counted after the last ')': a process may name itself with
+// spaces and parentheses to shift them (the start time decides whether gc removes a cgroup).
+TEST(ProcStat, FieldsOfAProcessWhoseNameHoldsParenthesesAndSpaces) {
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::prctl(PR_SET_NAME, "x) 9 9 (y) 7 7", 0, 0, 0);
+    (void)!::write(ready[1], "r", 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  const sluice::runner::detail::ProcStat stat(child);
+  EXPECT_EQ(stat.field(4), static_cast<std::uint64_t>(::getpid()));  // ppid
+  const auto start = stat.field(22);
+  ASSERT_TRUE(start);
+  EXPECT_GT(*start, 0u);
+  EXPECT_EQ(sluice::runner::processStartTime(child), start);
+  EXPECT_GE(sluice::runner::detail::ProcStat().field(20).value_or(0), 1u);  // our threads
+  EXPECT_FALSE(sluice::runner::detail::ProcStat(4194304).field(22));        // above pid_max
+  EXPECT_FALSE(stat.field(2));  // the name is no number field
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 }  // namespace
