@@ -204,6 +204,20 @@ StepResult sendNetns(int channel) {
   return sent ? stepOk() : stepFail("send the network namespace to sluice", err);
 }
 
+// A stack of `size` bytes for a child clone()d to run on it: mapped, not allocated (only the
+// pages it touches are ever faulted in). Null when it cannot be mapped.
+void* mapStack(std::size_t size) {
+  void* s = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
+  return s == MAP_FAILED ? nullptr : s;
+}
+
+// clone(2) of `fn(arg)` on `stack` (`size` bytes from mapStack), from its 16-byte aligned top.
+pid_t cloneOn(void* stack, std::size_t size, int (*fn)(void*), int flags, void* arg) {
+  const auto top = (reinterpret_cast<std::uintptr_t>(stack) + size) & ~std::uintptr_t{15};
+  return ::clone(fn, reinterpret_cast<void*>(top), flags, arg);
+}
+
 // What the helper's init starts with (startInit).
 struct InitStart {
   const ChildPlan* plan;
@@ -223,11 +237,9 @@ int initEntry(void* arg) {
 // own, mapped, not allocated: only the pages it touches are faulted in.
 pid_t startInit(InitStart& start) {
   constexpr std::size_t kStack = 1024 * 1024;
-  void* stack = ::mmap(nullptr, kStack, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-  if (stack == MAP_FAILED) return -1;
-  auto top = (reinterpret_cast<std::uintptr_t>(stack) + kStack) & ~std::uintptr_t{15};
-  return ::clone(initEntry, reinterpret_cast<void*>(top), CLONE_PARENT | CLONE_VM, &start);
+  void* stack = mapStack(kStack);
+  if (stack == nullptr) return -1;
+  return cloneOn(stack, kStack, initEntry, CLONE_PARENT | CLONE_VM, &start);
 }
 
 }  // namespace
@@ -266,11 +278,7 @@ constexpr std::size_t kProgramStack = 256 * 1024;
 void* g_program_stack = nullptr;
 
 void* programStack() {
-  if (g_program_stack == nullptr) {
-    void* s = ::mmap(nullptr, kProgramStack, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK | MAP_NORESERVE, -1, 0);
-    if (s != MAP_FAILED) g_program_stack = s;
-  }
+  if (g_program_stack == nullptr) g_program_stack = mapStack(kProgramStack);
   return g_program_stack;
 }
 }  // namespace
@@ -278,8 +286,7 @@ void* programStack() {
 pid_t spawnProgram(const ProgramLaunch& launch) {
   void* stack = programStack();
   if (stack == nullptr) return -1;
-  auto top = (reinterpret_cast<std::uintptr_t>(stack) + kProgramStack) & ~std::uintptr_t{15};
-  return ::clone(programEntry, reinterpret_cast<void*>(top), CLONE_VM | CLONE_VFORK | SIGCHLD,
+  return cloneOn(stack, kProgramStack, programEntry, CLONE_VM | CLONE_VFORK | SIGCHLD,
                  const_cast<ProgramLaunch*>(&launch));
 }
 
