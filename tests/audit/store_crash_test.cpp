@@ -21,6 +21,14 @@ namespace {
 using testing::RawDb;
 using testing::TempDir;
 
+/// In a child: commits execution `exec`'s receipt durably, then reports its id over `fd` (one
+/// line), so the parent knows it must survive the kill. Exits 4 or 5 when either fails.
+void commitReceiptAndSay(Store& store, const std::string& exec, int fd) {
+  if (!store.recordExecution(testing::sampleExecution(exec))) _exit(4);
+  const std::string line = exec + "\n";
+  if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(5);
+}
+
 /// Child body: no gtest assertions here; reports each durable receipt id over `fd`.
 [[noreturn]] void writerChild(const std::filesystem::path& db, int round, int fd) {
   StoreOptions o;
@@ -33,9 +41,7 @@ using testing::TempDir;
       (*store)->recordConnection(testing::sampleConnection(j, exec));
       (*store)->recordRequest(testing::sampleRequest(j, exec));
     }
-    if (!(*store)->recordExecution(testing::sampleExecution(exec))) _exit(4);
-    std::string line = exec + "\n";
-    if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(5);
+    commitReceiptAndSay(**store, exec, fd);
   }
   _exit(0);
 }
@@ -106,9 +112,7 @@ TEST(StoreCrashTest, SigkillAtRandomPointsLosesNoReturnedReceipt) {
   if (!store->ready()) _exit(3);
   std::string exec = "s" + std::to_string(round);
   for (int j = 0; j < 5; ++j) store->recordConnection(testing::sampleConnection(j, exec));
-  if (!store->recordExecution(testing::sampleExecution(exec))) _exit(4);
-  std::string line = exec + "\n";
-  if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(5);
+  commitReceiptAndSay(*store, exec, fd);
   store.reset();
   _exit(0);
 }
