@@ -176,7 +176,9 @@ TEST_F(AuditPgTest, ThreeNodesShipConcurrentlyAndEachVerifies) {
 
 TEST_F(AuditPgTest, ShipKilledMidBatchLosesAndDoublesNothing) {
   const auto db = tmp_ / "node.db";
-  writeStore(db, 2000);
+  // Enough batches (about 100) that the ship cannot finish while the poll below, a psql
+  // process each time, notices the first one on a loaded machine: it once did with 21.
+  writeStore(db, 10000);
   const auto rows = storeRows(db);
   const pid_t pid = startShip(db, "n1", "--batch 97");
   // Killed once some batches are in and before the last: the one in flight is cut off.
