@@ -10,7 +10,7 @@
 #
 # Usage: bench/proxy_vs_squid.sh [--no-audit] [path/to/sluice]     (default: build/cli/sluice)
 # Env:   DURATION (wrk seconds, default 10), CONNS (wrk connections, default 50),
-#        TUNNELS (idle tunnels, default 10000; 0 skips them), RUNS (download repetitions, default 5),
+#        TUNNELS (idle tunnels, default 10000; 0 skips them), RUNS (download repetitions, default 9),
 #        ROUNDS (alternating wrk rounds, default 3)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -21,7 +21,7 @@ SLUICE=${1:-${SLUICE:-build/cli/sluice}}
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-50}
 TUNNELS=${TUNNELS:-10000}
-RUNS=${RUNS:-5}
+RUNS=${RUNS:-9}
 ROUNDS=${ROUNDS:-3}
 
 if [[ ! -x $SLUICE ]]; then
@@ -201,23 +201,50 @@ awk -v a="$RPS_sluice" -v b="$RPS_squid" -v p="$P99_sluice" -v q="$P99_squid" \
 
 # ---- 2. CONNECT bulk download ------------------------------------------------------------
 echo
-echo "== CONNECT download of 100 MiB (median of $RUNS; curl -p) =="
+echo "== CONNECT download of 100 MiB (median of $RUNS, the three taking turns; curl -p) =="
 # Bulk throughput: bytes over the time from the first body byte to the last, so the
-# CONNECT round trip and the upstream dial (a few ms against ~30 ms of transfer) do not count.
-download() {  # download [proxy-port] -> bytes/s
+# CONNECT round trip and the upstream dial (a few ms against ~50 ms of transfer) do not count.
+# direct, squid and sluice take turns, so a drift of the machine's speed (2 shared cores) hits
+# all three alike. Beside it, the CPU each process spent per 100 MiB (utime + stime, so the
+# kernel's TCP work in each one's syscalls and the softirqs they ran is counted): it shows
+# what a relaying proxy adds and who waits for whom.
+download() {  # download [proxy-port] -> "bytes/s curl-cpu-ms"
   local args=()
   [[ -n ${1:-} ]] && args=(-p -x "http://127.0.0.1:$1")
-  curl -s "${args[@]}" -o /dev/null -w '%{size_download} %{time_starttransfer} %{time_total}\n' \
-    "http://127.0.0.1:$NGINX_PORT/100m" | awk '{printf "%.0f\n", $1 / ($3 - $2)}'
+  /usr/bin/time -f '%U %S' -o "$TMP/curl.time" \
+    curl -s "${args[@]}" -o /dev/null -w '%{size_download} %{time_starttransfer} %{time_total}\n' \
+    "http://127.0.0.1:$NGINX_PORT/100m" > "$TMP/curl.out"
+  awk 'NR == FNR {b = $1 / ($3 - $2); next} {printf "%.0f %.1f\n", b, ($1 + $2) * 1000}' \
+    "$TMP/curl.out" "$TMP/curl.time"
 }
+HZ=$(getconf CLK_TCK)
+declare -A DL_SPEEDS DL_CURL DL_NGINX DL_PROXY
+for _ in $(seq "$RUNS"); do
+  for who in direct squid sluice; do
+    port="" pid=""
+    [[ $who == squid ]] && port=$SQUID_PORT pid=$SQUID_PID
+    [[ $who == sluice ]] && port=$SLUICE_PORT pid=$SLUICE_PID
+    n0=$(cpu_ticks "$NGINX_WORKER") p0=0
+    [[ -n $pid ]] && p0=$(cpu_ticks "$pid")
+    read -r speed curl_ms < <(download "$port")
+    n1=$(cpu_ticks "$NGINX_WORKER") p1=0
+    [[ -n $pid ]] && p1=$(cpu_ticks "$pid")
+    DL_SPEEDS[$who]+="$speed "
+    DL_CURL[$who]+="$curl_ms "
+    DL_NGINX[$who]+="$(( (n1 - n0) * 1000 / HZ )) "
+    DL_PROXY[$who]+="$(( (p1 - p0) * 1000 / HZ )) "
+  done
+done
+sum_ms() { tr ' ' '\n' | awk 'NF {s += $1} END {printf "%.0f", s / NR}'; }  # mean of a list
+printf '%-8s %12s   %s\n' "" "MiB/s" "CPU ms per 100 MiB (mean): curl / nginx / proxy"
 for who in direct squid sluice; do
-  port=""
-  [[ $who == squid ]] && port=$SQUID_PORT
-  [[ $who == sluice ]] && port=$SLUICE_PORT
-  speed=$(for _ in $(seq "$RUNS"); do download "$port"; done | median)
-  printf '%-8s %10.1f MiB/s\n' "$who" "$(awk -v s="$speed" 'BEGIN {print s/1048576}')"
+  speed=$(tr ' ' '\n' <<< "${DL_SPEEDS[$who]}" | awk NF | median)
+  printf '%-8s %12.1f   %s / %s / %s\n' "$who" "$(awk -v s="$speed" 'BEGIN {print s/1048576}')" \
+    "$(sum_ms <<< "${DL_CURL[$who]}")" "$(sum_ms <<< "${DL_NGINX[$who]}")" \
+    "$(sum_ms <<< "${DL_PROXY[$who]}")"
   eval "DL_$who=$speed"
   result "connect.$who.bytes_per_s" "$speed"
+  result "connect.$who.proxy_cpu_ms" "$(sum_ms <<< "${DL_PROXY[$who]}")"
 done
 awk -v a="$DL_sluice" -v d="$DL_direct" -v s="$DL_squid" \
   'BEGIN {printf "sluice/direct throughput: %.2fx   squid/direct: %.2fx\n", a/d, s/d}'
