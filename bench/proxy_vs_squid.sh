@@ -8,7 +8,9 @@
 # tunnel, forwards and requests rows per plain-HTTP request) unless --no-audit is given.
 # Only processes this script started are stopped, by pid.
 #
-# Usage: bench/proxy_vs_squid.sh [--no-audit] [path/to/sluice]     (default: build/cli/sluice)
+# Usage: bench/proxy_vs_squid.sh [--no-audit] [path/to/sluice] [path/to/splice_relay]
+#        (defaults: build/cli/sluice, build/bench/splice_relay: the bare splice(2) relay the
+#        bulk download also runs through, as the floor of any relaying proxy; left out if absent)
 # Env:   DURATION (wrk seconds, default 10), CONNS (wrk connections, default 50),
 #        TUNNELS (idle tunnels, default 10000; 0 skips them), RUNS (download repetitions, default 9),
 #        ROUNDS (alternating wrk rounds, default 3)
@@ -18,6 +20,7 @@ bench_args "$@"
 set -- "${ARGS[@]}"
 
 SLUICE=${1:-${SLUICE:-build/cli/sluice}}
+RELAY=${2:-${RELAY:-build/bench/splice_relay}}
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-50}
 TUNNELS=${TUNNELS:-10000}
@@ -57,6 +60,7 @@ bench_init sluice-bench
 NGINX_PORT=$(free_port)
 SQUID_PORT=$(free_port)
 SLUICE_PORT=$(free_port)
+RELAY_PORT=$(free_port)
 
 # ---- upstream: nginx, one worker -------------------------------------------------------
 # nginx workers run unprivileged: they must be able to read the files.
@@ -132,6 +136,16 @@ wait_port "$NGINX_PORT"
 NGINX_WORKER=$(pgrep -P "${PIDS[0]}" | head -1)
 wait_port "$SQUID_PORT"
 wait_port "$SLUICE_PORT"
+PEERS=(direct squid sluice)
+if [[ -x $RELAY ]]; then
+  "$RELAY" "$RELAY_PORT" "$NGINX_PORT" > /dev/null &
+  PIDS+=($!)
+  RELAY_PID=$!
+  wait_port "$RELAY_PORT"
+  PEERS+=(relay)
+else
+  echo "($RELAY not built: the bare-relay floor of the download row is left out)"
+fi
 
 # ---- 1. plain HTTP keep-alive with wrk ---------------------------------------------------
 cat > "$TMP/absolute.lua" <<EOF
@@ -201,13 +215,15 @@ awk -v a="$RPS_sluice" -v b="$RPS_squid" -v p="$P99_sluice" -v q="$P99_squid" \
 
 # ---- 2. CONNECT bulk download ------------------------------------------------------------
 echo
-echo "== CONNECT download of 100 MiB (median of $RUNS, the three taking turns; curl -p) =="
+echo "== CONNECT download of 100 MiB (median of $RUNS, the peers taking turns; curl -p) =="
 # Bulk throughput: bytes over the time from the first body byte to the last, so the
 # CONNECT round trip and the upstream dial (a few ms against ~50 ms of transfer) do not count.
-# direct, squid and sluice take turns, so a drift of the machine's speed (2 shared cores) hits
-# all three alike. Beside it, the CPU each process spent per 100 MiB (utime + stime, so the
+# direct, squid, sluice and the bare relay take turns, so a drift of the machine's speed (2 shared cores) hits
+# all alike. Beside it, the CPU each process spent per 100 MiB (utime + stime, so the
 # kernel's TCP work in each one's syscalls and the softirqs they ran is counted): it shows
-# what a relaying proxy adds and who waits for whom.
+# what a relaying proxy adds and who waits for whom. "relay" is bench/splice_relay.cpp: a
+# CONNECT relay with nothing but blocking splice(2), one thread per direction, no policy and
+# no audit: what it loses against direct is the extra loopback TCP hop itself.
 download() {  # download [proxy-port] -> "bytes/s curl-cpu-ms"
   local args=()
   [[ -n ${1:-} ]] && args=(-p -x "http://127.0.0.1:$1")
@@ -220,10 +236,11 @@ download() {  # download [proxy-port] -> "bytes/s curl-cpu-ms"
 HZ=$(getconf CLK_TCK)
 declare -A DL_SPEEDS DL_CURL DL_NGINX DL_PROXY
 for _ in $(seq "$RUNS"); do
-  for who in direct squid sluice; do
+  for who in "${PEERS[@]}"; do
     port="" pid=""
     [[ $who == squid ]] && port=$SQUID_PORT pid=$SQUID_PID
     [[ $who == sluice ]] && port=$SLUICE_PORT pid=$SLUICE_PID
+    [[ $who == relay ]] && port=$RELAY_PORT pid=$RELAY_PID
     n0=$(cpu_ticks "$NGINX_WORKER") p0=0
     [[ -n $pid ]] && p0=$(cpu_ticks "$pid")
     read -r speed curl_ms < <(download "$port")
@@ -237,7 +254,7 @@ for _ in $(seq "$RUNS"); do
 done
 sum_ms() { tr ' ' '\n' | awk 'NF {s += $1} END {printf "%.0f", s / NR}'; }  # mean of a list
 printf '%-8s %12s   %s\n' "" "MiB/s" "CPU ms per 100 MiB (mean): curl / nginx / proxy"
-for who in direct squid sluice; do
+for who in "${PEERS[@]}"; do
   speed=$(tr ' ' '\n' <<< "${DL_SPEEDS[$who]}" | awk NF | median)
   printf '%-8s %12.1f   %s / %s / %s\n' "$who" "$(awk -v s="$speed" 'BEGIN {print s/1048576}')" \
     "$(sum_ms <<< "${DL_CURL[$who]}")" "$(sum_ms <<< "${DL_NGINX[$who]}")" \
@@ -246,8 +263,10 @@ for who in direct squid sluice; do
   result "connect.$who.bytes_per_s" "$speed"
   result "connect.$who.proxy_cpu_ms" "$(sum_ms <<< "${DL_PROXY[$who]}")"
 done
-awk -v a="$DL_sluice" -v d="$DL_direct" -v s="$DL_squid" \
-  'BEGIN {printf "sluice/direct throughput: %.2fx   squid/direct: %.2fx\n", a/d, s/d}'
+awk -v a="$DL_sluice" -v d="$DL_direct" -v s="$DL_squid" -v r="${DL_relay:-0}" \
+  'BEGIN {printf "sluice/direct throughput: %.2fx   squid/direct: %.2fx", a/d, s/d
+          if (r > 0) printf "   bare relay/direct: %.2fx   sluice/bare relay: %.2fx", r/d, a/r
+          printf "\n"}'
 
 # ---- 3. idle tunnels ---------------------------------------------------------------------
 if (( TUNNELS == 0 )); then exit 0; fi

@@ -81,7 +81,7 @@ section "sluice serve vs bwrap (bench/serve_latency.sh)"
 env "${SERVE_ENV[@]}" bench/serve_latency.sh "${AUDIT_OPT[@]}" "$BUILD_DIR"
 
 section "proxy vs Squid (bench/proxy_vs_squid.sh)"
-env "${PROXY_ENV[@]}" bench/proxy_vs_squid.sh "${AUDIT_OPT[@]}" "$SLUICE"
+env "${PROXY_ENV[@]}" bench/proxy_vs_squid.sh "${AUDIT_OPT[@]}" "$SLUICE" "$BUILD_DIR/bench/splice_relay"
 
 section "inspected TLS vs passthrough and Squid ssl-bump (bench/tls_vs_passthrough.sh)"
 env "${TLS_ENV[@]}" bench/tls_vs_passthrough.sh "${AUDIT_OPT[@]}" "$SLUICE" "$BUILD_DIR/bench/tls_load"
