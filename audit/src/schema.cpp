@@ -160,6 +160,12 @@ PRAGMA user_version = 7;
 DROP INDEX requests_connection;
 PRAGMA user_version = 8;
 )sql",
+    // 8 -> 9: executions_caller holds only the rows that have a caller; see schemas/audit.sql.
+    R"sql(
+DROP INDEX executions_caller;
+CREATE INDEX executions_caller ON executions (caller) WHERE caller IS NOT NULL;
+PRAGMA user_version = 9;
+)sql",
 };
 
 /// The end of migration 5 -> 6: appends each version-5 policy row (not chained then) to the

@@ -299,10 +299,14 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
   }
 }
 
+/// SQL that takes a current database back to version 8 (executions_caller over every row).
+inline const std::string kUndoVersion9 =
+    "DROP INDEX executions_caller; CREATE INDEX executions_caller ON executions (caller); ";
+
 /// SQL that takes a current database back to version 7 (the index on requests (connection_id)
 /// it had then).
 inline const std::string kUndoVersion8 =
-    "CREATE INDEX requests_connection ON requests (connection_id); ";
+    kUndoVersion9 + "CREATE INDEX requests_connection ON requests (connection_id); ";
 
 /// SQL that takes a current database's tables back to version 6 (before the policy stamp
 /// columns, and version 8's index change): run first by a test that turns a database back

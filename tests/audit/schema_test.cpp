@@ -379,6 +379,48 @@ TEST(SchemaTest, VersionEightDropsTheRequestsConnectionIndex) {
   testing::expectChainIntact(db);
 }
 
+// Version 9 keeps only the rows that have a caller in executions_caller: a receipt without one
+// (`sluice run`) writes no leaf of it, and a lookup by caller still uses it. A version-8
+// database ends with the same indexes as a new one, its rows keep their hashes.
+TEST(SchemaTest, VersionNineIndexesOnlyExecutionsThatHaveACaller) {
+  TempDir dir;
+  auto fresh = dir / "fresh.db";
+  auto db = dir / "audit.db";
+  testing::populate(fresh);
+  testing::populate(db);
+  ASSERT_EQ(RawDb(db).exec(testing::kUndoVersion9 + "PRAGMA user_version = 8"), "");
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    auto e = testing::sampleExecution("exec-served");
+    e.receipt_json = R"({"execution_id":"exec-served","caller":"uid:1000"})";
+    ASSERT_TRUE(store->recordExecution(e).has_value());
+  }
+  const std::string indexes =
+      "SELECT group_concat(name || ':' || coalesce(sql, ''), '; ') FROM "
+      "(SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name)";
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(raw.text(indexes), RawDb(fresh).text(indexes));
+  EXPECT_GT(raw.integer("SELECT count(*) FROM executions WHERE caller IS NULL"), 0);
+  // The index's entries: only the execution with a caller.
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM executions INDEXED BY executions_caller "
+                        "WHERE caller IS NOT NULL"),
+            1);
+  std::string plan;
+  sqlite3_stmt* q = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(raw.get(),
+                               "EXPLAIN QUERY PLAN SELECT id FROM executions WHERE caller = ?1", -1,
+                               &q, nullptr),
+            SQLITE_OK);
+  while (sqlite3_step(q) == SQLITE_ROW)
+    plan += reinterpret_cast<const char*>(sqlite3_column_text(q, 3));
+  sqlite3_finalize(q);
+  EXPECT_NE(plan.find("USING INDEX executions_caller"), std::string::npos) << plan;
+  EXPECT_EQ(raw.text("SELECT id FROM executions WHERE caller = 'uid:1000'"), "exec-served");
+  testing::expectChainIntact(db);
+}
+
 TEST(SchemaTest, DeletedApprovalIsNamed) {
   TempDir dir;
   auto db = dir / "audit.db";
