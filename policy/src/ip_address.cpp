@@ -147,10 +147,16 @@ std::uint32_t IpAddress::v4HostOrder() const {
 std::string IpAddress::str() const {
   char buf[INET6_ADDRSTRLEN];
   if (isV4()) {
-    inet_ntop(AF_INET, bytes_.data(), buf, sizeof buf);
-  } else {
-    inet_ntop(AF_INET6, bytes_.data(), buf, sizeof buf);
+    // Dotted quad by hand: glibc's inet_ntop formats IPv4 with sprintf, and a plain-HTTP
+    // request's target and decision each spell one address.
+    char* end = buf;
+    for (int i = 0; i < 4; ++i) {
+      if (i) *end++ = '.';
+      end = std::to_chars(end, buf + sizeof buf, bytes_[i]).ptr;
+    }
+    return std::string(buf, end);
   }
+  inet_ntop(AF_INET6, bytes_.data(), buf, sizeof buf);
   return buf;
 }
 
