@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "context.hpp"
+#include "field_pool.hpp"
 #include "link.hpp"
 #include "relay.hpp"
 
@@ -170,7 +171,7 @@ class Exchange {
   const policy::Target* tunnel_target_ = nullptr;
   // Header fields of this connection's messages are allocated here. Only this connection's
   // strand touches it; declared before the parsers so it outlives them.
-  std::pmr::unsynchronized_pool_resource pool_;
+  FieldPool pool_;
   std::optional<ReqParser> req_parser_;
   std::optional<RespParser> resp_parser_;
   std::unique_ptr<BodyTransform> body_transform_;  // this request's (aws_signing.hpp), or null
