@@ -779,11 +779,14 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
   d.allowed = s.ask == nullptr;
   d.ask = s.ask != nullptr;
   d.reason = s.ask ? Reason::kApprovalRequired : Reason::kAllowed;
-  d.detail =
-      "rule " + r->id + (s.ask ? " asks an approver before allowing " : " allows ") +
-      q.target.host + " at " + q.address->str() +
-      (s.global ? ""
-                : std::string(" (") + std::string(addressClassName(s.cls)) + ", allow_private)");
+  // Built in one buffer: every allowed request carries this sentence.
+  const std::string at = q.address->str();
+  const std::string_view verb = s.ask ? " asks an approver before allowing " : " allows ";
+  d.detail.clear();
+  d.detail.reserve(48 + r->id.size() + verb.size() + q.target.host.size() + at.size());
+  d.detail.append("rule ").append(r->id).append(verb).append(q.target.host).append(" at ");
+  d.detail.append(at);
+  if (!s.global) d.detail.append(" (").append(addressClassName(s.cls)).append(", allow_private)");
   return d;
 }
 
