@@ -158,7 +158,7 @@ class Exchange {
                             const policy::HttpRequest& canon, const Failure& f);
   net::awaitable<bool> upgrade(RespParser& rp, const policy::Decision& d);
   net::awaitable<bool> writeClient(std::string_view bytes);
-  void redact(http::response_header<PmrFields>& head, const std::string& authority);
+  void redact(http::response_header<PmrFields>& head, const policy::Target* upstream);
   std::string refusalConnection(const policy::Target* target, const Refusal& r,
                                 const audit::PolicyStamp& request);
 

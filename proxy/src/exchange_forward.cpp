@@ -461,7 +461,7 @@ auto Exchange<Client, Upstream>::readResponseHead(RequestRecord& rec, const poli
     if (head.ec) co_return head;
     auto code = head.rp->get().result_int();
     if (code < 100 || code >= 200 || code == 101) co_return head;
-    redact(head.rp->get(), target.authority());
+    redact(head.rp->get(), &target);
     std::ostringstream interim_stream;
     interim_stream << head.rp->get().base();
     std::string interim = interim_stream.str();
@@ -543,7 +543,7 @@ bool Exchange<Client, Upstream>::shapeResponse(RespParser& rp, const policy::Tar
   const bool upstream_keep = resp.keep_alive() && delimited;
   client_keep = client_keep && delimited && (upstream_keep || carrier_ == Carrier::kPlainHttp);
   stripHopByHop(resp);
-  redact(resp, target.authority());
+  redact(resp, &target);
   resp.keep_alive(client_keep);
   return upstream_keep;
 }
@@ -624,7 +624,7 @@ template <typename Client, typename Upstream>
 net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp,
                                                          const policy::Decision& d) {
   ErrorCode ec;
-  redact(rp.get(), tunnel_target_ ? tunnel_target_->authority() : std::string("upstream"));
+  redact(rp.get(), tunnel_target_);
   http::message<false, http::empty_body, PmrFields> head{rp.get().base()};
   head.set(http::field::connection, "Upgrade");
   head.set(http::field::upgrade, "websocket");
