@@ -212,7 +212,9 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   req.target(forward_target);
   policy::wipeString(forward_target);
   req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
-  req.keep_alive(true);
+  // HTTP/1.1 persists unless a Connection field says otherwise; stripHopByHop removed the
+  // client's, so only one injected since needs rewriting.
+  if (req.version() < 11 || req.count(http::field::connection) != 0) req.keep_alive(true);
   if (body) setWholeBodyFraming(req, body->size());
   // SigV4 signs the target as the client sent it (its stand-ins are never swapped).
   std::string signed_target = canon.target();
@@ -544,7 +546,8 @@ bool Exchange<Client, Upstream>::shapeResponse(RespParser& rp, const policy::Tar
   client_keep = client_keep && delimited && (upstream_keep || carrier_ == Carrier::kPlainHttp);
   stripHopByHop(resp);
   redact(resp, &target);
-  resp.keep_alive(client_keep);
+  // No Connection field is left: an HTTP/1.1 response that stays open needs none.
+  if (!client_keep || resp.version() < 11) resp.keep_alive(client_keep);
   return upstream_keep;
 }
 
