@@ -19,6 +19,7 @@
 #include "field_pool.hpp"
 #include "link.hpp"
 #include "relay.hpp"
+#include "request_body.hpp"
 
 namespace sluice::proxy {
 
@@ -123,6 +124,7 @@ class Exchange {
   // rule that was approved, as the admission vetted the first connection.
   net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
                                const policy::Decision& d, bool approved, bool ws);
+  WholeBody bodyNeed(const policy::Decision& d) const;
   net::awaitable<std::expected<bool, Refusal>> readBody(const policy::Decision& d,
                                                         bool expect_continue, std::string& body);
   InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,

@@ -101,7 +101,8 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     if (expect_continue && !co_await writeClient(kContinue)) co_return false;
     expect_continue = false;
     body_hash_ = co_await readAheadBodyHash(AwsSigning::kMaxReadAhead);
-  } else {
+  } else if (bodyNeed(d) != WholeBody::kStream) {
+    // Only a body read whole (or refused) takes readBody's frame; most stream.
     whole = co_await readBody(d, expect_continue, body);
   }
   if (!whole) {
@@ -116,7 +117,10 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
   }
   // A rule that mints a bearer token: the token (waiting for its fetch if need be), or the
   // refusal; the connection goes on when no body is left unread.
-  if (auto r = co_await injectMintedToken(conn_, d, fields, inj)) {
+  std::optional<Refusal> no_token;  // a token minting refused (its frame only for such a rule)
+  if (d.rule && d.rule->inject.mintsToken())
+    no_token = co_await injectMintedToken(conn_, d, fields, inj);
+  if (const auto& r = no_token) {
     WipeOnExit wipe{parser.get(), inj, body};
     const bool go_on = client_keep && parser.is_done();
     co_await refuse(&target, canon.method, canon.path, *r, go_on);
@@ -287,6 +291,20 @@ net::awaitable<bool> Exchange<Client, Upstream>::refuseRewrite(const policy::Tar
   co_return false;
 }
 
+// What becomes of the request's body under decision `d` (request_body.hpp).
+template <typename Client, typename Upstream>
+WholeBody Exchange<Client, Upstream>::bodyNeed(const policy::Decision& d) const {
+  const auto& placeholders = conn_.listener->placeholders;
+  // A SigV4-signed body streams as it is: its hash is signed, so nothing in it may change,
+  // and a streaming upload's chunks are signed again on the way (body_transform_).
+  if (d.rule && d.rule->inject.aws_sigv4) return WholeBody::kStream;
+  BodyNeeds needs;
+  needs.swaps = d.rule && hasPlaceholder(d.rule->id, placeholders);
+  needs.scans = !placeholders.empty();
+  needs.signs = d.rule && d.rule->inject.hmac && d.rule->inject.hmac->needs_body;
+  return wholeBodyNeed(*req_parser_, needs, kWholeBodyBytes);
+}
+
 // The whole-body stage (request_body.hpp): true when the body was read into `body` (to be
 // searched, swapped or signed before it leaves), false when it streams; the refusal when it
 // is too large to read whole or broke off.
@@ -295,19 +313,10 @@ auto Exchange<Client, Upstream>::readBody(const policy::Decision& d, bool expect
                                           std::string& body)
     -> net::awaitable<std::expected<bool, Refusal>> {
   auto& parser = *req_parser_;
-  const auto& placeholders = conn_.listener->placeholders;
-  // A SigV4-signed body streams as it is: its hash is signed, so nothing in it may change,
-  // and a streaming upload's chunks are signed again on the way (body_transform_).
-  if (d.rule && d.rule->inject.aws_sigv4) co_return false;
-  BodyNeeds needs;
-  needs.swaps = d.rule && hasPlaceholder(d.rule->id, placeholders);
-  needs.scans = !placeholders.empty();
-  needs.signs = d.rule && d.rule->inject.hmac && d.rule->inject.hmac->needs_body;
-  const auto need = wholeBodyNeed(parser, needs, kWholeBodyBytes);
-  const std::string bound = std::to_string(kWholeBodyBytes);
+  const auto need = bodyNeed(d);
   auto too_large = [&] {
     return std::unexpected(refusal(Reason::kBodyTooLarge,
-                                   "request body exceeds " + bound +
+                                   "request body exceeds " + std::to_string(kWholeBodyBytes) +
                                        " bytes, the most the proxy reads whole to search it "
                                        "for placeholders or sign it",
                                    d.rule_id));
