@@ -101,8 +101,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     if (expect_continue && !co_await writeClient(kContinue)) co_return false;
     expect_continue = false;
     body_hash_ = co_await readAheadBodyHash(AwsSigning::kMaxReadAhead);
-  } else if (bodyNeed(d) != WholeBody::kStream) {
-    // Only a body read whole (or refused) takes readBody's frame; most stream.
+  } else if (bodyNeed(d) != WholeBody::kStream) {  // most stream: no readBody frame
     whole = co_await readBody(d, expect_continue, body);
   }
   if (!whole) {
@@ -115,9 +114,9 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     WipeOnExit wipe{parser.get(), inj, body};
     co_return co_await refuseRewrite(target, canon, d, inj, client_keep && parser.is_done());
   }
-  // A rule that mints a bearer token: the token (waiting for its fetch if need be), or the
-  // refusal; the connection goes on when no body is left unread.
-  std::optional<Refusal> no_token;  // a token minting refused (its frame only for such a rule)
+  // A rule that mints a bearer token (no frame for any other): the token (waiting for its
+  // fetch if need be), or the refusal; the connection goes on when no body is left unread.
+  std::optional<Refusal> no_token;
   if (d.rule && d.rule->inject.mintsToken())
     no_token = co_await injectMintedToken(conn_, d, fields, inj);
   if (const auto& r = no_token) {
