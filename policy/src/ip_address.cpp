@@ -7,7 +7,6 @@
 #include <cctype>
 #include <charconv>
 #include <cstring>
-#include <vector>
 
 namespace sluice::policy {
 namespace {
@@ -35,27 +34,27 @@ std::optional<std::uint64_t> parseV4Part(std::string_view part) {
 std::optional<IpAddress> parseV4(std::string_view text) {
   if (!text.empty() && text.back() == '.') text.remove_suffix(1);  // URL parser allows one
   if (text.empty()) return std::nullopt;
-  std::vector<std::uint64_t> parts;
+  std::array<std::uint64_t, 4> parts{};  // at most four: no heap for a literal
+  std::size_t count = 0;
   std::size_t start = 0;
   while (true) {
     std::size_t dot = text.find('.', start);
     std::string_view part = text.substr(start, dot == std::string_view::npos ? dot : dot - start);
     auto v = parseV4Part(part);
-    if (!v) return std::nullopt;
-    parts.push_back(*v);
-    if (parts.size() > 4) return std::nullopt;
+    if (!v || count == parts.size()) return std::nullopt;
+    parts[count++] = *v;
     if (dot == std::string_view::npos) break;
     start = dot + 1;
   }
   // a.b.c.d; a.b.c (c is 16 bits); a.b (b is 24 bits); a (32 bits).
   std::uint64_t result = 0;
-  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+  for (std::size_t i = 0; i + 1 < count; ++i) {
     if (parts[i] > 255) return std::nullopt;
     result |= parts[i] << (8 * (3 - i));
   }
-  int last_bits = 8 * static_cast<int>(5 - parts.size());
-  if (parts.back() >= (1ull << last_bits)) return std::nullopt;
-  result |= parts.back();
+  int last_bits = 8 * static_cast<int>(5 - count);
+  if (parts[count - 1] >= (1ull << last_bits)) return std::nullopt;
+  result |= parts[count - 1];
   return IpAddress::v4(static_cast<std::uint32_t>(result));
 }
 
@@ -147,10 +146,16 @@ std::uint32_t IpAddress::v4HostOrder() const {
 std::string IpAddress::str() const {
   char buf[INET6_ADDRSTRLEN];
   if (isV4()) {
-    inet_ntop(AF_INET, bytes_.data(), buf, sizeof buf);
-  } else {
-    inet_ntop(AF_INET6, bytes_.data(), buf, sizeof buf);
+    // Dotted quad by hand: glibc's inet_ntop formats IPv4 with sprintf, and a plain-HTTP
+    // request's target and decision each spell one address.
+    char* end = buf;
+    for (int i = 0; i < 4; ++i) {
+      if (i) *end++ = '.';
+      end = std::to_chars(end, buf + sizeof buf, bytes_[i]).ptr;
+    }
+    return std::string(buf, end);
   }
+  inet_ntop(AF_INET6, bytes_.data(), buf, sizeof buf);
   return buf;
 }
 

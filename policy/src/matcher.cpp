@@ -433,6 +433,9 @@ struct Scan {
   const Rule* ambiguous_ask = nullptr;  // an ask rule a ';' path would otherwise skip
   bool inspect = false;
   std::string where;  // the target's authority
+  // An address phase follows an allow or an ask (Query::address): it writes the decision's
+  // detail, so this phase's would be built for nothing.
+  bool address_follows = false;
 };
 
 // Whether deny rule `cr` (its port matched) denies now, at this phase.
@@ -502,6 +505,8 @@ static Decision conclude(Scan& s, const Matcher::Index& ix, const Workflow& w, c
     d.allowed = false;
     d.ask = true;
     d.tls = s.inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
+    if (s.address_follows)
+      return decidedBy(std::move(d), Reason::kApprovalRequired, *s.first_ask, {});
     return decidedBy(
         std::move(d), Reason::kApprovalRequired, *s.first_ask,
         "rule " + s.first_ask->id + " asks an approver before allowing " + subject(req, s.where));
@@ -509,6 +514,7 @@ static Decision conclude(Scan& s, const Matcher::Index& ix, const Workflow& w, c
   if (s.first_allow) {
     d.allowed = true;
     d.tls = s.inspect ? TlsMode::kInspect : TlsMode::kPassthrough;
+    if (s.address_follows) return decidedBy(std::move(d), Reason::kAllowed, *s.first_allow, {});
     std::string detail = "rule " + s.first_allow->id + " allows " + subject(req, s.where);
     if (vis == Visibility::kTunnel && req == nullptr)
       detail += std::string(" (tls: ") + std::string(tlsModeName(d.tls)) + ")";
@@ -521,9 +527,10 @@ static Decision conclude(Scan& s, const Matcher::Index& ix, const Workflow& w, c
 // allow and ask rules (collected in `allowing` for the address phase) do, in conclude().
 static Decision evaluate(const Matcher::Index& ix, const Workflow& w, const Target& t,
                          Visibility vis, const HttpRequest* req,
-                         std::vector<std::uint32_t>& allowing) {
+                         std::vector<std::uint32_t>& allowing, bool address_follows) {
   Scan s;
   s.where = t.authority();
+  s.address_follows = address_follows;
   for (std::uint32_t idx : ix.candidates(t)) {
     const CompiledRule& cr = ix.rules[idx];
     const Rule& r = *cr.rule;
@@ -571,10 +578,12 @@ void refusePlaintextInjection(Decision& d) {
 Decision Matcher::decide(const Query& q) const {
   std::vector<std::uint32_t> allowing;
   Decision d;
+  const bool address_follows = q.address != nullptr;  // decideAddress() writes the detail
   if (q.request) {
-    d = evaluate(*index_, *workflow_, q.target, Visibility::kPlainHttp, q.request, allowing);
+    d = evaluate(*index_, *workflow_, q.target, Visibility::kPlainHttp, q.request, allowing,
+                 address_follows);
   } else {
-    d = evaluate(*index_, *workflow_, q.target, q.visibility, nullptr, allowing);
+    d = evaluate(*index_, *workflow_, q.target, q.visibility, nullptr, allowing, address_follows);
   }
   if ((d.allowed || d.ask) && q.address) d = decideAddress(std::move(d), allowing, q);
   if (q.plaintext && q.request) refusePlaintextInjection(d);
@@ -770,11 +779,14 @@ Decision Matcher::decideAddress(Decision connect, const std::vector<std::uint32_
   d.allowed = s.ask == nullptr;
   d.ask = s.ask != nullptr;
   d.reason = s.ask ? Reason::kApprovalRequired : Reason::kAllowed;
-  d.detail =
-      "rule " + r->id + (s.ask ? " asks an approver before allowing " : " allows ") +
-      q.target.host + " at " + q.address->str() +
-      (s.global ? ""
-                : std::string(" (") + std::string(addressClassName(s.cls)) + ", allow_private)");
+  // Built in one buffer: every allowed request carries this sentence.
+  const std::string at = q.address->str();
+  const std::string_view verb = s.ask ? " asks an approver before allowing " : " allows ";
+  d.detail.clear();
+  d.detail.reserve(48 + r->id.size() + verb.size() + q.target.host.size() + at.size());
+  d.detail.append("rule ").append(r->id).append(verb).append(q.target.host).append(" at ");
+  d.detail.append(at);
+  if (!s.global) d.detail.append(" (").append(addressClassName(s.cls)).append(", allow_private)");
   return d;
 }
 

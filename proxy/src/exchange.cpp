@@ -282,9 +282,10 @@ net::awaitable<bool> Exchange<Client, Upstream>::writeClient(std::string_view by
 
 // Everything of a response header that reaches the sandbox is searched for the secrets
 // injected on this connection: every field value, and the status line's reason phrase.
+// `upstream` (null: unnamed) is only spelled out for the warning.
 template <typename Client, typename Upstream>
 void Exchange<Client, Upstream>::redact(http::response_header<PmrFields>& head,
-                                        const std::string& authority) {
+                                        const policy::Target* upstream) {
   const auto* secrets = conn_.listener->secrets.get();
   const auto& minted = conn_.minted.values;
   if ((conn_.injected.empty() || !secrets) && minted.empty()) return;
@@ -296,7 +297,7 @@ void Exchange<Client, Upstream>::redact(http::response_header<PmrFields>& head,
   }
   if (hit)
     log().warn("upstream {} reflected an injected secret in a response header; redacted",
-               authority);
+               upstream ? upstream->authority() : std::string("upstream"));
 }
 
 template <typename Client, typename Upstream>

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "context.hpp"
+#include "field_pool.hpp"
 #include "link.hpp"
 #include "relay.hpp"
+#include "request_body.hpp"
 
 namespace sluice::proxy {
 
@@ -122,6 +124,7 @@ class Exchange {
   // rule that was approved, as the admission vetted the first connection.
   net::awaitable<bool> forward(const policy::Target& target, const policy::HttpRequest& req,
                                const policy::Decision& d, bool approved, bool ws);
+  WholeBody bodyNeed(const policy::Decision& d) const;
   net::awaitable<std::expected<bool, Refusal>> readBody(const policy::Decision& d,
                                                         bool expect_continue, std::string& body);
   InjectionResult rewrite(const policy::Target& target, const policy::HttpRequest& canon,
@@ -157,7 +160,7 @@ class Exchange {
                             const policy::HttpRequest& canon, const Failure& f);
   net::awaitable<bool> upgrade(RespParser& rp, const policy::Decision& d);
   net::awaitable<bool> writeClient(std::string_view bytes);
-  void redact(http::response_header<PmrFields>& head, const std::string& authority);
+  void redact(http::response_header<PmrFields>& head, const policy::Target* upstream);
   std::string refusalConnection(const policy::Target* target, const Refusal& r,
                                 const audit::PolicyStamp& request);
 
@@ -170,7 +173,7 @@ class Exchange {
   const policy::Target* tunnel_target_ = nullptr;
   // Header fields of this connection's messages are allocated here. Only this connection's
   // strand touches it; declared before the parsers so it outlives them.
-  std::pmr::unsynchronized_pool_resource pool_;
+  FieldPool pool_;
   std::optional<ReqParser> req_parser_;
   std::optional<RespParser> resp_parser_;
   std::unique_ptr<BodyTransform> body_transform_;  // this request's (aws_signing.hpp), or null

@@ -101,7 +101,7 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     if (expect_continue && !co_await writeClient(kContinue)) co_return false;
     expect_continue = false;
     body_hash_ = co_await readAheadBodyHash(AwsSigning::kMaxReadAhead);
-  } else {
+  } else if (bodyNeed(d) != WholeBody::kStream) {  // most stream: no readBody frame
     whole = co_await readBody(d, expect_continue, body);
   }
   if (!whole) {
@@ -114,9 +114,12 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     WipeOnExit wipe{parser.get(), inj, body};
     co_return co_await refuseRewrite(target, canon, d, inj, client_keep && parser.is_done());
   }
-  // A rule that mints a bearer token: the token (waiting for its fetch if need be), or the
-  // refusal; the connection goes on when no body is left unread.
-  if (auto r = co_await injectMintedToken(conn_, d, fields, inj)) {
+  // A rule that mints a bearer token (no frame for any other): the token (waiting for its
+  // fetch if need be), or the refusal; the connection goes on when no body is left unread.
+  std::optional<Refusal> no_token;
+  if (d.rule && d.rule->inject.mintsToken())
+    no_token = co_await injectMintedToken(conn_, d, fields, inj);
+  if (const auto& r = no_token) {
     WipeOnExit wipe{parser.get(), inj, body};
     const bool go_on = client_keep && parser.is_done();
     co_await refuse(&target, canon.method, canon.path, *r, go_on);
@@ -212,7 +215,9 @@ InjectionResult Exchange<Client, Upstream>::rewrite(const policy::Target& target
   req.target(forward_target);
   policy::wipeString(forward_target);
   req.set(http::field::host, hostField(target, carrier_ == Carrier::kInspected ? 443 : 80));
-  req.keep_alive(true);
+  // HTTP/1.1 persists unless a Connection field says otherwise; stripHopByHop removed the
+  // client's, so only one injected since needs rewriting.
+  if (req.version() < 11 || req.count(http::field::connection) != 0) req.keep_alive(true);
   if (body) setWholeBodyFraming(req, body->size());
   // SigV4 signs the target as the client sent it (its stand-ins are never swapped).
   std::string signed_target = canon.target();
@@ -285,6 +290,20 @@ net::awaitable<bool> Exchange<Client, Upstream>::refuseRewrite(const policy::Tar
   co_return false;
 }
 
+// What becomes of the request's body under decision `d` (request_body.hpp).
+template <typename Client, typename Upstream>
+WholeBody Exchange<Client, Upstream>::bodyNeed(const policy::Decision& d) const {
+  const auto& placeholders = conn_.listener->placeholders;
+  // A SigV4-signed body streams as it is: its hash is signed, so nothing in it may change,
+  // and a streaming upload's chunks are signed again on the way (body_transform_).
+  if (d.rule && d.rule->inject.aws_sigv4) return WholeBody::kStream;
+  BodyNeeds needs;
+  needs.swaps = d.rule && hasPlaceholder(d.rule->id, placeholders);
+  needs.scans = !placeholders.empty();
+  needs.signs = d.rule && d.rule->inject.hmac && d.rule->inject.hmac->needs_body;
+  return wholeBodyNeed(*req_parser_, needs, kWholeBodyBytes);
+}
+
 // The whole-body stage (request_body.hpp): true when the body was read into `body` (to be
 // searched, swapped or signed before it leaves), false when it streams; the refusal when it
 // is too large to read whole or broke off.
@@ -293,19 +312,10 @@ auto Exchange<Client, Upstream>::readBody(const policy::Decision& d, bool expect
                                           std::string& body)
     -> net::awaitable<std::expected<bool, Refusal>> {
   auto& parser = *req_parser_;
-  const auto& placeholders = conn_.listener->placeholders;
-  // A SigV4-signed body streams as it is: its hash is signed, so nothing in it may change,
-  // and a streaming upload's chunks are signed again on the way (body_transform_).
-  if (d.rule && d.rule->inject.aws_sigv4) co_return false;
-  BodyNeeds needs;
-  needs.swaps = d.rule && hasPlaceholder(d.rule->id, placeholders);
-  needs.scans = !placeholders.empty();
-  needs.signs = d.rule && d.rule->inject.hmac && d.rule->inject.hmac->needs_body;
-  const auto need = wholeBodyNeed(parser, needs, kWholeBodyBytes);
-  const std::string bound = std::to_string(kWholeBodyBytes);
+  const auto need = bodyNeed(d);
   auto too_large = [&] {
     return std::unexpected(refusal(Reason::kBodyTooLarge,
-                                   "request body exceeds " + bound +
+                                   "request body exceeds " + std::to_string(kWholeBodyBytes) +
                                        " bytes, the most the proxy reads whole to search it "
                                        "for placeholders or sign it",
                                    d.rule_id));
@@ -461,7 +471,7 @@ auto Exchange<Client, Upstream>::readResponseHead(RequestRecord& rec, const poli
     if (head.ec) co_return head;
     auto code = head.rp->get().result_int();
     if (code < 100 || code >= 200 || code == 101) co_return head;
-    redact(head.rp->get(), target.authority());
+    redact(head.rp->get(), &target);
     std::ostringstream interim_stream;
     interim_stream << head.rp->get().base();
     std::string interim = interim_stream.str();
@@ -543,8 +553,9 @@ bool Exchange<Client, Upstream>::shapeResponse(RespParser& rp, const policy::Tar
   const bool upstream_keep = resp.keep_alive() && delimited;
   client_keep = client_keep && delimited && (upstream_keep || carrier_ == Carrier::kPlainHttp);
   stripHopByHop(resp);
-  redact(resp, target.authority());
-  resp.keep_alive(client_keep);
+  redact(resp, &target);
+  // No Connection field is left: an HTTP/1.1 response that stays open needs none.
+  if (!client_keep || resp.version() < 11) resp.keep_alive(client_keep);
   return upstream_keep;
 }
 
@@ -624,7 +635,7 @@ template <typename Client, typename Upstream>
 net::awaitable<bool> Exchange<Client, Upstream>::upgrade(RespParser& rp,
                                                          const policy::Decision& d) {
   ErrorCode ec;
-  redact(rp.get(), tunnel_target_ ? tunnel_target_->authority() : std::string("upstream"));
+  redact(rp.get(), tunnel_target_);
   http::message<false, http::empty_body, PmrFields> head{rp.get().base()};
   head.set(http::field::connection, "Upgrade");
   head.set(http::field::upgrade, "websocket");

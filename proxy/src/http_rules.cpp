@@ -39,6 +39,8 @@ std::vector<std::string> tokens(std::string_view list) {
 std::optional<std::string> checkHeaderBlock(std::string_view block) {
   for (std::size_t i = 0; i < block.size(); ++i) {
     char c = block[i];
+    // Every byte this checks for is at most CR: one comparison passes all the others.
+    if (static_cast<unsigned char>(c) > '\r') continue;
     if (c == '\0') return "NUL byte in the request header";
     if (c == '\n') {
       if (i == 0 || block[i - 1] != '\r') return "bare LF line ending in the request header";
@@ -89,25 +91,56 @@ std::optional<Refusal> checkFramingImpl(const Fields& fields, unsigned version) 
   return std::nullopt;
 }
 
+// The fields no proxy forwards (RFC 9110 7.6.1), whatever Connection lists.
+bool alwaysHopByHop(http::field f) {
+  switch (f) {
+    case http::field::connection:
+    case http::field::proxy_connection:
+    case http::field::proxy_authorization:
+    case http::field::proxy_authenticate:
+    case http::field::keep_alive:
+    case http::field::te:
+    case http::field::trailer:
+    case http::field::upgrade:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The names the Connection fields list that go too: never the framing fields or Host, and
+// none of the always-stripped ones (already going).
 template <typename Fields>
-void stripHopByHopImpl(Fields& fields) {
+std::vector<std::string> listedHopByHop(const Fields& fields) {
   std::vector<std::string> listed;
   for (auto it = fields.find(http::field::connection);
        it != fields.end() && it->name() == http::field::connection; ++it) {
-    for (auto& t : tokens(std::string_view(it->value().data(), it->value().size())))
-      listed.push_back(t);
+    for (auto& t : tokens(std::string_view(it->value().data(), it->value().size()))) {
+      if (iequals(t, "content-length") || iequals(t, "transfer-encoding") || iequals(t, "host") ||
+          alwaysHopByHop(http::string_to_field(t)))
+        continue;
+      listed.push_back(std::move(t));
+    }
   }
-  for (const auto& name : listed) {
-    if (iequals(name, "content-length") || iequals(name, "transfer-encoding") ||
-        iequals(name, "host"))
-      continue;
-    fields.erase(name);
+  return listed;
+}
+
+// One pass over the fields in order, erasing by iterator: a lookup per name would walk the
+// field set's tree eight times or more per message.
+template <typename Fields>
+void stripHopByHopImpl(Fields& fields) {
+  const std::vector<std::string> listed = listedHopByHop(fields);
+  auto is_listed = [&](std::string_view name) {
+    return std::any_of(listed.begin(), listed.end(),
+                       [&](const std::string& l) { return iequals(l, name); });
+  };
+  for (auto it = fields.begin(); it != fields.end();) {
+    const auto name = it->name_string();
+    if (alwaysHopByHop(it->name()) || is_listed(std::string_view(name.data(), name.size())))
+      it = fields.erase(it);
+    else
+      ++it;
   }
-  for (auto f :
-       {http::field::connection, http::field::proxy_connection, http::field::proxy_authorization,
-        http::field::proxy_authenticate, http::field::keep_alive, http::field::te,
-        http::field::trailer, http::field::upgrade})
-    fields.erase(f);
 }
 
 template <typename Fields>

@@ -25,6 +25,14 @@ TEST(IpLiteral, MetadataAddressSpellings) {
   }
 }
 
+TEST(IpLiteral, DottedQuadSpellsEveryOctetWidth) {
+  // Every width of octet, both ends of the range, compared with inet_ntop's spelling.
+  for (auto s : {"0.0.0.0", "255.255.255.255", "10.0.100.9", "1.22.203.4", "192.168.0.10"}) {
+    EXPECT_EQ(canon(s), s);
+  }
+  EXPECT_EQ(IpAddress::v4(0xC0A80001).str(), "192.168.0.1");
+}
+
 TEST(IpLiteral, Ipv6Forms) {
   EXPECT_EQ(canon("[::1]"), "::1");
   EXPECT_EQ(canon("::1"), "::1");

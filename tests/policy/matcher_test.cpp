@@ -152,6 +152,21 @@ TEST(Matcher, AddressPhaseRefusesNonGlobalAddresses) {
   EXPECT_EQ(d.nearest_miss, "rule pub matched api.example but does not set allow_private: true");
 }
 
+TEST(Matcher, AnAllowAtAnAddressIsExplainedByTheAddressPhase) {
+  auto m = compileYaml(
+      "    - {id: local, action: allow, hosts: [svc.example], ports: [8080],\n"
+      "       allow_private: true, cidrs: [\"127.0.0.0/8\"]}\n");
+  auto t = target("svc.example", 8080);
+  const auto addr = *parseIpLiteral("127.0.0.9");
+  EXPECT_EQ(request(*m, t, "GET", "/a").detail, "rule local allows GET svc.example:8080/a");
+  auto d = request(*m, t, "GET", "/a", &addr);
+  EXPECT_TRUE(d.allowed);
+  EXPECT_EQ(d.detail, "rule local allows svc.example at 127.0.0.9 (loopback, allow_private)");
+  EXPECT_EQ(connectAt(*m, t, addr).detail, d.detail);
+  EXPECT_EQ(connect(*m, "svc.example", 8080).detail,
+            "rule local allows svc.example:8080 (tls: passthrough)");
+}
+
 TEST(Matcher, AllowPrivateNeedsTheAddressInCidrs) {
   auto m = compileYaml(
       "    - {id: stats, action: allow, hosts: [stats.internal.example], ports: [443],\n"

@@ -69,6 +69,15 @@ TEST_F(ClientConnectionTest, Http10ClientGetsItsConnectionClosed) {
   EXPECT_TRUE(c.waitClosed());
 }
 
+TEST_F(ClientConnectionTest, AClientThatClosesIsToldSoInTheResponse) {
+  Client c(port_);
+  ASSERT_TRUE(c.send(getRequest(upstream(), "/bye", "Connection: close\r\n")));
+  auto r = c.readResponse();
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("connection"), "close");
+  EXPECT_TRUE(c.waitClosed());
+}
+
 TEST_F(ClientConnectionTest, SwitchingToAnotherOriginOpensANewConnection) {
   Client c(port_);
   ASSERT_TRUE(c.send(getRequest(upstream(), "/a")));

@@ -66,6 +66,23 @@ TEST(HopByHop, StripsListedAndStandardFieldsButNeverFraming) {
   EXPECT_EQ(f.count("X-B"), 1u);
 }
 
+TEST(HopByHop, EveryConnectionFieldListsAndTheRestStay) {
+  auto f = fieldsOf({{"X-1", "a"},
+                     {"Connection", "x-gone"},
+                     {"X-Gone", "1"},
+                     {"X-2", "b"},
+                     {"connection", "CLOSE, keep-alive"},
+                     {"close", "odd but listed"},
+                     {"x-gone", "2"},
+                     {"X-1", "c"}});
+  stripHopByHop(f);
+  std::vector<std::string> left;
+  for (const auto& field : f)
+    left.push_back(std::string(field.name_string()) + ": " + std::string(field.value()));
+  // Beast keeps fields of one name together, in the order they came.
+  EXPECT_EQ(left, (std::vector<std::string>{"X-1: a", "X-1: c", "X-2: b"}));
+}
+
 TEST(HostAgreement, ComparesNormalisedHostAndPort) {
   auto t = policy::makeTarget("api.example", 80).value();
   EXPECT_FALSE(checkHostAgrees(fieldsOf({{"Host", "API.example."}}), t, 80));

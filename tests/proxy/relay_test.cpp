@@ -5,11 +5,62 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <memory_resource>
 #include <sstream>
 
+#include "field_pool.hpp"
+
 namespace sluice::proxy {
 namespace {
+
+TEST(FieldPool, AFreedBlockIsHandedOutAgainForItsSizeClassOnly) {
+  FieldPool pool;
+  void* a = pool.allocate(40, 8);
+  void* b = pool.allocate(100, 8);
+  EXPECT_NE(a, b);
+  pool.deallocate(a, 40, 8);
+  void* c = pool.allocate(200, 8);  // another class: not a's block
+  EXPECT_NE(c, a);
+  EXPECT_EQ(pool.allocate(64, 8), a);       // a's class (1-64 bytes)
+  void* big = pool.allocate(64 * 1024, 8);  // beyond the classes: the heap
+  std::memset(big, 0x5a, 64 * 1024);
+  pool.deallocate(big, 64 * 1024, 8);
+  pool.deallocate(b, 100, 8);
+  pool.deallocate(c, 200, 8);
+}
+
+TEST(FieldPool, BlocksAreAlignedAndDisjoint) {
+  FieldPool pool;
+  std::vector<std::pair<unsigned char*, std::size_t>> blocks;
+  for (std::size_t i = 0; i < 500; ++i) {
+    const std::size_t n = 1 + (i * 37) % 2100;
+    auto* p = static_cast<unsigned char*>(pool.allocate(n, alignof(std::max_align_t)));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignof(std::max_align_t), 0u) << n;
+    std::memset(p, static_cast<int>(i & 0xff), n);
+    blocks.emplace_back(p, n);
+  }
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const auto [p, n] = blocks[i];
+    for (std::size_t k = 0; k < n; ++k) ASSERT_EQ(p[k], static_cast<unsigned char>(i & 0xff));
+    pool.deallocate(p, n, alignof(std::max_align_t));
+  }
+}
+
+TEST(FieldPool, MessagesOfFieldsReuseTheFirstMessagesMemory) {
+  FieldPool pool;
+  std::size_t after_first = 0;
+  for (int message = 0; message < 1000; ++message) {
+    PmrFields f{PmrAllocator(&pool)};
+    for (int i = 0; i < 20; ++i) f.insert("X-Field-" + std::to_string(i), std::string(i * 10, 'v'));
+    f.erase("X-Field-3");
+    f.set(http::field::host, "example.test");
+    EXPECT_EQ(f["X-Field-19"].size(), 190u);
+    if (message == 0) after_first = pool.reserved();
+  }
+  EXPECT_GT(after_first, 0u);
+  EXPECT_EQ(pool.reserved(), after_first);
+}
 
 // What Beast's serializer writes for `h` (the relay's general path).
 template <bool isRequest>
