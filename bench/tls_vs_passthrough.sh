@@ -22,7 +22,8 @@
 #        SQUID_BUMP (0 leaves the Squid ssl-bump peer out, default 1),
 #        UPSTREAM_TICKETS (1: nginx issues TLS session tickets, as public APIs do, so a proxy
 #        may resume its upstream sessions; tls_load itself never resumes. Default 1),
-#        STREAMS (h2 requests in flight per connection, default 10), MODES (default "new reuse h2")
+#        STREAMS (h2 requests in flight per connection, default 10), MODES (default "new reuse h2"),
+#        S_TIME (0 leaves out `openssl s_time` against nginx, default 1)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 bench_args "$@"
@@ -37,6 +38,7 @@ PROXY_THREADS=${PROXY_THREADS:-1}
 SQUID_BUMP=${SQUID_BUMP:-1}
 UPSTREAM_TICKETS=${UPSTREAM_TICKETS:-1}
 STREAMS=${STREAMS:-10}
+S_TIME=${S_TIME:-1}
 MODES=${MODES:-new reuse h2}
 
 for b in "$SLUICE" "$TLS_LOAD"; do
@@ -357,6 +359,26 @@ for mode in $MODES; do
                    " (inspect: %.1f) and <= %.1f us in the proxy thread (inspect: %.1f without the writer)\n",
                    m, g, want, n * 1e6 / want, t, 1e6 / want, pu + ps - a}'
 done
+
+# OpenSSL's own s_time cannot CONNECT through a proxy: it measures the peer, nginx, directly:
+# full handshakes (no resumption) on one connection after another, with nginx's CPU per
+# handshake from its ticks, the price one side of each new inspected connection pays too.
+if [[ $S_TIME == 1 ]]; then
+  n0=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  w0=$(date +%s.%N)
+  st=$(openssl s_time -connect "localhost:$NGINX_PORT" -CAfile "$TMP/pki/ca.pem" -new \
+         -time "$DURATION" 2>/dev/null | grep 'connections in .* real seconds' | tail -1 || true)
+  n1=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  d=$(awk -v a="$w0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
+  conns=$(awk '{print $1}' <<< "$st")
+  if [[ -n $conns && $conns -gt 0 ]]; then
+    awk -v c="$conns" -v d="$d" -v t=$((n1 - n0)) -v hz="$CLK_TCK" \
+      'BEGIN {printf "openssl s_time -new against nginx directly: %.0f handshakes/s, nginx %.0f us of CPU per handshake\n",
+              c / d, t * 1e6 / hz / c}'
+    result tls.s_time.nginx.handshakes_per_s "$(awk -v c="$conns" -v d="$d" 'BEGIN {printf "%.0f", c / d}')"
+    result tls.s_time.nginx.cpu_us "$(awk -v c="$conns" -v t=$((n1 - n0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", t * 1e6 / hz / c}')"
+  fi
+fi
 
 if [[ $AUDIT == 1 ]]; then
   rows=$("$SLUICE" audit sql --db "$TMP/audit.db" "SELECT count(*) FROM requests" 2>/dev/null | tail -1 || echo "?")

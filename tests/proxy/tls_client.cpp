@@ -207,6 +207,8 @@ std::string ProxyClient::alpn() const {
   return std::string(reinterpret_cast<const char*>(data), len);
 }
 
+std::string ProxyClient::cipher() const { return ssl_ ? SSL_get_cipher_name(ssl_) : ""; }
+
 std::string request(const std::string& method, const std::string& target, const std::string& host,
                     const std::string& extra, const std::string& body) {
   std::string r = method + " " + target + " HTTP/1.1\r\nHost: " + host + "\r\n" + extra;

@@ -60,6 +60,9 @@ class ProxyClient {
   /// ALPN protocol the server selected ("" if none).
   std::string alpn() const;
 
+  /// The cipher suite the handshake settled on ("" before one), as OpenSSL names it.
+  std::string cipher() const;
+
  private:
   // Appends more bytes to buf_; false on EOF, error or timeout.
   bool fill();
