@@ -1110,6 +1110,15 @@ TEST_F(InspectTest, BothSidesNegotiateAes128Gcm) {
   EXPECT_EQ(up_->lastCipher(), "TLS_AES_128_GCM_SHA256");
 }
 
+// A client handshake gets one resumption ticket (OpenSSL's default is two): enough for a
+// client that reconnects one connection after another, and half the ticket work per handshake.
+TEST_F(InspectTest, ClientGetsOneSessionTicket) {
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(roundTrip(*c, request("GET", "/v1/a", apiAuthority())).status, 200);
+  EXPECT_EQ(c->sessionsReceived(), 1);
+}
+
 TEST_F(InspectTest, WebSocketUpgradeIsRelayed) {
   auto c = tunnel("api.test", up_->port());
   ASSERT_TRUE(c);

@@ -63,6 +63,9 @@ class ProxyClient {
   /// The cipher suite the handshake settled on ("" before one), as OpenSSL names it.
   std::string cipher() const;
 
+  /// Resumable sessions (TLS 1.3: tickets) the server has sent so far, as read.
+  int sessionsReceived() const { return sessions_; }
+
  private:
   // Appends more bytes to buf_; false on EOF, error or timeout.
   bool fill();
@@ -72,6 +75,7 @@ class ProxyClient {
   SSL* ssl_ = nullptr;
   std::string buf_;
   bool timed_out_ = false;
+  int sessions_ = 0;
   std::string* transcript_;
 };
 
