@@ -335,7 +335,9 @@ for mode in $MODES; do
     [[ -f $f ]] || continue
     med=()
     for i in 1 2 3 4 5 6 7; do med+=("$(awk -v i=$i '{print $i}' "$f" | median)"); done
-    for i in "${!cpu_keys[@]}"; do result "tls.$mode.$who.cpu_us.${cpu_keys[$i]}" "${med[$i]}"; done
+    for i in "${!cpu_keys[@]}"; do
+      result "tls.$mode.$who.cpu_us.${cpu_keys[$i]}" "${med[$i]}"
+    done
     # ceiling: the requests/s the machine's CPUs allow at this total CPU per request.
     awk -v m="$mode" -v w="$who" -v n="$NCPU" -v c="${med[0]}" -v pu="${med[1]}" \
         -v ps="${med[2]}" -v a="${med[3]}" -v ng="${med[4]}" -v sq="${med[5]}" -v t="${med[6]}" \
@@ -355,8 +357,9 @@ for mode in $MODES; do
       -v a="$(awk '{print $4}' "$TMP/cpu.$mode.inspect" | median)" \
       -v t="$(awk '{print $7}' "$TMP/cpu.$mode.inspect" | median)" \
     'BEGIN {want = g * r
-            printf "%-5s %.1fx passthrough = %.0f req/s needs <= %.1f us machine CPU per request" \
-                   " (inspect: %.1f) and <= %.1f us in the proxy thread (inspect: %.1f without the writer)\n",
+            printf "%-5s %.1fx passthrough = %.0f req/s needs <= %.1f us machine CPU" \
+                   " per request (inspect: %.1f) and <= %.1f us in the proxy thread" \
+                   " (inspect: %.1f without the writer)\n",
                    m, g, want, n * 1e6 / want, t, 1e6 / want, pu + ps - a}'
 done
 
@@ -372,11 +375,13 @@ if [[ $S_TIME == 1 ]]; then
   d=$(awk -v a="$w0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
   conns=$(awk '{print $1}' <<< "$st")
   if [[ -n $conns && $conns -gt 0 ]]; then
-    awk -v c="$conns" -v d="$d" -v t=$((n1 - n0)) -v hz="$CLK_TCK" \
-      'BEGIN {printf "openssl s_time -new against nginx directly: %.0f handshakes/s, nginx %.0f us of CPU per handshake\n",
-              c / d, t * 1e6 / hz / c}'
-    result tls.s_time.nginx.handshakes_per_s "$(awk -v c="$conns" -v d="$d" 'BEGIN {printf "%.0f", c / d}')"
-    result tls.s_time.nginx.cpu_us "$(awk -v c="$conns" -v t=$((n1 - n0)) -v hz="$CLK_TCK" 'BEGIN {printf "%.1f", t * 1e6 / hz / c}')"
+    hs=$(awk -v c="$conns" -v d="$d" 'BEGIN {printf "%.0f", c / d}')
+    hs_us=$(awk -v c="$conns" -v t=$((n1 - n0)) -v hz="$CLK_TCK" \
+              'BEGIN {printf "%.1f", t * 1e6 / hz / c}')
+    echo "openssl s_time -new against nginx directly: $hs handshakes/s," \
+         "nginx $hs_us us of CPU per handshake"
+    result tls.s_time.nginx.handshakes_per_s "$hs"
+    result tls.s_time.nginx.cpu_us "$hs_us"
   fi
 fi
 
