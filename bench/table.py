@@ -137,6 +137,30 @@ def rows(r, audit):
          "<= 0.4x (p50)", verdict(le(exec_, 0.4))),
     ]
 
+def tls_cpu(r):
+    """Where the TLS rows' CPU goes (tls_vs_passthrough.sh's accounting): microseconds of CPU
+    per request of each process, inspected beside passthrough; lines only for modes that ran."""
+    out = []
+    for mode in ("reuse", "new"):
+        def us(who, part):
+            v = r.get(f"tls.{mode}.{who}.cpu_us.{part}")
+            return "n/a" if v is None else f"{v:.1f}"
+        if r.get(f"tls.{mode}.inspect.cpu_us.machine") is None:
+            continue
+        out.append(
+            f"TLS {mode}, CPU us per request, inspect vs passthrough: "
+            f"proxy user {us('inspect', 'proxy_user')} vs {us('passthrough', 'proxy_user')}, "
+            f"sys {us('inspect', 'proxy_sys')} vs {us('passthrough', 'proxy_sys')} "
+            f"(audit writer {us('inspect', 'audit')}); "
+            f"client {us('inspect', 'client')} vs {us('passthrough', 'client')}; "
+            f"nginx {us('inspect', 'nginx')} vs {us('passthrough', 'nginx')}; "
+            f"machine {us('inspect', 'machine')} vs {us('passthrough', 'machine')}")
+    if r.get("tls.s_time.nginx.cpu_us") is not None:
+        out.append(f"openssl s_time -new against nginx directly: "
+                   f"{r['tls.s_time.nginx.handshakes_per_s']:.0f} handshakes/s, "
+                   f"nginx {r['tls.s_time.nginx.cpu_us']:.1f} us of CPU per handshake")
+    return out
+
 
 def main():
     results, audit_json, audit_on, smoke, seconds = sys.argv[1:6]
@@ -148,6 +172,10 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for work, ours, peer, r, lat, goal, v in table:
         print(f"| {work} | {ours} | {peer} | {times(r)} | {lat} | {goal} | {v} |")
+    lines = tls_cpu(load_results(results))
+    if lines:
+        print()
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,10 @@
 #          inspection the proxy speaks h2 to both sides: docs/tls.md, "HTTP/2").
 # The load client is bench/tls_load.cpp (OpenSSL, N threads). Only processes this script
 # started are stopped, by pid.
+# Around every measured run the script also reads each process's CPU (/proc/PID/stat; the
+# client reports its own) and the whole machine's (/proc/stat, softirq included), and prints
+# the CPU microseconds per request of each and the ceiling that total puts on requests/s with
+# this machine's cores (docs/benchmarks.md, "TLS inspection: where the CPU goes").
 #
 # Usage: bench/tls_vs_passthrough.sh [--no-audit] [path/to/sluice] [path/to/tls_load]
 #        (defaults: build/cli/sluice, build/bench/tls_load; --no-audit: no audit store)
@@ -18,7 +22,8 @@
 #        SQUID_BUMP (0 leaves the Squid ssl-bump peer out, default 1),
 #        UPSTREAM_TICKETS (1: nginx issues TLS session tickets, as public APIs do, so a proxy
 #        may resume its upstream sessions; tls_load itself never resumes. Default 1),
-#        STREAMS (h2 requests in flight per connection, default 10), MODES (default "new reuse h2")
+#        STREAMS (h2 requests in flight per connection, default 10), MODES (default "new reuse h2"),
+#        S_TIME (0 leaves out `openssl s_time` against nginx, default 1)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 bench_args "$@"
@@ -33,6 +38,7 @@ PROXY_THREADS=${PROXY_THREADS:-1}
 SQUID_BUMP=${SQUID_BUMP:-1}
 UPSTREAM_TICKETS=${UPSTREAM_TICKETS:-1}
 STREAMS=${STREAMS:-10}
+S_TIME=${S_TIME:-1}
 MODES=${MODES:-new reuse h2}
 
 for b in "$SLUICE" "$TLS_LOAD"; do
@@ -100,6 +106,7 @@ http {
 EOF
 "$NGINX" -p "$TMP/nginx" -c "$TMP/nginx/nginx.conf" &
 PIDS+=($!)
+NGINX_PID=$!
 
 start_squid_bump() {
   mkdir -p "$TMP/squid"
@@ -121,6 +128,7 @@ EOF
 squid_common_conf >> "$TMP/squid/squid.conf"
   "$SQUID" -N -f "$TMP/squid/squid.conf" 2> "$TMP/squid/stderr.log" &
   PIDS+=($!)
+  SQUID_PID=$!
 }
 
 # ---- sluice proxy: one listener inspecting, one passing through -----------------------------
@@ -174,6 +182,7 @@ audit_args=()
   --ca-dir "$TMP/ca" --upstream-ca "$TMP/pki/ca.pem" --secrets "$TMP/secrets.yaml" \
   --threads "$PROXY_THREADS" "${audit_args[@]}" 2> "$TMP/sluice.log" &
 PIDS+=($!)
+SLUICE_PID=$!
 
 # ---- Squid ssl-bump: one worker, no cache, its own CA, leaves minted by security_file_certgen
 WHO="direct passthrough inspect"
@@ -228,6 +237,44 @@ for who in $WHO; do
   done
 done
 
+# ---- CPU accounting: clock ticks of each process around a measured run ----------------------
+CLK_TCK=$(getconf CLK_TCK)
+NCPU=$(nproc)
+SQUID_PID=${SQUID_PID:-}
+children() { cat /proc/"$1"/task/*/children 2>/dev/null || true; }
+ticks() {  # ticks PID...: "user system" clock ticks summed over the processes (all threads)
+  for p in "$@"; do [[ -r /proc/$p/stat ]] && sed 's/^.*) //' "/proc/$p/stat"; done |
+    awk '{u += $12; s += $13} END {print u + 0, s + 0}'
+}
+# The audit writer thread (its ticks are a part of the proxy's, shown on their own).
+AUDIT_TASK=$(grep -lx sluice-audit /proc/"$SLUICE_PID"/task/*/comm 2>/dev/null | head -1 |
+             xargs -r dirname || true)
+audit_ticks() {
+  if [[ -n $AUDIT_TASK ]]; then sed 's/^.*) //' "$AUDIT_TASK/stat" | awk '{print $12 + $13}'
+  else echo 0; fi
+}
+cpu_sample() {  # machine proxy_user proxy_sys audit nginx squid (clock ticks so far)
+  local machine nginx squid=0
+  machine=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
+  nginx=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  if [[ -n $SQUID_PID ]]; then
+    squid=$(ticks "$SQUID_PID" $(children "$SQUID_PID") | awk '{print $1 + $2}')
+  fi
+  echo "$machine $(ticks "$SLUICE_PID") $(audit_ticks) $nginx $squid"
+}
+# cpu_per_request BEFORE AFTER JSON: "client proxy_user proxy_sys audit nginx squid machine",
+# microseconds of CPU per request (the client's from its own report).
+cpu_per_request() {
+  python3 - "$1" "$2" "$3" "$CLK_TCK" <<'PY'
+import json, sys
+b, a = [list(map(float, x.split())) for x in sys.argv[1:3]]
+r = json.loads(sys.argv[3]); n = max(r["requests"], 1); us = 1e6 / float(sys.argv[4])
+d = [(y - x) * us / n for x, y in zip(b, a)]
+client = (r.get("cpu_user_us", 0) + r.get("cpu_sys_us", 0)) / n
+print(" ".join(f"{v:.1f}" for v in [client, d[1], d[2], d[3], d[4], d[5], d[0]]))
+PY
+}
+
 echo "== HTTPS GET, 17-byte body: $CLIENTS client threads (h2: $STREAMS streams each), ${DURATION}s per run, $ROUNDS rounds;" \
      "sluice --threads $PROXY_THREADS, audit $( [[ $AUDIT == 1 ]] && echo on || echo off ) =="
 # Rounds alternate the targets so load from elsewhere on the machine hits all alike.
@@ -236,12 +283,16 @@ for round in $(seq "$ROUNDS"); do
   for mode in $MODES; do
     for who in $WHO; do
       [[ $who == squid-bump && $mode == h2 ]] && continue
+      before=$(cpu_sample)
       out=$(load "$(port_of "$who")" "$mode") || true
+      after=$(cpu_sample)
       rps=$(field "$out" rps); p50=$(field "$out" p50_us); p99=$(field "$out" p99_us)
       errs=$(field "$out" errors)
-      printf '  %-5s %-11s %10s req/s   p50 %9s us   p99 %9s us   errors %s\n' \
-        "$mode" "$who" "$rps" "$p50" "$p99" "$errs"
+      cpu=$(cpu_per_request "$before" "$after" "$out")
+      printf '  %-5s %-11s %10s req/s   p50 %9s us   p99 %9s us   errors %s   CPU us/req %s\n' \
+        "$mode" "$who" "$rps" "$p50" "$p99" "$errs" "$(awk '{print $7}' <<< "$cpu")"
       echo "$rps $p99 $p50" >> "$TMP/res.$mode.$who"
+      echo "$cpu" >> "$TMP/cpu.$mode.$who"
     done
   done
 done
@@ -270,6 +321,70 @@ for mode in $MODES; do
       'BEGIN {printf "%-5s inspect/squid ssl-bump requests/s: %.2fx\n", m, a/b}'
   fi
 done
+
+echo
+echo "== CPU microseconds per request (medians over $ROUNDS rounds; proxy = every thread of" \
+     "sluice, audit = its writer thread, a part of it; machine = all $NCPU CPUs from /proc/stat," \
+     "softirq and anything else running included) =="
+printf '%-5s %-11s %8s %8s %8s %8s %8s %8s %8s %9s %12s\n' mode who client nginx proxy-usr \
+  proxy-sys audit squid sum machine "ceiling/s"
+cpu_keys=(client proxy_user proxy_sys audit nginx squid machine)
+for mode in $MODES; do
+  for who in $WHO; do
+    f="$TMP/cpu.$mode.$who"
+    [[ -f $f ]] || continue
+    med=()
+    for i in 1 2 3 4 5 6 7; do med+=("$(awk -v i=$i '{print $i}' "$f" | median)"); done
+    for i in "${!cpu_keys[@]}"; do
+      result "tls.$mode.$who.cpu_us.${cpu_keys[$i]}" "${med[$i]}"
+    done
+    # ceiling: the requests/s the machine's CPUs allow at this total CPU per request.
+    awk -v m="$mode" -v w="$who" -v n="$NCPU" -v c="${med[0]}" -v pu="${med[1]}" \
+        -v ps="${med[2]}" -v a="${med[3]}" -v ng="${med[4]}" -v sq="${med[5]}" -v t="${med[6]}" \
+      'BEGIN {printf "%-5s %-11s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %9.1f %12.0f\n",
+              m, w, c, ng, pu, ps, a, sq, c + ng + pu + ps + sq, t, n * 1e6 / t}'
+  done
+done
+# What the inspected proxy may spend for the goals, against the passthrough run's rate: the
+# proxy serves on one thread (PROXY_THREADS=1), so its own ceiling is 1e6 / (that thread's CPU
+# per request: the proxy's less its audit writer's, which runs beside it).
+for mode in $MODES; do
+  case $mode in reuse) goal=0.7 ;; new) goal=0.8 ;; *) continue ;; esac
+  [[ -f $TMP/cpu.$mode.inspect && -n $(eval echo "\${RPS_${mode}_passthrough:-}") ]] || continue
+  awk -v m="$mode" -v g="$goal" -v n="$NCPU" -v r="$(eval echo "\$RPS_${mode}_passthrough")" \
+      -v pu="$(awk '{print $2}' "$TMP/cpu.$mode.inspect" | median)" \
+      -v ps="$(awk '{print $3}' "$TMP/cpu.$mode.inspect" | median)" \
+      -v a="$(awk '{print $4}' "$TMP/cpu.$mode.inspect" | median)" \
+      -v t="$(awk '{print $7}' "$TMP/cpu.$mode.inspect" | median)" \
+    'BEGIN {want = g * r
+            printf "%-5s %.1fx passthrough = %.0f req/s needs <= %.1f us machine CPU" \
+                   " per request (inspect: %.1f) and <= %.1f us in the proxy thread" \
+                   " (inspect: %.1f without the writer)\n",
+                   m, g, want, n * 1e6 / want, t, 1e6 / want, pu + ps - a}'
+done
+
+# OpenSSL's own s_time cannot CONNECT through a proxy: it measures the peer, nginx, directly:
+# full handshakes (no resumption) on one connection after another, with nginx's CPU per
+# handshake from its ticks, the price one side of each new inspected connection pays too.
+if [[ $S_TIME == 1 ]]; then
+  n0=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  w0=$(date +%s.%N)
+  st=$(openssl s_time -connect "localhost:$NGINX_PORT" -CAfile "$TMP/pki/ca.pem" -new \
+         -time "$DURATION" 2>/dev/null | grep 'connections in .* real seconds' | tail -1 || true)
+  n1=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  d=$(awk -v a="$w0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
+  conns=$(awk '{print $1}' <<< "$st")
+  if [[ -n $conns && $conns -gt 0 ]]; then
+    hs=$(awk -v c="$conns" -v d="$d" 'BEGIN {printf "%.0f", c / d}')
+    hs_us=$(awk -v c="$conns" -v t=$((n1 - n0)) -v hz="$CLK_TCK" \
+              'BEGIN {printf "%.1f", t * 1e6 / hz / c}')
+    echo "openssl s_time -new against nginx directly: $hs handshakes/s," \
+         "nginx $hs_us us of CPU per handshake"
+    result tls.s_time.nginx.handshakes_per_s "$hs"
+    result tls.s_time.nginx.cpu_us "$hs_us"
+  fi
+fi
+
 if [[ $AUDIT == 1 ]]; then
   rows=$("$SLUICE" audit sql --db "$TMP/audit.db" "SELECT count(*) FROM requests" 2>/dev/null | tail -1 || echo "?")
   echo "requests audited: $rows"

@@ -217,6 +217,10 @@ net::awaitable<void> serveTls(tcp::socket sock, net::ssl::context* ctx,
   if (ec) co_return;
   state->handshakes.fetch_add(1);
   if (SSL_session_reused(stream.native_handle())) state->resumed.fetch_add(1);
+  {
+    std::lock_guard lock(state->mu);
+    state->last_cipher = SSL_get_cipher_name(stream.native_handle());
+  }
   const char* sni = SSL_get_servername(stream.native_handle(), TLSEXT_NAMETYPE_host_name);
   auto upgrade = co_await serveRequests(stream, state, sni ? sni : "");
   if (upgrade) {

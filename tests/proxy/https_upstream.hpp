@@ -107,10 +107,16 @@ class HttpsUpstream {
     std::atomic<bool> released{false};
     std::mutex mu;
     std::vector<ReceivedRequest> requests;
+    std::string last_cipher;
   };
   int accepted() const { return state_.accepted.load(); }
   int handshakes() const { return state_.handshakes.load(); }
   int resumed() const { return state_.resumed.load(); }
+  /// The cipher suite of the last TLS handshake, as OpenSSL names it ("" before one).
+  std::string lastCipher() {
+    std::lock_guard lock(state_.mu);
+    return state_.last_cipher;
+  }
   int held() const { return state_.held.load(); }
   void releaseHeld() { state_.released = true; }
   std::vector<ReceivedRequest> requests();

@@ -1100,6 +1100,25 @@ TEST_F(InspectTest, UpstreamSessionsResumePerAuthority) {
   EXPECT_TRUE(rogue.requests().empty());
 }
 
+// Both TLS sides settle on AES-128-GCM (SHA-256 key schedule) although the client, like
+// OpenSSL's default, offers AES-256-GCM-SHA384 first: the proxy's order picks the suite.
+TEST_F(InspectTest, BothSidesNegotiateAes128Gcm) {
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(roundTrip(*c, request("GET", "/v1/a", apiAuthority())).status, 200);
+  EXPECT_EQ(c->cipher(), "TLS_AES_128_GCM_SHA256");
+  EXPECT_EQ(up_->lastCipher(), "TLS_AES_128_GCM_SHA256");
+}
+
+// A client handshake gets one resumption ticket (OpenSSL's default is two): enough for a
+// client that reconnects one connection after another, and half the ticket work per handshake.
+TEST_F(InspectTest, ClientGetsOneSessionTicket) {
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(roundTrip(*c, request("GET", "/v1/a", apiAuthority())).status, 200);
+  EXPECT_EQ(c->sessionsReceived(), 1);
+}
+
 TEST_F(InspectTest, WebSocketUpgradeIsRelayed) {
   auto c = tunnel("api.test", up_->port());
   ASSERT_TRUE(c);

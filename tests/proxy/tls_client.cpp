@@ -65,7 +65,14 @@ bool ProxyClient::handshake(X509* trusted, const std::string& sni, const std::st
   SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
   static const unsigned char kAlpn[] = {8, 'h', 't', 't', 'p', '/', '1', '.', '1'};
   SSL_CTX_set_alpn_protos(ctx_, kAlpn, sizeof kAlpn);
+  // Counts the sessions the server hands out (kept nowhere: this client never resumes).
+  SSL_CTX_set_session_cache_mode(ctx_, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+  SSL_CTX_sess_set_new_cb(ctx_, [](SSL* ssl, SSL_SESSION*) {
+    ++static_cast<ProxyClient*>(SSL_get_app_data(ssl))->sessions_;
+    return 0;
+  });
   ssl_ = SSL_new(ctx_);
+  SSL_set_app_data(ssl_, this);
   if (!sni.empty()) SSL_set_tlsext_host_name(ssl_, sni.c_str());
   unsigned char addr[16];
   if (inet_pton(AF_INET, verify_host.c_str(), addr) == 1 ||
@@ -206,6 +213,8 @@ std::string ProxyClient::alpn() const {
   SSL_get0_alpn_selected(ssl_, &data, &len);
   return std::string(reinterpret_cast<const char*>(data), len);
 }
+
+std::string ProxyClient::cipher() const { return ssl_ ? SSL_get_cipher_name(ssl_) : ""; }
 
 std::string request(const std::string& method, const std::string& target, const std::string& host,
                     const std::string& extra, const std::string& body) {

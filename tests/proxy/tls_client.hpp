@@ -60,6 +60,12 @@ class ProxyClient {
   /// ALPN protocol the server selected ("" if none).
   std::string alpn() const;
 
+  /// The cipher suite the handshake settled on ("" before one), as OpenSSL names it.
+  std::string cipher() const;
+
+  /// Resumable sessions (TLS 1.3: tickets) the server has sent so far, as read.
+  int sessionsReceived() const { return sessions_; }
+
  private:
   // Appends more bytes to buf_; false on EOF, error or timeout.
   bool fill();
@@ -69,6 +75,7 @@ class ProxyClient {
   SSL* ssl_ = nullptr;
   std::string buf_;
   bool timed_out_ = false;
+  int sessions_ = 0;
   std::string* transcript_;
 };
 
