@@ -13,6 +13,12 @@ namespace {
 using testing::RawDb;
 using testing::TempDir;
 
+// Every index of a database, by name with its SQL: a migrated database must end with a new
+// one's.
+const std::string kIndexes =
+    "SELECT group_concat(name || ':' || coalesce(sql, ''), '; ') FROM "
+    "(SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name)";
+
 /// A new database (fresh.db) and a version-5 one (migrated.db) that `downgrade` turns back into
 /// the version a migration starts from; opening migrated.db migrates it, and then each of
 /// `names` must have the same `what` (an expression over sqlite_master's columns) in both.
@@ -369,13 +375,10 @@ TEST(SchemaTest, VersionEightDropsTheRequestsConnectionIndex) {
                               "'requests_connection'"),
             1);
   { ASSERT_TRUE(testing::openStore(db)); }
-  const std::string indexes =
-      "SELECT group_concat(name || ':' || coalesce(sql, ''), '; ') FROM "
-      "(SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name)";
   RawDb raw(db);
   EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
-  EXPECT_EQ(raw.text(indexes), RawDb(fresh).text(indexes));
-  EXPECT_EQ(raw.text(indexes).find("requests_connection"), std::string::npos);
+  EXPECT_EQ(raw.text(kIndexes), RawDb(fresh).text(kIndexes));
+  EXPECT_EQ(raw.text(kIndexes).find("requests_connection"), std::string::npos);
   testing::expectChainIntact(db);
 }
 
@@ -396,12 +399,9 @@ TEST(SchemaTest, VersionNineIndexesOnlyExecutionsThatHaveACaller) {
     e.receipt_json = R"({"execution_id":"exec-served","caller":"uid:1000"})";
     ASSERT_TRUE(store->recordExecution(e).has_value());
   }
-  const std::string indexes =
-      "SELECT group_concat(name || ':' || coalesce(sql, ''), '; ') FROM "
-      "(SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name)";
   RawDb raw(db);
   EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
-  EXPECT_EQ(raw.text(indexes), RawDb(fresh).text(indexes));
+  EXPECT_EQ(raw.text(kIndexes), RawDb(fresh).text(kIndexes));
   EXPECT_GT(raw.integer("SELECT count(*) FROM executions WHERE caller IS NULL"), 0);
   // The index's entries: only the execution with a caller.
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions INDEXED BY executions_caller "
