@@ -3,10 +3,17 @@
 #include "sluice/audit/store.hpp"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <filesystem>
 #include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -485,6 +492,74 @@ TEST(StoreTest, OpenAsyncFailureFailsTheStoreAndNamesThePath) {
   auto r = store->recordExecution(testing::sampleExecution("exec-1"));
   EXPECT_FALSE(r.has_value());
   EXPECT_FALSE(std::filesystem::exists(db));
+}
+
+namespace {
+
+// The nice value of this process's audit writer thread (named sluice-audit), if there is one.
+std::optional<int> writerNice() {
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    if (name != "sluice-audit") continue;
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    std::istringstream fields(line.substr(line.rfind(')') + 2));
+    std::string field;
+    for (int i = 3; i <= 19 && fields >> field; ++i) {
+    }
+    return std::stoi(field);  // field 19: nice
+  }
+  return std::nullopt;
+}
+
+// Whether a thread of this process may lower its nice below the caller's (root, CAP_SYS_NICE
+// or RLIMIT_NICE): asked of the kernel on a thread of its own, as the store does.
+bool mayLowerNice() {
+  bool may = false;
+  std::thread([&] {
+    const auto self = static_cast<id_t>(::gettid());
+    const int nice = ::getpriority(PRIO_PROCESS, self);
+    may = nice > -20 && ::setpriority(PRIO_PROCESS, self, nice - 1) == 0;
+  }).join();
+  return may;
+}
+
+}  // namespace
+
+// An asynchronous open yields the cores to its caller (nice 19) while it opens, when it can take
+// its priority back, and the writer then works at the caller's priority: a writer left at
+// nice 19 would fall behind a busy sandbox's programs.
+TEST(StoreTest, OpenAsyncYieldsWhileOpeningAndWritesAtTheCallersPriority) {
+  TempDir dir;
+  auto db = dir / "audit.db";
+  ASSERT_TRUE(Store::open(db));
+  const int caller = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  const bool yields = caller < 19 && mayLowerNice();
+  RawDb holder(db);
+  ASSERT_EQ(holder.exec("BEGIN IMMEDIATE"), "");  // the open's schema check waits for this
+  auto store = Store::openAsync(db);
+  ASSERT_TRUE(store);
+  std::optional<int> opening;
+  for (int i = 0; i < 500 && !opening; ++i) {
+    opening = writerNice();
+    if (!opening) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  // The thread is named just after it starts: give it the moment to lower its priority.
+  for (int i = 0; i < 500 && yields && opening != 19; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    opening = writerNice();
+  }
+  ASSERT_TRUE(opening.has_value()) << "no sluice-audit thread";
+  EXPECT_EQ(*opening, yields ? 19 : caller);
+  ASSERT_EQ(holder.exec("COMMIT"), "");
+  ASSERT_TRUE(store->ready().has_value());
+  ASSERT_TRUE(store->flush().has_value());  // the writer loop runs: the open is over
+  EXPECT_EQ(writerNice(), caller);
+  auto r = store->recordExecution(testing::sampleExecution("exec-1"));
+  ASSERT_TRUE(r.has_value()) << r.error().message;
 }
 
 // (checkpoint on close, opened with openAsync as `sluice run` does)
