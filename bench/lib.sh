@@ -38,6 +38,20 @@ wait_port() {  # wait_port PORT: up to 10 s
   exit 1
 }
 rss_kb() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+# CPU of processes or threads so far, in clock ticks (getconf CLK_TCK): stat_cpu FILE... ->
+# "user system" summed over /proc/.../stat files (all of a process's threads; one thread's with
+# /proc/PID/task/TID/stat). Read after the ")" closing the name, so a name with spaces parses;
+# a process that is gone counts 0.
+stat_cpu() {
+  for f in "$@"; do if [[ -r $f ]]; then sed 's/^.*) //' "$f"; fi; done |
+    awk '{u += $12; s += $13} END {print u + 0, s + 0}'
+}
+proc_cpu() {  # proc_cpu PID... -> "user system" ticks of those processes
+  local files=()
+  for p in "$@"; do files+=("/proc/$p/stat"); done
+  stat_cpu "${files[@]}"
+}
+cpu_ticks() { proc_cpu "$@" | awk '{print $1 + $2}'; }  # cpu_ticks PID...: user + system ticks
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 # bwrap running /bin/true cold: --unshare-all with read-only system binds (the baseline the

@@ -156,7 +156,6 @@ EOF
 to_ms() {  # wrk latency "123.45us" / "1.20ms" / "1.01s" -> ms
   awk '{v=$1; if (v ~ /us$/) {sub(/us$/,"",v); print v/1000} else if (v ~ /ms$/) {sub(/ms$/,"",v); print v} else if (v ~ /s$/) {sub(/s$/,"",v); print v*1000} else print v}'
 }
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }  # utime + stime of a process
 run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per request
   local name=$1 url=$2 script=${3:-} pid=${4:-}
   local out t0=0 t1=0 n0 n1

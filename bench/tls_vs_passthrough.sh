@@ -242,25 +242,20 @@ CLK_TCK=$(getconf CLK_TCK)
 NCPU=$(nproc)
 SQUID_PID=${SQUID_PID:-}
 children() { cat /proc/"$1"/task/*/children 2>/dev/null || true; }
-ticks() {  # ticks PID...: "user system" clock ticks summed over the processes (all threads)
-  for p in "$@"; do [[ -r /proc/$p/stat ]] && sed 's/^.*) //' "/proc/$p/stat"; done |
-    awk '{u += $12; s += $13} END {print u + 0, s + 0}'
-}
 # The audit writer thread (its ticks are a part of the proxy's, shown on their own).
 AUDIT_TASK=$(grep -lx sluice-audit /proc/"$SLUICE_PID"/task/*/comm 2>/dev/null | head -1 |
              xargs -r dirname || true)
 audit_ticks() {
-  if [[ -n $AUDIT_TASK ]]; then sed 's/^.*) //' "$AUDIT_TASK/stat" | awk '{print $12 + $13}'
-  else echo 0; fi
+  if [[ -n $AUDIT_TASK ]]; then stat_cpu "$AUDIT_TASK/stat" | awk '{print $1 + $2}'; else echo 0; fi
 }
 cpu_sample() {  # machine proxy_user proxy_sys audit nginx squid (clock ticks so far)
   local machine nginx squid=0
   machine=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
-  nginx=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  nginx=$(cpu_ticks "$NGINX_PID" $(children "$NGINX_PID"))
   if [[ -n $SQUID_PID ]]; then
-    squid=$(ticks "$SQUID_PID" $(children "$SQUID_PID") | awk '{print $1 + $2}')
+    squid=$(cpu_ticks "$SQUID_PID" $(children "$SQUID_PID"))
   fi
-  echo "$machine $(ticks "$SLUICE_PID") $(audit_ticks) $nginx $squid"
+  echo "$machine $(proc_cpu "$SLUICE_PID") $(audit_ticks) $nginx $squid"
 }
 # cpu_per_request BEFORE AFTER JSON: "client proxy_user proxy_sys audit nginx squid machine",
 # microseconds of CPU per request (the client's from its own report).
@@ -367,11 +362,11 @@ done
 # full handshakes (no resumption) on one connection after another, with nginx's CPU per
 # handshake from its ticks, the price one side of each new inspected connection pays too.
 if [[ $S_TIME == 1 ]]; then
-  n0=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  n0=$(cpu_ticks "$NGINX_PID" $(children "$NGINX_PID"))
   w0=$(date +%s.%N)
   st=$(openssl s_time -connect "localhost:$NGINX_PORT" -CAfile "$TMP/pki/ca.pem" -new \
          -time "$DURATION" 2>/dev/null | grep 'connections in .* real seconds' | tail -1 || true)
-  n1=$(ticks "$NGINX_PID" $(children "$NGINX_PID") | awk '{print $1 + $2}')
+  n1=$(cpu_ticks "$NGINX_PID" $(children "$NGINX_PID"))
   d=$(awk -v a="$w0" -v b="$(date +%s.%N)" 'BEGIN {print b - a}')
   conns=$(awk '{print $1}' <<< "$st")
   if [[ -n $conns && $conns -gt 0 ]]; then
