@@ -19,6 +19,15 @@ const std::string kIndexes =
     "SELECT group_concat(name || ':' || coalesce(sql, ''), '; ') FROM "
     "(SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name)";
 
+/// A new database (fresh.db) and one with the same rows (audit.db) that `undo` takes back to
+/// schema `version`, for the test's next open to migrate.
+void populateNewAndOld(const TempDir& dir, const std::string& undo, int version) {
+  testing::populate(dir / "fresh.db");
+  testing::populate(dir / "audit.db");
+  ASSERT_EQ(RawDb(dir / "audit.db").exec(undo + "PRAGMA user_version = " + std::to_string(version)),
+            "");
+}
+
 /// A new database (fresh.db) and a version-5 one (migrated.db) that `downgrade` turns back into
 /// the version a migration starts from; opening migrated.db migrates it, and then each of
 /// `names` must have the same `what` (an expression over sqlite_master's columns) in both.
@@ -316,9 +325,7 @@ TEST(SchemaTest, VersionSevenStampsRowsWithoutRehashingOldOnes) {
   TempDir dir;
   auto fresh = dir / "fresh.db";
   auto db = dir / "audit.db";
-  testing::populate(fresh);
-  testing::populate(db);
-  ASSERT_EQ(RawDb(db).exec(testing::kUndoVersion7 + "PRAGMA user_version = 6"), "");
+  ASSERT_NO_FATAL_FAILURE(populateNewAndOld(dir, testing::kUndoVersion7, 6));
   {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
@@ -368,9 +375,7 @@ TEST(SchemaTest, VersionEightDropsTheRequestsConnectionIndex) {
   TempDir dir;
   auto fresh = dir / "fresh.db";
   auto db = dir / "audit.db";
-  testing::populate(fresh);
-  testing::populate(db);
-  ASSERT_EQ(RawDb(db).exec(testing::kUndoVersion8 + "PRAGMA user_version = 7"), "");
+  ASSERT_NO_FATAL_FAILURE(populateNewAndOld(dir, testing::kUndoVersion8, 7));
   ASSERT_EQ(RawDb(db).integer("SELECT count(*) FROM sqlite_master WHERE name = "
                               "'requests_connection'"),
             1);
@@ -389,9 +394,7 @@ TEST(SchemaTest, VersionNineIndexesOnlyExecutionsThatHaveACaller) {
   TempDir dir;
   auto fresh = dir / "fresh.db";
   auto db = dir / "audit.db";
-  testing::populate(fresh);
-  testing::populate(db);
-  ASSERT_EQ(RawDb(db).exec(testing::kUndoVersion9 + "PRAGMA user_version = 8"), "");
+  ASSERT_NO_FATAL_FAILURE(populateNewAndOld(dir, testing::kUndoVersion9, 8));
   {
     auto store = testing::openStore(db);
     ASSERT_TRUE(store);
