@@ -66,10 +66,12 @@ using Planner = std::function<BodyPlan(const Request& head)>;
 
 /// One whole answer written from a thread other than its connection's, so that it leaves
 /// without passing back through the connection's strand (Api::offload: the worker that made it
-/// writes it). Made on the strand by Reply::direct(), with its own duplicate of the socket; its
-/// write() may then run on any thread, but only while the strand neither reads nor writes the
-/// connection (a handler waiting for the work that writes), and once. What the socket did not
-/// take without blocking is left for Reply::sendRest(), on the strand.
+/// writes it). Made on the strand by Reply::direct(), with its own duplicate of the socket: a
+/// close on the strand (a client gone mid-run) cannot then hand the descriptor's number to
+/// another connection while the worker writes. Its write() may run on any thread, but only
+/// while the strand neither reads nor writes the connection (a handler waiting for the work
+/// that writes), and once. What the socket did not take without blocking is left for
+/// Reply::sendRest(), on the strand.
 class DirectAnswer {
  public:
   DirectAnswer(int socket, unsigned version, bool keep_alive);
