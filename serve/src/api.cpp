@@ -320,6 +320,13 @@ net::awaitable<bool> Api::pumpLines(Reply& reply, RunSlot& slot, bool& streaming
       if (client_gone) slot.requestStop();
     }
     if (done) co_return !client_gone;
+    // A wake is a cancel of a pending wait: one that came while a chunk was being written had
+    // no wait to cancel, so what it announced is looked for again before waiting. The check
+    // and the wait run on the connection's strand, where the wake's cancel runs too.
+    {
+      std::lock_guard lock(slot.mu);
+      if (!slot.lines.empty() || slot.done) continue;
+    }
     ErrorCode ec;
     co_await slot.wake.async_wait(net::redirect_error(net::use_awaitable, ec));
     slot.wake.expires_at(net::steady_timer::time_point::max());

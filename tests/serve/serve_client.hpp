@@ -75,6 +75,11 @@ class Http {
     if (fd_ >= 0) ::close(fd_);
   }
   bool ok() const { return fd_ >= 0; }
+  // Reads give up after `seconds` (then nextLine() returns "" as at the end).
+  void receiveTimeout(int seconds) {
+    timeval tv{seconds, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
   bool send(const std::string& method, const std::string& target, const std::string& body = "",
             const std::string& extra = "") {
     std::string req =

@@ -542,6 +542,33 @@ TEST_F(ServeSocketTest, AClientThatGoesAwayEndsItsRunAndTheReceiptIsStored) {
   EXPECT_NE(metrics.find("sluice_runs_total 1"), std::string::npos) << metrics;
 }
 
+// What a program prints while the daemon is still writing earlier lines to a client that reads
+// slowly reaches the client at once: the wake that announced it came while no wait was pending
+// (the daemon was in a write), and it must not wait for the next line (here, a minute away).
+TEST_F(ServeSocketTest, AStreamDeliversWhatArrivedWhileItWroteToASlowClient) {
+  REQUIRE_SANDBOX();
+  start();
+  auto h = Http::unix(socket());
+  h.send("POST", "/v1/runs",
+         R"({"workflow":"shell","argv":["/bin/sh","-c",)"
+         R"("yes 0123456789abcdef0123456789abcdef | head -c 4000000; echo; echo MARK; sleep 60"]})",
+         "Accept: application/x-ndjson\r\n");
+  ASSERT_EQ(h.readHead().status, 200);
+  // Not reading: the daemon's writes fill the socket and wait while the program prints MARK.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  h.receiveTimeout(15);
+  bool mark = false;
+  std::size_t lines = 0;
+  while (!mark) {
+    const std::string line = h.nextLine();
+    if (line.empty()) break;
+    ++lines;
+    mark = line.find("MARK") != std::string::npos;
+  }
+  EXPECT_TRUE(mark) << "MARK not streamed within 15 s, after " << lines << " lines";
+  h.close();
+}
+
 TEST_F(ServeTest, MetricsMoveWithRuns) {
   REQUIRE_SANDBOX();
   start();
