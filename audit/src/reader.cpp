@@ -131,13 +131,20 @@ class QuerySql {
     if (kind == "requests")
       return "SELECT t.id, " + columns("requests") + " FROM " + from("requests", "t") + where();
     if (kind == "forwards") {
-      // `completed`: the exchange's requests row exists (docs/audit.md, "forwards").
-      return "SELECT t.id, " + columns("forwards") + ", CASE WHEN EXISTS (SELECT 1 FROM " +
-             from("requests", "r") + " WHERE " + same("r.execution_id", "t.execution_id") +
-             " AND r.workflow = t.workflow AND r.ts = t.ts AND " + same("r.method", "t.method") +
-             " AND " + same("r.host", "t.host") + " AND " + same("r.path", "t.path") +
-             " AND r.seq > t.seq) THEN 1 ELSE 0 END AS completed"
-             " FROM (SELECT f.seq AS id, f.* FROM " +
+      // `completed`: the exchange's requests row exists (docs/audit.md, "forwards"). The row
+      // of an execution is looked up with `=`, which requests_execution (partial: WHERE
+      // execution_id IS NOT NULL) can serve; `IS` could not use it.
+      const auto completed = [&](std::string_view same_execution) {
+        return "EXISTS (SELECT 1 FROM " + from("requests", "r") + " WHERE " +
+               std::string(same_execution) + " AND r.workflow = t.workflow AND r.ts = t.ts AND " +
+               same("r.method", "t.method") + " AND " + same("r.host", "t.host") + " AND " +
+               same("r.path", "t.path") + " AND r.seq > t.seq)";
+      };
+      return "SELECT t.id, " + columns("forwards") +
+             ", CASE WHEN t.execution_id IS NULL THEN (CASE WHEN " +
+             completed("r.execution_id IS NULL") + " THEN 1 ELSE 0 END) WHEN " +
+             completed("r.execution_id = t.execution_id") +
+             " THEN 1 ELSE 0 END AS completed FROM (SELECT f.seq AS id, f.* FROM " +
              from("forwards", "f") + ") t" + where();
     }
     if (kind == "dns") {

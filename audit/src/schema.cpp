@@ -166,6 +166,21 @@ DROP INDEX executions_caller;
 CREATE INDEX executions_caller ON executions (caller) WHERE caller IS NOT NULL;
 PRAGMA user_version = 9;
 )sql",
+    // 9 -> 10: the execution_id indexes hold only the rows of an execution; see
+    // schemas/audit.sql.
+    R"sql(
+DROP INDEX connections_execution;
+CREATE INDEX connections_execution ON connections (execution_id) WHERE execution_id IS NOT NULL;
+DROP INDEX requests_execution;
+CREATE INDEX requests_execution ON requests (execution_id) WHERE execution_id IS NOT NULL;
+DROP INDEX forwards_execution;
+CREATE INDEX forwards_execution ON forwards (execution_id) WHERE execution_id IS NOT NULL;
+DROP INDEX dns_queries_execution;
+CREATE INDEX dns_queries_execution ON dns_queries (execution_id) WHERE execution_id IS NOT NULL;
+DROP INDEX approvals_execution;
+CREATE INDEX approvals_execution ON approvals (execution_id) WHERE execution_id IS NOT NULL;
+PRAGMA user_version = 10;
+)sql",
 };
 
 /// The end of migration 5 -> 6: appends each version-5 policy row (not chained then) to the

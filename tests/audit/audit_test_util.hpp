@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -299,8 +300,23 @@ inline void populate(const std::filesystem::path& p, int connections_per_executi
   }
 }
 
+/// The tables with an index on execution_id (`<table>_execution`).
+inline constexpr std::array<const char*, 5> kExecutionIndexed = {
+    "connections", "requests", "forwards", "dns_queries", "approvals"};
+
+/// SQL that takes a current database back to version 9 (each execution_id index over every
+/// row, NULLs included).
+inline const std::string kUndoVersion10 = [] {
+  std::string sql;
+  for (const std::string t : kExecutionIndexed)
+    sql += "DROP INDEX " + t + "_execution; CREATE INDEX " + t + "_execution ON " + t +
+           " (execution_id); ";
+  return sql;
+}();
+
 /// SQL that takes a current database back to version 8 (executions_caller over every row).
 inline const std::string kUndoVersion9 =
+    kUndoVersion10 +
     "DROP INDEX executions_caller; CREATE INDEX executions_caller ON executions (caller); ";
 
 /// SQL that takes a current database back to version 7 (the index on requests (connection_id)

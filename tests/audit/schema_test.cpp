@@ -19,6 +19,21 @@ const std::string kIndexes =
     "SELECT group_concat(name || ':' || coalesce(sql, ''), '; ') FROM "
     "(SELECT name, sql FROM sqlite_master WHERE type = 'index' ORDER BY name)";
 
+/// SQLite's plan for `sql` (EXPLAIN QUERY PLAN), its steps' details run together.
+std::string queryPlan(RawDb& raw, const std::string& sql) {
+  std::string plan;
+  sqlite3_stmt* q = nullptr;
+  if (sqlite3_prepare_v2(raw.get(), ("EXPLAIN QUERY PLAN " + sql).c_str(), -1, &q, nullptr) !=
+      SQLITE_OK)
+    return "cannot prepare: " + std::string(sqlite3_errmsg(raw.get()));
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    plan += reinterpret_cast<const char*>(sqlite3_column_text(q, 3));
+    plan += "; ";
+  }
+  sqlite3_finalize(q);
+  return plan;
+}
+
 /// A new database (fresh.db) and one with the same rows (audit.db) that `undo` takes back to
 /// schema `version`, for the test's next open to migrate.
 void populateNewAndOld(const TempDir& dir, const std::string& undo, int version) {
@@ -410,17 +425,57 @@ TEST(SchemaTest, VersionNineIndexesOnlyExecutionsThatHaveACaller) {
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions INDEXED BY executions_caller "
                         "WHERE caller IS NOT NULL"),
             1);
-  std::string plan;
-  sqlite3_stmt* q = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(raw.get(),
-                               "EXPLAIN QUERY PLAN SELECT id FROM executions WHERE caller = ?1", -1,
-                               &q, nullptr),
-            SQLITE_OK);
-  while (sqlite3_step(q) == SQLITE_ROW)
-    plan += reinterpret_cast<const char*>(sqlite3_column_text(q, 3));
-  sqlite3_finalize(q);
+  const std::string plan = queryPlan(raw, "SELECT id FROM executions WHERE caller = ?1");
   EXPECT_NE(plan.find("USING INDEX executions_caller"), std::string::npos) << plan;
   EXPECT_EQ(raw.text("SELECT id FROM executions WHERE caller = 'uid:1000'"), "exec-served");
+  testing::expectChainIntact(db);
+}
+
+// Version 10 keeps only the rows of an execution in the five execution_id indexes: a
+// standalone proxy's rows (no execution) add no entry, and an execution's rows are still found
+// through them (=, IN, a join). A version-9 database ends with the same indexes as a new one,
+// its rows keep their hashes.
+TEST(SchemaTest, VersionTenIndexesOnlyRowsOfAnExecution) {
+  TempDir dir;
+  auto fresh = dir / "fresh.db";
+  auto db = dir / "audit.db";
+  ASSERT_NO_FATAL_FAILURE(populateNewAndOld(dir, testing::kUndoVersion10, 9));
+  {
+    auto store = testing::openStore(db);
+    ASSERT_TRUE(store);
+    // What a standalone `sluice proxy` writes: no execution.
+    store->recordConnection(testing::sampleConnection(90, ""));
+    store->recordForward(testing::sampleForward(90, ""));
+    store->recordRequest(testing::sampleRequest(90, ""));
+    store->recordDns(testing::sampleDns(90, ""));
+    store->recordApproval(testing::sampleApproval(90, ""));
+    ASSERT_TRUE(store->flush().has_value());
+  }
+  RawDb raw(db);
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(raw.text(kIndexes), RawDb(fresh).text(kIndexes));
+  for (const std::string t : testing::kExecutionIndexed) {
+    SCOPED_TRACE(t);
+    EXPECT_GT(raw.integer("SELECT count(*) FROM " + t + " WHERE execution_id IS NULL"), 0);
+    // The index holds the rows of an execution only: it cannot serve a lookup of the others.
+    EXPECT_EQ(raw.text("SELECT sql FROM sqlite_master WHERE name = '" + t + "_execution'"),
+              "CREATE INDEX " + t + "_execution ON " + t +
+                  " (execution_id) WHERE execution_id IS NOT NULL");
+    const std::string nulls = queryPlan(raw, "SELECT * FROM " + t + " WHERE execution_id IS NULL");
+    EXPECT_EQ(nulls.find("_execution"), std::string::npos) << nulls;
+    for (const std::string where : {"execution_id = ?1", "execution_id IN ('exec-1', 'exec-2')"}) {
+      const std::string plan = queryPlan(raw, "SELECT seq FROM " + t + " WHERE " + where);
+      EXPECT_NE(plan.find("INDEX " + t + "_execution (execution_id=?)"), std::string::npos)
+          << where << ": " << plan;
+    }
+  }
+  // An execution's rows counted through a join on its id, as its receipt's summary does.
+  const std::string plan =
+      queryPlan(raw,
+                "SELECT e.id, (SELECT count(*) FROM requests r WHERE r.execution_id = e.id) "
+                "FROM executions e");
+  EXPECT_NE(plan.find("INDEX requests_execution (execution_id=?)"), std::string::npos) << plan;
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM requests WHERE execution_id = 'exec-1'"), 5);
   testing::expectChainIntact(db);
 }
 

@@ -77,7 +77,7 @@ TEST(StoreTest, RoundTripsEveryKindOfRow) {
 
 // A request sent upstream is on record (forwards) before its exchange ends; the requests row
 // completes it. A forward with no requests row (the proxy died mid-exchange) shows as not
-// completed.
+// completed, with an execution or without one (a standalone proxy's rows).
 TEST(StoreTest, ForwardsAreChainedAndMatchedToTheirRequests) {
   TempDir dir;
   auto db = dir / "audit.db";
@@ -90,9 +90,13 @@ TEST(StoreTest, ForwardsAreChainedAndMatchedToTheirRequests) {
     resent.attempt = 2;
     store->recordForward(resent);  // never completed
     ASSERT_TRUE(store->flush().has_value());
+    store->recordForward(testing::sampleForward(3, ""));
+    store->recordRequest(testing::sampleRequest(3, ""));
+    store->recordForward(testing::sampleForward(4, ""));  // never completed
+    ASSERT_TRUE(store->flush().has_value());
   }
   RawDb raw(db);
-  EXPECT_EQ(raw.integer("SELECT count(*) FROM forwards"), 2);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM forwards"), 4);
   EXPECT_EQ(raw.integer("SELECT seq FROM forwards WHERE attempt = 1"), 1);
   EXPECT_EQ(raw.text("SELECT prev_hash FROM requests"),
             raw.text("SELECT hash FROM forwards WHERE seq = 1"));
@@ -101,7 +105,7 @@ TEST(StoreTest, ForwardsAreChainedAndMatchedToTheirRequests) {
   testing::expectChainIntact(db);
   auto v = verify(db);
   ASSERT_TRUE(v.has_value());
-  EXPECT_EQ(v->rows, 3u);
+  EXPECT_EQ(v->rows, 6u);
 
   auto reader = Reader::open(db);
   ASSERT_TRUE(reader.has_value()) << reader.error().message;
@@ -109,13 +113,15 @@ TEST(StoreTest, ForwardsAreChainedAndMatchedToTheirRequests) {
   f.kind = "forwards";
   auto t = (*reader)->query(f);
   ASSERT_TRUE(t.has_value()) << t.error().message;
-  ASSERT_EQ(t->rows.size(), 2u);
+  ASSERT_EQ(t->rows.size(), 4u);
   std::size_t completed = t->columns.size();
   for (std::size_t i = 0; i < t->columns.size(); ++i)
     if (t->columns[i] == "completed") completed = i;
   ASSERT_LT(completed, t->columns.size());
   EXPECT_EQ(std::get<std::int64_t>(t->rows[0][completed]), 1);
   EXPECT_EQ(std::get<std::int64_t>(t->rows[1][completed]), 0);
+  EXPECT_EQ(std::get<std::int64_t>(t->rows[2][completed]), 1);
+  EXPECT_EQ(std::get<std::int64_t>(t->rows[3][completed]), 0);
   f.decision = "allow";
   EXPECT_FALSE((*reader)->query(f).has_value());
 }

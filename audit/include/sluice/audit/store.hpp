@@ -19,7 +19,7 @@ namespace sluice::audit {
 
 /// The schema version this build writes (`PRAGMA user_version`). Older databases are migrated
 /// on open; newer or foreign ones are refused.
-inline constexpr int kSchemaVersion = 9;
+inline constexpr int kSchemaVersion = 10;
 
 class SigningKey;  // sluice/audit/signing.hpp
 class PublicKey;
