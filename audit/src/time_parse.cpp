@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sluice/audit/reader.hpp"
+#include "sluice/base/clock.hpp"
 
 namespace sluice::audit {
 namespace {
@@ -142,14 +143,6 @@ std::expected<std::int64_t, base::Error> parseTime(std::string_view text, std::i
   return parseRfc3339(text);
 }
 
-std::string formatTime(std::int64_t ms) {
-  std::int64_t secs = ms >= 0 ? ms / 1000 : (ms - 999) / 1000;
-  int frac = static_cast<int>(ms - secs * 1000);
-  std::time_t t = static_cast<std::time_t>(secs);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, frac);
-}
+std::string formatTime(std::int64_t ms) { return base::formatUtcMs(ms); }
 
 }  // namespace sluice::audit

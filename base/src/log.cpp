@@ -10,10 +10,10 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <ctime>
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "sluice/base/clock.hpp"
 #include "sluice/base/json.hpp"
 
 namespace sluice::base {
@@ -29,13 +29,8 @@ class JsonFormatter final : public spdlog::formatter {
   void format(const spdlog::details::log_msg& msg, spdlog::memory_buf_t& dest) override {
     using namespace std::chrono;
     auto ms = duration_cast<milliseconds>(msg.time.time_since_epoch()).count();
-    std::time_t secs = static_cast<std::time_t>(ms / 1000);
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    char ts[40];
-    std::strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
     auto level = spdlog::level::to_string_view(msg.level);
-    nlohmann::json j = {{"ts", std::string(ts) + fmt::format(".{:03}Z", ms % 1000)},
+    nlohmann::json j = {{"ts", formatUtcMs(ms)},
                         {"level", std::string(level.data(), level.size())},
                         {"logger", std::string(msg.logger_name.data(), msg.logger_name.size())},
                         {"msg", std::string(msg.payload.data(), msg.payload.size())}};

@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
-#include <ctime>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -38,17 +36,6 @@ std::string newApprovalId() {
     got += static_cast<std::size_t>(n);
   }
   return "ap-" + base::hexEncode(std::span<const std::uint8_t>(b, sizeof b));
-}
-
-std::string rfc3339(std::int64_t ms) {
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms % 1000));
-  return buf;
 }
 
 // Remembered answers are filed under the rule, host and port they were given for; within that,
@@ -164,8 +151,8 @@ std::string approvalJson(const Approval& a) {
       {"port", a.port},
       {"method", a.method ? nlohmann::json(*a.method) : nlohmann::json(nullptr)},
       {"path", a.path ? nlohmann::json(*a.path) : nlohmann::json(nullptr)},
-      {"asked_at", rfc3339(a.asked_at_ms)},
-      {"expires_at", rfc3339(a.expires_at_ms)},
+      {"asked_at", base::formatUtcMs(a.asked_at_ms)},
+      {"expires_at", base::formatUtcMs(a.expires_at_ms)},
   };
   const ScopeCovers c = scopeCovers(a);
   j["covers"] = {{"once", c.once}, {"execution", c.execution}, {"host", c.host}};

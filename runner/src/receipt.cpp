@@ -1,23 +1,13 @@
 // Building the receipt JSON (see receipt.hpp).
 #include "sluice/runner/receipt.hpp"
 
-#include <ctime>
-
 #include "sluice/base/clock.hpp"
 #include "sluice/runner/limits.hpp"
 
 namespace sluice::runner {
 
 std::string formatTimestamp(std::chrono::system_clock::time_point t) {
-  const std::int64_t ms = base::epochMs(t);
-  std::time_t secs = static_cast<std::time_t>(ms / 1000);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[64];
-  std::snprintf(out, sizeof out, "%s.%03dZ", buf, static_cast<int>(ms % 1000));
-  return out;
+  return base::formatUtcMs(base::epochMs(t));
 }
 
 namespace {

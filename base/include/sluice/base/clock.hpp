@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
 
 namespace sluice::base {
 
@@ -12,5 +13,9 @@ std::int64_t nowMs();
 std::int64_t epochMs(std::chrono::system_clock::time_point t);
 /// Monotonic milliseconds, for durations; unrelated to the wall clock.
 std::int64_t steadyMs();
+/// Milliseconds since the Unix epoch as RFC 3339 UTC with milliseconds:
+/// "2026-11-27T12:00:00.123Z". Pure arithmetic: unlike gmtime_r, it never reads the host's
+/// time zone file (glibc's first gmtime_r does, on the path of every receipt).
+std::string formatUtcMs(std::int64_t ms);
 
 }  // namespace sluice::base
