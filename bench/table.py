@@ -32,7 +32,8 @@ def load_audit(path):
     for b in benchmarks:
         if b.get("error_occurred") or "items_per_second" not in b:
             continue
-        name = b["run_name"].split("/process_time")[0]
+        # "BM_X/1/4096/0/iterations:16/process_time/real_time" -> "BM_X/1/4096/0"
+        name = b["run_name"].split("/process_time")[0].split("/iterations:")[0]
         if b.get("aggregate_name") == "median" or b.get("run_type") == "iteration":
             if b.get("aggregate_name") == "median" or name not in out:
                 out[name] = b["items_per_second"]
