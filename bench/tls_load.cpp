@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -257,6 +258,10 @@ std::pair<long long, long long> cpuMicros() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A peer that closes a kept-alive connection (Squid does, under load) makes the next
+  // SSL_write fail with EPIPE, which the worker counts as an error and reconnects after. Left
+  // at its default, SIGPIPE killed the whole client silently instead, with no JSON printed.
+  std::signal(SIGPIPE, SIG_IGN);
   Config cfg;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];

@@ -279,8 +279,15 @@ for round in $(seq "$ROUNDS"); do
     for who in $WHO; do
       [[ $who == squid-bump && $mode == h2 ]] && continue
       before=$(cpu_sample)
-      out=$(load "$(port_of "$who")" "$mode") || true
+      out=$(load "$(port_of "$who")" "$mode" 2> "$TMP/load.err") || true
       after=$(cpu_sample)
+      # A run that reported nothing (the client found no path at all: a peer restarting, say)
+      # is said and left out of the medians, rather than ending the whole benchmark.
+      if [[ $out != "{"* ]]; then
+        printf '  %-5s %-11s failed, left out: %s\n' "$mode" "$who" \
+          "$(tail -1 "$TMP/load.err" 2>/dev/null)"
+        continue
+      fi
       rps=$(field "$out" rps); p50=$(field "$out" p50_us); p99=$(field "$out" p99_us)
       errs=$(field "$out" errors)
       cpu=$(cpu_per_request "$before" "$after" "$out")
