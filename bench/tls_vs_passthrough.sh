@@ -229,8 +229,16 @@ for who in $WHO; do
   for m in $MODES; do
   [[ $who == squid-bump && $m == h2 ]] && continue
   out=$(load "$p" "$m" 0.3) || { echo "no request succeeded via ${p:-direct}: $out" >&2; cat "$TMP/sluice.log" >&2; exit 1; }
-  if [[ $(field "$out" errors) != 0 ]]; then
-    echo "errors via ${p:-direct}: $out" >&2
+  errs=$(field "$out" errors)
+  # Squid now and then closes a kept-alive client connection under load; its client then counts
+  # an error and reconnects. One in a hundred is Squid's own way, not a broken set-up; sluice's
+  # paths, direct and the passthrough tunnel must have none.
+  if [[ $errs != 0 && $who == squid-bump ]] && (( errs * 100 < $(field "$out" requests) )); then
+    echo "note: $errs of $(field "$out" requests) requests via Squid ssl-bump failed in the check: $out" >&2
+    errs=0
+  fi
+  if [[ $errs != 0 ]]; then
+    echo "errors via $who (${p:-direct}): $out" >&2
     tail -20 "$TMP/sluice.log" >&2
     exit 1
   fi
