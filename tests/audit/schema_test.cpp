@@ -43,6 +43,14 @@ void populateNewAndOld(const TempDir& dir, const std::string& undo, int version)
             "");
 }
 
+/// After an index migration: audit.db is at the current version with exactly the indexes of
+/// the new database fresh.db (populateNewAndOld).
+void expectIndexesOfANewDatabase(const TempDir& dir) {
+  RawDb raw(dir / "audit.db");
+  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
+  EXPECT_EQ(raw.text(kIndexes), RawDb(dir / "fresh.db").text(kIndexes));
+}
+
 /// A new database (fresh.db) and a version-5 one (migrated.db) that `downgrade` turns back into
 /// the version a migration starts from; opening migrated.db migrates it, and then each of
 /// `names` must have the same `what` (an expression over sqlite_master's columns) in both.
@@ -388,16 +396,14 @@ TEST(SchemaTest, VersionSevenStampsRowsWithoutRehashingOldOnes) {
 // same indexes as a new one, and its rows keep their hashes (an index is not in the chain).
 TEST(SchemaTest, VersionEightDropsTheRequestsConnectionIndex) {
   TempDir dir;
-  auto fresh = dir / "fresh.db";
   auto db = dir / "audit.db";
   ASSERT_NO_FATAL_FAILURE(populateNewAndOld(dir, testing::kUndoVersion8, 7));
   ASSERT_EQ(RawDb(db).integer("SELECT count(*) FROM sqlite_master WHERE name = "
                               "'requests_connection'"),
             1);
   { ASSERT_TRUE(testing::openStore(db)); }
+  expectIndexesOfANewDatabase(dir);
   RawDb raw(db);
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
-  EXPECT_EQ(raw.text(kIndexes), RawDb(fresh).text(kIndexes));
   EXPECT_EQ(raw.text(kIndexes).find("requests_connection"), std::string::npos);
   testing::expectChainIntact(db);
 }
@@ -407,7 +413,6 @@ TEST(SchemaTest, VersionEightDropsTheRequestsConnectionIndex) {
 // database ends with the same indexes as a new one, its rows keep their hashes.
 TEST(SchemaTest, VersionNineIndexesOnlyExecutionsThatHaveACaller) {
   TempDir dir;
-  auto fresh = dir / "fresh.db";
   auto db = dir / "audit.db";
   ASSERT_NO_FATAL_FAILURE(populateNewAndOld(dir, testing::kUndoVersion9, 8));
   {
@@ -417,9 +422,8 @@ TEST(SchemaTest, VersionNineIndexesOnlyExecutionsThatHaveACaller) {
     e.receipt_json = R"({"execution_id":"exec-served","caller":"uid:1000"})";
     ASSERT_TRUE(store->recordExecution(e).has_value());
   }
+  expectIndexesOfANewDatabase(dir);
   RawDb raw(db);
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
-  EXPECT_EQ(raw.text(kIndexes), RawDb(fresh).text(kIndexes));
   EXPECT_GT(raw.integer("SELECT count(*) FROM executions WHERE caller IS NULL"), 0);
   // The index's entries: only the execution with a caller.
   EXPECT_EQ(raw.integer("SELECT count(*) FROM executions INDEXED BY executions_caller "
@@ -437,7 +441,6 @@ TEST(SchemaTest, VersionNineIndexesOnlyExecutionsThatHaveACaller) {
 // its rows keep their hashes.
 TEST(SchemaTest, VersionTenIndexesOnlyRowsOfAnExecution) {
   TempDir dir;
-  auto fresh = dir / "fresh.db";
   auto db = dir / "audit.db";
   ASSERT_NO_FATAL_FAILURE(populateNewAndOld(dir, testing::kUndoVersion10, 9));
   {
@@ -451,9 +454,8 @@ TEST(SchemaTest, VersionTenIndexesOnlyRowsOfAnExecution) {
     store->recordApproval(testing::sampleApproval(90, ""));
     ASSERT_TRUE(store->flush().has_value());
   }
+  expectIndexesOfANewDatabase(dir);
   RawDb raw(db);
-  EXPECT_EQ(raw.integer("PRAGMA user_version"), kSchemaVersion);
-  EXPECT_EQ(raw.text(kIndexes), RawDb(fresh).text(kIndexes));
   for (const std::string t : testing::kExecutionIndexed) {
     SCOPED_TRACE(t);
     EXPECT_GT(raw.integer("SELECT count(*) FROM " + t + " WHERE execution_id IS NULL"), 0);
