@@ -14,7 +14,7 @@
 //   serve_client SOCKET health N          GET /v1/healthz (the HTTP round trip alone)
 //
 // Env: WORKFLOW (default "bench"), PROGRAM (default /bin/true). Prints one JSON object:
-// {"n", "p50_ms", "p99_ms", "mean_ms", "per_s", "errors"}.
+// {"n", "p50_ms", "p99_ms", "mean_ms", "per_s", "errors", "refused", "ms"} (ms: every call, sorted).
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -132,9 +132,11 @@ void print(Samples s, double wall_s) {
   for (double v : s.ms) sum += v;
   std::printf(
       "{\"n\": %zu, \"p50_ms\": %.3f, \"p99_ms\": %.3f, \"mean_ms\": %.3f, \"per_s\": %.1f, "
-      "\"errors\": %d, \"refused\": %d}\n",
+      "\"errors\": %d, \"refused\": %d, \"ms\": [",
       n, p50, p99, sum / static_cast<double>(n), static_cast<double>(n) / wall_s, s.errors,
       s.refused);
+  for (std::size_t i = 0; i < n; ++i) std::printf("%s%.3f", i ? ", " : "", s.ms[i]);
+  std::printf("]}\n");
 }
 
 double seconds(Clock::time_point t0) {

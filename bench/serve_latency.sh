@@ -16,7 +16,8 @@
 # its answers), so --no-audit is accepted for bench/run_all.sh and changes nothing here.
 # Needs root, hyperfine, bwrap and the serve_client and audit_bench targets built.
 # Usage: bench/serve_latency.sh [--no-audit] [BUILD_DIR]
-# Env: RUNS (sequential calls, default 300), CONCURRENT_RUNS (default 1000), CLIENTS (100),
+# Env: RUNS (sequential calls of each kind over all rounds, default 600), ROUNDS (bwrap and
+#      sluice taking turns, default 3), CONCURRENT_RUNS (default 1000), CLIENTS (100),
 #      PACE_MS (default 10).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -28,7 +29,8 @@ BUILD_DIR="${1:-build}"
 SLUICE="$(realpath "${SLUICE:-$BUILD_DIR/cli/sluice}")"
 CLIENT="$(realpath "$BUILD_DIR/bench/serve_client")"
 AUDIT_BENCH="$(realpath "$BUILD_DIR/bench/audit_bench")"
-RUNS="${RUNS:-300}"
+RUNS="${RUNS:-600}"
+ROUNDS="${ROUNDS:-3}"
 CONCURRENT_RUNS="${CONCURRENT_RUNS:-1000}"
 CLIENTS="${CLIENTS:-100}"
 PACE="${PACE_MS:-10}"
@@ -60,46 +62,76 @@ for _ in $(seq 100); do [ -S "$TMP/sluice.sock" ] && [ -S "$TMP/pool.sock" ] && 
 sleep 1  # the pool fills
 
 BWRAP=($(bwrap_true))
-hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$TMP/bwrap.json" -n bwrap "${BWRAP[*]}" \
-  >/dev/null 2>&1
+# Floors, once: /bin/true bare and one durable receipt commit.
 hyperfine -N --warmup 20 --runs "$RUNS" --export-json "$TMP/true.json" -n true /bin/true \
   >/dev/null 2>&1
-# The same, PACE_MS apart like the paced sluice calls (hyperfine's --prepare sleeps before each
-# timed run): an idle pause slows whatever runs next on this VM (halted vCPUs wake slowly,
-# fsync waits longer), bwrap included, so paced calls are compared with bwrap paced alike.
-PACE_S=$(python3 -c "print($PACE / 1000)")
-hyperfine -N --warmup 20 --runs "$RUNS" --prepare "sleep $PACE_S" \
-  --export-json "$TMP/bwrap-paced.json" -n bwrap-paced "${BWRAP[*]}" >/dev/null 2>&1
 DURABLE=$(SLUICE_BENCH_DIR="$TMP" "$AUDIT_BENCH" --benchmark_filter=BM_DurableReceipt \
   --benchmark_format=json 2>/dev/null |
   python3 -c "import json,sys; b=json.load(sys.stdin)['benchmarks'][0]; print('nan' if b.get('error_occurred') else round(b['real_time']/1000,3))")
 
-# Those that build and destroy sandboxes go last: the kernel finishes tearing a sandbox's
-# namespaces and cgroups down asynchronously (kworkers, RCU grace periods), and hundreds of
-# cold runs leave it busy for a while, which would land on whatever is measured next.
-EXEC=$("$CLIENT" "$TMP/sluice.sock" exec "$RUNS")
-EXEC_PACED=$(PACE_MS="$PACE" "$CLIENT" "$TMP/sluice.sock" exec "$RUNS")
-POOL=$(PACE_MS="$PACE" "$CLIENT" "$TMP/pool.sock" runs "$RUNS")
-SESSION=$(PACE_MS="$PACE" "$CLIENT" "$TMP/pool.sock" session "$((RUNS / 3))")
-RUN=$("$CLIENT" "$TMP/sluice.sock" runs "$RUNS")
-sleep 1
+# ROUNDS rounds, each timing bwrap and then sluice with RUNS/ROUNDS calls of every kind: the
+# 2 shared vCPUs drift in speed over minutes, and taking turns makes the drift hit both sides
+# alike (as bench/run_startup.sh does); each figure is over the calls of all rounds. bwrap is
+# also timed PACE_MS apart (hyperfine's --prepare sleeps before each timed run): an idle pause
+# slows whatever runs next on this VM (halted vCPUs wake slowly, fsync waits longer), bwrap
+# included, so paced calls are compared with bwrap paced alike. Within a round, what builds and
+# destroys sandboxes comes after bwrap, with a pause before the next round: the kernel finishes
+# tearing namespaces and cgroups down asynchronously (kworkers, RCU grace periods), and that
+# would land on whatever is measured next.
+PER_ROUND=$(( (RUNS + ROUNDS - 1) / ROUNDS ))
+PACE_S=$(python3 -c "print($PACE / 1000)")
+for round in $(seq "$ROUNDS"); do
+  hyperfine -N --warmup 10 --runs "$PER_ROUND" --export-json "$TMP/bwrap-$round.json" \
+    -n bwrap "${BWRAP[*]}" >/dev/null 2>&1
+  hyperfine -N --warmup 10 --runs "$PER_ROUND" --prepare "sleep $PACE_S" \
+    --export-json "$TMP/bwrap-paced-$round.json" -n bwrap-paced "${BWRAP[*]}" >/dev/null 2>&1
+  "$CLIENT" "$TMP/sluice.sock" exec "$PER_ROUND" > "$TMP/exec-$round.json"
+  PACE_MS="$PACE" "$CLIENT" "$TMP/sluice.sock" exec "$PER_ROUND" > "$TMP/exec-paced-$round.json"
+  PACE_MS="$PACE" "$CLIENT" "$TMP/pool.sock" runs "$PER_ROUND" > "$TMP/pool-$round.json"
+  PACE_MS="$PACE" "$CLIENT" "$TMP/pool.sock" session "$(( (PER_ROUND + 2) / 3 ))" \
+    > "$TMP/session-$round.json"
+  "$CLIENT" "$TMP/sluice.sock" runs "$PER_ROUND" > "$TMP/run-$round.json"
+  sleep 1
+done
 CONC=$("$CLIENT" "$TMP/sluice.sock" concurrent "$CONCURRENT_RUNS" "$CLIENTS")
-python3 - "$TMP/bwrap.json" "$TMP/true.json" "$DURABLE" "$RUN" "$POOL" "$EXEC" "$EXEC_PACED" \
-  "$SESSION" "$CONC" "$PACE" "$TMP/bwrap-paced.json" <<'PY'
+python3 - "$TMP" "$ROUNDS" "$DURABLE" "$CONC" "$PACE" <<'PY'
 import json, os, statistics, sys
 def result(key, value):  # one figure for bench/run_all.sh's table
     if os.environ.get("RESULTS"):
         with open(os.environ["RESULTS"], "a") as f:
             f.write(f"{key} {value}\n")
-def hf(path):
-    t = sorted(json.load(open(path))["results"][0]["times"])
-    return statistics.median(t) * 1000, t[min(len(t) - 1, int(len(t) * 0.99))] * 1000
-bwrap, bwrap99 = hf(sys.argv[1])
-true50, _ = hf(sys.argv[2])
+def summary(ms):  # p50 and p99 of pooled samples (ms), as serve_client computes them
+    t = sorted(ms)
+    return statistics.median(t), t[min(len(t) - 1, int(len(t) * 0.99))]
+tmp, rounds = sys.argv[1], int(sys.argv[2])
+round_p50 = {}  # name -> the p50 of each round, for the spread of the ratios
+def hf(name):  # hyperfine's times of every round, in ms
+    ms = []
+    for r in range(1, rounds + 1):
+        path = f"{tmp}/{name}.json" if name == "true" else f"{tmp}/{name}-{r}.json"
+        times = [x * 1000 for x in json.load(open(path))["results"][0]["times"]]
+        round_p50.setdefault(name, []).append(statistics.median(times))
+        ms += times
+        if name == "true":
+            break
+    return summary(ms)
+def client(kind):  # serve_client's calls of every round
+    ms, errors, n_rounds = [], 0, []
+    for r in range(1, rounds + 1):
+        j = json.load(open(f"{tmp}/{kind}-{r}.json"))
+        ms += j.get("ms", [])
+        errors += j["errors"]
+        n_rounds.append(j["p50_ms"] if j.get("n") else float("nan"))
+    p50, p99 = summary(ms) if ms else (float("nan"), float("nan"))
+    return {"p50_ms": p50, "p99_ms": p99, "errors": errors, "round_p50s": n_rounds}
+bwrap, bwrap99 = hf("bwrap")
+true50, _ = hf("true")
 durable = float(sys.argv[3])
-run, pool, ex, paced, sess, conc = (json.loads(a) for a in sys.argv[4:10])
-pace = sys.argv[10]
-bwrap_paced, bwrap_paced99 = hf(sys.argv[11])
+conc = json.loads(sys.argv[4])
+pace = sys.argv[5]
+bwrap_paced, bwrap_paced99 = hf("bwrap-paced")
+run, pool, ex, paced, sess = (client(k) for k in ("run", "pool", "exec", "exec-paced", "session"))
+print(f"{rounds} rounds, bwrap and sluice taking turns; every figure is over the calls of all rounds")
 def line(name, r, target=None, paced=False):
     # Paced calls: the ratio to bwrap paced alike decides; the one to bwrap back to back shows.
     base = bwrap_paced if paced else bwrap
@@ -108,6 +140,10 @@ def line(name, r, target=None, paced=False):
     also = f" ({r['p50_ms'] / bwrap:.2f}x back to back)" if paced else ""
     print(f"{name:<44} p50 {r['p50_ms']:7.3f} ms  p99 {r['p99_ms']:7.3f} ms  = {x:.2f}x bwrap"
           f"{' paced' if paced else ''}{also}  errors {r['errors']}{t}")
+    if target is not None and rounds > 1:  # the same ratio round by round: how much it moves
+        bases = round_p50["bwrap-paced" if paced else "bwrap"]
+        print(f"{'':<44} by round: " +
+              ", ".join(f"{a / b:.3f}x" for a, b in zip(r["round_p50s"], bases)))
 print(f"{'bwrap --unshare-all /bin/true (cold)':<44} p50 {bwrap:7.3f} ms  p99 {bwrap99:7.3f} ms")
 print(f"{'bwrap, the same, ' + pace + ' ms apart':<44} p50 {bwrap_paced:7.3f} ms  p99 "
       f"{bwrap_paced99:7.3f} ms")
