@@ -14,7 +14,8 @@
 //   serve_client SOCKET health N          GET /v1/healthz (the HTTP round trip alone)
 //
 // Env: WORKFLOW (default "bench"), PROGRAM (default /bin/true). Prints one JSON object:
-// {"n", "p50_ms", "p99_ms", "mean_ms", "per_s", "errors", "refused", "ms"} (ms: every call, sorted).
+// {"n", "p50_ms", "p99_ms", "mean_ms", "per_s", "errors", "refused", "ms"} (ms: every call,
+// sorted).
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>

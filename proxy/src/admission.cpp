@@ -154,6 +154,7 @@ net::awaitable<std::expected<Admitted, Refusal>> admit(ConnState& conn, tcp::soc
   reuse = co_await out.take(c.target, reuse);  // a lent connection only now (link.hpp)
   if (reuse) co_return result;
   if (auto r = out.cannotDial(a.decision.rule_id)) co_return std::unexpected(std::move(*r));
+  out.decided(a.decision);
   auto vis =
       c.request || a.http_only ? policy::Visibility::kPlainHttp : policy::Visibility::kTunnel;
   auto opened = co_await reconnect(conn, c, vis, a.decision.rule_id, !a.approval.empty(), out);

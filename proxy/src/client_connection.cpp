@@ -11,6 +11,7 @@
 #include "inspect.hpp"
 #include "log.hpp"
 #include "origin_link.hpp"
+#include "parked_upstreams.hpp"
 #include "policy_cut.hpp"
 #include "sniff.hpp"
 #include "transparent.hpp"
@@ -44,17 +45,27 @@ struct TunnelUpstream {
   Clock::time_point started;
 };
 
-// Where a tunnel goes out: always a new connection, dialled on a socket of its own.
+// Where a tunnel goes out: a new connection, dialled on a socket of its own; or, for a tunnel
+// its decision inspects, a verified TLS connection an earlier tunnel of the same account parked
+// (parked_upstreams.hpp), to an address this tunnel's admission has just vetted.
 struct TunnelDial final : Outlet {
   TunnelDial(ConnState& c, const net::any_io_executor& ex, std::shared_ptr<void> k)
       : conn(c), socket(ex), watch(ex), keep(std::move(k)) {}
   const policy::IpAddress* openTo(const policy::Target&) override { return nullptr; }
   std::optional<Refusal> cannotDial(const std::string&) const override { return std::nullopt; }
+  void decided(const policy::Decision& d) override { inspect = d.tls == policy::TlsMode::kInspect; }
   net::awaitable<std::expected<VettedAddress, Refusal>> dial(
       const std::vector<VettedAddress>& addrs, const policy::Target& target,
       const std::string& rule_id) override {
     // A refused dial's row names the first address tried.
     tried = addrs.front().endpoint.address().to_string();
+    if (inspect && conn.ctx->parked) {
+      pooled = conn.ctx->parked->take(conn.account(), target, addrs, socket.get_executor());
+      if (pooled) {
+        dialled = pooled->vetted;
+        co_return dialled;
+      }
+    }
     auto r = co_await dialVetted(conn.ctx, socket, watch, addrs, target, rule_id, keep);
     watch.timer.cancel();
     if (r) dialled = *r;
@@ -66,6 +77,8 @@ struct TunnelDial final : Outlet {
   std::shared_ptr<void> keep;
   std::string tried;
   VettedAddress dialled;
+  bool inspect = false;
+  std::optional<ParkedUpstreams::Taken> pooled;  // instead of `socket`
 };
 
 // The account a client connection is charged to (per client on a standalone listener).
@@ -340,12 +353,23 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     // approvals row of that id does.
     if (!admitted->approval.empty()) ev.detail = admitted->approval;
     tcp::socket upstream = std::move(up.socket);
+    auto pooled = std::move(up.pooled);
     const policy::Decision& d = admitted->decision;
     allowConnection(ev, up.dialled.endpoint, d);
     static constexpr std::string_view kEstablished = "HTTP/1.1 200 Connection established\r\n\r\n";
-    if (!transparent && !co_await writeClient(kEstablished)) co_return false;  // slot released
+    if (!transparent && !co_await writeClient(kEstablished)) {
+      if (pooled) parkAgain(*target, std::move(*pooled));
+      co_return false;  // slot released
+    }
     log().debug("allow connect {} -> {} rule={}", target->authority(), ev.resolved_ip, d.rule_id);
-    co_return co_await carry(*target, d, up.dialled, std::move(upstream), std::move(ev), slot);
+    co_return co_await carry(*target, d, up.dialled, std::move(upstream), std::move(ev), slot,
+                             std::move(pooled));
+  }
+
+  // A parked connection a tunnel took but cannot use goes back for the next one.
+  void parkAgain(const policy::Target& target, ParkedUpstreams::Taken t) {
+    conn_.ctx->parked->park(conn_.budget, target, t.vetted.endpoint, std::move(t.stream),
+                            std::move(t.opened_by));
   }
 
   // What an established tunnel turns out to carry: relayed as it is when no rule judges its
@@ -353,9 +377,27 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
   // connection goes on serving that HTTP), or refused. `slot` is handed on or released.
   net::awaitable<bool> carry(const policy::Target& target_ref, const policy::Decision& d,
                              const VettedAddress& dialled, tcp::socket upstream,
-                             audit::ConnectionEvent ev, Slot& slot) {
+                             audit::ConnectionEvent ev, Slot& slot,
+                             std::optional<ParkedUpstreams::Taken> pooled) {
     const policy::Target* target = &target_ref;
     const bool inspect = d.tls == policy::TlsMode::kInspect;
+    if (pooled && (!inspect || co_await peek() != Opening::kTls)) {
+      // Taken for a tunnel to inspect, which turned out to carry something else: that needs
+      // a connection of its own, to the same vetted address.
+      parkAgain(*target, std::move(*pooled));
+      pooled.reset();
+      Watch watch(client_.get_executor());
+      std::vector<VettedAddress> same;  // named: g++ 12 rejects a braced list in a co_await
+      same.push_back(dialled);
+      auto r = co_await dialVetted(conn_.ctx, upstream, watch, same, *target, d.rule_id,
+                                   shared_from_this());
+      watch.timer.cancel();
+      if (!r) {
+        recordDeniedConnection(*conn_.ctx, conn_.account(), std::move(ev), r.error());
+        conn_.aborted = true;
+        co_return false;
+      }
+    }
     if (!inspect && !d.request_rules) {
       // No rule judges requests to this host and port: bytes are relayed as they are.
       slot.release();
@@ -364,7 +406,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
     }
     // A rule judges requests here: the tunnel must carry TLS (inspected when a rule says so,
     // else relayed) or plain HTTP (then every request goes through the pipeline).
-    auto opening = co_await peek();
+    const auto opening = co_await peek();
     if (opening == Opening::kTls && http_only_refusal_) {
       // Allowed only for plain HTTP: TLS here would carry requests no rule can see.
       recordDeniedConnection(*conn_.ctx, conn_.account(), std::move(ev), *http_only_refusal_);
@@ -376,7 +418,7 @@ class ClientConnection : public std::enable_shared_from_this<ClientConnection>, 
       handed_off_ = true;
       InspectStart start{*target, d, dialled.endpoint, ev, takeBuffered(), conn_.budget};
       startInspection(conn_.ctx, conn_.listener, {conn_.matcher, conn_.generation},
-                      std::move(client_), std::move(upstream), std::move(start));
+                      std::move(client_), std::move(upstream), std::move(start), std::move(pooled));
       co_return false;
     }
     if (opening == Opening::kTls) {

@@ -256,8 +256,9 @@ class RowNames {
   std::atomic<bool> any_{false};
 };
 
-struct TlsContexts;  // inspect.hpp: the server and upstream OpenSSL contexts
-class TokenCache;    // token_source.hpp: bearer tokens minted at the proxy
+struct TlsContexts;     // inspect.hpp: the server and upstream OpenSSL contexts
+class TokenCache;       // token_source.hpp: bearer tokens minted at the proxy
+class ParkedUpstreams;  // parked_upstreams.hpp: upstream TLS connections kept between tunnels
 
 /// Threads for the blocking system resolver, started on first use: a `sluice run` whose
 /// program connects nowhere starts none (four thread starts and joins were ~0.2 ms of CPU).
@@ -285,8 +286,9 @@ struct Context {
   ProxyOptions options;
   std::shared_ptr<audit::EventSink> sink;
   std::shared_ptr<Resolver> resolver;
-  std::shared_ptr<TlsContexts> tls;    // null when no CA: inspect rules are refused
-  std::shared_ptr<TokenCache> tokens;  // one per process: tokens are shared by its listeners
+  std::shared_ptr<TlsContexts> tls;         // null when no CA: inspect rules are refused
+  std::shared_ptr<ParkedUpstreams> parked;  // inspected tunnels' idle upstream connections
+  std::shared_ptr<TokenCache> tokens;       // one per process: tokens are shared by its listeners
   ResolvePool* resolve_pool = nullptr;
   std::string id_prefix;  // random per process, so connection ids are unique across restarts
   std::shared_ptr<RowNames> row_names = std::make_shared<RowNames>();

@@ -161,7 +161,10 @@ net::awaitable<bool> Exchange<Client, Upstream>::forward(const policy::Target& t
     auto got = co_await relayResponse(rp);
     rec.outcome(rp.get().result_int());
     if (got.fail != RelayFail::kNone) co_return co_await failMidResponse(rec, got, target, d);
-    if (!upstream_keep) link_->close();
+    if (upstream_keep)
+      link_->idle();
+    else
+      link_->close();
     co_return client_keep;
   }
 }

@@ -30,7 +30,8 @@ namespace ssl = net::ssl;
 class Inspection : public std::enable_shared_from_this<Inspection>, public Closable {
  public:
   Inspection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
-             PolicySnapshot policy, tcp::socket client, tcp::socket upstream, InspectStart start)
+             PolicySnapshot policy, tcp::socket client, tcp::socket upstream, InspectStart start,
+             std::optional<ParkedUpstreams::Taken> pooled)
       : start_(std::move(start)),
         event_(start_.event),
         client_(std::move(client), ctx->tls->server),
@@ -45,6 +46,10 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     conn_.keep_alive = [this] { return std::shared_ptr<void>(shared_from_this()); };
     conn_.generation = policy.generation;
     exchange_.carry(Carrier::kInspected, &link_, &start_.target);
+    if (pooled) {
+      upstream_ = std::move(pooled->stream);
+      pooled_from_ = std::move(pooled->opened_by);
+    }
     ctx->live.fetch_add(1);
   }
 
@@ -100,11 +105,12 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   void closeBoth() {
     ErrorCode ec;
     client_.next_layer().close(ec);
-    upstream_.next_layer().close(ec);
+    if (!parked_) beast::get_lowest_layer(upstream_).close(ec);
   }
 
   static net::awaitable<void> run(std::shared_ptr<Inspection> self) {
     co_await self->main();
+    self->park();
     self->closeBoth();
     self->client_watch_.timer.cancel();
     self->upstream_watch_.timer.cancel();
@@ -115,7 +121,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     // inside the tunnel, as an HTTP 502 with the reason the client's HTTP library shows.
     event_.tls = audit::TlsHandling::kInspect;
     if (!co_await clientHandshake()) co_return;
-    auto refused = co_await upstreamHandshake();
+    auto refused = co_await upstreamReady();
     if (refused) {
       denyConnection(event_, *refused);
       log().info("deny connect {} rule={} reason={}: {}", target().authority(),
@@ -199,6 +205,7 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       net::co_spawn(client_.get_executor(), H2Upstream::run(h2_upstream),
                     LogEscapedException{"h2 upstream"});
     }
+    h2_served_ = true;
     std::shared_ptr<UpstreamPool> pool;
     if (!h2_upstream)
       pool = std::make_shared<UpstreamPool>(conn_, upstream_, upstream_watch_, ubuf_, target(),
@@ -207,6 +214,46 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
                                std::move(pool), h2_upstream});
     co_await h2_->run();
     h2_.reset();  // the front holds this tunnel (owner): no cycle once it has served
+  }
+
+  // The upstream ready for the first request: a parked connection still open with nothing to
+  // read, else a verified TLS handshake on the connection dialled for this tunnel (or, when
+  // the parked one went stale meanwhile, on a new one to the same vetted address).
+  net::awaitable<std::optional<Refusal>> upstreamReady() {
+    if (!pooled_from_.empty()) {
+      if (ParkedUpstreams::quiet(upstream_)) {
+        log().debug("inspected tunnel {} reuses the upstream connection of {}", event_.id,
+                    pooled_from_);
+        co_return std::nullopt;
+      }
+      pooled_from_.clear();
+      tcp::socket fresh(client_.get_executor());
+      std::vector<VettedAddress> same;  // named: g++ 12 rejects a braced list in a co_await
+      same.push_back(VettedAddress{start_.upstream_endpoint, toIpAddress(start_.upstream_endpoint),
+                                   start_.decision});
+      auto dialled = co_await dialVetted(conn_.ctx, fresh, upstream_watch_, same, target(),
+                                         start_.decision.rule_id, conn_.keep_alive());
+      upstream_watch_.timer.cancel();
+      if (!dialled) co_return std::move(dialled.error());
+      ErrorCode ec;
+      beast::get_lowest_layer(upstream_).close(ec);
+      upstream_ = SslStream(std::move(fresh), conn_.ctx->tls->upstream);
+    }
+    co_return co_await upstreamHandshake();
+  }
+
+  // An HTTP/1.1 tunnel whose upstream connection is idle between messages, open, with nothing
+  // unread, leaves it for the next tunnel of its account to the same target. Only with one I/O
+  // thread: with more, every connection runs on a strand of its own, and a stream never
+  // changes strands (ParkedUpstreams::take), so no other tunnel could take it.
+  void park() {
+    auto& parked = conn_.ctx->parked;
+    if (!parked || !conn_.ctx->single_thread || h2_served_ || conn_.aborted ||
+        conn_.ctx->draining.load() || !link_.reusable() || !ParkedUpstreams::quiet(upstream_))
+      return;
+    parked->park(start_.account, target(), start_.upstream_endpoint, std::move(upstream_),
+                 event_.id);
+    parked_ = true;
   }
 
   // Verified TLS to the upstream; the refusal when it fails. An h2 client gets h2 offered
@@ -274,15 +321,19 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   std::shared_ptr<H2Front> h2_;  // when the client speaks HTTP/2
   Clock::time_point started_;
   std::uint64_t live_id_ = 0;
+  std::string pooled_from_;  // the row id of the tunnel whose parked connection this one took
+  bool h2_served_ = false;   // HTTP/2 from the client: its upstream connections are not parked
+  bool parked_ = false;      // upstream_ was handed to ParkedUpstreams
 };
 
 }  // namespace
 
 void startInspection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
                      PolicySnapshot policy, tcp::socket client, tcp::socket upstream,
-                     InspectStart start) {
+                     InspectStart start, std::optional<ParkedUpstreams::Taken> pooled) {
   auto s = std::make_shared<Inspection>(std::move(ctx), std::move(listener), std::move(policy),
-                                        std::move(client), std::move(upstream), std::move(start));
+                                        std::move(client), std::move(upstream), std::move(start),
+                                        std::move(pooled));
   s->begin();
 }
 

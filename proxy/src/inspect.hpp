@@ -4,9 +4,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "context.hpp"
+#include "parked_upstreams.hpp"
 #include "sluice/base/net.hpp"
 #include "sluice/policy/matcher.hpp"
 
@@ -24,10 +26,12 @@ struct InspectStart {
 
 /// Takes over `client` (the CONNECT was answered 200; an upstream whose TLS fails
 /// verification is reported as a 502 to every request inside the tunnel) and `upstream` (TCP
-/// connected to the vetted address). The caller has taken a connection slot from the
-/// listener's account; inspection releases it.
+/// connected to the vetted address), or instead `pooled` (a verified TLS connection to it that
+/// an earlier tunnel parked; `upstream` is then not open). The caller has taken a connection
+/// slot from the listener's account; inspection releases it. An HTTP/1.1 tunnel that ends
+/// with its upstream connection idle and open parks it (parked_upstreams.hpp).
 void startInspection(std::shared_ptr<Context> ctx, std::shared_ptr<Listener> listener,
                      PolicySnapshot policy, tcp::socket client, tcp::socket upstream,
-                     InspectStart start);
+                     InspectStart start, std::optional<ParkedUpstreams::Taken> pooled = {});
 
 }  // namespace sluice::proxy

@@ -12,7 +12,19 @@
 #include "audit_rows.hpp"
 #include "upstream_dial.hpp"
 
+namespace boost::beast {
+template <class NextLayer>
+class ssl_stream;
+}  // namespace boost::beast
+
 namespace sluice::proxy {
+
+/// Bytes no request asked for are waiting on an upstream connection (in its socket; for TLS
+/// also in OpenSSL's record buffer and read BIO), or it has failed: it must not carry the next
+/// request, which it would answer with them (an upstream that read a second request out of a
+/// body, a stray response). The one check every upstream link makes before reuse.
+bool hasUnread(tcp::socket& s);
+bool hasUnread(beast::ssl_stream<tcp::socket>& s);  // tls_context.cpp
 
 /// Where an admitted tunnel or request goes out (admission.hpp): an open connection it may
 /// reuse, or a new one dialled to the addresses the admission vetted.
@@ -38,6 +50,11 @@ class Outlet {
     co_return seen;
   }
 
+  /// The admission's decision, just before it vets and dials for a new connection: an outlet
+  /// may choose how it connects by it (a tunnel to be inspected may take a parked TLS
+  /// connection, parked_upstreams.hpp). Decides nothing.
+  virtual void decided(const policy::Decision& /*d*/) {}
+
   /// Dials `addrs` (vetted, in order) for `target`. On success the outlet holds the connection
   /// slot the admission took for it.
   virtual net::awaitable<std::expected<VettedAddress, Refusal>> dial(
@@ -59,6 +76,9 @@ class UpstreamLink : public Outlet {
   virtual bool canRedial() const = 0;
   /// A request was sent on the open connection.
   virtual void used() = 0;
+  /// The response to the request last sent was relayed whole and the upstream keeps the
+  /// connection open: it is between messages again.
+  virtual void idle() {}
   /// Ends the open connection (its row is written when it is the link's own).
   virtual void close() = 0;
   /// The connection id a refused request's row names. Plain HTTP writes a denied connections
@@ -84,7 +104,9 @@ class FixedLink final : public UpstreamLink<Stream> {
   const policy::IpAddress* openTo(const policy::Target& target) override {
     if (failure_ || closed_ || target.host != target_.host || target.port != target_.port)
       return nullptr;
-    if (buf_.size() > 0) {
+    // (Before the first request, TLS 1.3 session tickets may still be arriving: bytes are
+    // unasked-for only once a response has been relayed.)
+    if (buf_.size() > 0 || (uses_ > 0 && hasUnread(stream_))) {
       close();
       return nullptr;
     }
@@ -107,7 +129,17 @@ class FixedLink final : public UpstreamLink<Stream> {
   audit::ConnectionEvent& row() override { return row_; }
   bool reused() const override { return uses_ > 0; }
   bool canRedial() const override { return false; }
-  void used() override { ++uses_; }
+  void used() override {
+    ++uses_;
+    between_messages_ = false;
+  }
+  void idle() override { between_messages_ = true; }
+  /// Open, carried at least one request, at a message boundary, nothing unread: what
+  /// ParkedUpstreams may keep.
+  bool reusable() {
+    return !failure_ && !closed_ && uses_ > 0 && between_messages_ && buf_.size() == 0 &&
+           !hasUnread(stream_);
+  }
   void close() override {
     closed_ = true;
     ErrorCode ec;
@@ -128,6 +160,7 @@ class FixedLink final : public UpstreamLink<Stream> {
   std::optional<Refusal> failure_;
   std::uint64_t uses_ = 0;
   bool closed_ = false;
+  bool between_messages_ = false;  // idle() since the last used()
 };
 
 }  // namespace sluice::proxy

@@ -25,9 +25,9 @@ const policy::IpAddress* OriginLink::openTo(const policy::Target& target) {
   }
   // Bytes no request asked for (an upstream that read a second request out of a body, or a
   // stray response): this connection must not answer the next request.
-  ErrorCode ec;
-  if (origin_->buf.size() > 0 || origin_->socket.available(ec) > 0 || ec) {
-    if (origin_->buf.size() > 0 || (!ec && origin_->socket.available(ec) > 0))
+  if (origin_->buf.size() > 0 || hasUnread(origin_->socket)) {
+    ErrorCode ec;
+    if (origin_->buf.size() > 0 || origin_->socket.available(ec) > 0)
       log().warn("origin {} sent bytes no request asked for; connection closed",
                  origin_->target.authority());
     close();

@@ -17,6 +17,7 @@
 #include "context.hpp"
 #include "dns_server.hpp"
 #include "log.hpp"
+#include "parked_upstreams.hpp"
 #include "policy_cut.hpp"
 #include "sluice/base/clock.hpp"
 #include "sluice/base/net.hpp"
@@ -82,6 +83,7 @@ class ProxyImpl : public Proxy {
     ctx_->id_prefix = randomPrefix();
     ctx_->single_thread = threads_count_ == 1;
     ctx_->tokens = std::make_shared<TokenCache>();
+    ctx_->parked = std::make_shared<ParkedUpstreams>(options.parked_upstream_idle);
   }
 
   ~ProxyImpl() override { stop(); }
@@ -271,6 +273,7 @@ class ProxyImpl : public Proxy {
           std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
+    for (auto& l : ls) l->forEachAccount([&](Account& a) { ctx_->parked->dropAccount(a); });
     if (execution_id.empty() || ls.empty()) return;
     // Free the listener records (a long-running proxy serves executions without end); their
     // final counters stay readable through stats() for the most recent kKeptStats.
@@ -343,6 +346,7 @@ class ProxyImpl : public Proxy {
       while (ctx_->live.load() > 0 && std::chrono::steady_clock::now() < hard)
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
+    ctx_->parked->clear();
     work_.reset();
     ioc_.stop();
     for (auto& t : threads_)

@@ -233,6 +233,27 @@ std::expected<std::shared_ptr<TlsContexts>, std::string> makeTlsContexts(
   return t;
 }
 
+bool hasUnread(tcp::socket& s) {
+  ErrorCode ec;
+  return s.available(ec) > 0 || ec;
+}
+
+bool hasUnread(SslStream& s) {
+  SSL* ssl = s.native_handle();
+  // Asio's engine moves what it reads from the socket into the read BIO (it keeps bytes back
+  // only while that BIO is full). Records buffered there need not be data: TLS 1.3 session
+  // tickets follow the handshake. Processing them tells: a peek that finds no application
+  // data wants more input; a partial record left is counted as unread.
+  if (SSL_has_pending(ssl) != 0 || BIO_ctrl_pending(SSL_get_rbio(ssl)) != 0) {
+    char c;
+    const int n = SSL_peek(ssl, &c, 1);
+    const int err = n > 0 ? SSL_ERROR_NONE : SSL_get_error(ssl, n);
+    ERR_clear_error();
+    if (n > 0 || err != SSL_ERROR_WANT_READ || SSL_has_pending(ssl) != 0) return true;
+  }
+  return hasUnread(beast::get_lowest_layer(s));
+}
+
 std::string_view negotiatedAlpn(SslStream& s) {
   const unsigned char* p = nullptr;
   unsigned int len = 0;

@@ -203,6 +203,20 @@ net::awaitable<std::optional<http::request<http::string_body>>> serveRequests(
     res.prepare_payload();
     co_await http::async_write(stream, res, net::redirect_error(net::use_awaitable, ec));
     if (ec || !req.keep_alive()) co_return std::nullopt;
+    if (r.target == "/v1/close-later") {
+      // Kept alive by the response, then closed while idle (an upstream's idle timeout).
+      net::steady_timer t(stream.get_executor(), std::chrono::milliseconds(100));
+      co_await t.async_wait(net::redirect_error(net::use_awaitable, ec));
+      co_return std::nullopt;
+    }
+    if (r.target == "/v1/stray") {
+      // A second response nobody asked for, after the one that was.
+      static constexpr std::string_view kStray =
+          "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nstray";
+      co_await net::async_write(stream, net::buffer(kStray.data(), kStray.size()),
+                                net::redirect_error(net::use_awaitable, ec));
+      if (ec) co_return std::nullopt;
+    }
   }
   co_return std::nullopt;
 }
@@ -227,6 +241,7 @@ net::awaitable<void> serveTls(tcp::socket sock, net::ssl::context* ctx,
     co_await serveWebSocket(std::move(stream), std::move(*upgrade), state);
     co_return;
   }
+  state->ended.fetch_add(1);
   beast::get_lowest_layer(stream).expires_after(std::chrono::seconds(2));
   co_await stream.async_shutdown(net::redirect_error(net::use_awaitable, ec));
 }

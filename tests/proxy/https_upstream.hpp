@@ -13,7 +13,8 @@
 // answers N bytes; "/v1/trailers" answers chunked with trailers (x-checksum, and
 // x-reflected-authorization quoting the Authorization it got); "/v1/hold..." is answered only once
 // releaseHeld() was called (held() counts the requests waiting), so a test can keep upstream
-// connections busy.
+// connections busy; "/v1/close-later" keeps the connection alive, then closes it 100 ms later;
+// "/v1/stray" is followed on the connection by a second response nobody asked for.
 #pragma once
 
 // clang-format off
@@ -102,6 +103,7 @@ class HttpsUpstream {
     std::atomic<int> accepted{0};
     std::atomic<int> handshakes{0};  // TLS handshakes completed
     std::atomic<int> resumed{0};     // of which resumed a session
+    std::atomic<int> ended{0};       // TLS connections whose requests ended (closed, or failed)
     std::atomic<int> ws_messages{0};
     std::atomic<int> held{0};  // "/v1/hold" requests waiting for releaseHeld()
     std::atomic<bool> released{false};
@@ -112,6 +114,7 @@ class HttpsUpstream {
   int accepted() const { return state_.accepted.load(); }
   int handshakes() const { return state_.handshakes.load(); }
   int resumed() const { return state_.resumed.load(); }
+  int ended() const { return state_.ended.load(); }
   /// The cipher suite of the last TLS handshake, as OpenSSL names it ("" before one).
   std::string lastCipher() {
     std::lock_guard lock(state_.mu);

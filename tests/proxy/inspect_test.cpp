@@ -14,6 +14,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <thread>
 
 #include "https_upstream.hpp"
 #include "proxy_test_util.hpp"
@@ -161,7 +162,8 @@ class InspectTest : public ::testing::Test {
       resolver->add(h, {lo});
     }
     proxy::ProxyOptions o;
-    o.threads = 2;
+    o.threads = threads();
+    o.parked_upstream_idle = parkedIdle();
     o.header_timeout = std::chrono::milliseconds(2000);
     o.idle_timeout = std::chrono::milliseconds(30000);
     o.connect_timeout = std::chrono::milliseconds(2000);
@@ -185,6 +187,10 @@ class InspectTest : public ::testing::Test {
 
   virtual bool withCa() { return true; }
   virtual bool withSecrets() { return true; }
+  // Two I/O threads: every connection on a strand of its own (so no tunnel ever takes
+  // another's parked upstream connection: InspectReuseTest runs one thread).
+  virtual unsigned threads() const { return 2; }
+  virtual std::chrono::milliseconds parkedIdle() const { return std::chrono::seconds(4); }
 
   void TearDown() override {
     if (proxy_) proxy_->stop();
@@ -1098,6 +1104,180 @@ TEST_F(InspectTest, UpstreamSessionsResumePerAuthority) {
   EXPECT_EQ(r.header("x-sluice-reason"), "upstream_tls");
   EXPECT_EQ(rogue.resumed(), 0);
   EXPECT_TRUE(rogue.requests().empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstream connections across tunnels (parked_upstreams.hpp). With one I/O thread (the proxy
+// of `sluice run`, `sluice proxy --threads 1`), an inspected tunnel that ends with its
+// upstream connection idle parks it, and the next tunnel of the same account to the same
+// target, once its own admission has vetted the address, carries its requests on it. Only
+// the transport is shared: every request is still decided, injected and recorded.
+
+class InspectReuseTest : public InspectTest {
+ protected:
+  unsigned threads() const override { return 1; }
+
+  // Waits (bounded) until the sink holds `n` connections rows: a tunnel's row is written
+  // once it has ended, after it parked its upstream connection (or did not).
+  bool waitConnectionRows(std::size_t n) {
+    for (int i = 0; i < 1000 && sink_->connections().size() < n; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    return sink_->connections().size() >= n;
+  }
+
+  // One GET in a tunnel of its own, through the proxy on `port` (the fixture's by default),
+  // closed at once; returns when its connections row is written.
+  HttpResponse oneRequestTunnel(const std::string& path, std::uint16_t port = 0) {
+    const auto rows = sink_->connections().size();
+    HttpResponse r;
+    {
+      ProxyClient c(port ? port : port_, &transcript_);
+      EXPECT_TRUE(c.ok());
+      EXPECT_EQ(c.connect(apiAuthority()).status, 200);
+      std::string why;
+      EXPECT_TRUE(c.handshake(ca_->certificate(), "api.test", "api.test", &why)) << why;
+      r = roundTrip(c, request("GET", path, apiAuthority()));
+    }
+    EXPECT_TRUE(waitConnectionRows(rows + 1));
+    return r;
+  }
+};
+
+TEST_F(InspectReuseTest, TheNextTunnelCarriesItsRequestsOnTheParkedUpstreamConnection) {
+  EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
+  {
+    auto c = tunnel("api.test", up_->port());
+    ASSERT_TRUE(c);
+    EXPECT_EQ(roundTrip(*c, request("GET", "/v1/second", apiAuthority())).status, 200);
+    // Decided on the reused connection as on a fresh one: the deny rule refuses, nothing leaves.
+    auto denied = roundTrip(*c, request("GET", "/v1/admin/users", apiAuthority()));
+    EXPECT_EQ(denied.status, 403);
+    expectDenialBody(denied, "denied_by_rule", "api-admin");
+    EXPECT_EQ(roundTrip(*c, request("GET", "/v1/third", apiAuthority())).status, 200);
+  }
+  EXPECT_EQ(up_->accepted(), 1) << "one TCP connection upstream for both tunnels";
+  EXPECT_EQ(up_->handshakes(), 1) << "and one TLS handshake";
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 3u);
+  for (const auto& g : got) {
+    EXPECT_EQ(g.values("Authorization"),
+              std::vector<std::string>{std::string("Bearer ") + kSecret});
+    EXPECT_EQ(g.sni, "api.test");
+  }
+  ASSERT_TRUE(waitConnectionRows(2));
+  auto rows = sink_->connections();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NE(rows[0].id, rows[1].id);
+  for (const auto& row : rows) {
+    EXPECT_EQ(row.decision, audit::Decision::kAllow);
+    EXPECT_EQ(row.resolved_ip, "127.0.0.1");
+    EXPECT_EQ(row.tls, audit::TlsHandling::kInspect);
+  }
+  // Each request row names the tunnel it came through.
+  auto second = waitRequest("GET", "/v1/second");
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->connection_id, rows[1].id);
+  auto admin = waitRequest("GET", "/v1/admin/users");
+  ASSERT_TRUE(admin);
+  EXPECT_EQ(admin->decision, audit::Decision::kDeny);
+  EXPECT_EQ(admin->rule_id, "api-admin");
+}
+
+// A parked connection belongs to the account that parked it: another execution's listener on
+// the same proxy opens its own, and so does a tunnel to another target.
+TEST_F(InspectReuseTest, AParkedConnectionServesOnlyItsOwnAccountAndTarget) {
+  proxy::ListenerIdentity id;
+  id.execution_id = "exec-other";
+  id.matcher = matcher_;
+  id.secrets = secrets_;
+  id.placeholders = placeholders_;
+  auto other = proxy_->listen("127.0.0.1", 0, std::move(id));
+  ASSERT_TRUE(other) << other.error().message;
+
+  EXPECT_EQ(oneRequestTunnel("/v1/mine").status, 200);
+  EXPECT_EQ(oneRequestTunnel("/v1/theirs", *other).status, 200);
+  EXPECT_EQ(up_->accepted(), 2) << "the other execution dialled its own connection";
+  {
+    auto c = tunnel("other.test", up_->port());
+    ASSERT_TRUE(c);
+    EXPECT_EQ(roundTrip(*c, request("GET", "/v1/elsewhere", otherAuthority())).status, 200);
+  }
+  EXPECT_EQ(up_->accepted(), 3) << "another target, another connection";
+  EXPECT_EQ(oneRequestTunnel("/v1/mine-again").status, 200);
+  EXPECT_EQ(up_->accepted(), 3) << "the first execution's own parked connection";
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[3].sni, "api.test");
+}
+
+// A parked connection the upstream closed meanwhile (its idle timeout) is not used: the next
+// tunnel dials a fresh one and its request succeeds.
+TEST_F(InspectReuseTest, AParkedConnectionTheUpstreamClosedIsNotUsed) {
+  EXPECT_EQ(oneRequestTunnel("/v1/close-later").status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the upstream closes it
+  auto r = oneRequestTunnel("/v1/after");
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(up_->accepted(), 2);
+  EXPECT_EQ(up_->requests().size(), 2u);
+}
+
+// An upstream that sent bytes nobody asked for after its response never answers the next
+// tunnel's request with them: that connection is closed, not reused.
+TEST_F(InspectReuseTest, AConnectionWithStrayBytesIsNeverReused) {
+  EXPECT_EQ(oneRequestTunnel("/v1/stray").status, 200);
+  // The stray bytes arrive (what has not arrived yet cannot be told from the next response,
+  // on any connection; the upstream's second small write may wait for a delayed ACK).
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto r = oneRequestTunnel("/v1/after");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_FALSE(contains(r.body, "stray")) << r.body;
+  EXPECT_EQ(up_->accepted(), 2);
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].target, "/v1/after");
+}
+
+class InspectReuseShortIdleTest : public InspectReuseTest {
+ protected:
+  std::chrono::milliseconds parkedIdle() const override { return std::chrono::milliseconds(150); }
+};
+
+// Past the idle limit a parked connection is closed (the upstream sees it end) and the next
+// tunnel dials its own.
+TEST_F(InspectReuseShortIdleTest, AParkedConnectionIsClosedAfterTheIdleLimit) {
+  EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
+  for (int i = 0; i < 400 && up_->ended() < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(up_->ended(), 1) << "closed by the proxy once idle for 150 ms";
+  EXPECT_EQ(oneRequestTunnel("/v1/second").status, 200);
+  EXPECT_EQ(up_->accepted(), 2);
+}
+
+// Within one tunnel too: the stray response waiting in the upstream connection's TLS buffers
+// never answers the tunnel's next request; the connection is closed instead and the request
+// refused (the tunnel's one upstream connection has ended).
+TEST_F(InspectTest, StrayBytesInTheTlsBuffersNeverAnswerTheNextRequest) {
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  EXPECT_EQ(roundTrip(*c, request("GET", "/v1/stray", apiAuthority())).status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the stray bytes arrive
+  auto r = roundTrip(*c, request("GET", "/v1/after", apiAuthority()));
+  EXPECT_FALSE(contains(r.body, "stray")) << r.body;
+  EXPECT_EQ(r.status, 502) << r.body;
+  EXPECT_EQ(up_->requests().size(), 1u);
+}
+
+// A parked connection stays open only while parked: the proxy's stop() closes it; nothing is
+// left open upstream.
+TEST_F(InspectReuseTest, StopClosesParkedConnections) {
+  EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(up_->ended(), 0) << "parked, still open";
+  proxy_->stop();
+  for (int i = 0; i < 400 && up_->ended() < 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(up_->ended(), 1) << "closed by stop()";
+  EXPECT_EQ(up_->accepted(), 1);
 }
 
 // Both TLS sides settle on AES-128-GCM (SHA-256 key schedule) although the client, like

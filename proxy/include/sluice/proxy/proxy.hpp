@@ -39,6 +39,9 @@ struct ProxyOptions {
   std::chrono::milliseconds upstream_timeout{30000};
   /// How long stop() lets in-flight connections finish before closing them.
   std::chrono::milliseconds drain_timeout{5000};
+  /// How long an inspected tunnel's idle upstream connection waits, once the tunnel ended,
+  /// for the next tunnel of the same account to the same target (0: never kept).
+  std::chrono::milliseconds parked_upstream_idle{4000};
   std::size_t max_header_bytes = 64 * 1024;  ///< 431 above this
   std::size_t max_body_bytes = 64 << 20;     ///< request body; 413 above this
 
