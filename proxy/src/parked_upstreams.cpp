@@ -38,8 +38,7 @@ bool ParkedUpstreams::quiet(SslStream& stream) {
 }
 
 void ParkedUpstreams::park(std::shared_ptr<Account> account, const policy::Target& target,
-                           const tcp::endpoint& endpoint, SslStream stream,
-                           std::string opened_by) {
+                           const tcp::endpoint& endpoint, SslStream stream, std::string opened_by) {
   auto e = std::make_shared<Entry>(std::move(account), target, endpoint, std::move(stream),
                                    std::move(opened_by));
   if (idle_.count() <= 0 || !quiet(e->stream)) {
