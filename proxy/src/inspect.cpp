@@ -222,6 +222,10 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   net::awaitable<std::optional<Refusal>> upstreamReady() {
     if (!pooled_from_.empty()) {
       if (ParkedUpstreams::quiet(upstream_)) {
+        // The row says whose verified connection carried this tunnel (an approval or a learned
+        // decision already in `detail` stays).
+        if (event_.detail.empty())
+          event_.detail = "upstream connection kept from tunnel " + pooled_from_;
         log().debug("inspected tunnel {} reuses the upstream connection of {}", event_.id,
                     pooled_from_);
         co_return std::nullopt;

@@ -1173,6 +1173,8 @@ TEST_F(InspectReuseTest, TheNextTunnelCarriesItsRequestsOnTheParkedUpstreamConne
     EXPECT_EQ(row.resolved_ip, "127.0.0.1");
     EXPECT_EQ(row.tls, audit::TlsHandling::kInspect);
   }
+  EXPECT_EQ(rows[0].detail, "");
+  EXPECT_EQ(rows[1].detail, "upstream connection kept from tunnel " + rows[0].id);
   // Each request row names the tunnel it came through.
   auto second = waitRequest("GET", "/v1/second");
   ASSERT_TRUE(second);
