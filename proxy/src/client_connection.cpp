@@ -60,7 +60,7 @@ struct TunnelDial final : Outlet {
     // A refused dial's row names the first address tried.
     tried = addrs.front().endpoint.address().to_string();
     if (inspect && conn.ctx->parked) {
-      pooled = conn.ctx->parked->take(conn.account(), target, addrs, socket.get_executor());
+      pooled = conn.ctx->parked->take(conn.account(), target, addrs);
       if (pooled) {
         dialled = pooled->vetted;
         co_return dialled;

@@ -247,13 +247,11 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   }
 
   // An HTTP/1.1 tunnel whose upstream connection is idle between messages, open, with nothing
-  // unread, leaves it for the next tunnel of its account to the same target. Only with one I/O
-  // thread: with more, every connection runs on a strand of its own, and a stream never
-  // changes strands (ParkedUpstreams::take), so no other tunnel could take it.
+  // unread, leaves it for the next tunnel of its account to the same target.
   void park() {
     auto& parked = conn_.ctx->parked;
-    if (!parked || !conn_.ctx->single_thread || h2_served_ || conn_.aborted ||
-        conn_.ctx->draining.load() || !link_.reusable() || !ParkedUpstreams::quiet(upstream_))
+    if (!parked || h2_served_ || conn_.aborted || conn_.ctx->draining.load() || !link_.reusable() ||
+        !ParkedUpstreams::quiet(upstream_))
       return;
     parked->park(start_.account, target(), start_.upstream_endpoint, std::move(upstream_),
                  event_.id);

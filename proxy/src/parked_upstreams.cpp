@@ -72,8 +72,8 @@ void ParkedUpstreams::park(std::shared_ptr<Account> account, const policy::Targe
 }
 
 std::optional<ParkedUpstreams::Taken> ParkedUpstreams::take(
-    const Account& account, const policy::Target& target, const std::vector<VettedAddress>& vetted,
-    const net::any_io_executor& ex) {
+    const Account& account, const policy::Target& target,
+    const std::vector<VettedAddress>& vetted) {
   std::vector<std::shared_ptr<Entry>> stale;
   std::shared_ptr<Entry> found;
   const VettedAddress* address = nullptr;
@@ -86,7 +86,7 @@ std::optional<ParkedUpstreams::Taken> ParkedUpstreams::take(
         continue;
       auto v = std::find_if(vetted.begin(), vetted.end(),
                             [&](const VettedAddress& a) { return a.endpoint == e->endpoint; });
-      if (v == vetted.end() || e->stream.get_executor() != ex) continue;
+      if (v == vetted.end()) continue;
       e->gone = true;
       if (!quiet(e->stream)) {  // the upstream closed it, or sent what nobody asked for
         stale.push_back(e);
@@ -101,7 +101,8 @@ std::optional<ParkedUpstreams::Taken> ParkedUpstreams::take(
   }
   for (auto& e : stale) close(e);
   if (!found) return std::nullopt;
-  found->timer.cancel();  // same executor as ours: its handler runs later and sees ec
+  // Its timer is left to fire: the entry is gone, so expire() does nothing (cancelling it from
+  // here could race its handler on the parking connection's strand).
   return Taken{std::move(found->stream), *address, std::move(found->opened_by)};
 }
 

@@ -50,11 +50,12 @@ class ParkedUpstreams : public std::enable_shared_from_this<ParkedUpstreams> {
             const tcp::endpoint& endpoint, SslStream stream, std::string opened_by);
 
   /// The most recently parked connection of `account` to `target` whose address is among
-  /// `vetted` and whose executor is `ex` (a connection never changes strands), still open with
-  /// nothing to read; nullopt when there is none. Stale ones met on the way are closed.
+  /// `vetted`, still open with nothing to read; nullopt when there is none. Stale ones met on
+  /// the way are closed. The taker drives it from its own strand from then on: its operations'
+  /// handlers run on the awaiting coroutine's executor, and the strand it was parked from has
+  /// nothing of it left to run (see expire()).
   std::optional<Taken> take(const Account& account, const policy::Target& target,
-                            const std::vector<VettedAddress>& vetted,
-                            const net::any_io_executor& ex);
+                            const std::vector<VettedAddress>& vetted);
 
   /// Closes every connection parked for `account` (its execution ended).
   void dropAccount(const Account& account);

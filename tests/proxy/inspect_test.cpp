@@ -187,8 +187,7 @@ class InspectTest : public ::testing::Test {
 
   virtual bool withCa() { return true; }
   virtual bool withSecrets() { return true; }
-  // Two I/O threads: every connection on a strand of its own (so no tunnel ever takes
-  // another's parked upstream connection: InspectReuseTest runs one thread).
+  // Two I/O threads: every connection on a strand of its own.
   virtual unsigned threads() const { return 2; }
   virtual std::chrono::milliseconds parkedIdle() const { return std::chrono::seconds(4); }
 
@@ -1076,7 +1075,14 @@ TEST_F(InspectTest, KeepAliveRequestsAreEachDecidedAndAudited) {
 // A new tunnel to an authority the proxy has verified before resumes the upstream's TLS
 // session (no certificate to send and verify again); each request is still decided, injected
 // and audited, and a tunnel to another authority gets no session from this one.
-TEST_F(InspectTest, UpstreamSessionsResumePerAuthority) {
+// Sessions resume on a new connection: the second tunnel here must dial one, so nothing is
+// parked (InspectReuseTest covers the connections kept between tunnels).
+class InspectNoParkingTest : public InspectTest {
+ protected:
+  std::chrono::milliseconds parkedIdle() const override { return std::chrono::milliseconds(0); }
+};
+
+TEST_F(InspectNoParkingTest, UpstreamSessionsResumePerAuthority) {
   for (const char* path : {"/v1/first", "/v1/second"}) {
     auto c = tunnel("api.test", up_->port());
     ASSERT_TRUE(c);
@@ -1107,15 +1113,16 @@ TEST_F(InspectTest, UpstreamSessionsResumePerAuthority) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Upstream connections across tunnels (parked_upstreams.hpp). With one I/O thread (the proxy
-// of `sluice run`, `sluice proxy --threads 1`), an inspected tunnel that ends with its
-// upstream connection idle parks it, and the next tunnel of the same account to the same
-// target, once its own admission has vetted the address, carries its requests on it. Only
-// the transport is shared: every request is still decided, injected and recorded.
+// Upstream connections across tunnels (parked_upstreams.hpp). An inspected tunnel that ends
+// with its upstream connection idle parks it, and the next tunnel of the same account to the
+// same target, once its own admission has vetted the address, carries its requests on it.
+// Only the transport is shared: every request is still decided, injected and recorded. Each
+// test runs with one I/O thread (`sluice run`'s proxy) and with two (every connection on a
+// strand of its own: the taker drives the connection from its strand).
 
-class InspectReuseTest : public InspectTest {
+class InspectReuseTest : public InspectTest, public ::testing::WithParamInterface<unsigned> {
  protected:
-  unsigned threads() const override { return 1; }
+  unsigned threads() const override { return GetParam(); }
 
   // Waits (bounded) until the sink holds `n` connections rows: a tunnel's row is written
   // once it has ended, after it parked its upstream connection (or did not).
@@ -1143,7 +1150,9 @@ class InspectReuseTest : public InspectTest {
   }
 };
 
-TEST_F(InspectReuseTest, TheNextTunnelCarriesItsRequestsOnTheParkedUpstreamConnection) {
+INSTANTIATE_TEST_SUITE_P(Threads, InspectReuseTest, ::testing::Values(1u, 2u));
+
+TEST_P(InspectReuseTest, TheNextTunnelCarriesItsRequestsOnTheParkedUpstreamConnection) {
   EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
   {
     auto c = tunnel("api.test", up_->port());
@@ -1187,7 +1196,7 @@ TEST_F(InspectReuseTest, TheNextTunnelCarriesItsRequestsOnTheParkedUpstreamConne
 
 // A parked connection belongs to the account that parked it: another execution's listener on
 // the same proxy opens its own, and so does a tunnel to another target.
-TEST_F(InspectReuseTest, AParkedConnectionServesOnlyItsOwnAccountAndTarget) {
+TEST_P(InspectReuseTest, AParkedConnectionServesOnlyItsOwnAccountAndTarget) {
   proxy::ListenerIdentity id;
   id.execution_id = "exec-other";
   id.matcher = matcher_;
@@ -1214,7 +1223,7 @@ TEST_F(InspectReuseTest, AParkedConnectionServesOnlyItsOwnAccountAndTarget) {
 
 // A parked connection the upstream closed meanwhile (its idle timeout) is not used: the next
 // tunnel dials a fresh one and its request succeeds.
-TEST_F(InspectReuseTest, AParkedConnectionTheUpstreamClosedIsNotUsed) {
+TEST_P(InspectReuseTest, AParkedConnectionTheUpstreamClosedIsNotUsed) {
   EXPECT_EQ(oneRequestTunnel("/v1/close-later").status, 200);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the upstream closes it
   auto r = oneRequestTunnel("/v1/after");
@@ -1225,7 +1234,7 @@ TEST_F(InspectReuseTest, AParkedConnectionTheUpstreamClosedIsNotUsed) {
 
 // An upstream that sent bytes nobody asked for after its response never answers the next
 // tunnel's request with them: that connection is closed, not reused.
-TEST_F(InspectReuseTest, AConnectionWithStrayBytesIsNeverReused) {
+TEST_P(InspectReuseTest, AConnectionWithStrayBytesIsNeverReused) {
   EXPECT_EQ(oneRequestTunnel("/v1/stray").status, 200);
   // The stray bytes arrive (what has not arrived yet cannot be told from the next response,
   // on any connection; the upstream's second small write may wait for a delayed ACK).
@@ -1243,10 +1252,11 @@ class InspectReuseShortIdleTest : public InspectReuseTest {
  protected:
   std::chrono::milliseconds parkedIdle() const override { return std::chrono::milliseconds(150); }
 };
+INSTANTIATE_TEST_SUITE_P(Threads, InspectReuseShortIdleTest, ::testing::Values(1u, 2u));
 
 // Past the idle limit a parked connection is closed (the upstream sees it end) and the next
 // tunnel dials its own.
-TEST_F(InspectReuseShortIdleTest, AParkedConnectionIsClosedAfterTheIdleLimit) {
+TEST_P(InspectReuseShortIdleTest, AParkedConnectionIsClosedAfterTheIdleLimit) {
   EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
   for (int i = 0; i < 400 && up_->ended() < 1; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -1271,7 +1281,7 @@ TEST_F(InspectTest, StrayBytesInTheTlsBuffersNeverAnswerTheNextRequest) {
 
 // A parked connection stays open only while parked: the proxy's stop() closes it; nothing is
 // left open upstream.
-TEST_F(InspectReuseTest, StopClosesParkedConnections) {
+TEST_P(InspectReuseTest, StopClosesParkedConnections) {
   EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   EXPECT_EQ(up_->ended(), 0) << "parked, still open";
