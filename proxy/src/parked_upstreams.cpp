@@ -66,7 +66,7 @@ void ParkedUpstreams::park(std::shared_ptr<Account> account, const policy::Targe
   if (evicted) close(evicted);
   e->timer.expires_after(idle_);
   e->timer.async_wait([weak = weak_from_this(), e](const ErrorCode& ec) {
-    if (ec) return;  // taken or dropped: whoever did it owns the entry now
+    if (ec) return;  // the io_context is going away
     if (auto self = weak.lock()) self->expire(e);
   });
 }
@@ -148,11 +148,6 @@ void ParkedUpstreams::clear() {
     for (auto& e : all) e->gone = true;
   }
   for (auto& e : all) close(e);
-}
-
-std::size_t ParkedUpstreams::size() const {
-  std::lock_guard lock(mu_);
-  return entries_.size();
 }
 
 }  // namespace sluice::proxy

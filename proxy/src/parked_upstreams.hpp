@@ -1,5 +1,5 @@
 // Verified TLS connections to an upstream, kept for a moment after the inspected tunnel that
-// used them ended, for the next tunnel of the same account to the same target (docs/proxy.md,
+// used them ended, for the next tunnel of the same account to the same target (docs/tls.md,
 // "Upstream connections across tunnels"). A client that opens a tunnel per request (curl in a
 // loop, most package managers, a fresh HTTP client per call) would otherwise cost the upstream
 // a TCP connection and a TLS handshake per request, and the proxy its side of that handshake.
@@ -61,7 +61,6 @@ class ParkedUpstreams : public std::enable_shared_from_this<ParkedUpstreams> {
   void dropAccount(const Account& account);
   /// Closes every parked connection (the proxy stops).
   void clear();
-  std::size_t size() const;
 
   /// True when `stream` is open with nothing unread (hasUnread, link.hpp) and no end of stream
   /// pending.
