@@ -49,6 +49,10 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     if (pooled) {
       upstream_ = std::move(pooled->stream);
       pooled_from_ = std::move(pooled->opened_by);
+      link_.takenFromPark(
+          [this](const std::vector<VettedAddress>& addrs, const std::string& rule_id) {
+            return replaceUpstream(addrs, rule_id, /*slot_taken=*/true);
+          });
     }
     ctx->live.fetch_add(1);
   }
@@ -231,19 +235,38 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
         co_return std::nullopt;
       }
       pooled_from_.clear();
-      tcp::socket fresh(client_.get_executor());
+      link_.takenFromPark(nullptr);
       std::vector<VettedAddress> same;  // named: g++ 12 rejects a braced list in a co_await
       same.push_back(VettedAddress{start_.upstream_endpoint, toIpAddress(start_.upstream_endpoint),
                                    start_.decision});
-      auto dialled = co_await dialVetted(conn_.ctx, fresh, upstream_watch_, same, target(),
-                                         start_.decision.rule_id, conn_.keep_alive());
-      upstream_watch_.timer.cancel();
-      if (!dialled) co_return std::move(dialled.error());
-      ErrorCode ec;
-      beast::get_lowest_layer(upstream_).close(ec);
-      upstream_ = SslStream(std::move(fresh), conn_.ctx->tls->upstream);
+      auto replaced = co_await replaceUpstream(same, start_.decision.rule_id, false);
+      if (!replaced) co_return std::move(replaced.error());
+      co_return std::nullopt;
     }
     co_return co_await upstreamHandshake();
+  }
+
+  // A new, verified connection to one of `addrs` in place of the parked one this tunnel took
+  // (closed meanwhile). `slot_taken`: the exchange's redial took a connection slot for it,
+  // which the tunnel's own (held since its CONNECT) already covers.
+  net::awaitable<std::expected<VettedAddress, Refusal>> replaceUpstream(
+      const std::vector<VettedAddress>& addrs, const std::string& rule_id, bool slot_taken) {
+    tcp::socket fresh(client_.get_executor());
+    auto dialled = co_await dialVetted(conn_.ctx, fresh, upstream_watch_, addrs, target(), rule_id,
+                                       conn_.keep_alive());
+    upstream_watch_.timer.cancel();
+    if (!dialled) co_return dialled;
+    ErrorCode ec;
+    beast::get_lowest_layer(upstream_).close(ec);
+    upstream_ = SslStream(std::move(fresh), conn_.ctx->tls->upstream);
+    if (auto refused = co_await upstreamHandshake()) co_return std::unexpected(std::move(*refused));
+    if (slot_taken) conn_.account().releaseConnection();
+    const std::string kept = "upstream connection kept from tunnel " + pooled_from_;
+    if (!pooled_from_.empty() && event_.detail == kept)
+      event_.detail = kept + " was closed before the first request; a new one was dialled";
+    log().debug("inspected tunnel {} replaced the closed upstream connection of {}", event_.id,
+                pooled_from_.empty() ? std::string("-") : pooled_from_);
+    co_return dialled;
   }
 
   // An HTTP/1.1 tunnel whose upstream connection is idle between messages, open, with nothing

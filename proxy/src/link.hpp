@@ -5,6 +5,7 @@
 #pragma once
 
 #include <expected>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -91,7 +92,9 @@ class UpstreamLink : public Outlet {
 /// The upstream of a tunnel: one connection to the CONNECT target, dialled and vetted before
 /// the tunnel was established. It cannot be redialled; once closed, the tunnel is over, and a
 /// link that failed at set-up (an upstream certificate that does not verify) gives every
-/// request that would need a new connection that refusal.
+/// request that would need a new connection that refusal. The one exception: a connection
+/// another tunnel parked (parked_upstreams.hpp) may be replaced once, if it turns out closed
+/// when the tunnel's first request goes out (takenFromPark).
 template <typename Stream>
 class FixedLink final : public UpstreamLink<Stream> {
  public:
@@ -100,6 +103,14 @@ class FixedLink final : public UpstreamLink<Stream> {
       : stream_(stream), watch_(watch), buf_(buf), target_(target), vetted_(vetted), row_(row) {}
 
   void fail(Refusal r) { failure_ = std::move(r); }
+
+  /// Dials a new connection in place of the open one: `addrs` vetted by the admission.
+  using Redial = std::function<net::awaitable<std::expected<VettedAddress, Refusal>>(
+      const std::vector<VettedAddress>& addrs, const std::string& rule_id)>;
+  /// The open connection was parked by another tunnel: it counts as reused, and until its
+  /// first response `redial` may replace it once (a kept-alive connection the upstream closed
+  /// just before the request went out; the exchange resends a request without a body once).
+  void takenFromPark(Redial redial) { redial_ = std::move(redial); }
 
   const policy::IpAddress* openTo(const policy::Target& target) override {
     if (failure_ || closed_ || target.host != target_.host || target.port != target_.port)
@@ -114,26 +125,39 @@ class FixedLink final : public UpstreamLink<Stream> {
   }
   std::optional<Refusal> cannotDial(const std::string& rule_id) const override {
     if (failure_) return failure_;
+    if (redial_) return std::nullopt;
     return networkFailure(
         policy::Reason::kUpstreamError, kFailureReset,
         "the upstream connection of this tunnel to " + target_.authority() + " has ended", rule_id);
   }
-  net::awaitable<std::expected<VettedAddress, Refusal>> dial(const std::vector<VettedAddress>&,
-                                                             const policy::Target&,
-                                                             const std::string& rule_id) override {
-    co_return std::unexpected(*cannotDial(rule_id));  // never asked: cannotDial() refuses first
+  net::awaitable<std::expected<VettedAddress, Refusal>> dial(
+      const std::vector<VettedAddress>& addrs, const policy::Target&,
+      const std::string& rule_id) override {
+    if (!redial_) co_return std::unexpected(*cannotDial(rule_id));
+    const Redial redial = std::move(redial_);  // once
+    redial_ = nullptr;
+    auto r = co_await redial(addrs, rule_id);
+    if (r) {
+      closed_ = false;
+      uses_ = 0;
+      between_messages_ = false;
+    }
+    co_return r;
   }
   Stream& stream() override { return stream_; }
   Watch& watch() override { return watch_; }
   beast::flat_buffer& buffer() override { return buf_; }
   audit::ConnectionEvent& row() override { return row_; }
-  bool reused() const override { return uses_ > 0; }
-  bool canRedial() const override { return false; }
+  bool reused() const override { return uses_ > 0 || static_cast<bool>(redial_); }
+  bool canRedial() const override { return static_cast<bool>(redial_); }
   void used() override {
     ++uses_;
     between_messages_ = false;
   }
-  void idle() override { between_messages_ = true; }
+  void idle() override {
+    between_messages_ = true;
+    redial_ = nullptr;  // it answered: from now on this tunnel's own connection
+  }
   /// Open, carried at least one request, at a message boundary, nothing unread: what
   /// ParkedUpstreams may keep.
   bool reusable() {
@@ -161,6 +185,7 @@ class FixedLink final : public UpstreamLink<Stream> {
   std::uint64_t uses_ = 0;
   bool closed_ = false;
   bool between_messages_ = false;  // idle() since the last used()
+  Redial redial_;                  // set by takenFromPark until the first response
 };
 
 }  // namespace sluice::proxy

@@ -1232,6 +1232,27 @@ TEST_P(InspectReuseTest, AParkedConnectionTheUpstreamClosedIsNotUsed) {
   EXPECT_EQ(up_->requests().size(), 2u);
 }
 
+// The upstream closes the parked connection after the next tunnel took it, before that
+// tunnel's first request went out: the request (no body) is sent once more on a new, verified
+// connection to the same vetted address, and succeeds.
+TEST_P(InspectReuseTest, AParkedConnectionClosedJustBeforeTheFirstRequestIsReplaced) {
+  EXPECT_EQ(oneRequestTunnel("/v1/close-later").status, 200);  // closed 100 ms later
+  auto c = tunnel("api.test", up_->port());
+  ASSERT_TRUE(c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the upstream closes it now
+  auto r = roundTrip(*c, request("GET", "/v1/after", apiAuthority()));
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(roundTrip(*c, request("GET", "/v1/again", apiAuthority())).status, 200);
+  c.reset();
+  EXPECT_EQ(up_->accepted(), 2);
+  EXPECT_EQ(up_->requests().size(), 3u);
+  ASSERT_TRUE(waitConnectionRows(2));
+  auto rows = sink_->connections();
+  EXPECT_EQ(rows[1].decision, audit::Decision::kAllow);
+  EXPECT_EQ(rows[1].detail, "upstream connection kept from tunnel " + rows[0].id +
+                                " was closed before the first request; a new one was dialled");
+}
+
 // An upstream that sent bytes nobody asked for after its response never answers the next
 // tunnel's request with them: that connection is closed, not reused.
 TEST_P(InspectReuseTest, AConnectionWithStrayBytesIsNeverReused) {
