@@ -9,10 +9,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -125,13 +127,33 @@ inline std::vector<pid_t> waitForChildrenNamed(pid_t parent, const std::string& 
 struct MemoryScan {
   std::size_t scanned = 0;        // bytes read
   std::vector<std::string> hits;  // /proc/PID/maps lines of mappings holding the needle
+  bool gone = false;              // the process exited before its map could be read
 };
 
 /// Reads every readable mapping of `pid` (as root) and reports those that contain `needle`.
+/// A process that exits meanwhile is reported `gone` (libstdc++'s ifstream would throw on the
+/// ESRCH of its maps file, so it is read with read(2)).
 inline MemoryScan scanMemory(pid_t pid, std::string_view needle) {
   MemoryScan r;
-  std::ifstream maps("/proc/" + std::to_string(pid) + "/maps");
+  std::string text;
+  if (int fd = ::open(("/proc/" + std::to_string(pid) + "/maps").c_str(), O_RDONLY | O_CLOEXEC);
+      fd >= 0) {
+    char chunk[65536];
+    for (ssize_t n; (n = ::read(fd, chunk, sizeof chunk)) != 0;) {
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        r.gone = true;
+        break;
+      }
+      text.append(chunk, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+  } else {
+    r.gone = true;
+  }
+  std::istringstream maps(text);
   int mem = ::open(("/proc/" + std::to_string(pid) + "/mem").c_str(), O_RDONLY | O_CLOEXEC);
+  if (mem < 0) r.gone = true;
   for (std::string line; mem >= 0 && std::getline(maps, line);) {
     unsigned long lo = 0, hi = 0;
     char perms[5] = {};

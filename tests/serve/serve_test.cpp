@@ -1206,11 +1206,15 @@ TEST_F(ServeProcessTest, SandboxInitsComeFromAZygoteAndHoldNoCopyOfTheDaemonsTok
   ASSERT_GE(inits.size(), 1u);  // the session's, and the pool's prepared one
   auto control = sluice::testing::scanMemory(daemon, token);
   EXPECT_FALSE(control.hits.empty()) << "the scan does not find the token in the daemon";
+  std::size_t scanned = 0;
   for (pid_t init : inits) {
     auto scan = sluice::testing::scanMemory(init, token);
+    if (scan.gone) continue;  // a pool's sandbox being replaced may end as it is read
+    ++scanned;
     EXPECT_GT(scan.scanned, 0u);
     EXPECT_TRUE(scan.hits.empty()) << "init " << init << " holds the token in " << scan.hits[0];
   }
+  EXPECT_GE(scanned, 1u) << "no init could be read";
   auto ran = call("POST", "/v1/sessions/" + session + "/exec", R"({"argv":["true"]})");
   EXPECT_EQ(ran.status, 200) << ran.body;
 
