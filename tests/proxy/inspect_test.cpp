@@ -218,10 +218,12 @@ class InspectTest : public ::testing::Test {
   std::string apiAuthority() const { return "api.test:" + std::to_string(up_->port()); }
   std::string otherAuthority() const { return "other.test:" + std::to_string(up_->port()); }
 
-  // CONNECT + TLS handshake (SNI = verify host = `host`); null (test failed) otherwise.
+  // CONNECT + TLS handshake (SNI = verify host = `host`) through the proxy listening on
+  // `proxy_port` (0: the fixture's); null (test failed) otherwise.
   std::unique_ptr<ProxyClient> tunnel(const std::string& host, std::uint16_t port,
-                                      const std::string& sni = "<host>") {
-    auto c = std::make_unique<ProxyClient>(port_, &transcript_);
+                                      const std::string& sni = "<host>",
+                                      std::uint16_t proxy_port = 0) {
+    auto c = std::make_unique<ProxyClient>(proxy_port ? proxy_port : port_, &transcript_);
     EXPECT_TRUE(c->ok());
     auto r = c->connect(host + ":" + std::to_string(port));
     EXPECT_EQ(r.status, 200) << r.body;
@@ -231,6 +233,15 @@ class InspectTest : public ::testing::Test {
     EXPECT_TRUE(ok) << why;
     if (!ok) return nullptr;
     return c;
+  }
+
+  // Every request the upstream got carries the injected credential, over SNI api.test.
+  static void expectInjectedOverApiSni(const std::vector<ReceivedRequest>& got) {
+    for (const auto& g : got) {
+      EXPECT_EQ(g.values("Authorization"),
+                std::vector<std::string>{std::string("Bearer ") + kSecret});
+      EXPECT_EQ(g.sni, "api.test");
+    }
   }
 
   HttpResponse roundTrip(ProxyClient& c, const std::string& req) {
@@ -1092,11 +1103,7 @@ TEST_F(InspectNoParkingTest, UpstreamSessionsResumePerAuthority) {
   EXPECT_EQ(up_->resumed(), 1) << "the second tunnel resumes the first one's session";
   auto got = up_->requests();
   ASSERT_EQ(got.size(), 2u);
-  for (const auto& g : got) {
-    EXPECT_EQ(g.values("Authorization"),
-              std::vector<std::string>{std::string("Bearer ") + kSecret});
-    EXPECT_EQ(g.sni, "api.test");
-  }
+  expectInjectedOverApiSni(got);
   ASSERT_TRUE(waitRequest("GET", "/v1/second"));
 
   // The same name on another port, with a certificate from a CA nobody trusts: no session is
@@ -1137,14 +1144,8 @@ class InspectReuseTest : public InspectTest, public ::testing::WithParamInterfac
   HttpResponse oneRequestTunnel(const std::string& path, std::uint16_t port = 0) {
     const auto rows = sink_->connections().size();
     HttpResponse r;
-    {
-      ProxyClient c(port ? port : port_, &transcript_);
-      EXPECT_TRUE(c.ok());
-      EXPECT_EQ(c.connect(apiAuthority()).status, 200);
-      std::string why;
-      EXPECT_TRUE(c.handshake(ca_->certificate(), "api.test", "api.test", &why)) << why;
-      r = roundTrip(c, request("GET", path, apiAuthority()));
-    }
+    if (auto c = tunnel("api.test", up_->port(), "<host>", port))
+      r = roundTrip(*c, request("GET", path, apiAuthority()));
     EXPECT_TRUE(waitConnectionRows(rows + 1));
     return r;
   }
@@ -1168,11 +1169,7 @@ TEST_P(InspectReuseTest, TheNextTunnelCarriesItsRequestsOnTheParkedUpstreamConne
   EXPECT_EQ(up_->handshakes(), 1) << "and one TLS handshake";
   auto got = up_->requests();
   ASSERT_EQ(got.size(), 3u);
-  for (const auto& g : got) {
-    EXPECT_EQ(g.values("Authorization"),
-              std::vector<std::string>{std::string("Bearer ") + kSecret});
-    EXPECT_EQ(g.sni, "api.test");
-  }
+  expectInjectedOverApiSni(got);
   ASSERT_TRUE(waitConnectionRows(2));
   auto rows = sink_->connections();
   ASSERT_EQ(rows.size(), 2u);
@@ -1251,6 +1248,48 @@ TEST_P(InspectReuseTest, AParkedConnectionClosedJustBeforeTheFirstRequestIsRepla
   EXPECT_EQ(rows[1].decision, audit::Decision::kAllow);
   EXPECT_EQ(rows[1].detail, "upstream connection kept from tunnel " + rows[0].id +
                                 " was closed before the first request; a new one was dialled");
+}
+
+// A live update that no longer vets the parked connection's address (the rule's cidrs leave
+// 127.0.0.0/8) refuses the next CONNECT at its own admission: the parked connection is not used
+// and nothing reaches the upstream.
+TEST_P(InspectReuseTest, APolicyUpdateThatNoLongerVetsTheAddressRefusesBeforeAnyReuse) {
+  EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
+  std::string yaml = policyYaml();
+  const std::string lo = R"(cidrs: ["127.0.0.0/8"])";
+  yaml.replace(yaml.find(lo), lo.size(), R"(cidrs: ["10.0.0.0/8"])");  // the api rule's
+  auto w = policy::parseWorkflow(yaml, "tls-test.yaml");
+  ASSERT_TRUE(w) << w.error().str();
+  auto g = proxy_->replacePolicy(
+      "exec-tls", policy::Matcher::compile(std::make_shared<const policy::Workflow>(*w)));
+  ASSERT_TRUE(g) << g.error().message;
+  ProxyClient c(port_, &transcript_);
+  ASSERT_TRUE(c.ok());
+  EXPECT_NE(c.connect(apiAuthority()).status, 200);
+  EXPECT_EQ(up_->accepted(), 1);
+  EXPECT_EQ(up_->requests().size(), 1u);
+}
+
+// A tunnel whose decision inspects but whose client then speaks plain HTTP cannot use the TLS
+// connection it took: that goes back to the pool, the tunnel dials its own, and the next TLS
+// tunnel still finds the parked one.
+TEST_P(InspectReuseTest, ATunnelThatCarriesPlainHttpPutsTheParkedConnectionBack) {
+  EXPECT_EQ(oneRequestTunnel("/v1/first").status, 200);
+  const auto rows = sink_->connections().size();
+  {
+    ProxyClient c(port_, &transcript_);
+    ASSERT_TRUE(c.ok());
+    ASSERT_EQ(c.connect(apiAuthority()).status, 200);
+    ASSERT_TRUE(c.send(request("GET", "/v1/plain", apiAuthority())));
+    EXPECT_NE(c.readResponse().status, 200);
+  }
+  ASSERT_TRUE(waitConnectionRows(rows + 1));
+  EXPECT_EQ(up_->accepted(), 2) << "the plain tunnel dialled a connection of its own";
+  EXPECT_EQ(oneRequestTunnel("/v1/after").status, 200);
+  EXPECT_EQ(up_->accepted(), 2) << "the TLS tunnel took the parked one";
+  auto got = up_->requests();
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[1].target, "/v1/after");
 }
 
 // An upstream that sent bytes nobody asked for after its response never answers the next
