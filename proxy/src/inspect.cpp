@@ -35,7 +35,9 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
       : start_(std::move(start)),
         event_(start_.event),
         client_(std::move(client), ctx->tls->server),
-        upstream_(std::move(upstream), ctx->tls->upstream),
+        // A parked connection as it is; else a TLS stream over the connection dialled for us.
+        upstream_(pooled ? std::move(pooled->stream)
+                         : SslStream(std::move(upstream), ctx->tls->upstream)),
         client_watch_(client_.get_executor()),
         upstream_watch_(client_.get_executor()),
         conn_{ctx, listener, policy.matcher, start_.account, {}, {}, false, false},
@@ -47,7 +49,6 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
     conn_.generation = policy.generation;
     exchange_.carry(Carrier::kInspected, &link_, &start_.target);
     if (pooled) {
-      upstream_ = std::move(pooled->stream);
       pooled_from_ = std::move(pooled->opened_by);
       link_.takenFromPark(
           [this](const std::vector<VettedAddress>& addrs, const std::string& rule_id) {
@@ -273,9 +274,8 @@ class Inspection : public std::enable_shared_from_this<Inspection>, public Closa
   // unread, leaves it for the next tunnel of its account to the same target.
   void park() {
     auto& parked = conn_.ctx->parked;
-    if (!parked || h2_served_ || conn_.aborted || conn_.ctx->draining.load() || !link_.reusable() ||
-        !ParkedUpstreams::quiet(upstream_))
-      return;
+    if (!parked || h2_served_ || conn_.aborted || conn_.ctx->draining.load() || !link_.reusable())
+      return;  // (park() itself closes a connection with anything unread)
     parked->park(start_.account, target(), start_.upstream_endpoint, std::move(upstream_),
                  event_.id);
     parked_ = true;

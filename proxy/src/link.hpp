@@ -158,11 +158,10 @@ class FixedLink final : public UpstreamLink<Stream> {
     between_messages_ = true;
     redial_ = nullptr;  // it answered: from now on this tunnel's own connection
   }
-  /// Open, carried at least one request, at a message boundary, nothing unread: what
-  /// ParkedUpstreams may keep.
-  bool reusable() {
-    return !failure_ && !closed_ && uses_ > 0 && between_messages_ && buf_.size() == 0 &&
-           !hasUnread(stream_);
+  /// Open, carried at least one request, at a message boundary, nothing in the HTTP buffer:
+  /// what ParkedUpstreams may keep (its park() checks the TLS buffers and the socket).
+  bool reusable() const {
+    return !failure_ && !closed_ && uses_ > 0 && between_messages_ && buf_.size() == 0;
   }
   void close() override {
     closed_ = true;

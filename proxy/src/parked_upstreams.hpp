@@ -44,8 +44,9 @@ class ParkedUpstreams : public std::enable_shared_from_this<ParkedUpstreams> {
   };
 
   /// Keeps `stream` (connected to `endpoint` for `target`, opened by the tunnel whose row is
-  /// `opened_by`) for `account`; closes it instead when the caps are reached or it has
-  /// something to read. The caller checked that it is idle at a message boundary.
+  /// `opened_by`) for `account`; closes it instead when the caps are reached or it is not
+  /// quiet() (the one check of what is unread for parking). The caller checked that it is idle
+  /// at a message boundary with nothing in its HTTP buffer.
   void park(std::shared_ptr<Account> account, const policy::Target& target,
             const tcp::endpoint& endpoint, SslStream stream, std::string opened_by);
 
