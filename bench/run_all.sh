@@ -84,7 +84,8 @@ section "proxy vs Squid (bench/proxy_vs_squid.sh)"
 env "${PROXY_ENV[@]}" bench/proxy_vs_squid.sh "${AUDIT_OPT[@]}" "$SLUICE" "$BUILD_DIR/bench/splice_relay"
 
 section "inspected TLS vs passthrough and Squid ssl-bump (bench/tls_vs_passthrough.sh)"
-env "${TLS_ENV[@]}" bench/tls_vs_passthrough.sh "${AUDIT_OPT[@]}" "$SLUICE" "$BUILD_DIR/bench/tls_load"
+env "${TLS_ENV[@]}" bench/tls_vs_passthrough.sh "${AUDIT_OPT[@]}" "$SLUICE" "$BUILD_DIR/bench/tls_load" \
+  "$BUILD_DIR/bench/tls_relay"
 
 if [[ $SMOKE != 1 ]]; then
   section "the .deb: size and install-to-first-run (bench/package.sh)"

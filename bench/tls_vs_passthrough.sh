@@ -15,8 +15,13 @@
 # the CPU microseconds per request of each and the ceiling that total puts on requests/s with
 # this machine's cores (docs/benchmarks.md, "TLS inspection: where the CPU goes").
 #
-# Usage: bench/tls_vs_passthrough.sh [--no-audit] [path/to/sluice] [path/to/tls_load]
-#        (defaults: build/cli/sluice, build/bench/tls_load; --no-audit: no audit store)
+# Beside them in the reuse mode, bench/tls_relay.cpp: a bare TLS-terminating relay (decrypt and
+# re-encrypt, nothing else: no policy, parsing, injection or audit), the floor of inspection the
+# way bench/splice_relay.cpp is the CONNECT download's.
+#
+# Usage: bench/tls_vs_passthrough.sh [--no-audit] [path/to/sluice] [path/to/tls_load] [path/to/tls_relay]
+#        (defaults: build/cli/sluice, build/bench/tls_load, build/bench/tls_relay;
+#        --no-audit: no audit store)
 # Env:   DURATION (seconds per run, default 5), CLIENTS (client threads, default 8),
 #        ROUNDS (alternating rounds, default 3), PROXY_THREADS (sluice --threads, default 1),
 #        SQUID_BUMP (0 leaves the Squid ssl-bump peer out, default 1),
@@ -31,6 +36,7 @@ set -- "${ARGS[@]}"
 
 SLUICE=${1:-${SLUICE:-build/cli/sluice}}
 TLS_LOAD=${2:-${TLS_LOAD:-build/bench/tls_load}}
+TLS_RELAY=${3:-${TLS_RELAY:-build/bench/tls_relay}}
 DURATION=${DURATION:-5}
 CLIENTS=${CLIENTS:-8}
 ROUNDS=${ROUNDS:-3}
@@ -68,6 +74,7 @@ NGINX_PORT=$(free_port)
 INSPECT_PORT=$(free_port)
 PASS_PORT=$(free_port)
 BUMP_PORT=$(free_port)
+RELAY_PORT=$(free_port)
 chmod 755 "$TMP"
 
 # ---- a private upstream CA and a certificate for "localhost" ------------------------------
@@ -191,7 +198,24 @@ if [[ $SQUID_BUMP == 1 ]]; then
   WHO+=" squid-bump"
 fi
 
+# ---- the bare TLS relay (reuse mode only: it sets connections up one at a time) -------------
+RELAY_PID=
+if [[ -x $TLS_RELAY && " $MODES " == *" reuse "* ]]; then
+  "$TLS_RELAY" "$RELAY_PORT" "$NGINX_PORT" "$TMP/pki/server.pem" "$TMP/pki/server.key" \
+    "$TMP/pki/ca.pem" > "$TMP/relay.out" 2>&1 &
+  PIDS+=($!)
+  RELAY_PID=$!
+  WHO+=" bare-relay"
+elif [[ ! -x $TLS_RELAY ]]; then
+  echo "($TLS_RELAY not built: the bare-relay floor of the reuse row is left out)"
+fi
+# Which mode a target runs in: the bare relay only kept alive, Squid not h2.
+runs() {
+  if [[ $1 == squid-bump && $2 == h2 ]] || [[ $1 == bare-relay && $2 != reuse ]]; then return 1; fi
+}
+
 wait_port "$NGINX_PORT"
+if [[ -n $RELAY_PID ]]; then wait_port "$RELAY_PORT"; fi
 wait_port "$INSPECT_PORT"
 wait_port "$PASS_PORT"
 if [[ $SQUID_BUMP == 1 ]]; then wait_port "$BUMP_PORT"; fi
@@ -212,6 +236,7 @@ port_of() {  # port_of WHO: the proxy port a target is reached through ("" = dir
     passthrough) echo "$PASS_PORT" ;;
     inspect) echo "$INSPECT_PORT" ;;
     squid-bump) echo "$BUMP_PORT" ;;
+    bare-relay) echo "$RELAY_PORT" ;;
     *) echo "" ;;
   esac
 }
@@ -227,7 +252,7 @@ fi
 for who in $WHO; do
   p=$(port_of "$who")
   for m in $MODES; do
-  [[ $who == squid-bump && $m == h2 ]] && continue
+  runs "$who" "$m" || continue
   out=$(load "$p" "$m" 0.3) || { echo "no request succeeded via ${p:-direct}: $out" >&2; cat "$TMP/sluice.log" >&2; exit 1; }
   errs=$(field "$out" errors)
   # Squid now and then closes a kept-alive client connection under load; its client then counts
@@ -256,6 +281,7 @@ AUDIT_TASK=$(grep -lx sluice-audit /proc/"$SLUICE_PID"/task/*/comm 2>/dev/null |
 audit_ticks() {
   if [[ -n $AUDIT_TASK ]]; then stat_cpu "$AUDIT_TASK/stat" | awk '{print $1 + $2}'; else echo 0; fi
 }
+CPU_PID=$SLUICE_PID  # whose CPU the proxy columns count: sluice's, or the bare relay's
 cpu_sample() {  # machine proxy_user proxy_sys audit nginx squid (clock ticks so far)
   local machine nginx squid=0
   machine=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
@@ -263,7 +289,7 @@ cpu_sample() {  # machine proxy_user proxy_sys audit nginx squid (clock ticks so
   if [[ -n $SQUID_PID ]]; then
     squid=$(cpu_ticks "$SQUID_PID" $(children "$SQUID_PID"))
   fi
-  echo "$machine $(proc_cpu "$SLUICE_PID") $(audit_ticks) $nginx $squid"
+  echo "$machine $(proc_cpu "$CPU_PID") $(audit_ticks) $nginx $squid"
 }
 # cpu_per_request BEFORE AFTER JSON: "client proxy_user proxy_sys audit nginx squid machine",
 # microseconds of CPU per request (the client's from its own report).
@@ -285,7 +311,9 @@ for round in $(seq "$ROUNDS"); do
   echo "round $round"
   for mode in $MODES; do
     for who in $WHO; do
-      [[ $who == squid-bump && $mode == h2 ]] && continue
+      runs "$who" "$mode" || continue
+      CPU_PID=$SLUICE_PID
+      [[ $who == bare-relay ]] && CPU_PID=$RELAY_PID
       before=$(cpu_sample)
       out=$(load "$(port_of "$who")" "$mode" 2> "$TMP/load.err") || true
       after=$(cpu_sample)
@@ -326,6 +354,10 @@ for mode in $MODES; do
       -v p="$(eval echo "\$P99_${mode}_inspect")" -v q="$(eval echo "\$P99_${mode}_passthrough")" \
       -v m="$mode" \
       'BEGIN {printf "%-5s inspect/passthrough requests/s: %.2fx   p99 %.0f us vs %.0f us (%.2fx)\n", m, a/b, p, q, p/q}'
+  if [[ $mode == reuse && -n ${RPS_reuse_bare_relay:-} ]]; then
+    awk -v a="$RPS_reuse_inspect" -v b="$RPS_reuse_passthrough" -v r="$RPS_reuse_bare_relay" \
+      'BEGIN {printf "reuse bare TLS relay/passthrough: %.2fx   inspect/bare TLS relay: %.2fx\n", r/b, a/r}'
+  fi
   if [[ $mode != h2 && -n $(eval echo "\${RPS_${mode}_squid_bump:-}") ]]; then
     awk -v a="$(eval echo "\$RPS_${mode}_inspect")" -v b="$(eval echo "\$RPS_${mode}_squid_bump")" -v m="$mode" \
       'BEGIN {printf "%-5s inspect/squid ssl-bump requests/s: %.2fx\n", m, a/b}'
