@@ -53,12 +53,37 @@ Value integer(const auto& e, std::string&) {
 /// nothing may kill the writer thread.
 template <auto M>
 Value jsonList(const auto& e, std::string& buffer) {
-  // Most rows have none: "[]" is what dumpJson writes for an empty array, without building a
-  // json value (this runs on the producer's thread, the proxy's request path).
-  if ((e.*M).empty()) return Value{std::string_view("[]")};
-  buffer = base::dumpJson(nlohmann::json(e.*M));
-  return Value{std::string_view(buffer)};
+  return Value{jsonStringList(e.*M, buffer)};
 }
+
+}  // namespace
+
+std::string_view jsonStringList(const std::vector<std::string>& list, std::string& buffer) {
+  // Most rows have none: "[]" is what dumpJson writes for an empty array.
+  if (list.empty()) return "[]";
+  // nlohmann escapes '"', '\\' and control characters and checks UTF-8; a string of printable
+  // ASCII without the two needs neither, and its JSON is the string in quotes.
+  const bool plain = std::all_of(list.begin(), list.end(), [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(),
+                       [](char c) { return c >= 0x20 && c < 0x7F && c != '"' && c != '\\'; });
+  });
+  if (!plain) {
+    buffer = base::dumpJson(nlohmann::json(list));
+    return buffer;
+  }
+  buffer.clear();
+  buffer += '[';
+  for (const std::string& s : list) {
+    if (buffer.size() > 1) buffer += ',';
+    buffer += '"';
+    buffer += s;
+    buffer += '"';
+  }
+  buffer += ']';
+  return buffer;
+}
+
+namespace {
 
 // A row's PolicyStamp (event_sink.hpp), the optional tail of connections, requests and
 // dns_queries (version 7).

@@ -145,6 +145,12 @@ class RowArena {
   std::string bytes_;
 };
 
+/// `list` as a JSON array of strings, in `buffer`: the bytes of base::dumpJson(json(list))
+/// (invalid UTF-8 replaced, never thrown on). Lists of printable ASCII without '"' or '\\'
+/// (secret names) are written directly, without building a json value: this runs on the
+/// proxy's request path.
+std::string_view jsonStringList(const std::vector<std::string>& list, std::string& buffer);
+
 /// The row's values, in column order, into `out` (kMaxColumns long).
 template <typename Event>
 std::span<const Value> rowValues(const RowDescription<Event>& row, const Event& event,

@@ -5,11 +5,13 @@
 
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "audit_test_util.hpp"
+#include "sluice/base/json.hpp"
 
 namespace sluice::audit {
 namespace {
@@ -142,6 +144,33 @@ TEST(RowsTest, EnumColumnsStoreTheirText) {
             "once/allow execution/deny host/allow");
   EXPECT_EQ(raw.text("SELECT decision FROM dns_queries"), "deny");
   EXPECT_EQ(raw.text("SELECT decision FROM requests"), "deny");
+}
+
+// The injected_secrets column's JSON is hashed into the chain as written: the direct writer of
+// plain lists must give exactly the bytes nlohmann's dump gives, and anything else must still go
+// through nlohmann (escapes, UTF-8 checked and replaced).
+TEST(RowsTest, SecretListsAreTheJsonNlohmannWrites) {
+  const std::vector<std::vector<std::string>> lists = {
+      {},
+      {"bench_token"},
+      {"a", "b-2", "C.3_x"},
+      {""},
+      {"", ""},
+      {" spaces and ~!@#$%^&*()[]{}<>?/|;:',.`=+ "},
+      {"quote\"inside"},
+      {"back\\slash"},
+      {"tab\there", "nl\n"},
+      {std::string("nul\0byte", 8)},
+      {"del\x7f"},
+      {"caf\xc3\xa9"},
+      {"bad\xff\xfeutf8"},
+      {"plain", "mixed\"one"},
+  };
+  for (const auto& list : lists) {
+    std::string buffer = "left over";
+    const std::string_view got = detail::jsonStringList(list, buffer);
+    EXPECT_EQ(got, base::dumpJson(nlohmann::json(list))) << ::testing::PrintToString(list);
+  }
 }
 
 }  // namespace
