@@ -54,7 +54,7 @@ else
   SERVE_ENV=()
   # The signing cost is the difference of two medians a few per cent apart at most: with 5
   # repetitions each it moved between -3% and +6% from one run to the next with nothing
-  # changed; 15 (about 30 s more) keep it within about a per cent (docs/benchmarks.md).
+  # changed; with 15 (about 30 s more), between -0.1% and 2.8% (docs/benchmarks.md).
   AUDIT_REPS=${AUDIT_REPS:-15}
 fi
 
