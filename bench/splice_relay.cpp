@@ -7,30 +7,19 @@
 // which no relaying proxy can avoid. Not a proxy to use: it trusts its client completely.
 //
 // Usage: splice_relay LISTEN_PORT UPSTREAM_PORT    (both on 127.0.0.1; prints "ready")
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <string>
 #include <thread>
+
+#include "bare_relay.hpp"
 
 namespace {
 
 constexpr int kPipeBytes = 1024 * 1024;
-
-sockaddr_in loopback(int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
-}
 
 // Moves bytes from -> to until EOF or an error, then half-closes `to`.
 void pump(int from, int to) {
@@ -56,30 +45,13 @@ void pump(int from, int to) {
   ::close(p[1]);
 }
 
-// Reads the CONNECT request head (up to the blank line) and answers 200.
-bool acceptConnect(int client) {
-  std::string head;
-  char c;
-  while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos) {
-    if (::read(client, &c, 1) != 1) return false;
-    head += c;
-  }
-  static const char kOk[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-  return ::write(client, kOk, sizeof kOk - 1) == static_cast<ssize_t>(sizeof kOk - 1);
-}
-
 void serve(int client, int upstream_port) {
-  int up = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a = loopback(upstream_port);
-  if (up < 0 || !acceptConnect(client) ||
-      ::connect(up, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    if (up >= 0) ::close(up);
+  int up = -1;
+  if (!bare_relay::answerConnect(client) || (up = bare_relay::dialLoopback(upstream_port)) < 0) {
     ::close(client);
     return;
   }
-  int one = 1;
-  ::setsockopt(up, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ::setsockopt(client, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  bare_relay::noDelay(client);
   std::thread upward(pump, client, up);
   pump(up, client);
   upward.join();
@@ -96,11 +68,8 @@ int main(int argc, char** argv) {
   }
   const int listen_port = std::atoi(argv[1]);
   const int upstream_port = std::atoi(argv[2]);
-  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a = loopback(listen_port);
-  if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 64) != 0) {
+  const int l = bare_relay::listenLoopback(listen_port, 64);
+  if (l < 0) {
     std::perror("splice_relay: listen");
     return 1;
   }

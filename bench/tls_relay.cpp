@@ -13,9 +13,6 @@
 // Usage: tls_relay LISTEN_PORT UPSTREAM_PORT CERT KEY UPSTREAM_CA    (127.0.0.1; prints "ready")
 // The connection set-up (CONNECT, the dial, both handshakes) blocks the loop: kept-alive load
 // sets up a few connections once, and that is what this relay is for.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <poll.h>
@@ -26,23 +23,15 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <memory>
-#include <string>
 #include <unordered_map>
+
+#include "bare_relay.hpp"
 
 namespace {
 
 constexpr char kSuites[] =
     "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384:TLS_CHACHA20_POLY1305_SHA256";
-
-sockaddr_in loopback(int port) {
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<std::uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  return a;
-}
 
 void setBlocking(int fd, bool on) {
   int one = on ? 0 : 1;
@@ -96,25 +85,13 @@ bool relay(SSL* from, SSL* to, int to_fd) {
   }
 }
 
-// Reads the CONNECT head, dials the upstream, answers 200 and makes both handshakes, blocking.
+// Reads the CONNECT head, answers 200, dials the upstream and makes both handshakes, blocking.
 std::unique_ptr<Pair> setUp(int client_fd, int upstream_port, SSL_CTX* server, SSL_CTX* client) {
   auto p = std::make_unique<Pair>();
   p->client_fd = client_fd;
-  std::string head;
-  char c;
-  while (head.size() < 8192 && head.find("\r\n\r\n") == std::string::npos) {
-    if (::read(client_fd, &c, 1) != 1) return nullptr;
-    head += c;
-  }
-  p->upstream_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a = loopback(upstream_port);
-  if (::connect(p->upstream_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return nullptr;
-  int one = 1;
-  ::setsockopt(p->upstream_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  ::setsockopt(client_fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  static const char kOk[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-  if (::write(client_fd, kOk, sizeof kOk - 1) != static_cast<ssize_t>(sizeof kOk - 1))
-    return nullptr;
+  if (!bare_relay::answerConnect(client_fd)) return nullptr;
+  if ((p->upstream_fd = bare_relay::dialLoopback(upstream_port)) < 0) return nullptr;
+  bare_relay::noDelay(client_fd);
   p->client = SSL_new(server);
   SSL_set_fd(p->client, client_fd);
   if (SSL_accept(p->client) != 1) return nullptr;
@@ -157,11 +134,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "tls_relay: cannot load the certificate, key or CA\n");
     return 1;
   }
-  int l = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  int one = 1;
-  ::setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in a = loopback(listen_port);
-  if (::bind(l, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || ::listen(l, 1024) != 0) {
+  const int l = bare_relay::listenLoopback(listen_port, 1024, SOCK_NONBLOCK);
+  if (l < 0) {
     std::perror("tls_relay: listen");
     return 1;
   }
