@@ -58,6 +58,13 @@ else
   AUDIT_REPS=${AUDIT_REPS:-15}
 fi
 
+# What this machine charges for a page fault, a system call and a wake-up (bench/host_costs.cpp):
+# printed under the table, since they move the ratios from one machine to another.
+if [[ -x "$BUILD_DIR/bench/host_costs" ]]; then
+  section "this machine's kernel costs (bench/host_costs)"
+  "$BUILD_DIR/bench/host_costs" | tee -a "$RESULTS"
+fi
+
 micro policy_bench
 
 # The audit rows: the store's sustained rate (signing off and on) and the raw SQLite ceiling,

@@ -66,6 +66,28 @@ for round in $(seq "$ROUNDS"); do
     "${EXTRA[@]}" >/dev/null 2>&1
 done
 
+# What each start costs the machine, besides its time: page faults and CPU per run (every
+# process of it, from getrusage of the children), which are what another machine may charge
+# more for (bench/host_costs; docs/benchmarks.md, "Reading a table from another machine").
+python3 - "$SLUICE run --policy $TMP/bench.yaml --audit $FULL_AUDIT -- /bin/true" "${BWRAP[*]}" <<'PY'
+import os, resource, shlex, subprocess, sys
+def result(key, value):
+    if os.environ.get("RESULTS"):
+        with open(os.environ["RESULTS"], "a") as f:
+            f.write(f"{key} {value}\n")
+runs = 20
+for who, cmd in (("sluice", sys.argv[1]), ("bwrap", sys.argv[2])):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(runs):
+        subprocess.run(shlex.split(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    faults = (after.ru_minflt - before.ru_minflt) / runs
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / runs * 1000
+    print(f"{who:7} per run: {faults:6.0f} page faults, {cpu:6.2f} ms of CPU (user + system)")
+    result(f"startup.{who}_faults", faults)
+    result(f"startup.{who}_cpu_ms", cpu)
+PY
+
 # Phase breakdown: the same full command, SLUICE_TIMING=1, median per phase.
 export TIMING_RUNS="${TIMING_RUNS:-50}"
 [[ $AUDIT == 1 ]] || FULL_AUDIT=""

@@ -174,6 +174,17 @@ def tls_cpu(r):
     return out
 
 
+def host_costs(r):
+    """This machine's kernel costs (bench/host_costs), or None when they were not measured."""
+    keys = ("host.page_fault_us", "host.syscall_us", "host.wakeup_us")
+    if not all(k in r for k in keys):
+        return None
+    fault, call, wake = (r[k] for k in keys)
+    return (f"this machine: a page fault {fault:.2f} us, a system call {call:.3f} us, "
+            f"a wake-up {wake:.2f} us (bench/host_costs; docs/benchmarks.md, "
+            f"\"Reading a table from another machine\")")
+
+
 def main():
     results, audit_json, audit_on, smoke, seconds = sys.argv[1:6]
     table = rows(load_results(results), load_audit(audit_json))
@@ -188,6 +199,10 @@ def main():
     if lines:
         print()
         print("\n".join(lines))
+    host = host_costs(load_results(results))
+    if host:
+        print()
+        print(host)
 
 
 if __name__ == "__main__":
