@@ -55,38 +55,16 @@ fi
 # hyperfine runs of RUNS/ROUNDS each — and each command's median is over all its runs.
 ROUNDS="${ROUNDS:-5}"
 PER_ROUND=$(( (RUNS + ROUNDS - 1) / ROUNDS ))
+FULL_CMD="$SLUICE run --policy $TMP/bench.yaml --audit $FULL_AUDIT -- /bin/true"
 for round in $(seq "$ROUNDS"); do
   hyperfine -N --warmup "$WARMUP" --runs "$PER_ROUND" --export-json "$TMP/result-$round.json" \
-    -n "sluice run (full, receipt committed)" \
-    "$SLUICE run --policy $TMP/bench.yaml --audit $FULL_AUDIT -- /bin/true" \
+    -n "sluice run (full, receipt committed)" "$FULL_CMD" \
     -n "sluice run (no audit store)" \
     "$SLUICE run --policy $TMP/bench.yaml --audit '' -- /bin/true" \
     -n "bwrap --unshare-all" "${BWRAP[*]}" \
     -n "unshare --net --pid --mount --fork" "unshare --net --pid --mount --fork /bin/true" \
     "${EXTRA[@]}" >/dev/null 2>&1
 done
-
-# What each start costs the machine, besides its time: page faults and CPU per run (every
-# process of it, from getrusage of the children), which are what another machine may charge
-# more for (bench/host_costs; docs/benchmarks.md, "Reading a table from another machine").
-python3 - "$SLUICE run --policy $TMP/bench.yaml --audit $FULL_AUDIT -- /bin/true" "${BWRAP[*]}" <<'PY'
-import os, resource, shlex, subprocess, sys
-def result(key, value):
-    if os.environ.get("RESULTS"):
-        with open(os.environ["RESULTS"], "a") as f:
-            f.write(f"{key} {value}\n")
-runs = 20
-for who, cmd in (("sluice", sys.argv[1]), ("bwrap", sys.argv[2])):
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    for _ in range(runs):
-        subprocess.run(shlex.split(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    faults = (after.ru_minflt - before.ru_minflt) / runs
-    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / runs * 1000
-    print(f"{who:7} per run: {faults:6.0f} page faults, {cpu:6.2f} ms of CPU (user + system)")
-    result(f"startup.{who}_faults", faults)
-    result(f"startup.{who}_cpu_ms", cpu)
-PY
 
 # Phase breakdown: the same full command, SLUICE_TIMING=1, median per phase.
 export TIMING_RUNS="${TIMING_RUNS:-50}"
@@ -96,8 +74,12 @@ for _ in $(seq "$TIMING_RUNS"); do
     2>>"$TMP/timing.txt" >/dev/null
 done
 
-python3 - "$TMP" "$TMP/timing.txt" <<'PY'
-import json, os, statistics, sys, collections
+# The medians, then what each start costs the machine besides its time: page faults and CPU
+# per start (every process of it, from getrusage of the children), which another machine may
+# charge more for (bench/host_costs; docs/benchmarks.md, "Reading a table from another
+# machine"), then the phases.
+python3 - "$TMP" "$TMP/timing.txt" "$FULL_CMD" "${BWRAP[*]}" <<'PY'
+import json, os, resource, shlex, statistics, subprocess, sys, collections
 import glob
 def result(key, value):  # one figure for bench/run_all.sh's table
     if os.environ.get("RESULTS"):
@@ -119,6 +101,17 @@ result("startup.bwrap_ms", bw)
 if "sluice run (baseline binary)" in med:
     base = med["sluice run (baseline binary)"]
     print(f"this build vs the baseline binary: {full:.2f} ms vs {base:.2f} ms ({full - base:+.2f} ms)")
+runs = 20
+for who, cmd in (("sluice", sys.argv[3]), ("bwrap", sys.argv[4])):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    for _ in range(runs):
+        subprocess.run(shlex.split(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    faults = (after.ru_minflt - before.ru_minflt) / runs
+    cpu = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime) / runs * 1000
+    print(f"{who:7} per start: {faults:6.0f} page faults, {cpu:6.2f} ms of CPU (user + system)")
+    result(f"startup.{who}_faults", faults)
+    result(f"startup.{who}_cpu_ms", cpu)
 phases = collections.OrderedDict()
 for line in open(sys.argv[2]):
     if line.startswith("timing: "):

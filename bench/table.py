@@ -187,7 +187,8 @@ def host_costs(r):
 
 def main():
     results, audit_json, audit_on, smoke, seconds = sys.argv[1:6]
-    table = rows(load_results(results), load_audit(audit_json))
+    figures = load_results(results)
+    table = rows(figures, load_audit(audit_json))
     print(f"audit store {'ON' if audit_on == '1' else 'OFF (--no-audit)'}"
           f"{'; SMOKE=1: short runs, the figures mean nothing' if smoke == '1' else ''}; "
           f"{int(seconds) // 60} min {int(seconds) % 60} s in all\n")
@@ -195,11 +196,11 @@ def main():
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for work, ours, peer, r, lat, goal, v in table:
         print(f"| {work} | {ours} | {peer} | {times(r)} | {lat} | {goal} | {v} |")
-    lines = tls_cpu(load_results(results))
+    lines = tls_cpu(figures)
     if lines:
         print()
         print("\n".join(lines))
-    host = host_costs(load_results(results))
+    host = host_costs(figures)
     if host:
         print()
         print(host)
