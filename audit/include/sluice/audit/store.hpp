@@ -42,10 +42,14 @@ struct StoreOptions {
   /// How long a write waits for a lock held by another connection (another process's
   /// writer, an auditor's long read is no obstacle in WAL) before the store fails.
   std::chrono::milliseconds busy_timeout{5000};
-  /// SQLite's page cache of the writer connection, in KiB. Large (the default) for bulk
-  /// throughput; a long-running daemon that writes a row now and then wants a small one, or its
-  /// RSS grows with the database up to this size.
-  unsigned cache_kib = 32768;
+  /// SQLite's page cache of the writer connection, in KiB. Rows are appended, so what a batch
+  /// touches is the last pages of each table and index, and a full batch's dirty pages (4,096
+  /// rows, about 300 pages) must fit without spilling; 4 MiB holds both several times over. A
+  /// bigger cache buys no fewer reads, and a cache still filling costs the writer a page fault
+  /// per new page and the whole process the heap's growth (docs/benchmarks.md, "The audit
+  /// writer's page cache"). A long-running daemon that writes a row now and then wants a
+  /// smaller one still: its RSS grows with the database up to this size.
+  unsigned cache_kib = 4096;
   /// Permissions of a database file the store creates (its -wal and -shm files copy them):
   /// 0600, the owner only, because the rows hold argv, URLs and hosts. An existing file keeps
   /// its mode; one readable by others is logged as a warning.
