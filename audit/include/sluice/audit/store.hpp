@@ -43,8 +43,9 @@ struct StoreOptions {
   /// writer, an auditor's long read is no obstacle in WAL) before the store fails.
   std::chrono::milliseconds busy_timeout{5000};
   /// SQLite's page cache of the writer connection, in KiB. Rows are appended, so what a batch
-  /// touches is the last pages of each table and index, and a full batch's dirty pages (4,096
-  /// rows, about 300 pages) must fit without spilling; 4 MiB holds both several times over. A
+  /// touches is the last pages of each table and index (for the `*_execution` indexes, one leaf
+  /// per execution writing rows at the time), and a full batch's dirty pages (4,096 rows, about
+  /// 300 pages) must fit without spilling; 4 MiB (1,024 pages) holds both several times over. A
   /// bigger cache buys no fewer reads, and a cache still filling costs the writer a page fault
   /// per new page and the whole process the heap's growth (docs/benchmarks.md, "The audit
   /// writer's page cache"). A long-running daemon that writes a row now and then wants a
