@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -123,9 +124,17 @@ BENCHMARK(BM_ConnectionEventsSustained)
 
 /// A standalone proxy's rows for plain-HTTP request `n` on kept-alive connection `conn`: the
 /// forwards row before it is sent and the requests row when it ends (proxy/src/audit_rows.cpp).
-std::pair<sluice::audit::ForwardEvent, sluice::audit::RequestEvent> proxyRows(int conn, int n) {
+std::pair<sluice::audit::ForwardEvent, sluice::audit::RequestEvent> proxyRows(int conn, int n,
+                                                                              int executions) {
   sluice::audit::RequestEvent r;
   r.connection_id = "c-888994b5-" + std::to_string(conn);
+  // Executions' ids spread over the partial *_execution indexes as random ids do.
+  if (executions > 0) {
+    char id[32];
+    std::snprintf(id, sizeof id, "ex-%016llx",
+                  static_cast<unsigned long long>(conn % executions + 1) * 0x9E3779B97F4A7C15ull);
+    r.execution_id = id;
+  }
   r.workflow = "bench";
   r.ts_ms = 1'795'753'965'126 + n;
   r.method = "GET";
@@ -144,13 +153,20 @@ std::pair<sluice::audit::ForwardEvent, sluice::audit::RequestEvent> proxyRows(in
 /// requests (flush(); `sluice proxy --threads 1` at ~27,000 requests/s fills a 5 ms batch
 /// with ~135). Small commits cost more per row: each rewrites every page it touched, among
 /// them one requests_connection leaf per connection (docs/benchmarks.md, "What each index
-/// costs"). Items are requests; "CPU" is the whole process.
+/// costs"). Items are requests; "CPU" is the whole process. With `executions` > 0 the rows
+/// belong to that many executions, one per connection in turn (`sluice serve` running sessions
+/// at once: 64 is its default --max-sessions), and with `cache_kib` > 0 the writer's page cache
+/// is that size (`sluice serve`'s 1,024; 256 before 2026-11-27).
 void BM_ProxyRequestRows(benchmark::State& state) {
   const int connections = static_cast<int>(state.range(0));
   const int per_commit = static_cast<int>(state.range(1));
+  const int executions = static_cast<int>(state.range(2));
+  const auto cache_kib = static_cast<unsigned>(state.range(3));
   constexpr int kCommitsPerIteration = 20;
   BenchDir dir;
-  auto store = Store::open(dir.db(), signing(false));
+  auto options = signing(false);
+  if (cache_kib > 0) options.cache_kib = cache_kib;
+  auto store = Store::open(dir.db(), options);
   if (!store) {
     state.SkipWithError(store.error().message.c_str());
     return;
@@ -159,7 +175,7 @@ void BM_ProxyRequestRows(benchmark::State& state) {
   for (auto _ : state) {
     for (int c = 0; c < kCommitsPerIteration; ++c) {
       for (int i = 0; i < per_commit; ++i, ++n) {
-        auto [forward, request] = proxyRows(n % connections + 1, n);
+        auto [forward, request] = proxyRows(n % connections + 1, n, executions);
         (*store)->recordForward(std::move(forward));
         (*store)->recordRequest(std::move(request));
       }
@@ -168,11 +184,15 @@ void BM_ProxyRequestRows(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations() * kCommitsPerIteration * per_commit);
 }
-// Args: kept-alive connections, requests per commit.
+// Args: kept-alive connections, requests per commit, executions (0: none, as a standalone
+// proxy writes), the writer's page cache in KiB (0: the default).
 BENCHMARK(BM_ProxyRequestRows)
-    ->Args({50, 135})
-    ->Args({50, 540})
-    ->Args({10, 135})
+    ->Args({50, 135, 0, 0})
+    ->Args({50, 540, 0, 0})
+    ->Args({10, 135, 0, 0})
+    ->Args({64, 135, 64, 0})
+    ->Args({64, 135, 64, 1024})
+    ->Args({64, 135, 64, 256})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime()
     ->MeasureProcessCPUTime();

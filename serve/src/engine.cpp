@@ -236,9 +236,13 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
     e->ca_ = std::move(*made);
   }
   audit::StoreOptions store_options;
-  // A resident daemon writes a few rows per execution: a small page cache keeps its RSS from
-  // growing with the database (the default suits bulk writers).
-  store_options.cache_kib = 256;
+  // A resident daemon: a page cache smaller than the default keeps its RSS from growing with
+  // the database. 1 MiB, not less: each execution writing rows at once keeps a leaf of each
+  // partial *_execution index hot, and with 64 sessions' traffic (--max-sessions) a 256 KiB
+  // cache re-read them, costing the writer 1.6-1.8x the CPU per request (`audit_bench`
+  // BM_ProxyRequestRows/64/135/64/{256,1024}; docs/benchmarks.md, "The audit writer's page
+  // cache").
+  store_options.cache_kib = 1024;
   if (!options.signing_key.empty()) {
     auto key = audit::SigningKey::load(options.signing_key);
     if (!key) return std::unexpected("--signing-key: " + key.error().message);
