@@ -48,18 +48,26 @@ void ParkedUpstreams::park(std::shared_ptr<Account> account, const policy::Targe
   std::shared_ptr<Entry> evicted;
   {
     std::lock_guard lock(mu_);
+    const auto mine = [&](const std::shared_ptr<Entry>& o) { return o->account == e->account; };
     const auto same = [&](const std::shared_ptr<Entry>& o) {
-      return o->account == e->account && o->host == e->host && o->port == e->port;
+      return mine(o) && o->host == e->host && o->port == e->port;
     };
     if (static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), same)) >=
         kPerKey) {
       close(e);
       return;
     }
-    if (entries_.size() >= kTotal) {  // the oldest of all makes room
-      evicted = entries_.front();
+    auto oldest = entries_.begin();  // of all, or of this account when it is at its share
+    if (static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), mine)) >=
+        kPerAccount) {
+      oldest = std::find_if(entries_.begin(), entries_.end(), mine);
+    } else if (entries_.size() < kTotal) {
+      oldest = entries_.end();
+    }
+    if (oldest != entries_.end()) {  // makes room
+      evicted = *oldest;
       evicted->gone = true;
-      entries_.pop_front();
+      entries_.erase(oldest);
     }
     entries_.push_back(e);
   }

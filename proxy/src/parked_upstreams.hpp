@@ -9,8 +9,8 @@
 // take: a parked connection of its own account (one execution, or one client of a standalone
 // listener) to its target whose address the tunnel's own admission has just vetted, still open
 // with nothing to read. Every request on it is decided, injected and recorded as on a fresh
-// one; only the transport is reused. Bounded: kPerKey per account and target, kTotal in all,
-// each closed after `idle` unused (ProxyOptions::parked_upstream_idle).
+// one; only the transport is reused. Bounded: kPerKey per account and target, kPerAccount per
+// account, kTotal in all, each closed after `idle` unused (ProxyOptions::parked_upstream_idle).
 #pragma once
 
 #include <chrono>
@@ -31,6 +31,9 @@ namespace sluice::proxy {
 class ParkedUpstreams : public std::enable_shared_from_this<ParkedUpstreams> {
  public:
   static constexpr std::size_t kPerKey = 8;
+  /// The places are shared: an account at its share makes room among its own, so one
+  /// execution opening tunnels to many targets cannot evict every other's connections.
+  static constexpr std::size_t kPerAccount = 16;
   static constexpr std::size_t kTotal = 64;
 
   explicit ParkedUpstreams(std::chrono::milliseconds idle) : idle_(idle) {}
