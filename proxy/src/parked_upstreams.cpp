@@ -57,17 +57,19 @@ void ParkedUpstreams::park(std::shared_ptr<Account> account, const policy::Targe
       close(e);
       return;
     }
-    auto oldest = entries_.begin();  // of all, or of this account when it is at its share
+    // Who makes room: this account's oldest when it is at its share, else the oldest of all
+    // when every place is taken.
+    auto room = entries_.end();
     if (static_cast<std::size_t>(std::count_if(entries_.begin(), entries_.end(), mine)) >=
         kPerAccount) {
-      oldest = std::find_if(entries_.begin(), entries_.end(), mine);
-    } else if (entries_.size() < kTotal) {
-      oldest = entries_.end();
+      room = std::find_if(entries_.begin(), entries_.end(), mine);
+    } else if (entries_.size() >= kTotal) {
+      room = entries_.begin();
     }
-    if (oldest != entries_.end()) {  // makes room
-      evicted = *oldest;
+    if (room != entries_.end()) {
+      evicted = *room;
       evicted->gone = true;
-      entries_.erase(oldest);
+      entries_.erase(room);
     }
     entries_.push_back(e);
   }

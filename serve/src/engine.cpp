@@ -239,7 +239,7 @@ std::expected<std::unique_ptr<Engine>, std::string> Engine::create(const ServeOp
   // A resident daemon: a page cache smaller than the default keeps its RSS from growing with
   // the database. 1 MiB, not less: each execution writing rows at once keeps a leaf of each
   // partial *_execution index hot, and with 64 sessions' traffic (--max-sessions) a 256 KiB
-  // cache re-read them, costing the writer 1.6-1.8x the CPU per request (`audit_bench`
+  // cache re-read them, costing the store 1.6-1.8x the CPU per request (`audit_bench`
   // BM_ProxyRequestRows/64/135/64/{256,1024}; docs/benchmarks.md, "The audit writer's page
   // cache").
   store_options.cache_kib = 1024;
