@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # sluice proxy vs Squid, side by side in one run, everything on loopback:
 #   1. plain-HTTP keep-alive requests/s and p50/p99 latency with wrk (absolute-form requests)
-#      through Squid (1 worker, no cache) and `sluice proxy --threads 1`, plus direct;
+#      through Squid (1 worker, no cache) and `sluice proxy --threads 1`, plus direct and the bare
+#      HTTP relay (bench/http_relay.cpp, the floor of a one-thread proxy);
 #   2. CONNECT bulk download of a 100 MiB file through each vs direct (curl -p);
 #   3. RSS with 10,000 idle CONNECT tunnels open through each.
 # nginx (one worker) is the upstream. sluice writes its audit store (a connections row per
@@ -9,8 +10,11 @@
 # Only processes this script started are stopped, by pid.
 #
 # Usage: bench/proxy_vs_squid.sh [--no-audit] [path/to/sluice] [path/to/splice_relay]
+#        [path/to/http_relay]
 #        (defaults: build/cli/sluice, build/bench/splice_relay: the bare splice(2) relay the
-#        bulk download also runs through, as the floor of any relaying proxy; left out if absent)
+#        bulk download also runs through, as the floor of any relaying proxy; http_relay beside
+#        it: the bare single-threaded byte relay the keep-alive rounds also run through, as the
+#        floor of a one-thread plain-HTTP proxy; each left out if absent)
 # Env:   DURATION (wrk seconds, default 10), CONNS (wrk connections, default 50),
 #        TUNNELS (idle tunnels, default 10000; 0 skips them), RUNS (download repetitions, default 9),
 #        ROUNDS (alternating wrk rounds, default 3)
@@ -21,6 +25,7 @@ set -- "${ARGS[@]}"
 
 SLUICE=${1:-${SLUICE:-build/cli/sluice}}
 RELAY=${2:-${RELAY:-build/bench/splice_relay}}
+HTTP_RELAY=${3:-${HTTP_RELAY:-$(dirname "$RELAY")/http_relay}}
 DURATION=${DURATION:-10}
 CONNS=${CONNS:-50}
 TUNNELS=${TUNNELS:-10000}
@@ -61,6 +66,7 @@ NGINX_PORT=$(free_port)
 SQUID_PORT=$(free_port)
 SLUICE_PORT=$(free_port)
 RELAY_PORT=$(free_port)
+HTTP_RELAY_PORT=$(free_port)
 
 # ---- upstream: nginx, one worker -------------------------------------------------------
 # nginx workers run unprivileged: they must be able to read the files.
@@ -146,6 +152,16 @@ if [[ -x $RELAY ]]; then
 else
   echo "($RELAY not built: the bare-relay floor of the download row is left out)"
 fi
+HTTP_PEERS=(direct squid sluice)
+if [[ -x $HTTP_RELAY ]]; then
+  "$HTTP_RELAY" "$HTTP_RELAY_PORT" "$NGINX_PORT" > /dev/null &
+  PIDS+=($!)
+  HTTP_RELAY_PID=$!
+  wait_port "$HTTP_RELAY_PORT"
+  HTTP_PEERS+=(relay)
+else
+  echo "($HTTP_RELAY not built: the bare-relay floor of the keep-alive row is left out)"
+fi
 
 # ---- 1. plain HTTP keep-alive with wrk ---------------------------------------------------
 cat > "$TMP/absolute.lua" <<EOF
@@ -197,20 +213,22 @@ summary() {  # summary NAME: medians over the rounds
 }
 echo "== plain HTTP keep-alive: wrk -t1 -c$CONNS -d${DURATION}s, 17-byte body, $ROUNDS rounds;" \
      "sluice audit $( [[ $AUDIT == 1 ]] && echo on || echo off ) =="
-# Rounds alternate the three targets so a burst of load from elsewhere on the machine hits
+# Rounds alternate the targets so a burst of load from elsewhere on the machine hits
 # all of them alike; medians are compared.
 for round in $(seq "$ROUNDS"); do
   echo "round $round"
   run_wrk direct "http://127.0.0.1:$NGINX_PORT/small"
   run_wrk squid "http://127.0.0.1:$SQUID_PORT/" "$TMP/absolute.lua" "$SQUID_PID"
   run_wrk sluice "http://127.0.0.1:$SLUICE_PORT/" "$TMP/absolute.lua" "$SLUICE_PID"
+  if [[ -n ${HTTP_RELAY_PID:-} ]]; then
+    run_wrk relay "http://127.0.0.1:$HTTP_RELAY_PORT/" "$TMP/absolute.lua" "$HTTP_RELAY_PID"
+  fi
 done
-summary direct
-summary squid
-summary sluice
+for who in "${HTTP_PEERS[@]}"; do summary "$who"; done
 awk -v a="$RPS_sluice" -v b="$RPS_squid" -v p="$P99_sluice" -v q="$P99_squid" \
-  -v c="$CPU_sluice" -v d="$CPU_squid" \
-  'BEGIN {printf "sluice/squid requests/s: %.2fx   p99 sluice %.3f ms vs squid %.3f ms   CPU per request: squid/sluice %.2fx\n", a/b, p, q, d/c}'
+  -v c="$CPU_sluice" -v d="$CPU_squid" -v r="${RPS_relay:-0}" -v rc="${CPU_relay:-0}" \
+  'BEGIN {printf "sluice/squid requests/s: %.2fx   p99 sluice %.3f ms vs squid %.3f ms   CPU per request: squid/sluice %.2fx\n", a/b, p, q, d/c
+          if (r > 0) printf "bare HTTP relay/squid requests/s: %.2fx   sluice/bare HTTP relay: %.2fx   relay CPU %.1f us/req\n", r/b, a/r, rc}'
 
 # ---- 2. CONNECT bulk download ------------------------------------------------------------
 echo

@@ -120,7 +120,8 @@ def rows(r, audit):
         ("plain HTTP keep-alive vs Squid (1 worker)", fmt(g("http.sluice.rps"), " req/s"),
          fmt(g("http.squid.rps"), " req/s"), http,
          f"{ms('http.sluice.p50_ms', 'http.sluice.p99_ms')} vs "
-         f"{ms('http.squid.p50_ms', 'http.squid.p99_ms')}",
+         f"{ms('http.squid.p50_ms', 'http.squid.p99_ms')}"
+         f"{floor(g('http.relay.rps'), g('http.squid.rps'), g('http.sluice.rps'), 'the bare HTTP relay', 'Squid')}",
          ">= 3x req/s, p99 below Squid's", verdict(("3x req/s", ge(http, 3)), ("p99", p99_below))),
         ("TLS inspected keep-alive vs passthrough", fmt(g("tls.reuse.inspect.rps"), " req/s"),
          fmt(g("tls.reuse.passthrough.rps"), " req/s"), reuse,
