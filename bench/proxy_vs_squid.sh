@@ -177,9 +177,12 @@ run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per r
   local out t0=0 t1=0 n0 n1
   [[ -n $pid ]] && t0=$(cpu_ticks "$pid")
   n0=$(cpu_ticks "$NGINX_WORKER")
+  local m0 m1  # the whole machine's busy ticks (softirq included), every CPU
+  m0=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
   out=$(/usr/bin/time -f '%U %S' -o "$TMP/wrk.time" \
     wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency ${script:+-s "$script"} "$url")
   n1=$(cpu_ticks "$NGINX_WORKER")
+  m1=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
   [[ -n $pid ]] && t1=$(cpu_ticks "$pid")
   local rps p50 p99 errs total cpu="-"
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
@@ -192,7 +195,8 @@ run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per r
   fi
   local others
   others=$(awk -v w="$(cat "$TMP/wrk.time")" -v d=$((n1 - n0)) -v hz="$(getconf CLK_TCK)" -v n="$total" \
-    'BEGIN {split(w, a, " "); printf "wrk %.1f + nginx %.1f", (a[1] + a[2]) * 1e6 / n, d / hz * 1e6 / n}')
+    -v m=$((m1 - m0)) -v cpus="$(nproc)" -v secs="$DURATION" \
+    'BEGIN {split(w, a, " "); printf "wrk %.1f + nginx %.1f, machine %.1f (%.0f%% busy)", (a[1] + a[2]) * 1e6 / n, d / hz * 1e6 / n, m / hz * 1e6 / n, 100 * m / hz / (cpus * secs)}')
   printf '  %-8s %12s req/s   p50 %8s ms   p99 %8s ms   CPU us/req: proxy %5s, %s   non-2xx %s\n' \
     "$name" "$rps" "$p50" "$p99" "$cpu" "$others" "${errs:-0}"
   echo "$rps $p99 $cpu $p50" >> "$TMP/wrk.$name"
