@@ -375,13 +375,15 @@ RowArena::Span RowArena::append(std::span<const Value> values) {
     Cell c;
     c.kind = static_cast<std::uint8_t>(v.index());
     std::string_view text;
-    if (auto* n = std::get_if<std::int64_t>(&v)) c.number = *n;
-    if (auto* r = std::get_if<Real>(&v)) c.number = std::bit_cast<std::int64_t>(r->v);
+    if (auto* n = std::get_if<std::int64_t>(&v)) c.word = static_cast<std::uint64_t>(*n);
+    if (auto* r = std::get_if<Real>(&v)) c.word = std::bit_cast<std::uint64_t>(r->v);
     if (auto* t = std::get_if<std::string_view>(&v)) text = *t;
     if (auto* b = std::get_if<Blob>(&v)) text = b->v;
-    c.offset = bytes_.size();
-    c.size = static_cast<std::uint32_t>(text.size());
-    bytes_.append(text);
+    if (c.kind == 2 || c.kind == 4) {
+      c.word = bytes_.size();
+      c.size = static_cast<std::uint32_t>(text.size());
+      bytes_.append(text);
+    }
     cells_.push_back(c);
   }
   return row;
@@ -390,19 +392,18 @@ RowArena::Span RowArena::append(std::span<const Value> values) {
 std::span<const Value> RowArena::values(Span row, std::span<Value> out) const {
   for (std::uint32_t i = 0; i < row.count; ++i) {
     const Cell& c = cells_[row.first + i];
-    const std::string_view text(bytes_.data() + c.offset, c.size);
     switch (c.kind) {
       case 1:
-        out[i] = c.number;
+        out[i] = static_cast<std::int64_t>(c.word);
         break;
       case 2:
-        out[i] = text;
+        out[i] = std::string_view(bytes_.data() + c.word, c.size);
         break;
       case 3:
-        out[i] = Real{std::bit_cast<double>(c.number)};
+        out[i] = Real{std::bit_cast<double>(c.word)};
         break;
       case 4:
-        out[i] = Blob{text};
+        out[i] = Blob{std::string_view(bytes_.data() + c.word, c.size)};
         break;
       default:
         out[i] = std::monostate{};
