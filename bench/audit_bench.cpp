@@ -36,7 +36,7 @@ using sluice::audit::Store;
 // next starts with the store's writer idle until a batch is queued, which a sustained load does
 // not pay: with 10,000 rows an iteration that was ~5% of the store's time (and the repetitions
 // spread 10-15%, the commits' fsyncs falling unevenly into 16 short iterations); with 40,000,
-// ~1.5%, and they spread ~4% (2026-11-28).
+// ~1.5%, and they spread ~4% (2026-11-27, late).
 constexpr int kSustainedRows = 40'000;
 constexpr benchmark::IterationCount kSustainedIterations = 4;
 
