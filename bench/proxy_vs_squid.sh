@@ -142,26 +142,27 @@ wait_port "$NGINX_PORT"
 NGINX_WORKER=$(pgrep -P "${PIDS[0]}" | head -1)
 wait_port "$SQUID_PORT"
 wait_port "$SLUICE_PORT"
+# start_relay BINARY PORT ROW: a bare relay to nginx in the background, its pid in RELAY_STARTED
+# (empty, with a note, when it is not built).
+start_relay() {
+  RELAY_STARTED=""
+  if [[ ! -x $1 ]]; then
+    echo "($1 not built: the bare-relay floor of the $3 row is left out)"
+    return
+  fi
+  "$1" "$2" "$NGINX_PORT" > /dev/null &
+  PIDS+=($!)
+  RELAY_STARTED=$!
+  wait_port "$2"
+}
 PEERS=(direct squid sluice)
-if [[ -x $RELAY ]]; then
-  "$RELAY" "$RELAY_PORT" "$NGINX_PORT" > /dev/null &
-  PIDS+=($!)
-  RELAY_PID=$!
-  wait_port "$RELAY_PORT"
-  PEERS+=(relay)
-else
-  echo "($RELAY not built: the bare-relay floor of the download row is left out)"
-fi
+start_relay "$RELAY" "$RELAY_PORT" download
+RELAY_PID=$RELAY_STARTED
+if [[ -n $RELAY_PID ]]; then PEERS+=(relay); fi
 HTTP_PEERS=(direct squid sluice)
-if [[ -x $HTTP_RELAY ]]; then
-  "$HTTP_RELAY" "$HTTP_RELAY_PORT" "$NGINX_PORT" > /dev/null &
-  PIDS+=($!)
-  HTTP_RELAY_PID=$!
-  wait_port "$HTTP_RELAY_PORT"
-  HTTP_PEERS+=(relay)
-else
-  echo "($HTTP_RELAY not built: the bare-relay floor of the keep-alive row is left out)"
-fi
+start_relay "$HTTP_RELAY" "$HTTP_RELAY_PORT" keep-alive
+HTTP_RELAY_PID=$RELAY_STARTED
+if [[ -n $HTTP_RELAY_PID ]]; then HTTP_PEERS+=(relay); fi
 
 # ---- 1. plain HTTP keep-alive with wrk ---------------------------------------------------
 cat > "$TMP/absolute.lua" <<EOF
@@ -177,12 +178,14 @@ run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per r
   local out t0=0 t1=0 n0 n1
   [[ -n $pid ]] && t0=$(cpu_ticks "$pid")
   n0=$(cpu_ticks "$NGINX_WORKER")
-  local m0 m1  # the whole machine's busy ticks (softirq included), every CPU
+  local m0 m1 w0 w1  # the whole machine's busy ticks (softirq included), every CPU; wall ns
   m0=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
+  w0=$(date +%s%N)
   out=$(/usr/bin/time -f '%U %S' -o "$TMP/wrk.time" \
     wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency ${script:+-s "$script"} "$url")
   n1=$(cpu_ticks "$NGINX_WORKER")
   m1=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
+  w1=$(date +%s%N)
   [[ -n $pid ]] && t1=$(cpu_ticks "$pid")
   local rps p50 p99 errs total cpu="-"
   rps=$(awk '/^Requests\/sec:/ {print $2}' <<<"$out")
@@ -195,7 +198,7 @@ run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per r
   fi
   local others
   others=$(awk -v w="$(cat "$TMP/wrk.time")" -v d=$((n1 - n0)) -v hz="$(getconf CLK_TCK)" -v n="$total" \
-    -v m=$((m1 - m0)) -v cpus="$(nproc)" -v secs="$DURATION" \
+    -v m=$((m1 - m0)) -v cpus="$(nproc)" -v secs="$(( (w1 - w0) / 1000000 ))e-3" \
     'BEGIN {split(w, a, " "); printf "wrk %.1f + nginx %.1f, machine %.1f (%.0f%% busy)", (a[1] + a[2]) * 1e6 / n, d / hz * 1e6 / n, m / hz * 1e6 / n, 100 * m / hz / (cpus * secs)}')
   printf '  %-8s %12s req/s   p50 %8s ms   p99 %8s ms   CPU us/req: proxy %5s, %s   non-2xx %s\n' \
     "$name" "$rps" "$p50" "$p99" "$cpu" "$others" "${errs:-0}"
