@@ -10,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "proxy_fixture.hpp"
@@ -98,9 +99,13 @@ TEST_F(ProxyTest, ReplaceMatcherAppliesToNewRequests) {
   sink_->waitRequestCount(3);  // each written just after its client read the answer
   auto rows = sink_->requests();
   ASSERT_EQ(rows.size(), 3u);
-  EXPECT_EQ(rows[0].stamp.policy_generation, 1u);
-  EXPECT_EQ(rows[1].stamp.policy_generation, 2u);
-  EXPECT_EQ(rows[2].stamp.policy_generation, 2u);
+  // The rows come in the order their exchanges recorded them, not the order of the requests
+  // (under a loaded `ctest -j`, /after's once came before /before's): look each up by its path.
+  std::map<std::string, std::uint64_t> generation_of;
+  for (const auto& row : rows) generation_of[row.path] = row.stamp.policy_generation;
+  EXPECT_EQ(generation_of["/before"], 1u);
+  EXPECT_EQ(generation_of["/after"], 2u);
+  EXPECT_EQ(generation_of["/still"], 2u);
   const auto gens = proxy_->stats(execution_id_).policy_generations;
   ASSERT_EQ(gens.size(), 2u);
   EXPECT_EQ(gens[0].generation, 1u);
