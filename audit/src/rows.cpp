@@ -8,6 +8,7 @@
 #include <bit>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <type_traits>
 
 #include "sluice/audit/event_text.hpp"
@@ -374,15 +375,15 @@ RowArena::Span RowArena::append(std::span<const Value> values) {
   for (const Value& v : values) {
     Cell c;
     c.kind = static_cast<std::uint8_t>(v.index());
-    std::string_view text;
+    std::optional<std::string_view> bytes;  // text or blob: copied, `word` is where
     if (auto* n = std::get_if<std::int64_t>(&v)) c.word = static_cast<std::uint64_t>(*n);
     if (auto* r = std::get_if<Real>(&v)) c.word = std::bit_cast<std::uint64_t>(r->v);
-    if (auto* t = std::get_if<std::string_view>(&v)) text = *t;
-    if (auto* b = std::get_if<Blob>(&v)) text = b->v;
-    if (c.kind == 2 || c.kind == 4) {
+    if (auto* t = std::get_if<std::string_view>(&v)) bytes = *t;
+    if (auto* b = std::get_if<Blob>(&v)) bytes = b->v;
+    if (bytes) {
       c.word = bytes_.size();
-      c.size = static_cast<std::uint32_t>(text.size());
-      bytes_.append(text);
+      c.size = static_cast<std::uint32_t>(bytes->size());
+      bytes_.append(*bytes);
     }
     cells_.push_back(c);
   }
