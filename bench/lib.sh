@@ -52,6 +52,8 @@ proc_cpu() {  # proc_cpu PID... -> "user system" ticks of those processes
   stat_cpu "${files[@]}"
 }
 cpu_ticks() { proc_cpu "$@" | awk '{print $1 + $2}'; }  # cpu_ticks PID...: user + system ticks
+# machine_ticks: busy clock ticks of every CPU so far (user, nice, system, irq, softirq, steal)
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 # bwrap running /bin/true cold: --unshare-all with read-only system binds (the baseline the

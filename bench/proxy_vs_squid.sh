@@ -179,12 +179,12 @@ run_wrk() {  # run_wrk NAME URL [lua] [pid]: req/s, latency, and proxy CPU per r
   [[ -n $pid ]] && t0=$(cpu_ticks "$pid")
   n0=$(cpu_ticks "$NGINX_WORKER")
   local m0 m1 w0 w1  # the whole machine's busy ticks (softirq included), every CPU; wall ns
-  m0=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
+  m0=$(machine_ticks)
   w0=$(date +%s%N)
   out=$(/usr/bin/time -f '%U %S' -o "$TMP/wrk.time" \
     wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency ${script:+-s "$script"} "$url")
   n1=$(cpu_ticks "$NGINX_WORKER")
-  m1=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
+  m1=$(machine_ticks)
   w1=$(date +%s%N)
   [[ -n $pid ]] && t1=$(cpu_ticks "$pid")
   local rps p50 p99 errs total cpu="-"

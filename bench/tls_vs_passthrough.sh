@@ -284,7 +284,7 @@ audit_ticks() {
 CPU_PID=$SLUICE_PID  # whose CPU the proxy columns count: sluice's, or the bare relay's
 cpu_sample() {  # machine proxy_user proxy_sys audit nginx squid (clock ticks so far)
   local machine nginx squid=0
-  machine=$(awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9}' /proc/stat)
+  machine=$(machine_ticks)
   nginx=$(cpu_ticks "$NGINX_PID" $(children "$NGINX_PID"))
   if [[ -n $SQUID_PID ]]; then
     squid=$(cpu_ticks "$SQUID_PID" $(children "$SQUID_PID"))
